@@ -1,0 +1,122 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Environment variables written by scripts/services.sh.
+const (
+	EnvDatabaseURL     = "NOVA_TEST_DATABASE_URL"
+	EnvS3Endpoint      = "NOVA_TEST_S3_ENDPOINT"
+	EnvS3AccessKey     = "NOVA_TEST_S3_ACCESS_KEY"
+	EnvS3SecretKey     = "NOVA_TEST_S3_SECRET_KEY"
+	EnvVersitygwPID    = "NOVA_TEST_VERSITYGW_PID"
+	EnvRequireServices = "NOVA_TEST_REQUIRE_SERVICES"
+)
+
+// missing skips the test, or fails it when services are required.
+func missing(t testing.TB, what string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not set: run the tests with `make test` (scripts/services.sh up starts the services)", what)
+	if os.Getenv(EnvRequireServices) == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// DatabaseURL returns the URL of the test Postgres server's maintenance
+// database, skipping (or failing, when services are required) without one.
+func DatabaseURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(EnvDatabaseURL)
+	if u == "" {
+		missing(t, EnvDatabaseURL)
+	}
+	return u
+}
+
+// RandomSuffix returns n random bytes as lowercase hex.
+func RandomSuffix(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// FreshDatabase creates an empty database with a unique name on the test
+// server and returns its URL; the database is dropped when the test ends, so
+// tests run in parallel and leave nothing behind.
+func FreshDatabase(t testing.TB) string {
+	t.Helper()
+	base := DatabaseURL(t)
+	name := "nova_t_" + RandomSuffix(6)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connect to test postgres: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Logf("drop database %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("parse %s: %v", EnvDatabaseURL, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// S3Env is the real S3-compatible server (versitygw) started for the tests.
+type S3Env struct {
+	Endpoint  string // http://127.0.0.1:PORT, path-style, region us-east-1
+	AccessKey string
+	SecretKey string
+	Region    string
+}
+
+// S3 returns the test S3 server, skipping (or failing, when services are
+// required) without one. Each test should create its own bucket (a name from
+// BucketName) through the S3 API.
+func S3(t testing.TB) S3Env {
+	t.Helper()
+	e := S3Env{
+		Endpoint:  os.Getenv(EnvS3Endpoint),
+		AccessKey: os.Getenv(EnvS3AccessKey),
+		SecretKey: os.Getenv(EnvS3SecretKey),
+		Region:    "us-east-1",
+	}
+	if e.Endpoint == "" {
+		missing(t, EnvS3Endpoint)
+	}
+	return e
+}
+
+// BucketName returns a unique, valid bucket name with the given short prefix.
+func BucketName(prefix string) string {
+	return prefix + "-" + RandomSuffix(5)
+}
