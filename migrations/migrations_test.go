@@ -1,0 +1,219 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/migrations"
+)
+
+// contract lists every table and column of METASTORE.md (the normative
+// names), with the Postgres data type each must have.
+var contract = map[string]map[string]string{
+	"stars": {"star": "text", "chain_class": "text", "epoch": "bigint", "next_seq": "bigint", "fence_window": "integer"},
+	"star_epochs": {"star": "text", "epoch": "bigint", "started_at": "timestamp with time zone", "end_seq": "bigint"},
+	"streams": {"stream_id": "uuid", "star": "text", "bucket": "text", "epoch": "bigint", "class": "text",
+		"next_record": "bigint", "low_record": "bigint", "settled_through": "bigint"},
+	"span_refs": {"stream_id": "uuid", "first_record": "bigint", "record_count": "bigint", "star": "text", "class": "text",
+		"slot_epochs": "ARRAY", "slot_seqs": "ARRAY", "footer_offsets": "ARRAY", "footer_lengths": "ARRAY",
+		"absorbed_at": "timestamp with time zone"},
+	"due_markers": {"stream_id": "uuid", "class": "text", "since": "timestamp with time zone"},
+	"erasures": {"stream_id": "uuid", "first_record": "bigint", "record_count": "bigint",
+		"requested_at": "timestamp with time zone", "applied_at": "timestamp with time zone"},
+	"catalog": {"stream_id": "uuid", "epoch": "bigint", "first_record": "bigint", "revision": "integer",
+		"record_count": "bigint", "object_bytes": "bigint", "footer_offset": "bigint", "footer_length": "bigint",
+		"min_timestamp": "bigint", "max_timestamp": "bigint", "class": "text", "settled_at": "timestamp with time zone"},
+	"orphan_intents": {"id": "bigint", "star": "text", "kind": "text", "object_key": "text", "class": "text",
+		"upload_id": "text", "staged_parts": "ARRAY", "created_at": "timestamp with time zone", "reap_after": "timestamp with time zone"},
+	"trim_cursors": {"star": "text", "epoch": "bigint", "seq": "bigint", "updated_at": "timestamp with time zone"},
+	"slot_reaps": {"id": "bigint", "star": "text", "from_epoch": "bigint", "from_seq": "bigint",
+		"to_epoch": "bigint", "to_seq": "bigint", "reap_after": "timestamp with time zone"},
+	"auditor_leases": {"star": "text", "holder": "text", "token": "bigint", "expires_at": "timestamp with time zone"},
+	"auditor_runs":   {},
+	"admin_requests": {},
+	"quarantine":     {},
+}
+
+func connect(t *testing.T) (*pgx.Conn, context.Context) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testenv.FreshDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn, ctx
+}
+
+func TestEmbeddedMigrationsAreDense(t *testing.T) {
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) == 0 || migrations.Latest() != len(all) {
+		t.Fatalf("Latest() = %d with %d migrations", migrations.Latest(), len(all))
+	}
+}
+
+func TestUpCreatesTheContract(t *testing.T) {
+	t.Parallel()
+	conn, ctx := connect(t)
+	if v, err := migrations.Version(ctx, conn); err != nil || v != 0 {
+		t.Fatalf("empty database: version %d, %v", v, err)
+	}
+	if err := migrations.Check(ctx, conn); !errors.Is(err, migrations.ErrDatabaseBehind) {
+		t.Fatalf("Check on empty database = %v, want ErrDatabaseBehind", err)
+	}
+	applied, err := migrations.Up(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != migrations.Latest() {
+		t.Fatalf("applied %v, want all %d", applied, migrations.Latest())
+	}
+	rows, err := conn.Query(ctx, `SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = 'nova'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]map[string]string{}
+	for rows.Next() {
+		var tbl, col, typ string
+		if err := rows.Scan(&tbl, &col, &typ); err != nil {
+			t.Fatal(err)
+		}
+		if have[tbl] == nil {
+			have[tbl] = map[string]string{}
+		}
+		have[tbl][col] = typ
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for tbl, cols := range contract {
+		if have[tbl] == nil {
+			t.Errorf("table nova.%s missing", tbl)
+			continue
+		}
+		for col, typ := range cols {
+			if got, ok := have[tbl][col]; !ok {
+				t.Errorf("column nova.%s.%s missing", tbl, col)
+			} else if got != typ {
+				t.Errorf("column nova.%s.%s has type %s, want %s", tbl, col, got, typ)
+			}
+		}
+	}
+	// The indexes DESIGN.md's queries need.
+	var idx []string
+	irows, err := conn.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = 'nova'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for irows.Next() {
+		var n string
+		if err := irows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		idx = append(idx, n)
+	}
+	sort.Strings(idx)
+	for _, want := range []string{"due_markers_since_idx", "span_refs_first_slot_idx", "span_refs_pkey", "orphan_intents_kind_idx", "orphan_intents_publish_key_idx"} {
+		if !strings.Contains(strings.Join(idx, ","), want) {
+			t.Errorf("index %s missing; have %v", want, idx)
+		}
+	}
+	if err := migrations.Check(ctx, conn); err != nil {
+		t.Fatalf("Check after Up: %v", err)
+	}
+}
+
+func TestUpTwiceChangesNothing(t *testing.T) {
+	t.Parallel()
+	conn, ctx := connect(t)
+	if _, err := migrations.Up(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := func() string {
+		var s string
+		err := conn.QueryRow(ctx, `SELECT string_agg(table_name || '.' || column_name || ':' || data_type, ',' ORDER BY table_name, column_name)
+			FROM information_schema.columns WHERE table_schema = 'nova'`).Scan(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM nova.schema_migrations`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return s + "#" + strconv.Itoa(n)
+	}
+	before := snapshot()
+	applied, err := migrations.Up(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 0 {
+		t.Fatalf("second Up applied %v", applied)
+	}
+	if after := snapshot(); after != before {
+		t.Fatalf("second Up changed the schema:\n%s\n%s", before, after)
+	}
+}
+
+func TestNewerDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
+	conn, ctx := connect(t)
+	if _, err := migrations.Up(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO nova.schema_migrations (version, name) VALUES ($1, 'from_the_future')`, migrations.Latest()+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Up(ctx, conn); !errors.Is(err, migrations.ErrDatabaseNewer) {
+		t.Fatalf("Up on a newer database = %v, want ErrDatabaseNewer", err)
+	}
+	if err := migrations.Check(ctx, conn); !errors.Is(err, migrations.ErrDatabaseNewer) {
+		t.Fatalf("Check on a newer database = %v, want ErrDatabaseNewer", err)
+	}
+}
+
+func TestConcurrentUpAppliesOnce(t *testing.T) {
+	t.Parallel()
+	url := testenv.FreshDatabase(t)
+	ctx := context.Background()
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			c, err := pgx.Connect(ctx, url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close(ctx)
+			_, err = migrations.Up(ctx, c)
+			errs <- err
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent Up: %v", err)
+		}
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM nova.schema_migrations`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != migrations.Latest() {
+		t.Fatalf("%d version rows, want %d", n, migrations.Latest())
+	}
+}
