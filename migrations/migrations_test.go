@@ -17,7 +17,7 @@ import (
 // contract lists every table and column of METASTORE.md (the normative
 // names), with the Postgres data type each must have.
 var contract = map[string]map[string]string{
-	"stars": {"star": "text", "chain_class": "text", "epoch": "bigint", "next_seq": "bigint", "fence_window": "integer"},
+	"stars":       {"star": "text", "chain_class": "text", "epoch": "bigint", "next_seq": "bigint", "fence_window": "integer"},
 	"star_epochs": {"star": "text", "epoch": "bigint", "started_at": "timestamp with time zone", "end_seq": "bigint"},
 	"streams": {"stream_id": "uuid", "star": "text", "bucket": "text", "epoch": "bigint", "class": "text",
 		"next_record": "bigint", "low_record": "bigint", "settled_through": "bigint"},
