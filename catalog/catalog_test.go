@@ -1,0 +1,162 @@
+package catalog_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/testenv"
+)
+
+func newDB(t *testing.T) (*catalog.DB, context.Context) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := catalog.Open(ctx, testenv.FreshDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return db, ctx
+}
+
+func sid(b byte) catalog.StreamID { return catalog.StreamID{15: b} }
+
+func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
+	t.Parallel()
+	db, ctx := newDB(t)
+	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []catalog.StreamID{sid(2), sid(1)} {
+		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flights := []catalog.AbsorbFlight{
+		{Epoch: 1, Seq: 0, FooterOffset: 100, FooterLength: 200, Batches: []catalog.AbsorbBatch{{sid(1), 0, 5}, {sid(2), 0, 3}}},
+		{Epoch: 1, Seq: 1, FooterOffset: 70, FooterLength: 117, Batches: []catalog.AbsorbBatch{{sid(1), 5, 2}}},
+	}
+	if err := db.Absorb(ctx, "s1", flights); err != nil {
+		t.Fatal(err)
+	}
+	star, err := db.GetStar(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if star.Epoch != 1 || star.NextSeq != 2 || star.FenceWindow != 2 || star.ChainClass != "standard" {
+		t.Fatalf("star after absorb: %+v", star)
+	}
+	refs, err := db.RefsOfStream(ctx, sid(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) != 1 || refs[0].FirstRecord != 0 || refs[0].RecordCount != 7 || len(refs[0].Slots) != 2 ||
+		refs[0].Slots[1] != (catalog.SlotRef{Epoch: 1, Seq: 1, FooterOffset: 70, FooterLength: 117}) || refs[0].Class != "standard" {
+		t.Fatalf("refs of stream 1: %+v", refs)
+	}
+	st, err := db.GetStream(ctx, sid(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NextRecord != 3 || st.SettledThrough != 0 || st.Bucket != "b1" || st.Class != "standard" {
+		t.Fatalf("stream 2: %+v", st)
+	}
+	marks, err := db.DueMarkers(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(marks) != 2 {
+		t.Fatalf("due markers: %+v", marks)
+	}
+	streams, err := db.StreamsOfStar(ctx, "s1")
+	if err != nil || len(streams) != 2 || streams[0].ID != sid(1) {
+		t.Fatalf("streams of star: %+v %v", streams, err)
+	}
+
+	// A batch that does not start at next_record is refused and changes nothing.
+	bad := []catalog.AbsorbFlight{{Epoch: 1, Seq: 2, FooterOffset: 1, FooterLength: 1, Batches: []catalog.AbsorbBatch{{sid(2), 9, 1}}}}
+	if err := db.Absorb(ctx, "s1", bad); !errors.Is(err, catalog.ErrOutOfOrder) {
+		t.Fatalf("out-of-order absorb: %v", err)
+	}
+	// A seq behind the head is refused.
+	behind := []catalog.AbsorbFlight{{Epoch: 1, Seq: 1, FooterOffset: 1, FooterLength: 1, Batches: []catalog.AbsorbBatch{{sid(2), 3, 1}}}}
+	if err := db.Absorb(ctx, "s1", behind); !errors.Is(err, catalog.ErrOutOfOrder) {
+		t.Fatalf("absorb behind head: %v", err)
+	}
+	// Fencing: after BeginFence an absorb of the old epoch fails its epoch check.
+	e, h, err := db.BeginFence(ctx, "s1")
+	if err != nil || e != 1 || h != 2 {
+		t.Fatalf("BeginFence = %d, %d, %v", e, h, err)
+	}
+	stale := []catalog.AbsorbFlight{{Epoch: 1, Seq: 2, FooterOffset: 1, FooterLength: 1, Batches: []catalog.AbsorbBatch{{sid(2), 3, 1}}}}
+	if err := db.Absorb(ctx, "s1", stale); !errors.Is(err, catalog.ErrFenced) {
+		t.Fatalf("absorb of a fenced epoch: %v", err)
+	}
+	if err := db.EndFence(ctx, "s1", 1, 4); err != nil {
+		t.Fatal(err)
+	}
+	eps, err := db.StarEpochs(ctx, "s1")
+	if err != nil || len(eps) != 2 || eps[0].EndSeq == nil || *eps[0].EndSeq != 4 || eps[1].EndSeq != nil {
+		t.Fatalf("epochs: %+v %v", eps, err)
+	}
+	if st, _ := db.GetStream(ctx, sid(2)); st.NextRecord != 3 {
+		t.Fatalf("refused absorbs moved stream 2 to %d", st.NextRecord)
+	}
+}
+
+func TestLeaseAndFencingToken(t *testing.T) {
+	t.Parallel()
+	db, ctx := newDB(t)
+	a, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.AcquireLease(ctx, "s1", "b", time.Minute)
+	var held *catalog.LeaseHeldError
+	if !errors.As(err, &held) || held.Holder != "a" {
+		t.Fatalf("second holder got %v", err)
+	}
+	if _, err := db.RenewLease(ctx, a.Fence, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ReleaseLease(ctx, a.Fence); err != nil {
+		t.Fatal(err)
+	}
+	b, err := db.AcquireLease(ctx, "s1", "b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Token <= a.Token {
+		t.Fatalf("token did not rise: %d then %d", a.Token, b.Token)
+	}
+	if _, err := db.RenewLease(ctx, a.Fence, time.Minute); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("renew with the stale token: %v", err)
+	}
+	// An expired lease is free for anyone.
+	if _, err := db.RenewLease(ctx, b.Fence, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	c, err := db.AcquireLease(ctx, "s1", "c", time.Minute)
+	if err != nil || c.Token != b.Token+1 {
+		t.Fatalf("acquire after expiry: %+v %v", c, err)
+	}
+}
+
+func TestOpenUnreachableHidesPassword(t *testing.T) {
+	t.Parallel()
+	_, err := catalog.Open(context.Background(), "postgres://u:s3cretpw@127.0.0.1:1/db?connect_timeout=2")
+	if !errors.Is(err, catalog.ErrUnreachable) {
+		t.Fatalf("Open of a closed port: %v", err)
+	}
+	if msg := err.Error(); len(msg) == 0 || strings.Contains(msg, "s3cretpw") {
+		t.Fatalf("error leaks the password: %s", msg)
+	}
+}
+

@@ -1,0 +1,102 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nova/auditor/migrations"
+)
+
+// StreamID is a stream's 16-byte identity (Postgres uuid).
+type StreamID = [16]byte
+
+// DB is the metastore.
+type DB struct {
+	pool *pgxpool.Pool
+}
+
+// ErrUnreachable wraps a failure to reach the database at start-up.
+var ErrUnreachable = errors.New("database unreachable")
+
+// Open connects to the metastore and pings it. Errors never contain the
+// URL's password.
+func Open(ctx context.Context, url string) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
+	}
+	cfg.MaxConns = 16
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnreachable, scrub(err.Error(), url))
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%w: %s@%s:%d/%s: %s", ErrUnreachable, cfg.ConnConfig.User, cfg.ConnConfig.Host,
+			cfg.ConnConfig.Port, cfg.ConnConfig.Database, scrub(err.Error(), url))
+	}
+	return &DB{pool: pool}, nil
+}
+
+// scrub removes a password that an error message might echo.
+func scrub(msg, url string) string {
+	if c, err := pgconn.ParseConfig(url); err == nil && c.Password != "" {
+		msg = strings.ReplaceAll(msg, c.Password, "xxxxx")
+	}
+	return msg
+}
+
+// Close releases every connection.
+func (db *DB) Close() { db.pool.Close() }
+
+// Ping checks the database answers (for /readyz).
+func (db *DB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }
+
+// Migrate applies the embedded migrations.
+func (db *DB) Migrate(ctx context.Context) ([]int, error) { return migrations.Up(ctx, db.pool) }
+
+// SchemaVersion returns the database's schema version.
+func (db *DB) SchemaVersion(ctx context.Context) (int, error) {
+	return migrations.Version(ctx, db.pool)
+}
+
+// CheckSchema verifies the database is at this binary's schema version.
+func (db *DB) CheckSchema(ctx context.Context) error { return migrations.Check(ctx, db.pool) }
+
+// Now is the database clock: every decision about time uses it.
+func (db *DB) Now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := db.pool.QueryRow(ctx, `SELECT now()`).Scan(&t); err != nil {
+		return t, fmt.Errorf("read database clock: %w", err)
+	}
+	return t, nil
+}
+
+// tx runs fn in a transaction, committing when fn returns nil.
+func (db *DB) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, db.pool, fn)
+}
+
+// IsRetryable reports whether a database error is transient (serialization
+// failure, deadlock, lost connection): retry with backoff, change nothing.
+func IsRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006":
+			return true
+		}
+		return false
+	}
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, ErrUnreachable)
+}

@@ -1,0 +1,244 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotFound is returned when a requested row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Classes.
+const (
+	ClassStandard = "standard"
+	ClassExpress  = "express"
+)
+
+// Star is a row of nova.stars.
+type Star struct {
+	Star        string
+	ChainClass  string
+	Epoch       int64 // current writer epoch
+	NextSeq     int64 // (Epoch, NextSeq) is the absorbed head
+	FenceWindow int
+}
+
+// StarEpoch is a row of nova.star_epochs.
+type StarEpoch struct {
+	Epoch     int64
+	StartedAt time.Time
+	EndSeq    *int64 // nil: current epoch, or a fence in progress
+}
+
+// Stream is a row of nova.streams.
+type Stream struct {
+	ID             StreamID
+	Star           string
+	Bucket         string
+	Epoch          int64
+	Class          string
+	NextRecord     int64
+	LowRecord      int64
+	SettledThrough int64
+}
+
+// SlotRef is one entry of a span ref: a slot and its footer window.
+type SlotRef struct {
+	Epoch        int64
+	Seq          int64
+	FooterOffset int64
+	FooterLength int64
+}
+
+// SpanRef is a row of nova.span_refs.
+type SpanRef struct {
+	Stream      StreamID
+	FirstRecord int64
+	RecordCount int64
+	Star        string
+	Class       string
+	Slots       []SlotRef
+	AbsorbedAt  time.Time
+}
+
+// EndRecord is one past the ref's last record.
+func (r SpanRef) EndRecord() int64 { return r.FirstRecord + r.RecordCount }
+
+// DueMarker is a row of nova.due_markers.
+type DueMarker struct {
+	Stream StreamID
+	Class  string
+	Since  time.Time
+}
+
+// Entry is a row of nova.catalog: one settled object.
+type Entry struct {
+	Stream       StreamID
+	Epoch        int64
+	FirstRecord  int64
+	Revision     int32
+	RecordCount  int64
+	ObjectBytes  int64
+	FooterOffset int64
+	FooterLength int64
+	MinTimestamp int64
+	MaxTimestamp int64
+	Class        string
+	SettledAt    time.Time
+}
+
+// EndRecord is one past the entry's last record.
+func (e Entry) EndRecord() int64 { return e.FirstRecord + e.RecordCount }
+
+// GetStar reads one star.
+func (db *DB) GetStar(ctx context.Context, star string) (Star, error) {
+	var s Star
+	err := db.pool.QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars WHERE star = $1`, star).
+		Scan(&s.Star, &s.ChainClass, &s.Epoch, &s.NextSeq, &s.FenceWindow)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("star %q: %w", star, ErrNotFound)
+	}
+	if err != nil {
+		return s, fmt.Errorf("read star %q: %w", star, err)
+	}
+	return s, nil
+}
+
+// StarEpochs reads a star's epochs in order.
+func (db *DB) StarEpochs(ctx context.Context, star string) ([]StarEpoch, error) {
+	rows, err := db.pool.Query(ctx, `SELECT epoch, started_at, end_seq FROM nova.star_epochs WHERE star = $1 ORDER BY epoch`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read epochs of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StarEpoch, error) {
+		var e StarEpoch
+		return e, r.Scan(&e.Epoch, &e.StartedAt, &e.EndSeq)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read epochs of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+const streamCols = `stream_id, star, bucket, epoch, class, next_record, low_record, settled_through`
+
+func scanStream(r pgx.Row) (Stream, error) {
+	var s Stream
+	err := r.Scan(&s.ID, &s.Star, &s.Bucket, &s.Epoch, &s.Class, &s.NextRecord, &s.LowRecord, &s.SettledThrough)
+	return s, err
+}
+
+// GetStream reads one stream.
+func (db *DB) GetStream(ctx context.Context, id StreamID) (Stream, error) {
+	s, err := scanStream(db.pool.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("stream %x: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return s, fmt.Errorf("read stream %x: %w", id, err)
+	}
+	return s, nil
+}
+
+// StreamsOfStar lists a star's streams in stream ID order.
+func (db *DB) StreamsOfStar(ctx context.Context, star string) ([]Stream, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE star = $1 ORDER BY stream_id`, star)
+	if err != nil {
+		return nil, fmt.Errorf("list streams of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stream, error) { return scanStream(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list streams of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+const refCols = `stream_id, first_record, record_count, star, class, slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at`
+
+func scanRef(r pgx.Row) (SpanRef, error) {
+	var (
+		ref                      SpanRef
+		epochs, seqs, offs, lens []int64
+	)
+	if err := r.Scan(&ref.Stream, &ref.FirstRecord, &ref.RecordCount, &ref.Star, &ref.Class, &epochs, &seqs, &offs, &lens, &ref.AbsorbedAt); err != nil {
+		return ref, err
+	}
+	if len(epochs) == 0 || len(seqs) != len(epochs) || len(offs) != len(epochs) || len(lens) != len(epochs) {
+		return ref, fmt.Errorf("span ref %x@%d: slot arrays of lengths %d/%d/%d/%d (must be equal and >= 1)",
+			ref.Stream, ref.FirstRecord, len(epochs), len(seqs), len(offs), len(lens))
+	}
+	ref.Slots = make([]SlotRef, len(epochs))
+	for i := range epochs {
+		ref.Slots[i] = SlotRef{Epoch: epochs[i], Seq: seqs[i], FooterOffset: offs[i], FooterLength: lens[i]}
+	}
+	return ref, nil
+}
+
+// RefsOfStream reads a stream's span refs in record order.
+func (db *DB) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read refs of stream %x: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read refs of stream %x: %w", id, err)
+	}
+	return out, nil
+}
+
+// DueMarkers lists a star's due markers, oldest first.
+func (db *DB) DueMarkers(ctx context.Context, star string) ([]DueMarker, error) {
+	rows, err := db.pool.Query(ctx, `SELECT d.stream_id, d.class, d.since FROM nova.due_markers d
+		JOIN nova.streams s USING (stream_id) WHERE s.star = $1 ORDER BY d.since, d.stream_id`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read due markers of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DueMarker, error) {
+		var m DueMarker
+		return m, r.Scan(&m.Stream, &m.Class, &m.Since)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read due markers of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+const entryCols = `stream_id, epoch, first_record, revision, record_count, object_bytes, footer_offset, footer_length, min_timestamp, max_timestamp, class, settled_at`
+
+func scanEntry(r pgx.Row) (Entry, error) {
+	var e Entry
+	err := r.Scan(&e.Stream, &e.Epoch, &e.FirstRecord, &e.Revision, &e.RecordCount, &e.ObjectBytes,
+		&e.FooterOffset, &e.FooterLength, &e.MinTimestamp, &e.MaxTimestamp, &e.Class, &e.SettledAt)
+	return e, err
+}
+
+// EntriesOfStream reads a stream's catalog entries in record order.
+func (db *DB) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1 ORDER BY epoch, first_record`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read catalog of stream %x: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read catalog of stream %x: %w", id, err)
+	}
+	return out, nil
+}
+
+// LastEntry reads a stream's last catalog entry (ErrNotFound when none).
+func (db *DB) LastEntry(ctx context.Context, id StreamID) (Entry, error) {
+	e, err := scanEntry(db.pool.QueryRow(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1
+		ORDER BY epoch DESC, first_record DESC LIMIT 1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, fmt.Errorf("last catalog entry of stream %x: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return e, fmt.Errorf("read last catalog entry of stream %x: %w", id, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,465 @@
+// Package config is the one configuration of the auditor (and of novasim,
+// which shares its database and storage keys): one struct, one table of
+// defaults, one load with the precedence flag > environment
+// (NOVA_AUDITOR_<FLAG>) > YAML file (--config) > default, and one Validate
+// whose errors name the field. Secrets (the database URL's password, S3 keys)
+// never appear in its errors or its log value.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is everything the auditor can be told. Keys are the flag names.
+type Config struct {
+	Star        string
+	DatabaseURL string
+	Holder      string
+
+	Bucket           string
+	KeyPrefix        string
+	S3Endpoint       string
+	S3Region         string
+	S3PathStyle      bool
+	S3ExpressBuckets []ZoneBucket
+	Location         string
+	FSRoot           string
+	DataDir          string
+
+	Schedule        string
+	HTTPAddr        string
+	LeaseTTL        time.Duration
+	LeaseRenew      time.Duration
+	ShutdownTimeout time.Duration
+
+	DenormLinger         time.Duration
+	DenormAgeCap         time.Duration
+	ExpressDenormLinger  time.Duration
+	ExpressDenormAgeCap  time.Duration
+	DenormOutputCapMiB   int64
+	DenormChunkTargetKiB int64
+	SettleMaxStreams     int64
+	SettleMaxBytes       int64
+	SettleConcurrency    int64
+	CopyConcurrency      int64
+	Verify               string
+	ReapGrace            time.Duration
+	LogFormat            string
+	LogLevel             string
+}
+
+// ZoneBucket is one entry of --s3-express-buckets.
+type ZoneBucket struct{ Zone, Bucket string }
+
+// Error is a configuration error naming the field (the flag name).
+type Error struct {
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string { return e.Field + ": " + e.Msg }
+
+// ErrConfig marks every configuration error (errors.Is), so commands exit 2.
+var ErrConfig = errors.New("configuration error")
+
+func (e *Error) Unwrap() error { return ErrConfig }
+
+func fieldErr(field, format string, args ...any) error {
+	return &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// key is one configuration key: its flag name, usage, default and setter.
+type key struct {
+	name  string
+	usage string
+	def   string
+	set   func(c *Config, v string) error
+	get   func(c *Config) string
+}
+
+func durationKey(name, usage, def string, p func(*Config) *time.Duration) key {
+	return key{name, usage, def,
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fieldErr(name, "%q is not a duration (like 30s, 5m, 24h)", v)
+			}
+			if d < 0 {
+				return fieldErr(name, "%s is negative", v)
+			}
+			*p(c) = d
+			return nil
+		},
+		func(c *Config) string { return p(c).String() }}
+}
+
+func stringKey(name, usage, def string, p func(*Config) *string) key {
+	return key{name, usage, def,
+		func(c *Config, v string) error { *p(c) = v; return nil },
+		func(c *Config) string { return *p(c) }}
+}
+
+func intKey(name, usage, def string, p func(*Config) *int64) key {
+	return key{name, usage, def,
+		func(c *Config, v string) error {
+			n, err := parseSize(v)
+			if err != nil {
+				return fieldErr(name, "%v", err)
+			}
+			*p(c) = n
+			return nil
+		},
+		func(c *Config) string { return fmt.Sprint(*p(c)) }}
+}
+
+func boolKey(name, usage, def string, p func(*Config) *bool) key {
+	return key{name, usage, def,
+		func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "true", "1", "yes", "on":
+				*p(c) = true
+			case "false", "0", "no", "off":
+				*p(c) = false
+			default:
+				return fieldErr(name, "%q is not a boolean", v)
+			}
+			return nil
+		},
+		func(c *Config) string { return fmt.Sprint(*p(c)) }}
+}
+
+// parseSize accepts a plain integer or one with a binary suffix (KiB, MiB,
+// GiB, TiB).
+func parseSize(v string) (int64, error) {
+	s := strings.TrimSpace(v)
+	mult := int64(1)
+	for suf, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40} {
+		if strings.HasSuffix(s, suf) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, suf)), m
+			break
+		}
+	}
+	var n int64
+	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || fmt.Sprint(n) != s {
+		return 0, fmt.Errorf("%q is not an integer", v)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("%s is negative", v)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("%s is too large", v)
+	}
+	return n * mult, nil
+}
+
+// keys is the single table of configuration keys and their defaults.
+var keys = []key{
+	stringKey("star", "the star (write cell) this auditor serves", "", func(c *Config) *string { return &c.Star }),
+	stringKey("database-url", "Postgres URL of the metastore (postgres://user:pass@host:5432/db)", "", func(c *Config) *string { return &c.DatabaseURL }),
+	stringKey("holder", "lease holder name (default host name and PID)", "", func(c *Config) *string { return &c.Holder }),
+	stringKey("bucket", "the standard bucket: standard-class slots and every settled object", "nova", func(c *Config) *string { return &c.Bucket }),
+	stringKey("key-prefix", "prefix of every object key: empty or ending in /", "", func(c *Config) *string { return &c.KeyPrefix }),
+	stringKey("s3-endpoint", "S3 endpoint URL (empty: the SDK default for the region)", "", func(c *Config) *string { return &c.S3Endpoint }),
+	stringKey("s3-region", "S3 region", "us-east-1", func(c *Config) *string { return &c.S3Region }),
+	boolKey("s3-path-style", "path-style S3 addressing", "false", func(c *Config) *bool { return &c.S3PathStyle }),
+	{name: "s3-express-buckets", usage: "express bucket set: zone=bucket,... (one directory bucket per zone)", def: "",
+		set: func(c *Config, v string) error {
+			zb, err := ParseExpressBuckets(v)
+			if err != nil {
+				return err
+			}
+			c.S3ExpressBuckets = zb
+			return nil
+		},
+		get: func(c *Config) string { return FormatExpressBuckets(c.S3ExpressBuckets) }},
+	stringKey("location", "this auditor's zone: reads prefer its express bucket", "", func(c *Config) *string { return &c.Location }),
+	stringKey("fs-root", "use the local file-backed store rooted here (each bucket a directory) instead of S3", "", func(c *Config) *string { return &c.FSRoot }),
+	stringKey("data-dir", "local state: pending upload-part sidecars", "data", func(c *Config) *string { return &c.DataDir }),
+	stringKey("schedule", "cycle schedule (robfig/cron v3 spec)", "@every 30s", func(c *Config) *string { return &c.Schedule }),
+	stringKey("http-addr", "address of /metrics, /healthz, /readyz, /status", "127.0.0.1:9479", func(c *Config) *string { return &c.HTTPAddr }),
+	durationKey("lease-ttl", "lease duration", "30s", func(c *Config) *time.Duration { return &c.LeaseTTL }),
+	durationKey("lease-renew", "lease renewal interval (less than lease-ttl)", "10s", func(c *Config) *time.Duration { return &c.LeaseRenew }),
+	durationKey("shutdown-timeout", "how long a running cycle may finish after SIGTERM", "30s", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+	durationKey("denorm-linger", "standard streams become due this long after their oldest unsettled ref", "5m", func(c *Config) *time.Duration { return &c.DenormLinger }),
+	durationKey("denorm-age-cap", "standard streams must be settled within this age", "24h", func(c *Config) *time.Duration { return &c.DenormAgeCap }),
+	durationKey("express-denorm-linger", "express streams become due this long after their oldest unsettled ref", "5m", func(c *Config) *time.Duration { return &c.ExpressDenormLinger }),
+	durationKey("express-denorm-age-cap", "express streams must be settled within this age", "1h", func(c *Config) *time.Duration { return &c.ExpressDenormAgeCap }),
+	intKey("denorm-output-cap-mib", "settled object cap in MiB of content bytes", "256", func(c *Config) *int64 { return &c.DenormOutputCapMiB }),
+	intKey("denorm-chunk-target-kib", "adjacent chunks are merged up to this many KiB of content", "4096", func(c *Config) *int64 { return &c.DenormChunkTargetKiB }),
+	intKey("settle-max-streams", "most streams settled per cycle", "10000", func(c *Config) *int64 { return &c.SettleMaxStreams }),
+	intKey("settle-max-bytes", "most unsettled bytes taken per cycle (KiB/MiB/GiB suffixes)", "64GiB", func(c *Config) *int64 { return &c.SettleMaxBytes }),
+	intKey("settle-concurrency", "streams settled at once", "4", func(c *Config) *int64 { return &c.SettleConcurrency }),
+	intKey("copy-concurrency", "parts copied or uploaded at once per object", "4", func(c *Config) *int64 { return &c.CopyConcurrency }),
+	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
+	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),
+	stringKey("log-format", "auto (tint on a terminal, JSON otherwise), text or json", "auto", func(c *Config) *string { return &c.LogFormat }),
+	stringKey("log-level", "debug, info, warn or error", "info", func(c *Config) *string { return &c.LogLevel }),
+}
+
+func findKey(name string) (key, bool) {
+	for _, k := range keys {
+		if k.name == name {
+			return k, true
+		}
+	}
+	return key{}, false
+}
+
+// Defaults returns the configuration with every default applied.
+func Defaults() Config {
+	var c Config
+	for _, k := range keys {
+		if err := k.set(&c, k.def); err != nil {
+			panic("config: bad default for " + k.name + ": " + err.Error()) // a programming error caught by tests
+		}
+	}
+	return c
+}
+
+// EnvName is the environment variable of a key: NOVA_AUDITOR_<FLAG>.
+func EnvName(name string) string {
+	return "NOVA_AUDITOR_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// Loader binds the configuration keys to a command's FlagSet and applies the
+// precedence when the flags have been parsed.
+type Loader struct {
+	fs     *flag.FlagSet
+	file   *string
+	flags  map[string]string
+	only   map[string]bool
+	getenv func(string) string
+}
+
+// Bind registers --config and every key (or only the named ones, for tools
+// such as novasim that take a subset) on fs.
+func Bind(fs *flag.FlagSet, getenv func(string) string, only ...string) *Loader {
+	l := &Loader{fs: fs, flags: map[string]string{}, getenv: getenv}
+	if len(only) > 0 {
+		l.only = map[string]bool{}
+		for _, n := range only {
+			l.only[n] = true
+		}
+	}
+	l.file = fs.String("config", "", "YAML configuration file (keys are the flag names)")
+	for _, k := range keys {
+		if l.only != nil && !l.only[k.name] {
+			continue
+		}
+		fs.Func(k.name, fmt.Sprintf("%s (default %q, env %s)", k.usage, k.def, EnvName(k.name)), func(v string) error {
+			var probe Config
+			if err := k.set(&probe, v); err != nil {
+				return err
+			}
+			l.flags[k.name] = v
+			return nil
+		})
+	}
+	return l
+}
+
+// Load applies defaults, then the file, then the environment, then the flags
+// that were set, and validates the result. Call it after fs.Parse.
+func (l *Loader) Load() (Config, error) {
+	c := Defaults()
+	if *l.file != "" {
+		if err := applyFile(&c, *l.file, l.only); err != nil {
+			return c, err
+		}
+	}
+	for _, k := range keys {
+		if l.only != nil && !l.only[k.name] {
+			continue
+		}
+		if v := l.getenv(EnvName(k.name)); v != "" {
+			if err := k.set(&c, v); err != nil {
+				return c, fmt.Errorf("%s: %w", EnvName(k.name), err)
+			}
+		}
+	}
+	for _, k := range keys {
+		if v, ok := l.flags[k.name]; ok {
+			if err := k.set(&c, v); err != nil {
+				return c, err
+			}
+		}
+	}
+	if c.Holder == "" {
+		host, _ := os.Hostname()
+		c.Holder = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	return c, c.Validate()
+}
+
+func applyFile(c *Config, path string, only map[string]bool) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fieldErr("config", "read %s: %v", path, err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fieldErr("config", "parse %s: %v", path, err)
+	}
+	names := make([]string, 0, len(doc))
+	for n := range doc {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		k, ok := findKey(n)
+		if !ok || (only != nil && !only[n]) {
+			return fieldErr(n, "unknown key in %s", path)
+		}
+		v, err := scalar(doc[n])
+		if err != nil {
+			return fieldErr(n, "%v", err)
+		}
+		if err := k.set(c, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scalar turns a YAML value into the flag string of its key. A mapping is
+// accepted for s3-express-buckets (zone: bucket).
+func scalar(v any) (string, error) {
+	switch x := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return x, nil
+	case bool, int, int64, uint64, float64:
+		return fmt.Sprint(x), nil
+	case map[string]any:
+		zones := make([]string, 0, len(x))
+		for z := range x {
+			zones = append(zones, z)
+		}
+		sort.Strings(zones)
+		parts := make([]string, 0, len(zones))
+		for _, z := range zones {
+			b, ok := x[z].(string)
+			if !ok {
+				return "", fmt.Errorf("zone %q: bucket must be a string", z)
+			}
+			parts = append(parts, z+"="+b)
+		}
+		return strings.Join(parts, ","), nil
+	default:
+		return "", fmt.Errorf("unsupported value %v", v)
+	}
+}
+
+// ParseExpressBuckets parses zone=bucket,zone=bucket.
+func ParseExpressBuckets(v string) ([]ZoneBucket, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var out []ZoneBucket
+	seen := map[string]bool{}
+	for _, part := range strings.Split(v, ",") {
+		z, b, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fieldErr("s3-express-buckets", "%q is not zone=bucket", part)
+		}
+		if z == "" || b == "" {
+			return nil, fieldErr("s3-express-buckets", "%q has an empty zone or bucket", part)
+		}
+		if seen[z] {
+			return nil, fieldErr("s3-express-buckets", "zone %q given twice", z)
+		}
+		seen[z] = true
+		out = append(out, ZoneBucket{Zone: z, Bucket: b})
+	}
+	return out, nil
+}
+
+// FormatExpressBuckets is the inverse of ParseExpressBuckets.
+func FormatExpressBuckets(zb []ZoneBucket) string {
+	parts := make([]string, len(zb))
+	for i, x := range zb {
+		parts[i] = x.Zone + "=" + x.Bucket
+	}
+	return strings.Join(parts, ",")
+}
+
+// RedactURL hides the password of a database URL (and of key=value DSNs).
+func RedactURL(u string) string {
+	if p, err := url.Parse(u); err == nil && p.User != nil {
+		if _, has := p.User.Password(); has {
+			p.User = url.UserPassword(p.User.Username(), "xxxxx")
+		}
+		return p.String()
+	}
+	fields := strings.Fields(u)
+	for i, f := range fields {
+		if strings.HasPrefix(f, "password=") {
+			fields[i] = "password=xxxxx"
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+// Password returns the database URL's password, so error text can be scrubbed.
+func (c Config) Password() string {
+	if p, err := url.Parse(c.DatabaseURL); err == nil && p.User != nil {
+		pw, _ := p.User.Password()
+		return pw
+	}
+	for _, f := range strings.Fields(c.DatabaseURL) {
+		if v, ok := strings.CutPrefix(f, "password="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Scrub removes the configuration's secrets from a message.
+func (c Config) Scrub(msg string) string {
+	if pw := c.Password(); pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	return msg
+}
+
+// LogValue logs the configuration without secrets.
+func (c Config) LogValue() slog.Value {
+	attrs := make([]slog.Attr, 0, len(keys))
+	for _, k := range keys {
+		v := k.get(&c)
+		if k.name == "database-url" {
+			v = RedactURL(v)
+		}
+		attrs = append(attrs, slog.String(k.name, v))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// Get returns the string form of a key's value (for docs and tests).
+func (c Config) Get(name string) (string, bool) {
+	k, ok := findKey(name)
+	if !ok {
+		return "", false
+	}
+	return k.get(&c), true
+}
+
+// Keys lists every key with its usage and default (for config.example.yaml).
+func Keys() []struct{ Name, Usage, Default string } {
+	out := make([]struct{ Name, Usage, Default string }, len(keys))
+	for i, k := range keys {
+		out[i] = struct{ Name, Usage, Default string }{k.name, k.usage, k.def}
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package config
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/robfig/cron/v3"
+)
+
+var (
+	starRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	s3BucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+	zoneRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+)
+
+// ParseSchedule parses a --schedule value the way the daemon will.
+func ParseSchedule(spec string) (cron.Schedule, error) { return cronParser.Parse(spec) }
+
+// Validate checks every value that is set; Require checks presence.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(field, format string, args ...any) { errs = append(errs, fieldErr(field, format, args...)) }
+	if c.Star != "" && !starRE.MatchString(c.Star) {
+		add("star", "%q must match [a-z0-9][a-z0-9-]{0,62}", c.Star)
+	}
+	if c.DatabaseURL != "" {
+		if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
+			add("database-url", "cannot parse %s: %s", RedactURL(c.DatabaseURL), c.Scrub(err.Error()))
+		}
+	}
+	if !s3BucketRE.MatchString(c.Bucket) {
+		add("bucket", "%q is not a valid bucket name (3-63 of a-z, 0-9, '.', '-')", c.Bucket)
+	}
+	if c.KeyPrefix != "" && (!strings.HasSuffix(c.KeyPrefix, "/") || strings.HasPrefix(c.KeyPrefix, "/") || strings.Contains(c.KeyPrefix, "//")) {
+		add("key-prefix", "%q must be empty or end in '/' (no leading '/', no empty segment)", c.KeyPrefix)
+	}
+	if c.FSRoot != "" && c.S3Endpoint != "" {
+		add("fs-root", "set either fs-root (file-backed store) or s3-endpoint, not both")
+	}
+	for _, zb := range c.S3ExpressBuckets {
+		if !zoneRE.MatchString(zb.Zone) {
+			add("s3-express-buckets", "zone %q is not a valid zone name", zb.Zone)
+		}
+		if !s3BucketRE.MatchString(zb.Bucket) && !strings.HasSuffix(zb.Bucket, "--x-s3") {
+			add("s3-express-buckets", "bucket %q of zone %q is not a valid bucket name", zb.Bucket, zb.Zone)
+		}
+	}
+	if len(c.S3ExpressBuckets) > 0 {
+		found := false
+		for _, zb := range c.S3ExpressBuckets {
+			found = found || zb.Zone == c.Location
+		}
+		if !found {
+			add("location", "%q is not one of the zones of s3-express-buckets (%s)", c.Location, FormatExpressBuckets(c.S3ExpressBuckets))
+		}
+	}
+	if _, err := ParseSchedule(c.Schedule); err != nil {
+		add("schedule", "%q: %v", c.Schedule, err)
+	}
+	if c.LeaseTTL <= 0 {
+		add("lease-ttl", "must be positive")
+	}
+	if c.LeaseRenew <= 0 || c.LeaseRenew >= c.LeaseTTL {
+		add("lease-renew", "%s must be positive and less than lease-ttl (%s)", c.LeaseRenew, c.LeaseTTL)
+	}
+	if c.DenormAgeCap < c.DenormLinger {
+		add("denorm-age-cap", "%s is shorter than denorm-linger (%s)", c.DenormAgeCap, c.DenormLinger)
+	}
+	if c.ExpressDenormAgeCap < c.ExpressDenormLinger {
+		add("express-denorm-age-cap", "%s is shorter than express-denorm-linger (%s)", c.ExpressDenormAgeCap, c.ExpressDenormLinger)
+	}
+	if c.DenormOutputCapMiB < 1 || c.DenormOutputCapMiB > 5*1024 {
+		add("denorm-output-cap-mib", "%d must be between 1 and 5120", c.DenormOutputCapMiB)
+	}
+	if c.DenormChunkTargetKiB < 1 || c.DenormChunkTargetKiB > c.DenormOutputCapMiB*1024 {
+		add("denorm-chunk-target-kib", "%d must be between 1 and the output cap (%d KiB)", c.DenormChunkTargetKiB, c.DenormOutputCapMiB*1024)
+	}
+	for name, v := range map[string]int64{"settle-max-streams": c.SettleMaxStreams, "settle-max-bytes": c.SettleMaxBytes,
+		"settle-concurrency": c.SettleConcurrency, "copy-concurrency": c.CopyConcurrency} {
+		if v < 1 {
+			add(name, "%d must be at least 1", v)
+		}
+	}
+	if c.Verify != "checksum" && c.Verify != "readback" {
+		add("verify", "%q must be checksum or readback", c.Verify)
+	}
+	switch c.LogFormat {
+	case "auto", "text", "json":
+	default:
+		add("log-format", "%q must be auto, text or json", c.LogFormat)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log-level", "%q must be debug, info, warn or error", c.LogLevel)
+	}
+	if c.DataDir == "" {
+		add("data-dir", "must not be empty")
+	}
+	return errors.Join(errs...)
+}
+
+// Require checks that the named keys are set.
+func (c Config) Require(names ...string) error {
+	var errs []error
+	for _, n := range names {
+		if v, ok := c.Get(n); ok && v == "" {
+			errs = append(errs, fieldErr(n, "is required (flag --%s, env %s or the config file)", n, EnvName(n)))
+		}
+	}
+	return errors.Join(errs...)
+}
