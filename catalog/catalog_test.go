@@ -159,4 +159,3 @@ func TestOpenUnreachableHidesPassword(t *testing.T) {
 		t.Fatalf("error leaks the password: %s", msg)
 	}
 }
-
