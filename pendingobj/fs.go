@@ -1,0 +1,69 @@
+package pendingobj
+
+import (
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// fileSystem is every filesystem operation the store performs. Production
+// uses osFS; tests inject failures and simulated crashes at any step through
+// newStore. It is unexported on purpose: it is a test seam, not an extension
+// point.
+type fileSystem interface {
+	openFile(name string, flag int, perm fs.FileMode) (file, error)
+	lstat(name string) (fs.FileInfo, error)
+	// link creates newname as a hard link to oldname and fails with an
+	// error matching fs.ErrExist if newname exists.
+	link(oldname, newname string) error
+	// remove unlinks a non-directory name; it never removes a directory.
+	remove(name string) error
+	readDir(name string) ([]fs.DirEntry, error)
+	// syncDir makes the directory's entries durable.
+	syncDir(name string) error
+}
+
+type file interface {
+	io.ReadWriteCloser
+	Stat() (fs.FileInfo, error)
+	Sync() error
+}
+
+type osFS struct{}
+
+func (osFS) openFile(name string, flag int, perm fs.FileMode) (file, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err // a nil *os.File must not become a non-nil file
+	}
+	return f, nil
+}
+
+func (osFS) lstat(name string) (fs.FileInfo, error) { return os.Lstat(name) }
+
+func (osFS) link(oldname, newname string) error { return os.Link(oldname, newname) }
+
+// remove uses unlink rather than os.Remove, which falls back to rmdir: a
+// directory that happens to carry one of the store's names is not the store's
+// to delete.
+func (osFS) remove(name string) error {
+	if err := syscall.Unlink(name); err != nil {
+		return &fs.PathError{Op: "unlink", Path: name, Err: err}
+	}
+	return nil
+}
+
+func (osFS) readDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
+
+func (osFS) syncDir(name string) error {
+	d, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
