@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/logging"
+)
+
+// version is stamped at build time (-ldflags "-X main.version=...").
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// errHelp is returned by parse after -h printed the flags (exit 0).
+var errHelp = errors.New("help requested")
+
+// newFlags returns a subcommand's FlagSet with every configuration key bound.
+func newFlags(e env, name string) (*flag.FlagSet, *config.Loader) {
+	fs := flag.NewFlagSet("auditor "+name, flag.ContinueOnError)
+	// The flag package's own messages are discarded: parse reports the error
+	// once, and -h prints the flag list to stderr.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs, config.Bind(fs, e.getenv)
+}
+
+// parse parses the flags and loads the configuration, requiring the named
+// keys. The returned error is a configuration error (exit 2).
+func parse(e env, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(e.stderr)
+			fs.PrintDefaults()
+			return config.Config{}, errHelp
+		}
+		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	cfg, err := l.Load()
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Require(require...)
+}
+
+func newLogger(e env, cfg config.Config) (*slog.Logger, error) {
+	return logging.New(e.stderr, cfg.LogFormat, cfg.LogLevel)
+}
+
+// openDB connects to the metastore; an unreachable database at start-up is a
+// configuration problem (exit 2) naming the field.
+func openDB(ctx context.Context, cfg config.Config) (*catalog.DB, error) {
+	db, err := catalog.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, &config.Error{Field: "database-url", Msg: fmt.Sprintf("%s: %v", config.RedactURL(cfg.DatabaseURL), err)}
+	}
+	return db, nil
+}
+
+// openCurrentDB connects and verifies the schema is this binary's version.
+func openCurrentDB(ctx context.Context, cfg config.Config) (*catalog.DB, error) {
+	db, err := openDB(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.CheckSchema(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+func cmdMigrate(ctx context.Context, e env, args []string) int {
+	fs, l := newFlags(e, "migrate")
+	cfg, err := parse(e, fs, l, args, "database-url")
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	db, err := openDB(ctx, cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	defer db.Close()
+	applied, err := db.Migrate(ctx)
+	if err != nil {
+		return exitCode(e, cfg, fmt.Errorf("migrate: %w", err))
+	}
+	v, err := db.SchemaVersion(ctx)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(e.stdout, "schema version %d: already current\n", v)
+	} else {
+		fmt.Fprintf(e.stdout, "schema version %d: applied %v\n", v, applied)
+	}
+	return exitOK
+}

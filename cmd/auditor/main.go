@@ -1,0 +1,107 @@
+// Command auditor is Nova's singleton-per-star background settler: it settles
+// due streams into create-once settled objects, trims and reaps transit
+// slots, and serves its operator surface (DESIGN.md section 8). This file
+// only dispatches subcommands; config.go loads configuration.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/migrations"
+)
+
+// Exit codes (DESIGN.md section 8).
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// env is what every subcommand gets from the process.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, e env, args []string) int
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"migrate": {"apply the embedded schema migrations to the metastore", cmdMigrate},
+		"run":     {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun},
+		"serve":   {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe},
+		"version": {"print the binary's schema version", cmdVersion},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := dispatch(ctx, env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func dispatch(ctx context.Context, e env, args []string) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(e.stderr, cmds)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "auditor: unknown command %q\n", args[0])
+		usage(e.stderr, cmds)
+		return exitUsage
+	}
+	return c.run(ctx, e, args[1:])
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "usage: auditor <command> [flags]   (auditor <command> -h for its flags)")
+	fmt.Fprintln(w, "commands:")
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+}
+
+// exitCode maps an error to the process exit code and prints it: usage,
+// configuration and schema-version problems are 2, the rest 1.
+func exitCode(e env, cfg config.Config, err error) int {
+	if err == nil || errors.Is(err, errHelp) {
+		return exitOK
+	}
+	fmt.Fprintf(e.stderr, "auditor: %s\n", cfg.Scrub(err.Error()))
+	switch {
+	case errors.Is(err, config.ErrConfig),
+		errors.Is(err, catalog.ErrUnreachable),
+		errors.Is(err, migrations.ErrDatabaseBehind),
+		errors.Is(err, migrations.ErrDatabaseNewer):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+func cmdVersion(_ context.Context, e env, args []string) int {
+	fmt.Fprintf(e.stdout, "auditor %s (schema version %d)\n", buildVersion(), migrations.Latest())
+	return exitOK
+}

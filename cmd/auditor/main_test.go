@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nova/auditor/internal/testenv"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := dispatch(context.Background(), env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}, args)
+	return code, out.String(), errb.String()
+}
+
+func TestMigrateThenRunVersionChecks(t *testing.T) {
+	t.Parallel()
+	url := testenv.FreshDatabase(t)
+
+	// An unmigrated database: run and serve refuse with exit 2.
+	for _, cmd := range []string{"run", "serve"} {
+		code, _, stderr := runCLI(t, cmd, "--star", "s1", "--database-url", url)
+		if code != 2 || !strings.Contains(stderr, "auditor migrate") {
+			t.Fatalf("%s on an empty database: exit %d, %q", cmd, code, stderr)
+		}
+	}
+	code, stdout, stderr := runCLI(t, "migrate", "--database-url", url)
+	if code != 0 || !strings.Contains(stdout, "applied [1]") {
+		t.Fatalf("migrate: exit %d, %q %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, "migrate", "--database-url", url)
+	if code != 0 || !strings.Contains(stdout, "already current") {
+		t.Fatalf("second migrate: exit %d, %q", code, stdout)
+	}
+
+	// A database newer than the binary is refused by every command.
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `INSERT INTO nova.schema_migrations (version, name) VALUES (999, 'future')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"migrate"}, {"run", "--star", "s1"}, {"serve", "--star", "s1"}} {
+		code, _, stderr := runCLI(t, append(args, "--database-url", url)...)
+		if code != 2 || !strings.Contains(stderr, "newer than this binary") {
+			t.Fatalf("%v on a newer database: exit %d, %q", args, code, stderr)
+		}
+	}
+}
+
+func TestBadConfigurationExits2WithoutSecrets(t *testing.T) {
+	t.Parallel()
+	const secret = "hunter2secret"
+	cases := []struct {
+		name  string
+		args  []string
+		field string
+	}{
+		{"unknown flag", []string{"run", "--denorm-lingr", "5m"}, "denorm-lingr"},
+		{"negative duration", []string{"run", "--star", "s1", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x", "--denorm-linger", "-5m"}, "denorm-linger"},
+		{"express without =", []string{"run", "--star", "s1", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x", "--s3-express-buckets", "az1"}, "s3-express-buckets"},
+		{"bad star", []string{"run", "--star", "No_Good", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x"}, "star"},
+		{"missing star", []string{"run", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x"}, "star"},
+		{"unreachable database", []string{"run", "--star", "s1", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=2"}, "database-url"},
+		{"unknown command", []string{"settle-everything"}, "unknown command"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tc.args...)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2 (stderr %q)", code, stderr)
+			}
+			if !strings.Contains(stderr, tc.field) {
+				t.Fatalf("stderr %q does not name %s", stderr, tc.field)
+			}
+			if strings.Contains(stderr+stdout, secret) {
+				t.Fatalf("output leaks the password: %q", stderr)
+			}
+		})
+	}
+}

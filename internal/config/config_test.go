@@ -1,0 +1,165 @@
+package config_test
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/internal/config"
+)
+
+func load(t *testing.T, args []string, env map[string]string, file string) (config.Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	l := config.Bind(fs, func(k string) string { return env[k] })
+	if file != "" {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--config", p}, args...)
+	}
+	if err := fs.Parse(args); err != nil {
+		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}
+	}
+	return l.Load()
+}
+
+func TestDefaultsAreValidAndMatchTheSeed(t *testing.T) {
+	c, err := load(t, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DenormLinger != 5*time.Minute || c.DenormAgeCap != 24*time.Hour || c.ExpressDenormLinger != 5*time.Minute ||
+		c.ExpressDenormAgeCap != time.Hour || c.DenormOutputCapMiB != 256 || c.DenormChunkTargetKiB != 4096 ||
+		c.Schedule != "@every 30s" || c.HTTPAddr != "127.0.0.1:9479" || c.ReapGrace != 5*time.Minute {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
+	file := "denorm-linger: 1m\nreap-grace: 2m\nschedule: '@every 1h'\ns3-express-buckets:\n  use1-az4: b-az4\n  use1-az5: b-az5\nlocation: use1-az4\n"
+	env := map[string]string{"NOVA_AUDITOR_REAP_GRACE": "3m", "NOVA_AUDITOR_SCHEDULE": "@every 2h"}
+	c, err := load(t, []string{"--schedule", "@every 3h"}, env, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DenormLinger != time.Minute { // file beats default
+		t.Errorf("denorm-linger = %v, want the file's 1m", c.DenormLinger)
+	}
+	if c.ReapGrace != 3*time.Minute { // env beats file
+		t.Errorf("reap-grace = %v, want the env's 3m", c.ReapGrace)
+	}
+	if c.Schedule != "@every 3h" { // flag beats env
+		t.Errorf("schedule = %q, want the flag's", c.Schedule)
+	}
+	if got := config.FormatExpressBuckets(c.S3ExpressBuckets); got != "use1-az4=b-az4,use1-az5=b-az5" {
+		t.Errorf("express buckets from a YAML mapping: %q", got)
+	}
+}
+
+func TestBadConfigurationNamesTheField(t *testing.T) {
+	cases := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		file  string
+		field string
+	}{
+		{"unknown key in file", nil, nil, "denorm-lingr: 5m\n", "denorm-lingr"},
+		{"negative duration", []string{"--reap-grace", "-1s"}, nil, "", "reap-grace"},
+		{"negative duration in env", nil, map[string]string{"NOVA_AUDITOR_DENORM_LINGER": "-5m"}, "", "denorm-linger"},
+		{"not a duration", []string{"--lease-ttl", "soon"}, nil, "", "lease-ttl"},
+		{"express without =", []string{"--s3-express-buckets", "use1-az4"}, nil, "", "s3-express-buckets"},
+		{"express zone twice", []string{"--s3-express-buckets", "a=b1x,a=b2x", "--location", "a"}, nil, "", "s3-express-buckets"},
+		{"location outside the set", []string{"--s3-express-buckets", "a=bucket-a", "--location", "z"}, nil, "", "location"},
+		{"bad star", []string{"--star", "Star_1"}, nil, "", "star"},
+		{"star too long", []string{"--star", strings.Repeat("a", 64)}, nil, "", "star"},
+		{"bad schedule", []string{"--schedule", "every now and then"}, nil, "", "schedule"},
+		{"renew not below ttl", []string{"--lease-ttl", "10s", "--lease-renew", "10s"}, nil, "", "lease-renew"},
+		{"cap zero", []string{"--denorm-output-cap-mib", "0"}, nil, "", "denorm-output-cap-mib"},
+		{"bad verify", []string{"--verify", "hope"}, nil, "", "verify"},
+		{"bad log format", []string{"--log-format", "xml"}, nil, "", "log-format"},
+		{"bad key prefix", []string{"--key-prefix", "nova"}, nil, "", "key-prefix"},
+		{"both stores", []string{"--fs-root", "/tmp/x", "--s3-endpoint", "http://127.0.0.1:1"}, nil, "", "fs-root"},
+		{"unparsable database url", []string{"--database-url", "postgres://u:pw@[::1"}, nil, "", "database-url"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.args, tc.env, tc.file)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, config.ErrConfig) {
+				t.Fatalf("%v is not a configuration error", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error %q does not name %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestSecretsNeverShown(t *testing.T) {
+	c, err := load(t, []string{"--database-url", "postgres://nova:hunter2secret@db:5432/nova"}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, a := range c.LogValue().Group() {
+		b.WriteString(a.String())
+	}
+	if strings.Contains(b.String(), "hunter2secret") || !strings.Contains(b.String(), "nova:xxxxx@db") {
+		t.Fatalf("log value: %s", b.String())
+	}
+	if got := c.Scrub("pq: password hunter2secret rejected"); strings.Contains(got, "hunter2secret") {
+		t.Fatalf("Scrub left the password: %s", got)
+	}
+	if got := config.RedactURL("host=db user=nova password=hunter2secret"); strings.Contains(got, "hunter2secret") {
+		t.Fatalf("RedactURL of a DSN: %s", got)
+	}
+}
+
+func TestRequire(t *testing.T) {
+	c, err := load(t, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Require("star", "database-url")
+	if err == nil || !strings.Contains(err.Error(), "star") || !strings.Contains(err.Error(), "database-url") {
+		t.Fatalf("Require: %v", err)
+	}
+}
+
+// TestExampleDocumentsEveryKey keeps config.example.yaml complete: every key
+// appears with its default.
+func TestExampleDocumentsEveryKey(t *testing.T) {
+	b, err := os.ReadFile("../../config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, k := range config.Keys() {
+		re := regexp.MustCompile(`(?m)^#? ?` + regexp.QuoteMeta(k.Name) + `: ?(.*)$`)
+		m := re.FindStringSubmatch(doc)
+		if m == nil {
+			t.Errorf("config.example.yaml does not document %s", k.Name)
+			continue
+		}
+		if got := strings.Trim(m[1], `"' `); got != k.Default {
+			t.Errorf("config.example.yaml: %s: %q, default is %q", k.Name, got, k.Default)
+		}
+	}
+	// And the example itself loads.
+	_, err = load(t, nil, nil, doc)
+	if err != nil {
+		t.Fatalf("config.example.yaml does not load: %v", err)
+	}
+}
