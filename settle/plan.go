@@ -1,0 +1,239 @@
+package settle
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nova/auditor/bundlefmt"
+)
+
+// The planner is pure (DESIGN.md section 3, "Plan"): given the stream's
+// resolved source chunks and its standing tail, it decides the settled
+// objects, their keys, the byte ranges they are assembled from and their
+// footers. It reads nothing and writes nothing.
+
+// Source is where a run of bytes lives: an object in a bucket set of a class.
+type Source struct {
+	Key   string // logical key (no prefix)
+	Class string // standard or express: the bucket set to read it from
+}
+
+// SourceChunk is one chunk of the stream inside a source object: its
+// directory entry has the object-absolute DataOffset within that object.
+type SourceChunk struct {
+	Src   Source
+	Entry bundlefmt.Entry
+}
+
+// Tail is the stream's last settled object, which a plan may rewrite at
+// revision + 1 when it is not full.
+type Tail struct {
+	Key         string
+	FirstRecord uint64
+	Revision    uint32
+	Entries     []bundlefmt.Entry // its chunks, DataOffset from 0
+}
+
+// PlanInput is everything the planner needs for one stream.
+type PlanInput struct {
+	Stream      bundlefmt.StreamID
+	Bucket      string // the stream's bucket (key coordinate)
+	StreamEpoch uint64
+	Tail        *Tail         // nil when the stream has no catalog entry
+	Chunks      []SourceChunk // tile [settled_through, next_record), record order
+	CapBytes    int64         // --denorm-output-cap-mib, metered in content bytes
+	TargetBytes int64         // --denorm-chunk-target-kib, same meter
+}
+
+// Piece is one byte range an output is assembled from, in order.
+type Piece struct {
+	Src    Source
+	Off    uint64
+	Len    uint64
+	CRC32C uint32 // of exactly these bytes (by combine when several chunks)
+}
+
+// Output is one settled object to publish.
+type Output struct {
+	Key          string
+	FirstRecord  uint64
+	Revision     uint32
+	Rewrite      *Tail // set when this output rewrites the standing tail
+	Pieces       []Piece
+	Footer       bundlefmt.SettledFooter
+	RecordCount  uint64
+	MinTimestamp int64
+	MaxTimestamp int64
+	DataBytes    uint64 // bytes of the data region (pieces)
+	Meter        int64  // content-byte meter
+}
+
+// EndRecord is one past the output's last record.
+func (o *Output) EndRecord() uint64 { return o.FirstRecord + o.RecordCount }
+
+// Meter is the planner's content-byte meter of a chunk: stored bytes minus
+// the one flag byte per record. It over-counts content (header tables are
+// framing), which keeps every object within the cap.
+func Meter(e *bundlefmt.Entry) int64 { return int64(e.ChunkBytes()) - int64(e.Count()) }
+
+// MeterAll meters a list of entries.
+func MeterAll(es []bundlefmt.Entry) int64 {
+	var m int64
+	for i := range es {
+		m += Meter(&es[i])
+	}
+	return m
+}
+
+// IsFull reports whether an object metering m is full given the next chunk
+// metering next (next < 0: no next chunk known).
+func IsFull(m, next, capBytes int64) bool {
+	return m >= capBytes || (next >= 0 && m+next > capBytes)
+}
+
+// ErrPlan is a planner input that breaks its preconditions (a bug upstream).
+var ErrPlan = errors.New("invalid plan input")
+
+// Plan decides the outputs for one stream. Rules (DESIGN.md section 3):
+// the first output rewrites the standing tail at revision + 1 when it is not
+// full and the first new chunk fits beside it; the remaining chunks fill
+// objects up to the cap, closing at chunk boundaries; a chunk over the cap
+// is an object of its own; adjacent chunks merge up to the target. Every
+// output but the last is full.
+func Plan(in PlanInput) ([]Output, error) {
+	if in.CapBytes <= 0 || in.TargetBytes <= 0 {
+		return nil, fmt.Errorf("%w: cap %d, target %d", ErrPlan, in.CapBytes, in.TargetBytes)
+	}
+	for i := range in.Chunks {
+		c := &in.Chunks[i]
+		if c.Entry.Stream != in.Stream {
+			return nil, fmt.Errorf("%w: chunk %d of stream %s in a plan for %s", ErrPlan, i, c.Entry.Stream, in.Stream)
+		}
+		if i > 0 && c.Entry.FirstRecord != in.Chunks[i-1].Entry.EndRecord() {
+			return nil, fmt.Errorf("%w: chunk %d starts at %d, previous ends at %d", ErrPlan, i, c.Entry.FirstRecord, in.Chunks[i-1].Entry.EndRecord())
+		}
+	}
+	if len(in.Chunks) == 0 {
+		return nil, nil
+	}
+	type building struct {
+		first   uint64
+		rev     uint32
+		rewrite *Tail
+		chunks  []SourceChunk // new chunks
+		meter   int64
+	}
+	var (
+		cur  *building
+		outs []building
+	)
+	if t := in.Tail; t != nil {
+		if len(t.Entries) == 0 || t.Entries[len(t.Entries)-1].EndRecord() != in.Chunks[0].Entry.FirstRecord {
+			return nil, fmt.Errorf("%w: tail %s does not end where the new chunks start (%d)", ErrPlan, t.Key, in.Chunks[0].Entry.FirstRecord)
+		}
+		m := MeterAll(t.Entries)
+		if !IsFull(m, Meter(&in.Chunks[0].Entry), in.CapBytes) {
+			cur = &building{first: t.FirstRecord, rev: t.Revision + 1, rewrite: t, meter: m}
+		}
+	}
+	for _, c := range in.Chunks {
+		m := Meter(&c.Entry)
+		if cur != nil && cur.meter+m <= in.CapBytes {
+			cur.chunks = append(cur.chunks, c)
+			cur.meter += m
+			continue
+		}
+		if cur != nil {
+			outs = append(outs, *cur)
+		}
+		cur = &building{first: c.Entry.FirstRecord, chunks: []SourceChunk{c}, meter: m}
+	}
+	outs = append(outs, *cur)
+
+	result := make([]Output, 0, len(outs))
+	for _, b := range outs {
+		o, err := buildOutput(in, b.first, b.rev, b.rewrite, b.chunks, b.meter)
+		if err != nil {
+			return nil, err
+		}
+		result = append(result, o)
+	}
+	return result, nil
+}
+
+// buildOutput lays out one output: pieces, merged entries, footer.
+func buildOutput(in PlanInput, first uint64, rev uint32, rewrite *Tail, chunks []SourceChunk, meter int64) (Output, error) {
+	o := Output{
+		Key:         bundlefmt.SettledKey(in.Bucket, in.Stream, in.StreamEpoch, first, rev),
+		FirstRecord: first,
+		Revision:    rev,
+		Rewrite:     rewrite,
+		Meter:       meter,
+	}
+	var entries []bundlefmt.Entry
+	if rewrite != nil {
+		var dataLen uint64
+		crc := uint32(0)
+		for i := range rewrite.Entries {
+			e := rewrite.Entries[i]
+			crc = bundlefmt.CRC32CCombine(crc, e.DataCRC, int64(e.ChunkBytes()))
+			dataLen += e.ChunkBytes()
+			entries = append(entries, e)
+		}
+		o.Pieces = append(o.Pieces, Piece{Src: Source{Key: rewrite.Key, Class: "standard"}, Off: 0, Len: dataLen, CRC32C: crc})
+	}
+	for _, c := range chunks {
+		e := c.Entry
+		p := Piece{Src: c.Src, Off: e.DataOffset, Len: e.ChunkBytes(), CRC32C: e.DataCRC}
+		// Coalesce with the previous piece when the bytes are contiguous in
+		// the same source (fewer requests, same bytes).
+		if n := len(o.Pieces); n > 0 && o.Pieces[n-1].Src == p.Src && o.Pieces[n-1].Off+o.Pieces[n-1].Len == p.Off {
+			last := &o.Pieces[n-1]
+			last.CRC32C = bundlefmt.CRC32CCombine(last.CRC32C, p.CRC32C, int64(p.Len))
+			last.Len += p.Len
+		} else {
+			o.Pieces = append(o.Pieces, p)
+		}
+		entries = append(entries, e)
+	}
+	merged, err := mergeAdjacent(entries, in.TargetBytes)
+	if err != nil {
+		return o, err
+	}
+	for i := range merged {
+		e := &merged[i]
+		o.RecordCount += uint64(e.Count())
+		o.DataBytes += e.ChunkBytes()
+		for j, ts := range e.Timestamps {
+			if (i == 0 && j == 0) || ts < o.MinTimestamp {
+				o.MinTimestamp = ts
+			}
+			if (i == 0 && j == 0) || ts > o.MaxTimestamp {
+				o.MaxTimestamp = ts
+			}
+		}
+	}
+	o.Footer, err = bundlefmt.BuildSettledFooter(merged)
+	if err != nil {
+		return o, fmt.Errorf("build footer of %s: %w", o.Key, err)
+	}
+	return o, nil
+}
+
+// mergeAdjacent merges consecutive entries while the merged meter stays
+// within target. Entries keep their order; DataCRC comes by combine.
+func mergeAdjacent(es []bundlefmt.Entry, target int64) ([]bundlefmt.Entry, error) {
+	var out []bundlefmt.Entry
+	for _, e := range es {
+		if n := len(out); n > 0 && Meter(&out[n-1])+Meter(&e) <= target {
+			m, err := bundlefmt.MergeEntries(out[n-1], e)
+			if err != nil {
+				return nil, fmt.Errorf("merge chunks at record %d: %w", e.FirstRecord, err)
+			}
+			out[n-1] = m
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
