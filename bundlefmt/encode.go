@@ -1,0 +1,240 @@
+package bundlefmt
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// appendEnvelope appends a 60-byte slot envelope (FORMAT.md section 2).
+func appendEnvelope(dst []byte, kind byte, epoch, seq, nonce, size, footerOff, footerLen uint64) []byte {
+	start := len(dst)
+	dst = append(dst, envelopeMagic...)
+	dst = binary.LittleEndian.AppendUint16(dst, Version)
+	dst = append(dst, kind, 0)
+	dst = binary.LittleEndian.AppendUint64(dst, epoch)
+	dst = binary.LittleEndian.AppendUint64(dst, seq)
+	dst = binary.LittleEndian.AppendUint64(dst, nonce)
+	dst = binary.LittleEndian.AppendUint64(dst, size)
+	dst = binary.LittleEndian.AppendUint64(dst, footerOff)
+	dst = binary.LittleEndian.AppendUint64(dst, footerLen)
+	return binary.LittleEndian.AppendUint32(dst, CRC32C(dst[start:]))
+}
+
+// EncodePoison returns the 60-byte poison slot for the slot (epoch, seq),
+// with the fencing writer's nonce. epoch must be in [1, 2^63-1] and seq in
+// [0, 2^63-1], as for every slot key; other values give an envelope that
+// DecodeEnvelope rejects.
+func EncodePoison(epoch, seq, nonce uint64) []byte {
+	return appendEnvelope(make([]byte, 0, EnvelopeSize), kindBytePoison, epoch, seq, nonce, EnvelopeSize, 0, 0)
+}
+
+func checkSlotNumbers(epoch, seq uint64) error {
+	if epoch == 0 || epoch > MaxNumber {
+		return invalidf("slot epoch %d outside [1, 2^63-1]", epoch)
+	}
+	if seq > MaxNumber {
+		return invalidf("seq %d exceeds 2^63-1", seq)
+	}
+	return nil
+}
+
+// layout is the planned shape of an object: where everything goes.
+type layout struct {
+	base      uint64
+	dataLen   uint64 // Σ chunk bytes
+	dirLen    uint64
+	indexLen  uint64
+	dirOffset uint64
+}
+
+func (l layout) footerLen() uint64  { return l.dirLen + l.indexLen }
+func (l layout) objectSize() uint64 { return l.dirOffset + l.footerLen() + TrailerSize }
+
+// planLayout checks the entries of one object (section 1 order and
+// contiguity rules, section 4 entry rules) and sizes it. For a transit
+// bundle every stream appears once, in strictly ascending order; a settled
+// object holds one stream with contiguous records.
+func planLayout(entries []Entry, base uint64) (layout, error) {
+	l := layout{base: base}
+	if len(entries) == 0 {
+		return l, invalidf("an object holds at least one chunk")
+	}
+	for i := range entries {
+		e := &entries[i]
+		if err := e.validate(); err != nil {
+			return l, err
+		}
+		if i > 0 {
+			p := &entries[i-1]
+			if base == TransitBase {
+				if p.Stream.Compare(e.Stream) >= 0 {
+					return l, invalidf("chunk %d: stream %s does not sort strictly after %s (one chunk per stream, sorted)", i, e.Stream, p.Stream)
+				}
+			} else {
+				if e.Stream != p.Stream {
+					return l, invalidf("chunk %d: stream %s in a settled object of stream %s", i, e.Stream, p.Stream)
+				}
+				if e.FirstRecord != p.EndRecord() {
+					return l, invalidf("chunk %d: first record %d, want %d (contiguous records)", i, e.FirstRecord, p.EndRecord())
+				}
+			}
+		}
+		l.dataLen += e.ChunkBytes() // ≤ 2^29 · 2^32 per chunk: no overflow in practice
+		l.dirLen += uint64(EntryLen(e.Count()))
+	}
+	l.indexLen = uint64(len(entries)) * RowSize
+	l.dirOffset = base + l.dataLen
+	if base == TransitBase && l.objectSize() > MaxFlightSize {
+		return l, invalidf("flight of %d bytes exceeds %d", l.objectSize(), uint64(MaxFlightSize))
+	}
+	if l.objectSize() > math.MaxInt {
+		return l, invalidf("object of %d bytes", l.objectSize())
+	}
+	return l, nil
+}
+
+// appendFooter appends directory, index and trailer for entries laid out
+// from l.base, setting each DataOffset (entries is the encoder's own copy).
+func appendFooter(dst []byte, entries []Entry, l layout) []byte {
+	dirStart := len(dst)
+	off := l.base
+	for i := range entries {
+		entries[i].DataOffset = off
+		off += entries[i].ChunkBytes()
+		dst = appendEntry(dst, &entries[i])
+	}
+	dirCRC := CRC32C(dst[dirStart:])
+	idxStart := len(dst)
+	entOff := l.dirOffset
+	p := dirStart
+	for i := range entries {
+		e := &entries[i]
+		el := EntryLen(e.Count())
+		dst = appendRow(dst, IndexRow{
+			Stream:      e.Stream,
+			FirstRecord: e.FirstRecord,
+			Count:       uint32(e.Count()),
+			ChunkBytes:  e.ChunkBytes(),
+			EntryOffset: entOff,
+			EntryLength: uint32(el),
+			EntryCRC:    CRC32C(dst[p : p+el]),
+		})
+		entOff += uint64(el)
+		p += el
+	}
+	idxCRC := CRC32C(dst[idxStart:])
+	dst = append(dst, trailerMagic...)
+	dst = binary.LittleEndian.AppendUint32(dst, Version)
+	dst = binary.LittleEndian.AppendUint64(dst, l.dirOffset)
+	dst = binary.LittleEndian.AppendUint64(dst, l.dirLen)
+	dst = binary.LittleEndian.AppendUint32(dst, dirCRC)
+	dst = binary.LittleEndian.AppendUint64(dst, l.indexLen)
+	return binary.LittleEndian.AppendUint32(dst, idxCRC)
+}
+
+// copyChunks appends each chunk's bytes after checking them: the length
+// against Σ lengths, the DataCRC against the bytes, and every stored record
+// against section 3, so an encoder never writes what the decoder rejects.
+func copyChunks(dst []byte, chunks []Chunk, transit bool) ([]byte, error) {
+	for i := range chunks {
+		c := &chunks[i]
+		if uint64(len(c.Data)) != c.Entry.ChunkBytes() {
+			return dst, invalidf("chunk %d: %d data bytes, Σ lengths %d", i, len(c.Data), c.Entry.ChunkBytes())
+		}
+		start := len(dst)
+		dst = append(dst, c.Data...)
+		if crc := CRC32C(dst[start:]); crc != c.Entry.DataCRC {
+			return dst, invalidf("chunk %d: DataCRC 0x%08x, bytes have 0x%08x", i, c.Entry.DataCRC, crc)
+		}
+		p := 0
+		for j, ln := range c.Entry.Lengths {
+			if _, fe := parseRecord(c.Data[p:p+int(ln)], !transit); fe != nil {
+				return dst, invalidf("chunk %d record %d: %s: %s", i, c.Entry.FirstRecord+uint64(j), fe.Field, fe.Detail)
+			}
+			p += int(ln)
+		}
+	}
+	return dst, nil
+}
+
+func chunkEntries(chunks []Chunk) []Entry {
+	entries := make([]Entry, len(chunks))
+	for i := range chunks {
+		entries[i] = chunks[i].Entry
+	}
+	return entries
+}
+
+// EncodeFlight encodes a transit bundle: envelope, chunks back to back from
+// offset 60, footer, trailer. It sorts nothing: chunks must be in strictly
+// ascending stream order (at most one per stream). Each chunk's DataCRC must
+// match its bytes; DataOffset is ignored and assigned.
+func EncodeFlight(epoch, seq, nonce uint64, chunks []Chunk) ([]byte, error) {
+	if err := checkSlotNumbers(epoch, seq); err != nil {
+		return nil, err
+	}
+	entries := chunkEntries(chunks)
+	l, err := planLayout(entries, TransitBase)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, l.objectSize())
+	out = appendEnvelope(out, kindByteFlight, epoch, seq, nonce, l.objectSize(), l.dirOffset, l.footerLen())
+	if out, err = copyChunks(out, chunks, true); err != nil {
+		return nil, err
+	}
+	return appendFooter(out, entries, l), nil
+}
+
+// EncodeSettled encodes a whole settled object (base offset 0): one stream,
+// contiguous records, tombstones allowed. Each chunk's DataCRC must match its
+// bytes; DataOffset is ignored and assigned.
+func EncodeSettled(chunks []Chunk) ([]byte, error) {
+	entries := chunkEntries(chunks)
+	l, err := planLayout(entries, SettledBase)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, l.objectSize())
+	if out, err = copyChunks(out, chunks, false); err != nil {
+		return nil, err
+	}
+	return appendFooter(out, entries, l), nil
+}
+
+// SettledFooter is the tail of a settled object whose chunk bytes are copied
+// server side: Bytes (directory + index + trailer) go at FooterOffset.
+type SettledFooter struct {
+	Bytes        []byte // footer + trailer
+	FooterOffset uint64 // = Σ chunk bytes (base 0)
+	FooterLength uint64 // directory + index, trailer excluded
+	ObjectSize   uint64
+	ObjectCRC    uint32  // whole-object CRC-32C, by combine (FORMAT.md section 9)
+	Entries      []Entry // the entries with their new data offsets (tables shared with the input)
+}
+
+// BuildSettledFooter builds the footer and trailer of a settled object from
+// entries alone: it never sees the chunk bytes, and trusts each DataCRC and
+// per-record table it is given. DataOffset of each entry is reassigned as the
+// prefix sum of chunk bytes from 0; the input is not modified.
+func BuildSettledFooter(entries []Entry) (SettledFooter, error) {
+	own := append([]Entry(nil), entries...)
+	l, err := planLayout(own, SettledBase)
+	if err != nil {
+		return SettledFooter{}, err
+	}
+	b := appendFooter(make([]byte, 0, l.footerLen()+TrailerSize), own, l)
+	var crc uint32
+	for i := range own {
+		crc = CRC32CCombine(crc, own[i].DataCRC, int64(own[i].ChunkBytes()))
+	}
+	crc = CRC32CCombine(crc, CRC32C(b), int64(len(b)))
+	return SettledFooter{
+		Bytes:        b,
+		FooterOffset: l.dirOffset,
+		FooterLength: l.footerLen(),
+		ObjectSize:   l.objectSize(),
+		ObjectCRC:    crc,
+		Entries:      own,
+	}, nil
+}

@@ -1,0 +1,232 @@
+package bundlefmt
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// Exit codes of `auditor inspect`.
+const (
+	ExitOK          = 0
+	ExitFailure     = 1 // runtime failure (I/O)
+	ExitUsage       = 2
+	ExitCorrupt     = 3 // corrupt, including checksum mismatch
+	ExitUnsupported = 4 // unsupported version
+)
+
+// InspectOptions select what Inspect expects and prints.
+type InspectOptions struct {
+	Expect  Expect // kind and key expectations; KindUnknown sniffs
+	JSON    bool   // one JSON document instead of the human summary
+	Records bool   // add every record's length, timestamp, batch end, header count and content bytes
+}
+
+// ExitCode maps a validation error to the exit code of `auditor inspect`.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrUnsupportedVersion):
+		return ExitUnsupported
+	case errors.Is(err, ErrCorrupt):
+		return ExitCorrupt
+	}
+	return ExitFailure
+}
+
+type inspectJSON struct {
+	Kind         string      `json:"kind"`
+	Key          string      `json:"key,omitempty"`
+	ObjectSize   uint64      `json:"object_size"`
+	FooterOffset uint64      `json:"footer_offset"`
+	FooterLength uint64      `json:"footer_length"`
+	Epoch        *uint64     `json:"epoch,omitempty"` // transit only
+	Seq          *uint64     `json:"seq,omitempty"`   // transit only
+	Nonce        *uint64     `json:"nonce,omitempty"` // transit only
+	Chunks       []chunkJSON `json:"chunks"`
+}
+
+type chunkJSON struct {
+	StreamID    StreamID     `json:"stream_id"`
+	FirstRecord uint64       `json:"first_record"`
+	RecordCount int          `json:"record_count"`
+	DataOffset  uint64       `json:"data_offset"`
+	ChunkBytes  uint64       `json:"chunk_bytes"`
+	DataCRC     uint32       `json:"data_crc"`
+	Records     []recordJSON `json:"records,omitempty"`
+}
+
+type recordJSON struct {
+	Record       uint64 `json:"record"`
+	Length       uint32 `json:"length"`
+	Timestamp    int64  `json:"timestamp"`
+	BatchEnd     bool   `json:"batch_end"`
+	HeaderCount  int    `json:"header_count"`
+	ContentBytes int64  `json:"content_bytes"`
+	Tombstone    bool   `json:"tombstone,omitempty"`
+}
+
+type errorJSON struct {
+	Error   string `json:"error"`
+	Class   string `json:"class"` // corrupt, checksum_mismatch, unsupported_version
+	Field   string `json:"field,omitempty"`
+	Offset  int64  `json:"offset"`
+	Version *int64 `json:"version,omitempty"`
+}
+
+// Inspect validates obj completely (ValidateObject) and prints a summary of
+// it to stdout: human-readable, or JSON with opts.JSON. On failure it prints
+// the error to stderr (and, with JSON, an error document to stdout). It
+// returns the exit code: 0 valid, 3 corrupt, 4 unsupported version, 1 when
+// writing fails.
+func Inspect(obj []byte, opts InspectOptions, stdout, stderr io.Writer) int {
+	o, err := ValidateObject(obj, opts.Expect)
+	if err != nil {
+		fmt.Fprintf(stderr, "inspect: %v\n", err)
+		if opts.JSON {
+			writeErrorJSON(stdout, err)
+		}
+		return ExitCode(err)
+	}
+	doc := summarize(obj, o, opts)
+	if opts.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(doc)
+	} else {
+		err = writeHuman(stdout, doc)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "inspect: write: %v\n", err)
+		return ExitFailure
+	}
+	return ExitOK
+}
+
+func writeErrorJSON(w io.Writer, err error) {
+	doc := errorJSON{Error: err.Error(), Class: "corrupt"}
+	var fe *FormatError
+	if errors.As(err, &fe) {
+		doc.Field, doc.Offset = fe.Field, fe.Offset
+	}
+	switch {
+	case errors.Is(err, ErrUnsupportedVersion):
+		doc.Class = "unsupported_version"
+		if fe != nil {
+			doc.Version = &fe.Version
+		}
+	case errors.Is(err, ErrChecksum):
+		doc.Class = "checksum_mismatch"
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(doc) // the exit code already reports the failure
+}
+
+func summarize(obj []byte, o *Object, opts InspectOptions) inspectJSON {
+	doc := inspectJSON{Kind: o.Kind.String(), Key: opts.Expect.Key, ObjectSize: uint64(len(obj)), Chunks: []chunkJSON{}}
+	if o.Kind != KindSettled {
+		env := o.Envelope
+		doc.Epoch, doc.Seq, doc.Nonce = &env.Epoch, &env.Seq, &env.Nonce
+		doc.FooterOffset, doc.FooterLength = env.FooterOffset, env.FooterLength
+	}
+	if o.Footer == nil {
+		return doc
+	}
+	doc.FooterOffset, doc.FooterLength = o.Footer.FooterOffset(), o.Footer.FooterLength()
+	for i := range o.Entries {
+		e := &o.Entries[i]
+		c := chunkJSON{
+			StreamID:    e.Stream,
+			FirstRecord: e.FirstRecord,
+			RecordCount: e.Count(),
+			DataOffset:  e.DataOffset,
+			ChunkBytes:  e.ChunkBytes(),
+			DataCRC:     e.DataCRC,
+		}
+		if opts.Records {
+			data := o.ChunkData(obj, i)
+			c.Records = make([]recordJSON, e.Count())
+			var p uint64
+			for j, l := range e.Lengths {
+				info, _ := ParseRecord(data[p : p+uint64(l)]) // validated above
+				c.Records[j] = recordJSON{
+					Record:       e.FirstRecord + uint64(j),
+					Length:       l,
+					Timestamp:    e.Timestamps[j],
+					BatchEnd:     e.IsBatchEnd(j),
+					HeaderCount:  info.Headers,
+					ContentBytes: info.ContentBytes,
+					Tombstone:    info.Tombstone,
+				}
+				p += uint64(l)
+			}
+		}
+		doc.Chunks = append(doc.Chunks, c)
+	}
+	return doc
+}
+
+func writeHuman(w io.Writer, doc inspectJSON) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "kind\t%s\n", doc.Kind)
+	if doc.Key != "" {
+		fmt.Fprintf(tw, "key\t%s\n", doc.Key)
+	}
+	fmt.Fprintf(tw, "object size\t%d\n", doc.ObjectSize)
+	if doc.Epoch != nil {
+		fmt.Fprintf(tw, "slot epoch\t%d\n", *doc.Epoch)
+		fmt.Fprintf(tw, "seq\t%d\n", *doc.Seq)
+		fmt.Fprintf(tw, "nonce\t0x%016x\n", *doc.Nonce)
+	}
+	if doc.Kind != KindPoison.String() {
+		fmt.Fprintf(tw, "footer\toffset %d, length %d (GET bytes=%d-%d)\n",
+			doc.FooterOffset, doc.FooterLength, doc.FooterOffset, doc.FooterOffset+doc.FooterLength+TrailerSize-1)
+		var records, data, content uint64
+		streams := 0
+		for i, c := range doc.Chunks {
+			records += uint64(c.RecordCount)
+			data += c.ChunkBytes
+			if i == 0 || c.StreamID != doc.Chunks[i-1].StreamID {
+				streams++
+			}
+			for _, r := range c.Records {
+				content += uint64(r.ContentBytes)
+			}
+		}
+		fmt.Fprintf(tw, "chunks\t%d (%d streams, %d records, %d data bytes)\n", len(doc.Chunks), streams, records, data)
+		if len(doc.Chunks) > 0 && doc.Chunks[0].Records != nil {
+			fmt.Fprintf(tw, "content bytes\t%d\n", content)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(doc.Chunks) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "#\tstream\tfirst\tcount\tdata offset\tbytes\tdata crc\t\n")
+	for i, c := range doc.Chunks {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t0x%08x\t\n", i, c.StreamID, c.FirstRecord, c.RecordCount, c.DataOffset, c.ChunkBytes, c.DataCRC)
+		if c.Records == nil {
+			continue
+		}
+		fmt.Fprintf(tw, "\trecord\tlength\ttimestamp\tbatch end\theaders\tcontent\t\n")
+		for _, r := range c.Records {
+			end, kind := "", ""
+			if r.BatchEnd {
+				end = "end"
+			}
+			if r.Tombstone {
+				kind = " tombstone"
+			}
+			fmt.Fprintf(tw, "\t%d\t%d\t%d\t%s\t%d\t%d%s\t\n", r.Record, r.Length, r.Timestamp, end, r.HeaderCount, r.ContentBytes, kind)
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,276 @@
+package bundlefmt
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Expect names what the caller knows about an object from its key. Key is
+// used in errors. Kind KindUnknown sniffs the bytes; KindSlot accepts a
+// flight or a poison. With CheckKey, a slot's envelope epoch/seq must equal
+// Epoch/Seq and a settled object's first chunk must be of Stream starting at
+// FirstRecord (ExpectFromKey fills all of this from a key).
+type Expect struct {
+	Key         string
+	Kind        Kind
+	Epoch, Seq  uint64 // slot epoch and seq
+	Stream      StreamID
+	FirstRecord uint64
+	CheckKey    bool
+}
+
+// Object is a validated object.
+type Object struct {
+	Kind     Kind
+	Envelope Envelope // transit only
+	Footer   *Footer  // nil for a poison
+	Entries  []Entry  // with data offsets; nil for a poison
+}
+
+// ChunkData returns chunk i's bytes within obj (the bytes ValidateObject saw).
+func (o *Object) ChunkData(obj []byte, i int) []byte {
+	off := o.Footer.DataOffset(i)
+	return obj[off : off+o.Footer.Row(i).ChunkBytes]
+}
+
+// sniff returns the kind a bare object's first bytes announce.
+func sniff(key string, obj []byte) (Kind, error) {
+	switch {
+	case len(obj) >= 4 && string(obj[:4]) == envelopeMagic:
+		return KindSlot, nil
+	case len(obj) >= 1 && obj[0] <= 0x0f:
+		return KindSettled, nil
+	}
+	return KindUnknown, corruptf(key, 0, "object", "neither a slot (CHNE) nor a settled object (first byte ≤ 0x0f)")
+}
+
+// ValidateEnvelope checks a slot envelope on its own (DecodeEnvelope), then
+// its kind and, with CheckKey, its epoch and seq against the key.
+func ValidateEnvelope(b []byte, exp Expect) (Envelope, error) {
+	env, err := DecodeEnvelope(exp.Key, b)
+	if err != nil {
+		return env, err
+	}
+	if (exp.Kind == KindFlight || exp.Kind == KindPoison) && env.Kind != exp.Kind {
+		return env, corruptf(exp.Key, 6, "envelope.kind", "a %s where a %s was expected", env.Kind, exp.Kind)
+	}
+	if exp.CheckKey {
+		if env.Epoch != exp.Epoch {
+			return env, corruptf(exp.Key, 8, "envelope.epoch", "slot epoch %d ≠ key's %d", env.Epoch, exp.Epoch)
+		}
+		if env.Seq != exp.Seq {
+			return env, corruptf(exp.Key, 16, "envelope.seq", "seq %d ≠ key's %d", env.Seq, exp.Seq)
+		}
+	}
+	return env, nil
+}
+
+// ValidateObject checks a whole object against every rule of FORMAT.md, in
+// the order of section 7: (1) envelope on its own, its key and real size;
+// (2) trailer; (3) footer bounds and window agreement; (4) directory CRC,
+// index CRC; (5) per row, entry range then entry CRC; (6) per chunk, range
+// then DataCRC; (7) every remaining rule (rows, entries, records, key).
+// Entries are decoded only after everything has passed. obj is aliased.
+func ValidateObject(obj []byte, exp Expect) (*Object, error) {
+	key := exp.Key
+	kind := exp.Kind
+	if kind == KindUnknown {
+		var err error
+		if kind, err = sniff(key, obj); err != nil {
+			return nil, err
+		}
+	}
+	o := &Object{Kind: kind}
+	base := uint64(SettledBase)
+	if kind != KindSettled {
+		env, err := ValidateEnvelope(obj, exp)
+		if err != nil {
+			return nil, err
+		}
+		if env.ObjectSize != uint64(len(obj)) {
+			return nil, corruptf(key, 32, "envelope.object_size", "object size %d ≠ real size %d", env.ObjectSize, len(obj))
+		}
+		o.Kind, o.Envelope = env.Kind, env
+		if env.Kind == KindPoison {
+			return o, nil
+		}
+		base = TransitBase
+	}
+	t, err := DecodeTrailer(key, obj, uint64(len(obj)))
+	if err != nil {
+		return nil, err
+	}
+	f, err := openFooter(key, t.DirOffset, obj[t.DirOffset:], uint64(len(obj)), base)
+	if err != nil {
+		return nil, err
+	}
+	if base == TransitBase {
+		if o.Envelope.FooterOffset != t.FooterOffset() {
+			return nil, corruptf(key, 40, "envelope.footer_offset", "envelope footer offset %d ≠ trailer's %d", o.Envelope.FooterOffset, t.FooterOffset())
+		}
+		if o.Envelope.FooterLength != t.FooterLength() {
+			return nil, corruptf(key, 48, "envelope.footer_length", "envelope footer length %d ≠ trailer's %d", o.Envelope.FooterLength, t.FooterLength())
+		}
+	}
+	views, err := f.verify(obj, exp)
+	if err != nil {
+		return nil, err
+	}
+	o.Footer = f
+	o.Entries = make([]Entry, len(views))
+	for i, v := range views {
+		o.Entries[i] = v.Entry()
+	}
+	return o, nil
+}
+
+// ValidateFooter checks a footer window (buf = [footerOffset, objectSize))
+// at the footer + trailer level, in section 7 order: everything but the
+// chunk bytes. exp.Kind selects the base (KindSettled: 0; a slot kind: 60).
+func ValidateFooter(footerOffset uint64, buf []byte, objectSize uint64, exp Expect) (*Footer, error) {
+	base := uint64(TransitBase)
+	switch exp.Kind {
+	case KindSettled:
+		base = SettledBase
+	case KindFlight, KindSlot:
+	default:
+		return nil, fmt.Errorf("%w: a footer needs the kind flight, slot or settled, not %s", ErrInvalid, exp.Kind)
+	}
+	f, err := openFooter(exp.Key, footerOffset, buf, objectSize, base)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.verify(nil, exp); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// verify runs steps (4) to (7) of section 7 on an opened footer; with obj
+// nil it skips the chunk bytes (step 6 and the record rules).
+func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
+	key := f.key
+	// (4) directory CRC, then index CRC.
+	if err := f.checkDirCRC(); err != nil {
+		return nil, err
+	}
+	if err := f.checkIndexCRC(); err != nil {
+		return nil, err
+	}
+	// (5) per row: the entry's range (tiling the directory), then its CRC.
+	dirEnd := f.off + f.trailer.DirLength
+	entOff := f.off
+	for i := 0; i < f.n; i++ {
+		r := f.Row(i)
+		if r.EntryOffset != entOff {
+			return nil, f.rowErr(i, 36, "entry_offset", "entry offset %d, want %d (gap or overlap)", r.EntryOffset, entOff)
+		}
+		if uint64(r.EntryLength) > dirEnd-entOff || r.EntryLength < uint32(EntryLen(1)) {
+			return nil, f.rowErr(i, 44, "entry_length", "entry [%d, +%d) outside the directory [%d, %d) or shorter than %d",
+				r.EntryOffset, r.EntryLength, f.off, dirEnd, EntryLen(1))
+		}
+		if err := f.checkEntryCRC(i, r, f.dir[entOff-f.off:entOff-f.off+uint64(r.EntryLength)]); err != nil {
+			return nil, err
+		}
+		entOff += uint64(r.EntryLength)
+	}
+	if entOff != dirEnd {
+		return nil, corruptf(key, f.size-TrailerSize+16, "trailer.dir_length", "Σ entry lengths %d ≠ directory length %d", entOff-f.off, f.trailer.DirLength)
+	}
+	// (6) per chunk: its range (tiling the data region), then its DataCRC.
+	// Record rules belong to step 7; they are checked here while the chunk is
+	// in cache, and the first failure is held back until step 7.
+	var recErr error
+	if obj != nil {
+		pos := f.base
+		for i := 0; i < f.n; i++ {
+			r := f.Row(i)
+			eb := f.entryRange(i, r)
+			do := binary.LittleEndian.Uint64(eb[28:])
+			if do != pos {
+				return nil, f.entryErr(i, r, 28, "data_offset", "data offset %d, want %d (gap or overlap)", do, pos)
+			}
+			if r.ChunkBytes > f.off-pos {
+				return nil, f.rowErr(i, 28, "chunk_bytes", "chunk [%d, +%d) runs past the directory at %d", pos, r.ChunkBytes, f.off)
+			}
+			data := obj[pos : pos+r.ChunkBytes]
+			stored := binary.LittleEndian.Uint32(eb[36:])
+			if c := CRC32C(data); c != stored {
+				return nil, checksumErr(key, pos, fmt.Sprintf("chunk[%d].data_crc", i), stored, c)
+			}
+			if recErr == nil {
+				recErr = f.checkRecords(i, eb, data, pos)
+			}
+			pos += r.ChunkBytes
+		}
+		if pos != f.off {
+			return nil, corruptf(key, f.size-TrailerSize+8, "trailer.dir_offset", "base %d + Σ chunk bytes %d ≠ directory offset %d", f.base, pos-f.base, f.off)
+		}
+	}
+	// (7) every remaining rule.
+	if err := f.checkRows(); err != nil {
+		return nil, err
+	}
+	views := make([]EntryView, f.n)
+	for i := range views {
+		r := f.Row(i)
+		v, err := f.checkEntry(i, r, f.entryRange(i, r))
+		if err != nil {
+			return nil, err
+		}
+		views[i] = v
+	}
+	if exp.CheckKey && f.base == SettledBase {
+		r := f.Row(0)
+		if r.Stream != exp.Stream {
+			return nil, f.rowErr(0, 0, "stream", "stream %s ≠ key's %s", r.Stream, exp.Stream)
+		}
+		if r.FirstRecord != exp.FirstRecord {
+			return nil, f.rowErr(0, 16, "first_record", "first record %d ≠ key's %d", r.FirstRecord, exp.FirstRecord)
+		}
+	}
+	if recErr != nil {
+		return nil, recErr
+	}
+	return views, nil
+}
+
+// checkRecords checks every stored record of chunk i (data at object offset
+// pos) against section 3, and for a transit bundle that none is a tombstone.
+// It trusts the CRC-verified entry eb but not yet its agreement with the row,
+// so it steps aside (returns nil) when the tables do not frame the chunk:
+// step 7 reports that.
+func (f *Footer) checkRecords(i int, eb, data []byte, pos uint64) error {
+	n := uint64(binary.LittleEndian.Uint32(eb[24:]))
+	if n == 0 || uint64(len(eb)) < EntryFixed+4*n {
+		return nil
+	}
+	lens := eb[EntryFixed : EntryFixed+4*n]
+	var sum uint64
+	for j := uint64(0); j < n; j++ {
+		sum += uint64(binary.LittleEndian.Uint32(lens[4*j:]))
+	}
+	if sum != uint64(len(data)) {
+		return nil
+	}
+	transit := f.base == TransitBase
+	p := 0
+	for j := 0; j < int(n); j++ {
+		l := int(binary.LittleEndian.Uint32(lens[4*j:]))
+		if l == 0 {
+			return nil
+		}
+		rec := data[p : p+l]
+		// Fast path: a record without headers is valid iff its flags are 0.
+		if rec[0] != 0 {
+			if _, fe := parseRecord(rec, !transit); fe != nil {
+				fe.Key = f.key
+				fe.Offset += int64(pos) + int64(p)
+				fe.Field = fmt.Sprintf("chunk[%d].%s[%d]%s", i, "record", j, fe.Field[len("record"):])
+				return fe
+			}
+		}
+		p += l
+	}
+	return nil
+}
