@@ -1,0 +1,359 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The auditor's settle statements (DESIGN.md section 3). Every transaction
+// that changes anything is fenced.
+
+// ErrInvariant is a broken metastore invariant found by a settle commit (for
+// example a catalog entry that no longer ends where the stream's
+// settled_through says): the cycle halts rather than guess.
+var ErrInvariant = errors.New("metastore invariant broken")
+
+// DueStream is a stream selected for settling.
+type DueStream struct {
+	Stream   StreamID
+	Class    string
+	Since    time.Time
+	Deadline time.Time // since + age cap of its class
+	Forced   bool      // named by --stream or a trigger, regardless of linger
+}
+
+// DuePolicy is the linger and age cap of each class.
+type DuePolicy struct {
+	Linger, AgeCap               time.Duration
+	ExpressLinger, ExpressAgeCap time.Duration
+}
+
+// DueStreams selects the star's due streams by the database clock: due when
+// now() >= since + linger(class) (or forced), quarantined streams skipped,
+// the earliest deadline since + age_cap(class) first, at most limit.
+func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced []StreamID, limit int) ([]DueStream, error) {
+	if forced == nil {
+		forced = []StreamID{}
+	}
+	rows, err := db.pool.Query(ctx, `
+		SELECT d.stream_id, d.class, d.since,
+		       d.since + CASE WHEN d.class = 'express' THEN $3::interval ELSE $5::interval END AS deadline,
+		       d.stream_id = ANY($6::uuid[]) AS forced
+		FROM nova.due_markers d JOIN nova.streams s USING (stream_id)
+		WHERE s.star = $1
+		  AND NOT EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = d.stream_id)
+		  AND (now() >= d.since + CASE WHEN d.class = 'express' THEN $2::interval ELSE $4::interval END
+		       OR d.stream_id = ANY($6::uuid[]))
+		ORDER BY forced DESC, deadline, d.stream_id
+		LIMIT $7`, star, p.ExpressLinger, p.ExpressAgeCap, p.Linger, p.AgeCap, forced, limit)
+	if err != nil {
+		return nil, fmt.Errorf("select due streams of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DueStream, error) {
+		var d DueStream
+		return d, r.Scan(&d.Stream, &d.Class, &d.Since, &d.Deadline, &d.Forced)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("select due streams of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// Intent is a row of nova.orphan_intents.
+type Intent struct {
+	ID          int64
+	Star        string
+	Kind        string // publish or reap
+	ObjectKey   string
+	Class       string
+	UploadID    string
+	StagedParts []int32
+	CreatedAt   time.Time
+	ReapAfter   *time.Time
+	Due         bool // reap_after <= now() (reap) or created_at <= now() - grace (publish), by the database clock
+}
+
+// OpenPublishIntent commits a publish intent for key before its first byte
+// is written. If one is already open for the key (a crashed earlier
+// attempt), it is returned as it is.
+func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, key, class string) (Intent, error) {
+	var in Intent
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ($1, 'publish', $2, $3)
+			ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING RETURNING id`, f.Star, key, class).Scan(&in.ID)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("open publish intent for %s: %w", key, err)
+		}
+		return tx.QueryRow(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, false
+			FROM nova.orphan_intents WHERE kind = 'publish' AND object_key = $1`, key).
+			Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
+	})
+	return in, err
+}
+
+// SetIntentUpload records the multipart upload of a publish intent.
+func (db *DB) SetIntentUpload(ctx context.Context, f Fence, id int64, uploadID string) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET upload_id = $2 WHERE id = $1 AND kind = 'publish'`, id, uploadID); err != nil {
+			return fmt.Errorf("record upload of intent %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// AddStagedPart records that part of a publish intent is staged locally.
+func (db *DB) AddStagedPart(ctx context.Context, f Fence, id int64, part int) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET staged_parts = array_append(staged_parts, $2)
+			WHERE id = $1 AND kind = 'publish' AND NOT ($2 = ANY(staged_parts))`, id, part); err != nil {
+			return fmt.Errorf("record staged part %d of intent %d: %w", part, id, err)
+		}
+		return nil
+	})
+}
+
+// Intents lists a star's intents of one kind (publish or reap), oldest
+// first; Due is computed with the database clock and grace.
+func (db *DB) Intents(ctx context.Context, star, kind string, grace time.Duration) ([]Intent, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after,
+			CASE WHEN kind = 'reap' THEN reap_after <= now() ELSE created_at <= now() - $3::interval END
+		FROM nova.orphan_intents WHERE star = $1 AND kind = $2 ORDER BY id`, star, kind, grace)
+	if err != nil {
+		return nil, fmt.Errorf("list %s intents of star %q: %w", kind, star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) {
+		var in Intent
+		return in, r.Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s intents of star %q: %w", kind, star, err)
+	}
+	return out, nil
+}
+
+// AbandonPublish turns an open publish intent into a reap intent for its key
+// (armed after grace), unless the catalog references the key, in which case
+// the intent is simply dropped.
+func (db *DB) AbandonPublish(ctx context.Context, f Fence, id int64, grace time.Duration) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET kind = 'reap', reap_after = now() + $2::interval
+			WHERE id = $1 AND kind = 'publish'`, id, grace); err != nil {
+			return fmt.Errorf("abandon publish intent %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// DeleteIntent removes an intent.
+func (db *DB) DeleteIntent(ctx context.Context, f Fence, id int64) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("delete intent %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// SettleCommit is one settled object's commit (DESIGN.md section 3, step 4).
+type SettleCommit struct {
+	Entry        Entry  // the catalog row to write
+	PrevRevision int32  // -1 for a new entry; else the revision being replaced
+	IntentID     int64  // the publish intent to delete (0: none)
+	ObjectKey    string // the committed key: any reap intent on it is deleted
+	OldKey       string // the superseded revision's key: a reap is armed for it
+	ReapGrace    time.Duration
+}
+
+// CommitSettle commits a settled object in one fenced transaction under the
+// streams row lock: catalog upsert (or repoint from PrevRevision), advance
+// settled_through, delete wholly settled refs, update or delete the due
+// marker, delete the publish intent and any reap intent on the key, arm the
+// superseded revision's reap. It checks the catalog still ends where the
+// stream says (ErrInvariant otherwise).
+func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
+	e := c.Entry
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var settled, next, low int64
+		if err := tx.QueryRow(ctx, `SELECT settled_through, next_record, low_record FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).
+			Scan(&settled, &next, &low); err != nil {
+			return fmt.Errorf("lock stream %x: %w", e.Stream, err)
+		}
+		end := e.FirstRecord + e.RecordCount
+		if end > next || end <= settled {
+			return fmt.Errorf("%w: stream %x: entry [%d, %d) against settled_through %d, next_record %d",
+				ErrInvariant, e.Stream, e.FirstRecord, end, settled, next)
+		}
+		if c.PrevRevision < 0 {
+			// A new entry starts at settled_through, or above it only where
+			// retention let settled_through fall below low_record.
+			if e.FirstRecord != settled && !(e.FirstRecord > settled && e.FirstRecord <= low) {
+				return fmt.Errorf("%w: stream %x: new entry at %d, settled_through %d", ErrInvariant, e.Stream, e.FirstRecord, settled)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
+				footer_offset, footer_length, min_timestamp, max_timestamp, class)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+				e.Stream, e.Epoch, e.FirstRecord, e.Revision, e.RecordCount, e.ObjectBytes, e.FooterOffset, e.FooterLength,
+				e.MinTimestamp, e.MaxTimestamp, ClassStandard); err != nil {
+				return fmt.Errorf("insert catalog entry %x@%d: %w", e.Stream, e.FirstRecord, err)
+			}
+		} else {
+			var oldEnd int64
+			err := tx.QueryRow(ctx, `SELECT first_record + record_count FROM nova.catalog
+				WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
+				e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision).Scan(&oldEnd)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: stream %x: tail %d~%d is no longer in the catalog", ErrInvariant, e.Stream, e.FirstRecord, c.PrevRevision)
+			}
+			if err != nil {
+				return fmt.Errorf("read tail %x@%d: %w", e.Stream, e.FirstRecord, err)
+			}
+			if oldEnd != settled {
+				return fmt.Errorf("%w: stream %x: tail ends at %d, settled_through %d", ErrInvariant, e.Stream, oldEnd, settled)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE nova.catalog SET revision = $5, record_count = $6, object_bytes = $7,
+				footer_offset = $8, footer_length = $9, min_timestamp = $10, max_timestamp = $11, settled_at = now()
+				WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
+				e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision, e.Revision, e.RecordCount, e.ObjectBytes,
+				e.FooterOffset, e.FooterLength, e.MinTimestamp, e.MaxTimestamp); err != nil {
+				return fmt.Errorf("repoint catalog entry %x@%d: %w", e.Stream, e.FirstRecord, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE nova.streams SET settled_through = $2 WHERE stream_id = $1`, e.Stream, end); err != nil {
+			return fmt.Errorf("advance settled_through of %x: %w", e.Stream, err)
+		}
+		if err := refreshRefsAndMarker(ctx, tx, e.Stream, end); err != nil {
+			return err
+		}
+		if c.IntentID != 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1`, c.IntentID); err != nil {
+				return fmt.Errorf("delete publish intent %d: %w", c.IntentID, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE kind = 'reap' AND object_key = $1`, c.ObjectKey); err != nil {
+			return fmt.Errorf("delete reap intents of %s: %w", c.ObjectKey, err)
+		}
+		if c.OldKey != "" {
+			if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)
+				VALUES ($1, 'reap', $2, 'standard', now() + $3::interval)`, f.Star, c.OldKey, c.ReapGrace); err != nil {
+				return fmt.Errorf("arm reap of %s: %w", c.OldKey, err)
+			}
+		}
+		return nil
+	})
+}
+
+// refreshRefsAndMarker deletes the stream's refs wholly below settled and
+// sets the due marker's since to the oldest remaining ref (or deletes it).
+func refreshRefsAndMarker(ctx context.Context, tx pgx.Tx, id StreamID, settled int64) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM nova.span_refs WHERE stream_id = $1 AND first_record + record_count <= $2`, id, settled); err != nil {
+		return fmt.Errorf("delete settled refs of %x: %w", id, err)
+	}
+	var since *time.Time
+	if err := tx.QueryRow(ctx, `SELECT min(absorbed_at) FROM nova.span_refs WHERE stream_id = $1`, id).Scan(&since); err != nil {
+		return fmt.Errorf("oldest ref of %x: %w", id, err)
+	}
+	if since == nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM nova.due_markers WHERE stream_id = $1`, id); err != nil {
+			return fmt.Errorf("delete due marker of %x: %w", id, err)
+		}
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO nova.due_markers (stream_id, class, since)
+		SELECT stream_id, class, $2 FROM nova.streams WHERE stream_id = $1
+		ON CONFLICT (stream_id) DO UPDATE SET since = EXCLUDED.since`, id, *since); err != nil {
+		return fmt.Errorf("update due marker of %x: %w", id, err)
+	}
+	return nil
+}
+
+// SkipBelowLow applies retention to unsettled refs: refs wholly below the
+// stream's low_record are deleted unsettled and settled_through jumps to the
+// first remaining ref (or next_record). It returns the new settled_through.
+func (db *DB) SkipBelowLow(ctx context.Context, f Fence, id StreamID) (int64, error) {
+	var settled int64
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var next, low int64
+		if err := tx.QueryRow(ctx, `SELECT settled_through, next_record, low_record FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, id).
+			Scan(&settled, &next, &low); err != nil {
+			return fmt.Errorf("lock stream %x: %w", id, err)
+		}
+		if settled >= low {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM nova.span_refs WHERE stream_id = $1 AND first_record + record_count <= $2`, id, low); err != nil {
+			return fmt.Errorf("delete dead refs of %x: %w", id, err)
+		}
+		var first *int64
+		if err := tx.QueryRow(ctx, `SELECT min(first_record) FROM nova.span_refs WHERE stream_id = $1`, id).Scan(&first); err != nil {
+			return fmt.Errorf("first live ref of %x: %w", id, err)
+		}
+		jump := next
+		if first != nil {
+			jump = *first
+		}
+		if jump > settled {
+			settled = jump
+			if _, err := tx.Exec(ctx, `UPDATE nova.streams SET settled_through = $2 WHERE stream_id = $1`, id, settled); err != nil {
+				return fmt.Errorf("advance settled_through of %x: %w", id, err)
+			}
+		}
+		return refreshRefsAndMarker(ctx, tx, id, settled)
+	})
+	return settled, err
+}
+
+// Quarantine sets a stream (and optionally the slot at fault) aside with its
+// reason; a second quarantine of the stream updates the reason.
+func (db *DB) Quarantine(ctx context.Context, f Fence, id StreamID, slotKey, errClass, reason string) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var slot *string
+		if slotKey != "" {
+			slot = &slotKey
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.quarantine (star, stream_id, slot_key, error_class, reason) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (stream_id) WHERE stream_id IS NOT NULL DO UPDATE SET slot_key = EXCLUDED.slot_key,
+			error_class = EXCLUDED.error_class, reason = EXCLUDED.reason`, f.Star, id, slot, errClass, reason); err != nil {
+			return fmt.Errorf("quarantine stream %x: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// QuarantineRow is a row of nova.quarantine.
+type QuarantineRow struct {
+	Stream     *StreamID
+	SlotKey    string
+	ErrorClass string
+	Reason     string
+	Since      time.Time
+}
+
+// Quarantined lists a star's quarantine.
+func (db *DB) Quarantined(ctx context.Context, star string) ([]QuarantineRow, error) {
+	rows, err := db.pool.Query(ctx, `SELECT stream_id, coalesce(slot_key, ''), error_class, reason, since
+		FROM nova.quarantine WHERE star = $1 ORDER BY since, id`, star)
+	if err != nil {
+		return nil, fmt.Errorf("list quarantine of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QuarantineRow, error) {
+		var q QuarantineRow
+		return q, r.Scan(&q.Stream, &q.SlotKey, &q.ErrorClass, &q.Reason, &q.Since)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list quarantine of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// ReleaseQuarantine lifts a stream's quarantine; it reports whether one existed.
+func (db *DB) ReleaseQuarantine(ctx context.Context, star string, id StreamID) (bool, error) {
+	tag, err := db.pool.Exec(ctx, `DELETE FROM nova.quarantine WHERE star = $1 AND stream_id = $2`, star, id)
+	if err != nil {
+		return false, fmt.Errorf("release stream %x: %w", id, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
