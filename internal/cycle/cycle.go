@@ -1,0 +1,66 @@
+// Package cycle is the small contract between the daemon, which runs the
+// auditor cycle of DESIGN.md section 2 under a lease, and the packages that
+// do its steps (settle, trim). It holds no logic.
+package cycle
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/nova/auditor/catalog"
+)
+
+// Options are what one cycle was asked to do.
+type Options struct {
+	Trigger string             // schedule, manual, once, stream
+	DryRun  bool               // plan and print, change nothing
+	Streams []catalog.StreamID // streams forced due regardless of linger
+	Plan    io.Writer          // where a dry run prints its plan (nil: nowhere)
+}
+
+// Counts are a step's contribution to the run ledger (nova.auditor_runs).
+type Counts struct {
+	StreamsSettled     int64
+	StreamsQuarantined int64
+	ObjectsPublished   int64
+	ObjectsAdopted     int64
+	BytesCopied        int64 // server side
+	BytesFetched       int64 // through the auditor
+	BytesUploaded      int64
+	S3Requests         int64
+	SlotsReaped        int64
+	ObjectsReaped      int64
+}
+
+// Add accumulates o into c.
+func (c *Counts) Add(o Counts) {
+	c.StreamsSettled += o.StreamsSettled
+	c.StreamsQuarantined += o.StreamsQuarantined
+	c.ObjectsPublished += o.ObjectsPublished
+	c.ObjectsAdopted += o.ObjectsAdopted
+	c.BytesCopied += o.BytesCopied
+	c.BytesFetched += o.BytesFetched
+	c.BytesUploaded += o.BytesUploaded
+	c.S3Requests += o.S3Requests
+	c.SlotsReaped += o.SlotsReaped
+	c.ObjectsReaped += o.ObjectsReaped
+}
+
+// Step is one step of the cycle, run in order by the leader. Each step
+// commits its own progress (fenced by f), so a cycle stopped anywhere loses
+// nothing. Errors: catalog.ErrStaleToken means the lease was lost (stop at
+// once); ErrHalt (or catalog.ErrInvariant) means an invariant is broken
+// (halt: no more cycles); anything else fails this cycle, to be retried.
+type Step interface {
+	Name() string
+	Run(ctx context.Context, f catalog.Fence, opts Options) (Counts, error)
+}
+
+// ErrHalt marks an error that must halt the auditor.
+var ErrHalt = errors.New("halt")
+
+// IsHalt reports whether err must halt the auditor.
+func IsHalt(err error) bool {
+	return errors.Is(err, ErrHalt) || errors.Is(err, catalog.ErrInvariant)
+}
