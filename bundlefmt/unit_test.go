@@ -1,0 +1,184 @@
+package bundlefmt
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func TestCRC32C(t *testing.T) {
+	if got := CRC32C([]byte("123456789")); got != 0xe3069283 {
+		t.Fatalf("check value 0x%08x", got)
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := 0; i < 500; i++ {
+		a, b := randBytes(r, r.IntN(3000)), randBytes(r, r.IntN(3000))
+		if i%50 == 0 {
+			b = randBytes(r, 1<<20+r.IntN(100))
+		}
+		want := CRC32C(append(append([]byte(nil), a...), b...))
+		if got := CRC32CCombine(CRC32C(a), CRC32C(b), int64(len(b))); got != want {
+			t.Fatalf("combine(%d, %d bytes) = 0x%08x, want 0x%08x", len(a), len(b), got, want)
+		}
+	}
+	if got := CRC32CCombine(0x12345678, 0, 0); got != 0x12345678 {
+		t.Fatalf("combine with empty = 0x%08x", got)
+	}
+	// A combine over a length no test could hold in memory: associativity.
+	x, y, z := uint32(0xdeadbeef), uint32(0x01020304), uint32(0xcafef00d)
+	const lb, lc = 3 << 40, 5<<33 + 7
+	left := CRC32CCombine(CRC32CCombine(x, y, lb), z, lc)
+	right := CRC32CCombine(x, CRC32CCombine(y, z, lc), lb+lc)
+	if left != right {
+		t.Fatalf("combine not associative: 0x%08x 0x%08x", left, right)
+	}
+}
+
+func TestErrorClasses(t *testing.T) {
+	if !errors.Is(ErrChecksum, ErrCorrupt) || errors.Is(ErrCorrupt, ErrChecksum) || errors.Is(ErrUnsupportedVersion, ErrCorrupt) {
+		t.Fatal("sentinel relations")
+	}
+	err := checksumErr("k", 7, "x.crc", 1, 2)
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrChecksum) || errors.Is(err, ErrUnsupportedVersion) || Class(err) != ErrChecksum {
+		t.Fatal("checksum error classes")
+	}
+	var fe *FormatError
+	if !errors.As(err, &fe) || fe.Offset != 7 || !strings.Contains(err.Error(), "k: x.crc at offset 7") {
+		t.Fatalf("FormatError: %v", err)
+	}
+	if ExitCode(err) != ExitCorrupt || ExitCode(versionErr("", 4, "v", 2, nil)) != ExitUnsupported || ExitCode(nil) != ExitOK {
+		t.Fatal("exit codes")
+	}
+}
+
+func TestRecordRules(t *testing.T) {
+	ok := [][]byte{{0x00}, {0x00, 'a'}, {0x08}, {0x01, 1, 0, 0}, {0x01, 2, 1, 0, 0, 1, 'n', 'v', 'b'}}
+	for _, b := range ok {
+		r, err := DecodeRecord(b)
+		if err != nil {
+			t.Fatalf("%x: %v", b, err)
+		}
+		re, err := AppendRecord(nil, r)
+		if err != nil || !bytes.Equal(re, b) {
+			t.Fatalf("%x re-encodes to %x, %v", b, re, err)
+		}
+	}
+	bad := [][]byte{{}, {0x10}, {0x80}, {0x02}, {0x04, 'a'}, {0x07, 0}, {0x01}, {0x01, 0}, {0x03, 1}, {0x01, 1, 1},
+		{0x01, 1, 1, 1}, {0x01, 1, 0, 2, 'v'}, {0x03, 1, 0, 0, 0, 0, 0}, {0x08, 0}, {0x09}, {0x0a}, {0x18}}
+	for _, b := range bad {
+		if _, err := DecodeRecord(b); classOf(err) != "corrupt" {
+			t.Fatalf("%x: %v, want corrupt", b, err)
+		}
+	}
+	// W chosen by the largest of count and lengths.
+	for _, tc := range []struct {
+		rec   Record
+		flags byte
+	}{
+		{Record{Headers: []Header{{Name: make([]byte, 255)}}}, 0x01},
+		{Record{Headers: []Header{{Value: make([]byte, 256)}}}, 0x03},
+		{Record{Headers: make([]Header, 256)}, 0x03},
+		{Record{Headers: []Header{{Value: make([]byte, 65535)}}}, 0x03},
+		{Record{Headers: []Header{{Value: make([]byte, 65536)}}}, 0x05},
+	} {
+		b, err := AppendRecord(nil, tc.rec)
+		if err != nil || b[0] != tc.flags {
+			t.Fatalf("flags 0x%02x, want 0x%02x (%v)", b[0], tc.flags, err)
+		}
+		if n, _ := tc.rec.StoredLen(); n != len(b) {
+			t.Fatalf("StoredLen %d, encoded %d", n, len(b))
+		}
+		info, err := ParseRecord(b)
+		if err != nil || info.ContentBytes != tc.rec.ContentBytes() || info.Headers != len(tc.rec.Headers) {
+			t.Fatalf("ParseRecord: %+v, %v", info, err)
+		}
+	}
+}
+
+func TestStreamID(t *testing.T) {
+	s, err := ParseStreamID("00112233-4455-6677-8899-AABBCCDDEEFF")
+	if err != nil || s.String() != "00112233445566778899aabbccddeeff" {
+		t.Fatalf("%s, %v", s, err)
+	}
+	for _, bad := range []string{"", "0011", "00112233445566778899aabbccddeefg", "00112233x4455-6677-8899-aabbccddeeff", "00112233445566778899aabbccddeeff0"} {
+		if _, err := ParseStreamID(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+	var u StreamID
+	if err := u.UnmarshalText([]byte(s.String())); err != nil || u != s {
+		t.Fatal("text round trip")
+	}
+	if sid(1).Compare(sid(2)) >= 0 || sid(2).Compare(sid(2)) != 0 {
+		t.Fatal("compare")
+	}
+}
+
+func TestKeys(t *testing.T) {
+	if k := SlotKey("s1", 3, 7); k != example1Key {
+		t.Fatalf("slot key %s", k)
+	}
+	star, epoch, seq, err := ParseSlotKey(example1Key)
+	if err != nil || star != "s1" || epoch != 3 || seq != 7 {
+		t.Fatalf("%s %d %d %v", star, epoch, seq, err)
+	}
+	s, _ := ParseStreamID("00112233445566778899aabbccddeeff")
+	if k := SettledKey("b1", s, 1, 1000, 0); k != example2Key {
+		t.Fatalf("settled key %s", k)
+	}
+	p, err := ParseSettledKey("buckets/b.1_x-y/streams/00112233445566778899aabbccddeeff/00000000000000000001/09223372036854775807~2147483647")
+	if err != nil || p.Bucket != "b.1_x-y" || p.Stream != s || p.StreamEpoch != 1 || p.FirstRecord != MaxNumber || p.Revision != MaxRevision {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if p.Key() != "buckets/b.1_x-y/streams/00112233445566778899aabbccddeeff/00000000000000000001/09223372036854775807~2147483647" {
+		t.Fatal(p.Key())
+	}
+	for _, bad := range []string{
+		"stars/s1/chain/00000000000000000000/00000000000000000007",  // epoch 0
+		"stars/s1/chain/0000000000000000003/00000000000000000007",   // 19 digits
+		"stars/s1/chain/00000000000000000003/09223372036854775808",  // 2^63
+		"stars/S1/chain/00000000000000000003/00000000000000000007",  // uppercase star
+		"stars/-s/chain/00000000000000000003/00000000000000000007",  // leading hyphen
+		"stars/s.1/chain/00000000000000000003/00000000000000000007", // dot in star
+		"/stars/s1/chain/00000000000000000003/00000000000000000007",
+		"stars/s1/chain/00000000000000000003/00000000000000000007/",
+		"stars/s1/chain/+0000000000000000003/00000000000000000007",
+	} {
+		if _, _, _, err := ParseSlotKey(bad); err == nil {
+			t.Errorf("slot key %q accepted", bad)
+		}
+	}
+	for _, bad := range []string{
+		"buckets/b1/streams/00112233445566778899AABBCCDDEEFF/00000000000000000001/00000000000000001000~0",
+		"buckets/b1/streams/00112233-4455-6677-8899-aabbccddeeff/00000000000000000001/00000000000000001000~0",
+		"buckets/b1/streams/00112233445566778899aabbccddeeff/00000000000000000001/00000000000000001000~01",
+		"buckets/b1/streams/00112233445566778899aabbccddeeff/00000000000000000001/00000000000000001000~",
+		"buckets/b1/streams/00112233445566778899aabbccddeeff/00000000000000000001/00000000000000001000",
+		"buckets/b1/streams/00112233445566778899aabbccddeeff/00000000000000000001/00000000000000001000~2147483648",
+		"buckets/b1/streams/00112233445566778899aabbccddeeff/00000000000000000001/00000000000000001000~-1",
+		"buckets/.b/streams/00112233445566778899aabbccddeeff/00000000000000000001/00000000000000001000~0",
+		"buckets/b1/streams/00112233445566778899aabbccddeeff/1/00000000000000001000~0",
+	} {
+		if _, err := ParseSettledKey(bad); err == nil {
+			t.Errorf("settled key %q accepted", bad)
+		}
+	}
+	long := strings.Repeat("a", 63)
+	if !ValidStar(long) || ValidStar(long+"a") || !ValidBucket("a._-") || ValidBucket("_a") || ValidStar("a_b") {
+		t.Fatal("name rules")
+	}
+	// ExpectFromKey tolerates a store prefix and a bucket named "stars".
+	e, err := ExpectFromKey("pfx/x/" + example1Key)
+	if err != nil || e.Kind != KindSlot || e.Epoch != 3 || e.Seq != 7 || !e.CheckKey {
+		t.Fatalf("%+v %v", e, err)
+	}
+	e, err = ExpectFromKey("buckets/stars/streams/00112233445566778899aabbccddeeff/00000000000000000001/00000000000000001000~0")
+	if err != nil || e.Kind != KindSettled || e.FirstRecord != 1000 || e.Stream != s {
+		t.Fatalf("%+v %v", e, err)
+	}
+	if _, err := ExpectFromKey("stars/s1/chain/3/7"); err == nil {
+		t.Fatal("non-canonical key accepted")
+	}
+}
