@@ -22,17 +22,3 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	defer db.Close()
 	return exitCode(e, cfg, errors.New("run: the settle cycle is not built yet"))
 }
-
-func cmdServe(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "serve")
-	cfg, err := parse(e, fs, l, args, "star", "database-url")
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	db, err := openCurrentDB(ctx, cfg)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	defer db.Close()
-	return exitCode(e, cfg, errors.New("serve: the daemon is not built yet"))
-}
