@@ -1,0 +1,220 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/objstore"
+)
+
+// published is what one publish attempt produced: the object now standing at
+// the key and what it covers (the plan's output, or an adopted object).
+type published struct {
+	key      string
+	first    uint64
+	revision uint32
+	entries  []bundlefmt.Entry // its chunks, offsets from 0
+	size     uint64
+	footOff  uint64
+	footLen  uint64
+	adopted  bool
+	result   objstore.AssembleResult
+}
+
+func (p *published) end() uint64 { return p.entries[len(p.entries)-1].EndRecord() }
+
+// catalogEntry is the catalog row describing the published object.
+func (p *published) catalogEntry(stream catalog.StreamID, epoch int64) catalog.Entry {
+	e := catalog.Entry{Stream: stream, Epoch: epoch, FirstRecord: int64(p.first), Revision: int32(p.revision),
+		ObjectBytes: int64(p.size), FooterOffset: int64(p.footOff), FooterLength: int64(p.footLen), Class: catalog.ClassStandard}
+	first := true
+	for i := range p.entries {
+		e.RecordCount += int64(p.entries[i].Count())
+		for _, ts := range p.entries[i].Timestamps {
+			if first || ts < e.MinTimestamp {
+				e.MinTimestamp = ts
+			}
+			if first || ts > e.MaxTimestamp {
+				e.MaxTimestamp = ts
+			}
+			first = false
+		}
+	}
+	return e
+}
+
+// publish carries out steps 1-3 of DESIGN.md section 3 "Publish" for one
+// output: the publish intent, the create-once assembly (resuming the
+// intent's upload if one is open), and on 412 the adoption of the standing
+// object. known lists every chunk the stream has in this plan (standing tail
+// first), to check a standing object against.
+func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known []bundlefmt.Entry) (*published, int64, error) {
+	in, err := s.d.DB.OpenPublishIntent(ctx, f, o.Key, catalog.ClassStandard)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.crash("settle.after-intent")
+	req := objstore.AssembleRequest{
+		Bucket:            s.d.StdBucket,
+		Key:               o.Key,
+		ExpectedCRC32C:    o.Footer.ObjectCRC,
+		HasExpectedCRC32C: true,
+		UploadID:          in.UploadID,
+		Hooks: objstore.Hooks{
+			UploadCreated: func(id string) error {
+				if err := s.d.DB.SetIntentUpload(ctx, f, in.ID, id); err != nil {
+					return err
+				}
+				s.crash("settle.after-upload-created")
+				return nil
+			},
+			PartStaged: func(part int) error {
+				if err := s.d.DB.AddStagedPart(ctx, f, in.ID, part); err != nil {
+					return err
+				}
+				s.crash("settle.after-sidecar-staged")
+				return nil
+			},
+			PartDone: func(part int, copied bool) error {
+				if copied {
+					s.crash("settle.after-part-copied")
+				} else {
+					s.crash("settle.after-part-gathered")
+				}
+				return nil
+			},
+			Completed: func() error { s.crash("settle.after-complete"); return nil },
+		},
+	}
+	if s.d.Pending != nil {
+		req.Stager = &partStager{store: s.d.Pending, intent: in.ID, key: o.Key}
+	}
+	for _, p := range o.Pieces {
+		req.Pieces = append(req.Pieces, objstore.Piece{SrcBucket: s.sourceBucket(p.Src.Class), SrcKey: p.Src.Key,
+			Off: int64(p.Off), Len: int64(p.Len), CRC32C: p.CRC32C, HasCRC32C: true})
+	}
+	req.Pieces = append(req.Pieces, objstore.DataPiece(o.Footer.Bytes))
+	res, err := s.d.Store.Assemble(ctx, req)
+	if err == nil {
+		return &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
+			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}, in.ID, nil
+	}
+	if !errors.Is(err, objstore.ErrExists) {
+		return nil, in.ID, fmt.Errorf("assemble %s: %w", o.Key, err)
+	}
+	// 412: an earlier attempt completed this key and crashed before its
+	// commit. Adopt the standing bytes, never replace them.
+	p, aerr := s.adopt(ctx, o, known)
+	s.crash("settle.after-adoption-read")
+	uploadID := res.UploadID
+	if uploadID == "" {
+		uploadID = in.UploadID
+	}
+	if uploadID != "" {
+		if err := s.d.Store.AbortAssembly(ctx, s.d.StdBucket, o.Key, uploadID); err != nil {
+			return nil, in.ID, fmt.Errorf("abort our upload of %s after 412: %w", o.Key, err)
+		}
+	}
+	if aerr != nil {
+		return nil, in.ID, aerr
+	}
+	p.result = res
+	return p, in.ID, nil
+}
+
+// adopt reads the standing object's trailer and footer and checks it is a
+// valid settled bundle of this stream starting at this record whose records
+// agree with the sources: per-record lengths and timestamps, and DataCRCs
+// wherever chunk boundaries coincide (DESIGN.md section 3, step 3).
+func (s *Settler) adopt(ctx context.Context, o Output, known []bundlefmt.Entry) (*published, error) {
+	bad := func(err error) error { return &QuarantineError{SlotKey: o.Key, Class: ClassAdoption, Err: err} }
+	tr, size, err := s.d.Store.GetSuffix(ctx, s.d.StdBucket, o.Key, bundlefmt.TrailerSize)
+	if err != nil {
+		return nil, fmt.Errorf("read trailer of standing %s: %w", o.Key, err)
+	}
+	t, err := bundlefmt.DecodeTrailer(o.Key, tr, uint64(size))
+	if err != nil {
+		return nil, bad(err)
+	}
+	buf, _, err := s.d.Store.GetRange(ctx, s.d.StdBucket, o.Key, int64(t.FooterOffset()), int64(t.FooterLength())+bundlefmt.TrailerSize)
+	if err != nil {
+		return nil, fmt.Errorf("read footer of standing %s: %w", o.Key, err)
+	}
+	f, err := bundlefmt.OpenFooter(o.Key, t.FooterOffset(), buf, uint64(size), bundlefmt.SettledBase)
+	if err == nil {
+		err = f.VerifyDirectory()
+	}
+	if err != nil {
+		return nil, bad(err)
+	}
+	entries, err := f.Entries()
+	if err != nil {
+		return nil, bad(err)
+	}
+	if err := matchSources(o, entries, known); err != nil {
+		return nil, bad(err)
+	}
+	return &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: entries, size: uint64(size),
+		footOff: f.FooterOffset(), footLen: f.FooterLength(), adopted: true}, nil
+}
+
+// matchSources checks a standing object's entries against the stream's
+// known chunks (the plan's sources, standing tail first).
+func matchSources(o Output, got, known []bundlefmt.Entry) error {
+	stream := o.Footer.Entries[0].Stream
+	if len(got) == 0 {
+		return errors.New("standing object has no chunks")
+	}
+	type rec struct {
+		length uint32
+		ts     int64
+	}
+	src := map[uint64]rec{}
+	bounds := map[uint64]int{} // chunk start record -> index in known
+	for i := range known {
+		e := &known[i]
+		bounds[e.FirstRecord] = i
+		for j := range e.Lengths {
+			src[e.FirstRecord+uint64(j)] = rec{e.Lengths[j], e.Timestamps[j]}
+		}
+	}
+	next := o.FirstRecord
+	for ci := range got {
+		e := &got[ci]
+		if e.Stream != stream {
+			return fmt.Errorf("chunk %d belongs to stream %s", ci, e.Stream)
+		}
+		if e.FirstRecord != next {
+			return fmt.Errorf("chunk %d starts at record %d, expected %d", ci, e.FirstRecord, next)
+		}
+		for j := range e.Lengths {
+			r, ok := src[e.FirstRecord+uint64(j)]
+			if !ok {
+				return fmt.Errorf("record %d is beyond the stream's known records", e.FirstRecord+uint64(j))
+			}
+			if r.length != e.Lengths[j] || r.ts != e.Timestamps[j] {
+				return fmt.Errorf("record %d: length %d ts %d, sources say %d and %d",
+					e.FirstRecord+uint64(j), e.Lengths[j], e.Timestamps[j], r.length, r.ts)
+			}
+		}
+		// DataCRC where the chunk's boundaries coincide with source chunks.
+		if i, ok := bounds[e.FirstRecord]; ok {
+			crc, at := uint32(0), e.FirstRecord
+			for k := i; k < len(known) && at < e.EndRecord(); k++ {
+				crc = bundlefmt.CRC32CCombine(crc, known[k].DataCRC, int64(known[k].ChunkBytes()))
+				at = known[k].EndRecord()
+			}
+			if at == e.EndRecord() && crc != e.DataCRC {
+				return fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)
+			}
+		}
+		next = e.EndRecord()
+	}
+	if _, ok := bounds[next]; !ok && src[next] != (rec{}) {
+		return fmt.Errorf("standing object ends at record %d, inside a source chunk", next)
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/objstore"
+)
+
+// recoverIntents is step 1 of the cycle for publish intents left open by a
+// crash. A live intent (its key is still the next object its stream would
+// publish: a new object at settled_through, or the rewrite of the stream's
+// last entry) is kept: the stream's next settle resumes its upload from the
+// staged parts, or adopts the standing object on 412, onto the same key. A
+// stale intent can never be published again (settled_through and revisions
+// only grow), so its upload is aborted and it becomes a reap intent: the
+// reap step deletes its object after the grace unless the catalog references
+// the key. Then the pending sidecars are reconciled against what stays open.
+func (s *Settler) recoverIntents(ctx context.Context, f catalog.Fence) error {
+	intents, err := s.d.DB.Intents(ctx, f.Star, "publish", s.c.ReapGrace)
+	if err != nil {
+		return err
+	}
+	for _, in := range intents {
+		live, err := s.intentLive(ctx, in)
+		if err != nil {
+			return err
+		}
+		if live {
+			continue
+		}
+		if in.UploadID != "" {
+			if err := s.d.Store.AbortAssembly(ctx, s.d.StdBucket, in.ObjectKey, in.UploadID); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+				return fmt.Errorf("abort stale upload of %s: %w", in.ObjectKey, err)
+			}
+		}
+		if err := s.d.DB.AbandonPublish(ctx, f, in.ID, s.c.ReapGrace); err != nil {
+			return err
+		}
+		s.d.Log.Info("stale publish intent abandoned", "key", in.ObjectKey, "intent", in.ID)
+	}
+	return s.reconcile(ctx, f)
+}
+
+func (s *Settler) intentLive(ctx context.Context, in catalog.Intent) (bool, error) {
+	k, err := bundlefmt.ParseSettledKey(in.ObjectKey)
+	if err != nil {
+		return false, nil // not a key we would write
+	}
+	st, err := s.d.DB.GetStream(ctx, catalog.StreamID(k.Stream))
+	if errors.Is(err, catalog.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if st.Bucket != k.Bucket || uint64(st.Epoch) != k.StreamEpoch || st.SettledThrough >= st.NextRecord {
+		return false, nil
+	}
+	if k.Revision == 0 {
+		return uint64(st.SettledThrough) == k.FirstRecord, nil
+	}
+	last, err := s.d.DB.LastEntry(ctx, st.ID)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return uint64(last.FirstRecord) == k.FirstRecord && uint32(last.Revision)+1 == k.Revision &&
+		last.EndRecord() == st.SettledThrough, nil
+}
+
+// reconcile keeps exactly the sidecars of the open publish intents' staged
+// parts (DESIGN.md section 7).
+func (s *Settler) reconcile(ctx context.Context, f catalog.Fence) error {
+	if s.d.Pending == nil {
+		return nil
+	}
+	intents, err := s.d.DB.Intents(ctx, f.Star, "publish", s.c.ReapGrace)
+	if err != nil {
+		return err
+	}
+	staged := map[int64][]int32{}
+	for _, in := range intents {
+		staged[in.ID] = in.StagedParts
+	}
+	dropped, err := reconcilePending(s.d.Pending, stagedPositions(staged))
+	for _, pos := range dropped {
+		s.d.Log.Warn("staged part failed verification; it will be rebuilt from source", "position", pos)
+	}
+	return err
+}

@@ -1,0 +1,251 @@
+package settle
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/objstore"
+)
+
+// Reader reads a byte range of an object of a class: standard objects from
+// the standard bucket, express slots from the express set (local zone
+// first). It returns the object's total size too (Content-Range), and an
+// error matching objstore.ErrNotFound when no bucket has the object.
+type Reader interface {
+	GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error)
+}
+
+// Error classes recorded with a quarantine (and shown by status).
+const (
+	ClassCorrupt     = "corrupt"
+	ClassChecksum    = "checksum"
+	ClassUnsupported = "unsupported_version"
+	ClassMissing     = "missing"
+	ClassTiling      = "tiling"
+	ClassAdoption    = "invalid_standing_object"
+)
+
+// QuarantineError is bad data scoped to one stream: the stream is set aside
+// with the reason and the cycle goes on with the others.
+type QuarantineError struct {
+	SlotKey string
+	Class   string
+	Err     error
+}
+
+func (e *QuarantineError) Error() string {
+	if e.SlotKey == "" {
+		return fmt.Sprintf("%s: %v", e.Class, e.Err)
+	}
+	return fmt.Sprintf("%s in %s: %v", e.Class, e.SlotKey, e.Err)
+}
+
+func (e *QuarantineError) Unwrap() error { return e.Err }
+
+// classify turns a read or decode error into a quarantine when it is about
+// the data (corrupt, checksum, version, missing); other errors (network,
+// throttling) are returned as they are, for a retry next cycle.
+func classify(key string, err error) error {
+	var q *QuarantineError
+	switch {
+	case errors.As(err, &q):
+		return err
+	case errors.Is(err, bundlefmt.ErrUnsupportedVersion):
+		return &QuarantineError{SlotKey: key, Class: ClassUnsupported, Err: err}
+	case errors.Is(err, bundlefmt.ErrChecksum):
+		return &QuarantineError{SlotKey: key, Class: ClassChecksum, Err: err}
+	case errors.Is(err, bundlefmt.ErrCorrupt):
+		return &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: err}
+	case errors.Is(err, objstore.ErrNotFound):
+		return &QuarantineError{SlotKey: key, Class: ClassMissing, Err: err}
+	}
+	return err
+}
+
+// footerCache holds slot footers for one cycle, shared by every stream: one
+// ranged GET per slot per cycle (many streams share a slot). It is bounded
+// in bytes (least recently used out) and fetches each slot once even when
+// several streams ask at the same time.
+type footerCache struct {
+	r     Reader
+	limit int64
+
+	mu       sync.Mutex
+	size     int64
+	lru      *list.List // of *cached, most recent at the front
+	byKey    map[string]*list.Element
+	inflight map[string]*fetch
+	gets     int64
+}
+
+type cached struct {
+	key    string
+	window [2]int64
+	f      *bundlefmt.Footer
+	bytes  int64
+}
+
+type fetch struct {
+	done chan struct{}
+	c    *cached
+	err  error
+}
+
+func newFooterCache(r Reader, limit int64) *footerCache {
+	return &footerCache{r: r, limit: limit, lru: list.New(), byKey: map[string]*list.Element{}, inflight: map[string]*fetch{}}
+}
+
+// Gets is the number of footer GETs issued.
+func (c *footerCache) Gets() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gets
+}
+
+// get returns the slot's footer, opened from the ref's window. Two refs that
+// disagree on a slot's window are corruption.
+func (c *footerCache) get(ctx context.Context, class, key string, off, length int64) (*bundlefmt.Footer, error) {
+	c.mu.Lock()
+	if el, ok := c.byKey[key]; ok {
+		ce := el.Value.(*cached)
+		c.lru.MoveToFront(el)
+		c.mu.Unlock()
+		return ce.check(key, off, length)
+	}
+	if fl, ok := c.inflight[key]; ok {
+		c.mu.Unlock()
+		select {
+		case <-fl.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if fl.err != nil {
+			return nil, fl.err
+		}
+		return fl.c.check(key, off, length)
+	}
+	fl := &fetch{done: make(chan struct{})}
+	c.inflight[key] = fl
+	c.gets++
+	c.mu.Unlock()
+
+	fl.c, fl.err = c.load(ctx, class, key, off, length)
+	c.mu.Lock()
+	delete(c.inflight, key)
+	if fl.err == nil {
+		c.byKey[key] = c.lru.PushFront(fl.c)
+		c.size += fl.c.bytes
+		for c.size > c.limit && c.lru.Len() > 1 {
+			old := c.lru.Back()
+			ce := old.Value.(*cached)
+			c.lru.Remove(old)
+			delete(c.byKey, ce.key)
+			c.size -= ce.bytes
+		}
+	}
+	c.mu.Unlock()
+	close(fl.done)
+	if fl.err != nil {
+		return nil, fl.err
+	}
+	return fl.c.f, nil
+}
+
+func (ce *cached) check(key string, off, length int64) (*bundlefmt.Footer, error) {
+	if ce.window != [2]int64{off, length} {
+		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt,
+			Err: fmt.Errorf("refs disagree on the footer window: (%d, %d) and (%d, %d)", ce.window[0], ce.window[1], off, length)}
+	}
+	return ce.f, nil
+}
+
+func (c *footerCache) load(ctx context.Context, class, key string, off, length int64) (*cached, error) {
+	if off < bundlefmt.EnvelopeSize+1 || length < 1 {
+		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: fmt.Errorf("ref footer window (%d, %d) is out of range", off, length)}
+	}
+	buf, size, err := c.r.GetRange(ctx, class, key, off, length+bundlefmt.TrailerSize)
+	if err != nil {
+		return nil, classify(key, fmt.Errorf("read footer of %s: %w", key, err))
+	}
+	f, err := bundlefmt.OpenFooter(key, uint64(off), buf, uint64(size), bundlefmt.EnvelopeSize)
+	if err != nil {
+		return nil, classify(key, err)
+	}
+	if f.FooterLength() != uint64(length) {
+		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt,
+			Err: fmt.Errorf("ref footer length %d, trailer says %d", length, f.FooterLength())}
+	}
+	return &cached{key: key, window: [2]int64{off, length}, f: f, bytes: int64(len(buf))}, nil
+}
+
+// Resolved is a stream's unsettled data: its chunks in record order.
+type Resolved struct {
+	Chunks []SourceChunk
+	Bytes  int64 // Σ chunk bytes
+}
+
+// resolve reads the stream's refs' slots and returns the chunks that tile
+// [settled_through, next_record), skipping chunks wholly below settled
+// (already settled) or below low_record (dead). Any break is a
+// *QuarantineError naming the slot and the error class.
+func resolve(ctx context.Context, fc *footerCache, star string, st catalog.Stream, refs []catalog.SpanRef) (Resolved, error) {
+	var out Resolved
+	stream := bundlefmt.StreamID(st.ID)
+	at := st.SettledThrough // the next record the chunks must start at
+	for _, ref := range refs {
+		if ref.EndRecord() <= st.SettledThrough {
+			continue // wholly settled; deleted by the next commit
+		}
+		rec := uint64(ref.FirstRecord)
+		for _, s := range ref.Slots {
+			key := bundlefmt.SlotKey(star, uint64(s.Epoch), uint64(s.Seq))
+			f, err := fc.get(ctx, ref.Class, key, s.FooterOffset, s.FooterLength)
+			if err != nil {
+				return out, err
+			}
+			i, ok := f.Find(stream, rec)
+			if !ok {
+				return out, &QuarantineError{SlotKey: key, Class: ClassTiling,
+					Err: fmt.Errorf("stream %s has no chunk at record %d", stream, rec)}
+			}
+			e, err := f.Entry(i)
+			if err != nil {
+				return out, classify(key, err)
+			}
+			if e.Stream != stream || e.FirstRecord != rec {
+				return out, &QuarantineError{SlotKey: key, Class: ClassTiling,
+					Err: fmt.Errorf("chunk [%d, %d) where the ref expects record %d", e.FirstRecord, e.EndRecord(), rec)}
+			}
+			rec = e.EndRecord()
+			end := int64(e.EndRecord())
+			if end <= at || end <= st.LowRecord {
+				continue // settled already, or dead
+			}
+			// A live chunk starts where the last one ended, or, for the first
+			// live chunk after dead ones, above settled_through but not above
+			// low_record (the catalog then starts above a gap: retention).
+			first := int64(e.FirstRecord)
+			if first != at && !(first > at && len(out.Chunks) == 0 && first <= st.LowRecord) {
+				return out, &QuarantineError{SlotKey: key, Class: ClassTiling,
+					Err: fmt.Errorf("chunk [%d, %d) does not start at record %d", e.FirstRecord, e.EndRecord(), at)}
+			}
+			out.Chunks = append(out.Chunks, SourceChunk{Src: Source{Key: key, Class: ref.Class}, Entry: e})
+			out.Bytes += int64(e.ChunkBytes())
+			at = end
+		}
+		if rec != uint64(ref.EndRecord()) {
+			return out, &QuarantineError{Class: ClassTiling,
+				Err: fmt.Errorf("ref [%d, %d) of stream %s: its chunks end at %d", ref.FirstRecord, ref.EndRecord(), stream, rec)}
+		}
+	}
+	if at != st.NextRecord {
+		return out, &QuarantineError{Class: ClassTiling,
+			Err: fmt.Errorf("stream %s: chunks end at %d, next_record is %d", stream, at, st.NextRecord)}
+	}
+	return out, nil
+}

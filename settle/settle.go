@@ -1,0 +1,343 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/pendingobj"
+)
+
+// Store is what settling needs of the object store (objstore.Store has it).
+type Store interface {
+	GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error)
+	GetSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error)
+	Head(ctx context.Context, bucket, key string) (objstore.Attrs, error)
+	Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error)
+	AbortAssembly(ctx context.Context, bucket, key, uploadID string) error
+}
+
+// Deps are the settle step's collaborators.
+type Deps struct {
+	DB             *catalog.DB
+	Store          Store
+	Reader         Reader            // slots by class (express set with fall-through)
+	StdBucket      string            // settled objects and standard slots
+	ExpressBuckets []string          // the express set in read order (local zone first)
+	Pending        *pendingobj.Store // staged parts; nil keeps gathered parts in memory
+	Log            *slog.Logger
+	Metrics        *Metrics     // nil: none
+	Crash          func(string) // crash points (nil: none)
+}
+
+// Config is the settle policy.
+type Config struct {
+	Policy           catalog.DuePolicy
+	CapBytes         int64 // --denorm-output-cap-mib in bytes
+	TargetBytes      int64 // --denorm-chunk-target-kib in bytes
+	MaxStreams       int
+	MaxBytes         int64
+	Concurrency      int
+	ReapGrace        time.Duration
+	FooterCacheBytes int64
+}
+
+// Settler is the recover-and-settle step of the cycle (DESIGN.md section 2,
+// steps 1 and 2).
+type Settler struct {
+	d Deps
+	c Config
+}
+
+var _ cycle.Step = (*Settler)(nil)
+
+// New returns the settle step.
+func New(d Deps, c Config) *Settler {
+	if d.Log == nil {
+		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Concurrency < 1 {
+		c.Concurrency = 1
+	}
+	if c.FooterCacheBytes <= 0 {
+		c.FooterCacheBytes = 256 << 20
+	}
+	return &Settler{d: d, c: c}
+}
+
+// Name implements cycle.Step.
+func (s *Settler) Name() string { return "settle" }
+
+func (s *Settler) crash(name string) {
+	if s.d.Crash != nil {
+		s.d.Crash(name)
+	}
+}
+
+// sourceBucket is the bucket an assembly copies a source of a class from.
+func (s *Settler) sourceBucket(class string) string {
+	if class == catalog.ClassExpress && len(s.d.ExpressBuckets) > 0 {
+		return s.d.ExpressBuckets[0]
+	}
+	return s.d.StdBucket
+}
+
+// Run recovers open publish intents, then settles the due streams.
+func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+	var total cycle.Counts
+	if !opts.DryRun {
+		if err := s.recoverIntents(ctx, f); err != nil {
+			return total, err
+		}
+	}
+	due, err := s.d.DB.DueStreams(ctx, f.Star, s.c.Policy, opts.Streams, s.c.MaxStreams)
+	if err != nil {
+		return total, err
+	}
+	fc := newFooterCache(s.d.Reader, s.c.FooterCacheBytes)
+	var (
+		mu       sync.Mutex
+		firstErr error
+		budget   = s.c.MaxBytes
+	)
+	take := func(n int64) bool { // the --settle-max-bytes budget
+		mu.Lock()
+		defer mu.Unlock()
+		if budget <= 0 {
+			return false
+		}
+		budget -= n
+		return true
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.c.Concurrency)
+	for _, ds := range due {
+		g.Go(func() error {
+			c, err := s.settleStream(gctx, f, fc, ds, opts, take)
+			mu.Lock()
+			total.Add(c)
+			mu.Unlock()
+			var q *QuarantineError
+			switch {
+			case err == nil:
+				return nil
+			case errors.As(err, &q):
+				s.d.Log.Warn("stream quarantined", "stream", fmt.Sprintf("%x", ds.Stream), "class", q.Class, "slot", q.SlotKey, "err", q.Err)
+				if opts.DryRun {
+					return nil
+				}
+				if qerr := s.d.DB.Quarantine(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error()); qerr != nil {
+					return qerr
+				}
+				mu.Lock()
+				total.StreamsQuarantined++
+				mu.Unlock()
+				s.d.Metrics.quarantined(q.Class)
+				return nil
+			case errors.Is(err, catalog.ErrStaleToken), cycle.IsHalt(err):
+				return err // stop everything
+			default:
+				// Transient (S3 or Postgres outage): nothing of this stream
+				// changed beyond committed progress; retry next cycle.
+				s.d.Log.Error("settle stream failed", "stream", fmt.Sprintf("%x", ds.Stream), "err", err)
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				return nil
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return total, err
+	}
+	s.d.Metrics.footerGets(fc.Gets())
+	if !opts.DryRun {
+		if err := s.reconcile(ctx, f); err != nil {
+			return total, err
+		}
+	}
+	return total, firstErr
+}
+
+// settleStream resolves, plans, publishes and commits one stream's objects
+// in record order; partial progress is kept.
+func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
+	var counts cycle.Counts
+	st, err := s.d.DB.GetStream(ctx, ds.Stream)
+	if err != nil {
+		return counts, err
+	}
+	if st.SettledThrough < st.LowRecord && !opts.DryRun {
+		if st.SettledThrough, err = s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
+			return counts, err
+		}
+	}
+	refs, err := s.d.DB.RefsOfStream(ctx, st.ID)
+	if err != nil {
+		return counts, err
+	}
+	if st.SettledThrough >= st.NextRecord {
+		return counts, nil
+	}
+	res, err := resolve(ctx, fc, f.Star, st, refs)
+	if err != nil {
+		return counts, err
+	}
+	if len(res.Chunks) == 0 || !take(res.Bytes) {
+		return counts, nil
+	}
+	tail, err := s.loadTail(ctx, st)
+	if err != nil {
+		return counts, err
+	}
+	chunks := res.Chunks
+	for len(chunks) > 0 {
+		outs, err := Plan(PlanInput{Stream: bundlefmt.StreamID(st.ID), Bucket: st.Bucket, StreamEpoch: uint64(st.Epoch),
+			Tail: tail, Chunks: chunks, CapBytes: s.c.CapBytes, TargetBytes: s.c.TargetBytes})
+		if err != nil {
+			return counts, fmt.Errorf("plan stream %x: %w", st.ID, err)
+		}
+		if opts.DryRun {
+			s.printPlan(opts.Plan, st, outs)
+			return counts, nil
+		}
+		known := knownEntries(tail, chunks)
+		replan := false
+		for _, o := range outs {
+			p, intentID, err := s.publish(ctx, f, o, known)
+			if err != nil {
+				s.d.Metrics.object("failed")
+				return counts, err
+			}
+			commit := catalog.SettleCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: -1, IntentID: intentID,
+				ObjectKey: p.key, ReapGrace: s.c.ReapGrace}
+			if o.Rewrite != nil {
+				commit.PrevRevision = int32(o.Rewrite.Revision)
+				commit.OldKey = o.Rewrite.Key
+			}
+			s.crash("settle.before-commit")
+			if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
+				return counts, err
+			}
+			s.crash("settle.after-commit")
+			counts.BytesCopied += p.result.BytesCopied
+			counts.BytesFetched += p.result.BytesFetched
+			counts.BytesUploaded += p.result.BytesUploaded
+			counts.S3Requests += int64(p.result.Requests)
+			if p.adopted {
+				counts.ObjectsAdopted++
+				s.d.Metrics.object("adopted")
+			} else {
+				counts.ObjectsPublished++
+				s.d.Metrics.object("published")
+			}
+			tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
+			if p.end() != o.EndRecord() {
+				// The adopted object covers other records than planned:
+				// re-plan the rest with it as the stream's last entry.
+				rest := chunks[:0:0]
+				for _, c := range chunks {
+					if c.Entry.FirstRecord >= p.end() {
+						rest = append(rest, c)
+					}
+				}
+				chunks, replan = rest, true
+				break
+			}
+		}
+		if !replan {
+			break
+		}
+	}
+	counts.StreamsSettled++
+	return counts, nil
+}
+
+// knownEntries is every chunk the stream has in play: the standing tail's,
+// then the new source chunks.
+func knownEntries(tail *Tail, chunks []SourceChunk) []bundlefmt.Entry {
+	var out []bundlefmt.Entry
+	if tail != nil {
+		out = append(out, tail.Entries...)
+	}
+	for _, c := range chunks {
+		out = append(out, c.Entry)
+	}
+	return out
+}
+
+// loadTail reads the stream's last catalog entry's footer when that entry
+// ends at settled_through (so new chunks may extend it).
+func (s *Settler) loadTail(ctx context.Context, st catalog.Stream) (*Tail, error) {
+	last, err := s.d.DB.LastEntry(ctx, st.ID)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if last.EndRecord() != st.SettledThrough {
+		return nil, nil // retention left a gap: the next object starts a new run
+	}
+	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(last.Epoch), uint64(last.FirstRecord), uint32(last.Revision))
+	buf, size, err := s.d.Store.GetRange(ctx, s.d.StdBucket, key, last.FooterOffset, last.FooterLength+bundlefmt.TrailerSize)
+	if err != nil {
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, fmt.Errorf("%w: cataloged object %s is missing", cycle.ErrHalt, key)
+		}
+		return nil, fmt.Errorf("read footer of tail %s: %w", key, err)
+	}
+	f, err := bundlefmt.OpenFooter(key, uint64(last.FooterOffset), buf, uint64(size), bundlefmt.SettledBase)
+	if err != nil {
+		return nil, &QuarantineError{SlotKey: key, Class: classOf(err), Err: err}
+	}
+	entries, err := f.Entries()
+	if err != nil {
+		return nil, &QuarantineError{SlotKey: key, Class: classOf(err), Err: err}
+	}
+	return &Tail{Key: key, FirstRecord: uint64(last.FirstRecord), Revision: uint32(last.Revision), Entries: entries}, nil
+}
+
+func classOf(err error) string {
+	var q *QuarantineError
+	if errors.As(classify("", err), &q) {
+		return q.Class
+	}
+	return ClassCorrupt
+}
+
+// printPlan writes a dry run's plan: objects, keys, bytes copied and fetched.
+func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output) {
+	if w == nil {
+		return
+	}
+	for _, o := range outs {
+		var specs []objstore.PieceSpec
+		for _, p := range o.Pieces {
+			specs = append(specs, objstore.PieceSpec{Len: int64(p.Len), Copy: true})
+		}
+		specs = append(specs, objstore.PieceSpec{Len: int64(len(o.Footer.Bytes))})
+		copied, fetched := int64(0), int64(0)
+		if plan, err := objstore.PlanParts(specs, objstore.DefaultLimits); err == nil {
+			copied, fetched = plan.Copied(), plan.Fetched()
+		}
+		what := "new"
+		if o.Rewrite != nil {
+			what = "rewrite of " + o.Rewrite.Key
+		}
+		fmt.Fprintf(w, "publish %s records [%d, %d) %d bytes (%s): copy %d, fetch %d\n",
+			o.Key, o.FirstRecord, o.EndRecord(), o.Footer.ObjectSize, what, copied, fetched)
+	}
+}

@@ -1,0 +1,99 @@
+package settle
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+
+	"github.com/nova/auditor/pendingobj"
+)
+
+// Pending sidecars (DESIGN.md section 7, FORMAT.md section 10): every
+// gathered upload part of an open publish intent is staged in a pendingobj
+// store with namespace = the star and this format ID, at position
+// intent_id * 10000 + part_number.
+const (
+	PartFormatID  = "nova-auditor-part/1"
+	partMediaType = "application/octet-stream"
+	maxParts      = 10000
+)
+
+// PartPosition is the sidecar position of a part of an intent.
+func PartPosition(intentID int64, part int) uint64 {
+	return uint64(intentID)*maxParts + uint64(part)
+}
+
+// partStager implements objstore.Stager for one publish intent.
+type partStager struct {
+	store  *pendingobj.Store
+	intent int64
+	key    string
+}
+
+func (s *partStager) name(part int) string { return s.key + "#" + strconv.Itoa(part) }
+
+// Stage installs a part; a part already staged with the same bytes (a
+// resumed assembly) is accepted, with other bytes it is an error.
+func (s *partStager) Stage(part int, data []byte) error {
+	if part < 1 || part > maxParts {
+		return fmt.Errorf("stage part %d of %s: part number out of range", part, s.key)
+	}
+	err := s.store.Install(PartPosition(s.intent, part), s.name(part), partMediaType, data)
+	if errors.Is(err, fs.ErrExist) {
+		old, rerr := s.Load(part)
+		if rerr == nil && bytes.Equal(old, data) {
+			return nil
+		}
+		return fmt.Errorf("stage part %d of %s: a different part is already staged: %w", part, s.key, err)
+	}
+	if err != nil {
+		return fmt.Errorf("stage part %d of %s: %w", part, s.key, err)
+	}
+	return nil
+}
+
+// Load reads a staged part back, verified by its SHA-256 and its name.
+func (s *partStager) Load(part int) ([]byte, error) {
+	obj, err := s.store.Read(PartPosition(s.intent, part))
+	if err != nil {
+		return nil, fmt.Errorf("load staged part %d of %s: %w", part, s.key, err)
+	}
+	if obj.FileName != s.name(part) {
+		return nil, fmt.Errorf("load staged part %d of %s: sidecar belongs to %q", part, s.key, obj.FileName)
+	}
+	return obj.Bytes, nil
+}
+
+// stagedPositions returns the sidecar positions of the given intents' parts.
+func stagedPositions(intents map[int64][]int32) []uint64 {
+	var out []uint64
+	for id, parts := range intents {
+		for _, p := range parts {
+			out = append(out, PartPosition(id, int(p)))
+		}
+	}
+	return out
+}
+
+// reconcilePending keeps exactly the staged parts of the open intents: it
+// removes every other sidecar, and drops referenced ones that fail
+// verification so they are rebuilt from source, never uploaded.
+func reconcilePending(p *pendingobj.Store, positions []uint64) (dropped []uint64, err error) {
+	if err := p.Reconcile(positions); err == nil {
+		return nil, nil
+	}
+	keep := positions[:0:0]
+	for _, pos := range positions {
+		if _, err := p.Read(pos); err == nil {
+			keep = append(keep, pos)
+		} else {
+			dropped = append(dropped, pos)
+		}
+	}
+	if err := p.Reconcile(keep); err != nil {
+		return dropped, fmt.Errorf("reconcile pending sidecars: %w", err)
+	}
+	return dropped, nil
+}
