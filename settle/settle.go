@@ -232,6 +232,9 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 				return counts, err
 			}
 			s.crash("settle.after-commit")
+			if commit.OldKey != "" {
+				s.crash("settle.after-reap-armed") // the rewrite's commit armed the old revision's reap
+			}
 			counts.BytesCopied += p.result.BytesCopied
 			counts.BytesFetched += p.result.BytesFetched
 			counts.BytesUploaded += p.result.BytesUploaded
