@@ -132,6 +132,8 @@ func appendFooter(dst []byte, entries []Entry, l layout) []byte {
 	return binary.LittleEndian.AppendUint32(dst, idxCRC)
 }
 
+const copyPiece = 64 << 10
+
 // copyChunks appends each chunk's bytes after checking them: the length
 // against Σ lengths, the DataCRC against the bytes, and every stored record
 // against section 3, so an encoder never writes what the decoder rejects.
@@ -141,15 +143,23 @@ func copyChunks(dst []byte, chunks []Chunk, transit bool) ([]byte, error) {
 		if uint64(len(c.Data)) != c.Entry.ChunkBytes() {
 			return dst, invalidf("chunk %d: %d data bytes, Σ lengths %d", i, len(c.Data), c.Entry.ChunkBytes())
 		}
-		start := len(dst)
-		dst = append(dst, c.Data...)
-		if crc := CRC32C(dst[start:]); crc != c.Entry.DataCRC {
+		// Copy and check in cache-sized pieces, so the CRC reads bytes the
+		// copy just wrote.
+		var crc uint32
+		for p := 0; p < len(c.Data); p += copyPiece {
+			q := min(p+copyPiece, len(c.Data))
+			dst = append(dst, c.Data[p:q]...)
+			crc = crc32cUpdate(crc, dst[len(dst)-(q-p):])
+		}
+		if crc != c.Entry.DataCRC {
 			return dst, invalidf("chunk %d: DataCRC 0x%08x, bytes have 0x%08x", i, c.Entry.DataCRC, crc)
 		}
 		p := 0
 		for j, ln := range c.Entry.Lengths {
-			if _, fe := parseRecord(c.Data[p:p+int(ln)], !transit); fe != nil {
-				return dst, invalidf("chunk %d record %d: %s: %s", i, c.Entry.FirstRecord+uint64(j), fe.Field, fe.Detail)
+			if c.Data[p] != 0 { // flags 0: no headers, always valid
+				if _, fe := parseRecord(c.Data[p:p+int(ln)], !transit); fe != nil {
+					return dst, invalidf("chunk %d record %d: %s: %s", i, c.Entry.FirstRecord+uint64(j), fe.Field, fe.Detail)
+				}
 			}
 			p += int(ln)
 		}
@@ -168,20 +178,28 @@ func chunkEntries(chunks []Chunk) []Entry {
 // EncodeFlight encodes a transit bundle: envelope, chunks back to back from
 // offset 60, footer, trailer. It sorts nothing: chunks must be in strictly
 // ascending stream order (at most one per stream). Each chunk's DataCRC must
-// match its bytes; DataOffset is ignored and assigned.
+// match its bytes (it is checked while copying); DataOffset is ignored and
+// assigned.
 func EncodeFlight(epoch, seq, nonce uint64, chunks []Chunk) ([]byte, error) {
+	return AppendFlight(nil, epoch, seq, nonce, chunks)
+}
+
+// AppendFlight is EncodeFlight appending to dst, so a writer can reuse its
+// buffer. On error dst is returned unchanged in length.
+func AppendFlight(dst []byte, epoch, seq, nonce uint64, chunks []Chunk) ([]byte, error) {
 	if err := checkSlotNumbers(epoch, seq); err != nil {
-		return nil, err
+		return dst, err
 	}
 	entries := chunkEntries(chunks)
 	l, err := planLayout(entries, TransitBase)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	out := make([]byte, 0, l.objectSize())
+	start := len(dst)
+	out := grow(dst, l.objectSize())
 	out = appendEnvelope(out, kindByteFlight, epoch, seq, nonce, l.objectSize(), l.dirOffset, l.footerLen())
 	if out, err = copyChunks(out, chunks, true); err != nil {
-		return nil, err
+		return dst[:start], err
 	}
 	return appendFooter(out, entries, l), nil
 }
@@ -190,16 +208,30 @@ func EncodeFlight(epoch, seq, nonce uint64, chunks []Chunk) ([]byte, error) {
 // contiguous records, tombstones allowed. Each chunk's DataCRC must match its
 // bytes; DataOffset is ignored and assigned.
 func EncodeSettled(chunks []Chunk) ([]byte, error) {
+	return AppendSettled(nil, chunks)
+}
+
+// AppendSettled is EncodeSettled appending to dst.
+func AppendSettled(dst []byte, chunks []Chunk) ([]byte, error) {
 	entries := chunkEntries(chunks)
 	l, err := planLayout(entries, SettledBase)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	out := make([]byte, 0, l.objectSize())
+	start := len(dst)
+	out := grow(dst, l.objectSize())
 	if out, err = copyChunks(out, chunks, false); err != nil {
-		return nil, err
+		return dst[:start], err
 	}
 	return appendFooter(out, entries, l), nil
+}
+
+// grow returns dst with room for n more bytes.
+func grow(dst []byte, n uint64) []byte {
+	if uint64(cap(dst)-len(dst)) >= n {
+		return dst
+	}
+	return append(make([]byte, 0, uint64(len(dst))+n), dst...)
 }
 
 // SettledFooter is the tail of a settled object whose chunk bytes are copied
