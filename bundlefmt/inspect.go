@@ -19,7 +19,8 @@ const (
 
 // InspectOptions select what Inspect expects and prints.
 type InspectOptions struct {
-	Expect  Expect // kind and key expectations; KindUnknown sniffs
+	Expect  Expect // kind and key expectations; KindUnknown sniffs; Key is printed when set
+	File    string // where the bytes came from, for messages and the summary
 	JSON    bool   // one JSON document instead of the human summary
 	Records bool   // add every record's length, timestamp, batch end, header count and content bytes
 }
@@ -39,6 +40,7 @@ func ExitCode(err error) int {
 
 type inspectJSON struct {
 	Kind         string      `json:"kind"`
+	File         string      `json:"file,omitempty"`
 	Key          string      `json:"key,omitempty"`
 	ObjectSize   uint64      `json:"object_size"`
 	FooterOffset uint64      `json:"footer_offset"`
@@ -83,7 +85,11 @@ type errorJSON struct {
 // returns the exit code: 0 valid, 3 corrupt, 4 unsupported version, 1 when
 // writing fails.
 func Inspect(obj []byte, opts InspectOptions, stdout, stderr io.Writer) int {
-	o, err := ValidateObject(obj, opts.Expect)
+	exp := opts.Expect
+	if exp.Key == "" {
+		exp.Key = opts.File // errors name the object by whatever we know
+	}
+	o, err := ValidateObject(obj, exp)
 	if err != nil {
 		fmt.Fprintf(stderr, "inspect: %v\n", err)
 		if opts.JSON {
@@ -127,7 +133,7 @@ func writeErrorJSON(w io.Writer, err error) {
 }
 
 func summarize(obj []byte, o *Object, opts InspectOptions) inspectJSON {
-	doc := inspectJSON{Kind: o.Kind.String(), Key: opts.Expect.Key, ObjectSize: uint64(len(obj)), Chunks: []chunkJSON{}}
+	doc := inspectJSON{Kind: o.Kind.String(), File: opts.File, Key: opts.Expect.Key, ObjectSize: uint64(len(obj)), Chunks: []chunkJSON{}}
 	if o.Kind != KindSettled {
 		env := o.Envelope
 		doc.Epoch, doc.Seq, doc.Nonce = &env.Epoch, &env.Seq, &env.Nonce
@@ -173,6 +179,9 @@ func summarize(obj []byte, o *Object, opts InspectOptions) inspectJSON {
 func writeHuman(w io.Writer, doc inspectJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "kind\t%s\n", doc.Kind)
+	if doc.File != "" {
+		fmt.Fprintf(tw, "file\t%s\n", doc.File)
+	}
 	if doc.Key != "" {
 		fmt.Fprintf(tw, "key\t%s\n", doc.Key)
 	}
@@ -197,7 +206,10 @@ func writeHuman(w io.Writer, doc inspectJSON) error {
 				content += uint64(r.ContentBytes)
 			}
 		}
-		fmt.Fprintf(tw, "chunks\t%d (%d streams, %d records, %d data bytes)\n", len(doc.Chunks), streams, records, data)
+		fmt.Fprintf(tw, "chunks\t%d\n", len(doc.Chunks))
+		fmt.Fprintf(tw, "streams\t%d\n", streams)
+		fmt.Fprintf(tw, "records\t%d\n", records)
+		fmt.Fprintf(tw, "data bytes\t%d\n", data)
 		if len(doc.Chunks) > 0 && doc.Chunks[0].Records != nil {
 			fmt.Fprintf(tw, "content bytes\t%d\n", content)
 		}
@@ -208,25 +220,43 @@ func writeHuman(w io.Writer, doc inspectJSON) error {
 	if len(doc.Chunks) == 0 {
 		return nil
 	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "#\tstream\tfirst\tcount\tdata offset\tbytes\tdata crc\t\n")
-	for i, c := range doc.Chunks {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t0x%08x\t\n", i, c.StreamID, c.FirstRecord, c.RecordCount, c.DataOffset, c.ChunkBytes, c.DataCRC)
-		if c.Records == nil {
-			continue
+	const chunkHead = "chunk\tstream\tfirst record\tcount\tdata offset\tbytes\tdata crc\n"
+	chunkLine := func(tw io.Writer, i int, c chunkJSON) {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t0x%08x\n", i, c.StreamID, c.FirstRecord, c.RecordCount, c.DataOffset, c.ChunkBytes, c.DataCRC)
+	}
+	if doc.Chunks[0].Records == nil {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprint(tw, chunkHead)
+		for i, c := range doc.Chunks {
+			chunkLine(tw, i, c)
 		}
-		fmt.Fprintf(tw, "\trecord\tlength\ttimestamp\tbatch end\theaders\tcontent\t\n")
+		return tw.Flush()
+	}
+	for i, c := range doc.Chunks {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprint(tw, chunkHead)
+		chunkLine(tw, i, c)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "record\tlength\ttimestamp\tbatch end\theaders\tcontent bytes\t\n")
 		for _, r := range c.Records {
-			end, kind := "", ""
+			end := ""
 			if r.BatchEnd {
 				end = "end"
 			}
+			content := fmt.Sprint(r.ContentBytes)
 			if r.Tombstone {
-				kind = " tombstone"
+				content = "tombstone"
 			}
-			fmt.Fprintf(tw, "\t%d\t%d\t%d\t%s\t%d\t%d%s\t\n", r.Record, r.Length, r.Timestamp, end, r.HeaderCount, r.ContentBytes, kind)
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%s\t\n", r.Record, r.Length, r.Timestamp, end, r.HeaderCount, content)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
 		}
 	}
-	return tw.Flush()
+	return nil
 }
