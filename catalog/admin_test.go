@@ -1,0 +1,298 @@
+package catalog_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/testenv"
+)
+
+// newAdminDB is newDB with star s1 and a direct connection for setting up
+// what the catalog API does not write (times in the past, trim cursors).
+func newAdminDB(t *testing.T) (*catalog.DB, *pgx.Conn, context.Context) {
+	t.Helper()
+	ctx := context.Background()
+	url := testenv.FreshDatabase(t)
+	db, err := catalog.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return db, conn, ctx
+}
+
+func TestAdminRequestsStateAndNotify(t *testing.T) {
+	t.Parallel()
+	db, _, ctx := newAdminDB(t)
+	l, err := db.Listen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	if st, err := db.GetDaemonState(ctx, "s1"); err != nil || st.Paused || st.Halted() {
+		t.Fatalf("initial state %+v %v", st, err)
+	}
+	id := sid(7)
+	trig, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	payload, err := l.Wait(wctx)
+	cancel()
+	if err != nil || payload != "s1" {
+		t.Fatalf("notification: %q %v", payload, err)
+	}
+	if trig.Kind != "trigger" || trig.Stream == nil || *trig.Stream != id || trig.RequestedBy != "alice" || trig.ConsumedAt != nil {
+		t.Fatalf("trigger row %+v", trig)
+	}
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminPause, nil, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := db.GetDaemonState(ctx, "s1")
+	if err != nil || !st.Paused || st.PausedAt == nil {
+		t.Fatalf("after pause %+v %v", st, err)
+	}
+	// release of a stream that is not quarantined records nothing.
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminRelease, &id, "alice"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("release of a free stream: %v", err)
+	}
+	if _, err := db.RequestAdmin(ctx, "s1", "explode", nil, "alice"); err == nil {
+		t.Fatal("unknown kind accepted")
+	}
+	open, err := db.AdminRequests(ctx, "s1", true, 10)
+	if err != nil || len(open) != 2 || open[0].Kind != "pause" || open[1].Kind != "trigger" {
+		t.Fatalf("open requests %+v %v", open, err)
+	}
+
+	// Consuming is fenced and takes only the kinds asked for.
+	lease, err := db.AcquireLease(ctx, "s1", "d1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ConsumeAdminRequests(ctx, lease.Fence, []string{catalog.AdminPause, catalog.AdminResume})
+	if err != nil || len(got) != 1 || got[0].Kind != "pause" || got[0].ConsumedBy != "d1" || got[0].ConsumedAt == nil {
+		t.Fatalf("consume pause: %+v %v", got, err)
+	}
+	stale := lease.Fence
+	stale.Token--
+	if _, err := db.ConsumeAdminRequests(ctx, stale, []string{catalog.AdminTrigger}); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("consume with a stale token: %v", err)
+	}
+	got, err = db.ConsumeAdminRequests(ctx, lease.Fence, []string{catalog.AdminTrigger})
+	if err != nil || len(got) != 1 || got[0].ID != trig.ID {
+		t.Fatalf("consume trigger: %+v %v", got, err)
+	}
+	if r, err := db.GetAdminRequest(ctx, trig.ID); err != nil || r.ConsumedAt == nil || r.ConsumedBy != "d1" {
+		t.Fatalf("consumed trigger reads back as %+v %v", r, err)
+	}
+
+	// A halt is fenced, keeps its first reason, and resume clears it with the pause.
+	if err := db.SetHalted(ctx, stale, "x"); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("halt with a stale token: %v", err)
+	}
+	if err := db.SetHalted(ctx, lease.Fence, "overlap in stream 7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetHalted(ctx, lease.Fence, "second"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = db.GetDaemonState(ctx, "s1")
+	if !st.Halted() || st.HaltedReason != "overlap in stream 7" || st.HaltedAt == nil || !st.Paused {
+		t.Fatalf("halted state %+v", st)
+	}
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ = db.GetDaemonState(ctx, "s1"); st.Halted() || st.Paused {
+		t.Fatalf("after resume %+v", st)
+	}
+
+	// release lifts a quarantine and records the request.
+	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Quarantine(ctx, lease.Fence, id, "", "corrupt", "bad crc"); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := db.RequestAdmin(ctx, "s1", catalog.AdminRelease, &id, "bob")
+	if err != nil || rel.Kind != "release" {
+		t.Fatalf("release: %+v %v", rel, err)
+	}
+	if q, _ := db.Quarantined(ctx, "s1"); len(q) != 0 {
+		t.Fatalf("quarantine after release: %+v", q)
+	}
+}
+
+func TestRunLedger(t *testing.T) {
+	t.Parallel()
+	db, _, ctx := newAdminDB(t)
+	a, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := db.StartRun(ctx, a.Fence, "schedule", false)
+	if err != nil || r1.ID == 0 || r1.EndedAt != nil || r1.Token != a.Token || r1.Holder != "a" {
+		t.Fatalf("start: %+v %v", r1, err)
+	}
+	done, err := db.FinishRun(ctx, r1.ID, catalog.RunOK, catalog.RunCounts{StreamsSettled: 3, BytesCopied: 1 << 40}, "")
+	if err != nil || done.EndedAt == nil || done.Outcome != "ok" || done.Counts.StreamsSettled != 3 || done.Counts.BytesCopied != 1<<40 {
+		t.Fatalf("finish: %+v %v", done, err)
+	}
+	if _, err := db.FinishRun(ctx, r1.ID, catalog.RunFailed, catalog.RunCounts{}, "late"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("second finish: %v", err)
+	}
+	// a crashes mid-run; b takes over and closes a's open row.
+	r2, err := db.StartRun(ctx, a.Fence, "manual", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ReleaseLease(ctx, a.Fence); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.StartRun(ctx, a.Fence, "manual", false); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("start without the lease: %v", err)
+	}
+	b, err := db.AcquireLease(ctx, "s1", "b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3, err := db.StartRun(ctx, b.Fence, "schedule", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.CloseAbandonedRuns(ctx, b.Fence); err != nil || n != 1 {
+		t.Fatalf("close abandoned: %d %v", n, err)
+	}
+	runs, err := db.LastRuns(ctx, "s1", 10)
+	if err != nil || len(runs) != 3 || runs[0].ID != r3.ID || runs[0].EndedAt != nil || !runs[0].DryRun ||
+		runs[1].ID != r2.ID || runs[1].Outcome != catalog.RunLostLease || runs[1].Error == "" {
+		t.Fatalf("runs %+v %v", runs, err)
+	}
+	last, ok, err := db.LastRunWithOutcome(ctx, "s1", catalog.RunOK)
+	if err != nil || !ok || last.ID != r1.ID {
+		t.Fatalf("last ok run: %+v %v %v", last, ok, err)
+	}
+	if _, ok, err := db.LastRunWithOutcome(ctx, "nope", catalog.RunOK); err != nil || ok {
+		t.Fatalf("last ok run of an unknown star: %v %v", ok, err)
+	}
+}
+
+func TestTransitBacklogAndTrimPosition(t *testing.T) {
+	t.Parallel()
+	db, conn, ctx := newAdminDB(t)
+	if err := db.CreateStar(ctx, "x1", catalog.ClassExpress, 1); err != nil {
+		t.Fatal(err)
+	}
+	p := catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: 10 * time.Minute}
+
+	// Empty: both classes, zero.
+	now, classes, err := db.TransitByClass(ctx, "s1", p)
+	if err != nil || now.IsZero() || len(classes) != 2 || classes[0].Class != "standard" || classes[1].Class != "express" ||
+		classes[0].Markers != 0 || classes[0].OldestSince != nil || classes[0].Lag != 0 {
+		t.Fatalf("empty transit: %+v %v", classes, err)
+	}
+
+	// Standard stream 1: 2h old (over the cap, due); stream 2: 1m old (not
+	// due); stream 3: 3h old but quarantined. Express stream 4 of x1 is not
+	// s1's.
+	for i, s := range []struct {
+		id   byte
+		star string
+	}{{1, "s1"}, {2, "s1"}, {3, "s1"}, {4, "x1"}} {
+		if err := db.CreateStream(ctx, sid(s.id), s.star, "b1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Absorb(ctx, s.star, []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
+			Batches: []catalog.AbsorbBatch{{Stream: sid(s.id), FirstRecord: 0, Count: 1}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, age := range map[byte]string{1: "2 hours", 2: "1 minute", 3: "3 hours", 4: "1 day"} {
+		if _, err := conn.Exec(ctx, `UPDATE nova.due_markers SET since = now() - $2::interval WHERE stream_id = $1`, sid(id), age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Quarantine(ctx, lease.Fence, sid(3), "stars/s1/chain/1/0", "checksum", "bad crc"); err != nil {
+		t.Fatal(err)
+	}
+	_, classes, err = db.TransitByClass(ctx, "s1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	std := classes[0]
+	if std.Markers != 3 || std.Due != 1 || std.OverAgeCap != 2 || std.OldestSince == nil ||
+		std.OldestAge < 3*time.Hour-time.Minute || std.OldestAge > 3*time.Hour+time.Minute ||
+		std.Lag < 115*time.Minute-time.Minute || std.Lag > 115*time.Minute+time.Minute {
+		t.Fatalf("standard class: %+v", std)
+	}
+	if classes[1].Markers != 0 {
+		t.Fatalf("express class of s1: %+v", classes[1])
+	}
+	_, xc, err := db.TransitByClass(ctx, "x1", p)
+	if err != nil || xc[1].Markers != 1 || xc[1].Due != 1 || xc[1].OverAgeCap != 1 || xc[0].Markers != 0 {
+		t.Fatalf("express star: %+v %v", xc, err)
+	}
+
+	// Backlog.
+	if _, err := db.OpenPublishIntent(ctx, lease.Fence, "k1", "standard"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after) VALUES
+		('s1', 'reap', 'k2', 'standard', now() - interval '1 minute'), ('s1', 'reap', 'k3', 'standard', now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO nova.slot_reaps (star, from_epoch, from_seq, to_epoch, to_seq, reap_after) VALUES
+		('s1', 1, 0, 1, 2, now() - interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	b, err := db.GetBacklog(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.PublishIntents != 1 || b.OldestPublish == nil || b.ObjectReaps != 2 || b.ObjectReapsDue != 1 ||
+		b.SlotReapRanges != 1 || b.SlotReapRangesDue != 1 || b.Quarantined != 1 {
+		t.Fatalf("backlog %+v", b)
+	}
+
+	// Trim position: no cursor yet; then a cursor and an open fence.
+	tp, err := db.GetTrimPosition(ctx, "s1")
+	if err != nil || tp.HasCursor || tp.HeadEpoch != 1 || tp.HeadSeq != 3 || len(tp.FencesOpen) != 0 {
+		t.Fatalf("trim position %+v %v", tp, err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO nova.trim_cursors (star, epoch, seq) VALUES ('s1', 1, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.BeginFence(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	tp, err = db.GetTrimPosition(ctx, "s1")
+	if err != nil || !tp.HasCursor || tp.CursorEpoch != 1 || tp.CursorSeq != 2 || tp.CursorUpdated == nil ||
+		tp.HeadEpoch != 2 || tp.HeadSeq != 0 || len(tp.FencesOpen) != 1 || tp.FencesOpen[0] != 1 {
+		t.Fatalf("trim position after fence %+v %v", tp, err)
+	}
+	if _, err := db.GetTrimPosition(ctx, "nope"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("unknown star: %v", err)
+	}
+}

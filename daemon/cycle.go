@@ -1,0 +1,405 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/robfig/cron/v3"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+)
+
+// Triggers recorded in the run ledger and the cycles_total metric.
+const (
+	TriggerSchedule = "schedule" // the --schedule
+	TriggerManual   = "manual"   // auditor trigger, or serve --run-now
+	TriggerStream   = "stream"   // auditor trigger --stream
+	TriggerOnce     = "once"     // auditor run --once
+	TriggerRetry    = "retry"    // a failed cycle retried early with backoff
+)
+
+// ErrPaused is returned by RunOnce while an operator has paused the star.
+var ErrPaused = errors.New("the star is paused (auditor resume lifts it)")
+
+// ErrHalted is returned by RunOnce while the star is halted.
+var ErrHalted = errors.New("the star is halted")
+
+// Config is what the daemon is told (the serve and run flags).
+type Config struct {
+	Star            string
+	Holder          string
+	Schedule        cron.Schedule // parsed --schedule (config.ParseSchedule)
+	LeaseTTL        time.Duration
+	LeaseRenew      time.Duration
+	ShutdownTimeout time.Duration
+	HTTPAddr        string // "" serves no HTTP
+	RunNow          bool   // run one cycle as soon as the lease is first held
+	Policy          catalog.DuePolicy
+	Version         string
+
+	// Zero means the default.
+	AdminPoll     time.Duration // fallback poll of admin requests when a NOTIFY is missed (5s)
+	GaugeInterval time.Duration // refresh of the metastore gauges (15s)
+	RetryMax      time.Duration // longest backoff before retrying a failed cycle (5m)
+}
+
+// Deps are what the daemon works with.
+type Deps struct {
+	DB       *catalog.DB
+	Steps    []cycle.Step // run in order (DESIGN.md section 2)
+	Log      *slog.Logger
+	Metrics  *Metrics            // nil: metrics kept on a private registry
+	Gatherer prometheus.Gatherer // what /metrics serves (nil: the daemon's own metrics only)
+}
+
+func (c *Config) defaults() {
+	if c.AdminPoll <= 0 {
+		c.AdminPoll = 5 * time.Second
+	}
+	if c.GaugeInterval <= 0 {
+		c.GaugeInterval = 15 * time.Second
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Minute
+	}
+}
+
+func (c Config) validate(needSchedule bool) error {
+	var errs []error
+	if c.Star == "" {
+		errs = append(errs, errors.New("daemon: no star"))
+	}
+	if c.Holder == "" {
+		errs = append(errs, errors.New("daemon: no holder"))
+	}
+	if c.LeaseTTL <= 0 || c.LeaseRenew <= 0 || c.LeaseRenew >= c.LeaseTTL {
+		errs = append(errs, fmt.Errorf("daemon: lease renew %s must be positive and below the ttl %s", c.LeaseRenew, c.LeaseTTL))
+	}
+	if needSchedule && c.Schedule == nil {
+		errs = append(errs, errors.New("daemon: no schedule"))
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Deps) defaults(version string) error {
+	if d.DB == nil {
+		return errors.New("daemon: no database")
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if d.Metrics == nil {
+		reg := prometheus.NewRegistry()
+		m, err := NewMetrics(reg, version)
+		if err != nil {
+			return err
+		}
+		d.Metrics = m
+		if d.Gatherer == nil {
+			d.Gatherer = reg
+		}
+	}
+	if d.Gatherer == nil {
+		d.Gatherer = prometheus.NewRegistry()
+	}
+	return nil
+}
+
+// RunOnce is `auditor run --once`: it takes the star's lease (a
+// *catalog.LeaseHeldError when another auditor holds it), runs the steps
+// once as one ledger run while renewing the lease, and releases it. A
+// paused or halted star is refused (ErrPaused, ErrHalted) unless
+// opts.DryRun. A halt found by the run is persisted like the daemon's.
+// The error is the cycle's: test it with cycle.IsHalt and
+// catalog.ErrStaleToken.
+func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cycle.Counts, error) {
+	cfg.defaults()
+	if err := cfg.validate(false); err != nil {
+		return cycle.Counts{}, err
+	}
+	if err := deps.defaults(cfg.Version); err != nil {
+		return cycle.Counts{}, err
+	}
+	if opts.Trigger == "" {
+		opts.Trigger = TriggerOnce
+	}
+	r := &runner{cfg: cfg, deps: deps}
+	lease, err := deps.DB.AcquireLease(ctx, cfg.Star, cfg.Holder, cfg.LeaseTTL)
+	deps.Metrics.tx(err)
+	if err != nil {
+		return cycle.Counts{}, err
+	}
+	deps.Metrics.LeaseAcquisitions.Inc()
+	t := r.hold(ctx, lease)
+	defer r.release(t)
+	state, err := deps.DB.GetDaemonState(ctx, cfg.Star)
+	if err != nil {
+		return cycle.Counts{}, err
+	}
+	if !opts.DryRun {
+		if state.Halted() {
+			return cycle.Counts{}, fmt.Errorf("%w: %s (auditor resume clears it)", ErrHalted, state.HaltedReason)
+		}
+		if state.Paused {
+			return cycle.Counts{}, ErrPaused
+		}
+	}
+	r.closeAbandoned(t)
+	cctx, stop := afterShutdown(ctx, t.ctx, cfg.ShutdownTimeout)
+	defer stop()
+	res := r.cycle(cctx, t.lease.Fence, opts)
+	return res.counts, res.err
+}
+
+// afterShutdown returns a child of base that is canceled (cause
+// errShutdown) timeout after signal is done: a running cycle gets that long
+// to finish after SIGTERM. stop releases its resources.
+func afterShutdown(signal, base context.Context, timeout time.Duration) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(base)
+	// A timer left running after stop only cancels a context already done.
+	unwatch := context.AfterFunc(signal, func() {
+		time.AfterFunc(timeout, func() { cancel(errShutdown) })
+	})
+	return ctx, func() {
+		unwatch()
+		cancel(nil)
+	}
+}
+
+// runner runs cycles under a lease and records them.
+type runner struct {
+	cfg  Config
+	deps Deps
+}
+
+// term is one holding of the lease: ctx ends (with a cause wrapping
+// catalog.ErrStaleToken) when the lease is lost, or when stop is called.
+type term struct {
+	lease   catalog.Lease
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	renewed chan struct{} // closed when the renewer exits
+}
+
+// errTermEnded ends a term that is given up on purpose (shutdown, release).
+var errTermEnded = errors.New("lease term ended")
+
+// hold starts renewing lease every LeaseRenew with the database clock. The
+// lease counts as lost when a renewal says the token is stale, or when no
+// renewal has succeeded within the ttl measured from the last successful
+// renewal's start on this host's monotonic clock (never later than the
+// database's own expiry, since the database stamped it after that start).
+func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	t := &term{lease: lease, ctx: ctx, cancel: cancel, renewed: make(chan struct{})}
+	m, log := r.deps.Metrics, r.deps.Log
+	m.Leader.Set(1)
+	m.LeaseToken.Set(float64(lease.Token))
+	go func() {
+		defer close(t.renewed)
+		deadline := time.Now().Add(r.cfg.LeaseTTL - r.cfg.LeaseRenew/2)
+		expiry := time.NewTimer(time.Until(deadline))
+		defer expiry.Stop()
+		tick := time.NewTicker(r.cfg.LeaseRenew)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-expiry.C:
+				m.LeaseLosses.Inc()
+				log.Error("lease lost: no renewal succeeded in time", "star", lease.Star, "token", lease.Token)
+				cancel(fmt.Errorf("lease of star %q token %d not renewed in time: %w", lease.Star, lease.Token, catalog.ErrStaleToken))
+				return
+			case <-tick.C:
+			}
+			sent := time.Now()
+			rctx, rcancel := context.WithDeadline(ctx, deadline)
+			_, err := r.deps.DB.RenewLease(rctx, lease.Fence, r.cfg.LeaseTTL)
+			rcancel()
+			if ctx.Err() != nil {
+				return
+			}
+			m.tx(err)
+			switch {
+			case err == nil:
+				deadline = sent.Add(r.cfg.LeaseTTL - r.cfg.LeaseRenew/2)
+				expiry.Reset(time.Until(deadline))
+			case errors.Is(err, catalog.ErrStaleToken):
+				m.LeaseLosses.Inc()
+				log.Error("lease lost", "star", lease.Star, "token", lease.Token, "err", err)
+				cancel(err)
+				return
+			default:
+				log.Warn("lease renewal failed; retrying", "star", lease.Star, "token", lease.Token, "err", err,
+					"gives_up_in", time.Until(deadline).Round(time.Millisecond))
+			}
+		}
+	}()
+	return t
+}
+
+// lost reports whether the term ended because the lease was lost.
+func (t *term) lost() bool { return errors.Is(context.Cause(t.ctx), catalog.ErrStaleToken) }
+
+// release stops renewing and, unless the lease was lost, expires it now
+// and wakes the standbys.
+func (r *runner) release(t *term) {
+	lost := t.lost()
+	t.cancel(errTermEnded)
+	<-t.renewed
+	m := r.deps.Metrics
+	m.Leader.Set(0)
+	m.LeaseToken.Set(0)
+	if lost {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := r.deps.DB.ReleaseLease(ctx, t.lease.Fence)
+	m.tx(err)
+	if err != nil {
+		r.deps.Log.Warn("lease release failed; it expires on its own", "star", t.lease.Star, "token", t.lease.Token, "err", err)
+		return
+	}
+	if err := r.deps.DB.Notify(ctx, t.lease.Star); err != nil {
+		r.deps.Log.Debug("notify after release failed", "err", err)
+	}
+	r.deps.Log.Info("lease released", "star", t.lease.Star, "token", t.lease.Token)
+}
+
+// closeAbandoned closes the run rows earlier holders left open.
+func (r *runner) closeAbandoned(t *term) {
+	n, err := r.deps.DB.CloseAbandonedRuns(t.ctx, t.lease.Fence)
+	r.deps.Metrics.tx(err)
+	if err != nil {
+		r.deps.Log.Warn("closing abandoned runs failed", "err", err)
+	} else if n > 0 {
+		r.deps.Log.Info("closed runs abandoned by earlier holders", "runs", n)
+	}
+}
+
+// result is a finished cycle.
+type result struct {
+	run     catalog.Run
+	outcome string
+	counts  cycle.Counts
+	err     error
+}
+
+// errShutdown cancels a cycle that outlived --shutdown-timeout.
+var errShutdown = errors.New("shutdown timeout: cycle canceled")
+
+// cycle runs the steps once under f as one ledger run: the run row is
+// opened (fenced) before the first step and closed with the outcome after
+// the last. A panicking step fails the cycle. A halt is persisted.
+func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options) result {
+	db, m, log := r.deps.DB, r.deps.Metrics, r.deps.Log
+	start := time.Now()
+	var res result
+	run, err := db.StartRun(ctx, f, opts.Trigger, opts.DryRun)
+	m.tx(err)
+	if err != nil {
+		res.err = fmt.Errorf("start run: %w", err)
+		res.outcome = classify(ctx, res.err)
+		m.Cycles.WithLabelValues(opts.Trigger, res.outcome).Inc()
+		log.Warn("cycle not started", "trigger", opts.Trigger, "outcome", res.outcome, "err", res.err)
+		return res
+	}
+	for _, s := range r.deps.Steps {
+		if err := ctx.Err(); err != nil {
+			res.err = fmt.Errorf("before step %s: %w", s.Name(), context.Cause(ctx))
+			break
+		}
+		c, err := runStep(ctx, s, f, opts)
+		res.counts.Add(c)
+		if err != nil {
+			res.err = fmt.Errorf("step %s: %w", s.Name(), err)
+			break
+		}
+	}
+	res.outcome = classify(ctx, res.err)
+	errText := ""
+	if res.err != nil {
+		errText = res.err.Error()
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	res.run, err = db.FinishRun(fctx, run.ID, res.outcome, runCounts(res.counts), errText)
+	m.tx(err)
+	if err != nil {
+		log.Warn("recording the run failed", "run", run.ID, "err", err)
+		res.run = run
+	}
+	if res.outcome == catalog.RunHalted {
+		herr := db.SetHalted(fctx, f, errText)
+		m.tx(herr)
+		if herr != nil {
+			log.Error("persisting the halt failed", "err", herr)
+		}
+		m.Halted.Set(1)
+	}
+	elapsed := time.Since(start)
+	m.Cycles.WithLabelValues(opts.Trigger, res.outcome).Inc()
+	m.CycleDuration.Observe(elapsed.Seconds())
+	if res.outcome == catalog.RunOK && !opts.DryRun {
+		end := time.Now()
+		if res.run.EndedAt != nil {
+			end = *res.run.EndedAt
+		}
+		m.LastSuccess.Set(float64(end.UnixNano()) / 1e9)
+	}
+	attrs := []any{"run", run.ID, "trigger", opts.Trigger, "outcome", res.outcome, "token", f.Token,
+		"duration", elapsed.Round(time.Millisecond), "streams", len(opts.Streams), "dry_run", opts.DryRun,
+		"counts", res.counts}
+	switch res.outcome {
+	case catalog.RunOK:
+		log.Info("cycle", attrs...)
+	case catalog.RunHalted:
+		log.Error("cycle halted: an invariant is broken; no more cycles until auditor resume", append(attrs, "err", res.err)...)
+	default:
+		log.Warn("cycle", append(attrs, "err", res.err)...)
+	}
+	return res
+}
+
+// runStep runs one step, turning a panic into an error.
+func runStep(ctx context.Context, s cycle.Step, f catalog.Fence, opts cycle.Options) (c cycle.Counts, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return s.Run(ctx, f, opts)
+}
+
+// classify maps a cycle's error to its ledger outcome.
+func classify(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return catalog.RunOK
+	case errors.Is(err, catalog.ErrStaleToken), errors.Is(context.Cause(ctx), catalog.ErrStaleToken):
+		return catalog.RunLostLease
+	case cycle.IsHalt(err):
+		return catalog.RunHalted
+	case ctx.Err() != nil:
+		return catalog.RunCanceled
+	}
+	return catalog.RunFailed
+}
+
+func runCounts(c cycle.Counts) catalog.RunCounts {
+	return catalog.RunCounts{
+		StreamsSettled: c.StreamsSettled, StreamsQuarantined: c.StreamsQuarantined,
+		ObjectsPublished: c.ObjectsPublished, ObjectsAdopted: c.ObjectsAdopted,
+		BytesCopied: c.BytesCopied, BytesFetched: c.BytesFetched, BytesUploaded: c.BytesUploaded,
+		S3Requests: c.S3Requests, SlotsReaped: c.SlotsReaped, ObjectsReaped: c.ObjectsReaped,
+	}
+}

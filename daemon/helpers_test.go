@@ -1,0 +1,118 @@
+package daemon_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
+)
+
+// newDB opens a fresh, migrated metastore with one star, "s1".
+func newDB(t *testing.T) (*catalog.DB, string) {
+	t.Helper()
+	url := testenv.FreshDatabase(t)
+	ctx := context.Background()
+	db, err := catalog.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+		t.Fatal(err)
+	}
+	return db, url
+}
+
+// testConfig is a fast daemon configuration for star s1.
+func testConfig(t *testing.T, holder string) daemon.Config {
+	t.Helper()
+	sched, err := config.ParseSchedule("@every 1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return daemon.Config{
+		Star: "s1", Holder: holder, Schedule: sched,
+		LeaseTTL: 2 * time.Second, LeaseRenew: 500 * time.Millisecond, ShutdownTimeout: 2 * time.Second,
+		Policy: catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: 24 * time.Hour,
+			ExpressLinger: 5 * time.Minute, ExpressAgeCap: time.Hour},
+		AdminPoll: 5 * time.Second, GaugeInterval: 200 * time.Millisecond,
+	}
+}
+
+// step is a fake cycle step with a function body.
+type step struct {
+	name string
+	run  func(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error)
+}
+
+func (s step) Name() string { return s.name }
+func (s step) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+	return s.run(ctx, f, opts)
+}
+
+// recorder is a step that records every call's options and fence.
+type recorder struct {
+	mu     sync.Mutex
+	calls  []cycle.Options
+	fences []catalog.Fence
+	counts cycle.Counts
+	seen   chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{seen: make(chan struct{}, 100)} }
+
+func (r *recorder) Name() string { return "recorder" }
+func (r *recorder) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+	r.mu.Lock()
+	r.calls = append(r.calls, opts)
+	r.fences = append(r.fences, f)
+	r.mu.Unlock()
+	r.seen <- struct{}{}
+	return r.counts, nil
+}
+
+func (r *recorder) snapshot() []cycle.Options {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]cycle.Options(nil), r.calls...)
+}
+
+// wait waits for the next call.
+func (r *recorder) wait(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case <-r.seen:
+	case <-time.After(within):
+		t.Fatalf("no cycle within %s", within)
+	}
+}
+
+// eventually polls cond until it holds or the time is up.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func lastRuns(t *testing.T, db *catalog.DB, n int) []catalog.Run {
+	t.Helper()
+	runs, err := db.LastRuns(context.Background(), "s1", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}

@@ -1,0 +1,143 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/cycle"
+)
+
+func TestRunOnceRecordsTheRunAndReleasesTheLease(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	rec := newRecorder()
+	rec.counts = cycle.Counts{ObjectsPublished: 2, BytesCopied: 100}
+	second := step{"second", func(ctx context.Context, f catalog.Fence, o cycle.Options) (cycle.Counts, error) {
+		// A step's fenced statement works under the run's fence.
+		if err := db.DeleteIntent(ctx, f, -1); err != nil {
+			return cycle.Counts{}, err
+		}
+		return cycle.Counts{ObjectsAdopted: 1, BytesFetched: 7}, nil
+	}}
+	id := catalog.StreamID{15: 9}
+	counts, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{rec, second}},
+		cycle.Options{Streams: []catalog.StreamID{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cycle.Counts{ObjectsPublished: 2, ObjectsAdopted: 1, BytesCopied: 100, BytesFetched: 7}
+	if counts != want {
+		t.Fatalf("counts %+v, want %+v", counts, want)
+	}
+	calls := rec.snapshot()
+	if len(calls) != 1 || calls[0].Trigger != daemon.TriggerOnce || len(calls[0].Streams) != 1 || calls[0].Streams[0] != id {
+		t.Fatalf("step saw %+v", calls)
+	}
+	runs := lastRuns(t, db, 10)
+	if len(runs) != 1 || runs[0].Outcome != catalog.RunOK || runs[0].Trigger != "once" || runs[0].EndedAt == nil ||
+		runs[0].Counts.ObjectsPublished != 2 || runs[0].Counts.ObjectsAdopted != 1 || runs[0].Counts.BytesFetched != 7 ||
+		runs[0].Holder != "once" || runs[0].Token != rec.fences[0].Token {
+		t.Fatalf("ledger %+v", runs)
+	}
+	if _, live, err := db.CurrentLease(ctx, "s1"); err != nil || live {
+		t.Fatalf("lease still live after RunOnce (%v)", err)
+	}
+}
+
+func TestRunOnceRefusesAHeldLease(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	if _, err := db.AcquireLease(ctx, "s1", "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	_, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{rec}}, cycle.Options{})
+	var held *catalog.LeaseHeldError
+	if !errors.As(err, &held) || held.Holder != "other" {
+		t.Fatalf("RunOnce beside a live lease: %v", err)
+	}
+	if len(rec.snapshot()) != 0 || len(lastRuns(t, db, 10)) != 0 {
+		t.Fatal("a cycle ran without the lease")
+	}
+}
+
+func TestRunOnceHaltPersistsAndBlocksUntilResume(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	cfg := testConfig(t, "once")
+	halting := step{"check", func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
+		return cycle.Counts{}, fmt.Errorf("stream 01: entries [0,10) and [5,20) overlap: %w", cycle.ErrHalt)
+	}}
+	_, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{halting}}, cycle.Options{})
+	if !cycle.IsHalt(err) {
+		t.Fatalf("want a halt, got %v", err)
+	}
+	st, err := db.GetDaemonState(ctx, "s1")
+	if err != nil || !st.Halted() || !strings.Contains(st.HaltedReason, "overlap") {
+		t.Fatalf("state %+v %v", st, err)
+	}
+	if r := lastRuns(t, db, 1); r[0].Outcome != catalog.RunHalted {
+		t.Fatalf("outcome %q", r[0].Outcome)
+	}
+
+	rec := newRecorder()
+	deps := daemon.Deps{DB: db, Steps: []cycle.Step{rec}}
+	if _, err := daemon.RunOnce(ctx, cfg, deps, cycle.Options{}); !errors.Is(err, daemon.ErrHalted) || !strings.Contains(err.Error(), "overlap") {
+		t.Fatalf("RunOnce while halted: %v", err)
+	}
+	// A dry run changes nothing, so it may look.
+	if _, err := daemon.RunOnce(ctx, cfg, deps, cycle.Options{DryRun: true}); err != nil {
+		t.Fatalf("dry run while halted: %v", err)
+	}
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := daemon.RunOnce(ctx, cfg, deps, cycle.Options{}); err != nil {
+		t.Fatalf("after resume: %v", err)
+	}
+	if n := len(rec.snapshot()); n != 2 {
+		t.Fatalf("recorder ran %d times, want 2 (dry run, then after resume)", n)
+	}
+}
+
+func TestRunOncePausedAndPanics(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	cfg := testConfig(t, "once")
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminPause, nil, "test"); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{rec}}, cycle.Options{}); !errors.Is(err, daemon.ErrPaused) {
+		t.Fatalf("RunOnce while paused: %v", err)
+	}
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "test"); err != nil {
+		t.Fatal(err)
+	}
+	boom := step{"boom", func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
+		var m map[string]int
+		m["x"]++ // a nil map write: a runtime panic
+		return cycle.Counts{}, nil
+	}}
+	_, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{boom, rec}}, cycle.Options{})
+	if err == nil || !strings.Contains(err.Error(), "panic") || cycle.IsHalt(err) {
+		t.Fatalf("panicking step: %v", err)
+	}
+	r := lastRuns(t, db, 1)[0]
+	if r.Outcome != catalog.RunFailed || !strings.Contains(r.Error, "step boom: panic") {
+		t.Fatalf("ledger after a panic: %+v", r)
+	}
+	if len(rec.snapshot()) != 0 {
+		t.Fatal("the step after a failed one ran")
+	}
+}
