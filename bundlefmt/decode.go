@@ -29,17 +29,24 @@ func DecodeEnvelope(key string, b []byte) (Envelope, error) {
 	if len(b) >= 4 && string(b[:4]) != envelopeMagic {
 		return e, corruptf(key, 0, "envelope.magic", "magic %q, want %q", b[:4], envelopeMagic)
 	}
+	le := binary.LittleEndian
+	// The version is read before the length is held to v1's 60 bytes: another
+	// version may have another size.
+	if len(b) >= 6 {
+		if e.Version = le.Uint16(b[4:]); e.Version != Version {
+			var match *bool
+			if len(b) >= EnvelopeSize {
+				m := le.Uint32(b[56:]) == CRC32C(b[:56])
+				match = &m
+			}
+			return e, versionErr(key, 4, "envelope.version", uint64(e.Version), match)
+		}
+	}
 	if len(b) < EnvelopeSize {
 		return e, corruptf(key, uint64(len(b)), "envelope", "truncated: %d of %d bytes", len(b), EnvelopeSize)
 	}
-	le := binary.LittleEndian
-	e.Version = le.Uint16(b[4:])
 	stored := le.Uint32(b[56:])
 	computed := CRC32C(b[:56])
-	if e.Version != Version {
-		match := stored == computed
-		return e, versionErr(key, 4, "envelope.version", uint64(e.Version), &match)
-	}
 	if stored != computed {
 		return e, checksumErr(key, 0, "envelope.crc", stored, computed)
 	}
@@ -163,7 +170,9 @@ type Footer struct {
 }
 
 // OpenFooter opens a footer window: buf holds [footerOffset, objectSize),
-// i.e. footer + trailer as one ranged GET returns it, objectSize is the
+// i.e. footer + trailer as one ranged GET returns it (a caller holding a
+// window (offset, length) from a ref or an envelope passes exactly
+// length + 40 bytes, so the trailer is checked against that window), objectSize is the
 // object's total size (the Content-Range total), base is 60 for a slot and
 // 0 for a settled object. It checks the trailer, the window's agreement with
 // it, the footer bounds, the index CRC and every row rule; it does not decode

@@ -182,3 +182,33 @@ func TestKeys(t *testing.T) {
 		t.Fatal("non-canonical key accepted")
 	}
 }
+
+// TestEnvelopeLevel: one bounded GET of [0, 60) classifies a slot.
+func TestEnvelopeLevel(t *testing.T) {
+	obj := readTestdata(t, "example1_flight.bin")
+	env, err := ValidateEnvelope(obj[:EnvelopeSize], mustExpect(t, example1Key))
+	if err != nil || env.Kind != KindFlight || env.FooterOffset != 73 {
+		t.Fatalf("%+v %v", env, err)
+	}
+	if _, err := ValidateEnvelope(obj[:EnvelopeSize], mustExpect(t, example3Key)); classOf(err) != "corrupt" {
+		t.Fatalf("wrong key: %v", err)
+	}
+	if _, err := ValidateEnvelope(obj[:EnvelopeSize], Expect{Kind: KindPoison}); classOf(err) != "corrupt" {
+		t.Fatalf("flight as poison: %v", err)
+	}
+	// Another version may have another size: its version is reported even
+	// when fewer than 60 bytes are there, without a v1 CRC verdict.
+	short := append([]byte(nil), obj[:20]...)
+	short[4] = 2
+	_, err = DecodeEnvelope("k", short)
+	var fe *FormatError
+	if classOf(err) != "unsupported" || !errors.As(err, &fe) || fe.Version != 2 || fe.V1CRCMatches != nil {
+		t.Fatalf("short v2 envelope: %#v", err)
+	}
+	if _, err := DecodeEnvelope("k", obj[:59]); classOf(err) != "corrupt" {
+		t.Fatalf("59 bytes: %v", err)
+	}
+	if _, err := DecodeEnvelope("k", []byte("CH")); classOf(err) != "corrupt" {
+		t.Fatalf("2 bytes: %v", err)
+	}
+}

@@ -27,7 +27,8 @@ type Object struct {
 	Entries  []Entry  // with data offsets; nil for a poison
 }
 
-// ChunkData returns chunk i's bytes within obj (the bytes ValidateObject saw).
+// ChunkData returns chunk i's bytes within obj (the bytes ValidateObject
+// saw); i must be in [0, len(o.Entries)), so never for a poison.
 func (o *Object) ChunkData(obj []byte, i int) []byte {
 	off := o.Footer.DataOffset(i)
 	return obj[off : off+o.Footer.Row(i).ChunkBytes]
