@@ -43,6 +43,7 @@ func commands() map[string]command {
 		"run":     {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun},
 		"serve":   {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe},
 		"version": {"print the binary's schema version", cmdVersion},
+		"inspect": {"decode and print a slot or settled object (FILE)", cmdInspect},
 	}
 }
 
@@ -104,4 +105,8 @@ func exitCode(e env, cfg config.Config, err error) int {
 func cmdVersion(_ context.Context, e env, args []string) int {
 	fmt.Fprintf(e.stdout, "auditor %s (schema version %d)\n", buildVersion(), migrations.Latest())
 	return exitOK
+}
+
+func cmdInspect(_ context.Context, e env, args []string) int {
+	return runInspect(args, e.stdout, e.stderr)
 }

@@ -3,22 +3,89 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/cycle"
 )
 
+// cmdRun is `auditor run --once`: take the lease, run one cycle, release it.
+// Exit 0 when the cycle succeeded, 1 when it failed (the lease held by
+// another auditor included), 2 on configuration errors.
 func cmdRun(ctx context.Context, e env, args []string) int {
 	fs, l := newFlags(e, "run")
-	once := fs.Bool("once", true, "run one cycle and exit")
-	_ = fs.Bool("dry-run", false, "print the plan and the reaps; change nothing")
-	_ = fs.String("stream", "", "force one stream (uuid) regardless of linger")
+	once := fs.Bool("once", true, "run one cycle and exit (the only mode of run; serve runs on a schedule)")
+	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing")
+	stream := fs.String("stream", "", "force one stream (uuid) due regardless of linger")
 	cfg, err := parse(e, fs, l, args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	_ = once
+	if !*once {
+		return exitCode(e, cfg, &config.Error{Field: "once", Msg: "run only runs one cycle; use serve for the daemon"})
+	}
+	opts := cycle.Options{Trigger: daemon.TriggerOnce, DryRun: *dryRun}
+	if *dryRun {
+		opts.Plan = e.stdout
+	}
+	if *stream != "" {
+		id, err := parseStreamID(*stream)
+		if err != nil {
+			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
+		}
+		opts.Streams = []catalog.StreamID{id}
+		opts.Trigger = daemon.TriggerStream
+	}
+	log, err := newLogger(e, cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
 	db, err := openCurrentDB(ctx, cfg)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
 	defer db.Close()
-	return exitCode(e, cfg, errors.New("run: the settle cycle is not built yet"))
+	reg := prometheus.NewRegistry()
+	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, reg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	defer closeSteps()
+	counts, err := daemon.RunOnce(ctx, daemonConfig(cfg), daemon.Deps{DB: db, Steps: steps, Log: log}, opts)
+	var held *catalog.LeaseHeldError
+	if errors.As(err, &held) {
+		fmt.Fprintf(e.stderr, "auditor: %v\n", held)
+		return exitFailure
+	}
+	if err != nil {
+		return exitCode(e, cfg, fmt.Errorf("cycle: %w", err))
+	}
+	fmt.Fprintf(e.stdout, "cycle ok: %d streams settled (%d quarantined), %d objects published, %d adopted; "+
+		"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped\n",
+		counts.StreamsSettled, counts.StreamsQuarantined, counts.ObjectsPublished, counts.ObjectsAdopted,
+		counts.BytesCopied, counts.BytesFetched, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped)
+	return exitOK
+}
+
+// daemonConfig is the daemon's part of the configuration.
+func daemonConfig(cfg config.Config) daemon.Config {
+	sched, _ := config.ParseSchedule(cfg.Schedule) // validated by config.Load
+	return daemon.Config{
+		Star: cfg.Star, Holder: cfg.Holder, Schedule: sched,
+		LeaseTTL: cfg.LeaseTTL, LeaseRenew: cfg.LeaseRenew, ShutdownTimeout: cfg.ShutdownTimeout,
+		HTTPAddr: cfg.HTTPAddr, Version: buildVersion(),
+		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
+			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
+	}
+}
+
+// parseStreamID accepts a stream ID as a uuid or 32 hex digits.
+func parseStreamID(s string) (catalog.StreamID, error) {
+	id, err := bundlefmt.ParseStreamID(s)
+	return catalog.StreamID(id), err
 }
