@@ -1,0 +1,554 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements of trim and reap (DESIGN.md sections 2 and 4): retention,
+// the trim cursor and its slot reaps, and the re-check that an object reap
+// names a key no future state can reference. Every transaction that changes
+// anything is fenced. Package trim holds the decisions; this file holds only
+// SQL.
+
+// SlotPos is a position in a star's chain. Slot order is (epoch, seq), where
+// (e, end_seq(e)) and (e+1, 0) are the same point (METASTORE.md); package
+// trim normalises positions before it compares them.
+type SlotPos struct {
+	Epoch, Seq int64
+}
+
+// Less compares raw (epoch, seq) pairs; meaningful on normalised positions.
+func (p SlotPos) Less(q SlotPos) bool {
+	return p.Epoch < q.Epoch || p.Epoch == q.Epoch && p.Seq < q.Seq
+}
+
+func (p SlotPos) String() string { return fmt.Sprintf("%d/%d", p.Epoch, p.Seq) }
+
+// HeldSlot is the earliest slot named by a set of span refs, with the ref
+// that names it.
+type HeldSlot struct {
+	Slot        SlotPos
+	Stream      StreamID
+	FirstRecord int64
+}
+
+// TrimState is everything the trim bound is computed from, read in one
+// snapshot so that a ref not in it names only slots at or past its head
+// (an absorb that commits later read a head at least as far).
+type TrimState struct {
+	Star      Star        // the absorbed head is (Star.Epoch, Star.NextSeq)
+	Epochs    []StarEpoch // in epoch order
+	Cursor    SlotPos     // the stored cursor, as stored
+	HasCursor bool        // false: no trim_cursors row (nothing released yet)
+	// RefMin is the earliest first slot of any remaining span ref whose
+	// star is this star; nil when the star has none.
+	RefMin *HeldSlot
+	// QuarantineMin is the same over the refs of quarantined streams.
+	QuarantineMin *HeldSlot
+	// QuarantinedStreams counts the star's quarantined streams with refs.
+	QuarantinedStreams int64
+	Now                time.Time // the database clock
+}
+
+// ReadTrimState reads a star's trim state in one read-only snapshot.
+func (db *DB) ReadTrimState(ctx context.Context, star string) (TrimState, error) {
+	st := TrimState{}
+	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		s := &st.Star
+		err := tx.QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window, now() FROM nova.stars WHERE star = $1`, star).
+			Scan(&s.Star, &s.ChainClass, &s.Epoch, &s.NextSeq, &s.FenceWindow, &st.Now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("star %q: %w", star, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("read star %q: %w", star, err)
+		}
+		if st.Epochs, err = starEpochs(ctx, tx, star); err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1`, star).Scan(&st.Cursor.Epoch, &st.Cursor.Seq)
+		switch {
+		case err == nil:
+			st.HasCursor = true
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("read trim cursor of star %q: %w", star, err)
+		}
+		// span_refs_first_slot_idx serves this: entries are in ascending
+		// slot order, so element 1 is a ref's earliest slot.
+		if st.RefMin, err = heldSlot(ctx, tx, `SELECT slot_epochs[1], slot_seqs[1], stream_id, first_record FROM nova.span_refs
+			WHERE star = $1 ORDER BY slot_epochs[1], slot_seqs[1] LIMIT 1`, star); err != nil {
+			return fmt.Errorf("earliest ref slot of star %q: %w", star, err)
+		}
+		if st.QuarantineMin, err = heldSlot(ctx, tx, `SELECT r.slot_epochs[1], r.slot_seqs[1], r.stream_id, r.first_record
+			FROM nova.span_refs r JOIN nova.quarantine q ON q.stream_id = r.stream_id
+			WHERE r.star = $1 ORDER BY r.slot_epochs[1], r.slot_seqs[1] LIMIT 1`, star); err != nil {
+			return fmt.Errorf("earliest quarantined ref slot of star %q: %w", star, err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT q.stream_id) FROM nova.quarantine q
+			WHERE q.star = $1 AND EXISTS (SELECT 1 FROM nova.span_refs r WHERE r.stream_id = q.stream_id)`, star).
+			Scan(&st.QuarantinedStreams); err != nil {
+			return fmt.Errorf("count quarantined streams of star %q: %w", star, err)
+		}
+		return nil
+	})
+	return st, err
+}
+
+func heldSlot(ctx context.Context, tx pgx.Tx, sql, star string) (*HeldSlot, error) {
+	var h HeldSlot
+	err := tx.QueryRow(ctx, sql, star).Scan(&h.Slot.Epoch, &h.Slot.Seq, &h.Stream, &h.FirstRecord)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+func starEpochs(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, star string) ([]StarEpoch, error) {
+	rows, err := q.Query(ctx, `SELECT epoch, started_at, end_seq FROM nova.star_epochs WHERE star = $1 ORDER BY epoch`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read epochs of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StarEpoch, error) {
+		var e StarEpoch
+		return e, r.Scan(&e.Epoch, &e.StartedAt, &e.EndSeq)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read epochs of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// ErrCursorMoved means the trim cursor is no longer where the caller read
+// it: another transaction moved it. Nothing was changed.
+var ErrCursorMoved = errors.New("trim cursor moved under us")
+
+// SlotReap is a row of nova.slot_reaps: the slots [From, To) of a star,
+// released by trim, to be deleted no earlier than ReapAfter.
+type SlotReap struct {
+	ID        int64
+	Star      string
+	From, To  SlotPos
+	ReapAfter time.Time
+	Due       bool // reap_after <= now(), by the database clock
+}
+
+// AdvanceTrim moves the star's trim cursor from prev (the row as read; nil
+// when there was none) to to, and records the passed range [from, to) in
+// slot_reaps with reap_after = now() + grace, in one fenced transaction. It
+// fails with ErrCursorMoved when the row is no longer prev, and with
+// ErrInvariant when a remaining ref of the star names a slot before to
+// (positions are compared raw: from and to must be normalised).
+func (db *DB) AdvanceTrim(ctx context.Context, f Fence, prev *SlotPos, from, to SlotPos, grace time.Duration) (SlotReap, error) {
+	r := SlotReap{Star: f.Star, From: from, To: to}
+	if !from.Less(to) {
+		return r, fmt.Errorf("advance trim of star %q from %s to %s: not forward", f.Star, from, to)
+	}
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var cur SlotPos
+		err := tx.QueryRow(ctx, `SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1 FOR UPDATE`, f.Star).Scan(&cur.Epoch, &cur.Seq)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			if prev != nil {
+				return fmt.Errorf("star %q: cursor row %s vanished: %w", f.Star, prev, ErrCursorMoved)
+			}
+		case err != nil:
+			return fmt.Errorf("lock trim cursor of star %q: %w", f.Star, err)
+		case prev == nil || cur != *prev:
+			return fmt.Errorf("star %q: cursor is %s: %w", f.Star, cur, ErrCursorMoved)
+		}
+		var held HeldSlot
+		err = tx.QueryRow(ctx, `SELECT slot_epochs[1], slot_seqs[1], stream_id, first_record FROM nova.span_refs
+			WHERE star = $1 AND (slot_epochs[1], slot_seqs[1]) < ($2::bigint, $3::bigint)
+			ORDER BY slot_epochs[1], slot_seqs[1] LIMIT 1`, f.Star, to.Epoch, to.Seq).
+			Scan(&held.Slot.Epoch, &held.Slot.Seq, &held.Stream, &held.FirstRecord)
+		if err == nil {
+			return fmt.Errorf("%w: star %q: ref %x@%d names slot %s, before the new trim cursor %s",
+				ErrInvariant, f.Star, held.Stream, held.FirstRecord, held.Slot, to)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("re-check trim bound of star %q: %w", f.Star, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.trim_cursors (star, epoch, seq) VALUES ($1, $2, $3)
+			ON CONFLICT (star) DO UPDATE SET epoch = EXCLUDED.epoch, seq = EXCLUDED.seq, updated_at = now()`,
+			f.Star, to.Epoch, to.Seq); err != nil {
+			return fmt.Errorf("move trim cursor of star %q to %s: %w", f.Star, to, err)
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO nova.slot_reaps (star, from_epoch, from_seq, to_epoch, to_seq, reap_after)
+			VALUES ($1, $2, $3, $4, $5, now() + $6::interval) RETURNING id, reap_after`,
+			f.Star, from.Epoch, from.Seq, to.Epoch, to.Seq, grace).Scan(&r.ID, &r.ReapAfter); err != nil {
+			return fmt.Errorf("record slot reap %s..%s of star %q: %w", from, to, f.Star, err)
+		}
+		return nil
+	})
+	return r, err
+}
+
+// SlotReaps lists a star's slot reaps in release order, with Due by the
+// database clock.
+func (db *DB) SlotReaps(ctx context.Context, star string) ([]SlotReap, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now()
+		FROM nova.slot_reaps WHERE star = $1 ORDER BY from_epoch, from_seq, id`, star)
+	if err != nil {
+		return nil, fmt.Errorf("list slot reaps of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotReap, error) {
+		var s SlotReap
+		return s, r.Scan(&s.ID, &s.Star, &s.From.Epoch, &s.From.Seq, &s.To.Epoch, &s.To.Seq, &s.ReapAfter, &s.Due)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list slot reaps of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// FinishSlotReap deletes a slot reap once every bucket of its class
+// confirmed every key of its range deleted.
+func (db *DB) FinishSlotReap(ctx context.Context, f Fence, id int64) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM nova.slot_reaps WHERE id = $1 AND star = $2`, id, f.Star); err != nil {
+			return fmt.Errorf("finish slot reap %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// ShrinkSlotReap records progress on a partly deleted range: its start moves
+// from from to next (the first slot not yet confirmed in every bucket). It
+// changes nothing unless the row still starts at from.
+func (db *DB) ShrinkSlotReap(ctx context.Context, f Fence, id int64, from, next SlotPos) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE nova.slot_reaps SET from_epoch = $4, from_seq = $5
+			WHERE id = $1 AND star = $6 AND from_epoch = $2 AND from_seq = $3`, id, from.Epoch, from.Seq, next.Epoch, next.Seq, f.Star); err != nil {
+			return fmt.Errorf("record progress of slot reap %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// RetiredEntry is a catalog entry wholly below its stream's low_record,
+// with the stream's bucket (a key coordinate).
+type RetiredEntry struct {
+	Entry
+	Bucket string
+}
+
+const retiredWhere = `FROM nova.catalog c JOIN nova.streams s USING (stream_id)
+	WHERE s.star = $1 AND c.first_record + c.record_count <= s.low_record`
+
+// RetentionCandidates lists up to limit catalog entries of the star that
+// retention would remove (changing nothing), in stream and record order.
+func (db *DB) RetentionCandidates(ctx context.Context, star string, limit int) ([]RetiredEntry, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+prefixed("c.", entryCols)+`, s.bucket `+retiredWhere+`
+		ORDER BY c.stream_id, c.epoch, c.first_record LIMIT $2`, star, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list retention candidates of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, scanRetired)
+	if err != nil {
+		return nil, fmt.Errorf("list retention candidates of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+func scanRetired(r pgx.CollectableRow) (RetiredEntry, error) {
+	var e RetiredEntry
+	err := r.Scan(&e.Stream, &e.Epoch, &e.FirstRecord, &e.Revision, &e.RecordCount, &e.ObjectBytes,
+		&e.FooterOffset, &e.FooterLength, &e.MinTimestamp, &e.MaxTimestamp, &e.Class, &e.SettledAt, &e.Bucket)
+	return e, err
+}
+
+func prefixed(p, cols string) string {
+	out := make([]byte, 0, len(cols)*2)
+	start := true
+	for i := 0; i < len(cols); i++ {
+		c := cols[i]
+		if start && c != ' ' {
+			out = append(out, p...)
+			start = false
+		}
+		out = append(out, c)
+		if c == ',' {
+			start = true
+		}
+	}
+	return string(out)
+}
+
+// ApplyRetention removes up to limit catalog entries of the star wholly
+// below their stream's low_record (entries straddling it stay) and arms a
+// reap intent for each one's object (key(e), class standard, reap_after =
+// now() + grace), in one fenced transaction. It returns what it removed;
+// fewer than limit means none is left.
+func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, limit int, key func(RetiredEntry) string) ([]RetiredEntry, error) {
+	var out []RetiredEntry
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `WITH dead AS (SELECT c.stream_id, c.epoch, c.first_record, s.bucket `+retiredWhere+`
+				ORDER BY c.stream_id, c.epoch, c.first_record LIMIT $2 FOR UPDATE OF c)
+			DELETE FROM nova.catalog c USING dead
+			WHERE c.stream_id = dead.stream_id AND c.epoch = dead.epoch AND c.first_record = dead.first_record
+			RETURNING `+prefixed("c.", entryCols)+`, dead.bucket`, f.Star, limit)
+		if err != nil {
+			return fmt.Errorf("remove retired entries of star %q: %w", f.Star, err)
+		}
+		if out, err = pgx.CollectRows(rows, scanRetired); err != nil {
+			return fmt.Errorf("remove retired entries of star %q: %w", f.Star, err)
+		}
+		keys := make([]string, len(out))
+		for i, e := range out {
+			keys[i] = key(e)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)
+			SELECT $1, 'reap', k, $3, now() + $4::interval FROM unnest($2::text[]) AS k`,
+			f.Star, keys, ClassStandard, grace); err != nil {
+			return fmt.Errorf("arm reaps of %d retired entries of star %q: %w", len(keys), f.Star, err)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DueObjectReaps lists, in id order from after (exclusive), up to limit
+// intents of the star whose object the reap step should consider now
+// (database clock): reap intents past reap_after, and publish intents
+// created more than grace ago.
+func (db *DB) DueObjectReaps(ctx context.Context, star string, grace time.Duration, after int64, limit int) ([]Intent, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, true
+		FROM nova.orphan_intents
+		WHERE star = $1 AND id > $4 AND (kind = 'reap' AND reap_after <= now() OR kind = 'publish' AND created_at <= now() - $2::interval)
+		ORDER BY id LIMIT $3`, star, grace, limit, after)
+	if err != nil {
+		return nil, fmt.Errorf("list due object reaps of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) {
+		var in Intent
+		return in, r.Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list due object reaps of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// ReapBacklog counts what is armed for reaping: intents due now and still
+// waiting for their grace (publish intents count once older than grace),
+// and the slot_reaps rows.
+type ReapBacklog struct {
+	ObjectsDue, ObjectsWaiting int64
+}
+
+// ObjectReapBacklog counts the star's reap intents, due and waiting.
+func (db *DB) ObjectReapBacklog(ctx context.Context, star string, grace time.Duration) (ReapBacklog, error) {
+	var b ReapBacklog
+	err := db.pool.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE kind = 'reap' AND reap_after <= now() OR kind = 'publish' AND created_at <= now() - $2::interval),
+			count(*) FILTER (WHERE kind = 'reap' AND reap_after > now())
+		FROM nova.orphan_intents WHERE star = $1`, star, grace).Scan(&b.ObjectsDue, &b.ObjectsWaiting)
+	if err != nil {
+		return b, fmt.Errorf("count reap backlog of star %q: %w", star, err)
+	}
+	return b, nil
+}
+
+// KeyCoords are the coordinates a settled key derives from (FORMAT.md
+// section 8): (streams.bucket, stream_id, epoch, first_record, revision).
+type KeyCoords struct {
+	Bucket      string
+	Stream      StreamID
+	Epoch       int64
+	FirstRecord int64
+	Revision    int32
+}
+
+// ReapCandidate is an intent whose object the reap step may delete.
+type ReapCandidate struct {
+	ID     int64
+	Key    string
+	Coords KeyCoords
+}
+
+// KeyVerdict is what the metastore says, now, of a candidate's key.
+type KeyVerdict int
+
+const (
+	// KeyDead: no catalog row has the key's coordinates and no future state
+	// can publish it: its stream's settled_through is past its first record
+	// and no catalog entry at that first record has a lower revision (both
+	// only grow), or its stream or bucket is not the key's. Deleting it is
+	// safe at any time, late or not.
+	KeyDead KeyVerdict = iota
+	// KeyReferenced: a catalog row has the key's coordinates (and the
+	// stream's bucket is the key's). The reap intent is dropped, never
+	// executed.
+	KeyReferenced
+	// KeyPublishable: unreferenced now, but a settle could still publish
+	// it (first record at or past settled_through, or an entry at that
+	// first record with a lower revision): held, not deleted.
+	KeyPublishable
+	// KeyPublishing: another open publish intent names the key: held.
+	KeyPublishing
+	// KeyGone: the intent is gone or no longer due; nothing to do.
+	KeyGone
+)
+
+func (v KeyVerdict) String() string {
+	switch v {
+	case KeyDead:
+		return "dead"
+	case KeyReferenced:
+		return "referenced"
+	case KeyPublishable:
+		return "publishable"
+	case KeyPublishing:
+		return "publishing"
+	case KeyGone:
+		return "gone"
+	}
+	return fmt.Sprintf("KeyVerdict(%d)", int(v))
+}
+
+// ClassifyReaps decides each candidate's verdict in one fenced transaction
+// that first locks the candidates' intent rows still due (database clock;
+// publish intents older than grace): the rest are KeyGone. Reap intents
+// whose key is referenced are deleted (dropped) in the same transaction.
+// The caller deletes the objects of KeyDead candidates, then calls
+// FinishReaps.
+func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, cands []ReapCandidate) (map[int64]KeyVerdict, error) {
+	var out map[int64]KeyVerdict
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var err error
+		out, err = classify(ctx, tx, f.Star, grace, cands, true)
+		if err != nil {
+			return err
+		}
+		var drop []int64
+		for _, c := range cands {
+			if out[c.ID] == KeyReferenced {
+				drop = append(drop, c.ID)
+			}
+		}
+		if len(drop) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = ANY($1) AND kind = 'reap'`, drop); err != nil {
+				return fmt.Errorf("drop %d reap intents of referenced keys: %w", len(drop), err)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PreviewReaps is ClassifyReaps for a dry run: it locks and changes nothing.
+func (db *DB) PreviewReaps(ctx context.Context, star string, grace time.Duration, cands []ReapCandidate) (map[int64]KeyVerdict, error) {
+	var out map[int64]KeyVerdict
+	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		out, err = classify(ctx, tx, star, grace, cands, false)
+		return err
+	})
+	return out, err
+}
+
+func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, cands []ReapCandidate, lock bool) (map[int64]KeyVerdict, error) {
+	out := make(map[int64]KeyVerdict, len(cands))
+	if len(cands) == 0 {
+		return out, nil
+	}
+	var (
+		ids            = make([]int64, len(cands))
+		keys, buckets  = make([]string, len(cands)), make([]string, len(cands))
+		streams        = make([]StreamID, len(cands))
+		epochs, firsts = make([]int64, len(cands)), make([]int64, len(cands))
+		revs           = make([]int32, len(cands))
+	)
+	for i, c := range cands {
+		ids[i], keys[i], buckets[i], streams[i] = c.ID, c.Key, c.Coords.Bucket, c.Coords.Stream
+		epochs[i], firsts[i], revs[i] = c.Coords.Epoch, c.Coords.FirstRecord, c.Coords.Revision
+		out[c.ID] = KeyGone
+	}
+	lockClause := ""
+	if lock {
+		lockClause = " FOR UPDATE OF o"
+	}
+	// The verdict is one statement over the candidates: referenced (the
+	// catalog row exists with the stream's bucket), publishing (another
+	// open publish intent on the key), publishable (the key's stream and
+	// bucket, and a first record at or past settled_through or an entry
+	// there at a lower revision; a higher stream epoch is reserved for a
+	// future reset, so it counts as publishable too).
+	rows, err := tx.Query(ctx, `
+		WITH k AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::uuid[], $6::bigint[], $7::bigint[], $8::int[])
+			AS k(id, key, bucket, stream_id, epoch, first, rev)),
+		due AS (SELECT o.id FROM nova.orphan_intents o JOIN k ON k.id = o.id
+			WHERE o.star = $1 AND o.object_key = k.key
+			  AND (o.kind = 'reap' AND o.reap_after <= now() OR o.kind = 'publish' AND o.created_at <= now() - $9::interval)`+lockClause+`)
+		SELECT k.id,
+			EXISTS (SELECT 1 FROM nova.catalog c JOIN nova.streams s USING (stream_id)
+				WHERE c.stream_id = k.stream_id AND c.epoch = k.epoch AND c.first_record = k.first
+				  AND c.revision = k.rev AND s.bucket = k.bucket),
+			EXISTS (SELECT 1 FROM nova.orphan_intents p WHERE p.kind = 'publish' AND p.object_key = k.key AND p.id <> k.id),
+			EXISTS (SELECT 1 FROM nova.streams s WHERE s.stream_id = k.stream_id AND s.bucket = k.bucket
+				AND (k.epoch > s.epoch OR k.epoch = s.epoch AND (k.first >= s.settled_through
+					OR EXISTS (SELECT 1 FROM nova.catalog c WHERE c.stream_id = k.stream_id AND c.epoch = k.epoch
+						AND c.first_record = k.first AND c.revision < k.rev))))
+		FROM k JOIN due ON due.id = k.id`,
+		star, ids, keys, buckets, streams, epochs, firsts, revs, grace)
+	if err != nil {
+		return nil, fmt.Errorf("classify %d reap candidates of star %q: %w", len(cands), star, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id                                  int64
+			referenced, publishing, publishable bool
+		)
+		if err := rows.Scan(&id, &referenced, &publishing, &publishable); err != nil {
+			return nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
+		}
+		switch {
+		case referenced:
+			out[id] = KeyReferenced
+		case publishing:
+			out[id] = KeyPublishing
+		case publishable:
+			out[id] = KeyPublishable
+		default:
+			out[id] = KeyDead
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// FinishReaps deletes intents whose object reap (or upload abort) is done.
+func (db *DB) FinishReaps(ctx context.Context, f Fence, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = ANY($1) AND star = $2`, ids, f.Star); err != nil {
+			return fmt.Errorf("finish %d object reaps: %w", len(ids), err)
+		}
+		return nil
+	})
+}
+
+// RaiseLowRecord is the write path's retention statement: it raises a
+// stream's low_record (it never lowers it). The auditor never calls it;
+// novasim and the tests do.
+func (db *DB) RaiseLowRecord(ctx context.Context, id StreamID, low int64) error {
+	if _, err := db.pool.Exec(ctx, `UPDATE nova.streams SET low_record = greatest(low_record, $2) WHERE stream_id = $1`, id, low); err != nil {
+		return fmt.Errorf("raise low_record of stream %x to %d: %w", id, low, err)
+	}
+	return nil
+}

@@ -1,0 +1,240 @@
+package catalog_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+)
+
+// trimFixture is a star "s1" with a lease and two streams: A (sid 1) with
+// refs [0,10)@1/0 and [10,20)@1/1, B (sid 2) with [0,5)@1/2.
+func trimFixture(t *testing.T) (*catalog.DB, context.Context, catalog.Fence) {
+	t.Helper()
+	db, ctx := newDB(t)
+	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []catalog.StreamID{sid(1), sid(2)} {
+		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, fl := range []catalog.AbsorbFlight{
+		{Epoch: 1, Seq: 0, FooterOffset: 61, FooterLength: 100, Batches: []catalog.AbsorbBatch{{sid(1), 0, 10}}},
+		{Epoch: 1, Seq: 1, FooterOffset: 61, FooterLength: 100, Batches: []catalog.AbsorbBatch{{sid(1), 10, 10}}},
+		{Epoch: 1, Seq: 2, FooterOffset: 61, FooterLength: 100, Batches: []catalog.AbsorbBatch{{sid(2), 0, 5}}},
+	} {
+		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{fl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, ctx, lease.Fence
+}
+
+func settleEntry(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence, id catalog.StreamID, first, count int64, rev, prev int32, key, old string) {
+	t.Helper()
+	e := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: first, Revision: rev, RecordCount: count, ObjectBytes: 100,
+		FooterOffset: 50, FooterLength: 30, MinTimestamp: 1, MaxTimestamp: 2}
+	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: prev, ObjectKey: key, OldKey: old, ReapGrace: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTrimStateAdvanceAndSlotReaps(t *testing.T) {
+	t.Parallel()
+	db, ctx, f := trimFixture(t)
+	st, err := db.ReadTrimState(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.HasCursor || st.Star.NextSeq != 3 || len(st.Epochs) != 1 || st.RefMin == nil ||
+		st.RefMin.Slot != (catalog.SlotPos{Epoch: 1, Seq: 0}) || st.RefMin.Stream != sid(1) || st.QuarantineMin != nil {
+		t.Fatalf("fresh trim state: %+v", st)
+	}
+	// A ref still names 1/0: moving past it is a broken invariant.
+	if _, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour); !errors.Is(err, catalog.ErrInvariant) {
+		t.Fatalf("advance past a ref: %v", err)
+	}
+	settleEntry(t, ctx, db, f, sid(1), 0, 10, 0, -1, "k0", "")
+	st, _ = db.ReadTrimState(ctx, "s1")
+	if st.RefMin == nil || st.RefMin.Slot != (catalog.SlotPos{Epoch: 1, Seq: 1}) {
+		t.Fatalf("after settling [0,10): %+v", st.RefMin)
+	}
+	r, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour); !errors.Is(err, catalog.ErrCursorMoved) {
+		t.Fatalf("second advance from no row: %v", err)
+	}
+	stale := f
+	stale.Token++
+	prev := catalog.SlotPos{Epoch: 1, Seq: 1}
+	if _, err := db.AdvanceTrim(ctx, stale, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 1}, 0); err == nil {
+		t.Fatal("advance to the same position accepted")
+	}
+	if _, err := db.AdvanceTrim(ctx, stale, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 2}, 0); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("stale token: %v", err)
+	}
+	st, _ = db.ReadTrimState(ctx, "s1")
+	if !st.HasCursor || st.Cursor != prev {
+		t.Fatalf("cursor: %+v", st)
+	}
+	reaps, err := db.SlotReaps(ctx, "s1")
+	if err != nil || len(reaps) != 1 || reaps[0].ID != r.ID || reaps[0].Due || reaps[0].From != (catalog.SlotPos{Epoch: 1}) ||
+		reaps[0].To != prev || !reaps[0].ReapAfter.After(st.Now.Add(59*time.Minute)) {
+		t.Fatalf("slot reaps: %+v %v", reaps, err)
+	}
+	// Grace 0 is due at once, by the database clock.
+	settleEntry(t, ctx, db, f, sid(1), 10, 10, 0, -1, "k1", "")
+	r2, err := db.AdvanceTrim(ctx, f, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 2}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaps, _ = db.SlotReaps(ctx, "s1")
+	if len(reaps) != 2 || reaps[0].Due || !reaps[1].Due {
+		t.Fatalf("due flags: %+v", reaps)
+	}
+	if err := db.ShrinkSlotReap(ctx, f, r2.ID, catalog.SlotPos{Epoch: 9}, catalog.SlotPos{Epoch: 9, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ShrinkSlotReap(ctx, f, r.ID, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.FinishSlotReap(ctx, f, r2.ID); err != nil {
+		t.Fatal(err)
+	}
+	reaps, _ = db.SlotReaps(ctx, "s1")
+	if len(reaps) != 1 || reaps[0].From != (catalog.SlotPos{Epoch: 1, Seq: 1}) || reaps[0].To != prev {
+		t.Fatalf("after shrink and finish: %+v", reaps)
+	}
+	// B's ref is the bound; quarantined, it shows as the quarantine's hold.
+	if err := db.Quarantine(ctx, f, sid(2), "", "corrupt", "test"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = db.ReadTrimState(ctx, "s1")
+	if st.QuarantineMin == nil || st.QuarantineMin.Slot != (catalog.SlotPos{Epoch: 1, Seq: 2}) || st.QuarantinedStreams != 1 {
+		t.Fatalf("quarantine hold: %+v", st)
+	}
+}
+
+func TestRetentionRemovesWhollyBelowLow(t *testing.T) {
+	t.Parallel()
+	db, ctx, f := trimFixture(t)
+	settleEntry(t, ctx, db, f, sid(1), 0, 10, 0, -1, "k0", "")
+	settleEntry(t, ctx, db, f, sid(1), 10, 10, 0, -1, "k1", "")
+	if err := db.RaiseLowRecord(ctx, sid(1), 15); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RaiseLowRecord(ctx, sid(1), 3); err != nil { // never lowers
+		t.Fatal(err)
+	}
+	cands, err := db.RetentionCandidates(ctx, "s1", 10)
+	if err != nil || len(cands) != 1 || cands[0].FirstRecord != 0 || cands[0].Bucket != "b1" {
+		t.Fatalf("candidates: %+v %v", cands, err)
+	}
+	key := func(e catalog.RetiredEntry) string { return "dead-" + e.Bucket }
+	removed, err := db.ApplyRetention(ctx, f, time.Hour, 10, key)
+	if err != nil || len(removed) != 1 || removed[0].FirstRecord != 0 || removed[0].RecordCount != 10 {
+		t.Fatalf("removed: %+v %v", removed, err)
+	}
+	entries, _ := db.EntriesOfStream(ctx, sid(1))
+	if len(entries) != 1 || entries[0].FirstRecord != 10 {
+		t.Fatalf("the straddling entry must stay: %+v", entries)
+	}
+	intents, _ := db.Intents(ctx, "s1", "reap", 0)
+	if len(intents) != 1 || intents[0].ObjectKey != "dead-b1" || intents[0].Due || intents[0].Class != "standard" {
+		t.Fatalf("armed reap: %+v", intents)
+	}
+	if again, err := db.ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 0 {
+		t.Fatalf("second retention: %+v %v", again, err)
+	}
+}
+
+func TestClassifyReaps(t *testing.T) {
+	t.Parallel()
+	db, ctx, f := trimFixture(t)
+	a := sid(1)
+	settleEntry(t, ctx, db, f, a, 0, 5, 0, -1, "a0~0", "")     // [0,5) at ~0
+	settleEntry(t, ctx, db, f, a, 0, 10, 1, 0, "a0~1", "a0~0") // rewritten to ~1: ~0 armed
+	co := func(first int64, rev int32) catalog.KeyCoords {
+		return catalog.KeyCoords{Bucket: "b1", Stream: a, Epoch: 1, FirstRecord: first, Revision: rev}
+	}
+	arm := func(key string) int64 {
+		t.Helper()
+		in, err := db.OpenPublishIntent(ctx, f, key, "standard")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.AbandonPublish(ctx, f, in.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		return in.ID
+	}
+	idRef := arm("a0~1")   // the catalog's own key
+	idDead := arm("a0~0b") // coordinates of the superseded ~0
+	idPub := arm("a10~0")  // a new entry at settled_through could still be published
+	idRw := arm("a0~2")    // a rewrite of [0,10) to ~2 could still be published
+	idOther := arm("a0~0c")
+	if _, err := db.OpenPublishIntent(ctx, f, "a0~0c", "standard"); err != nil { // republishing
+		t.Fatal(err)
+	}
+	idBucket := arm("x0~1")
+	cands := []catalog.ReapCandidate{
+		{ID: idRef, Key: "a0~1", Coords: co(0, 1)},
+		{ID: idDead, Key: "a0~0b", Coords: co(0, 0)},
+		{ID: idPub, Key: "a10~0", Coords: co(10, 0)},
+		{ID: idRw, Key: "a0~2", Coords: co(0, 2)},
+		{ID: idOther, Key: "a0~0c", Coords: co(0, 0)},
+		{ID: idBucket, Key: "x0~1", Coords: catalog.KeyCoords{Bucket: "other", Stream: a, Epoch: 1, Revision: 1}},
+		{ID: 999999, Key: "nope", Coords: co(0, 0)},
+	}
+	want := map[int64]catalog.KeyVerdict{idRef: catalog.KeyReferenced, idDead: catalog.KeyDead, idPub: catalog.KeyPublishable,
+		idRw: catalog.KeyPublishable, idOther: catalog.KeyPublishing, idBucket: catalog.KeyDead, 999999: catalog.KeyGone}
+	pre, err := db.PreviewReaps(ctx, "s1", time.Hour, cands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ClassifyReaps(ctx, f, time.Hour, cands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, w := range want {
+		if got[id] != w || pre[id] != w {
+			t.Errorf("intent %d: classify %v, preview %v, want %v", id, got[id], pre[id], w)
+		}
+	}
+	// The referenced key's reap intent was dropped, and only it.
+	due, err := db.DueObjectReaps(ctx, "s1", time.Hour, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[int64]bool{}
+	for _, in := range due {
+		ids[in.ID] = true
+	}
+	if ids[idRef] || !ids[idDead] || !ids[idPub] || len(due) != 5 {
+		t.Fatalf("due after classify: %+v", due)
+	}
+	// Not yet due (armed with a grace): gone to the classifier.
+	in, _ := db.OpenPublishIntent(ctx, f, "late", "standard")
+	_ = db.AbandonPublish(ctx, f, in.ID, time.Hour)
+	v, _ := db.ClassifyReaps(ctx, f, time.Hour, []catalog.ReapCandidate{{ID: in.ID, Key: "late", Coords: co(0, 0)}})
+	if v[in.ID] != catalog.KeyGone {
+		t.Fatalf("reap before its reap_after: %v", v[in.ID])
+	}
+	if err := db.FinishReaps(ctx, f, []int64{idDead}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := db.ObjectReapBacklog(ctx, "s1", time.Hour)
+	if err != nil || b.ObjectsDue != 4 || b.ObjectsWaiting != 2 { // a0~0 armed by the rewrite, and "late"
+		t.Fatalf("backlog: %+v %v", b, err)
+	}
+}
