@@ -1,0 +1,215 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The statements of novasim (internal/sim), the write-path simulator: its own
+// table nova.sim_stars (METASTORE.md allows added tables), created on demand
+// so the project's migrations stay the contract's, plus the read-only
+// queries of `novasim check` over contract tables that the auditor's own
+// accessors do not cover. They hang off DB.Sim() so they never collide with
+// the auditor's accessors.
+
+// Sim is novasim's view of the metastore.
+type Sim struct{ db *DB }
+
+// Sim returns novasim's statements.
+func (db *DB) Sim() Sim { return Sim{db: db} }
+
+// SimStar is novasim's record of a star it set up: the content profile that
+// regenerates every record of the star's streams (internal/sim.Content).
+type SimStar struct {
+	Star        string
+	Seed        int64 // the uint64 seed, bit for bit
+	MinBytes    int64
+	MaxBytes    int64
+	HeaderShare float64
+	EmptyShare  float64
+	CreatedAt   time.Time
+}
+
+// ErrExists means a row to be created exists already.
+var ErrExists = errors.New("already exists")
+
+// simLock serialises the on-demand creation of nova.sim_stars ("nova-sim").
+const simLock int64 = 0x6e6f76612d73696d
+
+// Ensure creates nova.sim_stars when it is missing.
+func (s Sim) Ensure(ctx context.Context) error {
+	return s.db.tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, simLock); err != nil {
+			return fmt.Errorf("lock novasim schema: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS nova.sim_stars (
+			star          text   PRIMARY KEY REFERENCES nova.stars,
+			seed          bigint NOT NULL,
+			min_bytes     bigint NOT NULL CHECK (min_bytes >= 0),
+			max_bytes     bigint NOT NULL CHECK (max_bytes >= min_bytes),
+			header_share  double precision NOT NULL CHECK (header_share BETWEEN 0 AND 1),
+			empty_share   double precision NOT NULL CHECK (empty_share BETWEEN 0 AND 1),
+			created_at    timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("create nova.sim_stars: %w", err)
+		}
+		return nil
+	})
+}
+
+// NewStream is a stream to create.
+type NewStream struct {
+	ID     StreamID
+	Bucket string
+}
+
+// SetupStar creates, in one transaction, a star with its epoch-1 row (as
+// CreateStar does), its novasim content profile, and its streams (whose
+// class is the star's chain class). ErrExists when the star exists.
+func (s Sim) SetupStar(ctx context.Context, chainClass string, fenceWindow int, prof SimStar, streams []NewStream) error {
+	if err := s.Ensure(ctx); err != nil {
+		return err
+	}
+	return s.db.tx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO nova.stars (star, chain_class, fence_window) VALUES ($1, $2, $3)
+			ON CONFLICT (star) DO NOTHING`, prof.Star, chainClass, fenceWindow)
+		if err != nil {
+			return fmt.Errorf("create star %q: %w", prof.Star, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("star %q: %w", prof.Star, ErrExists)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.star_epochs (star, epoch) VALUES ($1, 1)`, prof.Star); err != nil {
+			return fmt.Errorf("create epoch 1 of star %q: %w", prof.Star, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.sim_stars (star, seed, min_bytes, max_bytes, header_share, empty_share)
+			VALUES ($1, $2, $3, $4, $5, $6)`, prof.Star, prof.Seed, prof.MinBytes, prof.MaxBytes, prof.HeaderShare, prof.EmptyShare); err != nil {
+			return fmt.Errorf("record the content profile of star %q: %w", prof.Star, err)
+		}
+		rows := make([][]any, len(streams))
+		for i, st := range streams {
+			rows[i] = []any{st.ID, prof.Star, st.Bucket, chainClass}
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"nova", "streams"}, []string{"stream_id", "star", "bucket", "class"},
+			pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("create %d streams of star %q: %w", len(streams), prof.Star, err)
+		}
+		return nil
+	})
+}
+
+const simStarCols = `star, seed, min_bytes, max_bytes, header_share, empty_share, created_at`
+
+func scanSimStar(r pgx.Row) (SimStar, error) {
+	var p SimStar
+	err := r.Scan(&p.Star, &p.Seed, &p.MinBytes, &p.MaxBytes, &p.HeaderShare, &p.EmptyShare, &p.CreatedAt)
+	return p, err
+}
+
+// simMissing reports whether err says nova.sim_stars does not exist.
+func simMissing(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01" // undefined_table
+}
+
+// Star reads the content profile of a star set up by novasim (ErrNotFound
+// when novasim did not set it up).
+func (s Sim) Star(ctx context.Context, star string) (SimStar, error) {
+	p, err := scanSimStar(s.db.pool.QueryRow(ctx, `SELECT `+simStarCols+` FROM nova.sim_stars WHERE star = $1`, star))
+	if errors.Is(err, pgx.ErrNoRows) || simMissing(err) {
+		return p, fmt.Errorf("novasim profile of star %q: %w", star, ErrNotFound)
+	}
+	if err != nil {
+		return p, fmt.Errorf("read novasim profile of star %q: %w", star, err)
+	}
+	return p, nil
+}
+
+// Stars lists the content profiles of every star novasim set up, by name.
+func (s Sim) Stars(ctx context.Context) ([]SimStar, error) {
+	rows, err := s.db.pool.Query(ctx, `SELECT `+simStarCols+` FROM nova.sim_stars ORDER BY star`)
+	if simMissing(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list novasim stars: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SimStar, error) { return scanSimStar(r) })
+	if simMissing(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list novasim stars: %w", err)
+	}
+	return out, nil
+}
+
+// AllStars lists every star of the metastore, by name.
+func (s Sim) AllStars(ctx context.Context) ([]Star, error) {
+	rows, err := s.db.pool.Query(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars ORDER BY star`)
+	if err != nil {
+		return nil, fmt.Errorf("list stars: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Star, error) {
+		var st Star
+		return st, r.Scan(&st.Star, &st.ChainClass, &st.Epoch, &st.NextSeq, &st.FenceWindow)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list stars: %w", err)
+	}
+	return out, nil
+}
+
+// TrimCursor reads a star's trim cursor: the first slot trim has not yet
+// released. ok is false when trim has released nothing yet.
+func (s Sim) TrimCursor(ctx context.Context, star string) (epoch, seq int64, ok bool, err error) {
+	err = s.db.pool.QueryRow(ctx, `SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1`, star).Scan(&epoch, &seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("read trim cursor of star %q: %w", star, err)
+	}
+	return epoch, seq, true, nil
+}
+
+// Erasure is a row of nova.erasures.
+type Erasure struct {
+	FirstRecord int64
+	RecordCount int64
+	Applied     bool
+}
+
+// ErasuresOfStream reads a stream's erasures in record order.
+func (s Sim) ErasuresOfStream(ctx context.Context, id StreamID) ([]Erasure, error) {
+	rows, err := s.db.pool.Query(ctx, `SELECT first_record, record_count, applied_at IS NOT NULL FROM nova.erasures
+		WHERE stream_id = $1 ORDER BY first_record`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read erasures of stream %x: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Erasure, error) {
+		var e Erasure
+		return e, r.Scan(&e.FirstRecord, &e.RecordCount, &e.Applied)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read erasures of stream %x: %w", id, err)
+	}
+	return out, nil
+}
+
+// DueMarkerOf reads one stream's due marker; ok is false when it has none.
+func (s Sim) DueMarkerOf(ctx context.Context, id StreamID) (m DueMarker, ok bool, err error) {
+	err = s.db.pool.QueryRow(ctx, `SELECT stream_id, class, since FROM nova.due_markers WHERE stream_id = $1`, id).
+		Scan(&m.Stream, &m.Class, &m.Since)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, false, nil
+	}
+	if err != nil {
+		return m, false, fmt.Errorf("read due marker of stream %x: %w", id, err)
+	}
+	return m, true, nil
+}
