@@ -1,0 +1,446 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+)
+
+// slotCopy is one bucket's copy of a slot.
+type slotCopy struct {
+	present bool
+	size    int64
+	raw     []byte // the 60 envelope bytes
+	env     bundlefmt.Envelope
+	err     error // the envelope did not decode
+}
+
+// slotInfo is one slot key of a chain, over the chain's buckets.
+type slotInfo struct {
+	id     SlotID
+	copies []slotCopy
+	named  []assign // ref entries that name it
+}
+
+// kind is the slot's kind: a flight when any copy is one (an express seq
+// taken by a flight in one bucket and a poison in another is a lost
+// flight), else a poison, else unknown.
+func (si *slotInfo) kind() bundlefmt.Kind {
+	k := bundlefmt.KindUnknown
+	for _, c := range si.copies {
+		if c.present && c.err == nil {
+			if c.env.Kind == bundlefmt.KindFlight {
+				return c.env.Kind
+			}
+			k = c.env.Kind
+		}
+	}
+	return k
+}
+
+// first returns the first bucket's copy that decoded, if any.
+func (si *slotInfo) first() (int, *slotCopy) {
+	for i := range si.copies {
+		if si.copies[i].present && si.copies[i].err == nil {
+			return i, &si.copies[i]
+		}
+	}
+	return -1, nil
+}
+
+func (si *slotInfo) presentAnywhere() bool {
+	for _, c := range si.copies {
+		if c.present {
+			return true
+		}
+	}
+	return false
+}
+
+// assign is one ref entry naming a slot.
+type assign struct {
+	s          *streamState
+	ref, entry int
+}
+
+// checkChain checks one star's chain and its refs (METASTORE.md section 1):
+// it lists the chain in every bucket of the star's class (novasim check is a
+// verifier, like `auditor verify --strays`: the one place a listing is
+// sanctioned), classifies every slot, checks the fence runs and end_seq of
+// past epochs, and then reads every slot a ref names and verifies the
+// records the refs place there.
+func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Content, streams []*streamState) error {
+	name := star.Star
+	buckets := c.st.slotBuckets(star.ChainClass)
+	if len(buckets) == 0 {
+		return fmt.Errorf("%w: express star %q needs s3-express-buckets", ErrUsage, name)
+	}
+	eps, err := c.db.StarEpochs(ctx, name)
+	if err != nil {
+		return err
+	}
+	endSeq := map[int64]*int64{}
+	for i, e := range eps {
+		endSeq[e.Epoch] = e.EndSeq
+		if e.Epoch != int64(i+1) {
+			c.invariant(name, nil, "", "epochs are not dense: epoch %d at position %d", e.Epoch, i+1)
+		}
+	}
+	if len(eps) == 0 || eps[len(eps)-1].Epoch != star.Epoch {
+		c.invariant(name, nil, "", "the star is at epoch %d, star_epochs ends at %d", star.Epoch, len(eps))
+	}
+	ce, cs, hasCursor, err := c.db.Sim().TrimCursor(ctx, name)
+	if err != nil {
+		return err
+	}
+	released := func(e, s int64) bool { return hasCursor && (e < ce || e == ce && s < cs) }
+	window := int64(star.FenceWindow)
+
+	// 1. List the chain in each bucket; read every copy's envelope.
+	slots := map[[2]int64]*slotInfo{}
+	prefix := "stars/" + name + "/chain/"
+	for bi, b := range buckets {
+		err := c.st.Store.List(ctx, b, prefix, func(key string, size int64) error {
+			kstar, e, s, err := bundlefmt.ParseSlotKey(key)
+			if err != nil || kstar != name {
+				c.invariant(name, nil, key, "a key under the chain is not a slot key of the star: %v", err)
+				return nil
+			}
+			id := [2]int64{int64(e), int64(s)}
+			si := slots[id]
+			if si == nil {
+				si = &slotInfo{id: SlotID{Star: name, Epoch: int64(e), Seq: int64(s)}, copies: make([]slotCopy, len(buckets))}
+				slots[id] = si
+			}
+			si.copies[bi] = slotCopy{present: true, size: size}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("list the chain of star %q in %s: %w", name, b, err)
+		}
+	}
+	// An express star's slots never live in the standard bucket, and a
+	// standard star's never in the express set.
+	other := c.st.slotBuckets(map[string]string{catalog.ClassStandard: catalog.ClassExpress, catalog.ClassExpress: catalog.ClassStandard}[star.ChainClass])
+	for _, b := range other {
+		if containsString(buckets, b) {
+			continue
+		}
+		err := c.st.Store.List(ctx, b, prefix, func(key string, _ int64) error {
+			c.invariant(name, nil, key, "a %s star's slot in bucket %s, outside its class's buckets", star.ChainClass, b)
+			return nil
+		})
+		if err != nil && !isNotFound(err) {
+			return fmt.Errorf("list bucket %s: %w", b, err)
+		}
+	}
+	if err := c.readEnvelopes(ctx, name, buckets, slots); err != nil {
+		return err
+	}
+
+	// 2. Refs: rows, order, tiling of the metadata, and the slots they name.
+	for _, s := range streams {
+		if s.Class != star.ChainClass {
+			c.invariant(name, s, "", "stream class %q on a %s star", s.Class, star.ChainClass)
+		}
+		c.checkRefRows(star, s)
+		for i, ref := range s.refs {
+			for j, sl := range ref.Slots {
+				id := [2]int64{sl.Epoch, sl.Seq}
+				si := slots[id]
+				if si == nil {
+					si = &slotInfo{id: SlotID{Star: name, Epoch: sl.Epoch, Seq: sl.Seq}, copies: make([]slotCopy, len(buckets))}
+					slots[id] = si
+				}
+				si.named = append(si.named, assign{s: s, ref: i, entry: j})
+			}
+		}
+	}
+
+	// 3. Every slot's place in the chain.
+	var rep ChainReport
+	for _, si := range slots {
+		e, s := si.id.Epoch, si.id.Seq
+		key := bundlefmt.SlotKey(name, uint64(e), uint64(s))
+		if si.presentAnywhere() {
+			rep.Slots++
+			end, known := endSeq[e]
+			switch {
+			case !known:
+				c.invariant(name, nil, key, "slot of epoch %d, which star_epochs does not have", e)
+			case end != nil && s >= *end:
+				c.invariant(name, nil, key, "slot at or past end_seq %d of its epoch", *end)
+			}
+		}
+		_, cp := si.first()
+		if cp != nil {
+			switch si.kind() {
+			case bundlefmt.KindPoison:
+				rep.Poisons++
+			case bundlefmt.KindFlight:
+				rep.Flights++
+				if len(si.named) > 0 {
+					rep.Referenced++
+				} else {
+					rep.Unreferenced = append(rep.Unreferenced, si.id)
+				}
+			}
+		}
+		if len(si.named) == 0 {
+			continue
+		}
+		// A slot named by a ref: absorbed, so a flight, below the head, in
+		// every bucket, identical everywhere.
+		switch {
+		case released(e, s):
+			c.invariant(name, nil, key, "a ref names a slot behind the trim cursor (%d, %d)", ce, cs)
+		case e > star.Epoch || e == star.Epoch && s >= star.NextSeq:
+			c.invariant(name, nil, key, "a ref names a slot at or past the absorbed head (%d, %d)", star.Epoch, star.NextSeq)
+		}
+		if cp != nil && cp.env.Kind == bundlefmt.KindPoison {
+			c.invariant(name, nil, key, "a ref names a poison slot")
+		}
+		for bi, cpy := range si.copies {
+			switch {
+			case !cpy.present:
+				c.invariant(name, nil, key, "a ref names a slot missing from bucket %s", buckets[bi])
+			case cpy.err != nil:
+				c.invariant(name, nil, key, "envelope in bucket %s: %v", buckets[bi], cpy.err)
+			case cp != nil && (!bytes.Equal(cpy.raw, cp.raw) || cpy.size != cp.size):
+				c.invariant(name, nil, key, "an absorbed slot differs between buckets %s and %s", buckets[0], buckets[bi])
+			}
+		}
+	}
+
+	// 4. Past epochs: fenced, with the last W seqs poisons or lost flights;
+	// the current epoch: every slot below the head in place.
+	for _, ep := range eps {
+		e := ep.Epoch
+		if e == star.Epoch {
+			for s := int64(0); s < star.NextSeq; s++ {
+				if released(e, s) {
+					rep.Released++
+					continue
+				}
+				if si := slots[[2]int64{e, s}]; si == nil || !si.presentAnywhere() {
+					c.invariant(name, nil, bundlefmt.SlotKey(name, uint64(e), uint64(s)), "slot below the absorbed head %d is missing", star.NextSeq)
+				}
+			}
+			continue
+		}
+		if ep.EndSeq == nil {
+			c.invariant(name, nil, "", "past epoch %d has no end_seq (a fence in progress)", e)
+			continue
+		}
+		end := *ep.EndSeq
+		if end < window {
+			c.invariant(name, nil, "", "epoch %d ends at %d, before one fence window (%d)", e, end, window)
+		}
+		for s := max(end-window, 0); s < end; s++ {
+			key := bundlefmt.SlotKey(name, uint64(e), uint64(s))
+			if released(e, s) {
+				rep.Released++
+				continue
+			}
+			si := slots[[2]int64{e, s}]
+			switch {
+			case si == nil || !si.presentAnywhere():
+				c.invariant(name, nil, key, "fence run slot of epoch %d (end_seq %d) is missing", e, end)
+			case len(si.named) > 0:
+				c.invariant(name, nil, key, "fence run slot of epoch %d (end_seq %d) is absorbed: it must be a poison or a lost flight", e, end)
+			}
+		}
+	}
+	c.mu.Lock()
+	c.rep.Chain.Slots += rep.Slots
+	c.rep.Chain.Flights += rep.Flights
+	c.rep.Chain.Poisons += rep.Poisons
+	c.rep.Chain.Released += rep.Released
+	c.rep.Chain.Referenced += rep.Referenced
+	c.rep.Chain.Unreferenced = append(c.rep.Chain.Unreferenced, rep.Unreferenced...)
+	c.mu.Unlock()
+
+	// 5. Read every named slot and verify what the refs place there.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.opts.Concurrency)
+	for _, si := range slots {
+		if len(si.named) == 0 {
+			continue
+		}
+		g.Go(func() error { return c.checkNamedSlot(gctx, name, buckets, content, si) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, s := range streams {
+		c.checkRefExtents(name, s)
+	}
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// readEnvelopes reads the envelope of every present copy.
+func (c *checker) readEnvelopes(ctx context.Context, star string, buckets []string, slots map[[2]int64]*slotInfo) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.opts.Concurrency * 2)
+	var mu sync.Mutex
+	for id, si := range slots {
+		for bi := range si.copies {
+			if !si.copies[bi].present {
+				continue
+			}
+			g.Go(func() error {
+				key := bundlefmt.SlotKey(star, uint64(id[0]), uint64(id[1]))
+				raw, _, err := c.read(gctx, buckets[bi:bi+1], key, 0, bundlefmt.EnvelopeSize)
+				if gctx.Err() != nil {
+					return gctx.Err()
+				}
+				cp := &si.copies[bi]
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					if isNotFound(err) {
+						cp.present = false // gone since the listing (trim)
+						return nil
+					}
+					cp.err = err
+				} else {
+					cp.raw = raw
+					cp.env, cp.err = bundlefmt.ValidateEnvelope(raw, bundlefmt.Expect{Key: key, Kind: bundlefmt.KindSlot,
+						Epoch: uint64(id[0]), Seq: uint64(id[1]), CheckKey: true})
+					if cp.err == nil && cp.env.ObjectSize != uint64(cp.size) {
+						cp.err = fmt.Errorf("envelope says %d bytes, the object has %d", cp.env.ObjectSize, cp.size)
+					}
+				}
+				if cp.err != nil {
+					c.invariant(star, nil, key, "slot in bucket %s: %v", buckets[bi], cp.err)
+				}
+				return nil
+			})
+		}
+	}
+	return g.Wait()
+}
+
+// checkRefRows checks a stream's refs from their rows alone.
+func (c *checker) checkRefRows(star catalog.Star, s *streamState) {
+	name := star.Star
+	if len(s.refs) == 0 {
+		if s.SettledThrough < s.NextRecord {
+			c.invariant(name, s, "", "no refs, but records [%d, %d) are not settled", s.SettledThrough, s.NextRecord)
+		}
+		return
+	}
+	if first := s.refs[0].FirstRecord; first > s.SettledThrough {
+		c.invariant(name, s, "", "refs start at %d, above settled_through %d", first, s.SettledThrough)
+	}
+	for i, ref := range s.refs {
+		if ref.Star != name {
+			c.invariant(name, s, "", "ref at %d names star %q", ref.FirstRecord, ref.Star)
+		}
+		if ref.Class != star.ChainClass {
+			c.invariant(name, s, "", "ref at %d has class %q, the star's chain class is %q", ref.FirstRecord, ref.Class, star.ChainClass)
+		}
+		if i > 0 && ref.FirstRecord != s.refs[i-1].EndRecord() {
+			c.invariant(name, s, "", "refs leave a gap or overlap at %d (previous ref ends at %d)", ref.FirstRecord, s.refs[i-1].EndRecord())
+		}
+		for j := 1; j < len(ref.Slots); j++ {
+			a, b := ref.Slots[j-1], ref.Slots[j]
+			if !(a.Epoch < b.Epoch || a.Epoch == b.Epoch && a.Seq < b.Seq) {
+				c.invariant(name, s, "", "ref at %d names slots out of slot order: (%d, %d) then (%d, %d)", ref.FirstRecord, a.Epoch, a.Seq, b.Epoch, b.Seq)
+			}
+		}
+	}
+	if last := s.refs[len(s.refs)-1].EndRecord(); last != s.NextRecord {
+		c.invariant(name, s, "", "refs end at %d, next_record is %d", last, s.NextRecord)
+	}
+}
+
+// checkRefExtents checks that each ref's entries name chunks that cover
+// its span exactly, in order (the extents come from the slots' footers).
+func (c *checker) checkRefExtents(star string, s *streamState) {
+	for i, ref := range s.refs {
+		next := ref.FirstRecord
+		for j, ex := range s.extents[i] {
+			if ex.count == 0 {
+				next = -1 // reported by the slot pass
+				break
+			}
+			if ex.first != next {
+				c.invariant(star, s, "", "ref at %d: entry %d's chunk starts at %d, want %d", ref.FirstRecord, j, ex.first, next)
+			}
+			next = ex.first + ex.count
+		}
+		if next >= 0 && next != ref.EndRecord() {
+			c.invariant(star, s, "", "ref [%d, %d): its chunks end at %d", ref.FirstRecord, ref.EndRecord(), next)
+		}
+	}
+}
+
+// checkNamedSlot reads one slot that refs name: its footer against each
+// naming entry's window, the chunk of each naming stream, and the records.
+func (c *checker) checkNamedSlot(ctx context.Context, star string, buckets []string, content Content, si *slotInfo) error {
+	key := bundlefmt.SlotKey(star, uint64(si.id.Epoch), uint64(si.id.Seq))
+	bi, cp := si.first()
+	if cp == nil || cp.env.Kind != bundlefmt.KindFlight {
+		return nil // reported in the chain pass; its records count missing
+	}
+	order := append(buckets[bi:bi+1:bi+1], buckets[:bi]...)
+	order = append(order, buckets[bi+1:]...)
+	env := cp.env
+	buf, size, err := c.read(ctx, order, key, int64(env.FooterOffset), int64(env.FooterLength)+bundlefmt.TrailerSize)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	c.rep.SlotsRead++
+	c.mu.Unlock()
+	if err != nil {
+		c.invariant(star, nil, key, "read the footer of a named slot: %v", err)
+		return nil
+	}
+	f, err := bundlefmt.OpenFooter(key, env.FooterOffset, buf, uint64(size), bundlefmt.TransitBase)
+	if err == nil {
+		err = f.VerifyDirectory()
+	}
+	if err != nil {
+		c.invariant(star, nil, key, "footer: %v", err)
+		return nil
+	}
+	var jobs []chunkJob
+	for _, a := range si.named {
+		ref := a.s.refs[a.ref]
+		sl := ref.Slots[a.entry]
+		if sl.FooterOffset != int64(env.FooterOffset) || sl.FooterLength != int64(env.FooterLength) {
+			c.invariant(star, a.s, key, "ref at %d: entry %d's footer window (%d, %d) is not the slot's (%d, %d)",
+				ref.FirstRecord, a.entry, sl.FooterOffset, sl.FooterLength, env.FooterOffset, env.FooterLength)
+		}
+		lo, hi := f.FindStream(a.s.id)
+		if hi-lo != 1 {
+			c.invariant(star, a.s, key, "ref at %d names a slot with %d chunks of the stream", ref.FirstRecord, hi-lo)
+			continue
+		}
+		v, err := f.EntryView(lo)
+		if err != nil {
+			c.invariant(star, a.s, key, "entry %d: %v", lo, err)
+			continue
+		}
+		a.s.extents[a.ref][a.entry] = extent{first: int64(v.FirstRecord()), count: int64(v.Count())}
+		jobs = append(jobs, chunkJob{view: v, off: f.DataOffset(lo), s: a.s, lo: ref.FirstRecord, hi: ref.EndRecord()})
+	}
+	return c.verifyData(ctx, star, order, key, jobs, NewGen(content), false)
+}

@@ -1,0 +1,444 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+)
+
+// CheckOptions says what Check looks at.
+type CheckOptions struct {
+	// Stars to check (default: every star novasim set up).
+	Stars []string
+	// SettledOnly checks only records below settled_through, from the
+	// catalog and the settled objects; refs, slots and the chain are not
+	// read, and the records at or past settled_through are reported as
+	// Unsettled. Settle tests use it to assert that everything below
+	// settled_through comes from settled objects.
+	SettledOnly bool
+	// Concurrency is the number of objects read at once (default 8).
+	Concurrency int
+	// MaxFindings is how many findings are kept in detail (default 100);
+	// the counts are always complete.
+	MaxFindings int
+}
+
+// CheckReport is what Check found. A report is clean (OK) when nothing is
+// missing, duplicated or wrong and no invariant is broken.
+type CheckReport struct {
+	Stars   int64
+	Streams int64
+	// Records is how many live records the metastore says exist: over every
+	// stream, [low_record, next_record) ([low_record, settled_through) with
+	// SettledOnly).
+	Records int64
+	// Checked: records found with the right bytes and timestamp (each once).
+	Checked int64
+	// Missing: records found nowhere (or only in unreadable objects).
+	Missing int64
+	// Duplicated: extra copies of records (overlapping entries or refs).
+	Duplicated int64
+	// Wrong: record copies whose bytes or timestamp differ from the generator,
+	// or that sit in damaged chunks.
+	Wrong int64
+	// Unsettled: with SettledOnly, records at or past settled_through.
+	Unsettled int64
+	// FromSettled and FromSlots split Checked by where the records were read.
+	FromSettled, FromSlots int64
+	// Objects and Slots are the settled objects and slots read.
+	Objects, SlotsRead int64
+	// Violations counts broken contract invariants (METASTORE.md, FORMAT.md).
+	Violations int64
+	// Chain describes the chains (not with SettledOnly).
+	Chain ChainReport
+	// Findings are the first MaxFindings problems; Dropped counts the rest.
+	Findings []Finding
+	Dropped  int64
+}
+
+// ChainReport describes the slots of the checked stars' chains.
+type ChainReport struct {
+	Slots    int64 // slot keys found (an express slot once, whatever its copies)
+	Flights  int64
+	Poisons  int64
+	Released int64 // slot positions behind a trim cursor (absent or not)
+	// Referenced: flights named by a span ref.
+	Referenced int64
+	// Unreferenced lists the flights named by no ref: lost flights, or
+	// flights whose refs the auditor deleted once they were settled.
+	Unreferenced []SlotID
+}
+
+// SlotID names a slot.
+type SlotID struct {
+	Star       string
+	Epoch, Seq int64
+}
+
+func (s SlotID) String() string { return fmt.Sprintf("%s/%d/%d", s.Star, s.Epoch, s.Seq) }
+
+// less orders slots by (star, epoch, seq).
+func (s SlotID) less(o SlotID) bool {
+	if s.Star != o.Star {
+		return s.Star < o.Star
+	}
+	return s.Epoch < o.Epoch || s.Epoch == o.Epoch && s.Seq < o.Seq
+}
+
+// OK reports whether the check found nothing wrong.
+func (r CheckReport) OK() bool {
+	return r.Missing == 0 && r.Duplicated == 0 && r.Wrong == 0 && r.Violations == 0
+}
+
+// Finding is one problem.
+type Finding struct {
+	Kind   string // missing, duplicated, wrong, invariant, unreadable
+	Star   string
+	Stream string // 32 hex digits, or empty
+	Record int64  // -1 when not about one record
+	Key    string // the object, or empty
+	Detail string
+}
+
+func (f Finding) String() string {
+	var b strings.Builder
+	b.WriteString(f.Kind)
+	if f.Star != "" {
+		b.WriteString(" star=" + f.Star)
+	}
+	if f.Stream != "" {
+		b.WriteString(" stream=" + f.Stream)
+	}
+	if f.Record >= 0 {
+		fmt.Fprintf(&b, " record=%d", f.Record)
+	}
+	if f.Key != "" {
+		b.WriteString(" key=" + f.Key)
+	}
+	b.WriteString(": " + f.Detail)
+	return b.String()
+}
+
+// checker is one Check call.
+type checker struct {
+	db    *catalog.DB
+	st    Storage
+	opts  CheckOptions
+	mu    sync.Mutex
+	rep   CheckReport
+	found atomic.Int64
+}
+
+// finding records a problem. Missing, duplicated and wrong records are
+// counted by the caller; invariant findings count a violation.
+func (c *checker) finding(f Finding) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.Kind == "invariant" {
+		c.rep.Violations++
+	}
+	if len(c.rep.Findings) < c.opts.MaxFindings {
+		c.rep.Findings = append(c.rep.Findings, f)
+	} else {
+		c.rep.Dropped++
+	}
+}
+
+func (c *checker) invariant(star string, stream *streamState, key, format string, args ...any) {
+	f := Finding{Kind: "invariant", Star: star, Record: -1, Key: key, Detail: fmt.Sprintf(format, args...)}
+	if stream != nil {
+		f.Stream = stream.id.String()
+	}
+	c.finding(f)
+}
+
+// Check verifies every record of the checked stars' streams against the
+// generator, and the contract's invariants over the metastore and the
+// chains (see CheckOptions and CheckReport). It reads only the contract's
+// tables (and novasim's content profiles), and objects through bundlefmt,
+// so it checks any settler's output. An error means the check could not run;
+// findings are in the report.
+func Check(ctx context.Context, db *catalog.DB, st Storage, opts CheckOptions) (CheckReport, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
+	if opts.MaxFindings <= 0 {
+		opts.MaxFindings = 100
+	}
+	c := &checker{db: db, st: st, opts: opts}
+	stars := opts.Stars
+	if len(stars) == 0 {
+		profs, err := db.Sim().Stars(ctx)
+		if err != nil {
+			return c.rep, err
+		}
+		for _, p := range profs {
+			stars = append(stars, p.Star)
+		}
+		if len(stars) == 0 {
+			return c.rep, fmt.Errorf("%w: no star was set up by novasim setup (nova.sim_stars is empty)", ErrUsage)
+		}
+	}
+	for _, star := range stars {
+		if err := c.checkStar(ctx, star); err != nil {
+			return c.rep, err
+		}
+	}
+	sort.Slice(c.rep.Chain.Unreferenced, func(i, j int) bool { return c.rep.Chain.Unreferenced[i].less(c.rep.Chain.Unreferenced[j]) })
+	return c.rep, nil
+}
+
+// streamState is one stream under check: its metastore rows and the copy
+// count of every live record.
+type streamState struct {
+	catalog.Stream
+	id      bundlefmt.StreamID
+	prof    StreamProfile
+	refs    []catalog.SpanRef
+	entries []catalog.Entry
+	erased  []catalog.Erasure
+	// extents[i][j] is the chunk (first, count) that ref i's entry j names,
+	// filled by the slot pass; count 0 when it could not be found.
+	extents [][]extent
+
+	mu     sync.Mutex
+	copies []uint8 // copies of record low_record+i found (saturating)
+	bad    []bool  // record low_record+i had a wrong copy
+	wrong  int64
+}
+
+type extent struct{ first, count int64 }
+
+// live reports whether record r is counted: in [low_record, next_record).
+func (s *streamState) live(r int64) bool { return r >= s.LowRecord && r < s.NextRecord }
+
+// counted reports whether a copy of record r read from a settled object
+// (settled) or from a slot counts: settled copies below settled_through,
+// slot copies at or past it.
+func (s *streamState) counted(r int64, settled bool) bool {
+	if !s.live(r) {
+		return false
+	}
+	return settled == (r < s.SettledThrough)
+}
+
+// note records one verified copy of record r; a copy outside the range its
+// ref or entry names (inRange false) is verified but not counted.
+func (s *streamState) note(r int64, ok, settled, inRange bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok {
+		s.wrong++
+	}
+	if !inRange || !s.counted(r, settled) {
+		return
+	}
+	i := r - s.LowRecord
+	if s.copies[i] < 255 {
+		s.copies[i]++
+	}
+	if !ok {
+		s.bad[i] = true
+	}
+}
+
+// erasedAt reports whether record r is in an erasure, and whether that
+// erasure is applied.
+func (s *streamState) erasedAt(r int64) (erased, applied bool) {
+	for _, e := range s.erased {
+		if r >= e.FirstRecord && r < e.FirstRecord+e.RecordCount {
+			return true, e.Applied
+		}
+	}
+	return false, false
+}
+
+func (c *checker) checkStar(ctx context.Context, name string) error {
+	prof, err := c.db.Sim().Star(ctx, name)
+	if err != nil {
+		return fmt.Errorf("check star %q: %w", name, err)
+	}
+	content := contentOf(prof)
+	star, err := c.db.GetStar(ctx, name)
+	if err != nil {
+		return err
+	}
+	rows, err := c.db.StreamsOfStar(ctx, name)
+	if err != nil {
+		return err
+	}
+	streams := make([]*streamState, len(rows))
+	for i, r := range rows {
+		s := &streamState{Stream: r, id: bundlefmt.StreamID(r.ID)}
+		s.prof = content.Stream(s.id)
+		if s.entries, err = c.db.EntriesOfStream(ctx, r.ID); err != nil {
+			return err
+		}
+		if s.erased, err = c.db.Sim().ErasuresOfStream(ctx, r.ID); err != nil {
+			return err
+		}
+		if !c.opts.SettledOnly {
+			if s.refs, err = c.db.RefsOfStream(ctx, r.ID); err != nil {
+				return err
+			}
+			s.extents = make([][]extent, len(s.refs))
+			for j, ref := range s.refs {
+				s.extents[j] = make([]extent, len(ref.Slots))
+			}
+		}
+		if n := r.NextRecord - r.LowRecord; n > 0 {
+			s.copies = make([]uint8, n)
+			s.bad = make([]bool, n)
+		}
+		streams[i] = s
+	}
+	c.mu.Lock()
+	c.rep.Stars++
+	c.rep.Streams += int64(len(streams))
+	c.mu.Unlock()
+
+	// Settled objects, one at a time per worker.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.opts.Concurrency)
+	for _, s := range streams {
+		c.checkEntryRows(name, s)
+		for _, e := range s.entries {
+			g.Go(func() error { return c.checkSettled(gctx, name, content, s, e) })
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if !c.opts.SettledOnly {
+		if err := c.checkChain(ctx, star, content, streams); err != nil {
+			return err
+		}
+	}
+	for _, s := range streams {
+		c.account(name, s)
+		if err := c.checkMarker(ctx, name, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkEntryRows checks a stream's catalog rows on their own: epochs,
+// classes, and the tiling of [.., settled_through).
+func (c *checker) checkEntryRows(star string, s *streamState) {
+	var end int64 = -1
+	for _, e := range s.entries {
+		if e.Epoch != s.Epoch {
+			c.invariant(star, s, "", "catalog entry at %d has stream epoch %d, the stream's is %d", e.FirstRecord, e.Epoch, s.Epoch)
+		}
+		if e.Class != catalog.ClassStandard {
+			c.invariant(star, s, "", "catalog entry at %d has class %q (settled objects are standard)", e.FirstRecord, e.Class)
+		}
+		if end >= 0 && e.FirstRecord != end {
+			c.invariant(star, s, "", "catalog entries leave a gap or overlap at %d (previous entry ends at %d)", e.FirstRecord, end)
+		}
+		end = e.EndRecord()
+		if end > s.SettledThrough {
+			c.invariant(star, s, "", "catalog entry [%d, %d) runs past settled_through %d", e.FirstRecord, end, s.SettledThrough)
+		}
+	}
+	if len(s.entries) > 0 && end < s.SettledThrough {
+		c.invariant(star, s, "", "catalog entries end at %d, settled_through is %d", end, s.SettledThrough)
+	}
+	if s.SettledThrough > s.NextRecord {
+		c.invariant(star, s, "", "settled_through %d is past next_record %d", s.SettledThrough, s.NextRecord)
+	}
+}
+
+// account turns a stream's copy counts into the report's record counts.
+func (c *checker) account(star string, s *streamState) {
+	var checked, missing, dup, fromSettled, unsettled, records int64
+	firstMissing := int64(-1)
+	for i, n := range s.copies {
+		r := s.LowRecord + int64(i)
+		if c.opts.SettledOnly && r >= s.SettledThrough {
+			unsettled++
+			continue
+		}
+		records++
+		switch {
+		case n == 0:
+			missing++
+			if firstMissing < 0 {
+				firstMissing = r
+			}
+		case n > 1:
+			dup += int64(n - 1)
+		}
+		if n > 0 && !s.bad[i] {
+			checked++
+			if r < s.SettledThrough {
+				fromSettled++
+			}
+		}
+	}
+	if missing > 0 {
+		c.finding(Finding{Kind: "missing", Star: star, Stream: s.id.String(), Record: firstMissing,
+			Detail: fmt.Sprintf("%d records found nowhere (the first is shown)", missing)})
+	}
+	if dup > 0 {
+		c.finding(Finding{Kind: "duplicated", Star: star, Stream: s.id.String(), Record: -1,
+			Detail: fmt.Sprintf("%d extra copies of records", dup)})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rep.Records += records
+	c.rep.Checked += checked
+	c.rep.Missing += missing
+	c.rep.Duplicated += dup
+	c.rep.Wrong += s.wrong
+	c.rep.Unsettled += unsettled
+	c.rep.FromSettled += fromSettled
+	c.rep.FromSlots += checked - fromSettled
+}
+
+// checkMarker checks METASTORE.md's due-marker rule: a marker exists exactly
+// for a stream with refs, with the stream's class and since = the oldest
+// ref's absorbed_at.
+func (c *checker) checkMarker(ctx context.Context, star string, s *streamState) error {
+	if c.opts.SettledOnly {
+		return nil
+	}
+	m, ok, err := c.db.Sim().DueMarkerOf(ctx, s.ID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ok && len(s.refs) == 0:
+		c.invariant(star, s, "", "due marker without refs")
+	case !ok && len(s.refs) > 0:
+		c.invariant(star, s, "", "%d refs and no due marker", len(s.refs))
+	case ok:
+		oldest := s.refs[0].AbsorbedAt
+		for _, r := range s.refs {
+			if r.AbsorbedAt.Before(oldest) {
+				oldest = r.AbsorbedAt
+			}
+		}
+		if !m.Since.Equal(oldest) {
+			c.invariant(star, s, "", "due marker since %s, oldest ref absorbed at %s", m.Since, oldest)
+		}
+		if m.Class != s.Class {
+			c.invariant(star, s, "", "due marker class %q, stream class %q", m.Class, s.Class)
+		}
+	}
+	return nil
+}
+
+// errUnreadable marks an object that could not be read or decoded: its
+// records are counted missing or wrong, and the check goes on.
+var errUnreadable = errors.New("unreadable")
