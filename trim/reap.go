@@ -1,0 +1,459 @@
+package trim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
+)
+
+// Reap is step 6 of the cycle: it deletes what is armed and past its grace.
+//
+// Why a late delete is harmless. Only the auditor deletes, and every delete
+// here is of an object that no future state of the metastore can reference,
+// so it may land at any time, even from a leader that has since lost its
+// lease (its metadata writes are fenced; its S3 requests cannot be):
+//
+//   - A slot behind the trim cursor. The cursor never passes the earliest
+//     slot named by a remaining span ref, nor the absorbed head; refs only
+//     ever disappear (settled), and an absorb names only slots at or past
+//     the head, which only moves forward. So once behind the cursor, no ref
+//     names the slot, now or later (a ref that does is a halt, not a read).
+//     The grace lets readers holding an old ref finish first.
+//   - An object armed by a reap or publish intent, executed only when
+//     catalog.ClassifyReaps finds its key dead in a fenced transaction: no
+//     catalog row has its coordinates, and no settle can publish it again,
+//     because the stream's settled_through is already past its first record
+//     and no catalog entry there has a lower revision. A new entry starts at
+//     or past settled_through and a rewrite raises an entry's revision, and
+//     both settled_through and revisions only grow, so a key that is dead
+//     stays dead. That covers superseded revisions, entries dropped by
+//     retention, and abandoned publishes alike. A key still publishable, or
+//     named by an open publish intent, is held, never deleted; a key the
+//     catalog references has its reap intent dropped, never executed.
+//
+// Aborting a multipart upload never removes a completed object, so it is
+// harmless whatever the key's state.
+type Reap struct {
+	d Deps
+	c Config
+}
+
+var _ cycle.Step = (*Reap)(nil)
+
+// NewReap returns the reap step.
+func NewReap(d Deps, c Config) (*Reap, error) {
+	d.defaults()
+	c.defaults()
+	switch {
+	case d.DB == nil:
+		return nil, errors.New("reap: no database")
+	case d.Store == nil:
+		return nil, errors.New("reap: no object store")
+	case d.StdBucket == "":
+		return nil, errors.New("reap: no standard bucket")
+	}
+	return &Reap{d: d, c: c}, nil
+}
+
+// Name implements cycle.Step.
+func (r *Reap) Name() string { return "reap" }
+
+// Run implements cycle.Step. A bucket that fails (a zone down) is not an
+// error of the cycle: what it holds stays due and the next cycle retries it;
+// the failure shows in the logs, nova_auditor_reap_delete_failures_total and
+// the due backlog.
+func (r *Reap) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+	var counts cycle.Counts
+	if err := r.reapSlots(ctx, f, opts, &counts); err != nil {
+		return counts, err
+	}
+	if err := r.reapObjects(ctx, f, opts, &counts); err != nil {
+		return counts, err
+	}
+	if r.d.Metrics != nil {
+		b, err := readBacklog(ctx, r.d.DB, f.Star, r.c.ReapGrace)
+		if err != nil {
+			return counts, err
+		}
+		r.d.Metrics.backlog(b)
+	}
+	return counts, nil
+}
+
+// fanout deletes keys from a set of buckets, remembering for the rest of
+// the run which buckets are down (a request that failed whole), so one dead
+// zone costs one timeout per run, not one per batch.
+type fanout struct {
+	r        *Reap
+	buckets  []string
+	mu       sync.Mutex
+	down     map[string]error
+	requests atomic.Int64
+}
+
+func (r *Reap) newFanout(buckets []string) *fanout {
+	return &fanout{r: r, buckets: buckets, down: map[string]error{}}
+}
+
+func (fo *fanout) isDown(b string) bool {
+	fo.mu.Lock()
+	defer fo.mu.Unlock()
+	return fo.down[b] != nil
+}
+
+func (fo *fanout) allDown() bool {
+	fo.mu.Lock()
+	defer fo.mu.Unlock()
+	return len(fo.down) == len(fo.buckets)
+}
+
+// delete removes keys from every bucket; it returns the keys that every
+// bucket confirmed deleted (absence is success).
+func (fo *fanout) delete(ctx context.Context, keys []string) map[string]bool {
+	failed := make([]map[string]bool, len(fo.buckets))
+	var wg sync.WaitGroup
+	for i, b := range fo.buckets {
+		if fo.isDown(b) {
+			failed[i] = nil // all of them
+			continue
+		}
+		failed[i] = map[string]bool{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := fo.r.d.Store.Delete(ctx, b, keys)
+			fo.requests.Add(1)
+			fo.r.d.Metrics.deleteRequest(b, err != nil)
+			if err == nil {
+				return
+			}
+			var de *objstore.DeleteError
+			if errors.As(err, &de) && len(de.Failed) < len(keys) {
+				for k := range de.Failed {
+					failed[i][k] = true
+				}
+				fo.r.d.Log.Warn("reap delete failed for some keys", "bucket", b, "keys", len(de.Failed), "err", err)
+				return
+			}
+			fo.mu.Lock()
+			fo.down[b] = err
+			fo.mu.Unlock()
+			failed[i] = nil
+			fo.r.d.Log.Warn("reap delete failed: bucket down for this run, its deletes stay due", "bucket", b, "err", err)
+		}()
+	}
+	wg.Wait()
+	ok := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		ok[k] = true
+	}
+	for _, fk := range failed {
+		if fk == nil {
+			return map[string]bool{}
+		}
+		for k := range fk {
+			delete(ok, k)
+		}
+	}
+	return ok
+}
+
+var errStop = errors.New("every bucket is down")
+
+// reapSlots deletes the due slot ranges from every bucket of the star's
+// class, in DeleteObjects batches enumerated from the epochs' end_seq. A
+// range leaves slot_reaps only once every bucket confirmed every key; a
+// partly confirmed range keeps its unconfirmed rest due.
+func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Options, counts *cycle.Counts) error {
+	reaps, err := r.d.DB.SlotReaps(ctx, f.Star)
+	if err != nil {
+		return err
+	}
+	var due []catalog.SlotReap
+	for _, rp := range reaps {
+		if rp.Due {
+			due = append(due, rp)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	c, err := loadChain(ctx, r.d.DB, f.Star)
+	if err != nil {
+		return err
+	}
+	buckets, err := r.d.buckets(c.class)
+	if err != nil {
+		return fmt.Errorf("reap slots of star %q: %w", f.Star, err)
+	}
+	fo := r.newFanout(buckets)
+	defer func() { counts.S3Requests += fo.requests.Load() }()
+	for _, rp := range due {
+		if opts.DryRun {
+			n, err := c.count(rp.From, rp.To)
+			if err != nil {
+				return err
+			}
+			plan(opts, "reap: would delete %d slots %s .. %s (range %s..%s, released at #%d) from %v",
+				n, slotKey(f.Star, rp.From), lastKey(f.Star, rp.To, c.epochs), rp.From, rp.To, rp.ID, buckets)
+			continue
+		}
+		if fo.allDown() {
+			break
+		}
+		r.d.crash(CrashSlotsBeforeDelete)
+		done, next, complete, err := r.deleteRange(ctx, c, rp, fo)
+		if err != nil {
+			return err
+		}
+		r.d.crash(CrashSlotsAfterDelete)
+		switch {
+		case complete:
+			if err := r.d.DB.FinishSlotReap(ctx, f, rp.ID); err != nil {
+				return err
+			}
+		case done > 0:
+			if err := r.d.DB.ShrinkSlotReap(ctx, f, rp.ID, rp.From, next); err != nil {
+				return err
+			}
+		}
+		counts.SlotsReaped += done
+		r.d.Metrics.reapedSlots(done)
+		if done > 0 || complete {
+			r.d.Log.Info("slots reaped", "star", f.Star, "from", rp.From.String(), "to", rp.To.String(), "slots", done, "complete", complete)
+		}
+	}
+	return ctx.Err()
+}
+
+// deleteRange deletes a range's keys batch by batch, Concurrency batches at
+// a time, going on past a failed batch so that the healthy buckets are
+// emptied all the same. It returns how many slots from the range's start
+// every bucket confirmed, where the unconfirmed rest starts, and whether
+// the whole range is confirmed.
+func (r *Reap) deleteRange(ctx context.Context, c chain, rp catalog.SlotReap, fo *fanout) (done int64, next Pos, complete bool, err error) {
+	var (
+		wave      []batch
+		firstFail *Pos
+	)
+	flush := func() error {
+		oks := make([]bool, len(wave))
+		var wg sync.WaitGroup
+		for i, b := range wave {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				oks[i] = len(fo.delete(ctx, b.keys)) == len(b.keys)
+			}()
+		}
+		wg.Wait()
+		for i, b := range wave {
+			switch {
+			case firstFail != nil:
+			case oks[i]:
+				done += int64(len(b.keys))
+			default:
+				p := b.first
+				firstFail = &p
+			}
+		}
+		wave = wave[:0]
+		return ctx.Err()
+	}
+	err = c.batches(rp.From, rp.To, r.c.BatchSize, func(b batch) error {
+		if len(wave) == r.c.Concurrency {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if fo.allDown() {
+			if firstFail == nil {
+				p := b.first
+				firstFail = &p
+			}
+			return errStop
+		}
+		wave = append(wave, b)
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	if err != nil {
+		return done, next, false, err
+	}
+	if firstFail == nil {
+		return done, rp.To, true, nil
+	}
+	return done, *firstFail, false, nil
+}
+
+// candidate is a due intent with what reaping it takes.
+type candidate struct {
+	in      catalog.Intent
+	coords  catalog.KeyCoords
+	buckets []string
+}
+
+// reapObjects executes the due reap intents and the publish intents older
+// than the grace, a batch at a time: each batch is classified in a fenced
+// transaction (catalog.ClassifyReaps), then the dead keys are deleted from
+// every bucket of their class and the finished intents removed.
+func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Options, counts *cycle.Counts) error {
+	held := map[string]int{}
+	defer func() { r.d.Metrics.heldObjects(held) }()
+	var after int64
+	for {
+		intents, err := r.d.DB.DueObjectReaps(ctx, f.Star, r.c.ReapGrace, after, r.c.BatchSize)
+		if err != nil {
+			return err
+		}
+		if len(intents) == 0 {
+			return nil
+		}
+		after = intents[len(intents)-1].ID
+		byID := map[int64]candidate{}
+		var cands []catalog.ReapCandidate
+		for _, in := range intents {
+			k, err := bundlefmt.ParseSettledKey(in.ObjectKey)
+			if err != nil {
+				held["invalid_key"]++
+				r.d.Log.Warn("reap held: not a settled key", "intent", in.ID, "key", in.ObjectKey, "err", err)
+				plan(opts, "reap: intent #%d names %q, not a settled key: held", in.ID, in.ObjectKey)
+				continue
+			}
+			buckets, err := r.d.buckets(in.Class)
+			if err != nil {
+				held["unknown_class"]++
+				r.d.Log.Warn("reap held: no buckets for its class", "intent", in.ID, "key", in.ObjectKey, "err", err)
+				continue
+			}
+			co := catalog.KeyCoords{Bucket: k.Bucket, Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch),
+				FirstRecord: int64(k.FirstRecord), Revision: int32(k.Revision)}
+			byID[in.ID] = candidate{in: in, coords: co, buckets: buckets}
+			cands = append(cands, catalog.ReapCandidate{ID: in.ID, Key: in.ObjectKey, Coords: co})
+		}
+		var verdicts map[int64]catalog.KeyVerdict
+		if opts.DryRun {
+			verdicts, err = r.d.DB.PreviewReaps(ctx, f.Star, r.c.ReapGrace, cands)
+		} else {
+			verdicts, err = r.d.DB.ClassifyReaps(ctx, f, r.c.ReapGrace, cands)
+		}
+		if err != nil {
+			return err
+		}
+		var act []candidate // dead: delete; referenced publish: abort only
+		dropped := 0
+		for _, cd := range cands {
+			c := byID[cd.ID]
+			v := verdicts[cd.ID]
+			switch {
+			case v == catalog.KeyDead:
+				act = append(act, c)
+				plan(opts, "reap: would delete %s (%s intent #%d) from %v", c.in.ObjectKey, c.in.Kind, c.in.ID, c.buckets)
+			case v == catalog.KeyReferenced && c.in.Kind == "publish":
+				act = append(act, c)
+				plan(opts, "reap: %s is in the catalog: would drop publish intent #%d (abort its upload, keep the object)", c.in.ObjectKey, c.in.ID)
+			case v == catalog.KeyReferenced:
+				dropped++
+				plan(opts, "reap: %s is in the catalog: would drop reap intent #%d unexecuted", c.in.ObjectKey, c.in.ID)
+			case v == catalog.KeyPublishable || v == catalog.KeyPublishing:
+				held[v.String()]++
+				plan(opts, "reap: %s (%s intent #%d) could still be published: held", c.in.ObjectKey, c.in.Kind, c.in.ID)
+			}
+		}
+		if opts.DryRun {
+			if len(intents) < r.c.BatchSize {
+				return nil
+			}
+			continue
+		}
+		if dropped > 0 {
+			r.d.Metrics.dropped(dropped)
+			r.d.Log.Info("reap intents dropped: their keys are in the catalog", "star", f.Star, "intents", dropped)
+		}
+		r.d.crash(CrashObjectBeforeDelete)
+		done, reaped := r.executeObjects(ctx, act, verdicts, counts)
+		r.d.crash(CrashObjectAfterDelete)
+		if err := r.d.DB.FinishReaps(ctx, f, done); err != nil {
+			return err
+		}
+		counts.ObjectsReaped += int64(len(reaped))
+		for _, c := range reaped {
+			r.d.Metrics.reapedObject(c.in.Kind)
+		}
+		if len(reaped) > 0 {
+			r.d.Log.Info("objects reaped", "star", f.Star, "objects", len(reaped))
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if len(intents) < r.c.BatchSize {
+			return nil
+		}
+	}
+}
+
+// executeObjects aborts the uploads of publish intents and deletes the dead
+// keys from every bucket of their class. It returns the intents that are
+// finished and, of those, the ones whose object was deleted.
+func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map[int64]catalog.KeyVerdict, counts *cycle.Counts) (done []int64, reaped []candidate) {
+	ready := make([]candidate, 0, len(act))
+	for _, c := range act {
+		ok := true
+		if c.in.UploadID != "" {
+			for _, b := range c.buckets {
+				counts.S3Requests++
+				if err := r.d.Store.AbortAssembly(ctx, b, c.in.ObjectKey, c.in.UploadID); err != nil && !errors.Is(err, objstore.ErrNoUpload) {
+					r.d.Log.Warn("abort upload of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", b, "err", err)
+					ok = false
+				}
+			}
+		}
+		if !ok {
+			continue
+		}
+		if verdicts[c.in.ID] != catalog.KeyDead {
+			done = append(done, c.in.ID) // referenced: the upload is gone, the object stays
+			continue
+		}
+		ready = append(ready, c)
+	}
+	// Settled objects are one class (standard), but group by bucket set all
+	// the same.
+	groups := map[string][]candidate{}
+	for _, c := range ready {
+		g := fmt.Sprint(c.buckets)
+		groups[g] = append(groups[g], c)
+	}
+	for _, g := range groups {
+		fo := r.newFanout(g[0].buckets)
+		keys := make([]string, 0, len(g))
+		seen := map[string]bool{}
+		for _, c := range g {
+			if !seen[c.in.ObjectKey] { // two intents may name one key
+				seen[c.in.ObjectKey] = true
+				keys = append(keys, c.in.ObjectKey)
+			}
+		}
+		ok := fo.delete(ctx, keys)
+		counts.S3Requests += fo.requests.Load()
+		for _, c := range g {
+			if ok[c.in.ObjectKey] {
+				done = append(done, c.in.ID)
+				reaped = append(reaped, c)
+			}
+		}
+	}
+	return done, reaped
+}

@@ -1,0 +1,343 @@
+package trim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
+)
+
+// Store is what reaping needs of object storage; objstore.Store has it.
+type Store interface {
+	// Delete removes keys from one bucket; absence is success. Keys it could
+	// not delete come back in an *objstore.DeleteError.
+	Delete(ctx context.Context, bucket string, keys []string) error
+	// AbortAssembly discards a multipart upload; an absent one is success.
+	AbortAssembly(ctx context.Context, bucket, key, uploadID string) error
+}
+
+var _ Store = objstore.Store(nil)
+
+// Crash points, the names passed to Deps.Crash at each boundary.
+const (
+	CrashRetentionCommitted = "retention-committed"       // after a retention batch commits
+	CrashTrimCommitted      = "trim-cursor-committed"     // after the trim cursor commit
+	CrashSlotsBeforeDelete  = "reap-slots-before-delete"  // before each slot range's deletes
+	CrashSlotsAfterDelete   = "reap-slots-after-delete"   // after them, before the row is finished
+	CrashObjectBeforeDelete = "reap-object-before-delete" // before each batch of object deletes
+	CrashObjectAfterDelete  = "reap-object-after-delete"  // after them, before the intents are finished
+)
+
+// Deps are the collaborators of the retention, trim and reap steps.
+type Deps struct {
+	DB    *catalog.DB
+	Store Store // reap only
+	// StdBucket holds standard-class slots and every settled object;
+	// ExpressBuckets is the express set, where every express slot lives
+	// (DESIGN.md section 6). Deletes fan out to every bucket of a class.
+	StdBucket      string
+	ExpressBuckets []string
+	Log            *slog.Logger
+	Metrics        *Metrics     // nil: none
+	Crash          func(string) // crash points (nil: none)
+}
+
+// Config is the trim and reap policy.
+type Config struct {
+	ReapGrace time.Duration // --reap-grace: from arming to deleting
+	// BatchSize is the most keys per DeleteObjects request and the most
+	// rows per retention or reap transaction (at most 1000, the S3 limit).
+	BatchSize int
+	// Concurrency is how many slot batches are deleted at once.
+	Concurrency int
+}
+
+const maxBatch = 1000
+
+func (d *Deps) defaults() {
+	if d.Log == nil {
+		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+func (c *Config) defaults() {
+	if c.BatchSize <= 0 || c.BatchSize > maxBatch {
+		c.BatchSize = maxBatch
+	}
+	if c.Concurrency < 1 {
+		c.Concurrency = 4
+	}
+}
+
+func (d Deps) crash(name string) {
+	if d.Crash != nil {
+		d.Crash(name)
+	}
+}
+
+// buckets returns every bucket that holds objects of a class.
+func (d Deps) buckets(class string) ([]string, error) {
+	switch class {
+	case catalog.ClassStandard:
+		return []string{d.StdBucket}, nil
+	case catalog.ClassExpress:
+		if len(d.ExpressBuckets) == 0 {
+			return nil, errors.New("express class but no express buckets configured (--s3-express-buckets)")
+		}
+		return d.ExpressBuckets, nil
+	}
+	return nil, fmt.Errorf("unknown class %q", class)
+}
+
+func plan(opts cycle.Options, format string, args ...any) {
+	if opts.Plan != nil {
+		fmt.Fprintf(opts.Plan, format+"\n", args...)
+	}
+}
+
+// settledKey is the key of a catalog entry's object.
+func settledKey(e catalog.RetiredEntry) string {
+	return bundlefmt.SettledKey(e.Bucket, bundlefmt.StreamID(e.Stream), uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
+}
+
+// Decision is the trim bound of a star and what trim does with it.
+type Decision struct {
+	Cursor Pos  // the cursor, normalised (no row: the lowest epoch, 0)
+	Head   Pos  // the absorbed head
+	Bound  Pos  // min(earliest ref slot, head, first fence in progress)
+	Move   bool // Bound is past Cursor: release [Cursor, Bound)
+	Slots  int64
+	// FenceWait is set when a past epoch has no end_seq: trim waits at it.
+	FenceWait *FenceWait
+	// Quarantine is set when a quarantined stream's refs hold slots.
+	Quarantine *QuarantineHold
+
+	prev *Pos // the stored row, for the compare-and-set
+}
+
+// FenceWait is a fence in progress that trim waits at.
+type FenceWait struct {
+	Epoch int64
+	Since time.Time // when the next epoch started (the fence's step 1)
+}
+
+// QuarantineHold is the oldest slot held by a quarantined stream's refs.
+type QuarantineHold struct {
+	Slot    Pos
+	Stream  catalog.StreamID
+	Record  int64 // the holding ref's first record
+	Streams int64 // quarantined streams with refs
+	// Bounding: this slot is the trim bound (trim is held by quarantine).
+	Bounding bool
+}
+
+// Decide computes a star's trim bound (DESIGN.md section 4): the earliest
+// slot named by any remaining span ref of the star, capped by the absorbed
+// head and by the first past epoch whose fence is in progress. A ref naming
+// a slot behind the cursor is a halt (a released slot was needed).
+func Decide(st catalog.TrimState) (Decision, error) {
+	var d Decision
+	c, err := newChain(st.Star, st.Epochs)
+	if err != nil {
+		return d, err
+	}
+	d.Head = c.head
+	d.Cursor = Pos{Epoch: c.lowest}
+	if st.HasCursor {
+		prev := st.Cursor
+		d.prev = &prev
+		if d.Cursor, err = c.norm(st.Cursor); err != nil {
+			return d, halt("trim cursor: %v", err)
+		}
+		if d.Head.Less(d.Cursor) {
+			return d, halt("star %q: trim cursor %s is past the absorbed head %s", st.Star.Star, d.Cursor, d.Head)
+		}
+	}
+	d.Bound = d.Head
+	if e, since, ok := c.fenceWait(); ok {
+		d.FenceWait = &FenceWait{Epoch: e.Epoch, Since: since}
+		d.Bound = minPos(d.Bound, Pos{Epoch: e.Epoch})
+	}
+	if st.RefMin != nil {
+		r, err := c.slot(st.RefMin.Slot)
+		if err != nil {
+			return d, halt("ref %x@%d: %v", st.RefMin.Stream, st.RefMin.FirstRecord, err)
+		}
+		if r.Less(d.Cursor) {
+			return d, halt("star %q: ref %x@%d names slot %s, behind the trim cursor %s: a released slot is still needed",
+				st.Star.Star, st.RefMin.Stream, st.RefMin.FirstRecord, r, d.Cursor)
+		}
+		d.Bound = minPos(d.Bound, r)
+	}
+	if q := st.QuarantineMin; q != nil {
+		slot, err := c.slot(q.Slot)
+		if err != nil {
+			return d, halt("ref %x@%d: %v", q.Stream, q.FirstRecord, err)
+		}
+		d.Quarantine = &QuarantineHold{Slot: slot, Stream: q.Stream, Record: q.FirstRecord, Streams: st.QuarantinedStreams,
+			Bounding: slot == d.Bound}
+	}
+	if d.Cursor.Less(d.Bound) {
+		d.Move = true
+		if d.Slots, err = c.count(d.Cursor, d.Bound); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// Trim is step 5 of the cycle: it moves the star's trim cursor to its bound
+// and arms the passed slots for reaping after the grace.
+type Trim struct {
+	d Deps
+	c Config
+}
+
+var _ cycle.Step = (*Trim)(nil)
+
+// NewTrim returns the trim step.
+func NewTrim(d Deps, c Config) (*Trim, error) {
+	d.defaults()
+	c.defaults()
+	if d.DB == nil {
+		return nil, errors.New("trim: no database")
+	}
+	return &Trim{d: d, c: c}, nil
+}
+
+// Name implements cycle.Step.
+func (t *Trim) Name() string { return "trim" }
+
+// Run implements cycle.Step.
+func (t *Trim) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+	var counts cycle.Counts
+	st, err := t.d.DB.ReadTrimState(ctx, f.Star)
+	if err != nil {
+		return counts, err
+	}
+	dec, err := Decide(st)
+	if err != nil {
+		return counts, fmt.Errorf("trim star %q: %w", f.Star, err)
+	}
+	t.d.Metrics.observeDecision(dec, st.Now)
+	if w := dec.FenceWait; w != nil {
+		t.d.Log.Warn("trim waits at a fence in progress", "star", f.Star, "epoch", w.Epoch, "since", w.Since)
+		plan(opts, "trim: star %s waits at epoch %d: its fence is in progress since %s (no end_seq)", f.Star, w.Epoch, w.Since.UTC().Format(time.RFC3339))
+	}
+	if q := dec.Quarantine; q != nil && q.Bounding {
+		t.d.Log.Warn("trim held by quarantine", "star", f.Star, "slot", q.Slot.String(), "stream", fmt.Sprintf("%x", q.Stream))
+		plan(opts, "trim: star %s held by quarantined stream %x at slot %s", f.Star, q.Stream, q.Slot)
+	}
+	if !dec.Move {
+		plan(opts, "trim: star %s cursor stays at %s (bound %s)", f.Star, dec.Cursor, dec.Bound)
+		return counts, nil
+	}
+	if opts.DryRun {
+		plan(opts, "trim: star %s would move its cursor %s -> %s, releasing %d slots (%s .. %s), reaped after %s",
+			f.Star, dec.Cursor, dec.Bound, dec.Slots, slotKey(f.Star, dec.Cursor), lastKey(f.Star, dec.Bound, st.Epochs), t.c.ReapGrace)
+		return counts, nil
+	}
+	r, err := t.d.DB.AdvanceTrim(ctx, f, dec.prev, dec.Cursor, dec.Bound, t.c.ReapGrace)
+	if err != nil {
+		if errors.Is(err, catalog.ErrInvariant) {
+			return counts, fmt.Errorf("%w: %w", cycle.ErrHalt, err)
+		}
+		return counts, err
+	}
+	t.d.crash(CrashTrimCommitted)
+	t.d.Metrics.slotsReleased(dec.Slots)
+	t.d.Log.Info("trim cursor moved", "star", f.Star, "from", dec.Cursor.String(), "to", dec.Bound.String(),
+		"slots", dec.Slots, "reap_after", r.ReapAfter)
+	return counts, nil
+}
+
+func slotKey(star string, p Pos) string {
+	return bundlefmt.SlotKey(star, uint64(p.Epoch), uint64(p.Seq))
+}
+
+// lastKey names the slot just before the normalised position p.
+func lastKey(star string, p Pos, epochs []catalog.StarEpoch) string {
+	if p.Seq > 0 {
+		return slotKey(star, Pos{Epoch: p.Epoch, Seq: p.Seq - 1})
+	}
+	for _, e := range epochs {
+		if e.Epoch == p.Epoch-1 && e.EndSeq != nil && *e.EndSeq > 0 {
+			return slotKey(star, Pos{Epoch: e.Epoch, Seq: *e.EndSeq - 1})
+		}
+	}
+	return "(none)"
+}
+
+// Status is what `auditor status` shows of trim and reap.
+type Status struct {
+	Decision
+	Backlog Backlog
+}
+
+// Backlog is what is armed and not yet reaped.
+type Backlog struct {
+	SlotsDue, SlotsWaiting     int64
+	ObjectsDue, ObjectsWaiting int64
+}
+
+// ReadStatus reads a star's trim and reap state (read only, no lease).
+func ReadStatus(ctx context.Context, db *catalog.DB, star string, grace time.Duration) (Status, error) {
+	var s Status
+	st, err := db.ReadTrimState(ctx, star)
+	if err != nil {
+		return s, err
+	}
+	if s.Decision, err = Decide(st); err != nil {
+		return s, err
+	}
+	if s.Backlog, err = readBacklog(ctx, db, star, grace); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func readBacklog(ctx context.Context, db *catalog.DB, star string, grace time.Duration) (Backlog, error) {
+	var b Backlog
+	c, err := loadChain(ctx, db, star)
+	if err != nil {
+		return b, err
+	}
+	reaps, err := db.SlotReaps(ctx, star)
+	if err != nil {
+		return b, err
+	}
+	for _, r := range reaps {
+		n, err := c.count(r.From, r.To)
+		if err != nil {
+			return b, err
+		}
+		if r.Due {
+			b.SlotsDue += n
+		} else {
+			b.SlotsWaiting += n
+		}
+	}
+	ob, err := db.ObjectReapBacklog(ctx, star, grace)
+	if err != nil {
+		return b, err
+	}
+	b.ObjectsDue, b.ObjectsWaiting = ob.ObjectsDue, ob.ObjectsWaiting
+	return b, nil
+}
+
+// loadChain reads a star's chain in one snapshot (a fence changes the star
+// and its epochs in one transaction).
+func loadChain(ctx context.Context, db *catalog.DB, star string) (chain, error) {
+	st, err := db.ReadTrimState(ctx, star)
+	if err != nil {
+		return chain{}, err
+	}
+	return newChain(st.Star, st.Epochs)
+}
