@@ -90,3 +90,17 @@ func (m *memStore) corrupt(bucket, key string, off int) {
 	defer m.mu.Unlock()
 	m.objects[bucket+"\x00"+key][off] ^= 0x40
 }
+
+// remove deletes an object.
+func (m *memStore) remove(bucket, key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.objects, bucket+"\x00"+key)
+}
+
+// put stores an object, replacing any.
+func (m *memStore) put(bucket, key string, data []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.objects[bucket+"\x00"+key] = data
+}
