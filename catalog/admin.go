@@ -432,64 +432,26 @@ func (db *DB) TransitByClass(ctx context.Context, star string, p DuePolicy) (tim
 	return now, out, nil
 }
 
-// Backlog counts what the cycle still has to do besides settling.
+// Backlog counts the open intents and the quarantine (package trim counts
+// the reap backlog in slots and objects).
 type Backlog struct {
-	PublishIntents    int64      // open publishes (resumed by the next recover)
-	OldestPublish     *time.Time // created_at of the oldest
-	ObjectReaps       int64      // armed object reaps
-	ObjectReapsDue    int64      // of them, past their grace
-	SlotReapRanges    int64      // armed slot ranges behind the trim cursor
-	SlotReapRangesDue int64      // of them, past their grace
-	Quarantined       int64      // quarantine rows (streams and slots)
+	PublishIntents int64      // open publishes (resumed by the next recover)
+	OldestPublish  *time.Time // created_at of the oldest
+	ReapIntents    int64      // armed object reaps
+	Quarantined    int64      // quarantine rows (streams and slots)
 }
 
-// GetBacklog counts the star's open intents, armed reaps and quarantine.
+// GetBacklog counts the star's open intents and quarantine.
 func (db *DB) GetBacklog(ctx context.Context, star string) (Backlog, error) {
 	var b Backlog
 	err := db.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM nova.orphan_intents WHERE star = $1 AND kind = 'publish'),
 		(SELECT min(created_at) FROM nova.orphan_intents WHERE star = $1 AND kind = 'publish'),
 		(SELECT count(*) FROM nova.orphan_intents WHERE star = $1 AND kind = 'reap'),
-		(SELECT count(*) FROM nova.orphan_intents WHERE star = $1 AND kind = 'reap' AND reap_after <= now()),
-		(SELECT count(*) FROM nova.slot_reaps WHERE star = $1),
-		(SELECT count(*) FROM nova.slot_reaps WHERE star = $1 AND reap_after <= now()),
 		(SELECT count(*) FROM nova.quarantine WHERE star = $1)`, star).
-		Scan(&b.PublishIntents, &b.OldestPublish, &b.ObjectReaps, &b.ObjectReapsDue, &b.SlotReapRanges, &b.SlotReapRangesDue, &b.Quarantined)
+		Scan(&b.PublishIntents, &b.OldestPublish, &b.ReapIntents, &b.Quarantined)
 	if err != nil {
 		return b, fmt.Errorf("count backlog of star %q: %w", star, err)
 	}
 	return b, nil
-}
-
-// TrimPosition is a star's trim cursor beside its absorbed head.
-type TrimPosition struct {
-	HasCursor     bool // false: nothing released yet
-	CursorEpoch   int64
-	CursorSeq     int64
-	CursorUpdated *time.Time
-	HeadEpoch     int64   // stars.epoch
-	HeadSeq       int64   // stars.next_seq
-	FencesOpen    []int64 // past epochs without end_seq: fences in progress, where trim waits
-}
-
-// GetTrimPosition reads the star's trim cursor, head and open fences
-// (ErrNotFound when the star does not exist).
-func (db *DB) GetTrimPosition(ctx context.Context, star string) (TrimPosition, error) {
-	var t TrimPosition
-	var ce, cs *int64
-	err := db.pool.QueryRow(ctx, `SELECT s.epoch, s.next_seq, c.epoch, c.seq, c.updated_at,
-		coalesce((SELECT array_agg(e.epoch ORDER BY e.epoch) FROM nova.star_epochs e
-		          WHERE e.star = s.star AND e.epoch < s.epoch AND e.end_seq IS NULL), '{}')
-		FROM nova.stars s LEFT JOIN nova.trim_cursors c USING (star) WHERE s.star = $1`, star).
-		Scan(&t.HeadEpoch, &t.HeadSeq, &ce, &cs, &t.CursorUpdated, &t.FencesOpen)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, fmt.Errorf("star %q: %w", star, ErrNotFound)
-	}
-	if err != nil {
-		return t, fmt.Errorf("read trim position of star %q: %w", star, err)
-	}
-	if ce != nil && cs != nil {
-		t.HasCursor, t.CursorEpoch, t.CursorSeq = true, *ce, *cs
-	}
-	return t, nil
 }

@@ -195,7 +195,7 @@ func TestRunLedger(t *testing.T) {
 	}
 }
 
-func TestTransitBacklogAndTrimPosition(t *testing.T) {
+func TestTransitAndBacklog(t *testing.T) {
 	t.Parallel()
 	db, conn, ctx := newAdminDB(t)
 	if err := db.CreateStar(ctx, "x1", catalog.ClassExpress, 1); err != nil {
@@ -263,36 +263,11 @@ func TestTransitBacklogAndTrimPosition(t *testing.T) {
 		('s1', 'reap', 'k2', 'standard', now() - interval '1 minute'), ('s1', 'reap', 'k3', 'standard', now() + interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `INSERT INTO nova.slot_reaps (star, from_epoch, from_seq, to_epoch, to_seq, reap_after) VALUES
-		('s1', 1, 0, 1, 2, now() - interval '1 minute')`); err != nil {
-		t.Fatal(err)
-	}
 	b, err := db.GetBacklog(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.PublishIntents != 1 || b.OldestPublish == nil || b.ObjectReaps != 2 || b.ObjectReapsDue != 1 ||
-		b.SlotReapRanges != 1 || b.SlotReapRangesDue != 1 || b.Quarantined != 1 {
+	if b.PublishIntents != 1 || b.OldestPublish == nil || b.ReapIntents != 2 || b.Quarantined != 1 {
 		t.Fatalf("backlog %+v", b)
-	}
-
-	// Trim position: no cursor yet; then a cursor and an open fence.
-	tp, err := db.GetTrimPosition(ctx, "s1")
-	if err != nil || tp.HasCursor || tp.HeadEpoch != 1 || tp.HeadSeq != 3 || len(tp.FencesOpen) != 0 {
-		t.Fatalf("trim position %+v %v", tp, err)
-	}
-	if _, err := conn.Exec(ctx, `INSERT INTO nova.trim_cursors (star, epoch, seq) VALUES ('s1', 1, 2)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := db.BeginFence(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
-	tp, err = db.GetTrimPosition(ctx, "s1")
-	if err != nil || !tp.HasCursor || tp.CursorEpoch != 1 || tp.CursorSeq != 2 || tp.CursorUpdated == nil ||
-		tp.HeadEpoch != 2 || tp.HeadSeq != 0 || len(tp.FencesOpen) != 1 || tp.FencesOpen[0] != 1 {
-		t.Fatalf("trim position after fence %+v %v", tp, err)
-	}
-	if _, err := db.GetTrimPosition(ctx, "nope"); !errors.Is(err, catalog.ErrNotFound) {
-		t.Fatalf("unknown star: %v", err)
 	}
 }

@@ -42,6 +42,7 @@ type Config struct {
 	HTTPAddr        string // "" serves no HTTP
 	RunNow          bool   // run one cycle as soon as the lease is first held
 	Policy          catalog.DuePolicy
+	ReapGrace       time.Duration // for the reap backlog of status and gauges
 	Version         string
 
 	// Zero means the default.

@@ -2,9 +2,16 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
@@ -115,4 +122,87 @@ func lastRuns(t *testing.T, db *catalog.DB, n int) []catalog.Run {
 		t.Fatal(err)
 	}
 	return runs
+}
+
+// tlog is a logger that writes to the test log.
+func tlog(t *testing.T, name string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct {
+	t    *testing.T
+	name string
+}
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s: %s", w.name, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// served is a daemon running in this process.
+type served struct {
+	d      *daemon.Daemon
+	m      *daemon.Metrics
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// serve starts a daemon; it is stopped when the test ends.
+func serve(t *testing.T, cfg daemon.Config, db *catalog.DB, steps ...cycle.Step) *served {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := daemon.NewMetrics(reg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: steps, Log: tlog(t, cfg.Holder), Metrics: m, Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{d: d, m: m, reg: reg, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		s.err = d.Serve(ctx)
+		close(s.done)
+	}()
+	t.Cleanup(func() { s.stop(t, 30*time.Second) })
+	return s
+}
+
+// stop cancels the daemon (the first SIGTERM) and waits for it.
+func (s *served) stop(t *testing.T, within time.Duration) {
+	t.Helper()
+	s.cancel()
+	select {
+	case <-s.done:
+	case <-time.After(within):
+		t.Fatalf("Serve did not return within %s", within)
+	}
+	if s.err != nil {
+		t.Fatalf("Serve: %v", s.err)
+	}
+}
+
+func (s *served) leader() bool { return testutil.ToFloat64(s.m.Leader) == 1 }
+
+// conn is a direct connection for what no API does (stealing a lease).
+func conn(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func lease(t *testing.T, db *catalog.DB) (catalog.Lease, bool) {
+	t.Helper()
+	l, live, err := db.CurrentLease(context.Background(), "s1")
+	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return l, live
 }

@@ -39,12 +39,12 @@ type Metrics struct {
 	AgeCapBreached   *prometheus.GaugeVec // class
 	Quarantined      prometheus.Gauge
 	OpenIntents      *prometheus.GaugeVec // kind
-	ReapBacklog      *prometheus.GaugeVec // kind
+	ReapObjects      *prometheus.GaugeVec // state
 	TrimCursorEpoch  prometheus.Gauge
 	TrimCursorSeq    prometheus.Gauge
+	TrimReleasable   prometheus.Gauge
 	HeadEpoch        prometheus.Gauge
 	HeadSeq          prometheus.Gauge
-	FencesOpen       prometheus.Gauge
 }
 
 // NewMetrics builds the daemon's metrics and registers them on reg.
@@ -89,18 +89,19 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		AgeCapBreached:   gv("age_cap_breached_streams", "Streams with data older than the age cap of their class.", "class"),
 		Quarantined:      g("quarantined", "Quarantined streams and slots of the star."),
 		OpenIntents:      gv("open_intents", "Open orphan intents, by kind (publish, reap).", "kind"),
-		ReapBacklog:      gv("reap_backlog", "Armed reaps past their grace, not yet done, by kind (slot_range, object).", "kind"),
-		TrimCursorEpoch:  g("trim_cursor_epoch", "Epoch of the first slot trim has not released."),
-		TrimCursorSeq:    g("trim_cursor_seq", "Seq of the first slot trim has not released."),
-		HeadEpoch:        g("absorbed_head_epoch", "The star's current writer epoch."),
-		HeadSeq:          g("absorbed_head_seq", "The star's absorbed head seq (next_seq)."),
-		FencesOpen:       g("fences_in_progress", "Past epochs without end_seq: fences in progress, where trim waits."),
+		ReapObjects: gv("reap_backlog_objects",
+			"Object reaps not yet done, by state (due, waiting for the grace); trim exports reap_backlog_slots.", "state"),
+		TrimCursorEpoch: g("trim_cursor_epoch", "Epoch of the first slot trim has not released."),
+		TrimCursorSeq:   g("trim_cursor_seq", "Seq of the first slot trim has not released."),
+		TrimReleasable:  g("trim_releasable_slots", "Slots between the trim cursor and the trim bound: what the next trim releases."),
+		HeadEpoch:       g("absorbed_head_epoch", "The star's current writer epoch."),
+		HeadSeq:         g("absorbed_head_seq", "The star's absorbed head seq (next_seq)."),
 	}
 	var errs []error
 	for _, col := range []prometheus.Collector{m.BuildInfo, m.Leader, m.LeaseToken, m.LeaseAcquisitions, m.LeaseLosses,
 		m.Halted, m.Paused, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.LastSuccess, m.AdminRequests,
 		m.PGTransactions, m.StatusRefreshes, m.DueStreams, m.SettleLag, m.OldestTransitAge, m.AgeCap, m.AgeCapBreached,
-		m.Quarantined, m.OpenIntents, m.ReapBacklog, m.TrimCursorEpoch, m.TrimCursorSeq, m.HeadEpoch, m.HeadSeq, m.FencesOpen} {
+		m.Quarantined, m.OpenIntents, m.ReapObjects, m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.HeadEpoch, m.HeadSeq} {
 		errs = append(errs, reg.Register(col))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -122,8 +123,8 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	for _, k := range []string{"publish", "reap"} {
 		m.OpenIntents.WithLabelValues(k)
 	}
-	for _, k := range []string{"slot_range", "object"} {
-		m.ReapBacklog.WithLabelValues(k)
+	for _, k := range []string{"due", "waiting"} {
+		m.ReapObjects.WithLabelValues(k)
 	}
 	for _, k := range []string{catalog.AdminTrigger, catalog.AdminPause, catalog.AdminResume, catalog.AdminRelease} {
 		m.AdminRequests.WithLabelValues(k)

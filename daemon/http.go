@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves the operator surface (DESIGN.md section 8):
+//
+//	/metrics  the injected registry, in the Prometheus text format
+//	/healthz  200 while the process runs
+//	/readyz   200 when the database answers and its schema is this binary's
+//	          (a standby is ready); 503 with the reason otherwise
+//	/status   the JSON of `auditor status --json`
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.r.deps.Gatherer, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slogPrinter{d},
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := d.ready(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		fmt.Fprintf(w, "ready (%s)\n", d.role.Load())
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		s, err := BuildStatus(ctx, d.db, StatusOptions{Star: d.cfg.Star, Policy: d.cfg.Policy, ReapGrace: d.cfg.ReapGrace})
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(s)
+	})
+	return mux
+}
+
+// ready checks the database answers and is at this binary's schema.
+func (d *Daemon) ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := d.db.Ping(ctx); err != nil {
+		return fmt.Errorf("database unreachable: %w", err)
+	}
+	if err := d.db.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("database schema: %w", err)
+	}
+	return nil
+}
+
+// slogPrinter lets promhttp log through the daemon's logger.
+type slogPrinter struct{ d *Daemon }
+
+func (p slogPrinter) Println(v ...any) { p.d.log.Warn("metrics", "err", fmt.Sprint(v...)) }

@@ -1,0 +1,451 @@
+package daemon
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/trim"
+)
+
+// Status is what `auditor status --json` prints and /status serves: the
+// star's state as the metastore has it, by the database clock. It is built
+// from the database alone, so every instance and the CLI agree.
+type Status struct {
+	Star            string             `json:"star"`
+	Now             time.Time          `json:"now"`
+	Leader          LeaderStatus       `json:"leader"`
+	Paused          bool               `json:"paused"`
+	PausedAt        *time.Time         `json:"paused_at,omitempty"`
+	Halted          bool               `json:"halted"`
+	HaltedReason    string             `json:"halted_reason,omitempty"`
+	HaltedAt        *time.Time         `json:"halted_at,omitempty"`
+	SettleLag       float64            `json:"settle_lag_seconds"` // the worst class's
+	Classes         []ClassStatus      `json:"classes"`
+	DueTotal        int64              `json:"due_total"`
+	DueStreams      []DueStatus        `json:"due_streams"` // the first ones, in settle order
+	Trim            TrimStatus         `json:"trim"`
+	Backlog         BacklogStatus      `json:"backlog"`
+	Quarantine      []QuarantineStatus `json:"quarantine"`
+	PendingRequests []RequestStatus    `json:"pending_requests"`
+	LastSuccess     *RunStatus         `json:"last_success"`
+	LastRuns        []RunStatus        `json:"last_runs"`
+}
+
+// LeaderStatus is the star's lease.
+type LeaderStatus struct {
+	Live      bool       `json:"live"` // a holder's lease has not expired
+	Holder    string     `json:"holder,omitempty"`
+	Token     int64      `json:"token,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// ClassStatus is one class's unsettled data against its linger and cap.
+type ClassStatus struct {
+	Class          string     `json:"class"`
+	Linger         float64    `json:"linger_seconds"`
+	AgeCap         float64    `json:"age_cap_seconds"`
+	Streams        int64      `json:"streams"` // with unsettled data
+	Due            int64      `json:"due"`
+	OverAgeCap     int64      `json:"over_age_cap"`
+	OldestSince    *time.Time `json:"oldest_since,omitempty"`
+	OldestAge      float64    `json:"oldest_age_seconds"`
+	AgeCapHeadroom float64    `json:"age_cap_headroom_seconds"` // age cap - oldest age; negative when breached
+	SettleLag      float64    `json:"settle_lag_seconds"`
+}
+
+// DueStatus is a due stream.
+type DueStatus struct {
+	Stream   string    `json:"stream"`
+	Class    string    `json:"class"`
+	Since    time.Time `json:"since"`
+	Deadline time.Time `json:"deadline"`
+}
+
+// TrimStatus is the trim cursor, its bound and what holds it.
+type TrimStatus struct {
+	CursorEpoch int64 `json:"cursor_epoch"`
+	CursorSeq   int64 `json:"cursor_seq"`
+	BoundEpoch  int64 `json:"bound_epoch"`
+	BoundSeq    int64 `json:"bound_seq"`
+	HeadEpoch   int64 `json:"head_epoch"`
+	HeadSeq     int64 `json:"head_seq"`
+	Releasable  int64 `json:"releasable_slots"` // between cursor and bound
+	// FenceWait is a fence in progress that trim waits at.
+	FenceWait *FenceWaitStatus `json:"fence_wait,omitempty"`
+	// QuarantineHold is the oldest slot a quarantined stream's refs hold.
+	QuarantineHold *HoldStatus `json:"quarantine_hold,omitempty"`
+	Error          string      `json:"error,omitempty"` // the trim state could not be decided
+}
+
+// FenceWaitStatus is a past epoch without end_seq.
+type FenceWaitStatus struct {
+	Epoch int64     `json:"epoch"`
+	Since time.Time `json:"since"`
+}
+
+// HoldStatus is a slot held by a quarantined stream.
+type HoldStatus struct {
+	Epoch    int64  `json:"epoch"`
+	Seq      int64  `json:"seq"`
+	Stream   string `json:"stream"`
+	Record   int64  `json:"record"`
+	Streams  int64  `json:"streams"`
+	Bounding bool   `json:"bounding"` // this slot is the trim bound: trim is held by quarantine
+}
+
+// BacklogStatus counts open intents and what is armed for reaping.
+type BacklogStatus struct {
+	PublishIntents int64      `json:"publish_intents"`
+	OldestPublish  *time.Time `json:"oldest_publish,omitempty"`
+	ReapIntents    int64      `json:"reap_intents"`
+	ObjectsDue     int64      `json:"objects_due"`
+	ObjectsWaiting int64      `json:"objects_waiting"`
+	SlotsDue       int64      `json:"slots_due"`
+	SlotsWaiting   int64      `json:"slots_waiting"`
+}
+
+// QuarantineStatus is a quarantined stream or slot.
+type QuarantineStatus struct {
+	Stream     string    `json:"stream,omitempty"`
+	SlotKey    string    `json:"slot_key,omitempty"`
+	ErrorClass string    `json:"error_class"`
+	Reason     string    `json:"reason"`
+	Since      time.Time `json:"since"`
+}
+
+// RequestStatus is an operator request not yet consumed.
+type RequestStatus struct {
+	ID          int64     `json:"id"`
+	Kind        string    `json:"kind"`
+	Stream      string    `json:"stream,omitempty"`
+	RequestedBy string    `json:"requested_by"`
+	RequestedAt time.Time `json:"requested_at"`
+}
+
+// RunStatus is a run of the ledger.
+type RunStatus struct {
+	ID        int64             `json:"id"`
+	Holder    string            `json:"holder"`
+	Token     int64             `json:"token"`
+	Trigger   string            `json:"trigger"`
+	DryRun    bool              `json:"dry_run,omitempty"`
+	StartedAt time.Time         `json:"started_at"`
+	EndedAt   *time.Time        `json:"ended_at,omitempty"`
+	Duration  float64           `json:"duration_seconds"`
+	Outcome   string            `json:"outcome"` // "" while running
+	Counts    catalog.RunCounts `json:"counts"`
+	Error     string            `json:"error,omitempty"`
+}
+
+// StatusOptions say whose status BuildStatus reads and how much it lists.
+type StatusOptions struct {
+	Star       string
+	Policy     catalog.DuePolicy
+	ReapGrace  time.Duration
+	Runs       int // last runs (default 10)
+	DueStreams int // due streams listed (default 20)
+}
+
+// BuildStatus reads a star's status from the metastore.
+func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, error) {
+	if o.Runs <= 0 {
+		o.Runs = 10
+	}
+	if o.DueStreams <= 0 {
+		o.DueStreams = 20
+	}
+	star, p := o.Star, o.Policy
+	s := Status{Star: star, Classes: []ClassStatus{}, DueStreams: []DueStatus{}, Quarantine: []QuarantineStatus{},
+		PendingRequests: []RequestStatus{}, LastRuns: []RunStatus{}}
+	now, classes, err := db.TransitByClass(ctx, star, p)
+	if err != nil {
+		return s, err
+	}
+	s.Now = now
+	for _, c := range classes {
+		cs := ClassStatus{Class: c.Class, Linger: linger(p, c.Class).Seconds(), AgeCap: ageCap(p, c.Class).Seconds(),
+			Streams: c.Markers, Due: c.Due, OverAgeCap: c.OverAgeCap, OldestSince: c.OldestSince,
+			OldestAge: c.OldestAge.Seconds(), SettleLag: c.Lag.Seconds()}
+		cs.AgeCapHeadroom = cs.AgeCap - cs.OldestAge
+		s.Classes = append(s.Classes, cs)
+		s.DueTotal += c.Due
+		s.SettleLag = max(s.SettleLag, cs.SettleLag)
+	}
+	lease, live, err := db.CurrentLease(ctx, star)
+	switch {
+	case err == nil:
+		exp := lease.ExpiresAt
+		s.Leader = LeaderStatus{Live: live, Holder: lease.Holder, Token: lease.Token, ExpiresAt: &exp}
+	case !isNotFound(err):
+		return s, err
+	}
+	st, err := db.GetDaemonState(ctx, star)
+	if err != nil {
+		return s, err
+	}
+	s.Paused, s.PausedAt = st.Paused, st.PausedAt
+	s.Halted, s.HaltedReason, s.HaltedAt = st.Halted(), st.HaltedReason, st.HaltedAt
+	due, err := db.DueStreams(ctx, star, p, nil, o.DueStreams)
+	if err != nil {
+		return s, err
+	}
+	for _, d := range due {
+		s.DueStreams = append(s.DueStreams, DueStatus{Stream: FormatStream(d.Stream), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
+	}
+	b, err := db.GetBacklog(ctx, star)
+	if err != nil {
+		return s, err
+	}
+	s.Backlog = BacklogStatus{PublishIntents: b.PublishIntents, OldestPublish: b.OldestPublish, ReapIntents: b.ReapIntents}
+	ts, err := trim.ReadStatus(ctx, db, star, o.ReapGrace)
+	switch {
+	case err == nil:
+		s.Trim = TrimStatus{CursorEpoch: ts.Cursor.Epoch, CursorSeq: ts.Cursor.Seq, BoundEpoch: ts.Bound.Epoch,
+			BoundSeq: ts.Bound.Seq, HeadEpoch: ts.Head.Epoch, HeadSeq: ts.Head.Seq, Releasable: ts.Slots}
+		if w := ts.FenceWait; w != nil {
+			s.Trim.FenceWait = &FenceWaitStatus{Epoch: w.Epoch, Since: w.Since}
+		}
+		if q := ts.Quarantine; q != nil {
+			s.Trim.QuarantineHold = &HoldStatus{Epoch: q.Slot.Epoch, Seq: q.Slot.Seq, Stream: FormatStream(q.Stream),
+				Record: q.Record, Streams: q.Streams, Bounding: q.Bounding}
+		}
+		s.Backlog.ObjectsDue, s.Backlog.ObjectsWaiting = ts.Backlog.ObjectsDue, ts.Backlog.ObjectsWaiting
+		s.Backlog.SlotsDue, s.Backlog.SlotsWaiting = ts.Backlog.SlotsDue, ts.Backlog.SlotsWaiting
+	case isNotFound(err):
+	case ctx.Err() != nil:
+		return s, err
+	default:
+		// A chain trim cannot decide on is a halt of trim, not a reason to
+		// hide everything else.
+		s.Trim.Error = err.Error()
+	}
+	q, err := db.Quarantined(ctx, star)
+	if err != nil {
+		return s, err
+	}
+	for _, r := range q {
+		qs := QuarantineStatus{SlotKey: r.SlotKey, ErrorClass: r.ErrorClass, Reason: r.Reason, Since: r.Since}
+		if r.Stream != nil {
+			qs.Stream = FormatStream(*r.Stream)
+		}
+		s.Quarantine = append(s.Quarantine, qs)
+	}
+	reqs, err := db.AdminRequests(ctx, star, true, 100)
+	if err != nil {
+		return s, err
+	}
+	for i := len(reqs) - 1; i >= 0; i-- { // oldest first
+		r := reqs[i]
+		s.PendingRequests = append(s.PendingRequests, RequestStatus{ID: r.ID, Kind: r.Kind, Stream: streamAttr(r.Stream),
+			RequestedBy: r.RequestedBy, RequestedAt: r.RequestedAt})
+	}
+	runs, err := db.LastRuns(ctx, star, o.Runs)
+	if err != nil {
+		return s, err
+	}
+	for _, r := range runs {
+		s.LastRuns = append(s.LastRuns, runStatus(r, now))
+	}
+	last, ok, err := db.LastRunWithOutcome(ctx, star, catalog.RunOK)
+	if err != nil {
+		return s, err
+	}
+	if ok {
+		rs := runStatus(last, now)
+		s.LastSuccess = &rs
+	}
+	return s, nil
+}
+
+func runStatus(r catalog.Run, now time.Time) RunStatus {
+	end := now
+	if r.EndedAt != nil {
+		end = *r.EndedAt
+	}
+	return RunStatus{ID: r.ID, Holder: r.Holder, Token: r.Token, Trigger: r.Trigger, DryRun: r.DryRun,
+		StartedAt: r.StartedAt, EndedAt: r.EndedAt, Duration: end.Sub(r.StartedAt).Seconds(), Outcome: r.Outcome,
+		Counts: r.Counts, Error: r.Error}
+}
+
+func isNotFound(err error) bool { return errors.Is(err, catalog.ErrNotFound) }
+
+func linger(p catalog.DuePolicy, class string) time.Duration {
+	if class == catalog.ClassExpress {
+		return p.ExpressLinger
+	}
+	return p.Linger
+}
+
+// FormatStream formats a stream ID as a uuid (8-4-4-4-12).
+func FormatStream(id catalog.StreamID) string {
+	h := hex.EncodeToString(id[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// WriteText prints the status as tables for a person.
+func (s Status) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	ts := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	ago := func(t time.Time) string { return dur(s.Now.Sub(t)) + " ago" }
+
+	p("star\t%s\t(database clock %s)\n", s.Star, ts(s.Now))
+	switch {
+	case s.Leader.Live:
+		p("leader\t%s\ttoken %d, lease until %s\n", s.Leader.Holder, s.Leader.Token, ts(*s.Leader.ExpiresAt))
+	case s.Leader.Holder != "":
+		p("leader\tnone\t(last: %s, token %d, expired %s)\n", s.Leader.Holder, s.Leader.Token, ago(*s.Leader.ExpiresAt))
+	default:
+		p("leader\tnone\t(never taken)\n")
+	}
+	state := "running"
+	if s.Paused {
+		state = "PAUSED"
+		if s.PausedAt != nil {
+			state += " since " + ts(*s.PausedAt)
+		}
+	}
+	p("state\t%s\n", state)
+	if s.Halted {
+		since := ""
+		if s.HaltedAt != nil {
+			since = " since " + ts(*s.HaltedAt)
+		}
+		p("HALTED\t%s%s\t(auditor resume clears it)\n", oneLine(s.HaltedReason), since)
+	}
+	p("settle lag\t%s\n", dur(secs(s.SettleLag)))
+	if s.LastSuccess != nil && s.LastSuccess.EndedAt != nil {
+		p("last success\trun %d, %s\n", s.LastSuccess.ID, ago(*s.LastSuccess.EndedAt))
+	} else {
+		p("last success\tnone\n")
+	}
+	p("\nCLASS\tSTREAMS\tDUE\tOLDEST AGE\tAGE CAP\tHEADROOM\tOVER CAP\tSETTLE LAG\n")
+	for _, c := range s.Classes {
+		p("%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n", c.Class, c.Streams, c.Due, dur(secs(c.OldestAge)), dur(secs(c.AgeCap)),
+			dur(secs(c.AgeCapHeadroom)), c.OverAgeCap, dur(secs(c.SettleLag)))
+	}
+	if len(s.DueStreams) > 0 {
+		p("\nDUE STREAM (%d due)\tCLASS\tWAITING\tDEADLINE\n", s.DueTotal)
+		for _, d := range s.DueStreams {
+			p("%s\t%s\t%s\t%s\n", d.Stream, d.Class, dur(s.Now.Sub(d.Since)), ts(d.Deadline))
+		}
+	}
+	t := s.Trim
+	if t.Error != "" {
+		p("\ntrim\tERROR %s\n", oneLine(t.Error))
+	} else {
+		p("\ntrim cursor\t%d/%d, bound %d/%d (%d slots to release), absorbed head %d/%d\n",
+			t.CursorEpoch, t.CursorSeq, t.BoundEpoch, t.BoundSeq, t.Releasable, t.HeadEpoch, t.HeadSeq)
+	}
+	if w := t.FenceWait; w != nil {
+		p("fence in progress\tepoch %d, for %s (trim waits)\n", w.Epoch, dur(s.Now.Sub(w.Since)))
+	}
+	if h := t.QuarantineHold; h != nil {
+		held := ""
+		if h.Bounding {
+			held = " (TRIM IS HELD BY QUARANTINE)"
+		}
+		p("quarantine holds\tslot %d/%d for stream %s@%d, %d streams%s\n", h.Epoch, h.Seq, h.Stream, h.Record, h.Streams, held)
+	}
+	b := s.Backlog
+	oldest := ""
+	if b.OldestPublish != nil {
+		oldest = ", oldest " + ago(*b.OldestPublish)
+	}
+	p("open publishes\t%d%s\n", b.PublishIntents, oldest)
+	p("reap backlog\t%d slots and %d objects past grace, %d slots and %d objects waiting\n",
+		b.SlotsDue, b.ObjectsDue, b.SlotsWaiting, b.ObjectsWaiting)
+	if len(s.Quarantine) == 0 {
+		p("quarantine\tnone\n")
+	} else {
+		p("\nQUARANTINED (%d)\tCLASS\tSINCE\tREASON\n", len(s.Quarantine))
+		for _, q := range s.Quarantine {
+			what := q.Stream
+			if q.SlotKey != "" {
+				what = strings.TrimSpace(what + " " + q.SlotKey)
+			}
+			p("%s\t%s\t%s\t%s\n", what, q.ErrorClass, ago(q.Since), oneLine(q.Reason))
+		}
+	}
+	if len(s.PendingRequests) > 0 {
+		p("\nPENDING REQUEST\tKIND\tSTREAM\tBY\tREQUESTED\n")
+		for _, r := range s.PendingRequests {
+			p("%d\t%s\t%s\t%s\t%s\n", r.ID, r.Kind, r.Stream, r.RequestedBy, ago(r.RequestedAt))
+		}
+	}
+	if len(s.LastRuns) > 0 {
+		p("\nRUN\tTRIGGER\tSTARTED\tDURATION\tOUTCOME\tSETTLED\tPUBLISHED\tADOPTED\tCOPIED\tFETCHED\tREAPED\tERROR\n")
+		for _, r := range s.LastRuns {
+			out := r.Outcome
+			if out == "" {
+				out = "running"
+			}
+			if r.DryRun {
+				out += " (dry run)"
+			}
+			c := r.Counts
+			p("%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\n", r.ID, r.Trigger, ago(r.StartedAt), dur(secs(r.Duration)), out,
+				c.StreamsSettled, c.ObjectsPublished, c.ObjectsAdopted, bytesIEC(c.BytesCopied), bytesIEC(c.BytesFetched),
+				c.SlotsReaped+c.ObjectsReaped, clip(oneLine(r.Error), 80))
+		}
+	}
+	return tw.Flush()
+}
+
+func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// dur rounds a duration for people.
+func dur(d time.Duration) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Second:
+		s = d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		s = d.Round(time.Second).String()
+	default:
+		s = d.Round(time.Minute).String()
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+func bytesIEC(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	return s
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
