@@ -184,32 +184,73 @@ type Erasure struct {
 	Applied     bool
 }
 
-// ErasuresOfStream reads a stream's erasures in record order.
-func (s Sim) ErasuresOfStream(ctx context.Context, id StreamID) ([]Erasure, error) {
-	rows, err := s.db.pool.Query(ctx, `SELECT first_record, record_count, applied_at IS NOT NULL FROM nova.erasures
-		WHERE stream_id = $1 ORDER BY first_record`, id)
+// RefsOfStar reads the span refs of every stream of a star (by the streams'
+// star, whatever the refs say), each stream's in record order.
+func (s Sim) RefsOfStar(ctx context.Context, star string) (map[StreamID][]SpanRef, error) {
+	rows, err := s.db.pool.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
+		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, first_record`, star)
 	if err != nil {
-		return nil, fmt.Errorf("read erasures of stream %x: %w", id, err)
+		return nil, fmt.Errorf("read refs of star %q: %w", star, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Erasure, error) {
-		var e Erasure
-		return e, r.Scan(&e.FirstRecord, &e.RecordCount, &e.Applied)
-	})
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
 	if err != nil {
-		return nil, fmt.Errorf("read erasures of stream %x: %w", id, err)
+		return nil, fmt.Errorf("read refs of star %q: %w", star, err)
+	}
+	out := map[StreamID][]SpanRef{}
+	for _, r := range refs {
+		out[r.Stream] = append(out[r.Stream], r)
 	}
 	return out, nil
 }
 
-// DueMarkerOf reads one stream's due marker; ok is false when it has none.
-func (s Sim) DueMarkerOf(ctx context.Context, id StreamID) (m DueMarker, ok bool, err error) {
-	err = s.db.pool.QueryRow(ctx, `SELECT stream_id, class, since FROM nova.due_markers WHERE stream_id = $1`, id).
-		Scan(&m.Stream, &m.Class, &m.Since)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return m, false, nil
-	}
+// EntriesOfStar reads the catalog entries of every stream of a star, each
+// stream's in (epoch, first record) order.
+func (s Sim) EntriesOfStar(ctx context.Context, star string) (map[StreamID][]Entry, error) {
+	rows, err := s.db.pool.Query(ctx, `SELECT `+entryCols+` FROM nova.catalog
+		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, epoch, first_record`, star)
 	if err != nil {
-		return m, false, fmt.Errorf("read due marker of stream %x: %w", id, err)
+		return nil, fmt.Errorf("read catalog of star %q: %w", star, err)
 	}
-	return m, true, nil
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read catalog of star %q: %w", star, err)
+	}
+	out := map[StreamID][]Entry{}
+	for _, e := range entries {
+		out[e.Stream] = append(out[e.Stream], e)
+	}
+	return out, nil
+}
+
+// ErasuresOfStar reads the erasures of every stream of a star.
+func (s Sim) ErasuresOfStar(ctx context.Context, star string) (map[StreamID][]Erasure, error) {
+	rows, err := s.db.pool.Query(ctx, `SELECT stream_id, first_record, record_count, applied_at IS NOT NULL FROM nova.erasures
+		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, first_record`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read erasures of star %q: %w", star, err)
+	}
+	out := map[StreamID][]Erasure{}
+	var id StreamID
+	var e Erasure
+	_, err = pgx.ForEachRow(rows, []any{&id, &e.FirstRecord, &e.RecordCount, &e.Applied}, func() error {
+		out[id] = append(out[id], e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read erasures of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// DueMarkersOfStar reads the due markers of every stream of a star.
+func (s Sim) DueMarkersOfStar(ctx context.Context, star string) (map[StreamID]DueMarker, error) {
+	marks, err := s.db.DueMarkers(ctx, star)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[StreamID]DueMarker, len(marks))
+	for _, m := range marks {
+		out[m.Stream] = m
+	}
+	return out, nil
 }

@@ -2,12 +2,10 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -130,12 +128,11 @@ func (f Finding) String() string {
 
 // checker is one Check call.
 type checker struct {
-	db    *catalog.DB
-	st    Storage
-	opts  CheckOptions
-	mu    sync.Mutex
-	rep   CheckReport
-	found atomic.Int64
+	db   *catalog.DB
+	st   Storage
+	opts CheckOptions
+	mu   sync.Mutex
+	rep  CheckReport
 }
 
 // finding records a problem. Missing, duplicated and wrong records are
@@ -276,20 +273,29 @@ func (c *checker) checkStar(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	entries, err := c.db.Sim().EntriesOfStar(ctx, name)
+	if err != nil {
+		return err
+	}
+	erasures, err := c.db.Sim().ErasuresOfStar(ctx, name)
+	if err != nil {
+		return err
+	}
+	var refs map[catalog.StreamID][]catalog.SpanRef
+	var marks map[catalog.StreamID]catalog.DueMarker
+	if !c.opts.SettledOnly {
+		if refs, err = c.db.Sim().RefsOfStar(ctx, name); err != nil {
+			return err
+		}
+		if marks, err = c.db.Sim().DueMarkersOfStar(ctx, name); err != nil {
+			return err
+		}
+	}
 	streams := make([]*streamState, len(rows))
 	for i, r := range rows {
-		s := &streamState{Stream: r, id: bundlefmt.StreamID(r.ID)}
+		s := &streamState{Stream: r, id: bundlefmt.StreamID(r.ID), entries: entries[r.ID], erased: erasures[r.ID], refs: refs[r.ID]}
 		s.prof = content.Stream(s.id)
-		if s.entries, err = c.db.EntriesOfStream(ctx, r.ID); err != nil {
-			return err
-		}
-		if s.erased, err = c.db.Sim().ErasuresOfStream(ctx, r.ID); err != nil {
-			return err
-		}
 		if !c.opts.SettledOnly {
-			if s.refs, err = c.db.RefsOfStream(ctx, r.ID); err != nil {
-				return err
-			}
 			s.extents = make([][]extent, len(s.refs))
 			for j, ref := range s.refs {
 				s.extents[j] = make([]extent, len(ref.Slots))
@@ -325,8 +331,9 @@ func (c *checker) checkStar(ctx context.Context, name string) error {
 	}
 	for _, s := range streams {
 		c.account(name, s)
-		if err := c.checkMarker(ctx, name, s); err != nil {
-			return err
+		if !c.opts.SettledOnly {
+			m, ok := marks[s.ID]
+			c.checkMarker(name, s, m, ok)
 		}
 	}
 	return nil
@@ -409,14 +416,7 @@ func (c *checker) account(star string, s *streamState) {
 // checkMarker checks METASTORE.md's due-marker rule: a marker exists exactly
 // for a stream with refs, with the stream's class and since = the oldest
 // ref's absorbed_at.
-func (c *checker) checkMarker(ctx context.Context, star string, s *streamState) error {
-	if c.opts.SettledOnly {
-		return nil
-	}
-	m, ok, err := c.db.Sim().DueMarkerOf(ctx, s.ID)
-	if err != nil {
-		return err
-	}
+func (c *checker) checkMarker(star string, s *streamState, m catalog.DueMarker, ok bool) {
 	switch {
 	case ok && len(s.refs) == 0:
 		c.invariant(star, s, "", "due marker without refs")
@@ -436,9 +436,4 @@ func (c *checker) checkMarker(ctx context.Context, star string, s *streamState) 
 			c.invariant(star, s, "", "due marker class %q, stream class %q", m.Class, s.Class)
 		}
 	}
-	return nil
 }
-
-// errUnreadable marks an object that could not be read or decoded: its
-// records are counted missing or wrong, and the check goes on.
-var errUnreadable = errors.New("unreadable")
