@@ -152,17 +152,18 @@ func reseal(obj []byte, base uint64) {
 	}
 	tr := obj[size-TrailerSize:]
 	dirOff, dirLen, idxLen := le.Uint64(tr[8:]), le.Uint64(tr[16:]), le.Uint64(tr[28:])
-	if dirOff+dirLen+idxLen+TrailerSize == size {
+	// Every check is written so that hostile (fuzzed) values cannot wrap.
+	if dirOff <= size && dirLen <= size && idxLen <= size && dirOff+dirLen+idxLen+TrailerSize == size {
 		idx := obj[dirOff+dirLen : dirOff+dirLen+idxLen]
 		for i := uint64(0); i+RowSize <= idxLen; i += RowSize {
 			row := idx[i : i+RowSize]
 			eo, el := le.Uint64(row[36:]), uint64(le.Uint32(row[44:]))
-			if eo < dirOff || eo+el > dirOff+dirLen || el < EntryFixed {
+			if eo < dirOff || eo > dirOff+dirLen || el > dirOff+dirLen-eo || el < EntryFixed {
 				continue
 			}
 			e := obj[eo : eo+el]
 			do, cb := le.Uint64(e[28:]), le.Uint64(row[28:])
-			if do+cb <= dirOff {
+			if do <= dirOff && cb <= dirOff-do {
 				le.PutUint32(e[36:], CRC32C(obj[do:do+cb]))
 			}
 			le.PutUint32(row[48:], CRC32C(e))
