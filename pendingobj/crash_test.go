@@ -7,16 +7,21 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
 const crashPosition = 42
 
-var crashObject = randomBytes(3000, 42)
+// crashObjects are one object on each of Install's write paths.
+var crashObjects = map[string][]byte{
+	"small": randomBytes(3000, 42),
+	"large": randomBytes(largeObject+3000, 43),
+}
 
 // installSteps counts the numbered steps of an uninterrupted install.
-func installSteps(t *testing.T) []string {
+func installSteps(t *testing.T, crashObject []byte) []string {
 	fsys := &faultFS{}
 	s, _ := newTestStore(t, fsys)
 	if err := s.Install(crashPosition, "part#1", "application/octet-stream", crashObject); err != nil {
@@ -40,7 +45,7 @@ func crashSetup(t *testing.T, stale bool) string {
 // crash: the position holds nothing, a temporary file Reconcile removes, or
 // a complete, valid final file, never a torn final file; a successful
 // Install's final file survives; and a fresh store recovers.
-func checkRecoverable(t *testing.T, dir string, succeeded bool) {
+func checkRecoverable(t *testing.T, dir string, crashObject []byte, succeeded bool) {
 	t.Helper()
 	s, err := New(dir, "ns", "fmt/1")
 	if err != nil {
@@ -99,7 +104,13 @@ func checkRecoverable(t *testing.T, dir string, succeeded bool) {
 // changes not yet synced is lost (see possibleLoss), and unsynced file data
 // is kept or torn in half.
 func TestInstallCrashAtEveryStep(t *testing.T) {
-	steps := installSteps(t)
+	for size, crashObject := range crashObjects {
+		t.Run(size, func(t *testing.T) { testInstallCrashAtEveryStep(t, crashObject) })
+	}
+}
+
+func testInstallCrashAtEveryStep(t *testing.T, crashObject []byte) {
+	steps := installSteps(t, crashObject)
 	scenarios := 0
 	for _, stale := range []bool{false, true} {
 		for k := 1; k <= len(steps)+1; k++ { // len+1: no crash
@@ -126,7 +137,7 @@ func TestInstallCrashAtEveryStep(t *testing.T) {
 						break
 					}
 					fsys.powerLoss(t, undo, torn)
-					t.Run(name, func(t *testing.T) { checkRecoverable(t, dir, err == nil) })
+					t.Run(name, func(t *testing.T) { checkRecoverable(t, dir, crashObject, err == nil) })
 					scenarios++
 				}
 				if undo+1 >= 1<<dirOps {
@@ -142,7 +153,13 @@ func TestInstallCrashAtEveryStep(t *testing.T) {
 // process lives on and Install cleans up): Install reports the fault, and
 // leaves nothing, a stale temporary file, or a complete final file.
 func TestInstallFailureAtEveryStep(t *testing.T) {
-	steps := installSteps(t)
+	for size, crashObject := range crashObjects {
+		t.Run(size, func(t *testing.T) { testInstallFailureAtEveryStep(t, crashObject) })
+	}
+}
+
+func testInstallFailureAtEveryStep(t *testing.T, crashObject []byte) {
+	steps := installSteps(t, crashObject)
 	link := -1
 	for i, op := range steps {
 		if strings.HasPrefix(op, "link") {
@@ -167,12 +184,12 @@ func TestInstallFailureAtEveryStep(t *testing.T) {
 					t.Fatalf("final present = %v after a fault at step %d (link is %d)", final, k, link)
 				}
 				// Faults while writing the temporary file are cleaned up.
-				if op := strings.Fields(steps[k-1])[0]; op == "create" || op == "write" || op == "sync" || op == "close" || op == "link" {
+				if op := strings.Fields(steps[k-1])[0]; slices.Contains([]string{"create", "write", "writeat", "sync", "close", "link"}, op) {
 					if _, err := os.Lstat(s.path(crashPosition, true)); !errors.Is(err, fs.ErrNotExist) {
 						t.Fatalf("temporary file left after a %s fault", op)
 					}
 				}
-				checkRecoverable(t, dir, false)
+				checkRecoverable(t, dir, crashObject, false)
 			})
 		}
 	}

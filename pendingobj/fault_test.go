@@ -214,6 +214,14 @@ func (f *faultFile) Write(p []byte) (int, error) {
 	return f.file.Write(p)
 }
 
+func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	if _, err := f.fs.step("writeat", f.name); err != nil {
+		return 0, err
+	}
+	f.fs.mark(f.name, true)
+	return f.file.WriteAt(p, off)
+}
+
 func (f *faultFile) Read(p []byte) (int, error) {
 	if _, err := f.fs.step("read", f.name); err != nil {
 		return 0, err

@@ -76,16 +76,17 @@ func (h header) metaLen() uint64 {
 	return uint64(h.formatIDLen) + uint64(h.fileNameLen) + uint64(h.mediaTypeLen)
 }
 
-// encodeHead returns everything before the object bytes. The caller has
-// checked that every length fits its field.
-func encodeHead(formatID, fileName, mediaType string, objectLen uint64, digest [sha256.Size]byte) []byte {
+// encodeHead returns everything before the object bytes, with the digest
+// field zero for the writer to fill in. The caller has checked that every
+// length fits its field.
+func encodeHead(formatID, fileName, mediaType string, objectLen uint64) []byte {
 	b := make([]byte, 0, headerLen+len(formatID)+len(fileName)+len(mediaType))
 	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(formatID)))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(fileName)))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(mediaType)))
 	b = binary.LittleEndian.AppendUint64(b, objectLen)
-	b = append(b, digest[:]...)
+	b = append(b, make([]byte, sha256.Size)...)
 	b = append(b, formatID...)
 	b = append(b, fileName...)
 	b = append(b, mediaType...)

@@ -26,18 +26,26 @@ type fileSystem interface {
 
 type file interface {
 	io.ReadWriteCloser
+	io.WriterAt
 	Stat() (fs.FileInfo, error)
 	Sync() error
+	// startWriteback asks the kernel to start writing the file's dirty
+	// pages to disk without waiting. It is a hint with no durability
+	// meaning (Sync still does all of that) and cannot fail.
+	startWriteback()
 }
 
 type osFS struct{}
+
+// osFile is an *os.File with the platform's startWriteback.
+type osFile struct{ *os.File }
 
 func (osFS) openFile(name string, flag int, perm fs.FileMode) (file, error) {
 	f, err := os.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err // a nil *os.File must not become a non-nil file
 	}
-	return f, nil
+	return osFile{f}, nil
 }
 
 func (osFS) lstat(name string) (fs.FileInfo, error) { return os.Lstat(name) }

@@ -19,6 +19,11 @@ const (
 	// (the auditor) reads them.
 	filePerm fs.FileMode = 0o600
 
+	// largeObject is the object size from which Install hashes in
+	// parallel with writing and writeback (writeLarge); below it one write
+	// of a copied buffer costs less than the goroutine and extra calls.
+	largeObject = 256 << 10
+
 	// readChunk is how many object bytes are read before they are hashed:
 	// big enough to amortise system calls, small enough that the bytes are
 	// still in cache when hashed. VerifyAll streams through one such buffer
@@ -110,10 +115,7 @@ func (s *Store) install(position uint64, fileName, mediaType string, data []byte
 		return fmt.Errorf("remove stale temporary file: %w", err)
 	}
 
-	// The head is small; the object is written from the caller's slice, so
-	// a large object is never copied.
-	head := encodeHead(s.formatID, fileName, mediaType, uint64(len(data)), sha256.Sum256(data))
-	if err := s.writeTemp(temp, head, data); err != nil {
+	if err := s.writeTemp(temp, encodeHead(s.formatID, fileName, mediaType, uint64(len(data))), data); err != nil {
 		return err
 	}
 
@@ -139,14 +141,18 @@ func (s *Store) install(position uint64, fileName, mediaType string, data []byte
 	return errors.Join(rmErr, s.fsys.syncDir(s.dir))
 }
 
-// writeTemp creates temp exclusively, writes head and data, syncs and closes
-// it. On failure it removes temp.
+// writeTemp creates temp exclusively, writes head (filling in its digest
+// field) and data, syncs and closes it. On failure it removes temp.
 func (s *Store) writeTemp(temp string, head, data []byte) error {
 	f, err := s.fsys.openFile(temp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
 	if err != nil {
 		return err
 	}
-	err = writeSync(f, head, data)
+	if len(data) < largeObject {
+		err = writeSmall(f, head, data)
+	} else {
+		err = writeLarge(f, head, data)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -156,16 +162,48 @@ func (s *Store) writeTemp(temp string, head, data []byte) error {
 	return nil
 }
 
-func writeSync(f file, head, data []byte) error {
+// writeSmall writes the whole encoding with one write and syncs.
+func writeSmall(f file, head, data []byte) error {
+	sum := sha256.Sum256(data)
+	copy(head[offDigest:], sum[:])
+	buf := append(make([]byte, 0, len(head)+len(data)), head...)
+	if _, err := f.Write(append(buf, data...)); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// writeLarge writes the object from the caller's slice (never copied) while
+// a goroutine hashes it, asks the kernel to start writing it back, and only
+// then waits for the digest, writes it into its header field and syncs. The
+// hash (about 1.6 GB/s with SHA-NI, 10 ms for 16 MiB) thus overlaps the
+// write and the device's writeback instead of preceding them; the single
+// Sync still makes the complete file durable.
+func writeLarge(f file, head, data []byte) error {
+	digest := make(chan [sha256.Size]byte, 1)
+	go func() { digest <- sha256.Sum256(data) }()
+	err := writeAll(f, head, data)
+	if err == nil {
+		f.startWriteback()
+	}
+	// Wait even after a failure: the caller's slice must not be read after
+	// Install returns.
+	sum := <-digest
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(sum[:], offDigest); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func writeAll(f file, head, data []byte) error {
 	if _, err := f.Write(head); err != nil {
 		return err
 	}
-	if len(data) > 0 {
-		if _, err := f.Write(data); err != nil {
-			return err
-		}
-	}
-	return f.Sync()
+	_, err := f.Write(data)
+	return err
 }
 
 // discard removes a temporary file after a failed install.

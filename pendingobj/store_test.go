@@ -205,28 +205,34 @@ func TestInstallRemovesOnlyExactStaleTemp(t *testing.T) {
 
 // The durability order: check, clear the stale temp, create exclusively,
 // write everything, sync the file, close, link, unlink the temp, sync the
-// directory, and nothing else.
+// directory, and nothing else. A large object is hashed while it is
+// written, so its digest goes into the header afterwards, before the sync.
 func TestInstallStepOrder(t *testing.T) {
-	fsys := &faultFS{}
-	s, _ := newTestStore(t, fsys)
-	if err := s.Install(9, "a", "b", []byte("data")); err != nil {
-		t.Fatal(err)
-	}
 	tmp, final := "ns-9.pending-object.tmp", "ns-9.pending-object"
-	want := []string{
-		"lstat " + final,
-		"unlink " + tmp,
-		"create " + tmp,
-		"write " + tmp, // header and metadata
-		"write " + tmp, // object
-		"sync " + tmp,
-		"close " + tmp,
-		"link " + final,
-		"unlink " + tmp,
-		"syncdir " + filepath.Base(s.dir),
-	}
-	if !slices.Equal(fsys.log, want) {
-		t.Fatalf("steps\n%s\nwant\n%s", strings.Join(fsys.log, "\n"), strings.Join(want, "\n"))
+	for _, c := range []struct {
+		size  int
+		write []string
+	}{
+		{largeObject - 1, []string{"write " + tmp, "sync " + tmp}},
+		{largeObject, []string{"write " + tmp, "write " + tmp, "writeat " + tmp, "sync " + tmp}},
+	} {
+		fsys := &faultFS{}
+		s, _ := newTestStore(t, fsys)
+		data := randomBytes(c.size, 9)
+		if err := s.Install(9, "a", "b", data); err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Concat(
+			[]string{"lstat " + final, "unlink " + tmp, "create " + tmp},
+			c.write,
+			[]string{"close " + tmp, "link " + final, "unlink " + tmp, "syncdir " + filepath.Base(s.dir)},
+		)
+		if !slices.Equal(fsys.log, want) {
+			t.Fatalf("%d bytes: steps\n%s\nwant\n%s", c.size, strings.Join(fsys.log, "\n"), strings.Join(want, "\n"))
+		}
+		if got := readFile(t, s.Path(9)); !bytes.Equal(got, sidecar("fmt/1", "a", "b", data)) {
+			t.Fatalf("%d bytes: file differs from the layout", c.size)
+		}
 	}
 }
 
@@ -706,7 +712,7 @@ func TestConcurrentDistinctPositions(t *testing.T) {
 func TestConcurrencyBoundarySamePositionInstalls(t *testing.T) {
 	dirFS := &faultFS{}
 	a, dir := newTestStore(t, dirFS)
-	bFS := &faultFS{failAt: 5, crash: true} // lstat, unlink, create, write header, dies writing the object
+	bFS := &faultFS{failAt: 4, crash: true} // lstat, unlink, create, dies halfway through its write
 	b, err := newStore(dir, "ns", "fmt/1", bFS)
 	if err != nil {
 		t.Fatal(err)
