@@ -41,7 +41,8 @@
 //
 // # Memory
 //
-// Install writes the caller's slice as is. Read checks the declared lengths
+// Install writes the caller's slice as is (objects from 256 KiB are hashed
+// while they are written, not before). Read checks the declared lengths
 // against the file's real size before allocating, then holds the object
 // once; VerifyAll and Reconcile stream each object through SHA-256 in 1 MiB
 // chunks without holding it.
