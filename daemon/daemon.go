@@ -315,7 +315,9 @@ func (d *Daemon) admin(t *term, st *adminState) {
 // nothing to run after all.
 func (d *Daemon) consumeTriggers(t *term, want string) (cycle.Options, bool) {
 	opts := cycle.Options{Trigger: want}
-	reqs, err := d.db.ConsumeAdminRequests(t.ctx, t.lease.Fence, []string{catalog.AdminTrigger})
+	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+	defer cancel()
+	reqs, err := d.db.ConsumeAdminRequests(ctx, t.lease.Fence, []string{catalog.AdminTrigger})
 	d.m.tx(err)
 	if errors.Is(err, catalog.ErrStaleToken) {
 		t.cancel(err)

@@ -375,7 +375,7 @@ func TestMetastoreGaugesAndStatus(t *testing.T) {
 	eventually(t, 2*time.Second, "gauges", func() bool {
 		return testutil.ToFloat64(s.m.DueStreams.WithLabelValues("standard")) == 1 &&
 			testutil.ToFloat64(s.m.AgeCapBreached.WithLabelValues("standard")) == 1 &&
-			testutil.ToFloat64(s.m.Quarantined) == 1
+			testutil.ToFloat64(s.m.Quarantined) == 1 && testutil.ToFloat64(s.m.HeadSeq) == 4
 	})
 	if age := testutil.ToFloat64(s.m.OldestTransitAge.WithLabelValues("standard")); age < 25*3600-60 || age > 25*3600+60 {
 		t.Fatalf("oldest transit age %v", age)

@@ -44,6 +44,11 @@ func commands() map[string]command {
 		"serve":   {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe},
 		"version": {"print the binary's schema version", cmdVersion},
 		"inspect": {"decode and print a slot or settled object (FILE)", cmdInspect},
+		"trigger": {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger)", cmdTrigger},
+		"pause":   {"pause the star: the leader keeps its lease and runs no cycle", cmdPause},
+		"resume":  {"resume a paused or halted star", cmdResume},
+		"release": {"lift a stream's quarantine (--stream ID)", cmdRelease},
+		"status":  {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json)", cmdStatus},
 	}
 }
 

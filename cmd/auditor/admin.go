@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/config"
+)
+
+// The operator commands that talk to a running daemon through the
+// metastore (DESIGN.md section 8): each records an admin request and
+// notifies the star's daemons; pause, resume and release also change the
+// persisted state themselves, so they hold with no daemon running.
+
+// requester names who asked, for the admin_requests row.
+func requester(e env) string {
+	user := e.getenv("USER")
+	if user == "" {
+		user = "unknown"
+	}
+	host, _ := os.Hostname()
+	return user + "@" + host
+}
+
+// adminSetup parses the flags (extra adds the command's own), reads
+// --stream when the command has one, and opens the metastore. code is -1
+// on success, else the exit code.
+func adminSetup(ctx context.Context, e env, name string, args []string, extra func(*flag.FlagSet)) (cfg config.Config, db *catalog.DB, stream *catalog.StreamID, code int) {
+	fs, l := newFlags(e, name)
+	if extra != nil {
+		extra(fs)
+	}
+	cfg, err := parse(e, fs, l, args, "star", "database-url")
+	if err != nil {
+		return cfg, nil, nil, exitCode(e, cfg, err)
+	}
+	if f := fs.Lookup("stream"); f != nil && f.Value.String() != "" {
+		id, err := parseStreamID(f.Value.String())
+		if err != nil {
+			return cfg, nil, nil, exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
+		}
+		stream = &id
+	}
+	db, err = openCurrentDB(ctx, cfg)
+	if err != nil {
+		return cfg, nil, nil, exitCode(e, cfg, err)
+	}
+	return cfg, db, stream, -1
+}
+
+// warnNoLeader tells the operator when no daemon will pick the request up.
+func warnNoLeader(ctx context.Context, e env, db *catalog.DB, star string) {
+	l, live, err := db.CurrentLease(ctx, star)
+	if err == nil && live {
+		fmt.Fprintf(e.stdout, "leader: %s (token %d)\n", l.Holder, l.Token)
+		return
+	}
+	fmt.Fprintf(e.stderr, "auditor: warning: no auditor holds the lease of star %q; the request waits for one\n", star)
+}
+
+func cmdTrigger(ctx context.Context, e env, args []string) int {
+	var wait *time.Duration
+	cfg, db, stream, code := adminSetup(ctx, e, "trigger", args, func(fs *flag.FlagSet) {
+		fs.String("stream", "", "settle this stream (uuid) now, regardless of linger")
+		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request (exit 1 if it does not)")
+	})
+	if code >= 0 {
+		return code
+	}
+	defer db.Close()
+	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminTrigger, stream, requester(e))
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	what := "a cycle"
+	if stream != nil {
+		what = "a cycle settling stream " + daemon.FormatStream(*stream) + " regardless of linger"
+	}
+	fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
+	warnNoLeader(ctx, e, db, cfg.Star)
+	if *wait <= 0 {
+		return exitOK
+	}
+	deadline := time.Now().Add(*wait)
+	for {
+		r, err := db.GetAdminRequest(ctx, req.ID)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		if r.ConsumedAt != nil {
+			fmt.Fprintf(e.stdout, "taken by %s after %s\n", r.ConsumedBy, r.ConsumedAt.Sub(r.RequestedAt).Round(time.Millisecond))
+			return exitOK
+		}
+		if time.Now().After(deadline) {
+			return exitCode(e, cfg, fmt.Errorf("trigger request %d not taken within %s (is the star paused or halted, or no leader running? see auditor status)", req.ID, *wait))
+		}
+		select {
+		case <-ctx.Done():
+			return exitCode(e, cfg, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func cmdPause(ctx context.Context, e env, args []string) int {
+	cfg, db, _, code := adminSetup(ctx, e, "pause", args, nil)
+	if code >= 0 {
+		return code
+	}
+	defer db.Close()
+	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminPause, nil, requester(e))
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	fmt.Fprintf(e.stdout, "star %s paused (request %d): the leader keeps its lease and runs no cycle until auditor resume\n", cfg.Star, req.ID)
+	warnNoLeader(ctx, e, db, cfg.Star)
+	return exitOK
+}
+
+func cmdResume(ctx context.Context, e env, args []string) int {
+	cfg, db, _, code := adminSetup(ctx, e, "resume", args, nil)
+	if code >= 0 {
+		return code
+	}
+	defer db.Close()
+	before, err := db.GetDaemonState(ctx, cfg.Star)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminResume, nil, requester(e))
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	fmt.Fprintf(e.stdout, "star %s resumed (request %d)\n", cfg.Star, req.ID)
+	if before.Halted() {
+		fmt.Fprintf(e.stdout, "cleared the halt: %s\n", before.HaltedReason)
+	}
+	warnNoLeader(ctx, e, db, cfg.Star)
+	return exitOK
+}
+
+func cmdRelease(ctx context.Context, e env, args []string) int {
+	cfg, db, stream, code := adminSetup(ctx, e, "release", args, func(fs *flag.FlagSet) {
+		fs.String("stream", "", "the quarantined stream (uuid) to release")
+	})
+	if code >= 0 {
+		return code
+	}
+	defer db.Close()
+	if stream == nil {
+		return exitCode(e, cfg, &config.Error{Field: "stream", Msg: "is required: the stream to release (auditor status lists the quarantine)"})
+	}
+	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
+	if errors.Is(err, catalog.ErrNotFound) {
+		fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", daemon.FormatStream(*stream), cfg.Star)
+		return exitFailure
+	}
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	fmt.Fprintf(e.stdout, "stream %s released from quarantine (request %d): the next cycle settles it again\n",
+		daemon.FormatStream(*stream), req.ID)
+	return exitOK
+}
+
+func cmdStatus(ctx context.Context, e env, args []string) int {
+	var asJSON *bool
+	cfg, db, _, code := adminSetup(ctx, e, "status", args, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print JSON (the same document as GET /status)")
+	})
+	if code >= 0 {
+		return code
+	}
+	defer db.Close()
+	dc := daemonConfig(cfg)
+	s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace})
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(s); err != nil {
+			return exitCode(e, cfg, err)
+		}
+		return exitOK
+	}
+	if err := s.WriteText(e.stdout); err != nil {
+		return exitCode(e, cfg, err)
+	}
+	return exitOK
+}
