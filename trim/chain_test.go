@@ -64,6 +64,8 @@ func TestDecide(t *testing.T) {
 			want{cursor: P(1, 0), bound: P(3, 2), move: true, slots: 7 + 4 + 2}},
 		{"cursor stored at an epoch's end is the next epoch's start", withCursor(state(P(2, 3), ep(1, 7), ep(2)), P(1, 7)),
 			want{cursor: P(2, 0), bound: P(2, 3), move: true, slots: 3}},
+		{"a fenced last epoch: the head at its end is the next epoch's start", state(P(2, 4), ep(1, 3), ep(2, 4)),
+			want{cursor: P(1, 0), bound: P(3, 0), move: true, slots: 7}},
 		{"lowest epoch above 1", state(P(5, 1), ep(4, 2), ep(5)),
 			want{cursor: P(4, 0), bound: P(5, 1), move: true, slots: 3}},
 		{"fence in progress: nothing of its epoch", state(P(2, 4), ep(1), ep(2)),

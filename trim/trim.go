@@ -148,7 +148,9 @@ func Decide(st catalog.TrimState) (Decision, error) {
 	if err != nil {
 		return d, err
 	}
-	d.Head = c.head
+	if d.Head, err = c.norm(c.head); err != nil {
+		return d, halt("absorbed head: %v", err)
+	}
 	d.Cursor = Pos{Epoch: c.lowest}
 	if st.HasCursor {
 		prev := st.Cursor
