@@ -242,8 +242,10 @@ type RetiredEntry struct {
 	Bucket string
 }
 
+// retiredWhere selects entries wholly below low_record; the redundant
+// first_record bound lets the catalog's primary key range-scan each stream.
 const retiredWhere = `FROM nova.catalog c JOIN nova.streams s USING (stream_id)
-	WHERE s.star = $1 AND c.first_record + c.record_count <= s.low_record`
+	WHERE s.star = $1 AND s.low_record > 0 AND c.first_record < s.low_record AND c.first_record + c.record_count <= s.low_record`
 
 // RetentionCandidates lists up to limit catalog entries of the star that
 // retention would remove (changing nothing), in stream and record order.

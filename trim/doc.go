@@ -1,4 +1,19 @@
-// Package trim advances trim cursors, applies retention and reaps transit
-// slots and superseded objects once their grace has passed (DESIGN.md
-// section 4). Only this package deletes objects.
+// Package trim closes the data lifecycle of DESIGN.md sections 2 and 4 with
+// three steps of the cycle:
+//
+//   - Retention (step 3): catalog entries wholly below their stream's
+//     low_record are removed and their objects armed for reaping.
+//   - Trim (step 5): the star's trim cursor moves to its bound (Decide): the
+//     earliest slot named by a remaining span ref of the star, capped by the
+//     absorbed head and by the first past epoch whose fence is in progress;
+//     the passed slots are armed in slot_reaps, in the same fenced
+//     transaction.
+//   - Reap (step 6): armed slots and objects past their grace are deleted
+//     from every bucket of their class, in DeleteObjects batches; see Reap for
+//     why every such delete is safe even when it lands late.
+//
+// Slots are enumerated from star_epochs.end_seq, never by listing. Every SQL
+// statement is in package catalog (catalog/trim.go); every S3 call is behind
+// Store (objstore). Settling, recovery of publish intents and erasure are not
+// here. Only this package deletes objects.
 package trim
