@@ -9,6 +9,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/trim"
 )
@@ -518,6 +519,14 @@ func TestStepsAndMetricsConstruction(t *testing.T) {
 	}
 	if _, err := trim.NewMetrics(reg); err == nil {
 		t.Fatal("second registration accepted")
+	}
+	// Beside the daemon's metrics in one registry: no name is taken twice.
+	both := prometheus.NewRegistry()
+	if _, err := daemon.NewMetrics(both, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trim.NewMetrics(both); err != nil {
+		t.Fatalf("trim metrics beside the daemon's: %v", err)
 	}
 	var st cycle.Step
 	st, _ = trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, trim.Config{})
