@@ -49,6 +49,7 @@ func commands() map[string]command {
 		"resume":  {"resume a paused or halted star", cmdResume},
 		"release": {"lift a stream's quarantine (--stream ID)", cmdRelease},
 		"status":  {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json)", cmdStatus},
+		"verify":  {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream", cmdVerify},
 	}
 }
 

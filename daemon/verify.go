@@ -1,0 +1,254 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+)
+
+// ObjectReader is what verify needs of the object store (objstore.Store
+// has it): the bytes [off, off+n) of an object and its size.
+type ObjectReader interface {
+	GetRange(ctx context.Context, bucket, key string, off, n int64) (data []byte, size int64, err error)
+}
+
+// VerifyOptions configure Verify.
+type VerifyOptions struct {
+	Star   string
+	Bucket string // the standard bucket, where every settled object lives
+	// IsNotFound reports a missing object (objstore.ErrNotFound).
+	IsNotFound func(error) bool
+	// Concurrency bounds objects read at once (default 4).
+	Concurrency int
+	// Progress, when set, is called after each object with (done, total).
+	Progress func(done, total int)
+}
+
+// Finding kinds.
+const (
+	FindingMissing     = "missing"             // the entry's object does not exist
+	FindingCorrupt     = "corrupt"             // it does not decode as a settled bundle
+	FindingChecksum    = "checksum"            // a CRC does not match
+	FindingUnsupported = "unsupported_version" // written by a newer format: a deploy problem, not corruption
+	FindingMismatch    = "mismatch"            // it decodes but is not what the catalog says
+	FindingTiling      = "tiling"              // the stream's entries overlap, leave a gap, or miss settled_through
+)
+
+// Finding is one problem verify found.
+type Finding struct {
+	Kind   string `json:"kind"`
+	Stream string `json:"stream"`
+	Key    string `json:"key,omitempty"` // the object's key (absent for a tiling finding between entries)
+	Detail string `json:"detail"`
+}
+
+func (f Finding) String() string {
+	if f.Key != "" {
+		return fmt.Sprintf("%s: %s: %s", f.Kind, f.Key, f.Detail)
+	}
+	return fmt.Sprintf("%s: stream %s: %s", f.Kind, f.Stream, f.Detail)
+}
+
+// VerifyReport is what Verify checked and found.
+type VerifyReport struct {
+	Streams  int       `json:"streams"`
+	Objects  int       `json:"objects"`
+	Bytes    int64     `json:"bytes"`
+	Findings []Finding `json:"findings"`
+}
+
+// Verify is the fsck of a star's catalog (DESIGN.md section 8): every
+// entry's object exists, decodes as a settled bundle of its stream that
+// holds exactly the entry's records, bytes, footer window and timestamps,
+// and each stream's entries tile it up to settled_through. Findings are
+// reported, not returned as errors; the error is for failures to look
+// (database, a store error other than a missing object).
+func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o VerifyOptions) (VerifyReport, error) {
+	rep := VerifyReport{Findings: []Finding{}}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.IsNotFound == nil {
+		o.IsNotFound = func(error) bool { return false }
+	}
+	streams, err := db.StreamsOfStar(ctx, o.Star)
+	if err != nil {
+		return rep, err
+	}
+	type job struct {
+		stream catalog.Stream
+		entry  catalog.Entry
+	}
+	var jobs []job
+	for _, s := range streams {
+		entries, err := db.EntriesOfStream(ctx, s.ID)
+		if err != nil {
+			return rep, err
+		}
+		rep.Streams++
+		rep.Findings = append(rep.Findings, checkTiling(s, entries)...)
+		for _, e := range entries {
+			jobs = append(jobs, job{s, e})
+		}
+	}
+	rep.Objects = len(jobs)
+	var (
+		mu   sync.Mutex
+		done int
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(o.Concurrency)
+	for _, j := range jobs {
+		g.Go(func() error {
+			f, n, err := verifyEntry(gctx, store, o, j.stream, j.entry)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				return err
+			}
+			rep.Bytes += n
+			if f != nil {
+				rep.Findings = append(rep.Findings, *f)
+			}
+			done++
+			if o.Progress != nil {
+				o.Progress(done, len(jobs))
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return rep, err
+	}
+	slices.SortStableFunc(rep.Findings, func(a, b Finding) int {
+		if a.Stream != b.Stream {
+			return compare(a.Stream, b.Stream)
+		}
+		return compare(a.Key, b.Key)
+	})
+	return rep, nil
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// settledKey is the key of an entry's object (FORMAT.md section 8).
+func settledKey(s catalog.Stream, e catalog.Entry) string {
+	return bundlefmt.SettledKey(s.Bucket, bundlefmt.StreamID(e.Stream), uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
+}
+
+// checkTiling checks a stream's entries (in record order) cover their
+// records once: no overlap, no gap except below low_record (retention, or
+// refs skipped below it), the last ending at settled_through, all of the
+// stream's epoch.
+func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
+	var out []Finding
+	id := FormatStream(s.ID)
+	add := func(format string, args ...any) {
+		out = append(out, Finding{Kind: FindingTiling, Stream: id, Detail: fmt.Sprintf(format, args...)})
+	}
+	for i, e := range entries {
+		if e.Epoch != s.Epoch {
+			add("entry %d~%d is of epoch %d, the stream's is %d", e.FirstRecord, e.Revision, e.Epoch, s.Epoch)
+		}
+		if i == 0 {
+			continue
+		}
+		prev := entries[i-1]
+		switch {
+		case e.FirstRecord < prev.EndRecord():
+			add("entries [%d, %d) and [%d, %d) overlap", prev.FirstRecord, prev.EndRecord(), e.FirstRecord, e.EndRecord())
+		case e.FirstRecord > prev.EndRecord() && e.FirstRecord > s.LowRecord:
+			add("gap [%d, %d) between entries, above low_record %d", prev.EndRecord(), e.FirstRecord, s.LowRecord)
+		}
+	}
+	if n := len(entries); n > 0 && entries[n-1].EndRecord() != s.SettledThrough {
+		add("the last entry ends at %d, settled_through is %d", entries[n-1].EndRecord(), s.SettledThrough)
+	}
+	return out
+}
+
+// verifyEntry reads an entry's object whole and checks it. It returns a
+// finding (nil when the object is sound) and the bytes read.
+func verifyEntry(ctx context.Context, store ObjectReader, o VerifyOptions, s catalog.Stream, e catalog.Entry) (*Finding, int64, error) {
+	key := settledKey(s, e)
+	find := func(kind, format string, args ...any) *Finding {
+		return &Finding{Kind: kind, Stream: FormatStream(s.ID), Key: key, Detail: fmt.Sprintf(format, args...)}
+	}
+	n := max(e.ObjectBytes, 1)
+	obj, size, err := store.GetRange(ctx, o.Bucket, key, 0, n)
+	switch {
+	case err != nil && o.IsNotFound(err):
+		return find(FindingMissing, "no object at %s/%s", o.Bucket, key), 0, nil
+	case err != nil && ctx.Err() != nil:
+		return nil, 0, err
+	case err != nil:
+		// A short or unreadable object reads as corrupt; the store's other
+		// failures stop verify.
+		return find(FindingCorrupt, "read: %v", err), 0, nil
+	}
+	got := int64(len(obj))
+	if size != e.ObjectBytes {
+		return find(FindingMismatch, "object is %d bytes, the catalog says %d", size, e.ObjectBytes), got, nil
+	}
+	exp, err := bundlefmt.ExpectFromKey(key)
+	if err != nil {
+		return find(FindingMismatch, "%v", err), got, nil
+	}
+	v, err := bundlefmt.ValidateObject(obj, exp)
+	if err != nil {
+		kind := FindingCorrupt
+		switch bundlefmt.Class(err) {
+		case bundlefmt.ErrUnsupportedVersion:
+			kind = FindingUnsupported
+		case bundlefmt.ErrChecksum:
+			kind = FindingChecksum
+		}
+		return find(kind, "%v", err), got, nil
+	}
+	if v.Kind != bundlefmt.KindSettled {
+		return find(FindingMismatch, "a %s, not a settled object", v.Kind), got, nil
+	}
+	if off, ln := int64(v.Footer.FooterOffset()), int64(v.Footer.FooterLength()); off != e.FooterOffset || ln != e.FooterLength {
+		return find(FindingMismatch, "footer window %d+%d, the catalog says %d+%d", off, ln, e.FooterOffset, e.FooterLength), got, nil
+	}
+	next := uint64(e.FirstRecord)
+	minTS, maxTS := int64(0), int64(0)
+	for i, c := range v.Entries {
+		if c.Stream != bundlefmt.StreamID(e.Stream) {
+			return find(FindingMismatch, "chunk %d is of stream %s", i, c.Stream), got, nil
+		}
+		if c.FirstRecord != next {
+			return find(FindingMismatch, "chunk %d starts at record %d, expected %d", i, c.FirstRecord, next), got, nil
+		}
+		next = c.EndRecord()
+		for j, ts := range c.Timestamps {
+			if (i == 0 && j == 0) || ts < minTS {
+				minTS = ts
+			}
+			if (i == 0 && j == 0) || ts > maxTS {
+				maxTS = ts
+			}
+		}
+	}
+	if end := uint64(e.EndRecord()); next != end {
+		return find(FindingMismatch, "holds records [%d, %d), the catalog says [%d, %d)", e.FirstRecord, next, e.FirstRecord, end), got, nil
+	}
+	if minTS != e.MinTimestamp || maxTS != e.MaxTimestamp {
+		return find(FindingMismatch, "timestamps [%d, %d], the catalog says [%d, %d]", minTS, maxTS, e.MinTimestamp, e.MaxTimestamp), got, nil
+	}
+	return nil, got, nil
+}

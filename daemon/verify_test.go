@@ -1,0 +1,183 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
+)
+
+// memStore is an in-memory ObjectReader for the fsck logic; the command's
+// test runs verify against the real S3 server.
+type memStore struct {
+	mu      sync.Mutex
+	objects map[string][]byte // bucket/key
+}
+
+var errNoObject = errors.New("no such object")
+
+func (m *memStore) GetRange(_ context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.objects[bucket+"/"+key]
+	if !ok {
+		return nil, 0, fmt.Errorf("%s/%s: %w", bucket, key, errNoObject)
+	}
+	end := min(off+n, int64(len(b)))
+	return append([]byte(nil), b[off:end]...), int64(len(b)), nil
+}
+
+// settleObject encodes a settled object of records [first, first+count) of
+// stream id, commits its catalog entry and returns its key and bytes.
+func settleObject(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.StreamID, first, count int64) (string, []byte) {
+	t.Helper()
+	b := bundlefmt.NewChunkBuilder(bundlefmt.StreamID(id), uint64(first))
+	for r := first; r < first+count; r++ {
+		if err := b.Add(bundlefmt.Record{Body: []byte(fmt.Sprintf("record %d of the stream", r))}, 1000+r, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obj, err := bundlefmt.EncodeSettled([]bundlefmt.Chunk{b.Chunk()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := bundlefmt.ValidateObject(obj, bundlefmt.Expect{Kind: bundlefmt.KindSettled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bundlefmt.SettledKey("b1", bundlefmt.StreamID(id), 1, uint64(first), 0)
+	e := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: first, Revision: 0, RecordCount: count, ObjectBytes: int64(len(obj)),
+		FooterOffset: int64(v.Footer.FooterOffset()), FooterLength: int64(v.Footer.FooterLength()),
+		MinTimestamp: 1000 + first, MaxTimestamp: 1000 + first + count - 1}
+	if err := db.CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, ObjectKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	return key, obj
+}
+
+// healthyCatalog settles two streams into three objects.
+func healthyCatalog(t *testing.T, db *catalog.DB) (*memStore, []string) {
+	t.Helper()
+	ctx := context.Background()
+	lease, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &memStore{objects: map[string][]byte{}}
+	var keys []string
+	for i, s := range []struct {
+		id     byte
+		counts []int64
+	}{{1, []int64{10, 5}}, {2, []int64{7}}} {
+		id := catalog.StreamID{15: s.id}
+		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, c := range s.counts {
+			total += c
+		}
+		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
+			Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: total}}}}); err != nil {
+			t.Fatal(err)
+		}
+		var first int64
+		for _, c := range s.counts {
+			key, obj := settleObject(t, db, lease.Fence, id, first, c)
+			store.objects["nova/"+key] = obj
+			keys = append(keys, key)
+			first += c
+		}
+	}
+	return store, keys
+}
+
+func verifyOpts() daemon.VerifyOptions {
+	return daemon.VerifyOptions{Star: "s1", Bucket: "nova", IsNotFound: func(err error) bool { return errors.Is(err, errNoObject) }}
+}
+
+func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
+	t.Parallel()
+	db, url := newDB(t)
+	ctx := context.Background()
+	store, keys := healthyCatalog(t, db)
+	var progress []int
+	opts := verifyOpts()
+	opts.Progress = func(done, total int) { progress = append(progress, done*100+total) }
+	opts.Concurrency = 1
+	rep, err := daemon.Verify(ctx, db, store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) != 0 || rep.Streams != 2 || rep.Objects != 3 || rep.Bytes == 0 {
+		t.Fatalf("healthy catalog: %+v", rep)
+	}
+	if fmt.Sprint(progress) != "[103 203 303]" {
+		t.Fatalf("progress %v", progress)
+	}
+
+	// A deleted object and a flipped byte in another's chunk data.
+	delete(store.objects, "nova/"+keys[1])
+	bad := store.objects["nova/"+keys[2]]
+	bad[3] ^= 0x40
+	// And an entry of stream 2 that overlaps its neighbour.
+	c := conn(t, url)
+	if _, err := c.Exec(ctx, `INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
+		footer_offset, footer_length, min_timestamp, max_timestamp) VALUES ($1, 1, 5, 0, 5, 1, 0, 1, 0, 0)`, catalog.StreamID{15: 2}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = daemon.Verify(ctx, db, store, verifyOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range rep.Findings {
+		got[f.Kind] += f.Key + "|" + f.Detail + ";"
+	}
+	if !strings.Contains(got[daemon.FindingMissing], keys[1]) {
+		t.Fatalf("missing object %s not reported: %+v", keys[1], rep.Findings)
+	}
+	if !strings.Contains(got[daemon.FindingChecksum], keys[2]) {
+		t.Fatalf("corrupt object %s not reported: %+v", keys[2], rep.Findings)
+	}
+	if !strings.Contains(got[daemon.FindingTiling], "overlap") {
+		t.Fatalf("overlap not reported: %+v", rep.Findings)
+	}
+	if strings.Contains(fmt.Sprint(rep.Findings), keys[0]+"|") {
+		t.Fatalf("a sound object reported: %+v", rep.Findings)
+	}
+}
+
+func TestVerifyMismatchAgainstTheCatalog(t *testing.T) {
+	t.Parallel()
+	db, url := newDB(t)
+	ctx := context.Background()
+	store, keys := healthyCatalog(t, db)
+	c := conn(t, url)
+	// The catalog claims other timestamps for the first object, and the
+	// second stream's settled_through runs past its last entry.
+	if _, err := c.Exec(ctx, `UPDATE nova.catalog SET max_timestamp = 99 WHERE stream_id = $1 AND first_record = 0`, catalog.StreamID{15: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, `UPDATE nova.streams SET next_record = 9, settled_through = 9 WHERE stream_id = $1`, catalog.StreamID{15: 2}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := daemon.Verify(ctx, db, store, verifyOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) != 2 {
+		t.Fatalf("findings %+v", rep.Findings)
+	}
+	s := fmt.Sprint(rep.Findings)
+	if !strings.Contains(s, "mismatch: "+keys[0]+": timestamps") || !strings.Contains(s, "settled_through is 9") {
+		t.Fatalf("findings %s", s)
+	}
+}
