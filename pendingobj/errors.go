@@ -47,6 +47,16 @@ func (e *FormatError) Is(target error) bool {
 	return target == ErrCorrupt && e.Err == ErrChecksum
 }
 
+// argError is a caller mistake; its text leaves the package prefix to the
+// operation that wraps it.
+type argError struct{ msg string }
+
+func (e *argError) Error() string { return "invalid argument: " + e.msg }
+
+func (e *argError) Is(target error) bool {
+	return target == ErrInvalidArgument || target == fs.ErrInvalid
+}
+
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+	return &argError{msg: fmt.Sprintf(format, args...)}
 }

@@ -237,7 +237,7 @@ func TestNewValidation(t *testing.T) {
 				t.Fatalf("New: %v", err)
 			}
 			if !c.ok {
-				if s != nil || !isInvalid(err) {
+				if s != nil || !isInvalid(err) || !strings.HasPrefix(err.Error(), "pendingobj: invalid argument: ") {
 					t.Fatalf("New: %v, want ErrInvalidArgument and fs.ErrInvalid", err)
 				}
 			}

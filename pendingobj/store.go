@@ -59,13 +59,13 @@ func New(dir, namespace, formatID string) (*Store, error) {
 // tests.
 func newStore(dir, namespace, formatID string, fsys fileSystem) (*Store, error) {
 	if dir == "" {
-		return nil, invalidf("directory is empty")
+		return nil, fmt.Errorf("pendingobj: %w", invalidf("directory is empty"))
 	}
 	if !validNamespace(namespace) {
-		return nil, invalidf("namespace %s: want 1 to %d ASCII letters, digits, '-' or '_'", quote(namespace), maxNamespaceLen)
+		return nil, fmt.Errorf("pendingobj: %w", invalidf("namespace %s: want 1 to %d ASCII letters, digits, '-' or '_'", quote(namespace), maxNamespaceLen))
 	}
 	if err := checkFormatID(formatID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pendingobj: %w", err)
 	}
 	return &Store{dir: dir, namespace: namespace, formatID: formatID, prefix: namespace + "-", fsys: fsys}, nil
 }

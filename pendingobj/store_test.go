@@ -101,8 +101,8 @@ func TestInstallRejectsInvalidMetadata(t *testing.T) {
 		{"a", "text/\xc3"},
 	} {
 		err := s.Install(1, c.fileName, c.mediaType, []byte("x"))
-		if !isInvalid(err) {
-			t.Errorf("Install(%q, %q) = %v, want ErrInvalidArgument", c.fileName, c.mediaType, err)
+		if !isInvalid(err) || strings.Count(err.Error(), "pendingobj:") != 1 || !strings.Contains(err.Error(), "position 1") {
+			t.Errorf("Install(%q, %q) = %v, want ErrInvalidArgument naming the position", c.fileName, c.mediaType, err)
 		}
 	}
 	if names := dirNames(t, dir); len(names) != 0 {
