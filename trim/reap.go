@@ -451,7 +451,10 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 		for _, c := range g {
 			if ok[c.in.ObjectKey] {
 				done = append(done, c.in.ID)
-				reaped = append(reaped, c)
+				if seen[c.in.ObjectKey] {
+					seen[c.in.ObjectKey] = false // count each object once
+					reaped = append(reaped, c)
+				}
 			}
 		}
 	}
