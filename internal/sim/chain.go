@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/crc32"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -442,5 +443,38 @@ func (c *checker) checkNamedSlot(ctx context.Context, star string, buckets []str
 		a.s.extents[a.ref][a.entry] = extent{first: int64(v.FirstRecord()), count: int64(v.Count())}
 		jobs = append(jobs, chunkJob{view: v, off: f.DataOffset(lo), s: a.s, lo: ref.FirstRecord, hi: ref.EndRecord()})
 	}
-	return c.verifyData(ctx, star, order, key, jobs, NewGen(content), false)
+	if err := c.verifyData(ctx, star, order, key, jobs, NewGen(content), false); err != nil {
+		return err
+	}
+	if len(buckets) > 1 {
+		return c.compareCopies(ctx, star, buckets, key, size)
+	}
+	return nil
+}
+
+// compareCopies checks that every bucket holds the same bytes of an absorbed
+// express slot (METASTORE.md: a slot is absorbed only once it is in every
+// bucket, so absorbed slots are identical everywhere), by the CRC-32C of
+// each whole copy, read in windows.
+func (c *checker) compareCopies(ctx context.Context, star string, buckets []string, key string, size int64) error {
+	crcs := make([]uint32, len(buckets))
+	for i, b := range buckets {
+		var crc uint32
+		for off := int64(0); off < size; off += readWindow {
+			data, _, err := c.read(ctx, []string{b}, key, off, min(readWindow, size-off))
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				c.invariant(star, nil, key, "read the copy in bucket %s: %v", b, err)
+				return nil
+			}
+			crc = crc32.Update(crc, castagnoli, data)
+		}
+		crcs[i] = crc
+		if crc != crcs[0] {
+			c.invariant(star, nil, key, "an absorbed slot's copies differ: CRC-32C 0x%08x in %s, 0x%08x in %s", crcs[0], buckets[0], crc, b)
+		}
+	}
+	return nil
 }

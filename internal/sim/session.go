@@ -262,7 +262,9 @@ func errString(err error) string {
 // put writes one flight's slot and reports on putCh.
 func (s *session) put(ctx context.Context, f *flight, putCh chan<- *flight) {
 	w := s.w
+	start := time.Now()
 	landed, err := w.chain.putSlot(ctx, s.epoch, f.seq, s.nonce, f.data, f.lossy)
+	w.c.putNanos.Add(int64(time.Since(start)))
 	f.data = nil
 	if err != nil && landed > 0 {
 		w.recordSlot(s.epoch, f.seq, s.nonce, false, false) // some copies of a taken seq
@@ -295,7 +297,9 @@ func (s *session) absorber(ctx context.Context, in <-chan []*flight, out chan<- 
 		for i, f := range batch {
 			flights[i] = f.meta
 		}
+		start := time.Now()
 		err := s.absorb(ctx, flights)
+		w.c.absorbNanos.Add(int64(time.Since(start)))
 		if err == nil {
 			var recs, content int64
 			for _, f := range batch {

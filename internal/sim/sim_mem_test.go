@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -12,7 +13,7 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-func newTestDB(t *testing.T) *catalog.DB {
+func newTestDB(t testing.TB) *catalog.DB {
 	t.Helper()
 	ctx := context.Background()
 	db, err := catalog.Open(ctx, testenv.FreshDatabase(t))
@@ -139,6 +140,33 @@ func TestAmbiguousPutRetries(t *testing.T) {
 	}
 	if ws.Absorbed != 60 || ws.Unabsorbed != 0 {
 		t.Fatalf("stats: %+v", summaryW(ws))
+	}
+	mustCheck(t, db, st, CheckOptions{})
+}
+
+// TestStopDrainsAndCancelAborts: closing Stop ends a run cleanly with every
+// written flight absorbed; cancelling the context aborts it, leaving a state
+// that still checks clean (written flights not absorbed are lost flights).
+func TestStopDrainsAndCancelAborts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newTestDB(t)
+	st := Storage{Store: newMemStore(), Standard: "std"}
+	if _, err := Setup(ctx, db, SetupOptions{Star: "stop", Streams: 10, Content: smallContent(8)}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	time.AfterFunc(300*time.Millisecond, func() { close(stop) })
+	start := time.Now()
+	ws, err := Write(ctx, db, st, WriteOptions{Star: "stop", Duration: time.Minute, FlightBytes: 4 << 10, Stop: stop})
+	if err != nil || time.Since(start) > 10*time.Second || ws.Flights == 0 || ws.Unabsorbed != 0 {
+		t.Fatalf("stopped write: %v after %s: %+v", err, time.Since(start), summaryW(ws))
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	ws, err = Write(cctx, db, st, WriteOptions{Star: "stop", Duration: time.Minute, FlightBytes: 4 << 10})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancelled write: %v, %+v", err, summaryW(ws))
 	}
 	mustCheck(t, db, st, CheckOptions{})
 }

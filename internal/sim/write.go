@@ -121,6 +121,8 @@ type WriteStats struct {
 	LostReplies  int64 // lost-reply faults played
 	Epoch        int64 // the writer's epoch at the end
 	Elapsed      time.Duration
+	PutTime      time.Duration // summed over slot PUTs (several run at once)
+	AbsorbTime   time.Duration // summed over absorb transactions (one at a time)
 	Slots        []SlotOutcome // with RecordSlots: every slot this writer wrote, in slot order
 }
 
@@ -142,7 +144,7 @@ var errCrash = errors.New("crash fault")
 type counters struct {
 	flights, flightBytes, absorbed, records, content, txs  atomic.Int64
 	poisons, fences, failovers, crashes, lost, lostReplies atomic.Int64
-	epoch                                                  atomic.Int64
+	epoch, putNanos, absorbNanos                           atomic.Int64
 }
 
 // writer is one Write call: one star, one or more sessions.
@@ -269,6 +271,8 @@ func (w *writer) stats() WriteStats {
 		LostReplies:  w.c.lostReplies.Load(),
 		Epoch:        w.c.epoch.Load(),
 		Elapsed:      time.Since(w.start),
+		PutTime:      time.Duration(w.c.putNanos.Load()),
+		AbsorbTime:   time.Duration(w.c.absorbNanos.Load()),
 	}
 	s.Unabsorbed = s.Flights - s.Absorbed
 	if w.opts.RecordSlots {
