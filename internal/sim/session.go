@@ -27,6 +27,8 @@ type session struct {
 	limitFlights int64 // flights this session may build (-1: no limit)
 	limitBytes   int64 // flight bytes this session may build (-1: no limit)
 	failoverSet  bool
+	rateStart    time.Time // pacing under WriteOptions.Rate
+	produced     int64     // content bytes produced since rateStart
 }
 
 // flight is one flight from build to absorb.
@@ -134,6 +136,7 @@ func (s *session) run(ctx context.Context) outcome {
 		absBusy, building = false, true
 		halt              error
 		fenceCh           chan fenceResult
+		done              = ctx.Done()
 	)
 	for {
 		// Hand written flights on in seq order.
@@ -216,7 +219,8 @@ func (s *session) run(ctx context.Context) outcome {
 				halt = r.err
 			}
 		case <-tick.C:
-		case <-ctx.Done():
+		case <-done:
+			done = nil // the PUTs and the absorber see it too and end soon
 			if halt == nil {
 				halt = ctx.Err()
 			}
@@ -405,7 +409,7 @@ func (s *session) build(ctx context.Context) *flight {
 	var order []bundlefmt.StreamID
 	start := time.Now()
 	flush := start.Add(w.opts.FlightInterval)
-	var size, produced int64
+	var size int64
 	for size < w.opts.FlightBytes {
 		if s.stopped(ctx) {
 			return nil
@@ -415,7 +419,12 @@ func (s *session) build(ctx context.Context) *flight {
 			break
 		}
 		if w.opts.Rate > 0 {
-			due := start.Add(time.Duration(float64(produced) / float64(w.opts.Rate) * float64(time.Second)))
+			// Paced over the session, not the flight: time spent waiting for
+			// the PUT window is not made up later by a burst.
+			if s.rateStart.IsZero() {
+				s.rateStart = start
+			}
+			due := s.rateStart.Add(time.Duration(float64(s.produced) / float64(w.opts.Rate) * float64(time.Second)))
 			if due.After(now) {
 				wait := min(due.Sub(now), max(flush.Sub(now), time.Millisecond))
 				if sleepCtx(ctx, min(wait, 100*time.Millisecond)) != nil {
@@ -442,7 +451,7 @@ func (s *session) build(ctx context.Context) *flight {
 			a.count++
 			cb := rec.ContentBytes()
 			a.content += cb
-			produced += cb
+			s.produced += cb
 			size += int64(a.cb.Size() - before)
 		}
 	}

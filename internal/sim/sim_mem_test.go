@@ -170,3 +170,24 @@ func TestStopDrainsAndCancelAborts(t *testing.T) {
 	}
 	mustCheck(t, db, st, CheckOptions{})
 }
+
+// TestRateAndInterval: with a producer rate, flights are cut by the flight
+// interval, and the content produced follows the rate.
+func TestRateAndInterval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newTestDB(t)
+	st := Storage{Store: newMemStore(), Standard: "std"}
+	if _, err := Setup(ctx, db, SetupOptions{Star: "rate", Streams: 10, Content: smallContent(4)}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := Write(ctx, db, st, WriteOptions{Star: "rate", Duration: 2 * time.Second, Rate: 200 << 10,
+		FlightInterval: 100 * time.Millisecond, FlightBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate := float64(ws.ContentBytes) / ws.Elapsed.Seconds()
+	if rate < 120<<10 || rate > 260<<10 || ws.Flights < 12 || ws.Flights > 25 {
+		t.Fatalf("%.0f content bytes/s in %d flights over %s (want about 200 KiB/s in about 20)", rate, ws.Flights, ws.Elapsed)
+	}
+}
