@@ -207,13 +207,18 @@ type streamState struct {
 	// filled by the slot pass; count 0 when it could not be found.
 	extents [][]extent
 
-	mu     sync.Mutex
-	copies []uint8 // copies of record low_record+i found (saturating)
-	bad    []bool  // record low_record+i had a wrong copy
+	mu sync.Mutex
+	// copies[i] counts the copies of record low_record+i found (low seven
+	// bits, saturating) and has badCopy set when one of them was wrong: one
+	// byte per live record is all check holds per record.
+	copies []uint8
 	wrong  int64
 }
 
 type extent struct{ first, count int64 }
+
+// badCopy marks a record with a wrong copy in streamState.copies.
+const badCopy = 0x80
 
 // live reports whether record r is counted: in [low_record, next_record).
 func (s *streamState) live(r int64) bool { return r >= s.LowRecord && r < s.NextRecord }
@@ -240,11 +245,11 @@ func (s *streamState) note(r int64, ok, settled, inRange bool) {
 		return
 	}
 	i := r - s.LowRecord
-	if s.copies[i] < 255 {
+	if s.copies[i]&^badCopy < badCopy-1 {
 		s.copies[i]++
 	}
 	if !ok {
-		s.bad[i] = true
+		s.copies[i] |= badCopy
 	}
 }
 
@@ -303,7 +308,6 @@ func (c *checker) checkStar(ctx context.Context, name string) error {
 		}
 		if n := r.NextRecord - r.LowRecord; n > 0 {
 			s.copies = make([]uint8, n)
-			s.bad = make([]bool, n)
 		}
 		streams[i] = s
 	}
@@ -370,7 +374,8 @@ func (c *checker) checkEntryRows(star string, s *streamState) {
 func (c *checker) account(star string, s *streamState) {
 	var checked, missing, dup, fromSettled, unsettled, records int64
 	firstMissing := int64(-1)
-	for i, n := range s.copies {
+	for i, cp := range s.copies {
+		n := cp &^ badCopy
 		r := s.LowRecord + int64(i)
 		if c.opts.SettledOnly && r >= s.SettledThrough {
 			unsettled++
@@ -386,7 +391,7 @@ func (c *checker) account(star string, s *streamState) {
 		case n > 1:
 			dup += int64(n - 1)
 		}
-		if n > 0 && !s.bad[i] {
+		if n > 0 && cp&badCopy == 0 {
 			checked++
 			if r < s.SettledThrough {
 				fromSettled++
