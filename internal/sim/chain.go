@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/objstore"
 )
 
 // slotCopy is one bucket's copy of a slot.
@@ -137,7 +139,7 @@ func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Con
 			c.invariant(name, nil, key, "a %s star's slot in bucket %s, outside its class's buckets", star.ChainClass, b)
 			return nil
 		})
-		if err != nil && !isNotFound(err) {
+		if err != nil && !errors.Is(err, objstore.ErrBucketNotFound) {
 			return fmt.Errorf("list bucket %s: %w", b, err)
 		}
 	}
