@@ -1,0 +1,193 @@
+package objstore
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// ChecksumMode says how an S3 assembly's integrity is checked by the server.
+type ChecksumMode string
+
+const (
+	// ChecksumFullObject: uploads carry CRC-32C with checksum type
+	// FULL_OBJECT and completion sends the whole object's CRC-32C, so the
+	// server refuses a wrong assembly (AWS S3).
+	ChecksumFullObject ChecksumMode = "full-object"
+	// ChecksumParts: each uploaded part and PutObject carries its CRC-32C,
+	// but the upload has no checksum type and completion sends none. For
+	// servers whose copied parts report wrong checksums (versitygw 1.8.0
+	// reports the whole source's CRC for a ranged UploadPartCopy when the
+	// source was stored with one). Pair with VerifyReadback.
+	ChecksumParts ChecksumMode = "parts"
+)
+
+// S3Config configures the S3 backend. Zero fields take the defaults in
+// WithDefaults; Validate names the offending field.
+type S3Config struct {
+	Endpoint  string // "" = AWS's endpoint for Region
+	Region    string
+	PathStyle bool
+	KeyPrefix string // "" or ending in "/"
+	// AccessKey and SecretKey, when both set, are static credentials;
+	// otherwise the SDK's default chain. Never logged.
+	AccessKey, SecretKey string
+
+	// MaxAttempts bounds attempts per request (retry policy; the SDK's
+	// own retryer is off). AttemptTimeout bounds one attempt, so a stalled
+	// response is retried; BackoffBase/BackoffMax shape the full-jitter
+	// exponential backoff.
+	MaxAttempts    int
+	AttemptTimeout time.Duration
+	BackoffBase    time.Duration
+	BackoffMax     time.Duration
+
+	HTTPClient *http.Client // tests inject a RoundTripper; nil = the SDK's
+
+	// PartSize is the largest gathered part (memory per part);
+	// CopyConcurrency bounds parts in flight per assembly.
+	PartSize        int64
+	CopyConcurrency int
+
+	Checksum ChecksumMode
+	// VerifyReadback reads an assembled object back and compares its
+	// CRC-32C with the expected one when the server could not check it
+	// (ChecksumParts); a mismatch deletes the object and fails.
+	VerifyReadback bool
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c S3Config) WithDefaults() S3Config {
+	if c.Region == "" {
+		c.Region = "us-east-1"
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 6
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 2 * time.Minute
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = 100 * time.Millisecond
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 10 * time.Second
+	}
+	if c.PartSize == 0 {
+		c.PartSize = DefaultLimits.MaxGathered
+	}
+	if c.CopyConcurrency == 0 {
+		c.CopyConcurrency = 8
+	}
+	if c.Checksum == "" {
+		c.Checksum = ChecksumFullObject
+	}
+	return c
+}
+
+// Validate checks a configuration after WithDefaults.
+func (c S3Config) Validate() error {
+	var errs []error
+	if err := validPrefix(c.KeyPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("KeyPrefix: %w", err))
+	}
+	if (c.AccessKey == "") != (c.SecretKey == "") {
+		errs = append(errs, errors.New("AccessKey and SecretKey: set both or neither"))
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("MaxAttempts: %d is below 1", c.MaxAttempts))
+	}
+	if c.AttemptTimeout <= 0 || c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
+		errs = append(errs, errors.New("AttemptTimeout, BackoffBase, BackoffMax: must be positive, BackoffMax >= BackoffBase"))
+	}
+	if c.PartSize < 2*DefaultLimits.MinPart || c.PartSize > DefaultLimits.MaxPart {
+		errs = append(errs, fmt.Errorf("PartSize: %d is outside [%d, %d]", c.PartSize, 2*DefaultLimits.MinPart, DefaultLimits.MaxPart))
+	}
+	if c.CopyConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("CopyConcurrency: %d is below 1", c.CopyConcurrency))
+	}
+	if c.Checksum != ChecksumFullObject && c.Checksum != ChecksumParts {
+		errs = append(errs, fmt.Errorf("Checksum: unknown mode %q", c.Checksum))
+	}
+	return errors.Join(errs...)
+}
+
+// Limits are the planner limits this configuration implies.
+func (c S3Config) Limits() Limits {
+	l := DefaultLimits
+	l.MaxGathered = c.PartSize
+	return l
+}
+
+// String describes the configuration without secrets.
+func (c S3Config) String() string {
+	creds := "default chain"
+	if c.AccessKey != "" {
+		creds = "static"
+	}
+	return fmt.Sprintf("s3{endpoint=%q region=%s path_style=%v prefix=%q credentials=%s checksum=%s}",
+		c.Endpoint, c.Region, c.PathStyle, c.KeyPrefix, creds, c.Checksum)
+}
+
+// FileConfig configures the file backend: bucket B is the directory
+// <Root>/B and key K in it the file <Root>/B/<KeyPrefix>K.
+type FileConfig struct {
+	Root      string
+	KeyPrefix string // "" or ending in "/"
+	// TempMaxAge: leftover temporary files of create-once writes older
+	// than this are removed at open (default 1h). Uploads are kept until
+	// completed or aborted.
+	TempMaxAge time.Duration
+}
+
+// Validate checks the configuration.
+func (c FileConfig) Validate() error {
+	var errs []error
+	if c.Root == "" {
+		errs = append(errs, errors.New("Root: must be set"))
+	}
+	if err := validPrefix(c.KeyPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("KeyPrefix: %w", err))
+	}
+	if c.TempMaxAge < 0 {
+		errs = append(errs, errors.New("TempMaxAge: negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func validPrefix(p string) error {
+	if p == "" {
+		return nil
+	}
+	if !strings.HasSuffix(p, "/") {
+		return fmt.Errorf("%q does not end in /", p)
+	}
+	return ValidKey(strings.TrimSuffix(p, "/"))
+}
+
+// ReservedPrefix starts names the stores keep for themselves (temporary
+// files, probes); no key segment may start with it.
+const ReservedPrefix = ".nova-"
+
+// ValidKey checks a logical key: non-empty, no leading or trailing slash, no
+// empty, "." or ".." segment, no NUL, and no segment starting with
+// ReservedPrefix.
+func ValidKey(key string) error {
+	if key == "" || len(key) > 1024 {
+		return fmt.Errorf("%w: %q: empty or longer than 1024 bytes", ErrInvalidKey, key)
+	}
+	if strings.IndexByte(key, 0) >= 0 {
+		return fmt.Errorf("%w: %q: NUL byte", ErrInvalidKey, key)
+	}
+	for _, seg := range strings.Split(key, "/") {
+		switch {
+		case seg == "" || seg == "." || seg == "..":
+			return fmt.Errorf("%w: %q: empty, \".\" or \"..\" segment", ErrInvalidKey, key)
+		case strings.HasPrefix(seg, ReservedPrefix):
+			return fmt.Errorf("%w: %q: segment uses the reserved prefix %q", ErrInvalidKey, key, ReservedPrefix)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+package objstore
+
+import (
+	"context"
+	"fmt"
+)
+
+// Store is object storage as settle, trim, verify and novasim use it. Every
+// method takes a bucket and a logical key; the backend prepends its
+// configured key prefix. Objects are create-once: nothing here overwrites.
+//
+// Keys are what FORMAT.md section 8 derives (slash-separated, no empty,
+// "." or ".." segments, no leading slash); backends may reject others with
+// ErrInvalidKey. A missing bucket is ErrBucketNotFound, never ErrNotFound.
+// Failures worth retrying later satisfy IsRetryable.
+type Store interface {
+	// GetRange returns the bytes [off, off+n) of the object, fewer only when
+	// the object ends first, and the object's total size. n must be > 0.
+	// A missing key is ErrNotFound; off at or past the end, ErrInvalidRange.
+	GetRange(ctx context.Context, bucket, key string, off, n int64) (data []byte, size int64, err error)
+
+	// GetSuffix returns the last n bytes of the object (all of it when it is
+	// shorter, nothing for an empty object) and its total size. n must be
+	// > 0. A missing key is ErrNotFound.
+	GetSuffix(ctx context.Context, bucket, key string, n int64) (data []byte, size int64, err error)
+
+	// Head returns the object's size and ETag. A missing key is ErrNotFound.
+	Head(ctx context.Context, bucket, key string) (Attrs, error)
+
+	// PutIfAbsent creates the object with If-None-Match: * and a CRC-32C
+	// checksum. An existing key is ErrExists and keeps its bytes.
+	PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error
+
+	// Delete removes the keys; absence is success. Keys that could not be
+	// deleted are listed in a *DeleteError so the caller can retry just them.
+	Delete(ctx context.Context, bucket string, keys []string) error
+
+	// List calls fn for every key under prefix, in no promised order; fn's
+	// error stops the walk and is returned. For fsck --strays and tests
+	// only: nothing in Nova finds data by listing.
+	List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error
+
+	// Assemble builds req.Key create-once from req.Pieces (see
+	// AssembleRequest). Completion onto a taken key is ErrExists: the
+	// standing object is untouched and the upload (result.UploadID, also
+	// reported through Hooks.UploadCreated) stays open until the caller
+	// aborts it. A source that no longer matches its pin is
+	// ErrSourceChanged; bytes that do not match an expected CRC, ErrChecksum;
+	// a resumed upload that no longer exists, ErrNoUpload.
+	Assemble(ctx context.Context, req AssembleRequest) (AssembleResult, error)
+
+	// AbortAssembly discards an upload and its parts. An absent upload
+	// (already aborted or completed) is success.
+	AbortAssembly(ctx context.Context, bucket, key, uploadID string) error
+
+	// ListParts returns the parts an open upload holds, by part number. An
+	// absent upload is ErrNoUpload.
+	ListParts(ctx context.Context, bucket, key, uploadID string) ([]PartInfo, error)
+}
+
+// Attrs describes a stored object.
+type Attrs struct {
+	Size int64
+	// ETag identifies this version of the object; pass it as Piece.SrcETag
+	// to pin a source.
+	ETag string
+}
+
+// PartInfo is one part of an open upload.
+type PartInfo struct {
+	Number    int
+	Size      int64
+	ETag      string
+	CRC32C    uint32
+	HasCRC32C bool // the server reported a per-part CRC-32C
+}
+
+// Piece is one input of an assembly: either a byte range of an existing
+// object (SrcKey set) or local bytes (Data).
+type Piece struct {
+	SrcBucket string
+	SrcKey    string
+	Off, Len  int64
+	// SrcETag, when set, pins the source: a different object at SrcKey
+	// fails the assembly with ErrSourceChanged.
+	SrcETag string
+
+	// CRC32C is the expected CRC-32C of this piece's bytes (a DataCRC).
+	// When HasCRC32C is set, bytes fetched through the process are checked
+	// against it; bytes copied server side are covered by the request's
+	// ExpectedCRC32C instead.
+	CRC32C    uint32
+	HasCRC32C bool
+
+	Data []byte
+}
+
+// RangePiece is a piece holding bytes [off, off+n) of bucket/key.
+func RangePiece(bucket, key string, off, n int64) Piece {
+	return Piece{SrcBucket: bucket, SrcKey: key, Off: off, Len: n}
+}
+
+// DataPiece is a piece holding local bytes.
+func DataPiece(b []byte) Piece { return Piece{Data: b} }
+
+// Size is the number of bytes the piece contributes.
+func (p Piece) Size() int64 {
+	if p.SrcKey != "" {
+		return p.Len
+	}
+	return int64(len(p.Data))
+}
+
+// Validate checks the piece's shape.
+func (p Piece) Validate() error {
+	switch {
+	case p.SrcKey != "" && p.Data != nil:
+		return fmt.Errorf("piece has both a source (%s) and data", p.SrcKey)
+	case p.SrcKey != "" && p.SrcBucket == "":
+		return fmt.Errorf("piece %s has no source bucket", p.SrcKey)
+	case p.SrcKey != "" && (p.Off < 0 || p.Len < 0):
+		return fmt.Errorf("piece %s has negative range %d+%d", p.SrcKey, p.Off, p.Len)
+	case p.SrcKey == "" && (p.Off != 0 || p.Len != 0 || p.SrcETag != ""):
+		return fmt.Errorf("data piece has a source range")
+	}
+	return nil
+}
+
+// Stager keeps gathered parts on local disk while they are uploaded, so that
+// memory holds a few parts at a time and a crashed assembly resumes without
+// refetching. The auditor implements it over pendingobj (DESIGN.md
+// section 7).
+type Stager interface {
+	// Stage durably stores part's bytes, replacing nothing: staging a part
+	// that is already staged with other bytes is an error.
+	Stage(part int, data []byte) error
+	// Load returns a staged part's bytes after verifying them; an error if
+	// the part is absent or corrupt (the assembler then rebuilds it).
+	Load(part int) ([]byte, error)
+}
+
+// Hooks are optional callbacks that let the caller record progress durably
+// and place crash points. They are called from one goroutine at a time; an
+// error from any of them stops the assembly and is returned.
+type Hooks struct {
+	// UploadCreated runs right after the upload is created, before any part.
+	// If it fails, the upload is aborted.
+	UploadCreated func(uploadID string) error
+	// PartStaged runs after a gathered part is in the Stager, before upload.
+	PartStaged func(part int) error
+	// PartDone runs after a part is uploaded (copied: server side).
+	PartDone func(part int, copied bool) error
+	// Completed runs after the object is published.
+	Completed func() error
+}
+
+// AssembleRequest asks for Key in Bucket to be built create-once from Pieces,
+// concatenated in order.
+type AssembleRequest struct {
+	Bucket, Key string
+	Pieces      []Piece
+
+	// ExpectedCRC32C is the CRC-32C of the whole object (computed by
+	// combine); when HasExpectedCRC32C is set the store refuses to publish,
+	// or with read-back verification removes, an object that does not match.
+	ExpectedCRC32C    uint32
+	HasExpectedCRC32C bool
+
+	// Stager holds gathered parts on disk; nil keeps them in memory only
+	// (then a resumed assembly refetches them).
+	Stager Stager
+	// UploadID, when set, resumes that upload instead of creating one. The
+	// pieces must be those of the interrupted call.
+	UploadID string
+	Hooks    Hooks
+}
+
+// Size is the length of the object the request builds.
+func (r AssembleRequest) Size() int64 {
+	var n int64
+	for _, p := range r.Pieces {
+		n += p.Size()
+	}
+	return n
+}
+
+// AssembleResult reports what an assembly did; the instrumentation wrapper
+// adds its byte counts to the metrics.
+type AssembleResult struct {
+	UploadID string // "" when the object was one PutObject
+	Size     int64
+	Parts    int
+	// BytesCopied moved server side; BytesFetched came through the process
+	// by ranged GET (and read-back); BytesUploaded went up from the process.
+	BytesCopied, BytesFetched, BytesUploaded int64
+	Requests                                 int
+}
+
+// CallUploadCreated runs UploadCreated if set. The Call methods are for
+// backends.
+func (h Hooks) CallUploadCreated(id string) error {
+	if h.UploadCreated == nil {
+		return nil
+	}
+	return h.UploadCreated(id)
+}
+
+// CallPartStaged runs PartStaged if set.
+func (h Hooks) CallPartStaged(part int) error {
+	if h.PartStaged == nil {
+		return nil
+	}
+	return h.PartStaged(part)
+}
+
+// CallPartDone runs PartDone if set.
+func (h Hooks) CallPartDone(part int, copied bool) error {
+	if h.PartDone == nil {
+		return nil
+	}
+	return h.PartDone(part, copied)
+}
+
+// CallCompleted runs Completed if set.
+func (h Hooks) CallCompleted() error {
+	if h.Completed == nil {
+		return nil
+	}
+	return h.Completed()
+}
