@@ -1,0 +1,161 @@
+package filestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/storetest"
+)
+
+func newStore(t *testing.T, prefix string) *Store {
+	t.Helper()
+	s, err := New(objstore.FileConfig{Root: t.TempDir(), KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	for _, prefix := range []string{"", "nova/"} {
+		t.Run("prefix="+prefix, func(t *testing.T) {
+			s := newStore(t, prefix)
+			var n atomic.Int64
+			storetest.Run(t, storetest.Harness{Store: s, NewBucket: func(t *testing.T) string {
+				b := "b" + string(rune('a'+n.Add(1)%26)) + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+				b = strings.Map(func(r rune) rune {
+					if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' {
+						return r
+					}
+					return '-'
+				}, b)
+				if len(b) > 60 {
+					b = b[:60]
+				}
+				if err := s.CreateBucket(b); err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}})
+		})
+	}
+}
+
+// TestLayout: the object with key K in bucket B is exactly <root>/B/K, and
+// temporary files are where no key can name them.
+func TestLayout(t *testing.T) {
+	root := t.TempDir()
+	s, err := New(objstore.FileConfig{Root: root, KeyPrefix: "p/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.CreateBucket("std"); err != nil {
+		t.Fatal(err)
+	}
+	key := "buckets/b1/streams/00ff/00000000000000000001/00000000000000000000~0"
+	if err := s.PutIfAbsent(ctx, "std", key, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(root, "std", "p", filepath.FromSlash(key)))
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("plain file read: %q, %v", got, err)
+	}
+	res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: "std", Key: "x/y", Pieces: []objstore.Piece{
+		objstore.RangePiece("std", key, 1, 3), objstore.DataPiece([]byte("!")),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "std", "p", "x", "y")); string(got) != "ell!" {
+		t.Fatalf("assembled file holds %q", got)
+	}
+	if res.BytesCopied != 3 || res.BytesUploaded != 1 {
+		t.Errorf("result %+v", res)
+	}
+	// nothing is left in the temporary directory, and List does not see it
+	entries, _ := os.ReadDir(filepath.Join(root, "std", tmpDirName))
+	if len(entries) != 0 {
+		t.Errorf("temporary files left: %v", entries)
+	}
+	var keys []string
+	if err := s.List(ctx, "std", "", func(k string, _ int64) error { keys = append(keys, k); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Errorf("listed %v", keys)
+	}
+	// deleting the last key of a directory removes the emptied directories
+	if err := s.Delete(ctx, "std", []string{key, "x/y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "std", "p")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("emptied directories remain: %v", err)
+	}
+	// a key that is a prefix of another key is not an object and cannot be created
+	if err := s.PutIfAbsent(ctx, "std", "a/b", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutIfAbsent(ctx, "std", "a", []byte("2")); err == nil || errors.Is(err, objstore.ErrExists) {
+		t.Errorf("put over a directory: %v, want a conflict that is not ErrExists", err)
+	}
+	if err := s.PutIfAbsent(ctx, "std", "a/b/c", []byte("3")); err == nil || errors.Is(err, objstore.ErrExists) {
+		t.Errorf("put under a file: %v, want a conflict that is not ErrExists", err)
+	}
+}
+
+// TestCrashLeftovers: a crash between writing a temporary file and linking
+// it leaves only an invisible temporary, removed once stale; an upload's
+// directory survives for resume.
+func TestCrashLeftovers(t *testing.T) {
+	root := t.TempDir()
+	s, err := New(objstore.FileConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateBucket("b"); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := s.tempFile("b", "put-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp.WriteString("torn")
+	tmp.Close()
+	old := time.Now().Add(-2 * time.Hour)
+	os.Chtimes(tmp.Name(), old, old)
+	var id string
+	_, err = s.Assemble(context.Background(), objstore.AssembleRequest{Bucket: "b", Key: "k", Pieces: []objstore.Piece{objstore.DataPiece([]byte("data"))},
+		Hooks: objstore.Hooks{UploadCreated: func(u string) error { id = u; return nil }, PartDone: func(int, bool) error { return errors.New("crash") }}})
+	if err == nil {
+		t.Fatal("no crash")
+	}
+	if _, err := New(objstore.FileConfig{Root: root}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tmp.Name()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale temporary survived reopening: %v", err)
+	}
+	parts, err := s.ListParts(context.Background(), "b", "k", id)
+	if err != nil || len(parts) != 1 || parts[0].Size != 4 {
+		t.Fatalf("upload after reopening: %v, %v", parts, err)
+	}
+	_, err = s.Assemble(context.Background(), objstore.AssembleRequest{Bucket: "b", Key: "k", UploadID: id, Pieces: []objstore.Piece{objstore.DataPiece([]byte("data"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "b", "k")); !bytes.Equal(got, []byte("data")) {
+		t.Fatalf("resumed file holds %q", got)
+	}
+	if err := s.AbortAssembly(context.Background(), "b", "k", "../../etc"); err != nil {
+		t.Errorf("abort of a malformed upload ID: %v", err)
+	}
+}
