@@ -169,3 +169,18 @@ func (db *DB) EndFence(ctx context.Context, star string, epoch, endSeq int64) er
 	}
 	return nil
 }
+
+// ShiftRefWindow moves the footer offset of the first slot entry of a span
+// ref by delta: damage that only a broken writer would do, for tests of the
+// auditor's quarantine path and for fault-injection tools.
+func (db *DB) ShiftRefWindow(ctx context.Context, id StreamID, firstRecord, delta int64) error {
+	tag, err := db.pool.Exec(ctx, `UPDATE nova.span_refs SET footer_offsets[1] = footer_offsets[1] + $3
+		WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, delta)
+	if err != nil {
+		return fmt.Errorf("shift ref window of %x@%d: %w", id, firstRecord, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("shift ref window of %x@%d: %w", id, firstRecord, ErrNotFound)
+	}
+	return nil
+}

@@ -98,12 +98,18 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	}
 	req.Pieces = append(req.Pieces, objstore.DataPiece(o.Footer.Bytes))
 	res, err := s.d.Store.Assemble(ctx, req)
+	if errors.Is(err, objstore.ErrNoUpload) && req.UploadID != "" {
+		// The recorded upload is gone: it completed (and the object stands:
+		// the fresh attempt gets 412 and adopts it) or was aborted.
+		req.UploadID = ""
+		res, err = s.d.Store.Assemble(ctx, req)
+	}
 	if err == nil {
 		return &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
 			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}, in.ID, nil
 	}
 	if !errors.Is(err, objstore.ErrExists) {
-		return nil, in.ID, fmt.Errorf("assemble %s: %w", o.Key, err)
+		return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
 	}
 	// 412: an earlier attempt completed this key and crashed before its
 	// commit. Adopt the standing bytes, never replace them.
@@ -213,8 +219,10 @@ func matchSources(o Output, got, known []bundlefmt.Entry) error {
 		}
 		next = e.EndRecord()
 	}
-	if _, ok := bounds[next]; !ok && src[next] != (rec{}) {
-		return fmt.Errorf("standing object ends at record %d, inside a source chunk", next)
+	if _, inSrc := src[next]; inSrc {
+		if _, ok := bounds[next]; !ok {
+			return fmt.Errorf("standing object ends at record %d, inside a source chunk", next)
+		}
 	}
 	return nil
 }

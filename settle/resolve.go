@@ -61,6 +61,10 @@ func classify(key string, err error) error {
 		return &QuarantineError{SlotKey: key, Class: ClassChecksum, Err: err}
 	case errors.Is(err, bundlefmt.ErrCorrupt):
 		return &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: err}
+	case errors.Is(err, objstore.ErrChecksum):
+		// Source bytes disagree with their DataCRC (found while gathering
+		// or by the server's full-object check): damaged data.
+		return &QuarantineError{SlotKey: key, Class: ClassChecksum, Err: err}
 	case errors.Is(err, objstore.ErrNotFound):
 		return &QuarantineError{SlotKey: key, Class: ClassMissing, Err: err}
 	}

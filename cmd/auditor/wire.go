@@ -2,21 +2,136 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/wire"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/pendingobj"
+	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/trim"
 )
 
-// buildCycle wires the cycle's steps in the order of DESIGN.md section 2
-// (recover and settle, retention, trim, reap) from the configuration. The
+// buildCycle wires the cycle's steps in the order of DESIGN.md section 2:
+// recover and settle, retention, trim, reap (erasure is not built yet). The
 // returned close function releases what the steps hold.
-//
-// TODO(settle, trim): the steps are added as their packages land; until then
-// the cycle is empty.
 func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer) ([]cycle.Step, func(), error) {
-	return nil, func() {}, nil
+	crash, err := crashpoint.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, nil, &config.Error{Field: crashpoint.EnvVar, Msg: err.Error()}
+	}
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	pending, err := openPending(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	express := wire.SlotBuckets(cfg, wire.ClassExpress)
+	settler := settle.New(settle.Deps{
+		DB: db, Store: store, Reader: classReader{store: store, cfg: cfg},
+		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending,
+		Log: log.With("step", "settle"), Metrics: settle.NewMetrics(reg), Crash: crash.Func(),
+	}, settle.Config{
+		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
+			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
+		CapBytes:    cfg.DenormOutputCapMiB << 20,
+		TargetBytes: cfg.DenormChunkTargetKiB << 10,
+		MaxStreams:  int(cfg.SettleMaxStreams),
+		MaxBytes:    cfg.SettleMaxBytes,
+		Concurrency: int(cfg.SettleConcurrency),
+		ReapGrace:   cfg.ReapGrace,
+	})
+	tm, err := trim.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("trim metrics: %w", err)
+	}
+	td := trim.Deps{DB: db, Store: store, StdBucket: cfg.Bucket, ExpressBuckets: express,
+		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
+	tc := trim.Config{ReapGrace: cfg.ReapGrace}
+	retention, err := trim.NewRetention(td, tc)
+	if err != nil {
+		return nil, nil, err
+	}
+	trimmer, err := trim.NewTrim(td, tc)
+	if err != nil {
+		return nil, nil, err
+	}
+	reaper, err := trim.NewReap(td, tc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []cycle.Step{settler, retention, trimmer, reaper}, func() {}, nil
+}
+
+// openStore builds the object store and, for the file backend, its buckets.
+func openStore(ctx context.Context, cfg config.Config) (objstore.Store, error) {
+	store, err := wire.Store(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := wire.CreateLocalBuckets(cfg, store); err != nil {
+		return nil, err
+	}
+	return store, nil
+}
+
+// openPending opens the pending-part sidecar store under --data-dir
+// (DESIGN.md section 7: namespace = the star).
+func openPending(cfg config.Config) (*pendingobj.Store, error) {
+	dir := filepath.Join(cfg.DataDir, "pending")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, &config.Error{Field: "data-dir", Msg: err.Error()}
+	}
+	p, err := pendingobj.New(dir, cfg.Star, settle.PartFormatID)
+	if err != nil {
+		return nil, &config.Error{Field: "data-dir", Msg: err.Error()}
+	}
+	return p, nil
+}
+
+// classReader reads slots of a class from its buckets in read-preference
+// order (the local zone's express bucket first), falling through to the
+// next on a miss or a server error.
+type classReader struct {
+	store objstore.Store
+	cfg   config.Config
+}
+
+func (r classReader) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
+	buckets := wire.SlotBuckets(r.cfg, class)
+	if len(buckets) == 0 {
+		return nil, 0, fmt.Errorf("read %s: no bucket configured for class %s", key, class)
+	}
+	var errs []error
+	missing := 0
+	for _, b := range buckets {
+		data, size, err := r.store.GetRange(ctx, b, key, off, n)
+		if err == nil {
+			return data, size, nil
+		}
+		errs = append(errs, fmt.Errorf("bucket %s: %w", b, err))
+		if errors.Is(err, objstore.ErrNotFound) {
+			missing++
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if missing == len(buckets) {
+		return nil, 0, fmt.Errorf("%s is in none of %v: %w", key, buckets, objstore.ErrNotFound)
+	}
+	// A down zone is not a missing slot: report it as a transient failure
+	// (not matching ErrNotFound), so the stream is retried, not quarantined.
+	return nil, 0, fmt.Errorf("read %s: %v", key, errors.Join(errs...))
 }

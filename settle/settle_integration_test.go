@@ -1,0 +1,529 @@
+package settle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
+	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/pendingobj"
+	"github.com/nova/auditor/settle"
+)
+
+// env is one integration environment: a fresh database and a real store
+// (the file backend or versitygw) with a standard bucket and an express set.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	db      *catalog.DB
+	store   objstore.Store
+	std     string
+	express []string
+	pending *pendingobj.Store
+	content sim.Content
+}
+
+type backend struct {
+	name string
+	open func(t *testing.T) (objstore.Store, string, []string)
+}
+
+func backends() []backend {
+	return []backend{
+		{"file", func(t *testing.T) (objstore.Store, string, []string) {
+			fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range []string{"std", "za", "zb"} {
+				if err := fs.CreateBucket(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return fs, "std", []string{"za", "zb"}
+		}},
+		{"s3", func(t *testing.T) (objstore.Store, string, []string) {
+			e := testenv.S3(t)
+			ctx := context.Background()
+			st, err := s3store.New(ctx, objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
+				AccessKey: e.AccessKey, SecretKey: e.SecretKey})
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := []string{testenv.BucketName("settle"), testenv.BucketName("settle-za"), testenv.BucketName("settle-zb")}
+			for _, b := range names {
+				if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
+					t.Fatalf("create bucket %s: %v", b, err)
+				}
+			}
+			return st, names[0], names[1:]
+		}},
+	}
+}
+
+func newEnv(t *testing.T, b backend, streams int, expressShare float64) (*env, sim.Fixture) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := catalog.Open(ctx, testenv.FreshDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store, std, express := b.open(t)
+	dir := filepath.Join(t.TempDir(), "pending")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := pendingobj.New(dir, "s1", settle.PartFormatID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: ctx, db: db, store: store, std: std, express: express, pending: pending, content: sim.DefaultContent(7)}
+	fx, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", ExpressStar: "s1-x", Streams: streams, ExpressShare: expressShare,
+		StreamBuckets: []string{"b0", "b1"}, FenceWindow: 2, Content: e.content})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, fx
+}
+
+func (e *env) storage() sim.Storage {
+	return sim.Storage{Store: e.store, Standard: e.std, Express: e.express}
+}
+
+func (e *env) write(star string, flights int64, faults sim.Faults, session uint64) {
+	e.t.Helper()
+	if _, err := sim.Write(e.ctx, e.db, e.storage(), sim.WriteOptions{Star: star, Flights: flights, FlightBytes: 64 << 10,
+		FlightInterval: time.Millisecond, AbsorbFlights: 3, Faults: faults, Session: session}); err != nil {
+		e.t.Fatalf("write %s: %v", star, err)
+	}
+}
+
+// classReader reads a class's slots from its buckets, express set first zone first.
+type classReader struct{ e *env }
+
+func (r classReader) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
+	buckets := []string{r.e.std}
+	if class == catalog.ClassExpress {
+		buckets = r.e.express
+	}
+	var err error
+	for _, b := range buckets {
+		var data []byte
+		var size int64
+		if data, size, err = r.e.store.GetRange(ctx, b, key, off, n); err == nil {
+			return data, size, nil
+		}
+	}
+	return nil, 0, err
+}
+
+const (
+	testCap    = 96 << 10
+	testTarget = 24 << 10
+)
+
+func (e *env) settler(crash func(string)) *settle.Settler {
+	return settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
+		Pending: e.pending, Crash: crash},
+		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
+			ReapGrace: time.Hour})
+}
+
+// cycle runs the settle step once for star under a fresh lease.
+func (e *env) cycle(star string, s *settle.Settler) (cycle.Counts, error) {
+	e.t.Helper()
+	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
+	return s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
+}
+
+// checkSettled asserts the settle invariants of issue 7 for every stream:
+// novasim check finds every record once from settled objects, entries tile
+// [0, settled_through) with every entry but the last full, nothing is left
+// unsettled and no due marker remains.
+func (e *env) checkSettled(stars ...string) {
+	e.t.Helper()
+	rep, err := sim.Check(e.ctx, e.db, e.storage(), sim.CheckOptions{Stars: stars, SettledOnly: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !rep.OK() || rep.Checked == 0 {
+		e.t.Fatalf("novasim check: %+v", rep)
+	}
+	for _, star := range stars {
+		streams, err := e.db.StreamsOfStar(e.ctx, star)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, st := range streams {
+			if st.SettledThrough != st.NextRecord {
+				e.t.Errorf("stream %x: settled_through %d, next_record %d", st.ID, st.SettledThrough, st.NextRecord)
+			}
+			entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			at := int64(0)
+			meters := make([]int64, len(entries))
+			firsts := make([]int64, len(entries))
+			for i, en := range entries {
+				if en.FirstRecord != at {
+					e.t.Fatalf("stream %x: entry %d starts at %d, want %d", st.ID, i, en.FirstRecord, at)
+				}
+				at = en.EndRecord()
+				meters[i], firsts[i] = e.meter(st, en)
+			}
+			if at != st.SettledThrough {
+				e.t.Errorf("stream %x: entries end at %d, settled_through %d", st.ID, at, st.SettledThrough)
+			}
+			for i := 0; i+1 < len(entries); i++ {
+				if !settle.IsFull(meters[i], firsts[i+1], testCap) {
+					e.t.Errorf("stream %x: entry %d (meter %d, next chunk %d) is not full", st.ID, i, meters[i], firsts[i+1])
+				}
+			}
+		}
+		marks, err := e.db.DueMarkers(e.ctx, star)
+		if err != nil || len(marks) != 0 {
+			e.t.Errorf("star %s: due markers left: %d %v", star, len(marks), err)
+		}
+	}
+}
+
+// meter reads a settled object's footer: its content meter and its first
+// chunk's.
+func (e *env) meter(st catalog.Stream, en catalog.Entry) (int64, int64) {
+	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+	buf, size, err := e.store.GetRange(e.ctx, e.std, key, en.FooterOffset, en.FooterLength+bundlefmt.TrailerSize)
+	if err != nil {
+		e.t.Fatalf("read footer of %s: %v", key, err)
+	}
+	f, err := bundlefmt.OpenFooter(key, uint64(en.FooterOffset), buf, uint64(size), bundlefmt.SettledBase)
+	if err != nil {
+		e.t.Fatalf("open footer of %s: %v", key, err)
+	}
+	es, err := f.Entries()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return settle.MeterAll(es), settle.Meter(&es[0])
+}
+
+func TestSettleEveryShape(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 24, 0.3)
+			faults := sim.Faults{Failover: 0.03, Lost: 0.03, LostReply: 0.03}
+			e.write("s1", 40, faults, 1)
+			e.write("s1-x", 30, faults, 2)
+			var total cycle.Counts
+			for _, star := range []string{"s1", "s1-x"} {
+				c, err := e.cycle(star, e.settler(nil))
+				if err != nil {
+					t.Fatalf("settle %s: %v", star, err)
+				}
+				total.Add(c)
+			}
+			if n := e.streamsWithData("s1", "s1-x"); total.StreamsSettled != n || total.ObjectsPublished <= n || total.StreamsQuarantined != 0 {
+				t.Fatalf("counts: %+v for %d streams with records", total, n)
+			}
+			e.checkSettled("s1", "s1-x")
+			// A second cycle with nothing new changes nothing.
+			c, err := e.cycle("s1", e.settler(nil))
+			if err != nil || c.ObjectsPublished != 0 {
+				t.Fatalf("idle cycle: %+v %v", c, err)
+			}
+		})
+	}
+}
+
+func TestSettleGrowsTailsByRevision(t *testing.T) {
+	b := backends()[0]
+	e, _ := newEnv(t, b, 6, 0)
+	for round := uint64(1); round <= 3; round++ {
+		e.write("s1", 6, sim.Faults{}, round)
+		if _, err := e.cycle("s1", e.settler(nil)); err != nil {
+			t.Fatal(err)
+		}
+		e.checkSettled("s1")
+	}
+	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+	maxRev := int32(0)
+	for _, st := range streams {
+		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+		for _, en := range entries {
+			maxRev = max(maxRev, en.Revision)
+		}
+	}
+	if maxRev < 1 {
+		t.Fatal("no tail was rewritten at a new revision")
+	}
+	reaps, err := e.db.Intents(e.ctx, "s1", "reap", 0)
+	if err != nil || len(reaps) == 0 {
+		t.Fatalf("no reap armed for superseded revisions: %v", err)
+	}
+	for _, r := range reaps {
+		k, err := bundlefmt.ParseSettledKey(r.ObjectKey)
+		if err != nil {
+			t.Fatalf("reap of a non-settled key %s", r.ObjectKey)
+		}
+		if r.Due {
+			t.Errorf("reap of %s due before its grace", r.ObjectKey)
+		}
+		// The superseded object still stands (reaped only after the grace).
+		if _, err := e.store.Head(e.ctx, e.std, r.ObjectKey); err != nil {
+			t.Errorf("superseded %s (rev %d) already gone: %v", r.ObjectKey, k.Revision, err)
+		}
+	}
+}
+
+// crashAt makes a crash hook that ends the calling goroutine (as a process
+// death ends it) the first time the named point is hit.
+func crashAt(name string, hit *int) func(string) {
+	return func(n string) {
+		if n == name {
+			*hit++
+			if *hit == 1 {
+				runtime.Goexit()
+			}
+		}
+	}
+}
+
+func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 8, sim.Faults{}, 1)
+			hits := 0
+			if _, err := e.cycle("s1", e.settler(crashAt("settle.after-complete", &hits))); err != nil {
+				t.Fatal(err)
+			}
+			if hits != 1 {
+				t.Fatalf("crash point hit %d times", hits)
+			}
+			open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
+			if len(open) != 1 {
+				t.Fatalf("open publish intents after the crash: %+v", open)
+			}
+			key := open[0].ObjectKey
+			standing := readAll(t, e, key)
+			// More traffic arrives before the restart: the plan for the
+			// same key now covers more, so adoption covers fewer records
+			// than planned and the rest goes to revision + 1.
+			e.write("s1", 3, sim.Faults{}, 2)
+			c, err := e.cycle("s1", e.settler(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.ObjectsAdopted != 1 {
+				t.Fatalf("counts after restart: %+v", c)
+			}
+			if got := readAll(t, e, key); string(got) != string(standing) {
+				t.Fatal("the standing object was replaced")
+			}
+			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+				t.Fatalf("publish intents left: %+v", open)
+			}
+			e.checkSettled("s1")
+		})
+	}
+}
+
+func readAll(t *testing.T, e *env, key string) []byte {
+	t.Helper()
+	a, err := e.store.Head(e.ctx, e.std, key)
+	if err != nil {
+		t.Fatalf("head %s: %v", key, err)
+	}
+	b, _, err := e.store.GetRange(e.ctx, e.std, key, 0, a.Size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestStaleTokenStopsTheCycle(t *testing.T) {
+	e, _ := newEnv(t, backends()[0], 4, 0)
+	e.write("s1", 6, sim.Faults{}, 1)
+	l, err := e.db.AcquireLease(e.ctx, "s1", "old", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another holder takes the lease (the old one expired, say).
+	if err := e.db.ReleaseLease(e.ctx, l.Fence); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.AcquireLease(e.ctx, "s1", "new", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.settler(nil).Run(e.ctx, l.Fence, cycle.Options{})
+	if !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("run with a stale token: %v", err)
+	}
+	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+	for _, st := range streams {
+		if entries, _ := e.db.EntriesOfStream(e.ctx, st.ID); len(entries) != 0 || st.SettledThrough != 0 {
+			t.Fatalf("stream %x changed under a stale token", st.ID)
+		}
+	}
+}
+
+// TestBadInputQuarantinesOnlyTheAffectedStream damages one stream's data in
+// each of the ways issue 7 names and checks that exactly that stream is
+// quarantined with the right class while every other stream settles and
+// nothing is deleted.
+func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
+	cases := []struct {
+		name   string
+		class  string
+		damage func(e *env, st catalog.Stream, ref catalog.SpanRef, key string)
+	}{
+		{"flipped byte in a chunk", settle.ClassChecksum, func(e *env, st catalog.Stream, ref catalog.SpanRef, key string) {
+			obj := readSlot(e, key)
+			f, _ := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
+			i, _ := f.Find(bundlefmt.StreamID(st.ID), uint64(ref.FirstRecord))
+			obj[f.DataOffset(i)] ^= 0x40
+			replaceSlot(e, key, obj)
+		}},
+		{"missing slot", settle.ClassMissing, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+			if err := e.store.Delete(e.ctx, e.std, []string{key}); err != nil {
+				e.t.Fatal(err)
+			}
+		}},
+		{"slot of version 2", settle.ClassUnsupported, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+			obj := readSlot(e, key)
+			obj[len(obj)-bundlefmt.TrailerSize+4] = 2 // trailer format version
+			replaceSlot(e, key, obj)
+		}},
+		{"wrong footer window in a ref", settle.ClassCorrupt, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
+			if err := e.db.ShiftRefWindow(e.ctx, st.ID, ref.FirstRecord, 8); err != nil {
+				e.t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, backends()[0], 8, 0)
+			e.write("s1", 10, sim.Faults{}, 1)
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			// The victim: a stream with a ref of its own slot.
+			var victim catalog.Stream
+			var ref catalog.SpanRef
+			for _, st := range streams {
+				refs, _ := e.db.RefsOfStream(e.ctx, st.ID)
+				if len(refs) > 0 {
+					victim, ref = st, refs[0]
+					break
+				}
+			}
+			key := bundlefmt.SlotKey("s1", uint64(ref.Slots[0].Epoch), uint64(ref.Slots[0].Seq))
+			// Other streams in the same slot are damaged by a missing or
+			// version-2 slot too; the test expects exactly the streams whose
+			// refs name the slot (or, for a flipped chunk or a bad ref, only
+			// the victim).
+			affected := map[catalog.StreamID]bool{victim.ID: true}
+			if tc.class == settle.ClassMissing || tc.class == settle.ClassUnsupported {
+				for _, st := range streams {
+					refs, _ := e.db.RefsOfStream(e.ctx, st.ID)
+					for _, r := range refs {
+						for _, s := range r.Slots {
+							if s.Epoch == ref.Slots[0].Epoch && s.Seq == ref.Slots[0].Seq {
+								affected[st.ID] = true
+							}
+						}
+					}
+				}
+			}
+			tc.damage(e, victim, ref, key)
+			before := listKeys(e)
+			c, err := e.cycle("s1", e.settler(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, _ := e.db.Quarantined(e.ctx, "s1")
+			if int64(len(q)) != int64(len(affected)) || c.StreamsQuarantined != int64(len(affected)) {
+				t.Fatalf("quarantined %d streams (%+v), want %d", len(q), q, len(affected))
+			}
+			for _, row := range q {
+				if !affected[*row.Stream] || row.ErrorClass != tc.class {
+					t.Fatalf("quarantine row %+v, want class %s for an affected stream", row, tc.class)
+				}
+			}
+			if want := e.streamsWithData("s1") - int64(len(affected)); c.StreamsSettled != want {
+				t.Fatalf("settled %d streams, want %d", c.StreamsSettled, want)
+			}
+			for k := range before {
+				if _, err := e.store.Head(e.ctx, e.std, k); err != nil {
+					t.Errorf("%s was deleted: %v", k, err)
+				}
+			}
+			for _, st := range streams {
+				got, _ := e.db.GetStream(e.ctx, st.ID)
+				if affected[st.ID] != (got.SettledThrough < got.NextRecord) {
+					t.Errorf("stream %x (affected %v): settled %d of %d", st.ID, affected[st.ID], got.SettledThrough, got.NextRecord)
+				}
+			}
+		})
+	}
+}
+
+// streamsWithData counts the streams of the stars that have records.
+func (e *env) streamsWithData(stars ...string) int64 {
+	n := int64(0)
+	for _, star := range stars {
+		streams, err := e.db.StreamsOfStar(e.ctx, star)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, st := range streams {
+			if st.NextRecord > 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func readSlot(e *env, key string) []byte { return readAll(e.t, e, key) }
+
+// replaceSlot swaps a slot's bytes (test damage only: delete, then put).
+func replaceSlot(e *env, key string, obj []byte) {
+	if err := e.store.Delete(e.ctx, e.std, []string{key}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.store.PutIfAbsent(e.ctx, e.std, key, obj); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func listKeys(e *env) map[string]bool {
+	keys := map[string]bool{}
+	if err := e.store.List(e.ctx, e.std, "", func(k string, _ int64) error { keys[k] = true; return nil }); err != nil {
+		e.t.Fatal(fmt.Errorf("list: %w", err))
+	}
+	return keys
+}
