@@ -47,9 +47,13 @@ func (r classReader) GetRange(ctx context.Context, class, key string, off, n int
 // and novasim check verifies every record.
 func TestEndToEndNovasimSettleTrimReap(t *testing.T) {
 	t.Parallel()
+	forEachBackend(t, endToEnd)
+}
+
+func endToEnd(t *testing.T, ns namedStore) {
 	db, ctx := openDB(t)
-	mem := newMemStore()
-	std, express := "std", []string{"z1", "z2", "z3"}
+	mem := ns.store
+	std, express := ns.buckets[0], ns.buckets[1:4]
 	storage := sim.Storage{Store: mem, Standard: std, Express: express}
 	fx, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "e2e", Streams: 24, ExpressShare: 0.34, FenceWindow: 3,
 		Content: sim.Content{Seed: 11, MaxBytes: 1024, HeaderShare: 0.3, EmptyShare: 0.05}})

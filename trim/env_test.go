@@ -64,10 +64,16 @@ func openDB(t testing.TB) (*catalog.DB, context.Context) {
 	return db, ctx
 }
 
+// newEnv is newEnvOn the in-memory store.
 func newEnv(t testing.TB, class string, window int, streams ...catalog.StreamID) *env {
 	t.Helper()
+	return newEnvOn(t, namedStore{name: "mem", store: newMemStore(), buckets: []string{"std", "z1", "z2", "z3"}}, class, window, streams...)
+}
+
+func newEnvOn(t testing.TB, ns namedStore, class string, window int, streams ...catalog.StreamID) *env {
+	t.Helper()
 	db, ctx := openDB(t)
-	e := &env{t: t, ctx: ctx, db: db, store: newFaultStore(newMemStore()), std: "std", express: []string{"z1", "z2", "z3"},
+	e := &env{t: t, ctx: ctx, db: db, store: newFaultStore(ns.store), std: ns.buckets[0], express: ns.buckets[1:4],
 		star: "s1", class: class, window: window, next: map[catalog.StreamID]int64{}, settled: map[catalog.StreamID]int64{},
 		reg: prometheus.NewRegistry(), cfg: trim.Config{ReapGrace: 0, BatchSize: 1000}}
 	var err error

@@ -61,57 +61,61 @@ func TestTrimAndReapAcrossFailover(t *testing.T) {
 	for _, class := range []string{catalog.ClassStandard, catalog.ClassExpress} {
 		t.Run(class, func(t *testing.T) {
 			t.Parallel()
-			a, b, c := sid(1), sid(2), sid(3)
-			e := newEnv(t, class, 2, a, b, c)
-			e.flight(1, 0, batch{a, 3}, batch{b, 2})
-			e.flight(1, 1, batch{a, 2})
-			e.lost(1, 2, batch{b, 1}, batch{c, 1}) // lost: its records go again in 1/3
-			e.flight(1, 3, batch{b, 1}, batch{c, 1})
-			e.lost(1, 4, batch{a, 1}) // landed past the head: the fence's poison finds it taken
-			old, end := e.failover(true)
-			if old != 1 || end != 7 {
-				t.Fatalf("fence: epoch %d end_seq %d, want 1 and 7 (poison at 5, 6)", old, end)
-			}
-			e.flight(2, 0, batch{a, 1}, batch{c, 2})
-			e.flight(2, 1, batch{b, 3})
-			settledKeys := e.settle(a, b)
-
-			n := e.mustCycle()
-			e.checkChain(P(1, 3), P(1, 3), P(1, 4), P(1, 5), P(1, 6), P(2, 0), P(2, 1))
-			if n.SlotsReaped != 3 {
-				t.Fatalf("slots reaped %d, want 3", n.SlotsReaped)
-			}
-			if want := int64(3 * len(e.buckets())); n.S3Requests != int64(len(e.buckets())) || int64(e.store.deleted) != want {
-				t.Fatalf("requests %d, keys deleted %d; want one DeleteObjects per bucket and %d keys", n.S3Requests, e.store.deleted, want)
-			}
-
-			settledKeys = append(settledKeys, e.settle(c)...)
-			n = e.mustCycle()
-			e.checkChain(P(2, 2))
-			if n.SlotsReaped != 6 {
-				t.Fatalf("second cycle reaped %d slots, want 6", n.SlotsReaped)
-			}
-			// New traffic after the cursor: a ref at the head holds the bound.
-			e.flight(2, 2, batch{a, 1})
-			e.lost(2, 3, batch{a, 1})
-			e.mustCycle()
-			e.checkChain(P(2, 2), P(2, 2), P(2, 3))
-			for _, k := range settledKeys {
-				if ok, err := exists(e.ctx, e.store, e.std, k); err != nil || !ok {
-					t.Fatalf("settled object %s gone: %v", k, err)
-				}
-			}
-			if got := metric(t, e.reg, "nova_auditor_slots_reaped_total"); got != 9 {
-				t.Fatalf("slots_reaped_total %v", got)
-			}
-			if got := metric(t, e.reg, "nova_auditor_trim_slots_released_total"); got != 9 {
-				t.Fatalf("trim_slots_released_total %v", got)
-			}
-			st, err := trim.ReadStatus(e.ctx, e.db, e.star, 0)
-			if err != nil || st.Cursor != P(2, 2) || st.Bound != P(2, 2) || st.Backlog != (trim.Backlog{}) {
-				t.Fatalf("status: %+v %v", st, err)
-			}
+			forEachBackend(t, func(t *testing.T, ns namedStore) { trimAndReapAcrossFailover(t, ns, class) })
 		})
+	}
+}
+
+func trimAndReapAcrossFailover(t *testing.T, ns namedStore, class string) {
+	a, b, c := sid(1), sid(2), sid(3)
+	e := newEnvOn(t, ns, class, 2, a, b, c)
+	e.flight(1, 0, batch{a, 3}, batch{b, 2})
+	e.flight(1, 1, batch{a, 2})
+	e.lost(1, 2, batch{b, 1}, batch{c, 1}) // lost: its records go again in 1/3
+	e.flight(1, 3, batch{b, 1}, batch{c, 1})
+	e.lost(1, 4, batch{a, 1}) // landed past the head: the fence's poison finds it taken
+	old, end := e.failover(true)
+	if old != 1 || end != 7 {
+		t.Fatalf("fence: epoch %d end_seq %d, want 1 and 7 (poison at 5, 6)", old, end)
+	}
+	e.flight(2, 0, batch{a, 1}, batch{c, 2})
+	e.flight(2, 1, batch{b, 3})
+	settledKeys := e.settle(a, b)
+
+	n := e.mustCycle()
+	e.checkChain(P(1, 3), P(1, 3), P(1, 4), P(1, 5), P(1, 6), P(2, 0), P(2, 1))
+	if n.SlotsReaped != 3 {
+		t.Fatalf("slots reaped %d, want 3", n.SlotsReaped)
+	}
+	if want := int64(3 * len(e.buckets())); n.S3Requests != int64(len(e.buckets())) || int64(e.store.deleted) != want {
+		t.Fatalf("requests %d, keys deleted %d; want one DeleteObjects per bucket and %d keys", n.S3Requests, e.store.deleted, want)
+	}
+
+	settledKeys = append(settledKeys, e.settle(c)...)
+	n = e.mustCycle()
+	e.checkChain(P(2, 2))
+	if n.SlotsReaped != 6 {
+		t.Fatalf("second cycle reaped %d slots, want 6", n.SlotsReaped)
+	}
+	// New traffic after the cursor: a ref at the head holds the bound.
+	e.flight(2, 2, batch{a, 1})
+	e.lost(2, 3, batch{a, 1})
+	e.mustCycle()
+	e.checkChain(P(2, 2), P(2, 2), P(2, 3))
+	for _, k := range settledKeys {
+		if ok, err := exists(e.ctx, e.store, e.std, k); err != nil || !ok {
+			t.Fatalf("settled object %s gone: %v", k, err)
+		}
+	}
+	if got := metric(t, e.reg, "nova_auditor_slots_reaped_total"); got != 9 {
+		t.Fatalf("slots_reaped_total %v", got)
+	}
+	if got := metric(t, e.reg, "nova_auditor_trim_slots_released_total"); got != 9 {
+		t.Fatalf("trim_slots_released_total %v", got)
+	}
+	st, err := trim.ReadStatus(e.ctx, e.db, e.star, 0)
+	if err != nil || st.Cursor != P(2, 2) || st.Bound != P(2, 2) || st.Backlog != (trim.Backlog{}) {
+		t.Fatalf("status: %+v %v", st, err)
 	}
 }
 
@@ -195,74 +199,82 @@ func TestReapWithExpressZoneDown(t *testing.T) {
 	t.Parallel()
 	t.Run("zone down", func(t *testing.T) {
 		t.Parallel()
-		a := sid(1)
-		e := newEnv(t, catalog.ClassExpress, 1, a)
-		for s := int64(0); s < 5; s++ {
-			e.flight(1, s, batch{a, 1})
-		}
-		e.settle(a)
-		e.store.setDown("z2", true)
-		n := e.mustCycle()
-		if n.SlotsReaped != 0 {
-			t.Fatalf("reaped %d slots with a zone down", n.SlotsReaped)
-		}
-		have := e.present()
-		for s := int64(0); s < 5; s++ {
-			if have[P(1, s)] != 1 {
-				t.Fatalf("slot 1/%d in %d buckets, want only the down zone's copy", s, have[P(1, s)])
-			}
-		}
-		reaps, _ := e.db.SlotReaps(e.ctx, e.star)
-		if len(reaps) != 1 || !reaps[0].Due || reaps[0].From != P(1, 0) || reaps[0].To != P(1, 5) {
-			t.Fatalf("the range must stay due and whole: %+v", reaps)
-		}
-		if metric(t, e.reg, "nova_auditor_reap_delete_failures_total", "bucket", "z2") < 1 ||
-			metric(t, e.reg, "nova_auditor_reap_backlog_slots", "state", "due") != 5 {
-			t.Fatal("zone failure not in the metrics")
-		}
-		e.mustCycle() // still down: nothing lost, nothing finished
-		if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 1 {
-			t.Fatalf("range lost while the zone is down: %+v", reaps)
-		}
-		e.store.setDown("z2", false)
-		n = e.mustCycle()
-		e.checkChain(P(1, 5))
-		if n.SlotsReaped != 5 {
-			t.Fatalf("reaped %d after the zone came back", n.SlotsReaped)
-		}
-		if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 0 {
-			t.Fatalf("range not finished: %+v", reaps)
-		}
+		forEachBackend(t, reapWithZoneDown)
 	})
 	t.Run("a failed batch keeps the rest due", func(t *testing.T) {
 		t.Parallel()
-		a := sid(1)
-		e := newEnv(t, catalog.ClassExpress, 1, a)
-		e.cfg.BatchSize, e.cfg.Concurrency = 2, 1
-		for s := int64(0); s < 5; s++ {
-			e.flight(1, s, batch{a, 1})
-		}
-		e.settle(a)
-		e.store.failKeys[bundlefmt.SlotKey(e.star, 1, 3)] = true
-		n := e.mustCycle()
-		if n.SlotsReaped != 2 {
-			t.Fatalf("reaped %d, want the confirmed prefix 1/0, 1/1", n.SlotsReaped)
-		}
-		reaps, _ := e.db.SlotReaps(e.ctx, e.star)
-		if len(reaps) != 1 || reaps[0].From != P(1, 2) || reaps[0].To != P(1, 5) {
-			t.Fatalf("rest of the range: %+v", reaps)
-		}
-		have := e.present()
-		if have[P(1, 3)] != 3 || len(have) != 1 {
-			t.Fatalf("only 1/3 must remain (in every bucket): %v", have)
-		}
-		delete(e.store.failKeys, bundlefmt.SlotKey(e.star, 1, 3))
-		n = e.mustCycle()
-		e.checkChain(P(1, 5))
-		if n.SlotsReaped != 3 {
-			t.Fatalf("reaped %d on retry, want 3", n.SlotsReaped)
-		}
+		forEachBackend(t, reapWithFailedBatch)
 	})
+}
+
+func reapWithZoneDown(t *testing.T, ns namedStore) {
+	a := sid(1)
+	e := newEnvOn(t, ns, catalog.ClassExpress, 1, a)
+	for s := int64(0); s < 5; s++ {
+		e.flight(1, s, batch{a, 1})
+	}
+	e.settle(a)
+	e.store.setDown(e.express[1], true)
+	n := e.mustCycle()
+	if n.SlotsReaped != 0 {
+		t.Fatalf("reaped %d slots with a zone down", n.SlotsReaped)
+	}
+	have := e.present()
+	for s := int64(0); s < 5; s++ {
+		if have[P(1, s)] != 1 {
+			t.Fatalf("slot 1/%d in %d buckets, want only the down zone's copy", s, have[P(1, s)])
+		}
+	}
+	reaps, _ := e.db.SlotReaps(e.ctx, e.star)
+	if len(reaps) != 1 || !reaps[0].Due || reaps[0].From != P(1, 0) || reaps[0].To != P(1, 5) {
+		t.Fatalf("the range must stay due and whole: %+v", reaps)
+	}
+	if metric(t, e.reg, "nova_auditor_reap_delete_failures_total", "bucket", e.express[1]) < 1 ||
+		metric(t, e.reg, "nova_auditor_reap_backlog_slots", "state", "due") != 5 {
+		t.Fatal("zone failure not in the metrics")
+	}
+	e.mustCycle() // still down: nothing lost, nothing finished
+	if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 1 {
+		t.Fatalf("range lost while the zone is down: %+v", reaps)
+	}
+	e.store.setDown(e.express[1], false)
+	n = e.mustCycle()
+	e.checkChain(P(1, 5))
+	if n.SlotsReaped != 5 {
+		t.Fatalf("reaped %d after the zone came back", n.SlotsReaped)
+	}
+	if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 0 {
+		t.Fatalf("range not finished: %+v", reaps)
+	}
+}
+
+func reapWithFailedBatch(t *testing.T, ns namedStore) {
+	a := sid(1)
+	e := newEnvOn(t, ns, catalog.ClassExpress, 1, a)
+	e.cfg.BatchSize, e.cfg.Concurrency = 2, 1
+	for s := int64(0); s < 5; s++ {
+		e.flight(1, s, batch{a, 1})
+	}
+	e.settle(a)
+	e.store.failKeys[bundlefmt.SlotKey(e.star, 1, 3)] = true
+	n := e.mustCycle()
+	if n.SlotsReaped != 2 {
+		t.Fatalf("reaped %d, want the confirmed prefix 1/0, 1/1", n.SlotsReaped)
+	}
+	reaps, _ := e.db.SlotReaps(e.ctx, e.star)
+	if len(reaps) != 1 || reaps[0].From != P(1, 2) || reaps[0].To != P(1, 5) {
+		t.Fatalf("rest of the range: %+v", reaps)
+	}
+	have := e.present()
+	if have[P(1, 3)] != 3 || len(have) != 1 {
+		t.Fatalf("only 1/3 must remain (in every bucket): %v", have)
+	}
+	delete(e.store.failKeys, bundlefmt.SlotKey(e.star, 1, 3))
+	n = e.mustCycle()
+	e.checkChain(P(1, 5))
+	if n.SlotsReaped != 3 {
+		t.Fatalf("reaped %d on retry, want 3", n.SlotsReaped)
+	}
 }
 
 // TestNothingDeletedBeforeReapAfter: with a grace of 5 minutes nothing is
@@ -270,8 +282,12 @@ func TestReapWithExpressZoneDown(t *testing.T) {
 // go only once the database clock has passed reap_after.
 func TestNothingDeletedBeforeReapAfter(t *testing.T) {
 	t.Parallel()
+	forEachBackend(t, nothingDeletedBeforeReapAfter)
+}
+
+func nothingDeletedBeforeReapAfter(t *testing.T, ns namedStore) {
 	a := sid(1)
-	e := newEnv(t, catalog.ClassStandard, 1, a)
+	e := newEnvOn(t, ns, catalog.ClassStandard, 1, a)
 	e.cfg.ReapGrace = 5 * time.Minute
 	for s := int64(0); s < 3; s++ {
 		e.flight(1, s, batch{a, 2})
@@ -340,8 +356,12 @@ func TestNothingDeletedBeforeReapAfter(t *testing.T) {
 // a publish intent whose key can still be published is held.
 func TestRetentionAndObjectReaps(t *testing.T) {
 	t.Parallel()
+	forEachBackend(t, retentionAndObjectReaps)
+}
+
+func retentionAndObjectReaps(t *testing.T, ns namedStore) {
 	a := sid(1)
-	e := newEnv(t, catalog.ClassStandard, 1, a)
+	e := newEnvOn(t, ns, catalog.ClassStandard, 1, a)
 	for s := int64(0); s < 3; s++ {
 		e.flight(1, s, batch{a, 10})
 		e.settle(a) // entries [0,10) [10,20) [20,30)
