@@ -54,7 +54,9 @@ type S3Config struct {
 	Checksum ChecksumMode
 	// VerifyReadback reads an assembled object back and compares its
 	// CRC-32C with the expected one when the server could not check it
-	// (ChecksumParts); a mismatch deletes the object and fails.
+	// (ChecksumParts); a mismatch deletes the object and fails. Without it,
+	// ChecksumParts checks the expected CRC only when every part's CRC is
+	// known locally (no copied parts).
 	VerifyReadback bool
 }
 

@@ -1,0 +1,545 @@
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/nova/auditor/objstore"
+)
+
+// gatherInFlight bounds gathered parts held in memory at once per assembly.
+const gatherInFlight = 2
+
+// Assemble implements objstore.Store (DESIGN.md section 3, "Publish"): it
+// plans parts with objstore.PlanParts and carries the plan out.
+func (s *Store) Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
+	a := &assembly{s: s, req: req, uploadID: req.UploadID, mode: s.cfg.Checksum}
+	ctx = objstore.WithObserver(ctx, countingObserver{objstore.ObserverFrom(ctx), &a.requests})
+	err := a.run(ctx)
+	if err != nil {
+		err = fmt.Errorf("assemble %s/%s: %w", req.Bucket, req.Key, err)
+	}
+	return a.result(), err
+}
+
+type assembly struct {
+	s        *Store
+	req      objstore.AssembleRequest
+	fullKey  string
+	pieces   []objstore.Piece
+	dataCRC  []uint32 // CRC of each data piece
+	plan     objstore.Plan
+	uploadID string
+	mode     objstore.ChecksumMode
+
+	hookMu                    sync.Mutex
+	requests                  atomic.Int64
+	copied, fetched, uploaded atomic.Int64
+}
+
+func (a *assembly) result() objstore.AssembleResult {
+	return objstore.AssembleResult{
+		UploadID: a.uploadID, Size: a.plan.Size, Parts: len(a.plan.Parts),
+		BytesCopied: a.copied.Load(), BytesFetched: a.fetched.Load(), BytesUploaded: a.uploaded.Load(),
+		Requests: int(a.requests.Load()),
+	}
+}
+
+// hook runs one of the caller's hooks, one at a time.
+func (a *assembly) hook(f func() error) error {
+	a.hookMu.Lock()
+	defer a.hookMu.Unlock()
+	return f()
+}
+
+// prepare validates the pieces, drops empty ones, and merges neighbours
+// that are one contiguous range of the same source (so one copy or GET
+// covers both).
+func (a *assembly) prepare() error {
+	fk, err := a.s.fullKey(a.req.Key)
+	if err != nil {
+		return err
+	}
+	a.fullKey = fk
+	for i, p := range a.req.Pieces {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("piece %d: %w", i, err)
+		}
+		if p.SrcKey != "" {
+			if err := objstore.ValidKey(p.SrcKey); err != nil {
+				return fmt.Errorf("piece %d: %w", i, err)
+			}
+		} else if p.HasCRC32C && objstore.CRC32C(p.Data) != p.CRC32C {
+			return fmt.Errorf("piece %d: local bytes: %w", i, objstore.ErrChecksum)
+		}
+		if p.Size() == 0 {
+			continue
+		}
+		if n := len(a.pieces); n > 0 && p.SrcKey != "" {
+			q := &a.pieces[n-1]
+			if q.SrcKey == p.SrcKey && q.SrcBucket == p.SrcBucket && q.SrcETag == p.SrcETag && q.Off+q.Len == p.Off {
+				q.CRC32C = objstore.CombineCRC32C(q.CRC32C, p.CRC32C, p.Len)
+				q.HasCRC32C = q.HasCRC32C && p.HasCRC32C
+				q.Len += p.Len
+				continue
+			}
+		}
+		a.pieces = append(a.pieces, p)
+	}
+	a.dataCRC = make([]uint32, len(a.pieces))
+	specs := make([]objstore.PieceSpec, len(a.pieces))
+	for i, p := range a.pieces {
+		specs[i] = objstore.PieceSpec{Len: p.Size(), Copy: p.SrcKey != ""}
+		if p.SrcKey == "" {
+			a.dataCRC[i] = objstore.CRC32C(p.Data)
+		}
+	}
+	a.plan, err = objstore.PlanParts(specs, a.s.limits)
+	return err
+}
+
+func (a *assembly) run(ctx context.Context) error {
+	if err := a.prepare(); err != nil {
+		return err
+	}
+	if a.plan.Size == 0 && a.uploadID != "" {
+		// an upload cannot complete without parts
+		if err := a.s.AbortAssembly(ctx, a.req.Bucket, a.req.Key, a.uploadID); err != nil {
+			return err
+		}
+		a.uploadID = ""
+	}
+	if !a.plan.Multipart && a.uploadID == "" {
+		return a.putSingle(ctx)
+	}
+	return a.multipart(ctx)
+}
+
+// putSingle builds a small object in memory and PUTs it create-once; its
+// CRC is checked locally before anything is written.
+func (a *assembly) putSingle(ctx context.Context) error {
+	var data []byte
+	if len(a.plan.Parts) == 1 {
+		var err error
+		if data, err = a.gather(ctx, a.plan.Parts[0]); err != nil {
+			return err
+		}
+	}
+	if a.req.HasExpectedCRC32C && objstore.CRC32C(data) != a.req.ExpectedCRC32C {
+		return fmt.Errorf("object CRC %08x, expected %08x: %w", objstore.CRC32C(data), a.req.ExpectedCRC32C, objstore.ErrChecksum)
+	}
+	if err := a.s.PutIfAbsent(ctx, a.req.Bucket, a.req.Key, data); err != nil {
+		return err
+	}
+	a.uploaded.Add(int64(len(data)))
+	return a.hook(a.req.Hooks.CallCompleted)
+}
+
+// expectedCRC is a part's CRC when the pieces tell it without the bytes.
+func (a *assembly) expectedCRC(part objstore.Part) (uint32, bool) {
+	var crc uint32
+	for _, seg := range part.Segments {
+		p := a.pieces[seg.Piece]
+		var c uint32
+		switch {
+		case p.SrcKey == "" && seg.Len == int64(len(p.Data)):
+			c = a.dataCRC[seg.Piece]
+		case p.SrcKey == "":
+			c = objstore.CRC32C(p.Data[seg.Off : seg.Off+seg.Len])
+		case seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C:
+			c = p.CRC32C
+		default:
+			return 0, false
+		}
+		crc = objstore.CombineCRC32C(crc, c, seg.Len)
+	}
+	return crc, true
+}
+
+// partState is what one part ends as.
+type partState struct {
+	etag   string
+	crc    uint32
+	hasCRC bool // confirmed by the server or computed from the bytes
+}
+
+func (a *assembly) multipart(ctx context.Context) error {
+	existing := map[int]objstore.PartInfo{}
+	if a.uploadID == "" {
+		if err := a.create(ctx); err != nil {
+			return err
+		}
+	} else {
+		parts, ctype, err := a.s.listParts(ctx, a.req.Bucket, a.req.Key, a.uploadID)
+		if err != nil {
+			return err
+		}
+		a.mode = objstore.ChecksumParts
+		if ctype == types.ChecksumTypeFullObject {
+			a.mode = objstore.ChecksumFullObject
+		}
+		for _, p := range parts {
+			existing[p.Number] = p
+		}
+	}
+	states := make([]partState, len(a.plan.Parts))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(a.s.cfg.CopyConcurrency)
+	gatherSem := make(chan struct{}, gatherInFlight)
+	for i, part := range a.plan.Parts {
+		have, resumed := existing[part.Number]
+		g.Go(func() error {
+			st, err := a.doPart(gctx, part, have, resumed, gatherSem)
+			if err != nil {
+				return fmt.Errorf("part %d: %w", part.Number, err)
+			}
+			states[i] = st
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	// The parts' CRCs, where the server confirmed them or we computed
+	// them, must combine to the expected one before anything is published.
+	full, fullKnown := uint32(0), true
+	for i, st := range states {
+		fullKnown = fullKnown && st.hasCRC
+		full = objstore.CombineCRC32C(full, st.crc, a.plan.Parts[i].Size)
+	}
+	if a.req.HasExpectedCRC32C {
+		if fullKnown && full != a.req.ExpectedCRC32C {
+			return fmt.Errorf("parts combine to CRC %08x, expected %08x: %w", full, a.req.ExpectedCRC32C, objstore.ErrChecksum)
+		}
+		full, fullKnown = a.req.ExpectedCRC32C, true
+	}
+	if err := a.complete(ctx, states, full, fullKnown); err != nil {
+		return err
+	}
+	if a.mode == objstore.ChecksumParts && a.s.cfg.VerifyReadback && a.req.HasExpectedCRC32C {
+		if err := a.readBack(ctx); err != nil {
+			return err
+		}
+	}
+	return a.hook(a.req.Hooks.CallCompleted)
+}
+
+func (a *assembly) create(ctx context.Context) error {
+	in := &s3.CreateMultipartUploadInput{Bucket: &a.req.Bucket, Key: &a.fullKey}
+	if a.mode == objstore.ChecksumFullObject {
+		in.ChecksumAlgorithm = types.ChecksumAlgorithmCrc32c
+		in.ChecksumType = types.ChecksumTypeFullObject
+	}
+	err := a.s.do(ctx, "CreateMultipartUpload", func(ctx context.Context) error {
+		out, err := a.s.client.CreateMultipartUpload(ctx, in)
+		if err == nil {
+			a.uploadID = aws.ToString(out.UploadId)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create upload: %w", mapErr(err, nil))
+	}
+	if err := a.hook(func() error { return a.req.Hooks.CallUploadCreated(a.uploadID) }); err != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if aerr := a.s.AbortAssembly(actx, a.req.Bucket, a.req.Key, a.uploadID); aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		a.uploadID = ""
+		return err
+	}
+	return nil
+}
+
+// doPart makes one part present in the upload: kept if a resumed upload
+// already holds it with the planned size and checksum, else copied,
+// uploaded from the stager, or rebuilt from source.
+func (a *assembly) doPart(ctx context.Context, part objstore.Part, have objstore.PartInfo, resumed bool, gatherSem chan struct{}) (partState, error) {
+	exp, expKnown := a.expectedCRC(part)
+	fits := resumed && have.Size == part.Size
+	keep := partState{etag: have.ETag, crc: have.CRC32C, hasCRC: have.HasCRC32C}
+	if part.Copy {
+		if fits && (!expKnown || !have.HasCRC32C || have.CRC32C == exp) {
+			return keep, nil
+		}
+		st, err := a.copyPart(ctx, part)
+		if err != nil {
+			return st, err
+		}
+		if expKnown && st.hasCRC && st.crc != exp {
+			return st, fmt.Errorf("server reports CRC %08x for the copy, source range expected %08x: %w", st.crc, exp, objstore.ErrChecksum)
+		}
+		return st, a.hook(func() error { return a.req.Hooks.CallPartDone(part.Number, true) })
+	}
+	if fits && expKnown && have.HasCRC32C && have.CRC32C == exp {
+		return keep, nil
+	}
+	select {
+	case gatherSem <- struct{}{}:
+	case <-ctx.Done():
+		return partState{}, ctx.Err()
+	}
+	defer func() { <-gatherSem }()
+	var data []byte
+	staged := false
+	if resumed && a.req.Stager != nil {
+		if d, err := a.req.Stager.Load(part.Number); err == nil && int64(len(d)) == part.Size && (!expKnown || objstore.CRC32C(d) == exp) {
+			data, staged = d, true
+		}
+	}
+	if data == nil {
+		var err error
+		if data, err = a.gather(ctx, part); err != nil {
+			return partState{}, err
+		}
+	}
+	crc := objstore.CRC32C(data)
+	if expKnown && crc != exp {
+		return partState{}, fmt.Errorf("gathered CRC %08x, expected %08x: %w", crc, exp, objstore.ErrChecksum)
+	}
+	st := partState{crc: crc, hasCRC: true}
+	if fits && sameBytes(have, data, crc) {
+		st.etag = have.ETag
+		return st, nil
+	}
+	if !staged && a.req.Stager != nil {
+		if err := a.req.Stager.Stage(part.Number, data); err != nil {
+			return st, fmt.Errorf("stage: %w", err)
+		}
+		if err := a.hook(func() error { return a.req.Hooks.CallPartStaged(part.Number) }); err != nil {
+			return st, err
+		}
+	}
+	etag, err := a.uploadPart(ctx, part.Number, data, crc)
+	if err != nil {
+		return st, err
+	}
+	st.etag = etag
+	return st, a.hook(func() error { return a.req.Hooks.CallPartDone(part.Number, false) })
+}
+
+// sameBytes: an existing part holds data (by CRC, else by an MD5 ETag).
+func sameBytes(have objstore.PartInfo, data []byte, crc uint32) bool {
+	if have.HasCRC32C {
+		return have.CRC32C == crc
+	}
+	sum := md5.Sum(data)
+	return strings.Trim(have.ETag, `"`) == hex.EncodeToString(sum[:])
+}
+
+// gather builds a gathered part: local bytes copied, source ranges fetched
+// by ranged GET (pinned, and checked against the piece's CRC when the
+// segment is the whole piece).
+func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, error) {
+	buf := make([]byte, part.Size)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(a.s.cfg.CopyConcurrency)
+	var pos int64
+	for _, seg := range part.Segments {
+		dst := buf[pos : pos+seg.Len]
+		pos += seg.Len
+		p := a.pieces[seg.Piece]
+		if p.SrcKey == "" {
+			copy(dst, p.Data[seg.Off:seg.Off+seg.Len])
+			continue
+		}
+		g.Go(func() error {
+			off := p.Off + seg.Off
+			rng := fmt.Sprintf("bytes=%d-%d", off, off+seg.Len-1)
+			got, _, err := a.s.getRange(gctx, p.SrcBucket, a.s.cfg.KeyPrefix+p.SrcKey, rng, p.SrcETag, off, seg.Len, false, dst)
+			if err != nil {
+				return fmt.Errorf("fetch %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))
+			}
+			a.fetched.Add(int64(len(got)))
+			if int64(len(got)) != seg.Len {
+				return fmt.Errorf("fetch %s/%s [%d,+%d): source ends early: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.ErrInvalidRange)
+			}
+			if seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C && objstore.CRC32C(got) != p.CRC32C {
+				return fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.CRC32C(got), p.CRC32C, objstore.ErrChecksum)
+			}
+			return nil
+		})
+	}
+	return buf, g.Wait()
+}
+
+// copySource is the x-amz-copy-source value: bucket/key, URL-encoded.
+func copySource(bucket, fullKey string) string {
+	segs := strings.Split(fullKey, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return bucket + "/" + strings.Join(segs, "/")
+}
+
+func (a *assembly) copyPart(ctx context.Context, part objstore.Part) (partState, error) {
+	seg := part.Segments[0]
+	p := a.pieces[seg.Piece]
+	off := p.Off + seg.Off
+	in := &s3.UploadPartCopyInput{
+		Bucket: &a.req.Bucket, Key: &a.fullKey, UploadId: &a.uploadID,
+		PartNumber:      aws.Int32(int32(part.Number)),
+		CopySource:      aws.String(copySource(p.SrcBucket, a.s.cfg.KeyPrefix+p.SrcKey)),
+		CopySourceRange: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+seg.Len-1)),
+	}
+	if p.SrcETag != "" {
+		in.CopySourceIfMatch = aws.String(p.SrcETag)
+	}
+	var st partState
+	err := a.s.do(ctx, "UploadPartCopy", func(ctx context.Context) error {
+		out, err := a.s.client.UploadPartCopy(ctx, in)
+		if err != nil {
+			return err
+		}
+		if out.CopyPartResult == nil || out.CopyPartResult.ETag == nil {
+			return fmt.Errorf("%w: copy result without ETag", errProtocol)
+		}
+		st = partState{etag: aws.ToString(out.CopyPartResult.ETag)}
+		if c, err := objstore.DecodeCRC32C(aws.ToString(out.CopyPartResult.ChecksumCRC32C)); err == nil {
+			st.crc, st.hasCRC = c, true
+		}
+		return nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("copy %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))
+	}
+	a.copied.Add(seg.Len)
+	return st, nil
+}
+
+func (a *assembly) uploadPart(ctx context.Context, number int, data []byte, crc uint32) (string, error) {
+	var etag string
+	enc := objstore.EncodeCRC32C(crc)
+	err := a.s.do(ctx, "UploadPart", func(ctx context.Context) error {
+		out, err := a.s.client.UploadPart(ctx, &s3.UploadPartInput{
+			Bucket: &a.req.Bucket, Key: &a.fullKey, UploadId: &a.uploadID,
+			PartNumber: aws.Int32(int32(number)), Body: bytes.NewReader(data),
+			ContentLength:     aws.Int64(int64(len(data))),
+			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c, ChecksumCRC32C: &enc,
+		})
+		if err == nil {
+			etag = aws.ToString(out.ETag)
+		}
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("upload: %w", mapErr(err, nil))
+	}
+	a.uploaded.Add(int64(len(data)))
+	return etag, nil
+}
+
+// complete publishes the upload with If-None-Match: *. A lost answer whose
+// retry finds the upload gone is resolved by looking at the key: our
+// object (its multipart ETag, and its CRC when known) is success, any other
+// is ErrExists.
+func (a *assembly) complete(ctx context.Context, states []partState, full uint32, fullKnown bool) error {
+	parts := make([]types.CompletedPart, len(states))
+	for i, st := range states {
+		parts[i] = types.CompletedPart{PartNumber: aws.Int32(int32(a.plan.Parts[i].Number)), ETag: aws.String(st.etag)}
+		if a.mode == objstore.ChecksumFullObject {
+			parts[i].ChecksumCRC32C = aws.String(objstore.EncodeCRC32C(st.crc))
+		}
+	}
+	in := &s3.CompleteMultipartUploadInput{
+		Bucket: &a.req.Bucket, Key: &a.fullKey, UploadId: &a.uploadID,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+		IfNoneMatch:     aws.String("*"),
+	}
+	if a.mode == objstore.ChecksumFullObject {
+		in.ChecksumType = types.ChecksumTypeFullObject
+		in.MpuObjectSize = aws.Int64(a.plan.Size)
+		if fullKnown {
+			in.ChecksumCRC32C = aws.String(objstore.EncodeCRC32C(full))
+		}
+	}
+	attempts := 0
+	err := a.s.do(ctx, "CompleteMultipartUpload", func(ctx context.Context) error {
+		attempts++
+		_, err := a.s.client.CompleteMultipartUpload(ctx, in)
+		return err
+	})
+	err = mapErr(err, objstore.ErrExists)
+	if errors.Is(err, objstore.ErrNoUpload) && attempts > 1 {
+		attrs, herr := a.s.Head(ctx, a.req.Bucket, a.req.Key)
+		switch {
+		case herr == nil && attrs.Size == a.plan.Size && attrs.ETag == multipartETag(states):
+			return nil
+		case herr == nil:
+			return fmt.Errorf("complete: the key holds another object: %w", objstore.ErrExists)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("complete upload %s: %w", a.uploadID, err)
+	}
+	return nil
+}
+
+// multipartETag is S3's ETag of a completed upload: the MD5 of the parts'
+// binary MD5s, a dash, and the part count.
+func multipartETag(states []partState) string {
+	h := md5.New()
+	for _, st := range states {
+		b, err := hex.DecodeString(strings.Trim(st.etag, `"`))
+		if err != nil {
+			return ""
+		}
+		h.Write(b)
+	}
+	return fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(h.Sum(nil)), len(states))
+}
+
+// readBack streams the published object through CRC-32C; a mismatch
+// deletes it (it is ours and nothing references it yet) and fails.
+func (a *assembly) readBack(ctx context.Context) error {
+	var crc uint32
+	var n int64
+	err := a.s.do(ctx, "GetObject", func(ctx context.Context) error {
+		out, err := a.s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &a.req.Bucket, Key: &a.fullKey})
+		if err != nil {
+			return err
+		}
+		defer out.Body.Close()
+		h := objstore.NewCRC32C()
+		n, err = io.Copy(h, out.Body)
+		a.fetched.Add(n)
+		crc = h.Sum32()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("read back: %w", mapErr(err, nil))
+	}
+	if n == a.plan.Size && crc == a.req.ExpectedCRC32C {
+		return nil
+	}
+	bad := fmt.Errorf("read back %d bytes with CRC %08x, expected %d with %08x: %w", n, crc, a.plan.Size, a.req.ExpectedCRC32C, objstore.ErrChecksum)
+	if err := a.s.Delete(ctx, a.req.Bucket, []string{a.req.Key}); err != nil {
+		return errors.Join(bad, fmt.Errorf("remove the bad object: %w", err))
+	}
+	return bad
+}
+
+// countingObserver counts an assembly's requests for its result.
+type countingObserver struct {
+	inner objstore.Observer
+	n     *atomic.Int64
+}
+
+func (c countingObserver) Request(op, status string) { c.n.Add(1); c.inner.Request(op, status) }
+func (c countingObserver) Retry(op string)           { c.inner.Retry(op) }

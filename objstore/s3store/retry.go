@@ -1,0 +1,123 @@
+package s3store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
+
+	"github.com/nova/auditor/objstore"
+)
+
+// do runs one S3 operation under the retry policy: each attempt bounded by
+// AttemptTimeout; throttling, 5xx, resets and timeouts retried up to
+// MaxAttempts with full-jitter exponential backoff, within ctx's deadline;
+// any other answer returned at once. The SDK's own retryer is off (see
+// New), so no retry quota can switch backoff off in a storm.
+func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	obs := objstore.ObserverFrom(ctx)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
+		err := fn(actx)
+		cancel()
+		obs.Request(op, statusOf(err))
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return &objstore.TransientError{Op: op, Err: fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), err)}
+		}
+		if !retryable(err) {
+			return err
+		}
+		if attempt >= s.cfg.MaxAttempts {
+			return &objstore.TransientError{Op: op, Err: fmt.Errorf("gave up after %d attempts: %w", attempt, err)}
+		}
+		obs.Retry(op)
+		t := time.NewTimer(s.backoff(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return &objstore.TransientError{Op: op, Err: fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), err)}
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is full jitter: uniform in [0, min(max, base * 2^(attempt-1))].
+func (s *Store) backoff(attempt int) time.Duration {
+	d := s.cfg.BackoffBase << min(attempt-1, 20)
+	if d <= 0 || d > s.cfg.BackoffMax {
+		d = s.cfg.BackoffMax
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// errProtocol marks a response that cannot be right (a body shorter than
+// its range, a range the server ignored): retried like a reset.
+var errProtocol = errors.New("malformed response")
+
+// retryable classifies one attempt's error.
+func retryable(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "SlowDown", "Throttling", "ThrottlingException", "RequestThrottled",
+			"InternalError", "ServiceUnavailable", "RequestTimeout",
+			"ConditionalRequestConflict", "OperationAborted":
+			return true
+		}
+		switch code := httpStatus(err); {
+		case code == 429 || code == 408 || code >= 500:
+			return true
+		case code >= 400:
+			return false
+		}
+		// an error code in a 200 body without a known retryable code
+		return false
+	}
+	var ip *smithy.InvalidParamsError
+	if errors.As(err, &ip) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	// resets, EOFs, attempt timeouts, garbled or short bodies: the request
+	// may not have reached the server, or its answer was lost
+	return true
+}
+
+// httpStatus is the HTTP status of a failed response, 0 if none arrived.
+func httpStatus(err error) int {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) && re.Response != nil {
+		return re.Response.StatusCode
+	}
+	return 0
+}
+
+// statusOf names an attempt's outcome for metrics.
+func statusOf(err error) string {
+	switch {
+	case err == nil:
+		return "200"
+	case httpStatus(err) != 0:
+		return strconv.Itoa(httpStatus(err))
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	default:
+		return "error"
+	}
+}
+
+// errorCode is the S3 error code of err, "" if none.
+func errorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}

@@ -1,0 +1,440 @@
+// Package s3store is the S3 backend of objstore.Store, on aws-sdk-go-v2. It
+// owns the S3 calls, the retry policy and the execution of part plans; the
+// plans themselves come from objstore.PlanParts. Metrics are the
+// objstore.Instrument wrapper's business: this package only reports requests
+// and retries to the context's objstore.Observer.
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go/logging"
+
+	"github.com/nova/auditor/objstore"
+)
+
+// Store is objstore.Store on an S3 API.
+type Store struct {
+	client *s3.Client
+	cfg    objstore.S3Config
+	limits objstore.Limits
+}
+
+var _ objstore.Store = (*Store)(nil)
+
+// New builds a store from cfg (defaults applied, then validated). It sends
+// no request.
+func New(ctx context.Context, cfg objstore.S3Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("s3 config: %w", err)
+	}
+	opts := []func(*config.LoadOptions) error{
+		config.WithRegion(cfg.Region),
+		// one retry layer only: ours (retry.go)
+		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+		// checksums are set explicitly on every upload
+		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		config.WithLogger(logging.Nop{}),
+	}
+	if cfg.AccessKey != "" {
+		opts = append(opts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("s3 config: %w", err)
+	}
+	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+		o.UsePathStyle = cfg.PathStyle
+		if cfg.HTTPClient != nil {
+			// set here, not through config.WithHTTPClient, which insists on
+			// adding AWS_CA_BUNDLE's roots to the client's transport
+			o.HTTPClient = cfg.HTTPClient
+		}
+	})
+	return &Store{client: client, cfg: cfg, limits: cfg.Limits()}, nil
+}
+
+// Client is the underlying SDK client, for test setup (CreateBucket).
+func (s *Store) Client() *s3.Client { return s.client }
+
+// Limits are the part-planning limits the store uses.
+func (s *Store) Limits() objstore.Limits { return s.limits }
+
+func (s *Store) fullKey(key string) (string, error) {
+	if err := objstore.ValidKey(key); err != nil {
+		return "", err
+	}
+	return s.cfg.KeyPrefix + key, nil
+}
+
+// mapErr turns an S3 error into the objstore contract; on412 is what a
+// failed precondition means for this operation.
+func mapErr(err, on412 error) error {
+	if err == nil {
+		return nil
+	}
+	var te *objstore.TransientError
+	if errors.As(err, &te) {
+		return err
+	}
+	switch code := errorCode(err); {
+	case code == "NoSuchBucket":
+		return fmt.Errorf("%w: %w", objstore.ErrBucketNotFound, err)
+	case code == "NoSuchUpload":
+		return fmt.Errorf("%w: %w", objstore.ErrNoUpload, err)
+	case code == "NoSuchKey" || code == "NotFound" || httpStatus(err) == 404:
+		return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
+	case code == "PreconditionFailed" || httpStatus(err) == 412:
+		if on412 != nil {
+			return fmt.Errorf("%w: %w", on412, err)
+		}
+	case code == "InvalidRange" || httpStatus(err) == 416:
+		return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
+	case code == "BadDigest" || code == "InvalidChecksum":
+		return fmt.Errorf("%w: %w", objstore.ErrChecksum, err)
+	}
+	return err
+}
+
+// getRange fetches [off, off+n) (n > 0), pinned to etag when set, into dst
+// when it has exactly the right length (else a new buffer). A
+// response must be a 206 whose Content-Range starts at off and whose body
+// holds exactly the promised bytes, or an empty object's empty 200;
+// anything else is retried (a proxy's error page is never taken for data).
+func (s *Store) getRange(ctx context.Context, bucket, fullKey, rng, etag string, off, n int64, suffix bool, dst []byte) ([]byte, int64, error) {
+	var data []byte
+	var size int64
+	err := s.do(ctx, "GetObject", func(ctx context.Context) error {
+		in := &s3.GetObjectInput{Bucket: &bucket, Key: &fullKey, Range: &rng}
+		if etag != "" {
+			in.IfMatch = &etag
+		}
+		out, err := s.client.GetObject(ctx, in)
+		if err != nil {
+			return err
+		}
+		defer out.Body.Close()
+		cl := aws.ToInt64(out.ContentLength)
+		if out.ContentRange == nil {
+			if cl != 0 || (!suffix && off != 0) {
+				return fmt.Errorf("%w: no Content-Range for %s", errProtocol, rng)
+			}
+			data, size = nil, 0
+			return nil
+		}
+		first, last, total, err := parseContentRange(*out.ContentRange)
+		if err != nil {
+			return err
+		}
+		start, want := off, min(n, total-off)
+		if suffix {
+			want = min(n, total)
+			start = total - want
+		}
+		if first != start || last-first+1 != want || cl != want {
+			return fmt.Errorf("%w: Content-Range %q, length %d for %s", errProtocol, *out.ContentRange, cl, rng)
+		}
+		buf := dst
+		if int64(len(buf)) != want {
+			buf = make([]byte, want)
+		}
+		if _, err := io.ReadFull(out.Body, buf); err != nil {
+			return fmt.Errorf("read %s: %w", rng, err)
+		}
+		data, size = buf, total
+		return nil
+	})
+	return data, size, err
+}
+
+// parseContentRange parses "bytes first-last/total".
+func parseContentRange(cr string) (first, last, total int64, err error) {
+	bad := fmt.Errorf("%w: Content-Range %q", errProtocol, cr)
+	rest, ok := strings.CutPrefix(cr, "bytes ")
+	if !ok {
+		return 0, 0, 0, bad
+	}
+	rng, tot, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, 0, bad
+	}
+	a, b, ok := strings.Cut(rng, "-")
+	if !ok {
+		return 0, 0, 0, bad
+	}
+	if first, err = strconv.ParseInt(a, 10, 64); err != nil {
+		return 0, 0, 0, bad
+	}
+	if last, err = strconv.ParseInt(b, 10, 64); err != nil {
+		return 0, 0, 0, bad
+	}
+	if total, err = strconv.ParseInt(tot, 10, 64); err != nil || first > last || last >= total {
+		return 0, 0, 0, bad
+	}
+	return first, last, total, nil
+}
+
+// GetRange implements objstore.Store.
+func (s *Store) GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
+	fk, err := s.fullKey(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if off < 0 || n <= 0 {
+		return nil, 0, fmt.Errorf("get %s/%s: bad range %d+%d", bucket, key, off, n)
+	}
+	data, size, err := s.getRange(ctx, bucket, fk, fmt.Sprintf("bytes=%d-%d", off, off+n-1), "", off, n, false, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("get %s/%s [%d,+%d): %w", bucket, key, off, n, mapErr(err, nil))
+	}
+	return data, size, nil
+}
+
+// GetSuffix implements objstore.Store.
+func (s *Store) GetSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error) {
+	fk, err := s.fullKey(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if n <= 0 {
+		return nil, 0, fmt.Errorf("get %s/%s: bad suffix length %d", bucket, key, n)
+	}
+	data, size, err := s.getRange(ctx, bucket, fk, fmt.Sprintf("bytes=-%d", n), "", 0, n, true, nil)
+	if err != nil {
+		err = mapErr(err, nil)
+		if errors.Is(err, objstore.ErrInvalidRange) {
+			// some servers refuse any range of an empty object
+			if a, herr := s.Head(ctx, bucket, key); herr == nil && a.Size == 0 {
+				return nil, 0, nil
+			}
+		}
+		return nil, 0, fmt.Errorf("get %s/%s last %d: %w", bucket, key, n, err)
+	}
+	return data, size, nil
+}
+
+// Head implements objstore.Store.
+func (s *Store) Head(ctx context.Context, bucket, key string) (objstore.Attrs, error) {
+	fk, err := s.fullKey(key)
+	if err != nil {
+		return objstore.Attrs{}, err
+	}
+	var a objstore.Attrs
+	err = s.do(ctx, "HeadObject", func(ctx context.Context) error {
+		out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &fk})
+		if err != nil {
+			return err
+		}
+		a = objstore.Attrs{Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag)}
+		return nil
+	})
+	if err != nil {
+		return objstore.Attrs{}, fmt.Errorf("head %s/%s: %w", bucket, key, mapErr(err, nil))
+	}
+	return a, nil
+}
+
+// PutIfAbsent implements objstore.Store. When an earlier attempt's answer
+// was lost and a retry finds the key taken by exactly these bytes (same
+// MD5 ETag), the write is ours and succeeds.
+func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
+	fk, err := s.fullKey(key)
+	if err != nil {
+		return err
+	}
+	crc := objstore.EncodeCRC32C(objstore.CRC32C(data))
+	attempts := 0
+	err = s.do(ctx, "PutObject", func(ctx context.Context) error {
+		attempts++
+		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: &bucket, Key: &fk, Body: bytes.NewReader(data),
+			ContentLength:     aws.Int64(int64(len(data))),
+			IfNoneMatch:       aws.String("*"),
+			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
+			ChecksumCRC32C:    &crc,
+		})
+		return err
+	})
+	err = mapErr(err, objstore.ErrExists)
+	if errors.Is(err, objstore.ErrExists) && attempts > 1 {
+		sum := md5.Sum(data)
+		if a, herr := s.Head(ctx, bucket, key); herr == nil && a.Size == int64(len(data)) &&
+			strings.Trim(a.ETag, `"`) == hex.EncodeToString(sum[:]) {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("put %s/%s: %w", bucket, key, err)
+	}
+	return nil
+}
+
+// deleteBatch is S3's limit of keys per DeleteObjects.
+const deleteBatch = 1000
+
+// Delete implements objstore.Store with DeleteObjects batches.
+func (s *Store) Delete(ctx context.Context, bucket string, keys []string) error {
+	failed := map[string]error{}
+	for start := 0; start < len(keys); start += deleteBatch {
+		batch := keys[start:min(start+deleteBatch, len(keys))]
+		ids := make([]types.ObjectIdentifier, 0, len(batch))
+		byFull := map[string]string{}
+		for _, k := range batch {
+			fk, err := s.fullKey(k)
+			if err != nil {
+				failed[k] = err
+				continue
+			}
+			byFull[fk] = k
+			ids = append(ids, types.ObjectIdentifier{Key: aws.String(fk)})
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		var out *s3.DeleteObjectsOutput
+		err := s.do(ctx, "DeleteObjects", func(ctx context.Context) error {
+			var err error
+			out, err = s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+				Bucket: &bucket, Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
+			})
+			return err
+		})
+		if err != nil {
+			err = mapErr(err, nil)
+			for _, k := range byFull {
+				failed[k] = err
+			}
+			continue
+		}
+		for _, e := range out.Errors {
+			if aws.ToString(e.Code) == "NoSuchKey" {
+				continue // absence is success
+			}
+			k, ok := byFull[aws.ToString(e.Key)]
+			if !ok {
+				k = aws.ToString(e.Key)
+			}
+			ferr := fmt.Errorf("%s: %s", aws.ToString(e.Code), aws.ToString(e.Message))
+			switch aws.ToString(e.Code) {
+			case "InternalError", "SlowDown", "ServiceUnavailable":
+				ferr = &objstore.TransientError{Op: "DeleteObjects", Err: ferr}
+			}
+			failed[k] = ferr
+		}
+	}
+	if len(failed) > 0 {
+		return &objstore.DeleteError{Bucket: bucket, Failed: failed}
+	}
+	return nil
+}
+
+// List implements objstore.Store.
+func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error {
+	full := s.cfg.KeyPrefix + prefix
+	var token *string
+	for {
+		var out *s3.ListObjectsV2Output
+		err := s.do(ctx, "ListObjectsV2", func(ctx context.Context) error {
+			var err error
+			out, err = s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
+				Bucket: &bucket, Prefix: &full, ContinuationToken: token,
+			})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("list %s/%s: %w", bucket, prefix, mapErr(err, nil))
+		}
+		for _, o := range out.Contents {
+			k, ok := strings.CutPrefix(aws.ToString(o.Key), s.cfg.KeyPrefix)
+			if !ok || objstore.ValidKey(k) != nil {
+				continue // not ours, or a probe's
+			}
+			if err := fn(k, aws.ToInt64(o.Size)); err != nil {
+				return err
+			}
+		}
+		if !aws.ToBool(out.IsTruncated) || out.NextContinuationToken == nil {
+			return nil
+		}
+		token = out.NextContinuationToken
+	}
+}
+
+// AbortAssembly implements objstore.Store.
+func (s *Store) AbortAssembly(ctx context.Context, bucket, key, uploadID string) error {
+	fk, err := s.fullKey(key)
+	if err != nil {
+		return err
+	}
+	err = s.do(ctx, "AbortMultipartUpload", func(ctx context.Context) error {
+		_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+			Bucket: &bucket, Key: &fk, UploadId: &uploadID,
+		})
+		return err
+	})
+	if err = mapErr(err, nil); err != nil && !errors.Is(err, objstore.ErrNoUpload) && !errors.Is(err, objstore.ErrNotFound) {
+		return fmt.Errorf("abort upload %s of %s/%s: %w", uploadID, bucket, key, err)
+	}
+	return nil
+}
+
+// ListParts implements objstore.Store.
+func (s *Store) ListParts(ctx context.Context, bucket, key, uploadID string) ([]objstore.PartInfo, error) {
+	parts, _, err := s.listParts(ctx, bucket, key, uploadID)
+	return parts, err
+}
+
+// listParts also reports the upload's checksum type.
+func (s *Store) listParts(ctx context.Context, bucket, key, uploadID string) ([]objstore.PartInfo, types.ChecksumType, error) {
+	fk, err := s.fullKey(key)
+	if err != nil {
+		return nil, "", err
+	}
+	var parts []objstore.PartInfo
+	var ctype types.ChecksumType
+	var marker *string
+	for {
+		var out *s3.ListPartsOutput
+		err := s.do(ctx, "ListParts", func(ctx context.Context) error {
+			var err error
+			out, err = s.client.ListParts(ctx, &s3.ListPartsInput{
+				Bucket: &bucket, Key: &fk, UploadId: &uploadID, PartNumberMarker: marker,
+			})
+			return err
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("list parts of upload %s of %s/%s: %w", uploadID, bucket, key, mapErr(err, nil))
+		}
+		ctype = out.ChecksumType
+		for _, p := range out.Parts {
+			pi := objstore.PartInfo{Number: int(aws.ToInt32(p.PartNumber)), Size: aws.ToInt64(p.Size), ETag: aws.ToString(p.ETag)}
+			if c, err := objstore.DecodeCRC32C(aws.ToString(p.ChecksumCRC32C)); err == nil {
+				pi.CRC32C, pi.HasCRC32C = c, true
+			}
+			parts = append(parts, pi)
+		}
+		if !aws.ToBool(out.IsTruncated) || out.NextPartNumberMarker == nil {
+			return parts, ctype, nil
+		}
+		marker = out.NextPartNumberMarker
+	}
+}
