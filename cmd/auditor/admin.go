@@ -14,6 +14,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
+	"github.com/nova/auditor/objstore"
 )
 
 // The operator commands that talk to a running daemon through the
@@ -204,13 +205,14 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 // code inspect gives a corrupt object).
 const exitFindings = 3
 
-// openVerifyStore opens the object store that verify reads, and says which
-// of its errors mean a missing object.
-//
-// TODO(wiring): the objstore backends (S3, file) have not landed yet; wire
-// them here (the same store buildCycle opens) and verify works as is.
+// openVerifyStore opens the object store that verify reads (the same store
+// the cycle uses), and says which of its errors mean a missing object.
 func openVerifyStore(ctx context.Context, cfg config.Config) (daemon.ObjectReader, func(error) bool, func(), error) {
-	return nil, nil, func() {}, errors.New("verify: the object store is not wired into the auditor yet")
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return store, func(err error) bool { return errors.Is(err, objstore.ErrNotFound) }, func() {}, nil
 }
 
 // cmdVerify is `auditor verify`: the fsck of the star's catalog. Exit 0 when
