@@ -1,10 +1,16 @@
 package trim_test
 
 import (
+	"context"
+	"os"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
+	"github.com/nova/auditor/objstore/s3store"
 )
 
 // namedStore is a backend the tests run against, with the buckets made for
@@ -21,14 +27,16 @@ type backend struct {
 	make func(testing.TB) namedStore
 }
 
-// backends are the stores the integration tests run on: memory and the file
-// backend.
+// backends are the stores the integration tests run on: memory, the file
+// backend, and the real S3 server (versitygw) when the environment has it
+// (required with NOVA_TEST_REQUIRE_SERVICES=1).
 func backends() []backend {
 	return []backend{
 		{"mem", func(testing.TB) namedStore {
 			return namedStore{name: "mem", store: newMemStore(), buckets: []string{"std", "z1", "z2", "z3"}}
 		}},
 		{"file", fileStore},
+		{"s3", s3Store},
 	}
 }
 
@@ -57,7 +65,31 @@ func fileStore(tb testing.TB) namedStore {
 	return ns
 }
 
-// realStores returns the real backends available to a benchmark.
+func s3Store(tb testing.TB) namedStore {
+	tb.Helper()
+	env := testenv.S3(tb)
+	s, err := s3store.New(context.Background(), objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
+		AccessKey: env.AccessKey, SecretKey: env.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ns := namedStore{name: "s3", store: s}
+	for _, p := range []string{"trim-std", "trim-z1", "trim-z2", "trim-z3"} {
+		b := testenv.BucketName(p)
+		if _, err := s.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &b}); err != nil {
+			tb.Fatalf("create bucket %s: %v", b, err)
+		}
+		ns.buckets = append(ns.buckets, b)
+	}
+	return ns
+}
+
+// realStores returns the real backends available to a benchmark: the file
+// backend, and S3 when the environment has it.
 func realStores(tb testing.TB) []namedStore {
-	return []namedStore{fileStore(tb)}
+	out := []namedStore{fileStore(tb)}
+	if os.Getenv(testenv.EnvS3Endpoint) != "" {
+		out = append(out, s3Store(tb))
+	}
+	return out
 }
