@@ -1,0 +1,160 @@
+package objstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
+)
+
+// flaky wraps a store and fails every call on the buckets in down, as an
+// unreachable zone would.
+type flaky struct {
+	objstore.Store
+	down map[string]bool
+}
+
+var errDown = &objstore.TransientError{Op: "test", Err: errors.New("zone unreachable")}
+
+func (f *flaky) GetRange(ctx context.Context, b, k string, off, n int64) ([]byte, int64, error) {
+	if f.down[b] {
+		return nil, 0, errDown
+	}
+	return f.Store.GetRange(ctx, b, k, off, n)
+}
+
+func (f *flaky) Delete(ctx context.Context, b string, keys []string) error {
+	if f.down[b] {
+		return errDown
+	}
+	return f.Store.Delete(ctx, b, keys)
+}
+
+func (f *flaky) PutIfAbsent(ctx context.Context, b, k string, d []byte) error {
+	if f.down[b] {
+		return errDown
+	}
+	return f.Store.PutIfAbsent(ctx, b, k, d)
+}
+
+func TestBucketSet(t *testing.T) {
+	ctx := context.Background()
+	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"ex-a", "ex-b", "ex-c"} {
+		if err := fs.CreateBucket(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m, err := objstore.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flaky{Store: fs, down: map[string]bool{}}
+	store := objstore.Instrument(fl, m)
+	zones, err := objstore.ParseZoneBuckets("use1-az1=ex-a, use1-az2=ex-b,use1-az4=ex-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := objstore.NewBucketSet(store, zones, "use1-az2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb := set.ReadBuckets(); rb[0].Bucket != "ex-b" || len(rb) != 3 {
+		t.Fatalf("read order %v, want the local zone first", rb)
+	}
+
+	if err := set.PutIfAbsentAll(ctx, "slot/1", []byte("payload")); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.PutIfAbsentAll(ctx, "slot/1", []byte("other")); !errors.Is(err, objstore.ErrExists) {
+		t.Fatalf("second put: %v, want ErrExists", err)
+	}
+	// a slot only in a remote zone: the local miss falls through
+	if err := fs.PutIfAbsent(ctx, "ex-c", "slot/2", []byte("remote")); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, err := set.GetRange(ctx, "slot/2", 0, 100); err != nil || string(d) != "remote" {
+		t.Fatalf("fall-through read: %q, %v", d, err)
+	}
+	// the local zone down: reads fall through to the next zone
+	fl.down["ex-b"] = true
+	if d, _, err := set.GetRange(ctx, "slot/1", 0, 3); err != nil || string(d) != "pay" {
+		t.Fatalf("read with the local zone down: %q, %v", d, err)
+	}
+	// a miss everywhere with a zone down is not reported as absence
+	if _, _, err := set.GetRange(ctx, "slot/none", 0, 1); errors.Is(err, objstore.ErrNotFound) || !objstore.IsRetryable(err) {
+		t.Fatalf("miss with a zone down: %v, want a retryable error, not ErrNotFound", err)
+	}
+	// deletes report the down zone and succeed once it is back
+	failed, err := set.DeleteAll(ctx, []string{"slot/1", "slot/2"})
+	if err == nil || len(failed) != 1 || failed[0].Zone != "use1-az2" || !objstore.IsRetryable(err) {
+		t.Fatalf("delete with a zone down: %v, %v", failed, err)
+	}
+	fl.down["ex-b"] = false
+	if failed, err := set.DeleteAll(ctx, []string{"slot/1", "slot/2"}); err != nil || failed != nil {
+		t.Fatalf("delete once the zone is back: %v, %v", failed, err)
+	}
+	if _, _, err := set.GetRange(ctx, "slot/1", 0, 1); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("read after delete: %v, want ErrNotFound", err)
+	}
+
+	// an assembly reads its sources from the set and writes elsewhere
+	if err := fs.CreateBucket("std"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.PutIfAbsent(ctx, "ex-a", "slot/3", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	pieces := []objstore.Piece{{SrcKey: "slot/3", Off: 2, Len: 3}, objstore.DataPiece([]byte("!")), {SrcKey: "slot/3", Off: 8, Len: 2}}
+	if err := set.ResolveSources(ctx, pieces); err != nil {
+		t.Fatal(err)
+	}
+	if pieces[0].SrcBucket != "ex-a" || pieces[0].SrcETag == "" || pieces[2].SrcBucket != "ex-a" {
+		t.Fatalf("resolved pieces %+v", pieces)
+	}
+	if _, err := store.Assemble(ctx, objstore.AssembleRequest{Bucket: "std", Key: "out", Pieces: pieces}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, err := store.GetRange(ctx, "std", "out", 0, 100); err != nil || !bytes.Equal(d, []byte("234!89")) {
+		t.Fatalf("assembled %q, %v", d, err)
+	}
+
+	if got := testutil.ToFloat64(m.FallThroughs().WithLabelValues("use1-az2")); got != 5 {
+		t.Errorf("fall-throughs from use1-az2: %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(m.Bytes().WithLabelValues("copied")); got != 5 {
+		t.Errorf("copied bytes: %v, want 5", got)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n == 0 {
+		t.Errorf("gather: %d, %v", n, err)
+	}
+	// standard star: the same code path over one bucket
+	std := objstore.SingleBucket(store, "std")
+	if d, _, err := std.GetSuffix(ctx, "out", 2); err != nil || string(d) != "89" {
+		t.Fatalf("single bucket read: %q, %v", d, err)
+	}
+	if _, err := objstore.NewBucketSet(store, []objstore.ZoneBucket{{"a", "x"}, {"a", "y"}}, "a"); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("duplicate zone accepted: %v", err)
+	}
+}
+
+func TestNewMetricsTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := objstore.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := objstore.NewMetrics(reg); err == nil {
+		t.Fatal("second registration on one registry succeeded")
+	}
+}

@@ -1,0 +1,151 @@
+package objstore
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the object-store metrics (DESIGN.md section 8), registered
+// on an injected registry.
+type Metrics struct {
+	requests     *prometheus.CounterVec
+	bytes        *prometheus.CounterVec
+	fallthroughs *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+}
+
+// NewMetrics builds the metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nova_auditor_s3_requests_total",
+			Help: "S3 requests sent (each attempt), by operation and HTTP status (\"error\": no response, \"timeout\").",
+		}, []string{"op", "status"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nova_auditor_bytes_total",
+			Help: "Object bytes moved, by path: copied server side, fetched into the process, uploaded from it.",
+		}, []string{"path"}),
+		fallthroughs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nova_auditor_store_fallthrough_total",
+			Help: "Reads that fell through from a zone's bucket to the next one (a miss or a failure), by the zone that missed.",
+		}, []string{"zone"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nova_auditor_s3_retries_total",
+			Help: "S3 requests retried after throttling, a 5xx, a reset or a timeout, by operation.",
+		}, []string{"op"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.bytes, m.fallthroughs, m.retries} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range []string{"copied", "fetched", "uploaded"} {
+		m.bytes.WithLabelValues(p)
+	}
+	return m, nil
+}
+
+// Requests, Bytes, FallThroughs and Retries expose the counters, for tests
+// and dashboards built in code.
+func (m *Metrics) Requests() *prometheus.CounterVec     { return m.requests }
+func (m *Metrics) Bytes() *prometheus.CounterVec        { return m.bytes }
+func (m *Metrics) FallThroughs() *prometheus.CounterVec { return m.fallthroughs }
+func (m *Metrics) Retries() *prometheus.CounterVec      { return m.retries }
+
+// Instrument wraps store so that its calls feed m: requests and retries
+// reported by the backend (see Observer), bytes by path, and read
+// fall-throughs of a BucketSet built on the wrapped store.
+func Instrument(store Store, m *Metrics) Store {
+	return &instrumented{Store: store, m: m}
+}
+
+type instrumented struct {
+	Store
+	m *Metrics
+}
+
+var _ FallThroughCounter = (*instrumented)(nil)
+
+// observer feeds m and passes events on to an outer observer, if any.
+type observer struct {
+	m     *Metrics
+	outer Observer
+}
+
+func (o observer) Request(op, status string) {
+	o.m.requests.WithLabelValues(op, status).Inc()
+	o.outer.Request(op, status)
+}
+
+func (o observer) Retry(op string) {
+	o.m.retries.WithLabelValues(op).Inc()
+	o.outer.Retry(op)
+}
+
+func (s *instrumented) ctx(ctx context.Context) context.Context {
+	return WithObserver(ctx, observer{m: s.m, outer: ObserverFrom(ctx)})
+}
+
+func (s *instrumented) add(path string, n int64) {
+	if n > 0 {
+		s.m.bytes.WithLabelValues(path).Add(float64(n))
+	}
+}
+
+func (s *instrumented) CountFallThrough(zone string) {
+	s.m.fallthroughs.WithLabelValues(zone).Inc()
+}
+
+func (s *instrumented) GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
+	data, size, err := s.Store.GetRange(s.ctx(ctx), bucket, key, off, n)
+	s.add("fetched", int64(len(data)))
+	return data, size, err
+}
+
+func (s *instrumented) GetSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error) {
+	data, size, err := s.Store.GetSuffix(s.ctx(ctx), bucket, key, n)
+	s.add("fetched", int64(len(data)))
+	return data, size, err
+}
+
+func (s *instrumented) Head(ctx context.Context, bucket, key string) (Attrs, error) {
+	return s.Store.Head(s.ctx(ctx), bucket, key)
+}
+
+func (s *instrumented) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
+	err := s.Store.PutIfAbsent(s.ctx(ctx), bucket, key, data)
+	if err == nil {
+		s.add("uploaded", int64(len(data)))
+	}
+	return err
+}
+
+func (s *instrumented) Delete(ctx context.Context, bucket string, keys []string) error {
+	return s.Store.Delete(s.ctx(ctx), bucket, keys)
+}
+
+func (s *instrumented) List(ctx context.Context, bucket, prefix string, fn func(string, int64) error) error {
+	return s.Store.List(s.ctx(ctx), bucket, prefix, fn)
+}
+
+// Assemble adds the bytes the assembly reports, also when it failed part
+// way (they moved all the same).
+func (s *instrumented) Assemble(ctx context.Context, req AssembleRequest) (AssembleResult, error) {
+	res, err := s.Store.Assemble(s.ctx(ctx), req)
+	s.add("copied", res.BytesCopied)
+	s.add("fetched", res.BytesFetched)
+	s.add("uploaded", res.BytesUploaded)
+	return res, err
+}
+
+func (s *instrumented) AbortAssembly(ctx context.Context, bucket, key, uploadID string) error {
+	return s.Store.AbortAssembly(s.ctx(ctx), bucket, key, uploadID)
+}
+
+func (s *instrumented) ListParts(ctx context.Context, bucket, key, uploadID string) ([]PartInfo, error) {
+	return s.Store.ListParts(s.ctx(ctx), bucket, key, uploadID)
+}
+
+// Unwrap returns the wrapped store.
+func (s *instrumented) Unwrap() Store { return s.Store }
