@@ -1,0 +1,69 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
+	"github.com/nova/auditor/objstore/s3store"
+)
+
+func TestStorePicksTheBackend(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	cfg.FSRoot = t.TempDir()
+	st, err := Store(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.(*filestore.Store); !ok {
+		t.Fatalf("fs-root gave %T", st)
+	}
+	if err := CreateLocalBuckets(cfg, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutIfAbsent(context.Background(), cfg.Bucket, "k", []byte("x")); err != nil {
+		t.Fatalf("put into the created standard bucket: %v", err)
+	}
+	cfg = config.Defaults()
+	cfg.S3Endpoint = "http://127.0.0.1:1"
+	cfg.S3PathStyle = true
+	st, err = Store(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.(*s3store.Store); !ok {
+		t.Fatalf("s3-endpoint gave %T", st)
+	}
+	if err := CreateLocalBuckets(cfg, st); err != nil {
+		t.Fatalf("S3 buckets are the operator's: %v", err)
+	}
+}
+
+func TestSlotBuckets(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	cfg.Bucket = "std"
+	if got := SlotBuckets(cfg, ClassStandard); !reflect.DeepEqual(got, []string{"std"}) {
+		t.Fatalf("standard: %v", got)
+	}
+	if got := SlotBuckets(cfg, ClassExpress); got != nil {
+		t.Fatalf("express without a set: %v", got)
+	}
+	if _, err := SlotBucketSet(cfg, nil, ClassExpress); !errors.Is(err, config.ErrConfig) {
+		t.Fatalf("express without a set: %v", err)
+	}
+	cfg.S3ExpressBuckets = []config.ZoneBucket{{Zone: "a", Bucket: "xa"}, {Zone: "b", Bucket: "xb"}, {Zone: "c", Bucket: "xc"}}
+	cfg.Location = "b"
+	if got := SlotBuckets(cfg, ClassExpress); !reflect.DeepEqual(got, []string{"xb", "xa", "xc"}) {
+		t.Fatalf("express: %v (want the location's bucket first)", got)
+	}
+	set, err := SlotBucketSet(cfg, nil, ClassExpress)
+	if err != nil || set.ReadBuckets()[0] != (objstore.ZoneBucket{Zone: "b", Bucket: "xb"}) {
+		t.Fatalf("express set: %v %v", set, err)
+	}
+}
