@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/testenv"
+)
+
+// run runs novasim in-process with the given environment.
+func run(t *testing.T, vars map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := env{stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }, signals: make(chan os.Signal)}
+	code := dispatch(context.Background(), e, args)
+	return code, out.String(), errb.String()
+}
+
+func TestSetupWriteCheckFileBackend(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	vars := map[string]string{
+		"NOVA_AUDITOR_DATABASE_URL":       testenv.FreshDatabase(t),
+		"NOVA_AUDITOR_FS_ROOT":            root,
+		"NOVA_AUDITOR_S3_EXPRESS_BUCKETS": "za=nova-za,zb=nova-zb",
+		"NOVA_AUDITOR_LOCATION":           "zb",
+		"NOVA_AUDITOR_LOG_FORMAT":         "json",
+	}
+	if code, _, stderr := run(t, vars, "setup", "--star", "cli"); code != 2 || !strings.Contains(stderr, "--migrate") {
+		t.Fatalf("setup on an unmigrated database: exit %d, %s", code, stderr)
+	}
+	code, out, stderr := run(t, vars, "setup", "--migrate", "--star", "cli", "--streams", "20", "--express-share", "0.5",
+		"--seed", "5", "--record-bytes", "0-2KiB", "--stream-buckets", "b0,b1")
+	if code != 0 || !strings.Contains(out, "star cli-x: express, 10 streams") {
+		t.Fatalf("setup: exit %d\n%s\n%s", code, out, stderr)
+	}
+	code, out, stderr = run(t, vars, "write", "--flights", "80", "--flight-bytes", "8KiB", "--progress", "none",
+		"--fail-lost", "0.05", "--fail-crash", "0.02", "--fail-failover", "0.02", "--fail-lost-reply", "0.05")
+	if code != 0 || !strings.Contains(out, "star cli: 80 flights") || !strings.Contains(out, "star cli-x: 80 flights") {
+		t.Fatalf("write: exit %d\n%s\n%s", code, out, stderr)
+	}
+	code, out, stderr = run(t, vars, "check")
+	if code != 0 || !strings.HasSuffix(out, "OK\n") {
+		t.Fatalf("check: exit %d\n%s\n%s", code, out, stderr)
+	}
+	code, out, _ = run(t, vars, "check", "--json", "--star", "cli-x")
+	if code != 0 || !strings.Contains(out, `"Stars": 1`) {
+		t.Fatalf("check --json: exit %d\n%s", code, out)
+	}
+
+	// A flipped byte in a slot is a finding: exit 1. The express star's slots
+	// live in both express buckets, never in the standard one.
+	if _, err := os.Stat(filepath.Join(root, "nova", "stars", "cli-x")); !os.IsNotExist(err) {
+		t.Fatalf("express slots in the standard bucket: %v", err)
+	}
+	// Damage an absorbed slot's copy in the bucket reads do not prefer, so
+	// only the comparison of copies can see it.
+	ctx := context.Background()
+	db, err := catalog.Open(ctx, vars["NOVA_AUDITOR_DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams, err := db.StreamsOfStar(ctx, "cli-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named catalog.SlotRef
+	for _, s := range streams {
+		if refs, err := db.RefsOfStream(ctx, s.ID); err == nil && len(refs) > 0 {
+			named = refs[0].Slots[0]
+			break
+		}
+	}
+	db.Close()
+	slot := filepath.Join(root, "nova-za", bundlefmt.SlotKey("cli-x", uint64(named.Epoch), uint64(named.Seq)))
+	b, err := os.ReadFile(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/3] ^= 1
+	if err := os.WriteFile(slot, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run(t, vars, "check")
+	if code != 1 || !strings.Contains(out, "copies differ") {
+		t.Fatalf("check of a damaged slot: exit %d\n%s", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"NOVA_AUDITOR_DATABASE_URL": "postgres://u:pw@127.0.0.1:1/x", "NOVA_AUDITOR_FS_ROOT": t.TempDir()}
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"write", "--flights", "x"},
+		{"write", "--takeover", "sometimes"},
+		{"write", "--fail-lost", "1.5"},
+		{"setup", "--record-bytes", "9-3"},
+		{"setup", "--star", "Bad_Name"},
+		{"check", "extra"},
+		{"setup", "--star", "ok"}, // unreachable database: a configuration error
+	} {
+		if code, _, stderr := run(t, vars, args...); code != 2 || strings.Contains(stderr, "pw@") {
+			t.Errorf("novasim %v: exit %d (want 2): %s", args, code, stderr)
+		}
+	}
+	if code, _, _ := run(t, vars, "write", "-h"); code != 0 {
+		t.Errorf("write -h: exit %d", code)
+	}
+}

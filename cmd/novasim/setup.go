@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/nova/auditor/internal/sim"
+)
+
+func cmdSetup(ctx context.Context, e env, args []string) int {
+	fs, l := newFlags(e, "setup")
+	def := sim.DefaultContent(0)
+	var (
+		o       sim.SetupOptions
+		buckets string
+		migrate bool
+		seed    uint64
+	)
+	o.Content = def
+	fs.IntVar(&o.Streams, "streams", 100, "streams in all, over both stars")
+	shareVar(fs, &o.ExpressShare, "express-share", 0, "share of the streams on the express star (0: no express star)")
+	fs.StringVar(&o.ExpressStar, "express-star", "", "name of the express star (default <star>-x)")
+	fs.StringVar(&buckets, "stream-buckets", "b0", "Nova buckets of the streams' settled objects, comma-separated, dealt round-robin")
+	fs.IntVar(&o.FenceWindow, "fence-window", 4, "the stars' fence_window: most slot PUTs a writer has in flight")
+	fs.Uint64Var(&seed, "seed", 1, "content seed: with the stream and record number it determines every record (recorded for check)")
+	fs.Var(rangeFlag{&o.Content.MinBytes, &o.Content.MaxBytes}, "record-bytes", fmt.Sprintf("content bytes per record, MIN-MAX, skewed toward small (default %d-%d)", def.MinBytes, def.MaxBytes))
+	shareVar(fs, &o.Content.HeaderShare, "headers", def.HeaderShare, "share of records with headers")
+	shareVar(fs, &o.Content.EmptyShare, "empty-share", def.EmptyShare, "share of records with an empty body")
+	fs.BoolVar(&migrate, "migrate", false, "apply the schema migrations first")
+	cfg, err := parse(e, fs, l, args, "database-url", "star")
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	o.Star = cfg.Star
+	o.Content.Seed = seed
+	o.StreamBuckets = strings.Split(buckets, ",")
+	db, _, err := open(ctx, cfg, migrate)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	defer db.Close()
+	fx, err := sim.Setup(ctx, db, o)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	for _, s := range fx.Stars {
+		fmt.Fprintf(e.stdout, "star %s: %s, %d streams, fence window %d, seed %d\n", s.Star, s.Class, len(s.Streams), o.FenceWindow, seed)
+	}
+	return exitOK
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/logging"
+	"github.com/nova/auditor/internal/sim"
+)
+
+func cmdWrite(ctx context.Context, e env, args []string) int {
+	fs, l := newFlags(e, "write")
+	var (
+		o        sim.WriteOptions
+		takeover string
+		progress string
+	)
+	fs.Int64Var(&o.Flights, "flights", 0, "stop after this many flights are written (per star)")
+	sizeVar(fs, &o.Bytes, "bytes", 0, "stop after this many flight bytes are written (per star; KiB/MiB/GiB suffixes)")
+	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (none of flights, bytes, duration: until interrupted)")
+	fs.DurationVar(&o.FlightInterval, "flight-interval", 200*time.Millisecond, "flush a flight at least this often")
+	sizeVar(fs, &o.FlightBytes, "flight-bytes", 1<<20, "or as soon as it holds this many bytes")
+	fs.IntVar(&o.AbsorbFlights, "absorb-flights", 4, "flights absorbed per metastore transaction")
+	fs.IntVar(&o.MaxBatch, "max-batch", 32, "producer batch size of the hottest stream, in records")
+	sizeVar(fs, &o.Rate, "rate", 0, "producer content bytes per second per star (0: as fast as possible)")
+	shareVar(fs, &o.Faults.Failover, "fail-failover", 0, "per flight: a new writer fences this one while its PUTs are in flight")
+	shareVar(fs, &o.Faults.Lost, "fail-lost", 0, "per flight: the flight is written and never absorbed")
+	shareVar(fs, &o.Faults.Crash, "fail-crash", 0, "per flight: the writer crashes between the PUT and its absorb")
+	shareVar(fs, &o.Faults.LostReply, "fail-lost-reply", 0, "per flight: the PUT's reply is lost; the writer knows its slot by the nonce")
+	fs.StringVar(&takeover, "takeover", "auto", "auto (fence unless the star is pristine), always, or never (write at the current epoch: a stale writer)")
+	fs.StringVar(&progress, "progress", "auto", "auto (a bar on a terminal, else a line every 5s), bar, line or none")
+	cfg, err := parse(e, fs, l, args, "database-url")
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	switch takeover {
+	case "auto":
+		o.Takeover = sim.TakeoverAuto
+	case "always":
+		o.Takeover = sim.TakeoverAlways
+	case "never":
+		o.Takeover = sim.TakeoverNever
+	default:
+		return exitCode(e, cfg, &config.Error{Field: "takeover", Msg: fmt.Sprintf("%q must be auto, always or never", takeover)})
+	}
+	if progress == "auto" {
+		progress = "line"
+		if logging.IsTerminal(e.stderr) {
+			progress = "bar"
+		}
+	}
+	if progress != "bar" && progress != "line" && progress != "none" {
+		return exitCode(e, cfg, &config.Error{Field: "progress", Msg: fmt.Sprintf("%q must be auto, bar, line or none", progress)})
+	}
+	log, err := newLogger(e, cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	o.Logger = log
+	db, st, err := open(ctx, cfg, false)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	defer db.Close()
+
+	stars := []string{cfg.Star}
+	if cfg.Star == "" {
+		profs, err := db.Sim().Stars(ctx)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		stars = stars[:0]
+		for _, p := range profs {
+			stars = append(stars, p.Star)
+		}
+		if len(stars) == 0 {
+			return exitCode(e, cfg, fmt.Errorf("%w: no star was set up (run novasim setup)", sim.ErrUsage))
+		}
+	}
+
+	// The first interrupt drains (stop producing, absorb what is written);
+	// the second aborts.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	o.Stop = stop
+	go func() {
+		select {
+		case <-e.signals:
+		case <-ctx.Done():
+			return
+		}
+		fmt.Fprintln(e.stderr, "\nnovasim: stopping: absorbing what is written (interrupt again to abort)")
+		close(stop)
+		select {
+		case <-e.signals:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	p := newProgress(e.stderr, progress, o, len(stars))
+	results := make([]sim.WriteStats, len(stars))
+	errs := make([]error, len(stars))
+	var wg sync.WaitGroup
+	for i, star := range stars {
+		so := o
+		so.Star = star
+		so.Session = uint64(time.Now().UnixNano())
+		so.Progress = func(s sim.WriteStats) { p.update(i, s) }
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = sim.Write(ctx, db, st, so)
+		}()
+	}
+	wg.Wait()
+	p.finish()
+	for i, s := range results {
+		fmt.Fprintf(e.stdout, "star %s: %s\n", stars[i], describe(s))
+	}
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = fmt.Errorf("star %s: %w", stars[i], err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return exitCode(e, cfg, err)
+	}
+	return exitOK
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func describe(s sim.WriteStats) string {
+	secs := max(s.Elapsed.Seconds(), 1e-9)
+	return fmt.Sprintf("%d flights (%d absorbed in %d transactions, %d never absorbed), %d records, %.1f MiB, %.1f flights/s, %.1f MiB/s; "+
+		"epoch %d, %d fences, %d poisons; faults: %d failovers, %d crashes, %d lost, %d lost replies; %s (PUTs %s, absorbs %s)",
+		s.Flights, s.Absorbed, s.AbsorbTxs, s.Unabsorbed, s.Records, mib(s.FlightBytes), float64(s.Flights)/secs, mib(s.FlightBytes)/secs,
+		s.Epoch, s.Fences, s.Poisons, s.Failovers, s.Crashes, s.LostFaults, s.LostReplies, s.Elapsed.Round(time.Millisecond),
+		s.PutTime.Round(time.Millisecond), s.AbsorbTime.Round(time.Millisecond))
+}
+
+// progress prints the writers' progress: a bar redrawn in place on a
+// terminal, or a line every few seconds.
+type progress struct {
+	w     io.Writer
+	mode  string
+	o     sim.WriteOptions
+	mu    sync.Mutex
+	stats []sim.WriteStats
+	last  time.Time
+	drawn bool
+}
+
+func newProgress(w io.Writer, mode string, o sim.WriteOptions, n int) *progress {
+	return &progress{w: w, mode: mode, o: o, stats: make([]sim.WriteStats, n), last: time.Now()}
+}
+
+func (p *progress) update(i int, s sim.WriteStats) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats[i] = s
+	switch p.mode {
+	case "bar":
+		fmt.Fprintf(p.w, "\r%s\033[K", p.line(true))
+		p.drawn = true
+	case "line":
+		if time.Since(p.last) >= 5*time.Second {
+			p.last = time.Now()
+			fmt.Fprintln(p.w, p.line(false))
+		}
+	}
+}
+
+func (p *progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// line sums the stars' stats into one progress line.
+func (p *progress) line(bar bool) string {
+	var t sim.WriteStats
+	for _, s := range p.stats {
+		t.Flights += s.Flights
+		t.Records += s.Records
+		t.FlightBytes += s.FlightBytes
+		t.Elapsed = max(t.Elapsed, s.Elapsed)
+	}
+	secs := max(t.Elapsed.Seconds(), 1e-9)
+	n := int64(len(p.stats))
+	frac := -1.0
+	if p.o.Flights > 0 {
+		frac = max(frac, float64(t.Flights)/float64(p.o.Flights*n))
+	}
+	if p.o.Bytes > 0 {
+		frac = max(frac, float64(t.FlightBytes)/float64(p.o.Bytes*n))
+	}
+	if p.o.Duration > 0 {
+		frac = max(frac, t.Elapsed.Seconds()/p.o.Duration.Seconds())
+	}
+	text := fmt.Sprintf("flights %d  records %d  %.1f MiB  %.1f flights/s  %.1f MiB/s",
+		t.Flights, t.Records, mib(t.FlightBytes), float64(t.Flights)/secs, mib(t.FlightBytes)/secs)
+	if frac < 0 {
+		return text
+	}
+	frac = min(frac, 1)
+	if !bar {
+		return fmt.Sprintf("%3.0f%%  %s", frac*100, text)
+	}
+	const width = 24
+	filled := int(frac * width)
+	return fmt.Sprintf("[%s%s] %3.0f%%  %s", strings.Repeat("=", filled), strings.Repeat(" ", width-filled), frac*100, text)
+}
