@@ -27,7 +27,7 @@ import (
 // env is one integration environment: a fresh database and a real store
 // (the file backend or versitygw) with a standard bucket and an express set.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	db      *catalog.DB
 	store   objstore.Store
@@ -39,12 +39,12 @@ type env struct {
 
 type backend struct {
 	name string
-	open func(t *testing.T) (objstore.Store, string, []string)
+	open func(t testing.TB) (objstore.Store, string, []string)
 }
 
 func backends() []backend {
 	return []backend{
-		{"file", func(t *testing.T) (objstore.Store, string, []string) {
+		{"file", func(t testing.TB) (objstore.Store, string, []string) {
 			fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
@@ -56,7 +56,7 @@ func backends() []backend {
 			}
 			return fs, "std", []string{"za", "zb"}
 		}},
-		{"s3", func(t *testing.T) (objstore.Store, string, []string) {
+		{"s3", func(t testing.TB) (objstore.Store, string, []string) {
 			e := testenv.S3(t)
 			ctx := context.Background()
 			st, err := s3store.New(ctx, objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
@@ -75,7 +75,7 @@ func backends() []backend {
 	}
 }
 
-func newEnv(t *testing.T, b backend, streams int, expressShare float64) (*env, sim.Fixture) {
+func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, sim.Fixture) {
 	t.Helper()
 	ctx := context.Background()
 	db, err := catalog.Open(ctx, testenv.FreshDatabase(t))
@@ -96,6 +96,12 @@ func newEnv(t *testing.T, b backend, streams int, expressShare float64) (*env, s
 		t.Fatal(err)
 	}
 	e := &env{t: t, ctx: ctx, db: db, store: store, std: std, express: express, pending: pending, content: sim.DefaultContent(7)}
+	if streams == 0 { // the caller writes its own slots
+		if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
+			t.Fatal(err)
+		}
+		return e, sim.Fixture{}
+	}
 	fx, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", ExpressStar: "s1-x", Streams: streams, ExpressShare: expressShare,
 		StreamBuckets: []string{"b0", "b1"}, FenceWindow: 2, Content: e.content})
 	if err != nil {
@@ -352,7 +358,7 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 	}
 }
 
-func readAll(t *testing.T, e *env, key string) []byte {
+func readAll(t testing.TB, e *env, key string) []byte {
 	t.Helper()
 	a, err := e.store.Head(e.ctx, e.std, key)
 	if err != nil {
