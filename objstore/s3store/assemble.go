@@ -298,7 +298,7 @@ func (a *assembly) doPart(ctx context.Context, part objstore.Part, have objstore
 	defer func() { <-gatherSem }()
 	var data []byte
 	staged := false
-	if resumed && a.req.Stager != nil {
+	if a.req.UploadID != "" && a.req.Stager != nil {
 		if d, err := a.req.Stager.Load(part.Number); err == nil && int64(len(d)) == part.Size && (!expKnown || objstore.CRC32C(d) == exp) {
 			data, staged = d, true
 		}
