@@ -56,13 +56,13 @@ func opOf(r *http.Request) string {
 type fault int
 
 const (
-	slowDown       fault = iota // 503 SlowDown, the server never sees it
-	resetBody                   // forward, then reset the response mid-body
-	resetRequest                // reset while sending the request body
-	error200                    // 200 whose body is an S3 error, not forwarded
-	error200After               // forward, then replace the answer with a 200 error
-	slow                        // answer only after the attempt's deadline
-	forbidden                   // 403 AccessDenied
+	slowDown      fault = iota // 503 SlowDown, the server never sees it
+	resetBody                  // forward, then reset the response mid-body
+	resetRequest               // reset while sending the request body
+	error200                   // 200 whose body is an S3 error, not forwarded
+	error200After              // forward, then replace the answer with a 200 error
+	slow                       // answer only after the attempt's deadline
+	forbidden                  // 403 AccessDenied
 )
 
 type rule struct {
