@@ -58,6 +58,7 @@ type Deps struct {
 	Log      *slog.Logger
 	Metrics  *Metrics            // nil: metrics kept on a private registry
 	Gatherer prometheus.Gatherer // what /metrics serves (nil: the daemon's own metrics only)
+	Crash    func(string)        // crash points (nil: none)
 }
 
 func (c *Config) defaults() {
@@ -233,6 +234,9 @@ func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
 			case err == nil:
 				deadline = sent.Add(r.cfg.LeaseTTL - r.cfg.LeaseRenew/2)
 				expiry.Reset(time.Until(deadline))
+				if r.deps.Crash != nil {
+					r.deps.Crash("lease.after-renew")
+				}
 			case errors.Is(err, catalog.ErrStaleToken):
 				m.LeaseLosses.Inc()
 				log.Error("lease lost", "star", lease.Star, "token", lease.Token, "err", err)

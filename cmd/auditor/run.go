@@ -56,7 +56,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	defer closeSteps()
-	counts, err := daemon.RunOnce(ctx, daemonConfig(cfg), daemon.Deps{DB: db, Steps: steps, Log: log}, opts)
+	counts, err := daemon.RunOnce(ctx, daemonConfig(cfg), daemon.Deps{DB: db, Steps: steps, Log: log, Crash: leaseCrash()}, opts)
 	var held *catalog.LeaseHeldError
 	if errors.As(err, &held) {
 		fmt.Fprintf(e.stderr, "auditor: %v\n", held)

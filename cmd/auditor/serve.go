@@ -80,7 +80,7 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	dc := daemonConfig(cfg)
 	dc.RunNow = *runNow
 	dc.ReapGrace = cfg.ReapGrace
-	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg})
+	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash()})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

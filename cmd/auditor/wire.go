@@ -135,3 +135,10 @@ func (r classReader) GetRange(ctx context.Context, class, key string, off, n int
 	// (not matching ErrNotFound), so the stream is retried, not quarantined.
 	return nil, 0, fmt.Errorf("read %s: %v", key, errors.Join(errs...))
 }
+
+// leaseCrash is the crash hook of the daemon's lease renewal (the armed
+// point was validated by buildCycle).
+func leaseCrash() func(string) {
+	crash, _ := crashpoint.FromEnv(os.Getenv)
+	return crash.Func()
+}

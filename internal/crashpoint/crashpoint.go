@@ -30,18 +30,19 @@ const (
 	BeforeCommit       = "settle.before-commit"
 	AfterCommit        = "settle.after-commit"
 	AfterReapArmed     = "settle.after-reap-armed"
-	AfterTrimCommit    = "trim.after-cursor-commit"
-	BeforeSlotDelete   = "reap.before-slot-delete"
-	AfterSlotDelete    = "reap.after-slot-delete"
-	BeforeObjectReap   = "reap.before-object-reap"
-	AfterObjectReap    = "reap.after-object-reap"
+	AfterRetention     = "retention-committed"       // trim package: after a retention batch commits
+	AfterTrimCommit    = "trim-cursor-committed"     // trim package: after the trim cursor commit
+	BeforeSlotDelete   = "reap-slots-before-delete"  // trim package: before each slot range's deletes
+	AfterSlotDelete    = "reap-slots-after-delete"   // trim package: after them
+	BeforeObjectReap   = "reap-object-before-delete" // trim package: before each batch of object deletes
+	AfterObjectReap    = "reap-object-after-delete"  // trim package: after them
 	AfterLeaseRenew    = "lease.after-renew"
 )
 
 // All lists every crash point.
 func All() []string {
 	return []string{AfterIntent, AfterUploadCreated, AfterSidecarStaged, AfterPartCopied, AfterPartGathered,
-		AfterComplete, AfterAdoptionRead, BeforeCommit, AfterCommit, AfterReapArmed, AfterTrimCommit,
+		AfterComplete, AfterAdoptionRead, BeforeCommit, AfterCommit, AfterReapArmed, AfterRetention, AfterTrimCommit,
 		BeforeSlotDelete, AfterSlotDelete, BeforeObjectReap, AfterObjectReap, AfterLeaseRenew}
 }
 
