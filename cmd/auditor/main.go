@@ -16,6 +16,7 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/migrations"
 )
 
@@ -39,17 +40,18 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"migrate": {"apply the embedded schema migrations to the metastore", cmdMigrate},
-		"run":     {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun},
-		"serve":   {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe},
-		"version": {"print the binary's schema version", cmdVersion},
-		"inspect": {"decode and print a slot or settled object (FILE)", cmdInspect},
-		"trigger": {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger)", cmdTrigger},
-		"pause":   {"pause the star: the leader keeps its lease and runs no cycle", cmdPause},
-		"resume":  {"resume a paused or halted star", cmdResume},
-		"release": {"lift a stream's quarantine (--stream ID)", cmdRelease},
-		"status":  {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json)", cmdStatus},
-		"verify":  {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream", cmdVerify},
+		"migrate":     {"apply the embedded schema migrations to the metastore", cmdMigrate},
+		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun},
+		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe},
+		"version":     {"print the binary's schema version", cmdVersion},
+		"inspect":     {"decode and print a slot or settled object (FILE)", cmdInspect},
+		"crashpoints": {"list the crash points NOVA_AUDITOR_CRASHPOINT=name[:n] can arm", cmdCrashpoints},
+		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger)", cmdTrigger},
+		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause},
+		"resume":      {"resume a paused or halted star", cmdResume},
+		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease},
+		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json)", cmdStatus},
+		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream", cmdVerify},
 	}
 }
 
@@ -115,4 +117,11 @@ func cmdVersion(_ context.Context, e env, args []string) int {
 
 func cmdInspect(_ context.Context, e env, args []string) int {
 	return runInspect(args, e.stdout, e.stderr)
+}
+
+func cmdCrashpoints(_ context.Context, e env, _ []string) int {
+	for _, n := range crashpoint.All() {
+		fmt.Fprintln(e.stdout, n)
+	}
+	return exitOK
 }
