@@ -136,8 +136,8 @@ func (db *DB) Intents(ctx context.Context, star, kind string, grace time.Duratio
 }
 
 // AbandonPublish turns an open publish intent into a reap intent for its key
-// (armed after grace), unless the catalog references the key, in which case
-// the intent is simply dropped.
+// (armed after grace; the upload ID is kept so the reap aborts it). The reap
+// step drops it without deleting if the catalog references the key.
 func (db *DB) AbandonPublish(ctx context.Context, f Fence, id int64, grace time.Duration) error {
 	return db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET kind = 'reap', reap_after = now() + $2::interval
@@ -201,6 +201,10 @@ func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
 				return fmt.Errorf("insert catalog entry %x@%d: %w", e.Stream, e.FirstRecord, err)
 			}
 		} else {
+			if e.Revision <= c.PrevRevision {
+				// Revisions only grow: the reap's dead-key argument relies on it.
+				return fmt.Errorf("%w: stream %x: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
+			}
 			var oldEnd int64
 			err := tx.QueryRow(ctx, `SELECT first_record + record_count FROM nova.catalog
 				WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
