@@ -22,7 +22,7 @@ demo: build ## the main job end to end on a fresh database and the file-backed s
 	scripts/demo.sh
 
 bench: ## benchmarks (format, planner, pendingobj, objstore against versitygw)
-	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench . -benchmem -benchtime 1x ./...
+	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench . -benchmem ./...
 
 lint: ## gofmt, go vet (and golangci-lint when installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
