@@ -148,22 +148,6 @@ func (s Sim) Stars(ctx context.Context) ([]SimStar, error) {
 	return out, nil
 }
 
-// AllStars lists every star of the metastore, by name.
-func (s Sim) AllStars(ctx context.Context) ([]Star, error) {
-	rows, err := s.db.pool.Query(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars ORDER BY star`)
-	if err != nil {
-		return nil, fmt.Errorf("list stars: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Star, error) {
-		var st Star
-		return st, r.Scan(&st.Star, &st.ChainClass, &st.Epoch, &st.NextSeq, &st.FenceWindow)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list stars: %w", err)
-	}
-	return out, nil
-}
-
 // TrimCursor reads a star's trim cursor: the first slot trim has not yet
 // released. ok is false when trim has released nothing yet.
 func (s Sim) TrimCursor(ctx context.Context, star string) (epoch, seq int64, ok bool, err error) {
