@@ -131,8 +131,9 @@ func (p Piece) Validate() error {
 // refetching. The auditor implements it over pendingobj (DESIGN.md
 // section 7).
 type Stager interface {
-	// Stage durably stores part's bytes, replacing nothing: staging a part
-	// that is already staged with other bytes is an error.
+	// Stage durably stores part's bytes. It is called again for a part
+	// whose Load failed (absent or corrupt), with rebuilt bytes, and must
+	// then replace the bad copy.
 	Stage(part int, data []byte) error
 	// Load returns a staged part's bytes after verifying them; an error if
 	// the part is absent or corrupt (the assembler then rebuilds it).

@@ -29,11 +29,14 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return &objstore.TransientError{Op: op, Err: fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), err)}
-		}
-		if !retryable(err) {
+		if !retryable(err) && ctx.Err() == nil {
 			return err
+		}
+		if ctx.Err() != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || retryable(err) {
+				return &objstore.TransientError{Op: op, Err: fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), err)}
+			}
+			return err // a definite answer that arrived as the deadline passed
 		}
 		if attempt >= s.cfg.MaxAttempts {
 			return &objstore.TransientError{Op: op, Err: fmt.Errorf("gave up after %d attempts: %w", attempt, err)}
