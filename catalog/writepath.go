@@ -87,7 +87,12 @@ func (db *DB) Absorb(ctx context.Context, star string, flights []AbsorbFlight) e
 		}
 		byStream := map[StreamID][]part{}
 		for _, f := range flights {
+			inFlight := map[StreamID]bool{}
 			for _, b := range f.Batches {
+				if inFlight[b.Stream] { // a flight holds at most one chunk per stream
+					return fmt.Errorf("slot %d/%d: stream %x twice: %w", f.Epoch, f.Seq, b.Stream, ErrOutOfOrder)
+				}
+				inFlight[b.Stream] = true
 				byStream[b.Stream] = append(byStream[b.Stream], part{
 					slot:  SlotRef{Epoch: f.Epoch, Seq: f.Seq, FooterOffset: f.FooterOffset, FooterLength: f.FooterLength},
 					first: b.FirstRecord, count: b.Count})
@@ -101,10 +106,13 @@ func (db *DB) Absorb(ctx context.Context, star string, flights []AbsorbFlight) e
 		for _, id := range ids {
 			parts := byStream[id]
 			var next int64
-			var sclass string
-			if err := tx.QueryRow(ctx, `SELECT next_record, class FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, id).
-				Scan(&next, &sclass); err != nil {
+			var sclass, sstar string
+			if err := tx.QueryRow(ctx, `SELECT next_record, class, star FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, id).
+				Scan(&next, &sclass, &sstar); err != nil {
 				return fmt.Errorf("lock stream %x: %w", id, err)
+			}
+			if sstar != star { // a flight holds only streams of its own star
+				return fmt.Errorf("stream %x belongs to star %q, not %q: %w", id, sstar, star, ErrOutOfOrder)
 			}
 			first, total := next, int64(0)
 			var epochs, seqs, offs, lens []int64
