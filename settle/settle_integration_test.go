@@ -424,6 +424,23 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 			obj[len(obj)-bundlefmt.TrailerSize+4] = 2 // trailer format version
 			replaceSlot(e, key, obj)
 		}},
+		{"truncated slot", settle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+			obj := readSlot(e, key)
+			replaceSlot(e, key, obj[:len(obj)-7])
+		}},
+		{"wrong entry CRC", settle.ClassChecksum, func(e *env, st catalog.Stream, ref catalog.SpanRef, key string) {
+			obj := readSlot(e, key)
+			f, _ := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
+			i, _ := f.Find(bundlefmt.StreamID(st.ID), uint64(ref.FirstRecord))
+			obj[f.Row(i).EntryOffset+bundlefmt.EntryFixed] ^= 0x01 // the first stored-record length
+			replaceSlot(e, key, obj)
+		}},
+		{"invalid standing object at the key", settle.ClassAdoption, func(e *env, st catalog.Stream, _ catalog.SpanRef, _ string) {
+			key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), 0, 0)
+			if err := e.store.PutIfAbsent(e.ctx, e.std, key, []byte("not a settled bundle of this stream, and never replaced")); err != nil {
+				e.t.Fatal(err)
+			}
+		}},
 		{"wrong footer window in a ref", settle.ClassCorrupt, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
 			if err := e.db.ShiftRefWindow(e.ctx, st.ID, ref.FirstRecord, 8); err != nil {
 				e.t.Fatal(err)
@@ -452,7 +469,7 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 			// refs name the slot (or, for a flipped chunk or a bad ref, only
 			// the victim).
 			affected := map[catalog.StreamID]bool{victim.ID: true}
-			if tc.class == settle.ClassMissing || tc.class == settle.ClassUnsupported {
+			if tc.class == settle.ClassMissing || tc.class == settle.ClassUnsupported || tc.name == "truncated slot" {
 				for _, st := range streams {
 					refs, _ := e.db.RefsOfStream(e.ctx, st.ID)
 					for _, r := range refs {
