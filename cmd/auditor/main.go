@@ -115,10 +115,6 @@ func cmdVersion(_ context.Context, e env, args []string) int {
 	return exitOK
 }
 
-func cmdInspect(_ context.Context, e env, args []string) int {
-	return runInspect(args, e.stdout, e.stderr)
-}
-
 func cmdCrashpoints(_ context.Context, e env, _ []string) int {
 	for _, n := range crashpoint.All() {
 		fmt.Fprintln(e.stdout, n)

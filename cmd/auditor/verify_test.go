@@ -85,6 +85,16 @@ func TestRunOnceThenVerify(t *testing.T) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// inspect --key fetches from the store: the flipped object is corrupt
+	// (exit 3), an intact one is valid.
+	if code, out, errOut := runCLI(t, append([]string{"inspect", "--key", keys[1]}, common[4:6]...)...); code != 3 {
+		t.Errorf("inspect --key of the damaged object: exit %d %q %q", code, out, errOut)
+	}
+	if len(keys) > 2 {
+		if code, out, _ := runCLI(t, append([]string{"inspect", "--json", "--key", keys[2]}, common[4:6]...)...); code != 0 || !strings.Contains(out, `"kind": "settled"`) && !strings.Contains(out, `"kind":"settled"`) {
+			t.Errorf("inspect --key of an intact object: exit %d %q", code, out)
+		}
+	}
 	code, stdout, _ = runCLI(t, append([]string{"verify"}, common...)...)
 	if code != exitFindings {
 		t.Fatalf("verify after damage: exit %d, want %d: %s", code, exitFindings, stdout)

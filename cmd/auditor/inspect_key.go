@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nova/auditor/internal/wire"
+	"github.com/nova/auditor/objstore"
+)
+
+// cmdInspect is `auditor inspect FILE` (bundlefmt.Inspect via runInspect),
+// or `auditor inspect --key KEY` without FILE, which fetches the object from
+// the configured store (--fs-root or S3, the storage keys of
+// config.example.yaml): the standard bucket first, then the express set.
+func cmdInspect(ctx context.Context, e env, args []string) int {
+	key, rest, fetch := inspectKeyOnly(args)
+	if !fetch {
+		return runInspect(args, e.stdout, e.stderr)
+	}
+	fs, l := newFlags(e, "inspect")
+	asJSON := fs.Bool("json", false, "print one JSON document instead of the human summary")
+	records := fs.Bool("records", false, "add every record's details")
+	cfg, err := parse(e, fs, l, rest)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	buckets := append([]string{cfg.Bucket}, wire.SlotBuckets(cfg, wire.ClassExpress)...)
+	var obj []byte
+	for _, b := range buckets {
+		a, herr := store.Head(ctx, b, key)
+		if herr == nil {
+			obj, _, err = store.GetRange(ctx, b, key, 0, a.Size)
+			break
+		}
+		err = herr
+		if !errors.Is(herr, objstore.ErrNotFound) {
+			break
+		}
+	}
+	if obj == nil {
+		return exitCode(e, cfg, fmt.Errorf("inspect %s: %w", key, err))
+	}
+	dir, err := os.MkdirTemp("", "nova-inspect")
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "object")
+	if err := os.WriteFile(file, obj, 0o600); err != nil {
+		return exitCode(e, cfg, err)
+	}
+	iargs := []string{"--key", key, file}
+	if *asJSON {
+		iargs = append([]string{"--json"}, iargs...)
+	}
+	if *records {
+		iargs = append([]string{"--records"}, iargs...)
+	}
+	return runInspect(iargs, e.stdout, e.stderr)
+}
+
+// inspectKeyOnly reports whether args name --key and no FILE (every other
+// argument being a flag with its value), returning the key and the rest.
+func inspectKeyOnly(args []string) (key string, rest []string, ok bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--key" || a == "-key":
+			if i+1 >= len(args) {
+				return "", nil, false
+			}
+			key = args[i+1]
+			i++
+		case len(a) > 6 && (a[:6] == "--key=" || a[:5] == "-key="):
+			key = a[len("--key="):]
+			if a[1] != '-' {
+				key = a[len("-key="):]
+			}
+		case a == "--json" || a == "--records" || a == "-json" || a == "-records":
+			rest = append(rest, a)
+		case len(a) > 1 && a[0] == '-':
+			rest = append(rest, a)
+			if !containsEq(a) && i+1 < len(args) {
+				rest = append(rest, args[i+1])
+				i++
+			}
+		default:
+			return "", nil, false // a FILE: the file form
+		}
+	}
+	return key, rest, key != ""
+}
+
+func containsEq(s string) bool {
+	for _, c := range s {
+		if c == '=' {
+			return true
+		}
+	}
+	return false
+}
