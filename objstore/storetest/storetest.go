@@ -34,6 +34,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("List", func(t *testing.T) { t.Parallel(); testList(t, h) })
 	t.Run("AssembleMixes", func(t *testing.T) { t.Parallel(); testAssembleMixes(t, h) })
 	t.Run("AssembleOntoExisting", func(t *testing.T) { t.Parallel(); testAssembleOntoExisting(t, h) })
+	t.Run("AssembleRace", func(t *testing.T) { t.Parallel(); testAssembleRace(t, h) })
 	t.Run("AssembleResume", func(t *testing.T) { t.Parallel(); testAssembleResume(t, h) })
 	t.Run("AssembleSourceChanged", func(t *testing.T) { t.Parallel(); testSourceChanged(t, h) })
 	t.Run("AssembleChecksum", func(t *testing.T) { t.Parallel(); testAssembleChecksum(t, h) })
@@ -361,6 +362,51 @@ func testAssembleOntoExisting(t *testing.T, h Harness) {
 				t.Errorf("second abort: %v", err)
 			}
 		}
+	}
+}
+
+// testAssembleRace: assemblies racing for one key publish exactly one
+// object, the winner's; the losers get ErrExists and abort.
+func testAssembleRace(t *testing.T, h Harness) {
+	s, b, ctx := h.Store, h.NewBucket(t), ctxT(t)
+	srcs := putSources(t, s, b, 12*mib)
+	const racers = 6
+	wants := make([][]byte, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		pieces, want := build(b, srcs, []spec{{0, i, 6 * mib}, {-1, 0, 100 + i}, {0, 7 * mib, 5 * mib}}, true)
+		wants[i] = want
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var res objstore.AssembleResult
+			res, errs[i] = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "race/out", Pieces: pieces,
+				ExpectedCRC32C: objstore.CRC32C(want), HasExpectedCRC32C: true})
+			if errors.Is(errs[i], objstore.ErrExists) && res.UploadID != "" {
+				if err := s.AbortAssembly(ctx, b, "race/out", res.UploadID); err != nil {
+					t.Errorf("racer %d: abort: %v", i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && won >= 0:
+			t.Fatalf("racers %d and %d both published", won, i)
+		case err == nil:
+			won = i
+		case !errors.Is(err, objstore.ErrExists):
+			t.Fatalf("racer %d: %v", i, err)
+		}
+	}
+	if won < 0 {
+		t.Fatal("no racer published")
+	}
+	if got := ReadAll(t, s, b, "race/out"); !bytes.Equal(got, wants[won]) {
+		t.Fatal("the standing object is not the winner's")
 	}
 }
 
