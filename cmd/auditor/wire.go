@@ -16,6 +16,7 @@ import (
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/wire"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/pendingobj"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
@@ -32,6 +33,12 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	store, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
+	}
+	if store, err = probeChecksums(ctx, cfg, store, log); err != nil {
+		return nil, nil, err
+	}
+	if m := storeMetrics(reg); m != nil {
+		store = objstore.Instrument(store, m)
 	}
 	pending, err := openPending(cfg)
 	if err != nil {
@@ -84,6 +91,40 @@ func openStore(ctx context.Context, cfg config.Config) (objstore.Store, error) {
 		return nil, err
 	}
 	return store, nil
+}
+
+// probeChecksums asks an S3 server, under --verify checksum, whether it can
+// check a whole assembled object's CRC-32C (s3store.ProbeChecksum). When it
+// cannot (versitygw 1.8.0 reports the whole source's CRC for a ranged part
+// copy), the store is rebuilt with per-part checksums and read-back
+// verification, so no wrong assembly is ever published.
+func probeChecksums(ctx context.Context, cfg config.Config, store objstore.Store, log *slog.Logger) (objstore.Store, error) {
+	s3, ok := store.(*s3store.Store)
+	if !ok || cfg.Verify != "checksum" {
+		return store, nil
+	}
+	mode, err := s3.ProbeChecksum(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("probe the server's checksum support in bucket %s: %w", cfg.Bucket, err)
+	}
+	if mode == objstore.ChecksumFullObject {
+		return store, nil
+	}
+	log.Warn("the S3 server cannot check full-object CRC-32C of copied parts; verifying assemblies by read-back",
+		"bucket", cfg.Bucket, "mode", string(mode))
+	cfg.Verify = "readback"
+	return openStore(ctx, cfg)
+}
+
+// storeMetrics registers the object-store metrics (requests, bytes by path,
+// fall-throughs, retries) on reg; a registry that already has them (a second
+// wiring in one process) keeps the first.
+func storeMetrics(reg prometheus.Registerer) *objstore.Metrics {
+	m, err := objstore.NewMetrics(reg)
+	if err != nil {
+		return nil
+	}
+	return m
 }
 
 // openPending opens the pending-part sidecar store under --data-dir
