@@ -30,6 +30,7 @@ type env struct {
 	t       testing.TB
 	ctx     context.Context
 	db      *catalog.DB
+	url     string
 	store   objstore.Store
 	std     string
 	express []string
@@ -82,7 +83,8 @@ func backends() []backend {
 func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, sim.Fixture) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := catalog.Open(ctx, testenv.FreshDatabase(t))
+	url := testenv.FreshDatabase(t)
+	db, err := catalog.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, db: db, store: store, std: std, express: express, pending: pending, content: sim.DefaultContent(7)}
+	e := &env{t: t, ctx: ctx, db: db, url: url, store: store, std: std, express: express, pending: pending, content: sim.DefaultContent(7)}
 	if streams == 0 { // the caller writes its own slots
 		if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
 			t.Fatal(err)
@@ -155,6 +157,17 @@ func (e *env) settler(crash func(string)) *settle.Settler {
 		Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour})
+}
+
+// cycleNoFatal runs the settle step once under a fresh lease, returning
+// every error (the lease's included).
+func (e *env) cycleNoFatal(star string) (cycle.Counts, error) {
+	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
+	if err != nil {
+		return cycle.Counts{}, err
+	}
+	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
+	return e.settler(nil).Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 }
 
 // cycle runs the settle step once for star under a fresh lease.
