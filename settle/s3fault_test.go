@@ -1,0 +1,148 @@
+package settle_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/s3store"
+)
+
+// flaky is an http.RoundTripper in front of the real server that injects
+// S3 faults at a rate: 503 SlowDown, a connection reset mid-body, and a 200
+// whose body is an error document.
+type flaky struct {
+	next   http.RoundTripper
+	mu     sync.Mutex
+	rnd    *rand.Rand
+	rate   float64
+	on     atomic.Bool
+	counts [3]atomic.Int64
+}
+
+func (f *flaky) roll() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.on.Load() || f.rnd.Float64() >= f.rate {
+		return -1
+	}
+	return f.rnd.IntN(3)
+}
+
+func (f *flaky) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch f.roll() {
+	case 0:
+		f.counts[0].Add(1)
+		return &http.Response{StatusCode: 503, Status: "503 Slow Down", Request: req, Header: http.Header{},
+			Body: io.NopCloser(strings.NewReader(`<?xml version="1.0"?><Error><Code>SlowDown</Code><Message>slow down</Message></Error>`))}, nil
+	case 1:
+		if req.Method == http.MethodGet {
+			resp, err := f.next.RoundTrip(req)
+			if err != nil {
+				return resp, err
+			}
+			f.counts[1].Add(1)
+			resp.Body = &resetBody{r: resp.Body, left: 3}
+			return resp, nil
+		}
+	case 2:
+		if req.Method == http.MethodPost && strings.Contains(req.URL.RawQuery, "uploadId") {
+			// CompleteMultipartUpload answered 200 with an error body.
+			f.counts[2].Add(1)
+			if req.Body != nil {
+				_, _ = io.Copy(io.Discard, req.Body)
+			}
+			return &http.Response{StatusCode: 200, Status: "200 OK", Request: req, Header: http.Header{},
+				Body: io.NopCloser(strings.NewReader(`<?xml version="1.0"?><Error><Code>InternalError</Code><Message>try again</Message></Error>`))}, nil
+		}
+	}
+	return f.next.RoundTrip(req)
+}
+
+type resetBody struct {
+	r    io.ReadCloser
+	left int
+}
+
+func (b *resetBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errors.New("connection reset by peer (injected)")
+	}
+	b.left--
+	if len(p) > 7 {
+		p = p[:7]
+	}
+	return b.r.Read(p)
+}
+
+func (b *resetBody) Close() error { return b.r.Close() }
+
+// TestS3FaultsDuringSettle settles on versitygw through a transport that
+// injects 503s, resets mid-body and 200-with-error completions; cycles are
+// repeated until they succeed, and the result is exactly right.
+func TestS3FaultsDuringSettle(t *testing.T) {
+	fl := &flaky{next: http.DefaultTransport, rnd: rand.New(rand.NewPCG(9, 9)), rate: 0.25}
+	b := backend{"s3-flaky", func(t testing.TB) (objstore.Store, string, []string) {
+		e := testenv.S3(t)
+		ctx := context.Background()
+		st, err := s3store.New(ctx, objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
+			AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true,
+			HTTPClient: &http.Client{Transport: fl}, MaxAttempts: 3, BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{testenv.BucketName("flaky"), testenv.BucketName("flaky-za"), testenv.BucketName("flaky-zb")}
+		for _, n := range names {
+			if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &n}); err != nil {
+				t.Fatalf("create bucket %s: %v", n, err)
+			}
+		}
+		return st, names[0], names[1:]
+	}}
+	e, _ := newEnv(t, b, 8, 0.25)
+	e.write("s1", 12, sim.Faults{}, 1)
+	e.write("s1-x", 8, sim.Faults{}, 2)
+	fl.on.Store(true)
+	failures := 0
+	for _, star := range []string{"s1", "s1-x"} {
+		for i := 0; ; i++ {
+			_, err := e.cycleNoFatal(star)
+			if err == nil {
+				break
+			}
+			failures++
+			if i > 20 {
+				t.Fatalf("no successful cycle of %s after 20 tries: %v", star, err)
+			}
+		}
+	}
+	fl.on.Store(false)
+	injected := fl.counts[0].Load() + fl.counts[1].Load() + fl.counts[2].Load()
+	if injected == 0 {
+		t.Fatal("no fault was injected")
+	}
+	if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 { // both stars (the table is per star: check each)
+		t.Fatalf("a transient fault quarantined a stream: %+v", q)
+	}
+	if q, _ := e.db.Quarantined(e.ctx, "s1-x"); len(q) != 0 {
+		t.Fatalf("a transient fault quarantined an express stream: %+v", q)
+	}
+	e.checkSettled("s1", "s1-x")
+	if in, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(in) != 0 {
+		t.Errorf("open publish intents: %+v", in)
+	}
+	t.Logf("injected %d 503s, %d resets, %d 200-with-error; %d cycles failed and were retried",
+		fl.counts[0].Load(), fl.counts[1].Load(), fl.counts[2].Load(), failures)
+}
