@@ -72,6 +72,16 @@ func auditorBinary(t *testing.T) string {
 // migratedDB is a fresh, migrated database with star s1.
 func migratedDB(t *testing.T) (string, *catalog.DB) {
 	t.Helper()
+	url, db := migratedDBNoStar(t)
+	if err := db.CreateStar(context.Background(), "s1", catalog.ClassStandard, 1); err != nil {
+		t.Fatal(err)
+	}
+	return url, db
+}
+
+// migratedDBNoStar is a fresh migrated database without the star.
+func migratedDBNoStar(t *testing.T) (string, *catalog.DB) {
+	t.Helper()
 	url := testenv.FreshDatabase(t)
 	if code, out, errs := runCLI(t, "migrate", "--database-url", url); code != 0 {
 		t.Fatalf("migrate: %d %s %s", code, out, errs)
@@ -81,9 +91,6 @@ func migratedDB(t *testing.T) (string, *catalog.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	if err := db.CreateStar(context.Background(), "s1", catalog.ClassStandard, 1); err != nil {
-		t.Fatal(err)
-	}
 	return url, db
 }
 

@@ -12,6 +12,9 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
 )
 
 // Tests that start real `auditor serve` processes against real Postgres.
@@ -85,9 +88,13 @@ func TestServeOneLeaderFailoverOnKillAndHandOverOnTerm(t *testing.T) {
 
 func TestServeTriggerPauseResume(t *testing.T) {
 	t.Parallel()
-	url, db := migratedDB(t)
+	url, db := migratedDBNoStar(t)
+	if _, err := sim.Setup(context.Background(), db, sim.SetupOptions{Star: "s1", Streams: 4, Content: sim.DefaultContent(11)}); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
-	p := startServe(t, "d1", url)
+	root := t.TempDir()
+	p := startServe(t, "d1", url, "--fs-root", root)
 	eventually(t, 5*time.Second, "leads", func() bool { l, live := currentLease(t, db); return live && l.Holder == "d1" })
 	runs := func() []catalog.Run {
 		r, err := db.LastRuns(ctx, "s1", 100)
@@ -121,9 +128,32 @@ func TestServeTriggerPauseResume(t *testing.T) {
 		t.Fatalf("the cycle started %s after the trigger", lat)
 	}
 
-	// trigger --stream: a "stream" cycle (the stream is forced due: the
-	// daemon tests check the steps receive it).
-	id := "0a0b0c0d-0000-4000-8000-000000000001"
+	// trigger --stream: a "stream" cycle that settles that stream although
+	// its data is well inside the 5m linger, and no other stream.
+	fs, err := filestore.New(objstore.FileConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 4,
+		FlightInterval: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	streams, err := db.StreamsOfStar(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target catalog.Stream
+	withData := 0
+	for _, st := range streams {
+		if st.NextRecord > 0 {
+			target = st
+			withData++
+		}
+	}
+	if withData < 2 {
+		t.Fatalf("only %d streams got records", withData)
+	}
+	id := daemon.FormatStream(target.ID)
 	if code, out, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--stream", id, "--wait", "5s"); code != 0 {
 		t.Fatalf("trigger --stream: %d %q %q", code, out, errs)
 	}
@@ -133,6 +163,18 @@ func TestServeTriggerPauseResume(t *testing.T) {
 	})
 	if !p.out.contains(`"kind":"trigger","stream":"` + id + `"`) {
 		t.Fatal("the stream trigger is not in the log")
+	}
+	for _, st := range streams {
+		got, err := db.GetStream(ctx, st.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ID == target.ID && got.SettledThrough != got.NextRecord {
+			t.Fatalf("the triggered stream settled %d of %d", got.SettledThrough, got.NextRecord)
+		}
+		if st.ID != target.ID && got.SettledThrough != 0 {
+			t.Fatalf("stream %x inside its linger was settled", st.ID)
+		}
 	}
 	if code, _, _ := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--stream", "nope"); code != 2 {
 		t.Fatalf("trigger with a bad stream: exit %d", code)
