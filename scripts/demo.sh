@@ -4,7 +4,7 @@
 #  1. a fresh database on the local Postgres (NOVA_DEMO_DATABASE_URL names
 #     another server), migrated;
 #  2. novasim creates a few hundred streams and writes skewed traffic into
-#     the file-backed store under a temporary directory;
+#     the file-backed store under a temporary directory (or versitygw);
 #  3. `auditor run --once` settles every stream;
 #  4. `novasim check` verifies every record, byte for byte;
 #  5. more traffic and a second cycle (tails grow by revision, reaps of the
@@ -12,6 +12,9 @@
 #     and reaps the transit slots and superseded objects; the check again;
 #  6. a summary: streams, records, objects, bytes copied server side versus
 #     fetched, slots reaped, what storage holds, and the time taken.
+#
+# DEMO_STORE=s3 runs the same against versitygw (scripts/services.sh starts
+# it); the default is the file-backed store, needing only Go and Postgres.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -36,12 +39,25 @@ cleanup() {
 trap cleanup EXIT
 
 common=(--database-url "$url" --star demo)
-common+=(--fs-root "$work/store")
-where="the file-backed store at $work/store"
+setup_extra=()
+if [ "${DEMO_STORE:-file}" = s3 ]; then
+	# versitygw, installed and started by scripts/services.sh (left running).
+	envfile=$(scripts/services.sh up)
+	# shellcheck disable=SC1090
+	. "$envfile"
+	export AWS_ACCESS_KEY_ID=$NOVA_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$NOVA_TEST_S3_SECRET_KEY AWS_REGION=us-east-1
+	bucket="nova-demo-$(date +%s)-$$"
+	common+=(--s3-endpoint "$NOVA_TEST_S3_ENDPOINT" --s3-path-style true --bucket "$bucket")
+	setup_extra=(--create-buckets)
+	where="versitygw at $NOVA_TEST_S3_ENDPOINT, bucket $bucket"
+else
+	common+=(--fs-root "$work/store")
+	where="the file-backed store at $work/store"
+fi
 
 echo "demo: database $db, objects in $where"
 bin/auditor migrate --database-url "$url"
-bin/novasim setup "${common[@]}" --streams "$streams" --fence-window 2
+bin/novasim setup "${common[@]}" "${setup_extra[@]}" --streams "$streams" --fence-window 2
 bin/novasim write "${common[@]}" --flights "$flights" --absorb-flights 4 \
 	--fail-failover 0.01 --fail-lost 0.01 --progress none --log-level warn
 echo "demo: settling"
@@ -70,7 +86,7 @@ q "SELECT format('  run %s %s: %s streams, %s published, %s adopted, %s B copied
 	FROM nova.auditor_runs ORDER BY id"
 echo "trim cursor:      $(q "SELECT format('epoch %s seq %s', epoch, seq) FROM nova.trim_cursors")"
 echo "open refs:        $(q 'SELECT count(*) FROM nova.span_refs') (due markers $(q 'SELECT count(*) FROM nova.due_markers'))"
-if true; then
+if [ "${DEMO_STORE:-file}" != s3 ]; then
 	echo "storage holds:    $(find "$work/store" -type f -path '*/stars/*' | wc -l) slot objects, $(find "$work/store" -type f -path '*/streams/*' | wc -l) settled objects, $(du -sh "$work/store" | cut -f1)"
 fi
 printf 'time taken:       %.1fs\n' "$(echo "$end - $start" | bc)"

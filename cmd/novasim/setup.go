@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/internal/wire"
+	"github.com/nova/auditor/objstore"
 )
 
 func cmdSetup(ctx context.Context, e env, args []string) int {
@@ -28,6 +30,7 @@ func cmdSetup(ctx context.Context, e env, args []string) int {
 	shareVar(fs, &o.Content.HeaderShare, "headers", def.HeaderShare, "share of records with headers")
 	shareVar(fs, &o.Content.EmptyShare, "empty-share", def.EmptyShare, "share of records with an empty body")
 	fs.BoolVar(&migrate, "migrate", false, "apply the schema migrations first")
+	createBuckets := fs.Bool("create-buckets", false, "create the standard and express buckets first (S3 or file backend)")
 	cfg, err := parse(e, fs, l, args, "database-url", "star")
 	if err != nil {
 		return exitCode(e, cfg, err)
@@ -35,11 +38,20 @@ func cmdSetup(ctx context.Context, e env, args []string) int {
 	o.Star = cfg.Star
 	o.Content.Seed = seed
 	o.StreamBuckets = strings.Split(buckets, ",")
-	db, _, err := open(ctx, cfg, migrate)
+	db, st, err := open(ctx, cfg, migrate)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
 	defer db.Close()
+	if *createBuckets {
+		store, ok := st.Store.(objstore.Store)
+		if !ok {
+			return exitCode(e, cfg, fmt.Errorf("create buckets: the store %T cannot", st.Store))
+		}
+		if err := wire.CreateBuckets(ctx, cfg, store); err != nil {
+			return exitCode(e, cfg, err)
+		}
+	}
 	fx, err := sim.Setup(ctx, db, o)
 	if err != nil {
 		return exitCode(e, cfg, err)

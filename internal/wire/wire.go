@@ -8,7 +8,12 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/objstore"
@@ -110,6 +115,28 @@ func CreateLocalBuckets(cfg config.Config, store objstore.Store) error {
 	for _, b := range buckets {
 		if err := bc.CreateBucket(b); err != nil {
 			return fmt.Errorf("create bucket %s under %s: %w", b, cfg.FSRoot, err)
+		}
+	}
+	return nil
+}
+
+// CreateBuckets creates the configuration's buckets, standard and express:
+// directories on the file backend, CreateBucket on S3 (a bucket this
+// account already owns is fine). Operators create production buckets; this
+// serves the demo and `novasim setup --create-buckets`.
+func CreateBuckets(ctx context.Context, cfg config.Config, store objstore.Store) error {
+	s3s, ok := store.(*s3store.Store)
+	if !ok {
+		return CreateLocalBuckets(cfg, store)
+	}
+	for _, b := range append([]string{cfg.Bucket}, SlotBuckets(cfg, ClassExpress)...) {
+		_, err := s3s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b)})
+		var apiErr smithy.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode() == "BucketAlreadyOwnedByYou" || apiErr.ErrorCode() == "BucketAlreadyExists") {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("create bucket %s: %w", b, err)
 		}
 	}
 	return nil
