@@ -43,20 +43,25 @@ func TestCrashMatrix(t *testing.T) {
 	table := map[string]string{}
 	t.Cleanup(func() {
 		var b strings.Builder
-		fmt.Fprintf(&b, "\n%-28s %s\n", "crash point", "outcome")
+		fmt.Fprintf(&b, "\n%-28s %-4s %s\n", "crash point (file backend)", "n", "outcome")
 		for _, p := range crashpoint.All() {
-			fmt.Fprintf(&b, "%-28s %s\n", p, table[p])
+			for n := 1; n <= 3; n++ {
+				fmt.Fprintf(&b, "%-28s %-4d %s\n", p, n, table[fmt.Sprintf("%s:%d", p, n)])
+			}
 		}
 		t.Log(b.String())
 	})
 	for _, point := range crashpoint.All() {
-		t.Run(point, func(t *testing.T) {
-			t.Parallel()
-			outcome := crashRun(t, bin, point, fileCrashStore)
-			mu.Lock()
-			table[point] = outcome
-			mu.Unlock()
-		})
+		for n := 1; n <= 3; n++ {
+			armed := fmt.Sprintf("%s:%d", point, n)
+			t.Run(armed, func(t *testing.T) {
+				t.Parallel()
+				outcome := crashRun(t, bin, armed, fileCrashStore)
+				mu.Lock()
+				table[armed] = outcome
+				mu.Unlock()
+			})
+		}
 	}
 }
 
@@ -164,13 +169,15 @@ func crashRun(t *testing.T, bin, point string, open crashStore) string {
 	}
 	// Round 1 settles new streams (fresh objects, multipart when big);
 	// round 2 adds traffic, so tails are rewritten and the first round's
-	// slot reaps fall due. Each round's first cycle is armed; a killed
+	// slot reaps fall due; round 3 reaps the superseded revisions. Each round's first cycle is armed; a killed
 	// cycle is restarted, and two clean cycles must converge.
 	var cursors []pos
 	died := 0
-	for round := uint64(1); round <= 2; round++ {
-		e.write(round, sim.Faults{Failover: 0.05, Lost: 0.05})
-		if round == 2 {
+	for round := uint64(1); round <= 3; round++ {
+		if round < 3 { // round 3: no traffic, only the armed reaps of the old revisions and slots
+			e.write(round, sim.Faults{Failover: 0.05, Lost: 0.05})
+		}
+		if round >= 2 {
 			time.Sleep(1100 * time.Millisecond)
 		}
 		code, out := e.run(point)
@@ -206,7 +213,7 @@ func crashRun(t *testing.T, bin, point string, open crashStore) string {
 	e.checkSettled()
 	e.checkClean()
 	if died > 0 {
-		return fmt.Sprintf("killed in %d of 2 rounds, recovered, invariants hold", died)
+		return fmt.Sprintf("killed in %d of 3 rounds, recovered, invariants hold", died)
 	}
 	return "not reached in this run; invariants hold"
 }
