@@ -192,3 +192,34 @@ func (db *DB) ShiftRefWindow(ctx context.Context, id StreamID, firstRecord, delt
 	}
 	return nil
 }
+
+// DuplicateRef inserts a copy of a span ref at another first record (its
+// slots and windows unchanged): overlapping refs, damage only a broken writer
+// would do, for tests of the auditor's quarantine path.
+func (db *DB) DuplicateRef(ctx context.Context, id StreamID, firstRecord, newFirst int64) error {
+	tag, err := db.pool.Exec(ctx, `INSERT INTO nova.span_refs (stream_id, first_record, record_count, star, class,
+			slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at)
+		SELECT stream_id, $3, record_count, star, class, slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at
+		FROM nova.span_refs WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, newFirst)
+	if err != nil {
+		return fmt.Errorf("duplicate ref %x@%d at %d: %w", id, firstRecord, newFirst, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("duplicate ref %x@%d: %w", id, firstRecord, ErrNotFound)
+	}
+	return nil
+}
+
+// StretchEntry adds delta to a catalog entry's record count, making it
+// overlap what follows it: a broken invariant, for tests of the halt path.
+func (db *DB) StretchEntry(ctx context.Context, id StreamID, firstRecord, delta int64) error {
+	tag, err := db.pool.Exec(ctx, `UPDATE nova.catalog SET record_count = record_count + $3
+		WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, delta)
+	if err != nil {
+		return fmt.Errorf("stretch catalog entry %x@%d: %w", id, firstRecord, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("stretch catalog entry %x@%d: %w", id, firstRecord, ErrNotFound)
+	}
+	return nil
+}

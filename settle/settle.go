@@ -291,6 +291,12 @@ func (s *Settler) loadTail(ctx context.Context, st catalog.Stream) (*Tail, error
 	if err != nil {
 		return nil, err
 	}
+	if last.EndRecord() > st.SettledThrough {
+		// The catalog covers records the stream says are unsettled: entries
+		// overlap what settle would publish next. Never guess: halt.
+		return nil, fmt.Errorf("%w: stream %x: catalog entry [%d, %d) ends past settled_through %d",
+			cycle.ErrHalt, st.ID, last.FirstRecord, last.EndRecord(), st.SettledThrough)
+	}
 	if last.EndRecord() != st.SettledThrough {
 		return nil, nil // retention left a gap: the next object starts a new run
 	}

@@ -458,6 +458,11 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 				e.t.Fatal(err)
 			}
 		}},
+		{"overlapping refs", settle.ClassTiling, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
+			if err := e.db.DuplicateRef(e.ctx, st.ID, ref.FirstRecord, ref.FirstRecord+1); err != nil {
+				e.t.Fatal(err)
+			}
+		}},
 		{"wrong footer window in a ref", settle.ClassCorrupt, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
 			if err := e.db.ShiftRefWindow(e.ctx, st.ID, ref.FirstRecord, 8); err != nil {
 				e.t.Fatal(err)
@@ -566,4 +571,41 @@ func listKeys(e *env) map[string]bool {
 		e.t.Fatal(fmt.Errorf("list: %w", err))
 	}
 	return keys
+}
+
+// TestOverlappingCatalogHalts: a catalog entry that reaches past
+// settled_through (overlapping what settle would publish next) halts the
+// cycle instead of publishing over it.
+func TestOverlappingCatalogHalts(t *testing.T) {
+	e, _ := newEnv(t, backends()[0], 3, 0)
+	e.write("s1", 6, sim.Faults{}, 1)
+	if _, err := e.cycle("s1", e.settler(nil)); err != nil {
+		t.Fatal(err)
+	}
+	e.write("s1", 6, sim.Faults{}, 2)
+	var victim catalog.Stream
+	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+	for _, st := range streams {
+		if st.SettledThrough > 0 && st.NextRecord > st.SettledThrough {
+			victim = st
+		}
+	}
+	if victim.SettledThrough == 0 {
+		t.Skip("no stream got records in both rounds")
+	}
+	entries, _ := e.db.EntriesOfStream(e.ctx, victim.ID)
+	last := entries[len(entries)-1]
+	if err := e.db.StretchEntry(e.ctx, victim.ID, last.FirstRecord, 1); err != nil {
+		t.Fatal(err)
+	}
+	before := listKeys(e)
+	_, err := e.cycle("s1", e.settler(nil))
+	if !cycle.IsHalt(err) {
+		t.Fatalf("overlapping catalog: %v, want a halt", err)
+	}
+	for k := range before {
+		if _, err := e.store.Head(e.ctx, e.std, k); err != nil {
+			t.Errorf("%s was deleted: %v", k, err)
+		}
+	}
 }
