@@ -17,15 +17,7 @@ import (
 func newAdminDB(t *testing.T) (*catalog.DB, *pgx.Conn, context.Context) {
 	t.Helper()
 	ctx := context.Background()
-	url := testenv.FreshDatabase(t)
-	db, err := catalog.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, url := testenv.MigratedDB(t)
 	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -13,16 +13,8 @@ import (
 
 func newDB(t *testing.T) (*catalog.DB, context.Context) {
 	t.Helper()
-	ctx := context.Background()
-	db, err := catalog.Open(ctx, testenv.FreshDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return db, ctx
+	db, _ := testenv.MigratedDB(t)
+	return db, context.Background()
 }
 
 func sid(b byte) catalog.StreamID { return catalog.StreamID{15: b} }

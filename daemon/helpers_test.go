@@ -23,16 +23,8 @@ import (
 // newDB opens a fresh, migrated metastore with one star, "s1".
 func newDB(t *testing.T) (*catalog.DB, string) {
 	t.Helper()
-	url := testenv.FreshDatabase(t)
+	db, url := testenv.MigratedDB(t)
 	ctx := context.Background()
-	db, err := catalog.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -52,16 +52,8 @@ type env struct {
 
 func openDB(t testing.TB) (*catalog.DB, context.Context) {
 	t.Helper()
-	ctx := context.Background()
-	db, err := catalog.Open(ctx, testenv.FreshDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return db, ctx
+	db, _ := testenv.MigratedDB(t)
+	return db, context.Background()
 }
 
 // newEnv is newEnvOn the in-memory store.

@@ -15,15 +15,7 @@ import (
 
 func newTestDB(t testing.TB) *catalog.DB {
 	t.Helper()
-	ctx := context.Background()
-	db, err := catalog.Open(ctx, testenv.FreshDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, _ := testenv.MigratedDB(t)
 	return db
 }
 

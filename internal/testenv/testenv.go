@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nova/auditor/catalog"
 )
 
 // Environment variables written by scripts/services.sh.
@@ -119,4 +121,22 @@ func S3(t testing.TB) S3Env {
 // BucketName returns a unique, valid bucket name with the given short prefix.
 func BucketName(prefix string) string {
 	return prefix + "-" + RandomSuffix(5)
+}
+
+// MigratedDB is FreshDatabase opened through the catalog with every
+// migration applied; it returns the handle (closed when the test ends) and
+// the database's URL (for subprocesses and direct connections).
+func MigratedDB(t testing.TB) (*catalog.DB, string) {
+	t.Helper()
+	url := FreshDatabase(t)
+	ctx := context.Background()
+	db, err := catalog.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("open the test database: %v", err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate the test database: %v", err)
+	}
+	return db, url
 }
