@@ -172,6 +172,26 @@ func (c *footerCache) load(ctx context.Context, class, key string, off, length i
 	if off < bundlefmt.EnvelopeSize+1 || length < 1 {
 		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: fmt.Errorf("ref footer window (%d, %d) is out of range", off, length)}
 	}
+	// The envelope (60 bytes) says the slot is a flight of this key's
+	// epoch and seq, and locates the same footer the ref names: a slot
+	// written under the wrong key is corruption, found before any chunk of
+	// it is copied. One small GET per slot per cycle, like the footer's.
+	env, _, err := c.r.GetRange(ctx, class, key, 0, bundlefmt.EnvelopeSize)
+	if err != nil {
+		return nil, classify(key, fmt.Errorf("read envelope of %s: %w", key, err))
+	}
+	_, epoch, seq, err := bundlefmt.ParseSlotKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("slot key %s: %w", key, err)
+	}
+	ev, err := bundlefmt.ValidateEnvelope(env, bundlefmt.Expect{Key: key, Kind: bundlefmt.KindFlight, Epoch: epoch, Seq: seq, CheckKey: true})
+	if err != nil {
+		return nil, classify(key, err)
+	}
+	if ev.FooterOffset != uint64(off) || ev.FooterLength != uint64(length) {
+		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: fmt.Errorf(
+			"ref footer window (%d, %d), envelope says (%d, %d)", off, length, ev.FooterOffset, ev.FooterLength)}
+	}
 	buf, size, err := c.r.GetRange(ctx, class, key, off, length+bundlefmt.TrailerSize)
 	if err != nil {
 		return nil, classify(key, fmt.Errorf("read footer of %s: %w", key, err))

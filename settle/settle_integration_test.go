@@ -2,11 +2,13 @@ package settle_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -458,6 +460,12 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 				e.t.Fatal(err)
 			}
 		}},
+		{"envelope seq disagrees with the key", settle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+			obj := readSlot(e, key)
+			obj[16]++ // envelope seq, then the envelope CRC made right again: a slot written under the wrong key
+			binary.LittleEndian.PutUint32(obj[56:], bundlefmt.CRC32C(obj[:56]))
+			replaceSlot(e, key, obj)
+		}},
 		{"overlapping refs", settle.ClassTiling, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
 			if err := e.db.DuplicateRef(e.ctx, st.ID, ref.FirstRecord, ref.FirstRecord+1); err != nil {
 				e.t.Fatal(err)
@@ -491,7 +499,8 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 			// refs name the slot (or, for a flipped chunk or a bad ref, only
 			// the victim).
 			affected := map[catalog.StreamID]bool{victim.ID: true}
-			if tc.class == settle.ClassMissing || tc.class == settle.ClassUnsupported || tc.name == "truncated slot" {
+			if tc.class == settle.ClassMissing || tc.class == settle.ClassUnsupported || tc.name == "truncated slot" ||
+				strings.HasPrefix(tc.name, "envelope") {
 				for _, st := range streams {
 					refs, _ := e.db.RefsOfStream(e.ctx, st.ID)
 					for _, r := range refs {
