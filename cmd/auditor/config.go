@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime/debug"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 )
@@ -27,38 +26,15 @@ func buildVersion() string {
 	return "dev"
 }
 
-// errHelp is returned by parse after -h printed the flags (exit 0).
-var errHelp = errors.New("help requested")
-
 // newFlags returns a subcommand's FlagSet with every configuration key bound.
 func newFlags(e env, name string) (*flag.FlagSet, *config.Loader) {
-	fs := flag.NewFlagSet("auditor "+name, flag.ContinueOnError)
-	// The flag package's own messages are discarded: parse reports the error
-	// once, and -h prints the flag list to stderr.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	fs := cli.FlagSet("auditor " + name)
 	return fs, config.Bind(fs, e.getenv)
 }
 
-// parse parses the flags and loads the configuration, requiring the named
-// keys. The returned error is a configuration error (exit 2).
+// parse is cli.Parse with the command's stderr.
 func parse(e env, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(e.stderr)
-			fs.PrintDefaults()
-			return config.Config{}, errHelp
-		}
-		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	cfg, err := l.Load()
-	if err != nil {
-		return cfg, err
-	}
-	return cfg, cfg.Require(require...)
+	return cli.Parse(e.stderr, fs, l, args, require...)
 }
 
 func newLogger(e env, cfg config.Config) (*slog.Logger, error) {

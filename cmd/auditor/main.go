@@ -11,10 +11,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/migrations"
@@ -22,9 +22,9 @@ import (
 
 // Exit codes (DESIGN.md section 8).
 const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
+	exitOK      = cli.ExitOK
+	exitFailure = cli.ExitFailure
+	exitUsage   = cli.ExitUsage
 )
 
 // env is what every subcommand gets from the process.
@@ -64,39 +64,21 @@ func main() {
 
 func dispatch(ctx context.Context, e env, args []string) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(e.stderr, cmds)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+	summaries := make(map[string]string, len(cmds))
+	for n, c := range cmds {
+		summaries[n] = c.summary
 	}
-	c, ok := cmds[args[0]]
+	name, code, ok := cli.Route("auditor", e.stderr, summaries, args)
 	if !ok {
-		fmt.Fprintf(e.stderr, "auditor: unknown command %q\n", args[0])
-		usage(e.stderr, cmds)
-		return exitUsage
+		return code
 	}
-	return c.run(ctx, e, args[1:])
-}
-
-func usage(w io.Writer, cmds map[string]command) {
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	fmt.Fprintln(w, "usage: auditor <command> [flags]   (auditor <command> -h for its flags)")
-	fmt.Fprintln(w, "commands:")
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
-	}
+	return cmds[name].run(ctx, e, args[1:])
 }
 
 // exitCode maps an error to the process exit code and prints it: usage,
 // configuration and schema-version problems are 2, the rest 1.
 func exitCode(e env, cfg config.Config, err error) int {
-	if err == nil || errors.Is(err, errHelp) {
+	if err == nil || errors.Is(err, cli.ErrHelp) {
 		return exitOK
 	}
 	fmt.Fprintf(e.stderr, "auditor: %s\n", cfg.Scrub(err.Error()))

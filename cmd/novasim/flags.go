@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 	"github.com/nova/auditor/internal/sim"
@@ -26,8 +26,6 @@ import (
 var sharedKeys = []string{"database-url", "fs-root", "bucket", "key-prefix", "s3-endpoint", "s3-region",
 	"s3-path-style", "s3-express-buckets", "location", "star", "log-format", "log-level"}
 
-// errHelp is returned by parse after -h printed the flags (exit 0).
-var errHelp = errors.New("help requested")
 
 func notify() <-chan os.Signal {
 	ch := make(chan os.Signal, 2)
@@ -37,32 +35,13 @@ func notify() <-chan os.Signal {
 
 // newFlags returns a subcommand's FlagSet with the shared keys bound.
 func newFlags(e env, name string) (*flag.FlagSet, *config.Loader) {
-	fs := flag.NewFlagSet("novasim "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	fs := cli.FlagSet("novasim " + name)
 	return fs, config.Bind(fs, e.getenv, sharedKeys...)
 }
 
-// parse parses the flags, loads and validates the configuration and checks
-// the required keys; its errors are configuration errors (exit 2).
+// parse is cli.Parse with the command's stderr.
 func parse(e env, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(e.stderr)
-			fmt.Fprintf(e.stderr, "usage of %s:\n", fs.Name())
-			fs.PrintDefaults()
-			return config.Config{}, errHelp
-		}
-		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	cfg, err := l.Load()
-	if err != nil {
-		return cfg, err
-	}
-	return cfg, cfg.Require(require...)
+	return cli.Parse(e.stderr, fs, l, args, require...)
 }
 
 // exitCode reports err (without secrets) and maps it to an exit code.
@@ -70,7 +49,7 @@ func exitCode(e env, cfg config.Config, err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, errHelp):
+	case errors.Is(err, cli.ErrHelp):
 		return exitOK
 	case errors.Is(err, config.ErrConfig), errors.Is(err, sim.ErrUsage), errors.Is(err, catalog.ErrUnreachable),
 		errors.Is(err, migrations.ErrDatabaseBehind), errors.Is(err, migrations.ErrDatabaseNewer):

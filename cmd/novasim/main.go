@@ -29,17 +29,17 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
-	"sort"
+
+	"github.com/nova/auditor/internal/cli"
 )
 
 // Exit codes.
 const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
+	exitOK      = cli.ExitOK
+	exitFailure = cli.ExitFailure
+	exitUsage   = cli.ExitUsage
 )
 
 // env is what every subcommand gets from the process.
@@ -70,30 +70,13 @@ func main() {
 
 func dispatch(ctx context.Context, e env, args []string) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(e.stderr, cmds)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+	summaries := make(map[string]string, len(cmds))
+	for n, c := range cmds {
+		summaries[n] = c.summary
 	}
-	c, ok := cmds[args[0]]
+	name, code, ok := cli.Route("novasim", e.stderr, summaries, args)
 	if !ok {
-		fmt.Fprintf(e.stderr, "novasim: unknown command %q\n", args[0])
-		usage(e.stderr, cmds)
-		return exitUsage
+		return code
 	}
-	return c.run(ctx, e, args[1:])
-}
-
-func usage(w io.Writer, cmds map[string]command) {
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	fmt.Fprintln(w, "usage: novasim <command> [flags]   (novasim <command> -h lists the flags)")
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-6s %s\n", n, cmds[n].summary)
-	}
+	return cmds[name].run(ctx, e, args[1:])
 }
