@@ -26,7 +26,6 @@ import (
 var sharedKeys = []string{"database-url", "fs-root", "bucket", "key-prefix", "s3-endpoint", "s3-region",
 	"s3-path-style", "s3-express-buckets", "location", "star", "log-format", "log-level"}
 
-
 func notify() <-chan os.Signal {
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
