@@ -109,7 +109,17 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}, in.ID, nil
 	}
 	if !errors.Is(err, objstore.ErrExists) {
-		return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
+		// Some servers answer a create-once PUT onto a taken key by closing
+		// the connection before reading the body (versitygw resets a large
+		// PutObject instead of answering 412), and a lost answer may hide
+		// our own success: when the key holds an object now, adopt it.
+		// Never after a checksum failure: those bytes are wrong.
+		if errors.Is(err, objstore.ErrChecksum) {
+			return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
+		}
+		if _, herr := s.d.Store.Head(ctx, s.d.StdBucket, o.Key); herr != nil {
+			return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
+		}
 	}
 	// 412: an earlier attempt completed this key and crashed before its
 	// commit. Adopt the standing bytes, never replace them.
