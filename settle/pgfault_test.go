@@ -55,11 +55,19 @@ func TestPostgresConnectionsKilledMidCycle(t *testing.T) {
 	if kills.Load() == 0 {
 		t.Fatal("no connection was killed: the fault never happened")
 	}
-	// Clean cycles converge.
-	for i := 0; i < 2; i++ {
-		if _, err := e.cycleNoFatal("s1"); err != nil {
-			t.Fatalf("clean cycle %d: %v", i+1, err)
+	// Clean cycles converge. The pool may still hand out a connection the
+	// killer closed: the first statement on it fails (57P01), a transient
+	// error the daemon retries with backoff; so does this test, a little.
+	ok := 0
+	for i := 0; ok < 2; i++ {
+		if i == 5 {
+			t.Fatalf("no two clean cycles in 5 tries")
 		}
+		if _, err := e.cycleNoFatal("s1"); err != nil {
+			t.Logf("clean cycle: %v (retried)", err)
+			continue
+		}
+		ok++
 	}
 	e.checkSettled("s1")
 	for _, kind := range []string{"publish", "reap"} {
