@@ -110,18 +110,7 @@ func (db *DB) GetStar(ctx context.Context, star string) (Star, error) {
 
 // StarEpochs reads a star's epochs in order.
 func (db *DB) StarEpochs(ctx context.Context, star string) ([]StarEpoch, error) {
-	rows, err := db.pool.Query(ctx, `SELECT epoch, started_at, end_seq FROM nova.star_epochs WHERE star = $1 ORDER BY epoch`, star)
-	if err != nil {
-		return nil, fmt.Errorf("read epochs of star %q: %w", star, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StarEpoch, error) {
-		var e StarEpoch
-		return e, r.Scan(&e.Epoch, &e.StartedAt, &e.EndSeq)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read epochs of star %q: %w", star, err)
-	}
-	return out, nil
+	return starEpochs(ctx, db.pool, star)
 }
 
 const streamCols = `stream_id, star, bucket, epoch, class, next_record, low_record, settled_through`
