@@ -147,5 +147,9 @@ func (s *instrumented) ListParts(ctx context.Context, bucket, key, uploadID stri
 	return s.Store.ListParts(s.ctx(ctx), bucket, key, uploadID)
 }
 
+func (s *instrumented) ListAssemblies(ctx context.Context, bucket, key string) ([]string, error) {
+	return s.Store.ListAssemblies(s.ctx(ctx), bucket, key)
+}
+
 // Unwrap returns the wrapped store.
 func (s *instrumented) Unwrap() Store { return s.Store }

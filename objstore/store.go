@@ -56,6 +56,11 @@ type Store interface {
 	// ListParts returns the parts an open upload holds, by part number. An
 	// absent upload is ErrNoUpload.
 	ListParts(ctx context.Context, bucket, key, uploadID string) ([]PartInfo, error)
+
+	// ListAssemblies returns the upload IDs of every open assembly building
+	// exactly key, in no promised order (none: an empty list). Recovery
+	// uses it to find an upload whose ID a crash kept from being recorded.
+	ListAssemblies(ctx context.Context, bucket, key string) ([]string, error)
 }
 
 // Attrs describes a stored object.

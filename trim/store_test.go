@@ -139,6 +139,10 @@ func (m *memStore) ListParts(ctx context.Context, bucket, key, uploadID string) 
 	return nil, objstore.ErrNoUpload
 }
 
+func (m *memStore) ListAssemblies(ctx context.Context, bucket, key string) ([]string, error) {
+	return nil, nil
+}
+
 // faultStore wraps a store with the faults and the audit the reap tests
 // need: buckets that are down (every Delete fails whole, as a zone outage),
 // keys that fail one by one, and a check run on every key before it is

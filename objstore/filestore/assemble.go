@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/nova/auditor/objstore"
 )
@@ -252,4 +253,40 @@ func (s *Store) ListParts(ctx context.Context, bucket, key, uploadID string) ([]
 		return nil, fmt.Errorf("list parts of upload %s: %w", uploadID, err)
 	}
 	return []objstore.PartInfo{{Number: 1, Size: fi.Size(), ETag: etag(fi)}}, nil
+}
+
+// ListAssemblies implements objstore.Store: it reads the key of every
+// upload directory of the bucket.
+func (s *Store) ListAssemblies(ctx context.Context, bucket, key string) ([]string, error) {
+	if _, err := s.Path(bucket, key); err != nil {
+		return nil, err
+	}
+	if err := s.checkBucket(bucket); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(filepath.Join(s.bucketDir(bucket), tmpDirName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list uploads of %s: %w", key, err)
+	}
+	var ids []string
+	for _, e := range ents {
+		id, ok := strings.CutPrefix(e.Name(), "upload-")
+		if !ok || !uploadIDRE.MatchString(id) {
+			continue
+		}
+		k, err := os.ReadFile(filepath.Join(s.uploadDir(bucket, id), "key"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // aborted or completed meanwhile, or created without its key yet
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list uploads of %s: %w", key, err)
+		}
+		if string(k) == key {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }

@@ -403,6 +403,38 @@ func (s *Store) ListParts(ctx context.Context, bucket, key, uploadID string) ([]
 	return parts, err
 }
 
+// ListAssemblies implements objstore.Store.
+func (s *Store) ListAssemblies(ctx context.Context, bucket, key string) ([]string, error) {
+	fk, err := s.fullKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	var keyMarker, idMarker *string
+	for {
+		var out *s3.ListMultipartUploadsOutput
+		err := s.do(ctx, "ListMultipartUploads", func(ctx context.Context) error {
+			var err error
+			out, err = s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{
+				Bucket: &bucket, Prefix: &fk, KeyMarker: keyMarker, UploadIdMarker: idMarker,
+			})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list uploads of %s/%s: %w", bucket, key, mapErr(err, nil))
+		}
+		for _, u := range out.Uploads {
+			if aws.ToString(u.Key) == fk && aws.ToString(u.UploadId) != "" {
+				ids = append(ids, aws.ToString(u.UploadId))
+			}
+		}
+		if !aws.ToBool(out.IsTruncated) || (out.NextKeyMarker == nil && out.NextUploadIdMarker == nil) {
+			return ids, nil
+		}
+		keyMarker, idMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
+}
+
 // listParts also reports the upload's checksum type.
 func (s *Store) listParts(ctx context.Context, bucket, key, uploadID string) ([]objstore.PartInfo, types.ChecksumType, error) {
 	fk, err := s.fullKey(key)

@@ -36,6 +36,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AssembleOntoExisting", func(t *testing.T) { t.Parallel(); testAssembleOntoExisting(t, h) })
 	t.Run("AssembleRace", func(t *testing.T) { t.Parallel(); testAssembleRace(t, h) })
 	t.Run("AssembleResume", func(t *testing.T) { t.Parallel(); testAssembleResume(t, h) })
+	t.Run("ListAssemblies", func(t *testing.T) { t.Parallel(); testListAssemblies(t, h) })
 	t.Run("AssembleSourceChanged", func(t *testing.T) { t.Parallel(); testSourceChanged(t, h) })
 	t.Run("AssembleChecksum", func(t *testing.T) { t.Parallel(); testAssembleChecksum(t, h) })
 }
@@ -459,6 +460,56 @@ func testAssembleResume(t *testing.T, h Harness) {
 	t.Logf("kept %d parts; resume %+v", len(parts), res)
 	if _, err := s.ListParts(ctx, b, "resumed", uploadID); !errors.Is(err, objstore.ErrNoUpload) {
 		t.Errorf("list parts after completion: %v, want ErrNoUpload", err)
+	}
+}
+
+// testListAssemblies: uploads interrupted before their IDs could be
+// recorded are found by key (exactly that key, not keys it prefixes) and
+// disappear when aborted or completed.
+func testListAssemblies(t *testing.T, h Harness) {
+	s, b, ctx := h.Store, h.NewBucket(t), ctxT(t)
+	srcs := putSources(t, s, b, 7*mib)
+	pieces, want := build(b, srcs, []spec{{0, 0, 6 * mib}, {-1, 0, 100}}, true)
+	interrupt := func(key string) string {
+		var id string
+		req := objstore.AssembleRequest{Bucket: b, Key: key, Pieces: pieces, Stager: NewMemStager(),
+			Hooks: objstore.Hooks{
+				UploadCreated: func(u string) error { id = u; return nil },
+				PartDone:      func(int, bool) error { return errCrash },
+			}}
+		if _, err := s.Assemble(ctx, req); !errors.Is(err, errCrash) {
+			t.Fatalf("interrupted assembly of %s: %v, want the crash", key, err)
+		}
+		return id
+	}
+	a1, a2, other := interrupt("lost"), interrupt("lost"), interrupt("lost2")
+	if ids, err := s.ListAssemblies(ctx, b, "nothing-here"); err != nil || len(ids) != 0 {
+		t.Fatalf("assemblies of a key never assembled: %v, %v", ids, err)
+	}
+	ids, err := s.ListAssemblies(ctx, b, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, id := range ids {
+		got[id] = true
+	}
+	if len(ids) != 2 || !got[a1] || !got[a2] || got[other] {
+		t.Fatalf("assemblies of lost: %v, want exactly %s and %s", ids, a1, a2)
+	}
+	if err := s.AbortAssembly(ctx, b, "lost", a1); err != nil {
+		t.Fatal(err)
+	}
+	req := objstore.AssembleRequest{Bucket: b, Key: "lost", Pieces: pieces, Stager: NewMemStager(), UploadID: a2,
+		ExpectedCRC32C: objstore.CRC32C(want), HasExpectedCRC32C: true}
+	if _, err := s.Assemble(ctx, req); err != nil {
+		t.Fatalf("complete the second upload: %v", err)
+	}
+	if ids, err := s.ListAssemblies(ctx, b, "lost"); err != nil || len(ids) != 0 {
+		t.Fatalf("assemblies of lost after abort and completion: %v, %v", ids, err)
+	}
+	if ids, err := s.ListAssemblies(ctx, b, "lost2"); err != nil || len(ids) != 1 || ids[0] != other {
+		t.Fatalf("assemblies of lost2: %v, %v, want [%s]", ids, err, other)
 	}
 }
 
