@@ -75,22 +75,29 @@ type Intent struct {
 	CreatedAt   time.Time
 	ReapAfter   *time.Time
 	Due         bool // reap_after <= now() (reap) or created_at <= now() - grace (publish), by the database clock
+	// Reopened: OpenPublishIntent found the intent already open (an
+	// earlier attempt crashed or failed); that attempt may have created an
+	// upload it could not record.
+	Reopened bool
 }
 
 // OpenPublishIntent commits a publish intent for key before its first byte
 // is written. If one is already open for the key (a crashed earlier
-// attempt), it is returned as it is.
+// attempt), it is returned as it is, marked Reopened.
 func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, key, class string) (Intent, error) {
 	var in Intent
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ($1, 'publish', $2, $3)
 			ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING RETURNING id`, f.Star, key, class).Scan(&in.ID)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		reopened := errors.Is(err, pgx.ErrNoRows)
+		if err != nil && !reopened {
 			return fmt.Errorf("open publish intent for %s: %w", key, err)
 		}
-		return tx.QueryRow(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, false
+		err = tx.QueryRow(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, false
 			FROM nova.orphan_intents WHERE kind = 'publish' AND object_key = $1`, key).
 			Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
+		in.Reopened = reopened
+		return err
 	})
 	return in, err
 }

@@ -57,6 +57,14 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		return nil, 0, err
 	}
 	s.crash("settle.after-intent")
+	if in.Reopened {
+		// The attempt that opened this intent may have created an upload
+		// and died before recording its ID: abort every open upload of
+		// the key but the recorded one, or it would stay open forever.
+		if err := s.abortUploads(ctx, o.Key, in.UploadID); err != nil {
+			return nil, in.ID, err
+		}
+	}
 	req := objstore.AssembleRequest{
 		Bucket:            s.d.StdBucket,
 		Key:               o.Key,
@@ -139,6 +147,24 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	}
 	p.result = res
 	return p, in.ID, nil
+}
+
+// abortUploads aborts every open upload building key except keep.
+func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
+	ids, err := s.d.Store.ListAssemblies(ctx, s.d.StdBucket, key)
+	if err != nil {
+		return fmt.Errorf("find unrecorded uploads of %s: %w", key, err)
+	}
+	for _, id := range ids {
+		if id == keep {
+			continue
+		}
+		if err := s.d.Store.AbortAssembly(ctx, s.d.StdBucket, key, id); err != nil {
+			return fmt.Errorf("abort unrecorded upload of %s: %w", key, err)
+		}
+		s.d.Log.Info("aborted an upload a crash kept from being recorded", "key", key, "upload", id)
+	}
+	return nil
 }
 
 // adopt reads the standing object's trailer and footer and checks it is a

@@ -37,6 +37,10 @@ func (s *Settler) recoverIntents(ctx context.Context, f catalog.Fence) error {
 				return fmt.Errorf("abort stale upload of %s: %w", in.ObjectKey, err)
 			}
 		}
+		// and any upload whose ID a crash kept from being recorded
+		if err := s.abortUploads(ctx, in.ObjectKey, ""); err != nil {
+			return err
+		}
 		if err := s.d.DB.AbandonPublish(ctx, f, in.ID, s.c.ReapGrace); err != nil {
 			return err
 		}

@@ -25,6 +25,7 @@ type Store interface {
 	Head(ctx context.Context, bucket, key string) (objstore.Attrs, error)
 	Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error)
 	AbortAssembly(ctx context.Context, bucket, key, uploadID string) error
+	ListAssemblies(ctx context.Context, bucket, key string) ([]string, error)
 }
 
 // Deps are the settle step's collaborators.

@@ -377,6 +377,84 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 	}
 }
 
+// unrecordedUpload leaves an open multipart upload on key as a process
+// that died between CreateMultipartUpload and recording its ID would.
+func unrecordedUpload(t *testing.T, e *env, key string) string {
+	t.Helper()
+	const srcKey = "scratch/six-mib"
+	src := make([]byte, 6<<20)
+	if err := e.store.PutIfAbsent(e.ctx, e.std, srcKey, src); err != nil && !errors.Is(err, objstore.ErrExists) {
+		t.Fatal(err)
+	}
+	var id string
+	died := errors.New("died")
+	_, err := e.store.Assemble(e.ctx, objstore.AssembleRequest{Bucket: e.std, Key: key,
+		Pieces: []objstore.Piece{{SrcBucket: e.std, SrcKey: srcKey, Len: int64(len(src))}, objstore.DataPiece([]byte("tail"))},
+		Hooks: objstore.Hooks{
+			UploadCreated: func(u string) error { id = u; return nil },
+			PartDone:      func(int, bool) error { return died },
+		}})
+	if !errors.Is(err, died) || id == "" {
+		t.Fatalf("leave an upload open on %s: %v (upload %q)", key, err, id)
+	}
+	return id
+}
+
+// TestUnrecordedUploadsAreAborted: a crash between creating an upload and
+// recording its ID leaves an upload only a listing can find; the restart
+// aborts it, for a live intent (reopened by the next publish) and for a
+// stale one (abandoned by recovery).
+func TestUnrecordedUploadsAreAborted(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 8, sim.Faults{}, 1)
+			hits := 0
+			if _, err := e.cycle("s1", e.settler(crashAt("settle.after-intent", &hits))); err != nil {
+				t.Fatal(err)
+			}
+			open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
+			if hits != 1 || len(open) != 1 || open[0].UploadID != "" {
+				t.Fatalf("after the crash: %d hits, intents %+v", hits, open)
+			}
+			live := open[0].ObjectKey
+			lost := unrecordedUpload(t, e, live)
+
+			// A stale intent (a key no settle can publish again) whose
+			// upload was not recorded either.
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			st := streams[0]
+			stale := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), 1<<40, 0)
+			l, err := e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.db.OpenPublishIntent(e.ctx, l.Fence, stale, catalog.ClassStandard); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.db.ReleaseLease(e.ctx, l.Fence); err != nil {
+				t.Fatal(err)
+			}
+			lostStale := unrecordedUpload(t, e, stale)
+
+			if _, err := e.cycle("s1", e.settler(nil)); err != nil {
+				t.Fatal(err)
+			}
+			for key, id := range map[string]string{live: lost, stale: lostStale} {
+				ids, err := e.store.ListAssemblies(e.ctx, e.std, key)
+				if err != nil || len(ids) != 0 {
+					t.Errorf("uploads open on %s after the restart: %v %v (the lost one was %s)", key, ids, err, id)
+				}
+			}
+			e.checkSettled("s1")
+			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+				t.Fatalf("publish intents left: %+v", open)
+			}
+		})
+	}
+}
+
 func readAll(t testing.TB, e *env, key string) []byte {
 	t.Helper()
 	a, err := e.store.Head(e.ctx, e.std, key)
