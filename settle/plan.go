@@ -34,6 +34,14 @@ type Tail struct {
 	Entries     []bundlefmt.Entry // its chunks, DataOffset from 0
 }
 
+// end is the record after the tail's last.
+func (t *Tail) end() uint64 {
+	if len(t.Entries) == 0 {
+		return t.FirstRecord
+	}
+	return t.Entries[len(t.Entries)-1].EndRecord()
+}
+
 // PlanInput is everything the planner needs for one stream.
 type PlanInput struct {
 	Stream      bundlefmt.StreamID
@@ -128,7 +136,7 @@ func Plan(in PlanInput) ([]Output, error) {
 		outs []building
 	)
 	if t := in.Tail; t != nil {
-		if len(t.Entries) == 0 || t.Entries[len(t.Entries)-1].EndRecord() != in.Chunks[0].Entry.FirstRecord {
+		if len(t.Entries) == 0 || t.end() != in.Chunks[0].Entry.FirstRecord {
 			return nil, fmt.Errorf("%w: tail %s does not end where the new chunks start (%d)", ErrPlan, t.Key, in.Chunks[0].Entry.FirstRecord)
 		}
 		m := MeterAll(t.Entries)

@@ -65,7 +65,10 @@ func (s *Settler) intentLive(ctx context.Context, in catalog.Intent) (bool, erro
 		return false, nil
 	}
 	if k.Revision == 0 {
-		return uint64(st.SettledThrough) == k.FirstRecord, nil
+		// a new run at settled_through, or above it up to low_record where
+		// retention left a gap (what resolve and CommitSettle allow)
+		return uint64(st.SettledThrough) == k.FirstRecord ||
+			(k.FirstRecord > uint64(st.SettledThrough) && k.FirstRecord <= uint64(st.LowRecord)), nil
 	}
 	last, err := s.d.DB.LastEntry(ctx, st.ID)
 	if errors.Is(err, catalog.ErrNotFound) {

@@ -205,6 +205,12 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		return counts, err
 	}
 	chunks := res.Chunks
+	if tail != nil && chunks[0].Entry.FirstRecord != tail.end() {
+		// Retention made the first live chunk start above settled_through
+		// (resolve allows that gap only up to low_record): the standing
+		// tail is dead and the next object starts a new run.
+		tail = nil
+	}
 	for len(chunks) > 0 {
 		outs, err := Plan(PlanInput{Stream: bundlefmt.StreamID(st.ID), Bucket: st.Bucket, StreamEpoch: uint64(st.Epoch),
 			Tail: tail, Chunks: chunks, CapBytes: s.c.CapBytes, TargetBytes: s.c.TargetBytes})
