@@ -31,6 +31,8 @@ type Config struct {
 	S3Endpoint       string
 	S3Region         string
 	S3PathStyle      bool
+	S3AttemptTimeout time.Duration
+	S3MaxAttempts    int64
 	S3ExpressBuckets []ZoneBucket
 	Location         string
 	FSRoot           string
@@ -172,6 +174,8 @@ var keys = []key{
 	stringKey("s3-endpoint", "S3 endpoint URL (empty: the SDK default for the region)", "", func(c *Config) *string { return &c.S3Endpoint }),
 	stringKey("s3-region", "S3 region", "us-east-1", func(c *Config) *string { return &c.S3Region }),
 	boolKey("s3-path-style", "path-style S3 addressing", "false", func(c *Config) *bool { return &c.S3PathStyle }),
+	durationKey("s3-attempt-timeout", "deadline of one S3 request attempt (a stalled request is retried)", "2m", func(c *Config) *time.Duration { return &c.S3AttemptTimeout }),
+	intKey("s3-max-attempts", "attempts per S3 request before the cycle gives up on it", "6", func(c *Config) *int64 { return &c.S3MaxAttempts }),
 	{name: "s3-express-buckets", usage: "express bucket set: zone=bucket,... (one directory bucket per zone)", def: "",
 		set: func(c *Config, v string) error {
 			zb, err := ParseExpressBuckets(v)

@@ -86,6 +86,8 @@ func TestBadConfigurationNamesTheField(t *testing.T) {
 		{"renew not below ttl", []string{"--lease-ttl", "10s", "--lease-renew", "10s"}, nil, "", "lease-renew"},
 		{"cap zero", []string{"--denorm-output-cap-mib", "0"}, nil, "", "denorm-output-cap-mib"},
 		{"bad verify", []string{"--verify", "hope"}, nil, "", "verify"},
+		{"zero attempt timeout", []string{"--s3-attempt-timeout", "0s"}, nil, "", "s3-attempt-timeout"},
+		{"no attempts", nil, map[string]string{"NOVA_AUDITOR_S3_MAX_ATTEMPTS": "0"}, "", "s3-max-attempts"},
 		{"bad log format", []string{"--log-format", "xml"}, nil, "", "log-format"},
 		{"bad key prefix", []string{"--key-prefix", "nova"}, nil, "", "key-prefix"},
 		{"both stores", []string{"--fs-root", "/tmp/x", "--s3-endpoint", "http://127.0.0.1:1"}, nil, "", "fs-root"},

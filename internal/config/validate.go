@@ -79,10 +79,13 @@ func (c Config) Validate() error {
 		add("denorm-chunk-target-kib", "%d must be between 1 and the output cap (%d KiB)", c.DenormChunkTargetKiB, c.DenormOutputCapMiB*1024)
 	}
 	for name, v := range map[string]int64{"settle-max-streams": c.SettleMaxStreams, "settle-max-bytes": c.SettleMaxBytes,
-		"settle-concurrency": c.SettleConcurrency, "copy-concurrency": c.CopyConcurrency} {
+		"settle-concurrency": c.SettleConcurrency, "copy-concurrency": c.CopyConcurrency, "s3-max-attempts": c.S3MaxAttempts} {
 		if v < 1 {
 			add(name, "%d must be at least 1", v)
 		}
+	}
+	if c.S3AttemptTimeout <= 0 {
+		add("s3-attempt-timeout", "%s must be positive", c.S3AttemptTimeout)
 	}
 	if c.Verify != "checksum" && c.Verify != "readback" {
 		add("verify", "%q must be checksum or readback", c.Verify)

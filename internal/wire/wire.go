@@ -40,6 +40,9 @@ func Store(ctx context.Context, cfg config.Config) (objstore.Store, error) {
 		PathStyle: cfg.S3PathStyle,
 		KeyPrefix: cfg.KeyPrefix,
 		Checksum:  objstore.ChecksumFullObject,
+
+		AttemptTimeout: cfg.S3AttemptTimeout,
+		MaxAttempts:    int(cfg.S3MaxAttempts),
 	}
 	if cfg.CopyConcurrency > 0 {
 		s3cfg.CopyConcurrency = int(cfg.CopyConcurrency)
