@@ -368,3 +368,47 @@ func (db *DB) ReleaseQuarantine(ctx context.Context, star string, id StreamID) (
 	}
 	return tag.RowsAffected() > 0, nil
 }
+
+// Overlap is two catalog entries of a stream that cover a record twice.
+type Overlap struct {
+	Stream              StreamID
+	PrevFirst, PrevEnd  int64
+	First, End, Settled int64
+}
+
+func (o *Overlap) String() string {
+	return fmt.Sprintf("stream %x: catalog entries [%d, %d) and [%d, %d) overlap (settled_through %d)",
+		o.Stream, o.PrevFirst, o.PrevEnd, o.First, o.End, o.Settled)
+}
+
+// FirstOverlap checks the catalog tiling of the given streams in one
+// statement (an index scan of their entries): it returns the first pair of
+// entries that cover a record twice, or an entry that ends past its
+// stream's settled_through; nil when every stream tiles. DESIGN.md section
+// 5: either is a broken invariant, and the cycle halts on it.
+func (db *DB) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	uuids := make([]string, len(ids))
+	for i, id := range ids {
+		uuids[i] = fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
+	}
+	var o Overlap
+	err := db.pool.QueryRow(ctx, `SELECT c.stream_id, coalesce(c.prev_first, -1), coalesce(c.prev_end, -1), c.first_record, c.first_record + c.record_count, s.settled_through
+		FROM (SELECT stream_id, first_record, record_count,
+				lag(first_record) OVER w AS prev_first, lag(first_record + record_count) OVER w AS prev_end
+			FROM nova.catalog WHERE stream_id = ANY($1::uuid[])
+			WINDOW w AS (PARTITION BY stream_id, epoch ORDER BY first_record)) c
+		JOIN nova.streams s USING (stream_id)
+		WHERE c.first_record < c.prev_end OR c.first_record + c.record_count > s.settled_through
+		ORDER BY c.stream_id, c.first_record LIMIT 1`, uuids).
+		Scan(&o.Stream, &o.PrevFirst, &o.PrevEnd, &o.First, &o.End, &o.Settled)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check the catalog tiling of %d streams: %w", len(ids), err)
+	}
+	return &o, nil
+}

@@ -85,6 +85,24 @@ func (s *Settler) crash(name string) {
 	}
 }
 
+// checkTiling halts the cycle before anything is written when the catalog
+// of a stream about to be settled covers a record twice, anywhere in the
+// stream (DESIGN.md section 5): settle never guesses which entry is right.
+func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) error {
+	ids := make([]catalog.StreamID, len(due))
+	for i, ds := range due {
+		ids[i] = ds.Stream
+	}
+	o, err := s.d.DB.FirstOverlap(ctx, ids)
+	if err != nil {
+		return err
+	}
+	if o != nil {
+		return fmt.Errorf("%w: %s", cycle.ErrHalt, o)
+	}
+	return nil
+}
+
 // sourceBucket is the bucket an assembly copies a source of a class from.
 func (s *Settler) sourceBucket(class string) string {
 	if class == catalog.ClassExpress && len(s.d.ExpressBuckets) > 0 {
@@ -103,6 +121,9 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	}
 	due, err := s.d.DB.DueStreams(ctx, f.Star, s.c.Policy, opts.Streams, s.c.MaxStreams)
 	if err != nil {
+		return total, err
+	}
+	if err := s.checkTiling(ctx, due); err != nil {
 		return total, err
 	}
 	fc := newFooterCache(s.d.Reader, s.c.FooterCacheBytes)

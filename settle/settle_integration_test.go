@@ -746,36 +746,63 @@ func listKeys(e *env) map[string]bool {
 // TestOverlappingCatalogHalts: a catalog entry that reaches past
 // settled_through (overlapping what settle would publish next) halts the
 // cycle instead of publishing over it.
+// TestOverlappingCatalogHalts: a catalog that covers a record twice, at
+// the stream's tail or anywhere before it, halts the cycle before anything
+// is written or deleted.
 func TestOverlappingCatalogHalts(t *testing.T) {
-	e, _ := newEnv(t, backends()[0], 3, 0)
-	e.write("s1", 6, sim.Faults{}, 1)
-	if _, err := e.cycle("s1", e.settler(nil)); err != nil {
-		t.Fatal(err)
-	}
-	e.write("s1", 6, sim.Faults{}, 2)
-	var victim catalog.Stream
-	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-	for _, st := range streams {
-		if st.SettledThrough > 0 && st.NextRecord > st.SettledThrough {
-			victim = st
-		}
-	}
-	if victim.SettledThrough == 0 {
-		t.Skip("no stream got records in both rounds")
-	}
-	entries, _ := e.db.EntriesOfStream(e.ctx, victim.ID)
-	last := entries[len(entries)-1]
-	if err := e.db.StretchEntry(e.ctx, victim.ID, last.FirstRecord, 1); err != nil {
-		t.Fatal(err)
-	}
-	before := listKeys(e)
-	_, err := e.cycle("s1", e.settler(nil))
-	if !cycle.IsHalt(err) {
-		t.Fatalf("overlapping catalog: %v, want a halt", err)
-	}
-	for k := range before {
-		if _, err := e.store.Head(e.ctx, e.std, k); err != nil {
-			t.Errorf("%s was deleted: %v", k, err)
-		}
+	for _, where := range []string{"tail", "middle"} {
+		t.Run(where, func(t *testing.T) {
+			e, _ := newEnv(t, backends()[0], 3, 0)
+			e.write("s1", 12, sim.Faults{}, 1)
+			if _, err := e.cycle("s1", e.settler(nil)); err != nil {
+				t.Fatal(err)
+			}
+			e.write("s1", 6, sim.Faults{}, 2)
+			var victim catalog.Stream
+			var entries []catalog.Entry
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			for _, st := range streams {
+				ents, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+				if st.NextRecord > st.SettledThrough && len(ents) > len(entries) {
+					victim, entries = st, ents
+				}
+			}
+			if len(entries) < 2 {
+				t.Fatalf("no due stream with two catalog entries: %+v", streams)
+			}
+			stretch := entries[len(entries)-1]
+			if where == "middle" {
+				stretch = entries[0]
+			}
+			if err := e.db.StretchEntry(e.ctx, victim.ID, stretch.FirstRecord, 1); err != nil {
+				t.Fatal(err)
+			}
+			before := listKeys(e)
+			settledBefore := victim.SettledThrough
+			_, err := e.cycle("s1", e.settler(nil))
+			if !cycle.IsHalt(err) {
+				t.Fatalf("overlapping catalog: %v, want a halt", err)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("%x", victim.ID)) {
+				t.Errorf("the halt does not name the stream: %v", err)
+			}
+			after := listKeys(e)
+			for k := range before {
+				if !after[k] {
+					t.Errorf("%s was deleted", k)
+				}
+			}
+			for k := range after {
+				if !before[k] {
+					t.Errorf("%s was written by a halted cycle", k)
+				}
+			}
+			streams, _ = e.db.StreamsOfStar(e.ctx, "s1")
+			for _, st := range streams {
+				if st.ID == victim.ID && st.SettledThrough != settledBefore {
+					t.Errorf("settled_through moved from %d to %d", settledBefore, st.SettledThrough)
+				}
+			}
+		})
 	}
 }
