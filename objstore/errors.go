@@ -44,6 +44,19 @@ type TransientError struct {
 func (e *TransientError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *TransientError) Unwrap() error { return e.Err }
 
+// SourceError is a failure to read one piece's source during an assembly
+// (a ranged GET of it, or a server-side copy out of it that failed for a
+// reason other than the upload itself). A caller that holds the same bytes
+// under the same key in another bucket (an express slot in another zone)
+// may assemble again from there.
+type SourceError struct {
+	Bucket, Key string
+	Err         error
+}
+
+func (e *SourceError) Error() string { return e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
+
 // IsRetryable reports whether err is worth retrying later with the same
 // arguments: a transient failure, a deadline, or a DeleteError whose every
 // failure is transient. Not-found, exists, source-changed, checksum and

@@ -100,16 +100,38 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	if s.d.Pending != nil {
 		req.Stager = &partStager{store: s.d.Pending, intent: in.ID, key: o.Key}
 	}
-	for _, p := range o.Pieces {
-		req.Pieces = append(req.Pieces, objstore.Piece{SrcBucket: s.sourceBucket(p.Src.Class), SrcKey: p.Src.Key,
-			Off: int64(p.Off), Len: int64(p.Len), CRC32C: p.CRC32C, HasCRC32C: true})
+	pieces := func() []objstore.Piece {
+		out := make([]objstore.Piece, 0, len(o.Pieces)+1)
+		for _, p := range o.Pieces {
+			out = append(out, objstore.Piece{SrcBucket: s.sourceBucket(p.Src.Class), SrcKey: p.Src.Key,
+				Off: int64(p.Off), Len: int64(p.Len), CRC32C: p.CRC32C, HasCRC32C: true})
+		}
+		return append(out, objstore.DataPiece(o.Footer.Bytes))
 	}
-	req.Pieces = append(req.Pieces, objstore.DataPiece(o.Footer.Bytes))
+	req.Pieces = pieces()
 	res, err := s.d.Store.Assemble(ctx, req)
-	if errors.Is(err, objstore.ErrNoUpload) && req.UploadID != "" {
-		// The recorded upload is gone: it completed (and the object stands:
-		// the fresh attempt gets 412 and adopts it) or was aborted.
-		req.UploadID = ""
+	for again := true; again; {
+		var se *objstore.SourceError
+		switch {
+		case errors.Is(err, objstore.ErrNoUpload) && req.UploadID != "":
+			// The recorded upload is gone: it completed (and the object
+			// stands: the fresh attempt gets 412 and adopts it) or was
+			// aborted.
+			req.UploadID = ""
+		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && s.sourceFailed(se.Bucket):
+			// An express zone failed as a copy source (down, or missing
+			// its copy of the slot): the same bytes are under the same
+			// key in the next zone. The upload and its parts are kept.
+			s.d.Log.Warn("express zone failed as a copy source; assembling from the next zone",
+				"key", o.Key, "bucket", se.Bucket, "err", err)
+			if res.UploadID != "" {
+				req.UploadID = res.UploadID
+			}
+			req.Pieces = pieces()
+		default:
+			again = false
+			continue
+		}
 		res, err = s.d.Store.Assemble(ctx, req)
 	}
 	if err == nil {

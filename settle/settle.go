@@ -58,6 +58,9 @@ type Config struct {
 type Settler struct {
 	d Deps
 	c Config
+
+	zonesMu sync.Mutex
+	down    map[string]bool // express buckets that failed as a copy source this cycle
 }
 
 var _ cycle.Step = (*Settler)(nil)
@@ -103,17 +106,55 @@ func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) erro
 	return nil
 }
 
-// sourceBucket is the bucket an assembly copies a source of a class from.
+// sourceBucket is the bucket an assembly copies a source of a class from:
+// for an express slot, the first bucket of the express set (the local zone
+// first) that has not failed as a source during this cycle.
 func (s *Settler) sourceBucket(class string) string {
-	if class == catalog.ClassExpress && len(s.d.ExpressBuckets) > 0 {
-		return s.d.ExpressBuckets[0]
+	if class != catalog.ClassExpress || len(s.d.ExpressBuckets) == 0 {
+		return s.d.StdBucket
 	}
-	return s.d.StdBucket
+	s.zonesMu.Lock()
+	defer s.zonesMu.Unlock()
+	for _, b := range s.d.ExpressBuckets {
+		if !s.down[b] {
+			return b
+		}
+	}
+	return s.d.ExpressBuckets[len(s.d.ExpressBuckets)-1]
+}
+
+// sourceFailed records that an express bucket failed as a copy source (a
+// down zone, or a missing copy of a slot) and reports whether another
+// bucket of the set is left to try, as DESIGN.md section 6 reads fall
+// through. A failure of any other bucket leaves nothing to try.
+func (s *Settler) sourceFailed(bucket string) bool {
+	s.zonesMu.Lock()
+	defer s.zonesMu.Unlock()
+	express := false
+	for _, b := range s.d.ExpressBuckets {
+		express = express || b == bucket
+	}
+	if !express {
+		return false
+	}
+	if s.down == nil {
+		s.down = map[string]bool{}
+	}
+	s.down[bucket] = true
+	for _, b := range s.d.ExpressBuckets {
+		if !s.down[b] {
+			return true
+		}
+	}
+	return false
 }
 
 // Run recovers open publish intents, then settles the due streams.
 func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	var total cycle.Counts
+	s.zonesMu.Lock()
+	s.down = nil // a zone that failed last cycle is tried first again
+	s.zonesMu.Unlock()
 	if !opts.DryRun {
 		if err := s.recoverIntents(ctx, f); err != nil {
 			return total, err

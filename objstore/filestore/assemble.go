@@ -192,16 +192,17 @@ func (s *Store) fill(ctx context.Context, path string, req objstore.AssembleRequ
 }
 
 func (s *Store) copyPiece(dst *os.File, p objstore.Piece) error {
+	srcErr := func(err error) error { return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey, Err: err} }
 	src, fi, err := s.open(p.SrcBucket, p.SrcKey)
 	if err != nil {
-		return err
+		return srcErr(err)
 	}
 	defer src.Close()
 	if p.SrcETag != "" && etag(fi) != p.SrcETag {
-		return objstore.ErrSourceChanged
+		return srcErr(objstore.ErrSourceChanged)
 	}
 	if p.Off+p.Len > fi.Size() {
-		return fmt.Errorf("source has %d bytes: %w", fi.Size(), objstore.ErrInvalidRange)
+		return srcErr(fmt.Errorf("source has %d bytes: %w", fi.Size(), objstore.ErrInvalidRange))
 	}
 	return copyRange(dst, src, p.Off, p.Len)
 }

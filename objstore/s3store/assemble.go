@@ -364,7 +364,8 @@ func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, erro
 			rng := fmt.Sprintf("bytes=%d-%d", off, off+seg.Len-1)
 			got, _, err := a.s.getRange(gctx, p.SrcBucket, a.s.cfg.KeyPrefix+p.SrcKey, rng, p.SrcETag, off, seg.Len, false, dst)
 			if err != nil {
-				return fmt.Errorf("fetch %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))
+				return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
+					Err: fmt.Errorf("fetch %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))}
 			}
 			a.fetched.Add(int64(len(got)))
 			if int64(len(got)) != seg.Len {
@@ -417,7 +418,11 @@ func (a *assembly) copyPart(ctx context.Context, part objstore.Part) (partState,
 		return nil
 	})
 	if err != nil {
-		return st, fmt.Errorf("copy %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))
+		err = fmt.Errorf("copy %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))
+		if !errors.Is(err, objstore.ErrNoUpload) {
+			err = &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey, Err: err}
+		}
+		return st, err
 	}
 	a.copied.Add(seg.Len)
 	return st, nil

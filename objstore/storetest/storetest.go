@@ -534,8 +534,24 @@ func testSourceChanged(t *testing.T, h Harness) {
 		if !errors.Is(err, objstore.ErrSourceChanged) {
 			t.Fatalf("%s: assembly with a stale pin: %v, want ErrSourceChanged", name, err)
 		}
+		var se *objstore.SourceError
+		if !errors.As(err, &se) || se.Bucket != b || se.Key != srcs[0].key {
+			t.Errorf("%s: stale pin: %v is not a SourceError naming %s/%s", name, err, b, srcs[0].key)
+		}
 		if res.UploadID != "" {
 			if err := s.AbortAssembly(ctx, b, "stale/"+name, res.UploadID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a source that is not there at all: a SourceError naming it (a
+		// caller with another copy of it may assemble from there)
+		pieces[0].SrcETag, pieces[0].SrcKey = "", "no/such/source"
+		res, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "nosource/" + name, Pieces: pieces})
+		if !errors.As(err, &se) || se.Key != "no/such/source" || se.Bucket != b {
+			t.Errorf("%s: missing source: %v, want a SourceError naming it", name, err)
+		}
+		if res.UploadID != "" {
+			if err := s.AbortAssembly(ctx, b, "nosource/"+name, res.UploadID); err != nil {
 				t.Fatal(err)
 			}
 		}
