@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -220,6 +221,31 @@ func (db *DB) StretchEntry(ctx context.Context, id StreamID, firstRecord, delta 
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("stretch catalog entry %x@%d: %w", id, firstRecord, ErrNotFound)
+	}
+	return nil
+}
+
+// SkipGrace moves a star's reap clocks back by d, as if d had passed: slot
+// reaps and reap intents fall due d earlier, and publish intents look d
+// older. Tests use it to make the grace end exactly between two cycles,
+// whatever the cycles' own speed; the auditor never calls it.
+func (db *DB) SkipGrace(ctx context.Context, star string, d time.Duration) error {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("skip grace of star %q: %w", star, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, q := range []string{
+		`UPDATE nova.slot_reaps SET reap_after = reap_after - $2::interval WHERE star = $1`,
+		`UPDATE nova.orphan_intents SET reap_after = reap_after - $2::interval WHERE star = $1 AND reap_after IS NOT NULL`,
+		`UPDATE nova.orphan_intents SET created_at = created_at - $2::interval WHERE star = $1`,
+	} {
+		if _, err := tx.Exec(ctx, q, star, d); err != nil {
+			return fmt.Errorf("skip grace of star %q: %w", star, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("skip grace of star %q: %w", star, err)
 	}
 	return nil
 }

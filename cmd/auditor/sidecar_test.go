@@ -29,15 +29,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 	}
 	ctx := context.Background()
 	s3env := testenv.S3(t)
-	url := testenv.FreshDatabase(t)
-	db, err := catalog.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, url := testenv.MigratedDB(t)
 	st, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3env.Endpoint, Region: s3env.Region, PathStyle: true,
 		AccessKey: s3env.AccessKey, SecretKey: s3env.SecretKey, Checksum: objstore.ChecksumParts})
 	if err != nil {
