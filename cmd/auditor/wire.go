@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -46,7 +48,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	}
 	express := wire.SlotBuckets(cfg, wire.ClassExpress)
 	settler := settle.New(settle.Deps{
-		DB: db, Store: store, Reader: classReader{store: store, cfg: cfg},
+		DB: db, Store: store, Reader: &classReader{store: store, cfg: cfg},
 		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending,
 		Log: log.With("step", "settle"), Metrics: settle.NewMetrics(reg), Crash: crash.Func(),
 	}, settle.Config{
@@ -143,14 +145,60 @@ func openPending(cfg config.Config) (*pendingobj.Store, error) {
 
 // classReader reads slots of a class from its buckets in read-preference
 // order (the local zone's express bucket first), falling through to the
-// next on a miss or a server error.
+// next on a miss or a server error. A bucket that failed with anything but
+// a miss is tried last for zoneHoldOff: during a zone outage each read
+// pays the down zone's retries once, not once per slot.
 type classReader struct {
 	store objstore.Store
 	cfg   config.Config
+	now   func() time.Time // nil: time.Now
+
+	mu        sync.Mutex
+	downUntil map[string]time.Time
 }
 
-func (r classReader) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
+// zoneHoldOff is how long a failed bucket goes to the back of the order.
+const zoneHoldOff = 30 * time.Second
+
+func (r *classReader) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// order returns the class's buckets, those not held off first.
+func (r *classReader) order(class string) []string {
 	buckets := wire.SlotBuckets(r.cfg, class)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock()
+	var up, held []string
+	for _, b := range buckets {
+		if now.Before(r.downUntil[b]) {
+			held = append(held, b)
+		} else {
+			up = append(up, b)
+		}
+	}
+	return append(up, held...)
+}
+
+func (r *classReader) failed(bucket string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok {
+		delete(r.downUntil, bucket)
+		return
+	}
+	if r.downUntil == nil {
+		r.downUntil = map[string]time.Time{}
+	}
+	r.downUntil[bucket] = r.clock().Add(zoneHoldOff)
+}
+
+func (r *classReader) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
+	buckets := r.order(class)
 	if len(buckets) == 0 {
 		return nil, 0, fmt.Errorf("read %s: no bucket configured for class %s", key, class)
 	}
@@ -159,14 +207,19 @@ func (r classReader) GetRange(ctx context.Context, class, key string, off, n int
 	for _, b := range buckets {
 		data, size, err := r.store.GetRange(ctx, b, key, off, n)
 		if err == nil {
+			if len(buckets) > 1 {
+				r.failed(b, true)
+			}
 			return data, size, nil
 		}
 		errs = append(errs, fmt.Errorf("bucket %s: %w", b, err))
-		if errors.Is(err, objstore.ErrNotFound) {
-			missing++
-		}
 		if ctx.Err() != nil {
 			break
+		}
+		if errors.Is(err, objstore.ErrNotFound) {
+			missing++
+		} else if len(buckets) > 1 {
+			r.failed(b, false)
 		}
 	}
 	if missing == len(buckets) {
