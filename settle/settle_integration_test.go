@@ -125,7 +125,7 @@ func (e *env) storage() sim.Storage {
 func (e *env) write(star string, flights int64, faults sim.Faults, session uint64) {
 	e.t.Helper()
 	if _, err := sim.Write(e.ctx, e.db, e.storage(), sim.WriteOptions{Star: star, Flights: flights, FlightBytes: 64 << 10,
-		FlightInterval: time.Millisecond, AbsorbFlights: 3, Faults: faults, Session: session}); err != nil {
+		FlightInterval: time.Minute, AbsorbFlights: 3, Faults: faults, Session: session}); err != nil {
 		e.t.Fatalf("write %s: %v", star, err)
 	}
 }

@@ -134,8 +134,8 @@ func TestServeTriggerPauseResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 4,
-		FlightInterval: time.Millisecond}); err != nil {
+	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 4, FlightBytes: 64 << 10,
+		FlightInterval: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	streams, err := db.StreamsOfStar(ctx, "s1")

@@ -42,8 +42,8 @@ func TestRunOnceThenVerify(t *testing.T) {
 	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 6, Content: sim.DefaultContent(3)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 8,
-		FlightInterval: time.Millisecond}); err != nil {
+	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 8, FlightBytes: 64 << 10,
+		FlightInterval: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	common := []string{"--star", "s1", "--database-url", url, "--fs-root", root, "--data-dir", filepath.Join(root, "data")}

@@ -91,7 +91,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := sim.Write(ctx, db, sim.Storage{Store: direct, Standard: std, Express: []string{za, zb}},
-		sim.WriteOptions{Star: "s1-x", Flights: 12, FlightBytes: 128 << 10, FlightInterval: time.Millisecond,
+		sim.WriteOptions{Star: "s1-x", Flights: 12, FlightBytes: 128 << 10, FlightInterval: time.Minute,
 			Faults: sim.Faults{Failover: 0.05}, Session: 1}); err != nil {
 		t.Fatal(err)
 	}
