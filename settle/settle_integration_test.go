@@ -565,9 +565,13 @@ func TestStaleTokenStopsTheCycle(t *testing.T) {
 	if _, err := e.db.AcquireLease(e.ctx, "s1", "new", time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	before := listKeys(e)
 	_, err = e.settler(nil).Run(e.ctx, l.Fence, cycle.Options{})
 	if !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("run with a stale token: %v", err)
+	}
+	if after := listKeys(e); len(after) != len(before) {
+		t.Fatalf("a stale leader wrote objects: %d keys before, %d after", len(before), len(after))
 	}
 	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 	for _, st := range streams {
@@ -627,6 +631,12 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 			binary.LittleEndian.PutUint32(obj[56:], bundlefmt.CRC32C(obj[:56]))
 			replaceSlot(e, key, obj)
 		}},
+		{"envelope epoch disagrees with the key", settle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+			obj := readSlot(e, key)
+			obj[8]++ // envelope slot epoch (CRC made right again)
+			binary.LittleEndian.PutUint32(obj[56:], bundlefmt.CRC32C(obj[:56]))
+			replaceSlot(e, key, obj)
+		}},
 		{"overlapping refs", settle.ClassTiling, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
 			if err := e.db.DuplicateRef(e.ctx, st.ID, ref.FirstRecord, ref.FirstRecord+1); err != nil {
 				e.t.Fatal(err)
@@ -674,7 +684,7 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 				}
 			}
 			tc.damage(e, victim, ref, key)
-			before := listKeys(e)
+			before := contents(e)
 			c, err := e.cycle("s1", e.settler(nil))
 			if err != nil {
 				t.Fatal(err)
@@ -691,9 +701,10 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 			if want := e.streamsWithData("s1") - int64(len(affected)); c.StreamsSettled != want {
 				t.Fatalf("settled %d streams, want %d", c.StreamsSettled, want)
 			}
-			for k := range before {
-				if _, err := e.store.Head(e.ctx, e.std, k); err != nil {
-					t.Errorf("%s was deleted: %v", k, err)
+			after := contents(e)
+			for k, crc := range before {
+				if got, ok := after[k]; !ok || got != crc {
+					t.Errorf("%s was deleted or replaced (present %v)", k, ok)
 				}
 			}
 			for _, st := range streams {
@@ -733,6 +744,15 @@ func replaceSlot(e *env, key string, obj []byte) {
 	if err := e.store.PutIfAbsent(e.ctx, e.std, key, obj); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// contents maps every key of the standard bucket to its bytes' CRC.
+func contents(e *env) map[string]uint32 {
+	out := map[string]uint32{}
+	for k := range listKeys(e) {
+		out[k] = bundlefmt.CRC32C(readAll(e.t, e, k))
+	}
+	return out
 }
 
 func listKeys(e *env) map[string]bool {

@@ -197,6 +197,7 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 			t.Fatalf("armed cycle of round %d: exit %d: %s", round, code, out)
 		}
 		e.snapshot()
+		e.checkReferenced()
 		cursors = append(cursors, e.cursor())
 		// Restart (the same holder identity, as a restarted pod, takes its
 		// lease back at once with a higher token).
@@ -205,15 +206,22 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 				t.Fatalf("restart cycle %d of round %d: exit %d: %s", i+1, round, code, out)
 			}
 			e.snapshot()
+			e.checkReferenced()
 			cursors = append(cursors, e.cursor())
 		}
+		// Converged within the two cycles: everything settled, no publish
+		// left open.
 		e.checkSettled()
+		if in, err := e.db.Intents(e.ctx, "s1", "publish", 0); err != nil || len(in) != 0 {
+			t.Fatalf("round %d: publish intents open after two clean cycles: %+v %v", round, in, err)
+		}
 	}
 	e.skipGrace()
 	if code, out := e.run(""); code != 0 {
 		t.Fatalf("cycle after the grace: exit %d: %s", code, out)
 	}
 	e.snapshot()
+	e.checkReferenced()
 	cursors = append(cursors, e.cursor())
 	for i := 1; i < len(cursors); i++ {
 		if cursors[i].less(cursors[i-1]) {
@@ -347,7 +355,10 @@ func (e *crashEnv) checkSettled() {
 	if !rep.OK() {
 		e.t.Fatalf("novasim check: %+v", rep)
 	}
-	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	if err != nil || len(streams) == 0 {
+		e.t.Fatalf("streams: %d, %v", len(streams), err)
+	}
 	for _, st := range streams {
 		if st.SettledThrough != st.NextRecord {
 			e.t.Fatalf("stream %x not converged: settled %d of %d", st.ID, st.SettledThrough, st.NextRecord)
@@ -366,14 +377,7 @@ func (e *crashEnv) checkClean() {
 	if ents, _ := os.ReadDir(filepath.Join(e.root, "data", "pending")); len(ents) != 0 {
 		e.t.Errorf("%d files left in the pending directory", len(ents))
 	}
-	referenced := map[string]bool{}
-	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-	for _, st := range streams {
-		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
-		for _, en := range entries {
-			referenced[bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))] = true
-		}
-	}
+	referenced := e.catalogKeys()
 	if s3s, ok := e.fs.(*s3store.Store); ok {
 		out, err := s3s.Client().ListMultipartUploads(e.ctx, &s3.ListMultipartUploadsInput{Bucket: &e.bucket})
 		if err != nil {
@@ -383,10 +387,61 @@ func (e *crashEnv) checkClean() {
 			e.t.Errorf("%d multipart uploads left open", len(out.Uploads))
 		}
 	}
-	_ = e.fs.List(e.ctx, e.bucket, "buckets/", func(key string, _ int64) error {
+	err := e.fs.List(e.ctx, e.bucket, "buckets/", func(key string, _ int64) error {
 		if !referenced[key] {
 			e.t.Errorf("stray settled object %s", key)
 		}
 		return nil
 	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// catalogKeys is the key of every catalog entry of the star.
+func (e *crashEnv) catalogKeys() map[string]bool {
+	keys := map[string]bool{}
+	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, st := range streams {
+		entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, en := range entries {
+			keys[bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))] = true
+		}
+	}
+	return keys
+}
+
+// checkReferenced: nothing the catalog or a live ref names is missing, in
+// any state (right after a kill too): every catalog entry's object and
+// every slot a remaining span ref names exists.
+func (e *crashEnv) checkReferenced() {
+	for key := range e.catalogKeys() {
+		if _, err := e.fs.Head(e.ctx, e.bucket, key); err != nil {
+			e.t.Fatalf("cataloged object %s: %v", key, err)
+		}
+	}
+	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, st := range streams {
+		refs, err := e.db.RefsOfStream(e.ctx, st.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, r := range refs {
+			for _, sl := range r.Slots {
+				key := bundlefmt.SlotKey("s1", uint64(sl.Epoch), uint64(sl.Seq))
+				if _, err := e.fs.Head(e.ctx, e.bucket, key); err != nil {
+					e.t.Fatalf("slot %s named by a live ref of stream %x: %v", key, st.ID, err)
+				}
+			}
+		}
+	}
 }
