@@ -18,6 +18,7 @@ import (
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/settle"
 )
 
 // flaky is an http.RoundTripper in front of the real server that injects
@@ -30,6 +31,9 @@ type flaky struct {
 	rate   float64
 	on     atomic.Bool
 	counts [3]atomic.Int64
+	// first: the first completion or part copy while on always gets the
+	// 200-with-error (the rate alone may miss the few there are)
+	first atomic.Bool
 }
 
 func (f *flaky) roll() int {
@@ -42,7 +46,13 @@ func (f *flaky) roll() int {
 }
 
 func (f *flaky) RoundTrip(req *http.Request) (*http.Response, error) {
-	switch f.roll() {
+	complete := req.Method == http.MethodPost && strings.Contains(req.URL.RawQuery, "uploadId")
+	copyPart := req.Method == http.MethodPut && req.Header.Get("X-Amz-Copy-Source") != ""
+	fault := f.roll()
+	if (complete || copyPart) && f.on.Load() && f.first.CompareAndSwap(false, true) {
+		fault = 2
+	}
+	switch fault {
 	case 0:
 		f.counts[0].Add(1)
 		return &http.Response{StatusCode: 503, Status: "503 Slow Down", Request: req, Header: http.Header{},
@@ -58,8 +68,9 @@ func (f *flaky) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 	case 2:
-		if req.Method == http.MethodPost && strings.Contains(req.URL.RawQuery, "uploadId") {
-			// CompleteMultipartUpload answered 200 with an error body.
+		if complete || copyPart {
+			// CompleteMultipartUpload or UploadPartCopy answered 200 with
+			// an error body (S3 does that once it has started the reply).
 			f.counts[2].Add(1)
 			if req.Body != nil {
 				_, _ = io.Copy(io.Discard, req.Body)
@@ -99,7 +110,7 @@ func TestS3FaultsDuringSettle(t *testing.T) {
 		ctx := context.Background()
 		st, err := s3store.New(ctx, objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
 			AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true,
-			HTTPClient: &http.Client{Transport: fl}, MaxAttempts: 3, BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+			HTTPClient: &http.Client{Transport: fl}, MaxAttempts: 3, PartSize: 10 << 20, BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,11 +125,21 @@ func TestS3FaultsDuringSettle(t *testing.T) {
 	e, _ := newEnv(t, b, 8, 0.25)
 	e.write("s1", 12, sim.Faults{}, 1)
 	e.write("s1-x", 8, sim.Faults{}, 2)
+	// Big flights too, settled under a 16 MiB cap: multipart uploads with
+	// parts copied server side and gathered parts, so completions and part
+	// copies meet the faults as well as PUTs and GETs.
+	if _, err := sim.Write(e.ctx, e.db, e.storage(), sim.WriteOptions{Star: "s1", Flights: 3, FlightBytes: 10 << 20,
+		FlightInterval: time.Minute, Session: 3}); err != nil {
+		t.Fatal(err)
+	}
+	big := settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
+		Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10000, MaxBytes: 1 << 40,
+		Concurrency: 3, ReapGrace: time.Hour})
 	fl.on.Store(true)
 	failures := 0
 	for _, star := range []string{"s1", "s1-x"} {
 		for i := 0; ; i++ {
-			_, err := e.cycleNoFatal(star)
+			_, err := e.cycleWith(star, big)
 			if err == nil {
 				break
 			}
@@ -129,9 +150,17 @@ func TestS3FaultsDuringSettle(t *testing.T) {
 		}
 	}
 	fl.on.Store(false)
-	injected := fl.counts[0].Load() + fl.counts[1].Load() + fl.counts[2].Load()
-	if injected == 0 {
-		t.Fatal("no fault was injected")
+	for i, what := range []string{"503 SlowDown", "reset mid-body", "200 with an error body"} {
+		if fl.counts[i].Load() == 0 {
+			t.Errorf("no %s was injected", what)
+		}
+	}
+	open, err := e.store.(*s3store.Store).Client().ListMultipartUploads(e.ctx, &s3.ListMultipartUploadsInput{Bucket: &e.std})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(open.Uploads) != 0 {
+		t.Errorf("%d multipart uploads left open", len(open.Uploads))
 	}
 	if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 { // both stars (the table is per star: check each)
 		t.Fatalf("a transient fault quarantined a stream: %+v", q)

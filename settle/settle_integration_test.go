@@ -164,12 +164,17 @@ func (e *env) settler(crash func(string)) *settle.Settler {
 // cycleNoFatal runs the settle step once under a fresh lease, returning
 // every error (the lease's included).
 func (e *env) cycleNoFatal(star string) (cycle.Counts, error) {
+	return e.cycleWith(star, e.settler(nil))
+}
+
+// cycleWith runs s once for star under a fresh lease, returning every error.
+func (e *env) cycleWith(star string, s *settle.Settler) (cycle.Counts, error) {
 	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
 	if err != nil {
 		return cycle.Counts{}, err
 	}
 	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
-	return e.settler(nil).Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
+	return s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 }
 
 // cycle runs the settle step once for star under a fresh lease.
