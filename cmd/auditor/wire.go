@@ -67,7 +67,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	}
 	td := trim.Deps{DB: db, Store: store, StdBucket: cfg.Bucket, ExpressBuckets: express,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
-	tc := trim.Config{ReapGrace: cfg.ReapGrace}
+	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize)}
 	retention, err := trim.NewRetention(td, tc)
 	if err != nil {
 		return nil, nil, err

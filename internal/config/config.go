@@ -56,6 +56,7 @@ type Config struct {
 	CopyConcurrency      int64
 	Verify               string
 	ReapGrace            time.Duration
+	ReapBatchSize        int64
 	LogFormat            string
 	LogLevel             string
 }
@@ -206,6 +207,7 @@ var keys = []key{
 	intKey("copy-concurrency", "parts copied or uploaded at once per object", "4", func(c *Config) *int64 { return &c.CopyConcurrency }),
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),
+	intKey("reap-batch-size", "most keys per DeleteObjects request and rows per retention or reap transaction (1-1000)", "1000", func(c *Config) *int64 { return &c.ReapBatchSize }),
 	stringKey("log-format", "auto (tint on a terminal, JSON otherwise), text or json", "auto", func(c *Config) *string { return &c.LogFormat }),
 	stringKey("log-level", "debug, info, warn or error", "info", func(c *Config) *string { return &c.LogLevel }),
 }

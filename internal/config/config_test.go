@@ -88,6 +88,7 @@ func TestBadConfigurationNamesTheField(t *testing.T) {
 		{"bad verify", []string{"--verify", "hope"}, nil, "", "verify"},
 		{"zero attempt timeout", []string{"--s3-attempt-timeout", "0s"}, nil, "", "s3-attempt-timeout"},
 		{"no attempts", nil, map[string]string{"NOVA_AUDITOR_S3_MAX_ATTEMPTS": "0"}, "", "s3-max-attempts"},
+		{"reap batch over the S3 limit", []string{"--reap-batch-size", "1001"}, nil, "", "reap-batch-size"},
 		{"bad log format", []string{"--log-format", "xml"}, nil, "", "log-format"},
 		{"bad key prefix", []string{"--key-prefix", "nova"}, nil, "", "key-prefix"},
 		{"both stores", []string{"--fs-root", "/tmp/x", "--s3-endpoint", "http://127.0.0.1:1"}, nil, "", "fs-root"},

@@ -84,6 +84,9 @@ func (c Config) Validate() error {
 			add(name, "%d must be at least 1", v)
 		}
 	}
+	if c.ReapBatchSize < 1 || c.ReapBatchSize > 1000 {
+		add("reap-batch-size", "%d must be between 1 and 1000 (the DeleteObjects limit)", c.ReapBatchSize)
+	}
 	if c.S3AttemptTimeout <= 0 {
 		add("s3-attempt-timeout", "%s must be positive", c.S3AttemptTimeout)
 	}
