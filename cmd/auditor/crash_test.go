@@ -149,10 +149,9 @@ type crashEnv struct {
 	seen        map[string]uint32 // every settled object's CRC as first seen
 }
 
-// crashRun runs three rounds of traffic, each with its first cycle armed at
-// point, restarts after every kill, and checks the invariants; it returns
-// how many armed cycles were killed.
-func crashRun(t *testing.T, bin, point string, open crashStore) int {
+// newCrashEnv is a fresh database with a star of streams, a store, and the
+// flags that point the auditor binary at both.
+func newCrashEnv(t *testing.T, bin string, open crashStore) *crashEnv {
 	ctx := context.Background()
 	db, url := testenv.MigratedDB(t)
 	root := t.TempDir()
@@ -170,6 +169,14 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: streams, FenceWindow: 2, Content: sim.DefaultContent(5)}); err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+// crashRun runs three rounds of traffic, each with its first cycle armed at
+// point, restarts after every kill, and checks the invariants; it returns
+// how many armed cycles were killed.
+func crashRun(t *testing.T, bin, point string, open crashStore) int {
+	e := newCrashEnv(t, bin, open)
 	// Round 1 settles new streams (fresh objects, multipart when big);
 	// round 2 adds traffic, so tails are rewritten and the first round's
 	// slot reaps fall due; round 3 reaps the superseded revisions. Each round's first cycle is armed; a killed

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -10,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,9 +39,38 @@ type zoneProxy struct {
 	refused  atomic.Int64
 	stalled  atomic.Int64
 	stallFor time.Duration
+
+	// rate: the share of all requests answered 503 SlowDown, and of GETs
+	// whose body is cut mid-way (while flaky is set)
+	rate          float64
+	flaky         atomic.Bool
+	mu            sync.Mutex
+	rnd           *rand.Rand
+	slowDowns     atomic.Int64
+	resets        atomic.Int64
+	resetsPending sync.Map // *http.Request -> true: cut this response's body
+}
+
+func (p *zoneProxy) roll() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rnd.Float64()
 }
 
 func (p *zoneProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.flaky.Load() {
+		switch x := p.roll(); {
+		case x < p.rate:
+			p.slowDowns.Add(1)
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>slow down (injected)</Message></Error>`)
+			return
+		case x < 1.5*p.rate && r.Method == http.MethodGet:
+			p.resets.Add(1)
+			p.resetsPending.Store(r, true)
+		}
+	}
 	if p.down.Load() && (r.URL.Path == "/"+p.bucket || strings.HasPrefix(r.URL.Path, "/"+p.bucket+"/")) {
 		p.refused.Add(1)
 		w.Header().Set("Content-Type", "application/xml")
@@ -80,8 +113,8 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	target, _ := url.Parse(s3e.Endpoint)
-	zp := &zoneProxy{proxy: httputil.NewSingleHostReverseProxy(target), bucket: za, stallFor: 3 * time.Second}
+	zp := newZoneProxy(t, s3e.Endpoint)
+	zp.bucket, zp.stallFor = za, 3*time.Second
 	srv := httptest.NewServer(zp)
 	defer srv.Close()
 
@@ -183,4 +216,115 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 	}
 	t.Logf("zone a refused %d requests, %d GETs stalled past the deadline; %d slots reaped from zone a after it came back",
 		zp.refused.Load(), zp.stalled.Load(), allA)
+}
+
+// newZoneProxy proxies to the S3 server at endpoint; a response whose
+// request was marked for a reset has its body cut after a few bytes (the
+// client sees the connection drop mid-body).
+func newZoneProxy(t *testing.T, endpoint string) *zoneProxy {
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &zoneProxy{proxy: httputil.NewSingleHostReverseProxy(target), rnd: rand.New(rand.NewPCG(7, 7))}
+	p.proxy.ModifyResponse = func(resp *http.Response) error {
+		if _, cut := p.resetsPending.LoadAndDelete(resp.Request); cut {
+			resp.Body = &cutBody{r: resp.Body, left: 5}
+		}
+		return nil
+	}
+	return p
+}
+
+type cutBody struct {
+	r    io.ReadCloser
+	left int
+}
+
+func (b *cutBody) Read(q []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errors.New("connection reset (injected)")
+	}
+	if len(q) > b.left {
+		q = q[:b.left]
+	}
+	n, err := b.r.Read(q)
+	b.left -= n
+	return n, err
+}
+
+func (b *cutBody) Close() error { return b.r.Close() }
+
+// TestFullCycleUnderS3Faults runs whole cycles of the real binary (settle,
+// retention, trim, reap) through a proxy that answers 15% of requests 503
+// SlowDown and cuts 7.5% of GET bodies mid-way, with two attempts per
+// request, so some cycles fail part-way and the next ones carry on. Cycles
+// are repeated until one succeeds; then the crash matrix's invariants must
+// hold in every state, and after the grace nothing is left over.
+func TestFullCycleUnderS3Faults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	bin := auditorBinary(t)
+	var fp *zoneProxy
+	e := newCrashEnv(t, bin, func(t *testing.T, root string) (objstore.Store, []string, []string, int64, string) {
+		st, flags, env, flightBytes, capMiB := s3CrashStore(t, root)
+		fp = newZoneProxy(t, testenv.S3(t).Endpoint)
+		fp.rate = 0.15
+		srv := httptest.NewServer(fp)
+		t.Cleanup(srv.Close)
+		bucket := flags[len(flags)-1]
+		return st, []string{"--s3-endpoint", srv.URL, "--s3-path-style", "true", "--s3-max-attempts", "2",
+			"--s3-attempt-timeout", "5s", "--bucket", bucket}, env, flightBytes, capMiB
+	})
+	failed := 0
+	var cursors []pos
+	untilOK := func(what string) {
+		t.Helper()
+		for i := 0; i < 15; i++ {
+			code, out := e.run("")
+			e.snapshot()
+			e.checkReferenced()
+			cursors = append(cursors, e.cursor())
+			if code == 0 {
+				return
+			}
+			if code != exitFailure {
+				t.Fatalf("%s: exit %d: %s", what, code, out)
+			}
+			failed++
+		}
+		t.Fatalf("%s: no successful cycle in 15 tries", what)
+	}
+	fp.flaky.Store(true)
+	for round := uint64(1); round <= 3; round++ {
+		if round < 3 {
+			e.write(round, sim.Faults{Failover: 0.05, Lost: 0.05})
+		}
+		if round == 2 {
+			e.retentionMove()
+		}
+		e.skipGrace()
+		untilOK(fmt.Sprintf("round %d", round))
+		untilOK(fmt.Sprintf("round %d, second cycle", round))
+		e.checkSettled()
+	}
+	fp.flaky.Store(false)
+	e.skipGrace()
+	untilOK("after the grace, faults off")
+	for i := 1; i < len(cursors); i++ {
+		if cursors[i].less(cursors[i-1]) {
+			t.Fatalf("trim cursor moved backwards: %v", cursors)
+		}
+	}
+	e.checkSettled()
+	e.checkClean()
+	if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 {
+		t.Fatalf("transient faults quarantined streams: %+v", q)
+	}
+	if fp.slowDowns.Load() == 0 || fp.resets.Load() == 0 {
+		t.Fatalf("faults not exercised: %d 503s, %d resets", fp.slowDowns.Load(), fp.resets.Load())
+	}
+	t.Logf("%d 503s and %d cut bodies injected; %d cycles failed part-way and the next carried on",
+		fp.slowDowns.Load(), fp.resets.Load(), failed)
 }
