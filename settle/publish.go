@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -145,7 +146,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		// our own success: when the key holds an object now, adopt it.
 		// Never after a checksum failure: those bytes are wrong.
 		if errors.Is(err, objstore.ErrChecksum) {
-			return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
+			return nil, in.ID, s.blame(ctx, o, err)
 		}
 		if _, herr := s.d.Store.Head(ctx, s.d.StdBucket, o.Key); herr != nil {
 			return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
@@ -169,6 +170,41 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	}
 	p.result = res
 	return p, in.ID, nil
+}
+
+// blameWindow bounds the bytes blame holds at once.
+const blameWindow = 8 << 20
+
+// blame turns an assembly's checksum failure into a quarantine that names
+// the damaged slot. A gathered piece's failure names its source already;
+// a whole-object check (server side, read-back, or the file backend) cannot
+// say which piece was wrong, so each source range is read back in windows
+// and checked against the CRC its entries give. Only when every piece
+// checks out (or cannot be read) is the output key named instead.
+func (s *Settler) blame(ctx context.Context, o Output, err error) error {
+	var se *objstore.SourceError
+	if errors.As(err, &se) {
+		return classify(se.Key, err)
+	}
+	table := crc32.MakeTable(crc32.Castagnoli)
+pieces:
+	for _, p := range o.Pieces {
+		var crc uint32
+		for off := uint64(0); off < p.Len; off += blameWindow {
+			n := min(blameWindow, p.Len-off)
+			data, _, rerr := s.d.Reader.GetRange(ctx, p.Src.Class, p.Src.Key, int64(p.Off+off), int64(n))
+			if rerr != nil || uint64(len(data)) != n {
+				continue pieces // cannot tell from here
+			}
+			crc = crc32.Update(crc, table, data)
+		}
+		if crc != p.CRC32C {
+			return &QuarantineError{SlotKey: p.Src.Key, Class: ClassChecksum,
+				Err: fmt.Errorf("bytes [%d, +%d) of %s: CRC-32C %08x, its entries say %08x (assembling %s: %w)",
+					p.Off, p.Len, p.Src.Key, crc, p.CRC32C, o.Key, err)}
+		}
+	}
+	return classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
 }
 
 // abortUploads aborts every open upload building key except keep.

@@ -372,7 +372,8 @@ func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, erro
 				return fmt.Errorf("fetch %s/%s [%d,+%d): source ends early: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.ErrInvalidRange)
 			}
 			if seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C && objstore.CRC32C(got) != p.CRC32C {
-				return fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.CRC32C(got), p.CRC32C, objstore.ErrChecksum)
+				return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
+					Err: fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.CRC32C(got), p.CRC32C, objstore.ErrChecksum)}
 			}
 			return nil
 		})
