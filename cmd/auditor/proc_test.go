@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -112,7 +113,10 @@ func startServe(t *testing.T, name, dbURL string, extra ...string) *proc {
 	t.Helper()
 	args := []string{"serve", "--star", "s1", "--database-url", dbURL, "--holder", name,
 		"--http-addr", "127.0.0.1:0", "--lease-ttl", "2s", "--lease-renew", "500ms", "--schedule", "@every 1h",
-		"--log-format", "json", "--log-level", "debug", "--fs-root", t.TempDir(), "--data-dir", t.TempDir()}
+		"--log-format", "json", "--log-level", "debug", "--data-dir", t.TempDir()}
+	if !slices.Contains(extra, "--s3-endpoint") {
+		args = append(args, "--fs-root", t.TempDir())
+	}
 	cmd := exec.Command(auditorBinary(t), append(args, extra...)...)
 	out := &lineLog{t: t, name: name, addr: make(chan string, 1)}
 	cmd.Stdout, cmd.Stderr = out, out
