@@ -158,8 +158,24 @@ func (s *Store) createUpload(dir, key string) error {
 	return syncDir(filepath.Dir(dir))
 }
 
-// fill (re)writes the upload's data file from the pieces and syncs it.
+// fill (re)writes the upload's data file from the pieces and syncs it. It
+// writes a fresh file and renames it over data, never truncating data in
+// place: a crash between publishing (data hard-linked to the key) and
+// removing the upload leaves data and the published object one inode, and
+// a resumed upload must not rewrite the published bytes (it then meets the
+// taken key and reports ErrExists).
 func (s *Store) fill(ctx context.Context, path string, req objstore.AssembleRequest, res *objstore.AssembleResult) (err error) {
+	next := path + ".next"
+	if err := s.fillFile(ctx, next, req, res); err != nil {
+		return err
+	}
+	if err := os.Rename(next, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func (s *Store) fillFile(ctx context.Context, path string, req objstore.AssembleRequest, res *objstore.AssembleResult) (err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err

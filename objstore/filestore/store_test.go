@@ -159,3 +159,48 @@ func TestCrashLeftovers(t *testing.T) {
 		t.Errorf("abort of a malformed upload ID: %v", err)
 	}
 }
+
+// TestResumeAfterPublishBeforeCleanup: a crash between hard-linking the
+// upload's data into place and removing the upload leaves the upload open
+// with its data file being the published object. Resuming it (with other
+// bytes, as a re-planned publish would) must not touch the published
+// object: the key is taken, ErrExists.
+func TestResumeAfterPublishBeforeCleanup(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, err := New(objstore.FileConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateBucket("b"); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	_, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: "b", Key: "k", Pieces: []objstore.Piece{objstore.DataPiece([]byte("published bytes"))},
+		Hooks: objstore.Hooks{UploadCreated: func(u string) error { id = u; return nil }, PartDone: func(int, bool) error { return errors.New("crash") }}})
+	if err == nil || id == "" {
+		t.Fatalf("no interrupted upload: %v", err)
+	}
+	dst, err := s.Path("b", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// what publish did just before the crash
+	if err := s.publish("b", filepath.Join(s.uploadDir("b", id), "data"), dst); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: "b", Key: "k", UploadID: id,
+		Pieces: []objstore.Piece{objstore.DataPiece([]byte("other"))}})
+	if !errors.Is(err, objstore.ErrExists) {
+		t.Fatalf("resume onto the published key: %v, want ErrExists", err)
+	}
+	if got, _ := os.ReadFile(dst); string(got) != "published bytes" {
+		t.Fatalf("the published object now holds %q", got)
+	}
+	if err := s.AbortAssembly(ctx, "b", "k", id); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(dst); string(got) != "published bytes" {
+		t.Fatalf("abort changed the published object: %q", got)
+	}
+}
