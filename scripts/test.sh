@@ -6,8 +6,11 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-started=0
-if [ ! -f .run/services.env ]; then started=1; fi
+# Stop afterwards what this run starts: everything, unless versitygw was
+# already running (make services-up); a leftover env file of a run that was
+# interrupted does not count.
+started=1
+if [ -f .run/versitygw.pid ] && kill -0 "$(cat .run/versitygw.pid)" 2>/dev/null; then started=0; fi
 envfile=$(scripts/services.sh up)
 if [ "$started" = 1 ]; then trap 'scripts/services.sh down' EXIT; fi
 # shellcheck disable=SC1090
