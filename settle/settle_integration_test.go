@@ -295,42 +295,63 @@ func TestSettleEveryShape(t *testing.T) {
 }
 
 func TestSettleGrowsTailsByRevision(t *testing.T) {
-	b := backends()[0]
-	e, _ := newEnv(t, b, 6, 0)
-	for round := uint64(1); round <= 3; round++ {
-		e.write("s1", 6, sim.Faults{}, round)
-		if _, err := e.cycle("s1", e.settler(nil)); err != nil {
-			t.Fatal(err)
-		}
-		e.checkSettled("s1")
-	}
-	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-	maxRev := int32(0)
-	for _, st := range streams {
-		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
-		for _, en := range entries {
-			maxRev = max(maxRev, en.Revision)
-		}
-	}
-	if maxRev < 1 {
-		t.Fatal("no tail was rewritten at a new revision")
-	}
-	reaps, err := e.db.Intents(e.ctx, "s1", "reap", 0)
-	if err != nil || len(reaps) == 0 {
-		t.Fatalf("no reap armed for superseded revisions: %v", err)
-	}
-	for _, r := range reaps {
-		k, err := bundlefmt.ParseSettledKey(r.ObjectKey)
-		if err != nil {
-			t.Fatalf("reap of a non-settled key %s", r.ObjectKey)
-		}
-		if r.Due {
-			t.Errorf("reap of %s due before its grace", r.ObjectKey)
-		}
-		// The superseded object still stands (reaped only after the grace).
-		if _, err := e.store.Head(e.ctx, e.std, r.ObjectKey); err != nil {
-			t.Errorf("superseded %s (rev %d) already gone: %v", r.ObjectKey, k.Revision, err)
-		}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 6, 0)
+			for round := uint64(1); round <= 3; round++ {
+				e.write("s1", 6, sim.Faults{}, round)
+				if _, err := e.cycle("s1", e.settler(nil)); err != nil {
+					t.Fatal(err)
+				}
+				e.checkSettled("s1")
+			}
+			reaps, err := e.db.Intents(e.ctx, "s1", "reap", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			armed := map[string]int{}
+			for _, r := range reaps {
+				armed[r.ObjectKey]++
+				if r.Due {
+					t.Errorf("reap of %s due before its grace", r.ObjectKey)
+				}
+				// The superseded object still stands (reaped only after the grace).
+				if _, err := e.store.Head(e.ctx, e.std, r.ObjectKey); err != nil {
+					t.Errorf("superseded %s already gone: %v", r.ObjectKey, err)
+				}
+			}
+			// Every revision below an entry's current one has exactly one
+			// reap armed; the current revision none.
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			superseded := 0
+			for _, st := range streams {
+				entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, en := range entries {
+					key := func(rev int32) string {
+						return bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(rev))
+					}
+					if armed[key(en.Revision)] != 0 {
+						t.Errorf("the current revision %s has a reap armed", key(en.Revision))
+					}
+					for rev := int32(0); rev < en.Revision; rev++ {
+						superseded++
+						if armed[key(rev)] != 1 {
+							t.Errorf("superseded %s: %d reaps armed, want 1", key(rev), armed[key(rev)])
+						}
+					}
+				}
+			}
+			if superseded == 0 {
+				t.Fatal("no tail was rewritten at a new revision")
+			}
+			if superseded != len(reaps) {
+				t.Errorf("%d reaps armed for %d superseded revisions", len(reaps), superseded)
+			}
+		})
 	}
 }
 
