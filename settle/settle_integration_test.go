@@ -401,6 +401,35 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 			if got := readAll(t, e, key); string(got) != string(standing) {
 				t.Fatal("the standing object was replaced")
 			}
+			// The catalog describes the adopted object (or, when the extra
+			// traffic made it the tail, a later revision of it, with the
+			// adopted one's reap armed).
+			k, err := bundlefmt.ParseSettledKey(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var entry *catalog.Entry
+			entries, _ := e.db.EntriesOfStream(e.ctx, catalog.StreamID(k.Stream))
+			for i := range entries {
+				if uint64(entries[i].FirstRecord) == k.FirstRecord {
+					entry = &entries[i]
+				}
+			}
+			switch {
+			case entry == nil:
+				t.Fatalf("no catalog entry at record %d for the adopted %s", k.FirstRecord, key)
+			case uint32(entry.Revision) < k.Revision:
+				t.Fatalf("catalog entry at revision %d, adopted %s", entry.Revision, key)
+			case uint32(entry.Revision) > k.Revision:
+				reaps, _ := e.db.Intents(e.ctx, "s1", "reap", 0)
+				armed := false
+				for _, r := range reaps {
+					armed = armed || r.ObjectKey == key
+				}
+				if !armed {
+					t.Fatalf("adopted %s was superseded without its reap armed", key)
+				}
+			}
 			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
 				t.Fatalf("publish intents left: %+v", open)
 			}
