@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ZoneBucket names the bucket that serves one zone.
@@ -39,9 +40,76 @@ func ParseZoneBuckets(s string) ([]ZoneBucket, error) {
 // a miss, a missing bucket or a retryable failure, counting each
 // fall-through when the store is instrumented. Writes and deletes go to
 // every bucket.
+//
+// With SetHoldOff, a bucket whose read failed with anything but a miss (a
+// down zone) goes to the back of the read order for that long, so during
+// an outage each read does not pay that zone's retries again; a success
+// puts it back.
 type BucketSet struct {
 	store Store
 	read  []ZoneBucket // local zone first
+
+	mu        sync.Mutex
+	holdOff   time.Duration
+	downUntil map[string]time.Time
+	now       func() time.Time // tests; nil: time.Now
+}
+
+// HoldOff is the hold-off the auditor's slot reads use.
+const HoldOff = 30 * time.Second
+
+// SetHoldOff makes a bucket that failed a read go last for d (0: never).
+func (s *BucketSet) SetHoldOff(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdOff = d
+}
+
+// order is the read order now: the buckets not held off first.
+func (s *BucketSet) order() []ZoneBucket {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.downUntil) == 0 {
+		return s.read
+	}
+	now := s.clock()
+	up := make([]ZoneBucket, 0, len(s.read))
+	var held []ZoneBucket
+	for _, zb := range s.read {
+		if now.Before(s.downUntil[zb.Bucket]) {
+			held = append(held, zb)
+		} else {
+			up = append(up, zb)
+		}
+	}
+	return append(up, held...)
+}
+
+func (s *BucketSet) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// health records a read's outcome: a failure other than a miss holds the
+// bucket off, a success clears it.
+func (s *BucketSet) health(bucket string, err error) {
+	if len(s.read) < 2 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.holdOff == 0:
+	case err == nil:
+		delete(s.downUntil, bucket)
+	case !errors.Is(err, ErrNotFound) && !errors.Is(err, context.Canceled):
+		if s.downUntil == nil {
+			s.downUntil = map[string]time.Time{}
+		}
+		s.downUntil[bucket] = s.clock().Add(s.holdOff)
+	}
 }
 
 // NewBucketSet returns the set of buckets; reads prefer localZone's bucket
@@ -94,15 +162,20 @@ func fallsThrough(err error) bool {
 // (retryable) failure.
 func (s *BucketSet) readFirst(key string, read func(ZoneBucket) error) (ZoneBucket, error) {
 	var failure error
-	for i, zb := range s.read {
+	order := s.order()
+	for i, zb := range order {
 		err := read(zb)
 		if err == nil || !fallsThrough(err) {
+			if err == nil {
+				s.health(zb.Bucket, nil)
+			}
 			return zb, err
 		}
+		s.health(zb.Bucket, err)
 		if !errors.Is(err, ErrNotFound) && failure == nil {
 			failure = fmt.Errorf("zone %q (%s): %w", zb.Zone, zb.Bucket, err)
 		}
-		if i < len(s.read)-1 {
+		if i < len(order)-1 {
 			if c, ok := s.store.(FallThroughCounter); ok {
 				c.CountFallThrough(zb.Zone)
 			}

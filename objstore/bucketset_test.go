@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -156,5 +157,74 @@ func TestNewMetricsTwice(t *testing.T) {
 	}
 	if _, err := objstore.NewMetrics(reg); err == nil {
 		t.Fatal("second registration on one registry succeeded")
+	}
+}
+
+// countingDown fails every read of one bucket as a zone outage would and
+// counts the reads each bucket gets.
+type countingDown struct {
+	objstore.Store
+	down  string
+	reads map[string]int
+}
+
+func (s *countingDown) GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
+	s.reads[bucket]++
+	if bucket == s.down {
+		return nil, 0, errDown
+	}
+	return s.Store.GetRange(ctx, bucket, key, off, n)
+}
+
+// TestBucketSetHoldsOffADownZone: reads fall through a down local zone to
+// the other one; after the first failure the down zone is tried last (its
+// retries are paid once, not once per read), and after the hold-off it is
+// tried first again. A key missing in one zone and unreadable in the other
+// is a transient failure, not a miss; missing everywhere is ErrNotFound.
+func TestBucketSetHoldsOffADownZone(t *testing.T) {
+	ctx := context.Background()
+	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"za", "zb"} {
+		if err := fs.CreateBucket(b); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"slot/1", "slot/2", "slot/3"} {
+			if err := fs.PutIfAbsent(ctx, b, k, []byte("bytes of "+k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := &countingDown{Store: fs, down: "za", reads: map[string]int{}}
+	set, err := objstore.NewBucketSet(st, []objstore.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}}, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.SetHoldOff(objstore.HoldOff)
+	now := time.Unix(1000, 0)
+	objstore.SetClock(set, func() time.Time { return now })
+	for _, k := range []string{"slot/1", "slot/2", "slot/3"} {
+		got, _, err := set.GetRange(ctx, k, 0, 100)
+		if err != nil || string(got) != "bytes of "+k {
+			t.Fatalf("read %s: %q %v", k, got, err)
+		}
+	}
+	if st.reads["za"] != 1 || st.reads["zb"] != 3 {
+		t.Fatalf("reads by bucket %v: want the down zone tried once, then held off", st.reads)
+	}
+	// zb says missing, za (tried last) is down: a transient failure, not a miss
+	if _, _, err := set.GetRange(ctx, "slot/none", 0, 1); err == nil || errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("missing in one zone, down in the other: %v, want a transient failure", err)
+	}
+	st.down = ""
+	now = now.Add(objstore.HoldOff + time.Second)
+	before := st.reads["za"]
+	if _, _, err := set.GetRange(ctx, "slot/1", 0, 100); err != nil || st.reads["za"] != before+1 {
+		t.Fatalf("after the hold-off the local zone is not tried first: %v %v", err, st.reads)
+	}
+	if _, _, err := set.GetRange(ctx, "slot/none", 0, 1); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("missing everywhere: %v, want ErrNotFound", err)
 	}
 }

@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -47,8 +44,12 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		return nil, nil, err
 	}
 	express := wire.SlotBuckets(cfg, wire.ClassExpress)
+	reader, err := newClassReader(store, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	settler := settle.New(settle.Deps{
-		DB: db, Store: store, Reader: &classReader{store: store, cfg: cfg},
+		DB: db, Store: store, Reader: reader,
 		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending,
 		Log: log.With("step", "settle"), Metrics: settle.NewMetrics(reg), Crash: crash.Func(),
 	}, settle.Config{
@@ -143,91 +144,35 @@ func openPending(cfg config.Config) (*pendingobj.Store, error) {
 	return p, nil
 }
 
-// classReader reads slots of a class from its buckets in read-preference
-// order (the local zone's express bucket first), falling through to the
-// next on a miss or a server error. A bucket that failed with anything but
-// a miss is tried last for zoneHoldOff: during a zone outage each read
-// pays the down zone's retries once, not once per slot.
+// classReader reads slots of a class from its bucket set
+// (wire.SlotBucketSet): the standard bucket, or the express set in read
+// preference order with fall-through and the hold-off of a down zone.
 type classReader struct {
-	store objstore.Store
-	cfg   config.Config
-	now   func() time.Time // nil: time.Now
-
-	mu        sync.Mutex
-	downUntil map[string]time.Time
+	sets map[string]*objstore.BucketSet // by class
 }
 
-// zoneHoldOff is how long a failed bucket goes to the back of the order.
-const zoneHoldOff = 30 * time.Second
-
-func (r *classReader) clock() time.Time {
-	if r.now != nil {
-		return r.now()
-	}
-	return time.Now()
-}
-
-// order returns the class's buckets, those not held off first.
-func (r *classReader) order(class string) []string {
-	buckets := wire.SlotBuckets(r.cfg, class)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.clock()
-	var up, held []string
-	for _, b := range buckets {
-		if now.Before(r.downUntil[b]) {
-			held = append(held, b)
-		} else {
-			up = append(up, b)
+func newClassReader(store objstore.Store, cfg config.Config) (*classReader, error) {
+	r := &classReader{sets: map[string]*objstore.BucketSet{}}
+	for _, class := range []string{wire.ClassStandard, wire.ClassExpress} {
+		set, err := wire.SlotBucketSet(cfg, store, class)
+		if err != nil {
+			if class == wire.ClassExpress {
+				continue // no express set configured: express reads fail below
+			}
+			return nil, err
 		}
+		set.SetHoldOff(objstore.HoldOff)
+		r.sets[class] = set
 	}
-	return append(up, held...)
-}
-
-func (r *classReader) failed(bucket string, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if ok {
-		delete(r.downUntil, bucket)
-		return
-	}
-	if r.downUntil == nil {
-		r.downUntil = map[string]time.Time{}
-	}
-	r.downUntil[bucket] = r.clock().Add(zoneHoldOff)
+	return r, nil
 }
 
 func (r *classReader) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
-	buckets := r.order(class)
-	if len(buckets) == 0 {
+	set, ok := r.sets[class]
+	if !ok {
 		return nil, 0, fmt.Errorf("read %s: no bucket configured for class %s", key, class)
 	}
-	var errs []error
-	missing := 0
-	for _, b := range buckets {
-		data, size, err := r.store.GetRange(ctx, b, key, off, n)
-		if err == nil {
-			if len(buckets) > 1 {
-				r.failed(b, true)
-			}
-			return data, size, nil
-		}
-		errs = append(errs, fmt.Errorf("bucket %s: %w", b, err))
-		if ctx.Err() != nil {
-			break
-		}
-		if errors.Is(err, objstore.ErrNotFound) {
-			missing++
-		} else if len(buckets) > 1 {
-			r.failed(b, false)
-		}
-	}
-	if missing == len(buckets) {
-		return nil, 0, fmt.Errorf("%s is in none of %v: %w", key, buckets, objstore.ErrNotFound)
-	}
-	// A down zone is not a missing slot: report it as a transient failure
-	// (not matching ErrNotFound), so the stream is retried, not quarantined.
-	return nil, 0, fmt.Errorf("read %s: %v", key, errors.Join(errs...))
+	return set.GetRange(ctx, key, off, n)
 }
 
 // leaseCrash is the crash hook of the daemon's lease renewal (the armed

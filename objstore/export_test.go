@@ -1,0 +1,6 @@
+package objstore
+
+import "time"
+
+// SetClock replaces the set's clock (its hold-off of down buckets).
+func SetClock(s *BucketSet, now func() time.Time) { s.now = now }
