@@ -390,10 +390,6 @@ func (db *DB) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	uuids := make([]string, len(ids))
-	for i, id := range ids {
-		uuids[i] = fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
-	}
 	var o Overlap
 	err := db.pool.QueryRow(ctx, `SELECT c.stream_id, coalesce(c.prev_first, -1), coalesce(c.prev_end, -1), c.first_record, c.first_record + c.record_count, s.settled_through
 		FROM (SELECT stream_id, first_record, record_count,
@@ -402,7 +398,7 @@ func (db *DB) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error
 			WINDOW w AS (PARTITION BY stream_id, epoch ORDER BY first_record)) c
 		JOIN nova.streams s USING (stream_id)
 		WHERE c.first_record < c.prev_end OR c.first_record + c.record_count > s.settled_through
-		ORDER BY c.stream_id, c.first_record LIMIT 1`, uuids).
+		ORDER BY c.stream_id, c.first_record LIMIT 1`, ids).
 		Scan(&o.Stream, &o.PrevFirst, &o.PrevEnd, &o.First, &o.End, &o.Settled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
