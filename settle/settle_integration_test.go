@@ -368,24 +368,32 @@ func crashAt(name string, hit *int) func(string) {
 	}
 }
 
+// crashedPublish writes a one-stream star, runs a settle cycle that dies at
+// the crash point, and returns the one publish intent it left open.
+func crashedPublish(t *testing.T, b backend, point string) (*env, catalog.Intent) {
+	t.Helper()
+	e, _ := newEnv(t, b, 1, 0)
+	e.write("s1", 8, sim.Faults{}, 1)
+	hits := 0
+	if _, err := e.cycle("s1", e.settler(crashAt(point, &hits))); err != nil {
+		t.Fatal(err)
+	}
+	if hits != 1 {
+		t.Fatalf("crash point %s hit %d times", point, hits)
+	}
+	open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
+	if len(open) != 1 {
+		t.Fatalf("open publish intents after the crash at %s: %+v", point, open)
+	}
+	return e, open[0]
+}
+
 func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, _ := newEnv(t, b, 1, 0)
-			e.write("s1", 8, sim.Faults{}, 1)
-			hits := 0
-			if _, err := e.cycle("s1", e.settler(crashAt("settle.after-complete", &hits))); err != nil {
-				t.Fatal(err)
-			}
-			if hits != 1 {
-				t.Fatalf("crash point hit %d times", hits)
-			}
-			open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
-			if len(open) != 1 {
-				t.Fatalf("open publish intents after the crash: %+v", open)
-			}
-			key := open[0].ObjectKey
+			e, in := crashedPublish(t, b, "settle.after-complete")
+			key := in.ObjectKey
 			standing := readAll(t, e, key)
 			// More traffic arrives before the restart: the plan for the
 			// same key now covers more, so adoption covers fewer records
@@ -469,17 +477,11 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, _ := newEnv(t, b, 1, 0)
-			e.write("s1", 8, sim.Faults{}, 1)
-			hits := 0
-			if _, err := e.cycle("s1", e.settler(crashAt("settle.after-intent", &hits))); err != nil {
-				t.Fatal(err)
+			e, in := crashedPublish(t, b, "settle.after-intent")
+			if in.UploadID != "" {
+				t.Fatalf("an upload recorded before any was created: %+v", in)
 			}
-			open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
-			if hits != 1 || len(open) != 1 || open[0].UploadID != "" {
-				t.Fatalf("after the crash: %d hits, intents %+v", hits, open)
-			}
-			live := open[0].ObjectKey
+			live := in.ObjectKey
 			lost := unrecordedUpload(t, e, live)
 
 			// A stale intent (a key no settle can publish again) whose
