@@ -199,7 +199,14 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 				if opts.DryRun {
 					return nil
 				}
-				if qerr := s.d.DB.Quarantine(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error()); qerr != nil {
+				qerr := error(nil)
+				if q.Condemn != "" {
+					s.d.Log.Warn("standing object condemned: reaped while the stream is quarantined", "key", q.Condemn)
+					qerr = s.d.DB.QuarantineCondemning(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error(), q.Condemn, s.c.ReapGrace)
+				} else {
+					qerr = s.d.DB.Quarantine(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error())
+				}
+				if qerr != nil {
 					return qerr
 				}
 				mu.Lock()
