@@ -44,9 +44,13 @@ type Deps struct {
 	// (DESIGN.md section 6). Deletes fan out to every bucket of a class.
 	StdBucket      string
 	ExpressBuckets []string
-	Log            *slog.Logger
-	Metrics        *Metrics     // nil: none
-	Crash          func(string) // crash points (nil: none)
+	// Health is the zone health shared with slot reads and copy sources:
+	// deletes skip a bucket it holds off (what it holds stays due) and
+	// record their failures into it (nil: a record of the step's own).
+	Health  *objstore.Health
+	Log     *slog.Logger
+	Metrics *Metrics     // nil: none
+	Crash   func(string) // crash points (nil: none)
 }
 
 // Config is the trim and reap policy.
@@ -64,6 +68,9 @@ const maxBatch = 1000
 func (d *Deps) defaults() {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if d.Health == nil {
+		d.Health = objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
 	}
 }
 
