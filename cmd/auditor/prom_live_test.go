@@ -291,9 +291,9 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	quiet("s1 stopped", "NovaAuditorAbsent", "NovaAuditorStarGone")
 	record("s1 stopped", "NovaAuditorAbsent")
 
-	// s1's targets are removed from the configuration (its Deployment is
+	// s1's targets are removed from service discovery (its Deployment is
 	// gone): StarGone names it.
-	prom.reload(targets[2:])
+	prom.setTargets(targets[2:])
 	eventually(t, 20*time.Second, "StarGone's expression names s1", func() bool {
 		_, ok := prom.byStar(expr["NovaAuditorStarGone"])["s1"]
 		return ok

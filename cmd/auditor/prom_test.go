@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -124,34 +123,72 @@ func grafanaVars(expr string) string {
 
 // promServer is a Prometheus process on a loopback port.
 type promServer struct {
-	t      *testing.T
-	url    string
-	config string
-	cmd    *exec.Cmd
+	t       *testing.T
+	url     string
+	targets string // the file_sd file
+	cmd     *exec.Cmd
 }
 
-// scrapeTarget is one auditor instance, labelled with its star as the
-// reference scrape configuration (deploy/prometheus/scrape.yaml) does.
+// scrapeTarget is one auditor instance, labelled with its star.
 type scrapeTarget struct{ Star, Addr string }
 
-// writeConfig writes the Prometheus configuration: the shipped rules and
-// one job nova-auditor (honor_labels, star per target), scraped every
-// second.
-func (p *promServer) writeConfig(targets []scrapeTarget) {
-	p.t.Helper()
+// promConfig is the reference configuration (deploy/prometheus/scrape.yaml)
+// as the test runs it: scrapes and rule evaluations every second, the
+// shipped rules by absolute path, targets from targetsFile.
+func promConfig(t *testing.T, targetsFile string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(deployFile("prometheus/scrape.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
 	rules, err := filepath.Abs(deployFile("prometheus/alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	global := cfg["global"].(map[string]any)
+	global["scrape_interval"], global["scrape_timeout"], global["evaluation_interval"] = "1s", "1s", "1s"
+	cfg["rule_files"] = []string{rules}
+	jobs := cfg["scrape_configs"].([]any)
+	if len(jobs) != 1 {
+		t.Fatalf("scrape.yaml has %d jobs, want 1", len(jobs))
+	}
+	job := jobs[0].(map[string]any)
+	if job["job_name"] != "nova-auditor" || job["honor_labels"] != true {
+		t.Fatalf("scrape.yaml's job: %v", job)
+	}
+	sd := job["file_sd_configs"].([]any)[0].(map[string]any)
+	sd["files"], sd["refresh_interval"] = []string{targetsFile}, "1s"
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// setTargets writes the file_sd file (Prometheus watches it).
+func (p *promServer) setTargets(targets []scrapeTarget) {
+	p.t.Helper()
+	type group struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels"`
+	}
+	var groups []group
+	for _, tg := range targets {
+		groups = append(groups, group{Targets: []string{tg.Addr}, Labels: map[string]string{"star": tg.Star}})
+	}
+	b, err := json.Marshal(groups)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n")
-	fmt.Fprintf(&b, "  external_labels:\n    runbook_base_url: https://runbooks.example/nova\n")
-	fmt.Fprintf(&b, "rule_files:\n  - %q\n", rules)
-	fmt.Fprintf(&b, "scrape_configs:\n  - job_name: nova-auditor\n    honor_labels: true\n    static_configs:\n")
-	for _, tg := range targets {
-		fmt.Fprintf(&b, "      - targets: [%q]\n        labels: {star: %q}\n", tg.Addr, tg.Star)
+	tmp := p.targets + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		p.t.Fatal(err)
 	}
-	if err := os.WriteFile(p.config, []byte(b.String()), 0o644); err != nil {
+	if err := os.Rename(tmp, p.targets); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -166,9 +203,13 @@ func startPrometheus(t *testing.T, targets []scrapeTarget) *promServer {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	p := &promServer{t: t, url: "http://" + addr, config: filepath.Join(dir, "prometheus.yml")}
-	p.writeConfig(targets)
-	p.cmd = exec.Command(bin, "--config.file", p.config, "--storage.tsdb.path", filepath.Join(dir, "data"),
+	p := &promServer{t: t, url: "http://" + addr, targets: filepath.Join(dir, "targets.json")}
+	p.setTargets(targets)
+	config := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(config, promConfig(t, p.targets), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin, "--config.file", config, "--storage.tsdb.path", filepath.Join(dir, "data"),
 		"--web.listen-address", addr, "--log.level", "warn")
 	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
 	if err != nil {
@@ -198,15 +239,6 @@ func startPrometheus(t *testing.T, targets []scrapeTarget) *promServer {
 		return resp.StatusCode == http.StatusOK
 	})
 	return p
-}
-
-// reload applies a new target list (SIGHUP rereads the configuration).
-func (p *promServer) reload(targets []scrapeTarget) {
-	p.t.Helper()
-	p.writeConfig(targets)
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		p.t.Fatal(err)
-	}
 }
 
 // series is one element of an instant vector.
@@ -412,4 +444,97 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// TestAlertRules runs promtool on the shipped rules (check rules, and the
+// unit tests of alerts_test.yaml), and checks that every alert has a unit
+// test in which it fires, and a runbook section that its runbook_url's
+// anchor names.
+func TestAlertRules(t *testing.T) {
+	promtool := promTool(t, "promtool")
+	for _, args := range [][]string{{"check", "rules", "alerts.yaml"}, {"test", "rules", "alerts_test.yaml"}, {"check", "config", "scrape.yaml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = deployFile("prometheus")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
+	}
+
+	b, err := os.ReadFile(deployFile("prometheus/alerts_test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tests struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(b, &tests); err != nil {
+		t.Fatal(err)
+	}
+	fires := map[string]bool{}
+	for _, g := range tests.Tests {
+		for _, a := range g.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			}
+		}
+	}
+	runbook, err := os.ReadFile(deployFile("RUNBOOK.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(runbook), "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			anchors[githubAnchor(h)] = true
+		}
+	}
+	rules := loadAlertRules(t)
+	names := map[string]bool{}
+	for _, r := range rules {
+		names[r.Alert] = true
+		if !fires[r.Alert] {
+			t.Errorf("alert %s has no unit test in which it fires", r.Alert)
+		}
+		u := r.Annotations["runbook_url"]
+		_, anchor, ok := strings.Cut(u, "#")
+		if !ok || !anchors[anchor] {
+			t.Errorf("alert %s: runbook_url %q names no section of RUNBOOK.md", r.Alert, u)
+		}
+		if anchor != strings.ToLower(r.Alert) {
+			t.Errorf("alert %s: runbook anchor %q is not the alert's name in lower case", r.Alert, anchor)
+		}
+		if !strings.Contains(u, "$externalLabels.runbook_base_url") {
+			t.Errorf("alert %s: runbook_url %q does not take the base from the runbook_base_url external label", r.Alert, u)
+		}
+		if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+			t.Errorf("alert %s: no severity or summary", r.Alert)
+		}
+	}
+	for name := range fires {
+		if !names[name] {
+			t.Errorf("alerts_test.yaml tests %s, which alerts.yaml does not define", name)
+		}
+	}
+	t.Logf("%d alert rules, each with a firing unit test and a runbook section", len(rules))
+}
+
+// githubAnchor is the anchor GitHub gives a Markdown heading.
+func githubAnchor(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
 }
