@@ -17,9 +17,7 @@ type Metrics struct {
 	latency      *prometheus.HistogramVec
 }
 
-// Operations are the S3 operations the backends report, pre-initialised so
-// that rate() and the dashboard have a series (at zero) before the first
-// request of each.
+// Operations are the S3 operations the S3 backend reports (see InitSeries).
 var Operations = []string{"GetObject", "HeadObject", "PutObject", "DeleteObject", "DeleteObjects", "ListObjectsV2",
 	"CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload", "AbortMultipartUpload",
 	"ListParts", "ListMultipartUploads"}
@@ -57,11 +55,24 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, p := range []string{"copied", "fetched", "uploaded"} {
 		m.bytes.WithLabelValues(p)
 	}
-	for _, op := range Operations {
-		m.retries.WithLabelValues(op)
-		m.latency.WithLabelValues(op)
-	}
 	return m, nil
+}
+
+// InitSeries pre-initialises the series whose label values are known up
+// front, so that rate() and the dashboard have them (at zero) before the
+// first event: the retries and latencies of every S3 operation (only for a
+// store that speaks S3: a file-backed star would report phantom series)
+// and the fall-throughs of every express zone.
+func (m *Metrics) InitSeries(s3 bool, zones []string) {
+	if s3 {
+		for _, op := range Operations {
+			m.retries.WithLabelValues(op)
+			m.latency.WithLabelValues(op)
+		}
+	}
+	for _, z := range zones {
+		m.fallthroughs.WithLabelValues(z)
+	}
 }
 
 // Requests, Bytes, FallThroughs, Retries and Latency expose the series, for

@@ -187,6 +187,10 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	if got := prom.mustQuery(`count by (star, class) (nova_auditor_due_streams)`); len(got) != 2 {
 		t.Errorf("class series: %v, want one class per star", got)
 	}
+	// Nor S3 series for the file-backed star.
+	if got := prom.mustQuery(`count by (__name__) ({__name__=~"nova_auditor_s3_.*", star="s1"})`); len(got) != 0 {
+		t.Errorf("the file-backed star reports S3 series: %v", got)
+	}
 
 	// promtool check metrics on a real scrape of a leader.
 	_, scrape := leaderOf("s2").get("/metrics")
