@@ -60,8 +60,13 @@ func NewReap(d Deps, c Config) (*Reap, error) {
 	case d.StdBucket == "":
 		return nil, errors.New("reap: no standard bucket")
 	}
+	d.Metrics.buckets(append([]string{d.StdBucket}, d.ExpressBuckets...))
 	return &Reap{d: d, c: c}, nil
 }
+
+// ResetLeaderGauges resets the reap gauges when the daemon stops leading
+// (see Metrics.ResetLeaderGauges).
+func (r *Reap) ResetLeaderGauges() { r.d.Metrics.ResetLeaderGauges() }
 
 // Name implements cycle.Step.
 func (r *Reap) Name() string { return "reap" }

@@ -37,6 +37,12 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		return nil, nil, err
 	}
 	if m := storeMetrics(reg); m != nil {
+		_, s3 := store.(*s3store.Store)
+		var zones []string
+		for _, zb := range cfg.S3ExpressBuckets {
+			zones = append(zones, zb.Zone)
+		}
+		m.InitSeries(s3, zones)
 		store = objstore.Instrument(store, m)
 	}
 	pending, err := openPending(cfg)
