@@ -55,9 +55,12 @@ versitygw_up() {
 		wait_tcp 127.0.0.1 "$(cat "$run/versitygw.port")" 1; then
 		return 0
 	fi
-	if [ ! -x "$bin/versitygw" ] || ! "$bin/versitygw" --version 2>/dev/null | grep -q "${VGW_VERSION#v}"; then
+	# `go install` does not stamp the version into the binary (it prints
+	# "git"), so the installed version is kept in a file beside it.
+	if [ ! -x "$bin/versitygw" ] || [ "$(cat "$bin/versitygw.version" 2>/dev/null)" != "$VGW_VERSION" ]; then
 		log "installing versitygw $VGW_VERSION into .bin (about 2 minutes the first time)"
 		GOBIN="$bin" GOFLAGS=-buildvcs=false go install "github.com/versity/versitygw/cmd/versitygw@$VGW_VERSION"
+		echo "$VGW_VERSION" >"$bin/versitygw.version"
 	fi
 	local port data
 	port=$(free_port)
