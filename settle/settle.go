@@ -89,8 +89,9 @@ func (s *Settler) crash(name string) {
 }
 
 // checkTiling halts the cycle before anything is written when the catalog
-// of a stream about to be settled covers a record twice, anywhere in the
-// stream (DESIGN.md section 5): settle never guesses which entry is right.
+// of a stream about to be settled covers a record twice where settle
+// writes, at its last entries (DESIGN.md section 5): settle never guesses
+// which entry is right. `auditor verify` checks the whole catalog.
 func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) error {
 	ids := make([]catalog.StreamID, len(due))
 	for i, ds := range due {
