@@ -399,18 +399,21 @@ type HistoryPruned struct {
 func (db *DB) PruneHistory(ctx context.Context, f Fence, keep time.Duration, limit int) (HistoryPruned, error) {
 	var p HistoryPruned
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM nova.auditor_runs WHERE id IN (
+		// id = ANY(ARRAY(...)): the outer delete probes the primary key
+		// for each of at most limit ids (IN may become a hash join over
+		// the whole table).
+		tag, err := tx.Exec(ctx, `DELETE FROM nova.auditor_runs WHERE id = ANY(ARRAY(
 			SELECT id FROM nova.auditor_runs WHERE star = $1 AND started_at < now() - $2::interval AND ended_at IS NOT NULL
 			  AND id IS DISTINCT FROM (SELECT id FROM nova.auditor_runs WHERE star = $1 AND outcome = $4 AND NOT dry_run
 				ORDER BY ended_at DESC, id DESC LIMIT 1)
-			ORDER BY started_at LIMIT $3)`, f.Star, keep, limit, RunOK)
+			ORDER BY started_at LIMIT $3))`, f.Star, keep, limit, RunOK)
 		if err != nil {
 			return fmt.Errorf("prune runs of star %q: %w", f.Star, err)
 		}
 		p.Runs = tag.RowsAffected()
-		tag, err = tx.Exec(ctx, `DELETE FROM nova.admin_requests WHERE id IN (
+		tag, err = tx.Exec(ctx, `DELETE FROM nova.admin_requests WHERE id = ANY(ARRAY(
 			SELECT id FROM nova.admin_requests WHERE star = $1 AND consumed_at IS NOT NULL AND consumed_at < now() - $2::interval
-			ORDER BY consumed_at LIMIT $3)`, f.Star, keep, limit)
+			ORDER BY consumed_at LIMIT $3))`, f.Star, keep, limit)
 		if err != nil {
 			return fmt.Errorf("prune admin requests of star %q: %w", f.Star, err)
 		}

@@ -406,14 +406,13 @@ func (db *DB) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error
 	}
 	var o Overlap
 	err := db.pool.QueryRow(ctx, `SELECT s.stream_id, coalesce(t.prev_first, -1), coalesce(t.prev_end, -1), t.first_record, t.first_record + t.record_count, s.settled_through
-		FROM nova.streams s CROSS JOIN LATERAL (
+		FROM unnest($1::uuid[]) AS d(stream_id) JOIN nova.streams s USING (stream_id) CROSS JOIN LATERAL (
 			SELECT first_record, record_count,
 				lag(first_record) OVER w AS prev_first, lag(first_record + record_count) OVER w AS prev_end
 			FROM (SELECT epoch, first_record, record_count FROM nova.catalog c WHERE c.stream_id = s.stream_id
 				ORDER BY epoch DESC, first_record DESC LIMIT $2) last
 			WINDOW w AS (PARTITION BY epoch ORDER BY first_record)) t
-		WHERE s.stream_id = ANY($1::uuid[])
-		  AND (t.first_record < t.prev_end OR t.first_record + t.record_count > s.settled_through)
+		WHERE (t.first_record < t.prev_end OR t.first_record + t.record_count > s.settled_through)
 		ORDER BY s.stream_id, t.first_record LIMIT 1`, ids, tailEntries).
 		Scan(&o.Stream, &o.PrevFirst, &o.PrevEnd, &o.First, &o.End, &o.Settled)
 	if errors.Is(err, pgx.ErrNoRows) {

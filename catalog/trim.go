@@ -354,8 +354,10 @@ func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, 
 		if out, err = pgx.CollectRows(rows, scanRetired); err != nil {
 			return fmt.Errorf("remove retired entries of star %q: %w", f.Star, err)
 		}
+		// A correlated scalar subquery stays a per-stream probe of the
+		// primary key (NOT EXISTS may become an anti-join over the catalog).
 		if _, err := tx.Exec(ctx, `UPDATE nova.streams s SET retained_through = d.low_record FROM `+due+`
-			WHERE s.stream_id = d.stream_id AND NOT EXISTS (`+retiredOf+`)`, ids, 1, buckets, epochs, lows); err != nil {
+			WHERE s.stream_id = d.stream_id AND (SELECT c.first_record FROM (`+retiredOf+`) c) IS NULL`, ids, 1, buckets, epochs, lows); err != nil {
 			return fmt.Errorf("record retention of %d streams of star %q: %w", len(ids), f.Star, err)
 		}
 		more = len(ids) == limit || len(out) == limit
