@@ -240,19 +240,20 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 // in record order; partial progress is kept.
 func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
 	var counts cycle.Counts
-	st, err := s.d.DB.GetStream(ctx, ds.Stream)
+	// One transaction reads the stream, its refs and its last entry.
+	v, err := s.d.DB.ReadSettleView(ctx, ds.Stream)
 	if err != nil {
 		return counts, err
 	}
-	if st.SettledThrough < st.LowRecord && !opts.DryRun {
-		if st.SettledThrough, err = s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
+	if v.Stream.SettledThrough < v.Stream.LowRecord && !opts.DryRun {
+		if _, err = s.d.DB.SkipBelowLow(ctx, f, v.Stream.ID); err != nil {
+			return counts, err
+		}
+		if v, err = s.d.DB.ReadSettleView(ctx, ds.Stream); err != nil { // without the refs below low_record
 			return counts, err
 		}
 	}
-	refs, err := s.d.DB.RefsOfStream(ctx, st.ID)
-	if err != nil {
-		return counts, err
-	}
+	st, refs := v.Stream, v.Refs
 	if st.SettledThrough >= st.NextRecord {
 		return counts, nil
 	}
@@ -263,7 +264,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 	if len(res.Chunks) == 0 || !take(res.Bytes) {
 		return counts, nil
 	}
-	tail, err := s.loadTail(ctx, st)
+	tail, err := s.loadTail(ctx, st, v.Last)
 	if err != nil {
 		return counts, err
 	}
@@ -352,15 +353,11 @@ func knownEntries(tail *Tail, chunks []SourceChunk) []bundlefmt.Entry {
 	return out
 }
 
-// loadTail reads the stream's last catalog entry's footer when that entry
-// ends at settled_through (so new chunks may extend it).
-func (s *Settler) loadTail(ctx context.Context, st catalog.Stream) (*Tail, error) {
-	last, err := s.d.DB.LastEntry(ctx, st.ID)
-	if errors.Is(err, catalog.ErrNotFound) {
+// loadTail reads the footer of the stream's last catalog entry (nil: none)
+// when that entry ends at settled_through (so new chunks may extend it).
+func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog.Entry) (*Tail, error) {
+	if last == nil {
 		return nil, nil
-	}
-	if err != nil {
-		return nil, err
 	}
 	if last.EndRecord() > st.SettledThrough {
 		// The catalog covers records the stream says are unsettled: entries
