@@ -169,7 +169,9 @@ func buildHistory(t testing.TB, ctx context.Context, conn *pgx.Conn, n int) {
 		fmt.Sprintf(`INSERT INTO nova.due_markers (stream_id, class, since) VALUES ('%s', 'standard', now() - interval '1 hour')`, uuidOf(hot)),
 		// Retention-enabled streams: entries [1000, 6000) in tens, low_record
 		// 1000 and already applied, except the first few whose low_record
-		// rose by retiredPerMoved entries.
+		// rose by retiredPerMoved entries. Each stream's entries are stored
+		// together at every size, so the buffers compare the statements,
+		// not the heap's layout.
 		fmt.Sprintf(`INSERT INTO nova.streams (stream_id, star, bucket, class, next_record, settled_through, low_record)
 			SELECT ('00000000-0000-0000-0001-' || lpad(to_hex(j), 12, '0'))::uuid, 's1', 'b1', 'standard', 6000, 6000,
 				CASE WHEN j <= %d THEN %d ELSE 1000 END
@@ -177,7 +179,7 @@ func buildHistory(t testing.TB, ctx context.Context, conn *pgx.Conn, n int) {
 		fmt.Sprintf(`INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
 			footer_offset, footer_length, min_timestamp, max_timestamp)
 			SELECT ('00000000-0000-0000-0001-' || lpad(to_hex(j), 12, '0'))::uuid, 1, 1000 + i * 10, 0, 10, 1000, 900, 80, i, i
-			FROM generate_series(1, %d) j, generate_series(0, %d) i`, m, entriesPerRetained-1),
+			FROM generate_series(1, %d) j, generate_series(0, %d) i ORDER BY j, i`, m, entriesPerRetained-1),
 		// The ledger: n runs over the last 29 days (one in ten failed), 10
 		// past the window, 2 left open by the earlier holder.
 		fmt.Sprintf(`INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at, ended_at, outcome)

@@ -310,10 +310,16 @@ func prefixed(p, cols string) string {
 // another call may find more.
 func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, limit int, key func(RetiredEntry) string) (out []RetiredEntry, more bool, err error) {
 	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
-		// The stream rows are locked in stream_id order, as Absorb locks
-		// them, so the two never deadlock; a low_record raised after this
-		// lock is above the retained_through written below.
-		rows, err := tx.Query(ctx, retentionDue+` FOR UPDATE`, f.Star, limit)
+		// The due streams are found through the partial index, then
+		// locked by primary key (a planner that cannot estimate
+		// low_record > retained_through may seq-scan the streams for a
+		// locking read) and checked again under the lock, in stream_id
+		// order as Absorb locks them, so the two never deadlock; a
+		// low_record raised after this lock is above the retained_through
+		// written below.
+		rows, err := tx.Query(ctx, `SELECT stream_id, bucket, epoch, low_record FROM nova.streams
+			WHERE stream_id = ANY(ARRAY(SELECT stream_id FROM (`+retentionDue+`) d)) AND low_record > retained_through
+			ORDER BY stream_id FOR UPDATE`, f.Star, limit)
 		if err != nil {
 			return fmt.Errorf("lock streams due for retention of star %q: %w", f.Star, err)
 		}
