@@ -1,4 +1,4 @@
--- 0002: per-cycle statements whose cost does not grow with history.
+-- 0003: per-cycle statements whose cost does not grow with history.
 
 -- Retention: the write path raises low_record; the auditor records in
 -- retained_through the low_record below which it has removed every catalog
