@@ -281,9 +281,15 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		}
 		return err
 	})
-	call("GetStream", func() (err error) { st, err = db.GetStream(ctx, hot); return err })
-	call("RefsOfStream", func() error { _, err := db.RefsOfStream(ctx, hot); return err })
-	call("LastEntry", func() error { _, err := db.LastEntry(ctx, hot); return err })
+	call("StreamSnapshot", func() (err error) {
+		var last *catalog.Entry
+		st, _, last, err = db.StreamSnapshot(ctx, hot, 1000)
+		if err == nil && (last == nil || last.EndRecord() != st.SettledThrough) {
+			err = fmt.Errorf("last entry %+v, settled_through %d", last, st.SettledThrough)
+		}
+		return err
+	})
+	call("RefsWindow", func() error { _, err := db.RefsWindow(ctx, hot, st.SettledThrough, st.NextRecord, 1000); return err })
 	key := fmt.Sprintf("bench/%d", st.SettledThrough)
 	call("OpenPublishIntent", func() (err error) { in, err = db.OpenPublishIntent(ctx, f, key, catalog.ClassStandard); return err })
 	call("CommitSettle", func() error {
