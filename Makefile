@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: help build test test-short demo bench lint services-up services-down clean
+.PHONY: help build test test-short demo bench bench-sql lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -23,6 +23,10 @@ demo: build ## the main job end to end on a fresh database and the file-backed s
 
 bench: ## benchmarks (format, planner, pendingobj, objstore against versitygw)
 	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench . -benchmem ./...
+
+bench-sql: ## plans of every per-cycle statement at 10^4, 10^5 and 10^6 rows of history, and transactions per settled object
+	NOVA_SQL_SCALE_FULL=1 NOVA_TEST_TIMEOUT=30m scripts/test.sh -v -run 'TestPerCycleStatementsFlat' ./catalog/
+	scripts/test.sh -v -run 'TestTransactionsPerSettledObject' ./cmd/auditor/
 
 lint: ## gofmt, go vet (and golangci-lint when installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
