@@ -61,20 +61,31 @@ type Config struct {
 	// less than one output cap).
 	WindowRefs    int
 	WindowRecords int64
+	// HotStreams bounds the streams settled at once whose backlog takes
+	// more than one window.
+	HotStreams int
 }
 
 // Default window bounds: about 37 bytes of heap per resolved record, so a
-// window of 2^20 records holds some 40 MB however long the backlog is.
+// window of 2^18 records holds some 10 MB however long the backlog is. A
+// stream whose backlog takes more than one window also carries, between
+// windows, the chunks of its next output (less than one output cap: at
+// 100-byte records and the default 256 MiB cap, some 100 MB); at most
+// DefaultHotStreams such streams are settled at once, so the settle step's
+// peak memory is about concurrency x one window plus hot streams x (a
+// window and a cap's worth of records), whatever the backlogs.
 const (
 	DefaultWindowRefs    = 4096
-	DefaultWindowRecords = 1 << 20
+	DefaultWindowRecords = 1 << 18
+	DefaultHotStreams    = 2
 )
 
 // Settler is the recover-and-settle step of the cycle (DESIGN.md section 2,
 // steps 1 and 2).
 type Settler struct {
-	d Deps
-	c Config
+	d   Deps
+	c   Config
+	hot chan struct{} // one token per stream settled past its first window
 }
 
 var _ cycle.Step = (*Settler)(nil)
@@ -99,7 +110,10 @@ func New(d Deps, c Config) *Settler {
 	if c.WindowRecords <= 0 {
 		c.WindowRecords = DefaultWindowRecords
 	}
-	return &Settler{d: d, c: c}
+	if c.HotStreams <= 0 {
+		c.HotStreams = DefaultHotStreams
+	}
+	return &Settler{d: d, c: c, hot: make(chan struct{}, c.HotStreams)}
 }
 
 // Name implements cycle.Step.
@@ -289,7 +303,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 	}
 	r := newResolver(fc, f.Star, st)
 	var carry []SourceChunk // resolved, planned into a sub-cap output not yet published
-	gapChecked := false
+	gapChecked, hot := false, false
 	for {
 		res, err := r.window(ctx, refs, s.c.WindowRecords, len(refs) == s.c.WindowRefs)
 		if err != nil {
@@ -324,6 +338,17 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		}
 		if res.Complete {
 			break
+		}
+		if !hot {
+			// More than one window: a hot stream, of which only a few are
+			// settled at once (each carries up to a cap's worth of records).
+			select {
+			case s.hot <- struct{}{}:
+			case <-ctx.Done():
+				return counts, ctx.Err()
+			}
+			hot = true
+			defer func() { <-s.hot }()
 		}
 		if refs, err = s.d.DB.RefsWindow(ctx, st.ID, r.at, st.NextRecord, s.c.WindowRefs); err != nil {
 			return counts, err

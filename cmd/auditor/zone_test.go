@@ -396,7 +396,9 @@ func TestStallingZoneCostsLittle(t *testing.T) {
 			FlightInterval: 200 * time.Millisecond, Rate: 32 << 10, Session: 2, Stop: stop})
 		wrote <- err
 	}()
-	cycles := func() float64 { return value(p.metrics(), "nova_auditor_cycles_total", map[string]string{"outcome": "ok"}) }
+	cycles := func() float64 {
+		return value(p.metrics(), "nova_auditor_cycles_total", map[string]string{"outcome": "ok"})
+	}
 	eventually(t, 30*time.Second, "the stall detected and cycles succeeding again", func() bool { return cycles() >= 3 })
 	seen0, cycles0 := zp.seen.Load(), cycles()
 	eventually(t, 60*time.Second, "eight more successful cycles during the stall", func() bool { return cycles() >= cycles0+8 })
