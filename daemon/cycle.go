@@ -357,8 +357,16 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		c, err := runStep(ctx, s, f, opts)
 		m.StepDuration.WithLabelValues(s.Name()).Observe(time.Since(began).Seconds())
 		res.counts.Add(c)
+		if err != nil && cycle.IsPartial(err) {
+			// the later steps still run; the cycle ends failed
+			log.Warn("step failed in part; the cycle goes on", "step", s.Name(), "err", err)
+			if res.err == nil {
+				res.err = fmt.Errorf("step %s: %w", s.Name(), err)
+			}
+			continue
+		}
 		if err != nil {
-			res.err = fmt.Errorf("step %s: %w", s.Name(), err)
+			res.err = errors.Join(res.err, fmt.Errorf("step %s: %w", s.Name(), err))
 			break
 		}
 	}

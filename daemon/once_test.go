@@ -142,6 +142,33 @@ func TestRunOncePausedAndPanics(t *testing.T) {
 	}
 }
 
+// TestAStepFailedInPartLetsTheLaterStepsRun: a settle step whose failure
+// is partial (one stream failed transiently, the others settled) must not
+// stop retention, trim and reap for the whole star: the later steps run,
+// and the cycle ends failed, to be retried.
+func TestAStepFailedInPartLetsTheLaterStepsRun(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	rec := newRecorder()
+	partial := step{"settle", func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
+		return cycle.Counts{ObjectsPublished: 3}, &cycle.PartialError{Err: errors.New("stream 0a: S3 503 after 6 attempts")}
+	}}
+	counts, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{partial, rec}}, cycle.Options{})
+	if err == nil || !strings.Contains(err.Error(), "stream 0a") {
+		t.Fatalf("a partial failure must fail the cycle: %v", err)
+	}
+	if len(rec.snapshot()) != 1 {
+		t.Fatal("the step after a partly failed one did not run")
+	}
+	if counts.ObjectsPublished != 3 {
+		t.Fatalf("counts %+v", counts)
+	}
+	if r := lastRuns(t, db, 1)[0]; r.Outcome != catalog.RunFailed || !strings.Contains(r.Error, "step settle") {
+		t.Fatalf("ledger: %+v", r)
+	}
+}
+
 // TestCyclePrunesHistory: a cycle prunes the ledger and the consumed admin
 // requests older than HistoryKeep, at most PruneBatch rows of each, and a
 // dry run prunes nothing.

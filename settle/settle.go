@@ -262,7 +262,12 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 			return total, err
 		}
 	}
-	return total, firstErr
+	if firstErr != nil {
+		// Some streams failed transiently; the others are settled, and the
+		// rest of the cycle may run.
+		return total, &cycle.PartialError{Err: firstErr}
+	}
+	return total, nil
 }
 
 // settleStream resolves, plans, publishes and commits one stream's objects
