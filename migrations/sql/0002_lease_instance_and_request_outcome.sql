@@ -1,0 +1,15 @@
+-- A lease is held by one process: holder is the operator's name for it,
+-- instance a nonce the process draws at start. A live lease is taken over
+-- only by the same holder and instance, so two processes given the same
+-- --holder never fence each other.
+ALTER TABLE nova.auditor_leases ADD COLUMN instance text NOT NULL DEFAULT '';
+
+-- A trigger request is consumed by the cycle that ran it, with what came of
+-- it; until then the cycles that tried it count in attempts and the last
+-- one's failure is kept.
+ALTER TABLE nova.admin_requests
+  ADD COLUMN outcome    text CHECK (outcome IN ('done', 'failed')),
+  ADD COLUMN reason     text,
+  ADD COLUMN run_id     bigint,
+  ADD COLUMN attempts   integer NOT NULL DEFAULT 0,
+  ADD COLUMN last_error text;
