@@ -13,3 +13,7 @@ ALTER TABLE nova.admin_requests
   ADD COLUMN run_id     bigint,
   ADD COLUMN attempts   integer NOT NULL DEFAULT 0,
   ADD COLUMN last_error text;
+
+-- trigger --stream: the stream's next_record when the trigger was asked;
+-- the request is done once the stream is settled through it.
+ALTER TABLE nova.admin_requests ADD COLUMN target_record bigint;
