@@ -2,11 +2,11 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"runtime/debug"
 	"sync"
