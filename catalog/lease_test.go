@@ -231,7 +231,12 @@ func TestLeaseCallsEndAtTheirDeadlineOnABlackholedConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer func() {
+		// pgx sends a cancel request for every connection it gave up on
+		// and waits up to 15s for it: let those through.
+		p.Restore()
+		db.Close()
+	}()
 	l, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Proxy is a TCP proxy in front of a server that can be switched to a
@@ -16,8 +17,10 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 	black  atomic.Bool
+	delay  atomic.Int64 // time.Duration before each forwarded read
 	mu     sync.Mutex
 	conns  []net.Conn
+	holes  []net.Conn // accepted while blackholed: never connected through
 }
 
 // NewProxy starts a proxy to target (host:port), stopped when the test ends.
@@ -50,8 +53,20 @@ func (p *Proxy) URL(t testing.TB, rawURL string) string {
 // Blackhole makes every connection, open or new, drop what it carries.
 func (p *Proxy) Blackhole() { p.black.Store(true) }
 
-// Restore forwards again (bytes dropped meanwhile stay lost).
-func (p *Proxy) Restore() { p.black.Store(false) }
+// Restore forwards again. Bytes dropped meanwhile stay lost, and the
+// connections accepted meanwhile are closed (they never reached the server).
+func (p *Proxy) Restore() {
+	p.black.Store(false)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.holes {
+		_ = c.Close()
+	}
+	p.holes = nil
+}
+
+// Delay holds every forwarded read for d (0: none), as a slow network does.
+func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
 
 func (p *Proxy) serve() {
 	for {
@@ -66,6 +81,9 @@ func (p *Proxy) serve() {
 
 func (p *Proxy) handle(c net.Conn) {
 	if p.black.Load() {
+		p.mu.Lock()
+		p.holes = append(p.holes, c)
+		p.mu.Unlock()
 		p.pump(c, nil) // accept, never forward
 		return
 	}
@@ -85,6 +103,9 @@ func (p *Proxy) pump(src, dst net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if d := time.Duration(p.delay.Load()); n > 0 && d > 0 {
+			time.Sleep(d)
+		}
 		if n > 0 && dst != nil && !p.black.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr
