@@ -89,3 +89,53 @@ func TestRunOnceGivesUpOnABlackholedDatabase(t *testing.T) {
 		t.Fatal("RunOnce through a blackhole did not return")
 	}
 }
+
+// TestTwoProcessesWithOneHolderNameTakeTurns: two daemons given the same
+// --holder. One leads; the other waits as its standby instead of taking
+// the lease on every attempt (which fenced the leader each time). The
+// token stays, no cycle loses its lease, and when the leader stops the
+// other takes over.
+func TestTwoProcessesWithOneHolderNameTakeTurns(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	cfg := withHolder(every(t, "@every 1s"), "same")
+	cfg.LeaseRenew = 200 * time.Millisecond // many standby attempts
+	fencedWork := func() cycle.Step {
+		return step{"fenced", func(ctx context.Context, f catalog.Fence, _ cycle.Options) (cycle.Counts, error) {
+			return cycle.Counts{}, db.DeleteIntent(ctx, f, -1)
+		}}
+	}
+	a := serve(t, cfg, db, fencedWork())
+	eventually(t, 5*time.Second, "a leads", a.leader)
+	first, _ := lease(t, db)
+	b := serve(t, cfg, db, fencedWork())
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if a.leader() && b.leader() {
+			t.Fatal("both lead")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !a.leader() || b.leader() {
+		t.Fatalf("leaders: a %v, b %v", a.leader(), b.leader())
+	}
+	if l, _ := lease(t, db); l.Token != first.Token || l.Instance != first.Instance {
+		t.Fatalf("lease %+v, was %+v: the second process took it", l, first)
+	}
+	for _, r := range lastRuns(t, db, 100) {
+		if r.Outcome == catalog.RunLostLease {
+			t.Fatalf("a cycle lost its lease: %+v", r)
+		}
+	}
+	if v := testutil.ToFloat64(a.m.LeaseLosses); v != 0 {
+		t.Fatalf("a lost its lease %v times", v)
+	}
+	if len(lastRuns(t, db, 100)) < 2 {
+		t.Fatal("the leader ran no cycles")
+	}
+	a.stop(t, 10*time.Second)
+	eventually(t, 5*time.Second, "b takes over", b.leader)
+	if l, _ := lease(t, db); l.Token != first.Token+1 || l.Instance == first.Instance {
+		t.Fatalf("lease after the hand-over %+v, was %+v", l, first)
+	}
+}
