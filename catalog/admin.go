@@ -43,8 +43,9 @@ type AdminRequest struct {
 	RequestedBy string
 	RequestedAt time.Time
 	ConsumedAt  *time.Time
-	ConsumedBy  string
+	ConsumedBy  string // triggers: the leader that took it (set when taken)
 	// Triggers only.
+	TakenAt      *time.Time // when a cycle was about to run it (the latest such)
 	TargetRecord *int64 // trigger --stream: the stream's next_record when asked (nil: unknown stream)
 	Outcome      string // TriggerDone or TriggerFailed once consumed
 	Reason       string // why it failed
@@ -54,12 +55,12 @@ type AdminRequest struct {
 }
 
 const adminCols = `id, star, kind, stream_id, requested_by, requested_at, consumed_at, coalesce(consumed_by, ''),
-	target_record, coalesce(outcome, ''), coalesce(reason, ''), run_id, attempts, coalesce(last_error, '')`
+	target_record, coalesce(outcome, ''), coalesce(reason, ''), run_id, attempts, coalesce(last_error, ''), taken_at`
 
 func scanAdmin(r pgx.Row) (AdminRequest, error) {
 	var a AdminRequest
 	err := r.Scan(&a.ID, &a.Star, &a.Kind, &a.Stream, &a.RequestedBy, &a.RequestedAt, &a.ConsumedAt, &a.ConsumedBy,
-		&a.TargetRecord, &a.Outcome, &a.Reason, &a.RunID, &a.Attempts, &a.LastError)
+		&a.TargetRecord, &a.Outcome, &a.Reason, &a.RunID, &a.Attempts, &a.LastError, &a.TakenAt)
 	return a, err
 }
 
@@ -188,6 +189,24 @@ func (db *DB) FinishTriggers(ctx context.Context, f Fence, runID int64, results 
 	}
 	slices.SortFunc(out, func(a, b AdminRequest) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// TakeTriggers records that a cycle of the fence's holder is starting to
+// run the open trigger requests ids (fenced); `auditor trigger --wait`
+// returns then. They stay open until FinishTriggers.
+func (db *DB) TakeTriggers(ctx context.Context, f Fence, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE nova.admin_requests SET taken_at = now(), consumed_by = $3
+			WHERE star = $1 AND id = ANY($2) AND kind = 'trigger' AND consumed_at IS NULL`, f.Star, ids, f.Holder)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("take trigger requests of star %q: %w", f.Star, err)
+	}
+	return nil
 }
 
 // NoteTriggerAttempt records that the run runID tried the open trigger

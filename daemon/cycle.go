@@ -383,6 +383,7 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		log.Warn("cycle not started", "trigger", opts.Trigger, "outcome", res.outcome, "err", res.err)
 		return res
 	}
+	res.run = run
 	for _, s := range r.deps.Steps {
 		if err := ctx.Err(); err != nil {
 			res.err = fmt.Errorf("before step %s: %w", s.Name(), context.Cause(ctx))

@@ -195,6 +195,7 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 			opts, p, ok := d.openTriggers(t, want)
 			want, st.newTriggers = "", false
 			if ok {
+				d.takeTriggers(t, p)
 				res, stopped := d.runCycle(ctx, t, opts)
 				if res.outcome == catalog.RunLostLease {
 					d.r.lose(t, res.err) // a step found the token stale before the renewer did

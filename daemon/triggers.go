@@ -79,6 +79,29 @@ func (d *Daemon) openTriggers(t *term, want string) (cycle.Options, pending, boo
 	return opts, p, opts.Trigger != ""
 }
 
+// takeTriggers marks the requests taken by the cycle about to start, for
+// `auditor trigger --wait` and the log. A failure only delays those.
+func (d *Daemon) takeTriggers(t *term, p pending) {
+	if len(p.reqs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+	defer cancel()
+	err := d.db.TakeTriggers(ctx, t.lease.Fence, p.ids())
+	d.m.tx(err)
+	if errors.Is(err, catalog.ErrStaleToken) {
+		d.r.lose(t, err)
+		return
+	}
+	if err != nil {
+		d.log.Warn("marking trigger requests taken failed", "err", err)
+	}
+	for _, r := range p.reqs {
+		d.log.Info("admin request taken", "id", r.ID, "kind", r.Kind, "stream", streamAttr(r.Stream), "by", r.RequestedBy,
+			"attempt", r.Attempts+1)
+	}
+}
+
 // finishTriggers records what the cycle res made of the trigger requests it
 // ran. recorded reports that every request got its outcome or its note (so
 // the leader need not run them again at once); again, that a forced stream
@@ -122,12 +145,11 @@ func (d *Daemon) finishTriggers(t *term, res result, p pending) (recorded, again
 	}
 	for _, r := range done {
 		d.m.AdminRequests.WithLabelValues(r.Kind).Inc()
-		attrs := []any{"id", r.ID, "kind", r.Kind, "stream", streamAttr(r.Stream), "by", r.RequestedBy,
-			"run", res.run.ID, "outcome", r.Outcome}
+		attrs := []any{"id", r.ID, "kind", r.Kind, "stream", streamAttr(r.Stream), "run", res.run.ID, "outcome", r.Outcome}
 		if r.Outcome == catalog.TriggerFailed {
 			d.log.Warn("admin request failed", append(attrs, "reason", r.Reason)...)
 		} else {
-			d.log.Info("admin request", attrs...)
+			d.log.Info("admin request done", attrs...)
 		}
 	}
 	if len(open) == 0 {

@@ -121,9 +121,14 @@ func TestServeTriggerPauseResume(t *testing.T) {
 		r := runs()
 		return len(r) == 1 && r[0].Trigger == "manual" && r[0].Outcome == catalog.RunOK
 	})
-	reqs, err := db.AdminRequests(ctx, "s1", false, 10)
-	if err != nil || len(reqs) != 1 || reqs[0].ConsumedAt == nil || reqs[0].ConsumedBy != "d1" {
-		t.Fatalf("requests %+v %v", reqs, err)
+	var reqs []catalog.AdminRequest
+	eventually(t, 2*time.Second, "the request consumed after its cycle", func() bool {
+		var err error
+		reqs, err = db.AdminRequests(ctx, "s1", false, 10)
+		return err == nil && len(reqs) == 1 && reqs[0].ConsumedAt != nil
+	})
+	if reqs[0].ConsumedBy != "d1" || reqs[0].Outcome != catalog.TriggerDone {
+		t.Fatalf("requests %+v", reqs)
 	}
 	lat := runs()[0].StartedAt.Sub(reqs[0].RequestedAt)
 	t.Logf("trigger to cycle start: %s (database clock)", lat)
