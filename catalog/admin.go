@@ -46,12 +46,12 @@ type AdminRequest struct {
 	ConsumedBy  string // triggers: the leader that took it (set when taken)
 	// Triggers only.
 	TakenAt      *time.Time // when a cycle was about to run it (the latest such)
-	TargetRecord *int64 // trigger --stream: the stream's next_record when asked (nil: unknown stream)
-	Outcome      string // TriggerDone or TriggerFailed once consumed
-	Reason       string // why it failed
-	RunID        *int64 // the run that consumed it, or last tried it
-	Attempts     int    // cycles that tried it
-	LastError    string // why the last attempt left it open
+	TargetRecord *int64     // trigger --stream: the stream's next_record when asked (nil: unknown stream)
+	Outcome      string     // TriggerDone or TriggerFailed once consumed
+	Reason       string     // why it failed
+	RunID        *int64     // the run that consumed it, or last tried it
+	Attempts     int        // cycles that tried it
+	LastError    string     // why the last attempt left it open
 }
 
 const adminCols = `id, star, kind, stream_id, requested_by, requested_at, consumed_at, coalesce(consumed_by, ''),

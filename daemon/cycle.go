@@ -9,7 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +43,7 @@ type Config struct {
 	LeaseRenew      time.Duration
 	ShutdownTimeout time.Duration
 	HTTPAddr        string // "" serves no HTTP
+	Pprof           bool   // serve /debug/pprof/ on HTTPAddr
 	RunNow          bool   // run one cycle as soon as the lease is first held
 	Policy          catalog.DuePolicy
 	ReapGrace       time.Duration // for the reap backlog of status and gauges
@@ -168,7 +169,7 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 	defer stop()
 	res := r.cycle(cctx, t.lease.Fence, opts)
 	if res.outcome == catalog.RunLostLease {
-		r.lose(t, res.err)
+		t.lose(res.err)
 	}
 	return res.counts, res.err
 }
@@ -228,7 +229,23 @@ type term struct {
 	cancel   context.CancelCauseFunc
 	renewed  chan struct{} // closed when the renewer exits
 	deadline time.Time     // the first local deadline (sent + ttl - renew/2)
-	lossOnce sync.Once
+	losses   prometheus.Counter
+	log      *slog.Logger
+	counted  atomic.Bool // the loss has been counted
+}
+
+// lose ends the term because the lease is lost (err wraps
+// catalog.ErrStaleToken), counting and logging the loss once whichever
+// path found it: a renewal, a fenced transaction of the leader, or a cycle.
+func (t *term) lose(err error) {
+	if !errors.Is(err, catalog.ErrStaleToken) {
+		err = fmt.Errorf("%w: %w", catalog.ErrStaleToken, err)
+	}
+	if t.ctx.Err() == nil && t.counted.CompareAndSwap(false, true) {
+		t.losses.Inc()
+		t.log.Error("lease lost", "star", t.lease.Star, "token", t.lease.Token, "err", err)
+	}
+	t.cancel(err)
 }
 
 // errTermEnded ends a term that is given up on purpose (shutdown, release).
@@ -244,8 +261,9 @@ var errTermEnded = errors.New("lease term ended")
 func (r *runner) hold(parent context.Context, lease heldLease) *term {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	deadline := lease.sent.Add(r.cfg.LeaseTTL - r.cfg.LeaseRenew/2)
-	t := &term{lease: lease.Lease, ctx: ctx, cancel: cancel, renewed: make(chan struct{}), deadline: deadline}
 	m, log := r.deps.Metrics, r.deps.Log
+	t := &term{lease: lease.Lease, ctx: ctx, cancel: cancel, renewed: make(chan struct{}), deadline: deadline,
+		losses: m.LeaseLosses, log: log}
 	m.Leader.Set(1)
 	m.LeaseToken.Set(float64(lease.Token))
 	go func() {
@@ -259,7 +277,7 @@ func (r *runner) hold(parent context.Context, lease heldLease) *term {
 			case <-ctx.Done():
 				return
 			case <-expiry.C:
-				r.lose(t, fmt.Errorf("lease of star %q token %d not renewed in time: %w", lease.Star, lease.Token, catalog.ErrStaleToken))
+				t.lose(fmt.Errorf("lease of star %q token %d not renewed in time: %w", lease.Star, lease.Token, catalog.ErrStaleToken))
 				return
 			case <-tick.C:
 			}
@@ -279,7 +297,7 @@ func (r *runner) hold(parent context.Context, lease heldLease) *term {
 					r.deps.Crash("lease.after-renew")
 				}
 			case errors.Is(err, catalog.ErrStaleToken):
-				r.lose(t, err)
+				t.lose(err)
 				return
 			default:
 				log.Warn("lease renewal failed; retrying", "star", lease.Star, "token", lease.Token, "err", err,
@@ -297,23 +315,6 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// lose ends the term because the lease was lost (cause wraps
-// catalog.ErrStaleToken), counting the loss once, whoever found it: the
-// renewer, or a fenced transaction of the cycle or of the admin requests.
-func (r *runner) lose(t *term, cause error) {
-	if t.ctx.Err() != nil {
-		return // already ended (lost, or given up on purpose)
-	}
-	if !errors.Is(cause, catalog.ErrStaleToken) {
-		cause = fmt.Errorf("%w: %w", catalog.ErrStaleToken, cause)
-	}
-	t.lossOnce.Do(func() {
-		r.deps.Metrics.LeaseLosses.Inc()
-		r.deps.Log.Error("lease lost", "star", t.lease.Star, "token", t.lease.Token, "err", cause)
-		t.cancel(cause)
-	})
-}
-
 // lost reports whether the term ended because the lease was lost.
 func (t *term) lost() bool { return errors.Is(context.Cause(t.ctx), catalog.ErrStaleToken) }
 
@@ -326,6 +327,11 @@ func (r *runner) release(t *term) {
 	m := r.deps.Metrics
 	m.Leader.Set(0)
 	m.LeaseToken.Set(0)
+	for _, s := range r.deps.Steps {
+		if g, ok := s.(leaderGauges); ok {
+			g.ResetLeaderGauges()
+		}
+	}
 	if lost {
 		return
 	}
@@ -343,12 +349,17 @@ func (r *runner) release(t *term) {
 	r.deps.Log.Info("lease released", "star", t.lease.Star, "token", t.lease.Token)
 }
 
+// leaderGauges is a step with gauges that only the leader computes: they
+// are reset when the lease term ends, so a standby never reports what it
+// saw while it led.
+type leaderGauges interface{ ResetLeaderGauges() }
+
 // closeAbandoned closes the run rows earlier holders left open.
 func (r *runner) closeAbandoned(t *term) {
 	n, err := r.deps.DB.CloseAbandonedRuns(t.ctx, t.lease.Fence)
 	r.deps.Metrics.tx(err)
 	if errors.Is(err, catalog.ErrStaleToken) {
-		r.lose(t, err)
+		t.lose(err)
 	} else if err != nil {
 		r.deps.Log.Warn("closing abandoned runs failed", "err", err)
 	} else if n > 0 {
@@ -389,7 +400,9 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 			res.err = fmt.Errorf("before step %s: %w", s.Name(), context.Cause(ctx))
 			break
 		}
+		began := time.Now()
 		c, err := runStep(ctx, s, f, opts)
+		m.StepDuration.WithLabelValues(s.Name()).Observe(time.Since(began).Seconds())
 		res.counts.Add(c)
 		if err != nil {
 			res.err = fmt.Errorf("step %s: %w", s.Name(), err)

@@ -51,8 +51,8 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
 	d.role.Store("standby")
 	d.addr.Store("")
-	for _, class := range []string{catalog.ClassStandard, catalog.ClassExpress} {
-		d.m.AgeCap.WithLabelValues(class).Set(ageCap(cfg.Policy, class).Seconds())
+	for _, st := range deps.Steps {
+		d.m.StepDuration.WithLabelValues(st.Name())
 	}
 	return d, nil
 }
@@ -198,7 +198,7 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 				d.takeTriggers(t, p)
 				res, stopped := d.runCycle(ctx, t, opts)
 				if res.outcome == catalog.RunLostLease {
-					d.r.lose(t, res.err) // a step found the token stale before the renewer did
+					t.lose(res.err) // a step found the token stale before the renewer did
 				}
 				recorded, again := d.finishTriggers(t, res, p)
 				if recorded {
@@ -296,7 +296,7 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		reqs, err := d.db.ConsumeAdminRequests(ctx, t.lease.Fence, []string{catalog.AdminPause, catalog.AdminResume, catalog.AdminRelease})
 		d.m.tx(err)
 		if errors.Is(err, catalog.ErrStaleToken) {
-			d.r.lose(t, err)
+			t.lose(err)
 			return
 		}
 		if err != nil {
@@ -439,7 +439,7 @@ func (d *Daemon) refreshLoop(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if err := d.refreshGauges(ctx); err != nil && ctx.Err() == nil {
-			d.log.Debug("refreshing metastore gauges failed", "err", err)
+			d.log.Warn("refreshing metastore gauges failed; they keep their last values", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -458,14 +458,29 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		outcome := "ok"
 		if err != nil {
 			outcome = "error"
+		} else {
+			d.m.StatusRefreshed.Set(float64(time.Now().UnixNano()) / 1e9)
 		}
 		d.m.StatusRefreshes.WithLabelValues(outcome).Inc()
 	}()
+	star, err := d.db.GetStar(ctx, d.cfg.Star)
+	if err != nil {
+		return fmt.Errorf("read star %q: %w", d.cfg.Star, err)
+	}
+	d.m.setClass(star.ChainClass, d.cfg.Policy)
 	_, classes, err := d.db.TransitByClass(ctx, d.cfg.Star, d.cfg.Policy)
 	if err != nil {
 		return err
 	}
+	unsettled, err := d.db.UnsettledRecords(ctx, d.cfg.Star)
+	if err != nil {
+		return err
+	}
+	d.m.UnsettledRecords.WithLabelValues(star.ChainClass).Set(float64(unsettled[star.ChainClass]))
 	for _, c := range classes {
+		if c.Class != star.ChainClass {
+			continue
+		}
 		d.m.DueStreams.WithLabelValues(c.Class).Set(float64(c.Due))
 		d.m.SettleLag.WithLabelValues(c.Class).Set(c.Lag.Seconds())
 		d.m.OldestTransitAge.WithLabelValues(c.Class).Set(c.OldestAge.Seconds())
@@ -487,6 +502,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		d.m.TrimCursorEpoch.Set(float64(ts.Cursor.Epoch))
 		d.m.TrimCursorSeq.Set(float64(ts.Cursor.Seq))
 		d.m.TrimReleasable.Set(float64(ts.Slots))
+		d.m.TrimLag.Set(float64(ts.Lag))
 		d.m.HeadEpoch.Set(float64(ts.Head.Epoch))
 		d.m.HeadSeq.Set(float64(ts.Head.Seq))
 		d.m.ReapObjects.WithLabelValues("due").Set(float64(ts.Backlog.ObjectsDue))

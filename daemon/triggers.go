@@ -90,7 +90,7 @@ func (d *Daemon) takeTriggers(t *term, p pending) {
 	err := d.db.TakeTriggers(ctx, t.lease.Fence, p.ids())
 	d.m.tx(err)
 	if errors.Is(err, catalog.ErrStaleToken) {
-		d.r.lose(t, err)
+		t.lose(err)
 		return
 	}
 	if err != nil {
@@ -166,7 +166,7 @@ func (d *Daemon) triggerWrite(t *term, err error) bool {
 	case err == nil:
 		return true
 	case errors.Is(err, catalog.ErrStaleToken):
-		d.r.lose(t, err)
+		t.lose(err)
 	default:
 		d.log.Warn("recording trigger outcomes failed; they stay open", "err", err)
 	}
