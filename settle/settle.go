@@ -112,8 +112,9 @@ func (s *Settler) crash(name string) {
 }
 
 // checkTiling halts the cycle before anything is written when the catalog
-// of a stream about to be settled covers a record twice, anywhere in the
-// stream (DESIGN.md section 5): settle never guesses which entry is right.
+// of a stream about to be settled covers a record twice where settle
+// writes, at its last entries (DESIGN.md section 5): settle never guesses
+// which entry is right. `auditor verify` checks the whole catalog.
 func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) error {
 	ids := make([]catalog.StreamID, len(due))
 	for i, ds := range due {
@@ -265,7 +266,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 	// after the snapshot are the next cycle's; later windows read refs
 	// below the snapshot's next_record only, which nothing but this
 	// auditor's own commits changes.
-	st, refs, err := s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs)
+	st, refs, last, err := s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs)
 	if err != nil {
 		return counts, err
 	}
@@ -275,14 +276,14 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		if _, err := s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
 			return counts, err
 		}
-		if st, refs, err = s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs); err != nil {
+		if st, refs, last, err = s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs); err != nil {
 			return counts, err
 		}
 	}
 	if st.SettledThrough >= st.NextRecord {
 		return counts, nil
 	}
-	tail, err := s.loadTail(ctx, st)
+	tail, err := s.loadTail(ctx, st, last)
 	if err != nil {
 		return counts, err
 	}
@@ -434,15 +435,12 @@ func knownEntries(tail *Tail, chunks []SourceChunk) []bundlefmt.Entry {
 	return out
 }
 
-// loadTail reads the stream's last catalog entry's footer when that entry
-// ends at settled_through (so new chunks may extend it).
-func (s *Settler) loadTail(ctx context.Context, st catalog.Stream) (*Tail, error) {
-	last, err := s.d.DB.LastEntry(ctx, st.ID)
-	if errors.Is(err, catalog.ErrNotFound) {
+// loadTail reads the footer of the stream's last catalog entry (from the
+// stream's snapshot; nil: none) when that entry ends at settled_through (so
+// new chunks may extend it).
+func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog.Entry) (*Tail, error) {
+	if last == nil {
 		return nil, nil
-	}
-	if err != nil {
-		return nil, err
 	}
 	if last.EndRecord() > st.SettledThrough {
 		// The catalog covers records the stream says are unsettled: entries

@@ -58,6 +58,7 @@ type Config struct {
 	Verify               string
 	ReapGrace            time.Duration
 	ReapBatchSize        int64
+	HistoryRetention     time.Duration
 	LogFormat            string
 	LogLevel             string
 }
@@ -210,6 +211,7 @@ var keys = []key{
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),
 	intKey("reap-batch-size", "most keys per DeleteObjects request and rows per retention or reap transaction (1-1000)", "1000", func(c *Config) *int64 { return &c.ReapBatchSize }),
+	durationKey("history-retention", "finished cycle runs and consumed admin requests older than this are pruned (the latest successful run is kept)", "720h", func(c *Config) *time.Duration { return &c.HistoryRetention }),
 	stringKey("log-format", "auto (tint on a terminal, JSON otherwise), text or json", "auto", func(c *Config) *string { return &c.LogFormat }),
 	stringKey("log-level", "debug, info, warn or error", "info", func(c *Config) *string { return &c.LogLevel }),
 }
