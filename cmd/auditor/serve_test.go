@@ -469,6 +469,12 @@ func TestServeOnVersitygw(t *testing.T) {
 				value(f, "nova_auditor_bytes_total", map[string]string{"path": "uploaded"}) > 0 &&
 			value(f, "nova_auditor_s3_requests_total", nil) > 0
 	})
+	// The counters move while the cycle runs; its trim step arms the
+	// slots' reap (1s grace) after them, when the cycle's run row ends.
+	eventually(t, 30*time.Second, "the first cycle ended", func() bool {
+		r, err := db.LastRuns(ctx, "s1", 1)
+		return err == nil && len(r) == 1 && r[0].EndedAt != nil
+	})
 	time.Sleep(1100 * time.Millisecond) // the trimmed slots' grace
 	if code, _, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--wait", "30s"); code != 0 {
 		t.Fatalf("second trigger: %s", errs)
