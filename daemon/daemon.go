@@ -47,7 +47,7 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 	if err := deps.defaults(cfg.Version); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, r: &runner{cfg: cfg, deps: deps}, db: deps.DB, m: deps.Metrics, log: deps.Log,
+	d := &Daemon{cfg: cfg, r: newRunner(cfg, deps), db: deps.DB, m: deps.Metrics, log: deps.Log,
 		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
 	d.role.Store("standby")
 	d.addr.Store("")
@@ -112,13 +112,13 @@ func (d *Daemon) Serve(ctx context.Context) error {
 
 // standby tries to take the lease every LeaseRenew (and at once when a
 // notification says the leader let go) until it succeeds or ctx ends.
-func (d *Daemon) standby(ctx context.Context) (catalog.Lease, bool) {
+func (d *Daemon) standby(ctx context.Context) (heldLease, bool) {
 	d.role.Store("standby")
 	lastHolder := ""
 	for {
-		lease, err := d.db.AcquireLease(ctx, d.cfg.Star, d.cfg.Holder, d.cfg.LeaseTTL)
+		lease, sent, err := d.r.acquire(ctx)
 		if ctx.Err() != nil {
-			return lease, false
+			return heldLease{}, false
 		}
 		d.m.tx(err)
 		var held *catalog.LeaseHeldError
@@ -126,7 +126,12 @@ func (d *Daemon) standby(ctx context.Context) (catalog.Lease, bool) {
 		case err == nil:
 			d.m.LeaseAcquisitions.Inc()
 			d.log.Info("leader", "star", d.cfg.Star, "token", lease.Token, "expires_at", lease.ExpiresAt)
-			return lease, true
+			return heldLease{Lease: lease, sent: sent}, true
+		case errors.As(err, &held) && held.SameHolder:
+			if held.Holder != lastHolder {
+				d.log.Error("another process uses this holder name; waiting as its standby", "err", held)
+				lastHolder = held.Holder
+			}
 		case errors.As(err, &held):
 			if held.Holder != lastHolder {
 				d.log.Info("waiting as standby", "leader", held.Holder, "until", held.Until)
@@ -137,7 +142,7 @@ func (d *Daemon) standby(ctx context.Context) (catalog.Lease, bool) {
 		}
 		select {
 		case <-ctx.Done():
-			return lease, false
+			return heldLease{}, false
 		case <-time.After(d.cfg.LeaseRenew):
 		case <-d.wake:
 		}
@@ -146,7 +151,7 @@ func (d *Daemon) standby(ctx context.Context) (catalog.Lease, bool) {
 
 // lead runs cycles while the lease is held and ctx lasts, then releases
 // the lease (unless it was lost).
-func (d *Daemon) lead(ctx context.Context, lease catalog.Lease) {
+func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 	t := d.r.hold(ctx, lease)
 	defer d.r.release(t)
 	d.role.Store("leader")
@@ -186,18 +191,29 @@ func (d *Daemon) lead(ctx context.Context, lease catalog.Lease) {
 			d.log.Warn("stepping down: the lease was lost", "token", lease.Token, "cause", context.Cause(t.ctx))
 			return
 		}
-		if st.runnable() && (want != "" || st.openTriggers) {
-			opts, ok := d.consumeTriggers(t, want)
-			want, st.openTriggers = "", false
+		if st.runnable() && (want != "" || st.newTriggers) {
+			opts, p, ok := d.openTriggers(t, want)
+			want, st.newTriggers = "", false
 			if ok {
+				d.takeTriggers(t, p)
 				res, stopped := d.runCycle(ctx, t, opts)
+				if res.outcome == catalog.RunLostLease {
+					t.lose(res.err) // a step found the token stale before the renewer did
+				}
+				recorded, again := d.finishTriggers(t, res, p)
+				if recorded {
+					st.tried = max(st.tried, p.maxID())
+				}
 				d.poke()
-				if stopped {
+				if stopped || t.ctx.Err() != nil {
 					return
 				}
 				switch res.outcome {
 				case catalog.RunOK:
 					failures, retry = 0, nil
+					if again {
+						want = TriggerStream
+					}
 				case catalog.RunFailed:
 					failures++
 					wait := backoff(failures, d.cfg.RetryMax)
@@ -205,8 +221,6 @@ func (d *Daemon) lead(ctx context.Context, lease catalog.Lease) {
 					d.log.Info("retrying the failed cycle", "in", wait.Round(time.Millisecond), "failures", failures)
 				case catalog.RunHalted:
 					retry = nil
-				case catalog.RunLostLease:
-					t.lose(res.err) // a fenced transaction of the cycle found the lease taken
 				}
 				d.admin(t, &st)
 				continue
@@ -247,17 +261,20 @@ func backoff(n int, max time.Duration) time.Duration {
 
 // adminState is what the leader knows of the persisted state.
 type adminState struct {
-	loaded       bool
-	state        catalog.DaemonState
-	openTriggers bool // trigger requests wait to be consumed
+	loaded      bool
+	state       catalog.DaemonState
+	tried       int64 // the newest trigger request a cycle has run (and recorded what came of it)
+	newTriggers bool  // trigger requests newer than tried wait
 }
 
 func (s adminState) runnable() bool { return s.loaded && !s.state.Paused && !s.state.Halted() }
 
 // admin consumes the open pause, resume and release requests (their
 // effect is already persisted; consuming records that the leader saw
-// them), reloads the pause and halt, and notes waiting triggers, which are
-// consumed only when a cycle starts.
+// them), reloads the pause and halt, and notes trigger requests no cycle
+// has run yet (they are consumed by the cycle that runs them). Triggers a
+// cycle already tried (it failed, or the star halted or was paused) wait
+// for the retry, or run at once when the star becomes runnable again.
 func (d *Daemon) admin(t *term, st *adminState) {
 	ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
 	defer cancel()
@@ -266,11 +283,11 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		d.log.Warn("reading admin requests failed", "err", err)
 		return
 	}
-	st.openTriggers = false
 	others := false
+	var newest int64
 	for _, r := range open {
 		if r.Kind == catalog.AdminTrigger {
-			st.openTriggers = true
+			newest = max(newest, r.ID)
 		} else {
 			others = true
 		}
@@ -307,39 +324,13 @@ func (d *Daemon) admin(t *term, st *adminState) {
 	if !state.Halted() && st.loaded && st.state.Halted() {
 		d.log.Info("halt cleared by resume")
 	}
+	if st.loaded && !st.runnable() && !state.Paused && !state.Halted() {
+		st.tried = 0 // runnable again: the triggers a cycle left open run now
+	}
 	st.loaded, st.state = true, state
+	st.newTriggers = newest > st.tried
 	d.m.Paused.Set(b2f(state.Paused))
 	d.m.Halted.Set(b2f(state.Halted()))
-}
-
-// consumeTriggers takes the open trigger requests (fenced) into the
-// options of the cycle about to start. It returns false when there is
-// nothing to run after all.
-func (d *Daemon) consumeTriggers(t *term, want string) (cycle.Options, bool) {
-	opts := cycle.Options{Trigger: want}
-	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
-	defer cancel()
-	reqs, err := d.db.ConsumeAdminRequests(ctx, t.lease.Fence, []string{catalog.AdminTrigger})
-	d.m.tx(err)
-	if errors.Is(err, catalog.ErrStaleToken) {
-		t.lose(err)
-		return opts, false
-	}
-	if err != nil {
-		d.log.Warn("consuming trigger requests failed", "err", err)
-	}
-	for _, r := range reqs {
-		d.m.AdminRequests.WithLabelValues(r.Kind).Inc()
-		d.log.Info("admin request", "id", r.ID, "kind", r.Kind, "stream", streamAttr(r.Stream), "by", r.RequestedBy)
-		if r.Stream != nil && !containsStream(opts.Streams, *r.Stream) {
-			opts.Streams = append(opts.Streams, *r.Stream)
-		}
-		opts.Trigger = TriggerManual
-	}
-	if len(opts.Streams) > 0 {
-		opts.Trigger = TriggerStream
-	}
-	return opts, opts.Trigger != ""
 }
 
 func containsStream(ids []catalog.StreamID, id catalog.StreamID) bool {

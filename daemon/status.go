@@ -127,6 +127,8 @@ type RequestStatus struct {
 	Stream      string    `json:"stream,omitempty"`
 	RequestedBy string    `json:"requested_by"`
 	RequestedAt time.Time `json:"requested_at"`
+	Attempts    int       `json:"attempts,omitempty"`   // triggers: cycles that tried it and left it open
+	LastError   string    `json:"last_error,omitempty"` // why the last one did
 }
 
 // RunStatus is a run of the ledger.
@@ -244,7 +246,7 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	for i := len(reqs) - 1; i >= 0; i-- { // oldest first
 		r := reqs[i]
 		s.PendingRequests = append(s.PendingRequests, RequestStatus{ID: r.ID, Kind: r.Kind, Stream: streamAttr(r.Stream),
-			RequestedBy: r.RequestedBy, RequestedAt: r.RequestedAt})
+			RequestedBy: r.RequestedBy, RequestedAt: r.RequestedAt, Attempts: r.Attempts, LastError: r.LastError})
 	}
 	runs, err := db.LastRuns(ctx, star, o.Runs)
 	if err != nil {
@@ -375,9 +377,10 @@ func (s Status) WriteText(w io.Writer) error {
 		}
 	}
 	if len(s.PendingRequests) > 0 {
-		p("\nPENDING REQUEST\tKIND\tSTREAM\tBY\tREQUESTED\n")
+		p("\nPENDING REQUEST\tKIND\tSTREAM\tBY\tREQUESTED\tATTEMPTS\tLAST ERROR\n")
 		for _, r := range s.PendingRequests {
-			p("%d\t%s\t%s\t%s\t%s\n", r.ID, r.Kind, r.Stream, r.RequestedBy, ago(r.RequestedAt))
+			p("%d\t%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.Kind, r.Stream, r.RequestedBy, ago(r.RequestedAt), r.Attempts,
+				clip(oneLine(r.LastError), 80))
 		}
 	}
 	if len(s.LastRuns) > 0 {

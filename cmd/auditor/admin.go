@@ -72,7 +72,7 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 	var wait *time.Duration
 	cfg, db, stream, code := adminSetup(ctx, e, "trigger", args, func(fs *flag.FlagSet) {
 		fs.String("stream", "", "settle this stream (uuid) now, regardless of linger")
-		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request (exit 1 if it does not)")
+		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request into a cycle (exit 1 if it does not, or if it failed)")
 	})
 	if code >= 0 {
 		return code
@@ -97,8 +97,15 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
-		if r.ConsumedAt != nil {
-			fmt.Fprintf(e.stdout, "taken by %s after %s\n", r.ConsumedBy, r.ConsumedAt.Sub(r.RequestedAt).Round(time.Millisecond))
+		if r.Outcome == catalog.TriggerFailed {
+			return exitCode(e, cfg, fmt.Errorf("trigger request %d failed in run %d: %s", req.ID, deref(r.RunID), r.Reason))
+		}
+		if r.TakenAt != nil || r.ConsumedAt != nil {
+			at := r.TakenAt
+			if at == nil {
+				at = r.ConsumedAt
+			}
+			fmt.Fprintf(e.stdout, "taken by %s after %s\n", r.ConsumedBy, at.Sub(r.RequestedAt).Round(time.Millisecond))
 			return exitOK
 		}
 		if time.Now().After(deadline) {
@@ -110,6 +117,13 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func cmdPause(ctx context.Context, e env, args []string) int {

@@ -121,9 +121,14 @@ func TestServeTriggerPauseResume(t *testing.T) {
 		r := runs()
 		return len(r) == 1 && r[0].Trigger == "manual" && r[0].Outcome == catalog.RunOK
 	})
-	reqs, err := db.AdminRequests(ctx, "s1", false, 10)
-	if err != nil || len(reqs) != 1 || reqs[0].ConsumedAt == nil || reqs[0].ConsumedBy != "d1" {
-		t.Fatalf("requests %+v %v", reqs, err)
+	var reqs []catalog.AdminRequest
+	eventually(t, 2*time.Second, "the request consumed after its cycle", func() bool {
+		var err error
+		reqs, err = db.AdminRequests(ctx, "s1", false, 10)
+		return err == nil && len(reqs) == 1 && reqs[0].ConsumedAt != nil
+	})
+	if reqs[0].ConsumedBy != "d1" || reqs[0].Outcome != catalog.TriggerDone {
+		t.Fatalf("requests %+v", reqs)
 	}
 	lat := runs()[0].StartedAt.Sub(reqs[0].RequestedAt)
 	t.Logf("trigger to cycle start: %s (database clock)", lat)
@@ -463,6 +468,12 @@ func TestServeOnVersitygw(t *testing.T) {
 			value(f, "nova_auditor_bytes_total", map[string]string{"path": "copied"})+
 				value(f, "nova_auditor_bytes_total", map[string]string{"path": "uploaded"}) > 0 &&
 			value(f, "nova_auditor_s3_requests_total", nil) > 0
+	})
+	// The counters move while the cycle runs; its trim step arms the
+	// slots' reap (1s grace) after them, when the cycle's run row ends.
+	eventually(t, 30*time.Second, "the first cycle ended", func() bool {
+		r, err := db.LastRuns(ctx, "s1", 1)
+		return err == nil && len(r) == 1 && r[0].EndedAt != nil
 	})
 	time.Sleep(1100 * time.Millisecond) // the trimmed slots' grace
 	if code, _, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--wait", "30s"); code != 0 {
