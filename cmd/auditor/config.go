@@ -32,9 +32,9 @@ func newFlags(e env, name string) (*flag.FlagSet, *config.Loader) {
 	return fs, config.Bind(fs, e.getenv)
 }
 
-// parse is cli.Parse with the command's stderr.
+// parse is cli.Parse with the command's stdout (for -h).
 func parse(e env, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
-	return cli.Parse(e.stderr, fs, l, args, require...)
+	return cli.Parse(e.stdout, fs, l, args, require...)
 }
 
 func newLogger(e env, cfg config.Config) (*slog.Logger, error) {

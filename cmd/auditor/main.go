@@ -20,13 +20,6 @@ import (
 	"github.com/nova/auditor/migrations"
 )
 
-// Exit codes (DESIGN.md section 8).
-const (
-	exitOK      = cli.ExitOK
-	exitFailure = cli.ExitFailure
-	exitUsage   = cli.ExitUsage
-)
-
 // env is what every subcommand gets from the process.
 type env struct {
 	stdout, stderr io.Writer
@@ -52,6 +45,7 @@ func commands() map[string]command {
 		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease},
 		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json)", cmdStatus},
 		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream", cmdVerify},
+		"completion":  {"print a shell completion script (completion bash)", cmdCompletion},
 	}
 }
 
@@ -68,8 +62,15 @@ func dispatch(ctx context.Context, e env, args []string) int {
 	for n, c := range cmds {
 		summaries[n] = c.summary
 	}
-	name, code, ok := cli.Route("auditor", e.stderr, summaries, args)
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		return cmdVersion(ctx, e, args[1:])
+	}
+	name, code, ok := cli.Route("auditor", e.stdout, e.stderr, summaries, args)
 	if !ok {
+		if code == exitOK {
+			fmt.Fprintln(e.stdout, "  --version     print the version (as the version command)")
+			writeExitCodes(e.stdout)
+		}
 		return code
 	}
 	return cmds[name].run(ctx, e, args[1:])

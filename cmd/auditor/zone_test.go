@@ -133,7 +133,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 	run := func(what string) string {
 		t.Helper()
 		cmd := exec.Command(bin, "run", "--once", "--star", "s1-x", "--database-url", dbURL,
-			"--s3-endpoint", srv.URL, "--s3-path-style", "true", "--bucket", std,
+			"--s3-endpoint", srv.URL, "--s3-path-style", "--bucket", std,
 			"--s3-express-buckets", "za="+za+",zb="+zb, "--location", "za",
 			"--s3-attempt-timeout", "500ms", "--s3-max-attempts", "3", "--data-dir", filepath.Join(root, "data"),
 			"--express-denorm-linger", "0s", "--reap-grace", "1s", "--holder", "zone-test",
@@ -274,7 +274,7 @@ func TestFullCycleUnderS3Faults(t *testing.T) {
 		srv := httptest.NewServer(fp)
 		t.Cleanup(srv.Close)
 		bucket := flags[len(flags)-1]
-		return st, []string{"--s3-endpoint", srv.URL, "--s3-path-style", "true", "--s3-max-attempts", "2",
+		return st, []string{"--s3-endpoint", srv.URL, "--s3-path-style", "--s3-max-attempts", "2",
 			"--s3-attempt-timeout", "5s", "--bucket", bucket}, env, flightBytes, capMiB
 	})
 	failed := 0
