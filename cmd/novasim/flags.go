@@ -64,6 +64,9 @@ func newLogger(e env, cfg config.Config) (*slog.Logger, error) {
 	if err != nil {
 		return nil, &config.Error{Field: "log-format", Msg: err.Error()}
 	}
+	if cfg.Star != "" {
+		l = l.With("star", cfg.Star)
+	}
 	return l, nil
 }
 
