@@ -67,6 +67,31 @@ func TestRunOnceRefusesAHeldLease(t *testing.T) {
 	if len(rec.snapshot()) != 0 || len(lastRuns(t, db, 10)) != 0 {
 		t.Fatal("a cycle ran without the lease")
 	}
+
+	// A dry run changes nothing, so it runs beside the holder: it takes
+	// no lease, records no run, and its fence can write nothing.
+	before, _ := lease(t, db)
+	wrote := step{"write", func(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+		if !opts.DryRun {
+			t.Error("not a dry run")
+		}
+		return cycle.Counts{}, db.SetHalted(ctx, f, "a dry run must not write")
+	}}
+	if _, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{rec}}, cycle.Options{DryRun: true}); err != nil {
+		t.Fatalf("dry run beside a live lease: %v", err)
+	}
+	if len(rec.snapshot()) != 1 || len(lastRuns(t, db, 10)) != 0 {
+		t.Fatalf("dry run: %d calls, %d runs recorded", len(rec.snapshot()), len(lastRuns(t, db, 10)))
+	}
+	if after, _ := lease(t, db); after.Token != before.Token || after.Holder != "other" {
+		t.Fatalf("the dry run touched the lease: %+v then %+v", before, after)
+	}
+	if _, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{wrote}}, cycle.Options{DryRun: true}); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("a write from a dry run: %v, want a stale token", err)
+	}
+	if st, _ := db.GetDaemonState(ctx, "s1"); st.Halted() {
+		t.Fatal("a dry run wrote")
+	}
 }
 
 func TestRunOnceHaltPersistsAndBlocksUntilResume(t *testing.T) {

@@ -55,7 +55,35 @@ func adminSetup(ctx context.Context, e env, name string, args []string, extra fu
 	if err != nil {
 		return cfg, nil, nil, exitCode(e, cfg, err)
 	}
+	// A typo must not read as a healthy, idle star, nor record a request
+	// no daemon will ever take.
+	if err := checkStar(ctx, db, cfg.Star, stream); err != nil {
+		db.Close()
+		return cfg, nil, nil, exitCode(e, cfg, err)
+	}
 	return cfg, db, stream, -1
+}
+
+// checkStar is a configuration error when the star, or the stream in it,
+// is not in the metastore.
+func checkStar(ctx context.Context, db *catalog.DB, star string, stream *catalog.StreamID) error {
+	ok, err := db.StarExists(ctx, star)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &config.Error{Field: "star", Msg: fmt.Sprintf("no star %q in the metastore (nova.stars)", star)}
+	}
+	if stream == nil {
+		return nil
+	}
+	if ok, err = db.StreamOfStar(ctx, star, *stream); err != nil {
+		return err
+	}
+	if !ok {
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", daemon.FormatStream(*stream), star)}
+	}
+	return nil
 }
 
 // warnNoLeader tells the operator when no daemon will pick the request up.

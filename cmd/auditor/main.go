@@ -86,6 +86,7 @@ func exitCode(e env, cfg config.Config, err error) int {
 	switch {
 	case errors.Is(err, config.ErrConfig),
 		errors.Is(err, catalog.ErrUnreachable),
+		errors.Is(err, catalog.ErrRefused),
 		errors.Is(err, migrations.ErrDatabaseBehind),
 		errors.Is(err, migrations.ErrDatabaseNewer):
 		return exitUsage
