@@ -496,4 +496,17 @@ func TestServeOnVersitygw(t *testing.T) {
 	if code == 0 || !strings.Contains(out+errs, victim) {
 		t.Fatalf("verify after deleting %s: exit %d, does not name it:\n%s%s", victim, code, out, errs)
 	}
+
+	// Bad credentials, or no server at all: verify could not look (exit
+	// 5), and no object is called corrupt.
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+	for name, args := range map[string][]string{
+		"bad credentials": verify,
+		"no server":       append(append([]string{}, verify...), "--s3-endpoint", "http://127.0.0.1:1", "--s3-max-attempts", "1"),
+	} {
+		code, out, errs = runCLI(t, args...)
+		if code != exitUnreachable || strings.Contains(out+errs, "corrupt") || !strings.Contains(errs, "nothing was judged") {
+			t.Fatalf("verify with %s: exit %d, want %d without findings:\n%s%s", name, code, exitUnreachable, out, errs)
+		}
+	}
 }
