@@ -229,7 +229,6 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
-
 // verifyStore opens the object store that verify reads (the same store the
 // cycle uses) and says which of its errors mean a missing or empty object.
 func verifyStore(ctx context.Context, cfg config.Config, o *daemon.VerifyOptions) (daemon.ObjectReader, error) {

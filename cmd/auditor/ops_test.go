@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,10 +57,20 @@ func TestServeWaitsForAnUnreachableDatabase(t *testing.T) {
 		t.Fatalf("exit %d after SIGTERM", code)
 	}
 
-	// Configuration errors are not waited out.
+	// Configuration errors are not waited out: a bad flag, or a database
+	// that answers and refuses the URL (no such database).
 	code, _, stderr := runCLI(t, "serve", "--star", "s1", "--database-url", url, "--lease-renew", "1m")
 	if code != 2 || !strings.Contains(stderr, "lease-renew") {
 		t.Fatalf("a bad configuration: exit %d %q", code, stderr)
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/no_such_database_here"
+	code, _, stderr = runCLI(t, "serve", "--star", "s1", "--database-url", u.String(), "--fs-root", t.TempDir(), "--data-dir", t.TempDir())
+	if code != 2 || !strings.Contains(stderr, "refused") {
+		t.Fatalf("a database that does not exist: exit %d %q", code, stderr)
 	}
 }
 
@@ -278,7 +289,6 @@ func TestExitCodesTableMatchesTheREADME(t *testing.T) {
 		}
 	}
 }
-
 
 // TestInspectKeyNeedsNoTempDir: inspect --key decodes the fetched object in
 // memory, so it works where no temporary directory is writable (a pod

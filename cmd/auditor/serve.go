@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,6 +18,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/wire"
+	"github.com/nova/auditor/migrations"
 )
 
 // cmdServe is `auditor serve`: the daemon of one star (DESIGN.md sections
@@ -66,6 +68,12 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, &config.Error{Field: "database-url", Msg: err.Error()})
 	}
 	defer db.Close()
+	// A database that answers with the wrong schema, or refuses the URL,
+	// is a configuration problem to report now (exit 2), before the store
+	// is set up; one that does not answer is waited for by the daemon.
+	if err := firstSchemaCheck(ctx, db); err != nil {
+		return exitCode(e, cfg, err)
+	}
 
 	// One registry for the process; every series of the star carries its
 	// name, so one Prometheus can watch the auditors of many stars.
@@ -126,4 +134,19 @@ func checkedBuckets(cfg config.Config) (buckets, prefixes []string) {
 	chain := slot[:strings.Index(slot, "/chain/")+len("/chain/")]
 	settled := bundlefmt.SettledKey("b", bundlefmt.StreamID{}, 1, 0, 0)
 	return buckets, []string{cfg.KeyPrefix + chain, cfg.KeyPrefix + settled[:strings.Index(settled, "/")+1]}
+}
+
+// firstSchemaCheck is the start-up check of the schema: an error only for
+// an answer waiting cannot change.
+func firstSchemaCheck(ctx context.Context, db *catalog.DB) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := db.CheckSchema(cctx)
+	switch {
+	case errors.Is(err, migrations.ErrDatabaseBehind), errors.Is(err, migrations.ErrDatabaseNewer):
+		return err
+	case catalog.IsRefused(err):
+		return fmt.Errorf("%w: %w", catalog.ErrRefused, err)
+	}
+	return nil
 }
