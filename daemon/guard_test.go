@@ -101,7 +101,9 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 		}
 	})
 
-	blocked := func() float64 { return testutil.ToFloat64(m.Guard.WorkBlocked.WithLabelValues(daemon.BlockBucketRules)) }
+	blocked := func() float64 {
+		return testutil.ToFloat64(m.Guard.WorkBlocked.WithLabelValues(daemon.BlockBucketRules))
+	}
 	eventually(t, 5*time.Second, "leads, blocked by the rule", func() bool {
 		return testutil.ToFloat64(m.Leader) == 1 && blocked() == 1
 	})

@@ -115,4 +115,3 @@ func lifecycleRule(r types.LifecycleRule) objstore.LifecycleRule {
 	}
 	return out
 }
-
