@@ -37,7 +37,7 @@ func commands() map[string]command {
 		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun},
 		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe},
 		"version":     {"print the binary's schema version", cmdVersion},
-		"inspect":     {"decode and print a slot or settled object (FILE)", cmdInspect},
+		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect},
 		"crashpoints": {"list the crash points NOVA_AUDITOR_CRASHPOINT=name[:n] can arm", cmdCrashpoints},
 		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger)", cmdTrigger},
 		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause},
@@ -68,7 +68,7 @@ func dispatch(ctx context.Context, e env, args []string) int {
 	name, code, ok := cli.Route("auditor", e.stdout, e.stderr, summaries, args)
 	if !ok {
 		if code == exitOK {
-			fmt.Fprintln(e.stdout, "  --version     print the version (as the version command)")
+			fmt.Fprintln(e.stdout, "  --version    print the version (the version command)")
 			writeExitCodes(e.stdout)
 		}
 		return code
