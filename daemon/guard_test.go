@@ -160,3 +160,30 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 			strings.Contains(st.Buckets[0].Note, "501")
 	})
 }
+
+// TestStatusTextNamesTheBucketWarnings: a missing abort rule, missing
+// encryption and an unknown answer each get a status line.
+func TestStatusTextNamesTheBucketWarnings(t *testing.T) {
+	s := daemon.Status{Star: "s1", Buckets: []daemon.BucketStatus{
+		{RulesVerdict: objstore.RulesVerdict{Bucket: "b1", Expiring: []objstore.LifecycleRule{},
+			AbortIncomplete: objstore.VerdictNo, Encryption: objstore.VerdictNo}},
+		{RulesVerdict: objstore.RulesVerdict{Bucket: "b2", Expiring: []objstore.LifecycleRule{},
+			AbortIncomplete: objstore.VerdictUnknown, Encryption: objstore.VerdictUnknown, Note: "lifecycle: the server answered 501 NotImplemented"}},
+		{RulesVerdict: objstore.RulesVerdict{Bucket: "b3", Expiring: []objstore.LifecycleRule{},
+			AbortIncomplete: objstore.VerdictYes, Encryption: objstore.VerdictYes}},
+	}}
+	var b strings.Builder
+	if err := s.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][2]string{{"bucket b1", "warning: no AbortIncompleteMultipartUpload rule"}, {"bucket b1", "warning: no default server-side encryption"},
+		{"bucket b2", "rules unknown (lifecycle unknown, encryption unknown): lifecycle: the server answered 501"}, {"bucket b3", "ok:"}} {
+		found := false
+		for _, line := range strings.Split(b.String(), "\n") {
+			found = found || strings.HasPrefix(line, want[0]) && strings.Contains(line, want[1])
+		}
+		if !found {
+			t.Errorf("status text lacks %q:\n%s", want, b.String())
+		}
+	}
+}
