@@ -140,6 +140,9 @@ type SlotReap struct {
 	From, To  SlotPos
 	ReapAfter time.Time
 	Due       bool // reap_after <= now(), by the database clock
+	// DoneBuckets are the buckets that confirmed every slot of the range
+	// deleted; the reap is finished when every bucket of the class is.
+	DoneBuckets []string
 }
 
 // AdvanceTrim moves the star's trim cursor from prev (the row as read; nil
@@ -196,14 +199,14 @@ func (db *DB) AdvanceTrim(ctx context.Context, f Fence, prev *SlotPos, from, to 
 // SlotReaps lists a star's slot reaps in release order, with Due by the
 // database clock.
 func (db *DB) SlotReaps(ctx context.Context, star string) ([]SlotReap, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now()
+	rows, err := db.pool.Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now(), done_buckets
 		FROM nova.slot_reaps WHERE star = $1 ORDER BY from_epoch, from_seq, id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("list slot reaps of star %q: %w", star, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotReap, error) {
 		var s SlotReap
-		return s, r.Scan(&s.ID, &s.Star, &s.From.Epoch, &s.From.Seq, &s.To.Epoch, &s.To.Seq, &s.ReapAfter, &s.Due)
+		return s, r.Scan(&s.ID, &s.Star, &s.From.Epoch, &s.From.Seq, &s.To.Epoch, &s.To.Seq, &s.ReapAfter, &s.Due, &s.DoneBuckets)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list slot reaps of star %q: %w", star, err)
@@ -217,6 +220,19 @@ func (db *DB) FinishSlotReap(ctx context.Context, f Fence, id int64) error {
 	return db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM nova.slot_reaps WHERE id = $1 AND star = $2`, id, f.Star); err != nil {
 			return fmt.Errorf("finish slot reap %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// SlotReapBucketsDone records that buckets confirmed every slot of a
+// slot reap's range deleted (its later rounds skip them).
+func (db *DB) SlotReapBucketsDone(ctx context.Context, f Fence, id int64, buckets []string) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE nova.slot_reaps SET done_buckets = ARRAY(
+				SELECT DISTINCT b FROM unnest(done_buckets || $3::text[]) AS b ORDER BY b)
+			WHERE id = $1 AND star = $2`, id, f.Star, buckets); err != nil {
+			return fmt.Errorf("record buckets done with slot reap %d: %w", id, err)
 		}
 		return nil
 	})
@@ -398,9 +414,20 @@ const (
 	KeyPublishable
 	// KeyPublishing: another open publish intent names the key: held.
 	KeyPublishing
+	// KeyCondemned: a reap intent on a key a settle could still publish,
+	// while the key's stream is in quarantine: the object there failed its
+	// data check (QuarantineCondemning armed the reap), and no settle of a
+	// quarantined stream runs, so nothing publishes the key while it is
+	// deleted; the sources stay (trim is held by the quarantine), so once
+	// released the stream publishes the key again from them. Deletable.
+	KeyCondemned
 	// KeyGone: the intent is gone or no longer due; nothing to do.
 	KeyGone
 )
+
+// Deletable reports whether the reap step deletes the object of a candidate
+// with this verdict.
+func (v KeyVerdict) Deletable() bool { return v == KeyDead || v == KeyCondemned }
 
 func (v KeyVerdict) String() string {
 	switch v {
@@ -412,6 +439,8 @@ func (v KeyVerdict) String() string {
 		return "publishable"
 	case KeyPublishing:
 		return "publishing"
+	case KeyCondemned:
+		return "condemned"
 	case KeyGone:
 		return "gone"
 	}
@@ -483,13 +512,16 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 	// The verdict is one statement over the candidates: referenced (the
 	// catalog row exists with the stream's bucket), publishing (another
 	// open publish intent on the key), publishable (the key's stream and
-	// bucket, and a first record at or past settled_through or an entry
-	// there at a lower revision; a higher stream epoch is reserved for a
-	// future reset, so it counts as publishable too).
+	// bucket, and a first record at or past settled_through, or a higher
+	// revision of the stream's last entry, which a tail rewrite may still
+	// publish; a higher revision of any other entry is garbage, as no tail
+	// rewrite reaches it again; a higher stream epoch is reserved for a
+	// future reset, so it counts as publishable too), condemned (a reap of
+	// a publishable key while its stream is in quarantine).
 	rows, err := tx.Query(ctx, `
 		WITH k AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::uuid[], $6::bigint[], $7::bigint[], $8::int[])
 			AS k(id, key, bucket, stream_id, epoch, first, rev)),
-		due AS (SELECT o.id FROM nova.orphan_intents o JOIN k ON k.id = o.id
+		due AS (SELECT o.id, o.kind FROM nova.orphan_intents o JOIN k ON k.id = o.id
 			WHERE o.star = $1 AND o.object_key = k.key
 			  AND (o.kind = 'reap' AND o.reap_after <= now() OR o.kind = 'publish' AND o.created_at <= now() - $9::interval)`+lockClause+`)
 		SELECT k.id,
@@ -500,7 +532,9 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 			EXISTS (SELECT 1 FROM nova.streams s WHERE s.stream_id = k.stream_id AND s.bucket = k.bucket
 				AND (k.epoch > s.epoch OR k.epoch = s.epoch AND (k.first >= s.settled_through
 					OR EXISTS (SELECT 1 FROM nova.catalog c WHERE c.stream_id = k.stream_id AND c.epoch = k.epoch
-						AND c.first_record = k.first AND c.revision < k.rev))))
+						AND c.first_record = k.first AND c.revision < k.rev
+						AND c.first_record + c.record_count = s.settled_through)))),
+			due.kind = 'reap' AND EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = k.stream_id)
 		FROM k JOIN due ON due.id = k.id`,
 		star, ids, keys, buckets, streams, epochs, firsts, revs, grace)
 	if err != nil {
@@ -509,10 +543,10 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			id                                  int64
-			referenced, publishing, publishable bool
+			id                                             int64
+			referenced, publishing, publishable, condemned bool
 		)
-		if err := rows.Scan(&id, &referenced, &publishing, &publishable); err != nil {
+		if err := rows.Scan(&id, &referenced, &publishing, &publishable, &condemned); err != nil {
 			return nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
 		}
 		switch {
@@ -520,6 +554,8 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 			out[id] = KeyReferenced
 		case publishing:
 			out[id] = KeyPublishing
+		case publishable && condemned:
+			out[id] = KeyCondemned
 		case publishable:
 			out[id] = KeyPublishable
 		default:
