@@ -377,14 +377,14 @@ func (s Status) WriteText(w io.Writer) error {
 		p("NO WORK\t%s\t(clears itself when the cause is gone)\n", oneLine(s.Blocked))
 	}
 	pol := s.Policy
-	from := "this command's flags (no daemon has recorded its policy)"
+	from := "this command's flags: no daemon has recorded one"
 	if pol.Source == "leader" {
 		from = "the daemon " + pol.Holder
 		if pol.RecordedAt != nil {
 			from += ", recorded " + ago(*pol.RecordedAt)
 		}
 	}
-	p("policy\tlinger %s, age cap %s; express linger %s, age cap %s; reap grace %s\t(%s)\n",
+	p("policy\tlinger %s, age cap %s; express linger %s, age cap %s; reap grace %s\t(from %s)\n",
 		dur(secs(pol.Linger)), dur(secs(pol.AgeCap)), dur(secs(pol.ExpressLinger)), dur(secs(pol.ExpressAgeCap)),
 		dur(secs(pol.ReapGrace)), from)
 	for _, b := range s.Buckets {
