@@ -312,3 +312,30 @@ func TestInspectKeyNeedsNoTempDir(t *testing.T) {
 		t.Fatalf("inspect --key without a temp dir: exit %d %q %q", code, out, errs)
 	}
 }
+
+// TestDryRunBesideAServingDaemon: `run --once --dry-run` prints the plan
+// while a daemon holds the lease, and changes nothing: the lease, the run
+// ledger and the store are as they were.
+func TestDryRunBesideAServingDaemon(t *testing.T) {
+	t.Parallel()
+	url, db := migratedDBNoStar(t)
+	ctx := context.Background()
+	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 3, Content: sim.DefaultContent(5)}); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	p := startServe(t, "r1", url, "--fs-root", root)
+	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
+	before, _ := currentLease(t, db)
+	code, out, errs := runCLI(t, "run", "--once", "--dry-run", "--star", "s1", "--database-url", url, "--fs-root", root,
+		"--data-dir", t.TempDir(), "--denorm-linger", "0s", "--log-level", "warn")
+	if code != 0 || !strings.Contains(out, "cycle ok") {
+		t.Fatalf("dry run beside the leader: exit %d %q %q", code, out, errs)
+	}
+	if after, live := currentLease(t, db); !live || after.Token != before.Token || after.Holder != "r1" {
+		t.Fatalf("the dry run touched the lease: %+v then %+v", before, after)
+	}
+	if runs, _ := db.LastRuns(ctx, "s1", 10); len(runs) != 0 {
+		t.Fatalf("the dry run recorded %d runs", len(runs))
+	}
+}
