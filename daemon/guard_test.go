@@ -133,7 +133,9 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	// trigger runs, and the reference setup leaves no finding but the
 	// encryption, which versitygw does not say.
 	tr.set(lifecycleReference)
+	gone := time.Now()
 	rec.wait(t, 5*time.Second)
+	t.Logf("the waiting trigger ran %s after the rule went (rules re-read every %s while blocked)", time.Since(gone).Round(time.Millisecond), cfg.RulesInterval)
 	if blocked() != 0 || testutil.ToFloat64(m.Guard.ExpiringRules.WithLabelValues(bucket)) != 0 {
 		t.Fatal("still blocked after the rule went")
 	}

@@ -45,10 +45,11 @@ func TestServeWaitsForAnUnreachableDatabase(t *testing.T) {
 		t.Fatal("the wait is not logged")
 	}
 	proxy.restore()
-	eventually(t, 40*time.Second, "leads once the database answers", func() bool {
+	took := eventually(t, 40*time.Second, "leads once the database answers", func() bool {
 		l, live := currentLease(t, db)
 		return live && l.Holder == "w1"
 	})
+	t.Logf("led %s after the database came back (backoff from 1s doubling to 30s)", took)
 	if code, body := p.get("/readyz"); code != 200 {
 		t.Fatalf("/readyz %d %q after the database came back", code, body)
 	}
