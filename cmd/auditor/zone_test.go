@@ -383,7 +383,7 @@ func TestStallingZoneCostsLittle(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", s3e.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3e.SecretKey)
 	p := startServe(t, "stall", url, "--star", "s1-x", "--schedule", "@every 1s", "--express-denorm-linger", "0s",
-		"--reap-grace", "1s", "--s3-endpoint", srv.URL, "--s3-path-style", "true", "--bucket", std,
+		"--reap-grace", "1s", "--s3-endpoint", srv.URL, "--s3-path-style", "--bucket", std,
 		"--s3-express-buckets", "za="+za+",zb="+zb, "--location", "za",
 		"--s3-attempt-timeout", "2s", "--s3-max-attempts", "2", "--log-level", "info",
 		"--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "64")
