@@ -53,10 +53,18 @@ type Config struct {
 	// Zero keeps everything.
 	HistoryKeep time.Duration
 
+	// Buckets are the buckets whose lifecycle rules and encryption the
+	// daemon checks; KeyPrefixes, the full key prefixes it writes under in
+	// them (an expiration rule reaching one stops all work).
+	Buckets     []string
+	KeyPrefixes []string
+
 	// Zero means the default.
 	AdminPoll        time.Duration // fallback poll of admin requests when a NOTIFY is missed (5s)
-	GaugeInterval    time.Duration // refresh of the metastore gauges (15s)
+	GaugeInterval    time.Duration // refresh of the metastore gauges and the schema check (15s)
 	RetryMax         time.Duration // longest backoff before retrying a failed cycle (5m)
+	RulesInterval    time.Duration // check of the bucket rules (24h; every minute while they block)
+	DBRetryMax       time.Duration // longest wait between tries of an unreachable database at start (30s)
 	PruneBatch       int           // most rows of each history table pruned per cycle (1000)
 	LeaseCallTimeout time.Duration // bound of one lease acquisition or renewal attempt (LeaseTTL/3)
 }
@@ -69,6 +77,7 @@ type Deps struct {
 	Metrics  *Metrics            // nil: metrics kept on a private registry
 	Gatherer prometheus.Gatherer // what /metrics serves (nil: the daemon's own metrics only)
 	Crash    func(string)        // crash points (nil: none)
+	Rules    BucketRulesReader   // the bucket rules (nil: unknown)
 }
 
 func (c *Config) defaults() {
@@ -80,6 +89,12 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Minute
+	}
+	if c.RulesInterval <= 0 {
+		c.RulesInterval = 24 * time.Hour
+	}
+	if c.DBRetryMax <= 0 {
+		c.DBRetryMax = 30 * time.Second
 	}
 	if c.PruneBatch <= 0 {
 		c.PruneBatch = 1000
@@ -136,8 +151,10 @@ func (d *Deps) defaults(version string) error {
 // RunOnce is `auditor run --once`: it takes the star's lease (a
 // *catalog.LeaseHeldError when another auditor holds it), runs the steps
 // once as one ledger run while renewing the lease, and releases it. A
-// paused or halted star is refused (ErrPaused, ErrHalted) unless
-// opts.DryRun. A halt found by the run is persisted like the daemon's.
+// paused or halted star is refused (ErrPaused, ErrHalted). A halt found by
+// the run is persisted like the daemon's. A dry run (opts.DryRun) changes
+// nothing, so it takes no lease and records no run: it works beside a
+// running daemon, paused or halted.
 // The error is the cycle's: test it with cycle.IsHalt and
 // catalog.ErrStaleToken.
 func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cycle.Counts, error) {
@@ -150,6 +167,9 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 	}
 	if opts.Trigger == "" {
 		opts.Trigger = TriggerOnce
+	}
+	if opts.DryRun {
+		return dryRun(ctx, cfg, deps, opts)
 	}
 	r := newRunner(cfg, deps)
 	lease, sent, err := r.acquire(ctx)
@@ -180,6 +200,23 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 		t.lose(res.err)
 	}
 	return res.counts, res.err
+}
+
+// dryRun runs the steps once in plan mode, outside the lease and the
+// ledger. Its fence has token 0, which no lease ever has, so a write a step
+// attempted by mistake would fail as stale rather than land.
+func dryRun(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cycle.Counts, error) {
+	f := catalog.Fence{Star: cfg.Star, Holder: cfg.Holder}
+	var total cycle.Counts
+	for _, s := range deps.Steps {
+		c, err := runStep(ctx, s, f, opts)
+		total.Add(c)
+		if err != nil {
+			return total, fmt.Errorf("step %s (dry run): %w", s.Name(), err)
+		}
+	}
+	deps.Log.Info("dry run", "trigger", opts.Trigger, "streams", len(opts.Streams), "counts", total)
+	return total, nil
 }
 
 // afterShutdown returns a child of base that is canceled (cause

@@ -36,6 +36,9 @@ type Daemon struct {
 	role    atomic.Value  // string: standby, leader
 	ranNow  bool          // --run-now has been honoured
 	addr    atomic.Value  // string: the HTTP listener's address
+
+	guard *guard                        // schema and bucket-rule blocks (guard.go)
+	fence atomic.Pointer[catalog.Fence] // the lease held now (nil on standby)
 }
 
 // New checks the configuration and builds a daemon.
@@ -48,7 +51,7 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, r: newRunner(cfg, deps), db: deps.DB, m: deps.Metrics, log: deps.Log,
-		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1), guard: newGuard()}
 	d.role.Store("standby")
 	d.addr.Store("")
 	for _, st := range deps.Steps {
@@ -83,9 +86,16 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			}
 		}()
 	}
+	if err := d.waitForDatabase(ctx); err != nil {
+		if srv != nil {
+			_ = srv.Close()
+		}
+		return err
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { d.listen(base) })
 	wg.Go(func() { d.refreshLoop(base) })
+	d.startGuard(base, &wg)
 
 	d.log.Info("standby", "star", d.cfg.Star, "holder", d.cfg.Holder)
 	for {
@@ -116,6 +126,17 @@ func (d *Daemon) standby(ctx context.Context) (heldLease, bool) {
 	d.role.Store("standby")
 	lastHolder := ""
 	for {
+		if d.guard.schemaBlocked() {
+			// An old binary on a newer schema takes no lease, so a new one
+			// can lead.
+			select {
+			case <-ctx.Done():
+				return heldLease{}, false
+			case <-time.After(d.cfg.LeaseRenew):
+			case <-d.wake:
+			}
+			continue
+		}
 		lease, sent, err := d.r.acquire(ctx)
 		if ctx.Err() != nil {
 			return heldLease{}, false
@@ -157,6 +178,8 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 	d.role.Store("leader")
 	defer d.role.Store("standby")
 	d.r.closeAbandoned(t)
+	d.recordRuntime(t)
+	defer d.fence.Store(nil)
 
 	tick := make(chan struct{}, 1)
 	sched := cron.New()
@@ -191,7 +214,16 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 			d.log.Warn("stepping down: the lease was lost", "token", lease.Token, "cause", context.Cause(t.ctx))
 			return
 		}
-		if st.runnable() && (want != "" || st.newTriggers) {
+		if d.guard.schemaBlocked() {
+			d.log.Warn("stepping down: the database schema is not this binary's", "token", lease.Token)
+			return
+		}
+		// A bucket rule that could expire the auditor's data blocks work
+		// like a halt: the lease is kept, wanted cycles wait.
+		if st.runnable() && d.guard.reason() == "" && (want != "" || st.newTriggers) {
+			if d.checkSchema(t.ctx); d.guard.schemaBlocked() {
+				continue // the schema changed since the last check: step down above
+			}
 			opts, p, ok := d.openTriggers(t, want)
 			want, st.newTriggers = "", false
 			if ok {
@@ -463,12 +495,20 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		}
 		d.m.StatusRefreshes.WithLabelValues(outcome).Inc()
 	}()
+	// The leader's recorded policy, so every instance's gauges, /status and
+	// auditor status agree (this instance's own until one is recorded).
+	policy, reapGrace := d.cfg.Policy, d.cfg.ReapGrace
+	if rt, err := d.db.GetRuntime(ctx, d.cfg.Star); err == nil {
+		policy, reapGrace = rt.Policy, rt.ReapGrace
+	} else if !errors.Is(err, catalog.ErrNotFound) {
+		return err
+	}
 	star, err := d.db.GetStar(ctx, d.cfg.Star)
 	if err != nil {
 		return fmt.Errorf("read star %q: %w", d.cfg.Star, err)
 	}
-	d.m.setClass(star.ChainClass, d.cfg.Policy)
-	_, classes, err := d.db.TransitByClass(ctx, d.cfg.Star, d.cfg.Policy)
+	d.m.setClass(star.ChainClass, policy)
+	_, classes, err := d.db.TransitByClass(ctx, d.cfg.Star, policy)
 	if err != nil {
 		return err
 	}
@@ -493,7 +533,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 	d.m.Quarantined.Set(float64(b.Quarantined))
 	d.m.OpenIntents.WithLabelValues("publish").Set(float64(b.PublishIntents))
 	d.m.OpenIntents.WithLabelValues("reap").Set(float64(b.ReapIntents))
-	ts, err := trim.ReadStatus(ctx, d.db, d.cfg.Star, d.cfg.ReapGrace)
+	ts, err := trim.ReadStatus(ctx, d.db, d.cfg.Star, reapGrace)
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
 	case err != nil:

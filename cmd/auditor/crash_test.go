@@ -129,7 +129,7 @@ func s3CrashStore(t *testing.T, _ string) (objstore.Store, []string, []string, i
 	if _, err := st.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
 		t.Fatal(err)
 	}
-	return st, []string{"--s3-endpoint", e.Endpoint, "--s3-path-style", "true", "--bucket", bucket},
+	return st, []string{"--s3-endpoint", e.Endpoint, "--s3-path-style", "--bucket", bucket},
 		[]string{"AWS_ACCESS_KEY_ID=" + e.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.SecretKey, "AWS_REGION=us-east-1"},
 		8 << 20, "16"
 }

@@ -454,7 +454,7 @@ func TestServeOnVersitygw(t *testing.T) {
 	}
 	t.Setenv("AWS_ACCESS_KEY_ID", s3e.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3e.SecretKey)
-	storeFlags := []string{"--s3-endpoint", s3e.Endpoint, "--s3-path-style", "true", "--bucket", bucket}
+	storeFlags := []string{"--s3-endpoint", s3e.Endpoint, "--s3-path-style", "--bucket", bucket}
 	p := startServe(t, "v1", url, append([]string{"--denorm-linger", "0s", "--reap-grace", "1s",
 		"--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "64"}, storeFlags...)...)
 	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
@@ -506,5 +506,18 @@ func TestServeOnVersitygw(t *testing.T) {
 	code, out, errs := runCLI(t, verify...)
 	if code == 0 || !strings.Contains(out+errs, victim) {
 		t.Fatalf("verify after deleting %s: exit %d, does not name it:\n%s%s", victim, code, out, errs)
+	}
+
+	// Bad credentials, or no server at all: verify could not look (exit
+	// 5), and no object is called corrupt.
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+	for name, args := range map[string][]string{
+		"bad credentials": verify,
+		"no server":       append(append([]string{}, verify...), "--s3-endpoint", "http://127.0.0.1:1", "--s3-max-attempts", "1"),
+	} {
+		code, out, errs = runCLI(t, args...)
+		if code != exitUnreachable || strings.Contains(out+errs, "corrupt") || !strings.Contains(errs, "nothing was judged") {
+			t.Fatalf("verify with %s: exit %d, want %d without findings:\n%s%s", name, code, exitUnreachable, out, errs)
+		}
 	}
 }
