@@ -125,6 +125,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 func (d *Daemon) standby(ctx context.Context) (heldLease, bool) {
 	d.role.Store("standby")
 	lastHolder := ""
+	var idled time.Time // the steps' standby work: at once, then every idleEvery
 	for {
 		if d.guard.schemaBlocked() {
 			// An old binary on a newer schema takes no lease, so a new one
@@ -136,6 +137,10 @@ func (d *Daemon) standby(ctx context.Context) (heldLease, bool) {
 			case <-d.wake:
 			}
 			continue
+		}
+		if time.Since(idled) >= idleEvery {
+			d.idle(ctx)
+			idled = time.Now()
 		}
 		lease, sent, err := d.r.acquire(ctx)
 		if ctx.Err() != nil {
@@ -166,6 +171,23 @@ func (d *Daemon) standby(ctx context.Context) (heldLease, bool) {
 			return heldLease{}, false
 		case <-time.After(d.cfg.LeaseRenew):
 		case <-d.wake:
+		}
+	}
+}
+
+// idleEvery is how often a standby does its steps' local work.
+const idleEvery = 5 * time.Second
+
+// idle runs the standby work of the steps that have some (cycle.Idler);
+// a failure is logged and tried again later.
+func (d *Daemon) idle(ctx context.Context) {
+	for _, s := range d.r.deps.Steps {
+		if i, ok := s.(cycle.Idler); ok {
+			ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := i.Idle(ictx, d.cfg.Star); err != nil && ctx.Err() == nil {
+				d.log.Warn("standby work failed", "step", s.Name(), "err", err)
+			}
+			cancel()
 		}
 	}
 }

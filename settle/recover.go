@@ -7,6 +7,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -80,6 +81,16 @@ func (s *Settler) intentLive(ctx context.Context, in catalog.Intent) (bool, erro
 	return uint64(last.FirstRecord) == k.FirstRecord && uint32(last.Revision)+1 == k.Revision &&
 		last.EndRecord() == st.SettledThrough, nil
 }
+
+// Idle implements cycle.Idler: a standby reconciles its pending sidecars
+// against the open intents, so the parts it staged while it led go once
+// another leader has finished those intents (only a read of the
+// metastore; a sidecar dropped too early is rebuilt from source).
+func (s *Settler) Idle(ctx context.Context, star string) error {
+	return s.reconcile(ctx, catalog.Fence{Star: star})
+}
+
+var _ cycle.Idler = (*Settler)(nil)
 
 // reconcile keeps exactly the sidecars of the open publish intents' staged
 // parts (DESIGN.md section 7).

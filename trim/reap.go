@@ -476,12 +476,38 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 	ready := make([]candidate, 0, len(act))
 	for _, c := range act {
 		ok := true
-		if c.in.UploadID != "" {
+		if c.in.Kind == "publish" || c.in.UploadID != "" {
+			// Every upload of the key, not only the recorded one: a kill
+			// between creating an upload and recording its ID leaves one
+			// that only a listing finds, and once this intent is finished
+			// nothing would ever abort it. The key is never published
+			// again (dead, condemned or already cataloged), so no upload
+			// of it is anyone's.
 			for _, b := range c.buckets {
-				counts.S3Requests++
-				if err := r.d.Store.AbortAssembly(ctx, b, c.in.ObjectKey, c.in.UploadID); err != nil && !errors.Is(err, objstore.ErrNoUpload) {
-					r.d.Log.Warn("abort upload of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", b, "err", err)
-					ok = false
+				ids := []string{}
+				if c.in.UploadID != "" {
+					ids = append(ids, c.in.UploadID)
+				}
+				if c.in.Kind == "publish" {
+					counts.S3Requests++
+					found, err := r.d.Store.ListAssemblies(ctx, b, c.in.ObjectKey)
+					if err != nil {
+						r.d.Log.Warn("listing the uploads of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", b, "err", err)
+						ok = false
+						continue
+					}
+					for _, id := range found {
+						if id != c.in.UploadID {
+							ids = append(ids, id)
+						}
+					}
+				}
+				for _, id := range ids {
+					counts.S3Requests++
+					if err := r.d.Store.AbortAssembly(ctx, b, c.in.ObjectKey, id); err != nil && !errors.Is(err, objstore.ErrNoUpload) {
+						r.d.Log.Warn("abort upload of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", b, "err", err)
+						ok = false
+					}
 				}
 			}
 		}

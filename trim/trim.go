@@ -22,6 +22,8 @@ type Store interface {
 	Delete(ctx context.Context, bucket string, keys []string) error
 	// AbortAssembly discards a multipart upload; an absent one is success.
 	AbortAssembly(ctx context.Context, bucket, key, uploadID string) error
+	// ListAssemblies returns the upload IDs of every open assembly of key.
+	ListAssemblies(ctx context.Context, bucket, key string) ([]string, error)
 }
 
 var _ Store = objstore.Store(nil)

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/nova/auditor/objstore/s3store"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -695,4 +698,57 @@ func TestStaleLeaderIsFenced(t *testing.T) {
 	}
 	e.mustCycle()
 	e.checkChain(P(1, 3))
+}
+
+// TestReapAbortsUnrecordedUploadsOfAFinishedPublish: a kill between
+// creating a publish's upload and recording its ID leaves an upload only a
+// listing finds. When the reap finishes that publish intent (its key will
+// never be published: here a revision no settle reaches), it aborts every
+// upload of the key, or the upload would stay open for ever.
+func TestReapAbortsUnrecordedUploadsOfAFinishedPublish(t *testing.T) {
+	t.Parallel()
+	for _, mk := range []func(testing.TB) namedStore{fileStore, s3Store} {
+		ns := mk(t)
+		t.Run(ns.name, func(t *testing.T) {
+			t.Parallel()
+			a := sid(1)
+			e := newEnvOn(t, ns, catalog.ClassStandard, 1, a)
+			for s := int64(0); s < 2; s++ {
+				e.flight(1, s, batch{a, 10})
+				e.settle(a)
+			}
+			key := bundlefmt.SettledKey("b1", bundlefmt.StreamID(a), 1, 0, 7) // no settle publishes (0, 7) again
+			if _, err := e.db.OpenPublishIntent(e.ctx, e.fence, key, "standard"); err != nil {
+				t.Fatal(err)
+			}
+			// The process dies inside the upload-created hook: the upload
+			// exists, its ID was never recorded.
+			if st, ok := ns.store.(*s3store.Store); ok {
+				// (an object of local bytes is one PutObject there: create
+				// the upload as the assembly of a larger one would)
+				if _, err := st.Client().CreateMultipartUpload(e.ctx, &s3.CreateMultipartUploadInput{Bucket: &e.std, Key: &key}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					_, _ = e.store.Assemble(e.ctx, objstore.AssembleRequest{Bucket: e.std, Key: key,
+						Pieces: []objstore.Piece{objstore.DataPiece([]byte("object bytes"))},
+						Hooks:  objstore.Hooks{UploadCreated: func(string) error { runtime.Goexit(); return nil }}})
+				}()
+				<-done
+			}
+			if ids, err := e.store.ListAssemblies(e.ctx, e.std, key); err != nil || len(ids) != 1 {
+				t.Fatalf("the unrecorded upload: %v %v", ids, err)
+			}
+			e.mustCycle()
+			if in, _ := e.db.Intents(e.ctx, e.star, "publish", 0); len(in) != 0 {
+				t.Fatalf("the stale publish intent was not finished: %+v", in)
+			}
+			if ids, err := e.store.ListAssemblies(e.ctx, e.std, key); err != nil || len(ids) != 0 {
+				t.Fatalf("uploads of the finished publish left open: %v %v", ids, err)
+			}
+		})
+	}
 }

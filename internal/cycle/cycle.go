@@ -81,3 +81,12 @@ func IsPartial(err error) bool {
 	var p *PartialError
 	return errors.As(err, &p) && !IsHalt(err) && !errors.Is(err, catalog.ErrStaleToken)
 }
+
+// Idler is implemented by a step with local work to do while its process
+// is not the leader: keeping what it holds on local disk in step with the
+// metastore (a standby that staged parts when it last led must drop them
+// once the new leader has finished those intents). Idle must not change
+// the metastore, and runs only while no cycle runs in this process.
+type Idler interface {
+	Idle(ctx context.Context, star string) error
+}
