@@ -320,18 +320,49 @@ func (db *DB) SkipBelowLow(ctx context.Context, f Fence, id StreamID) (int64, er
 // Quarantine sets a stream (and optionally the slot at fault) aside with its
 // reason; a second quarantine of the stream updates the reason.
 func (db *DB) Quarantine(ctx context.Context, f Fence, id StreamID, slotKey, errClass, reason string) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error { return quarantine(ctx, tx, f, id, slotKey, errClass, reason) })
+}
+
+// QuarantineCondemning is Quarantine for a stream whose standing,
+// uncataloged object at condemnKey failed its data check: in the same
+// transaction the key's open publish intent becomes a reap intent armed
+// after grace (or one is armed when no publish intent is open). The reap
+// step deletes the object while the stream stays quarantined (KeyCondemned)
+// and the catalog does not reference the key, so once released the stream
+// publishes the key again from its sources, which trim keeps meanwhile.
+func (db *DB) QuarantineCondemning(ctx context.Context, f Fence, id StreamID, slotKey, errClass, reason, condemnKey string, grace time.Duration) error {
 	return db.fenced(ctx, f, func(tx pgx.Tx) error {
-		var slot *string
-		if slotKey != "" {
-			slot = &slotKey
+		if err := quarantine(ctx, tx, f, id, slotKey, errClass, reason); err != nil {
+			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO nova.quarantine (star, stream_id, slot_key, error_class, reason) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (stream_id) WHERE stream_id IS NOT NULL DO UPDATE SET slot_key = EXCLUDED.slot_key,
-			error_class = EXCLUDED.error_class, reason = EXCLUDED.reason`, f.Star, id, slot, errClass, reason); err != nil {
-			return fmt.Errorf("quarantine stream %x: %w", id, err)
+		tag, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET kind = 'reap', reap_after = now() + $3::interval
+			WHERE star = $1 AND kind = 'publish' AND object_key = $2`, f.Star, condemnKey, grace)
+		if err != nil {
+			return fmt.Errorf("condemn %s: %w", condemnKey, err)
+		}
+		if tag.RowsAffected() > 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)
+			SELECT $1, 'reap', $2, 'standard', now() + $3::interval
+			WHERE NOT EXISTS (SELECT 1 FROM nova.orphan_intents WHERE kind = 'reap' AND object_key = $2)`, f.Star, condemnKey, grace); err != nil {
+			return fmt.Errorf("condemn %s: %w", condemnKey, err)
 		}
 		return nil
 	})
+}
+
+func quarantine(ctx context.Context, tx pgx.Tx, f Fence, id StreamID, slotKey, errClass, reason string) error {
+	var slot *string
+	if slotKey != "" {
+		slot = &slotKey
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO nova.quarantine (star, stream_id, slot_key, error_class, reason) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (stream_id) WHERE stream_id IS NOT NULL DO UPDATE SET slot_key = EXCLUDED.slot_key,
+		error_class = EXCLUDED.error_class, reason = EXCLUDED.reason`, f.Star, id, slot, errClass, reason); err != nil {
+		return fmt.Errorf("quarantine stream %x: %w", id, err)
+	}
+	return nil
 }
 
 // QuarantineRow is a row of nova.quarantine.

@@ -238,3 +238,15 @@ func (s Sim) DueMarkersOfStar(ctx context.Context, star string) (map[StreamID]Du
 	}
 	return out, nil
 }
+
+// LockWaiters counts the backends of this database waiting for a lock that
+// another transaction holds (tests use it to see a statement blocked behind
+// a held transaction before they let that transaction go).
+func (s Sim) LockWaiters(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE NOT l.granted AND a.datname = current_database()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count lock waiters: %w", err)
+	}
+	return n, nil
+}

@@ -398,9 +398,20 @@ const (
 	KeyPublishable
 	// KeyPublishing: another open publish intent names the key: held.
 	KeyPublishing
+	// KeyCondemned: a reap intent on a key a settle could still publish,
+	// while the key's stream is in quarantine: the object there failed its
+	// data check (QuarantineCondemning armed the reap), and no settle of a
+	// quarantined stream runs, so nothing publishes the key while it is
+	// deleted; the sources stay (trim is held by the quarantine), so once
+	// released the stream publishes the key again from them. Deletable.
+	KeyCondemned
 	// KeyGone: the intent is gone or no longer due; nothing to do.
 	KeyGone
 )
+
+// Deletable reports whether the reap step deletes the object of a candidate
+// with this verdict.
+func (v KeyVerdict) Deletable() bool { return v == KeyDead || v == KeyCondemned }
 
 func (v KeyVerdict) String() string {
 	switch v {
@@ -412,6 +423,8 @@ func (v KeyVerdict) String() string {
 		return "publishable"
 	case KeyPublishing:
 		return "publishing"
+	case KeyCondemned:
+		return "condemned"
 	case KeyGone:
 		return "gone"
 	}
@@ -483,13 +496,16 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 	// The verdict is one statement over the candidates: referenced (the
 	// catalog row exists with the stream's bucket), publishing (another
 	// open publish intent on the key), publishable (the key's stream and
-	// bucket, and a first record at or past settled_through or an entry
-	// there at a lower revision; a higher stream epoch is reserved for a
-	// future reset, so it counts as publishable too).
+	// bucket, and a first record at or past settled_through, or a higher
+	// revision of the stream's last entry, which a tail rewrite may still
+	// publish; a higher revision of any other entry is garbage, as no tail
+	// rewrite reaches it again; a higher stream epoch is reserved for a
+	// future reset, so it counts as publishable too), condemned (a reap of
+	// a publishable key while its stream is in quarantine).
 	rows, err := tx.Query(ctx, `
 		WITH k AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::uuid[], $6::bigint[], $7::bigint[], $8::int[])
 			AS k(id, key, bucket, stream_id, epoch, first, rev)),
-		due AS (SELECT o.id FROM nova.orphan_intents o JOIN k ON k.id = o.id
+		due AS (SELECT o.id, o.kind FROM nova.orphan_intents o JOIN k ON k.id = o.id
 			WHERE o.star = $1 AND o.object_key = k.key
 			  AND (o.kind = 'reap' AND o.reap_after <= now() OR o.kind = 'publish' AND o.created_at <= now() - $9::interval)`+lockClause+`)
 		SELECT k.id,
@@ -500,7 +516,9 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 			EXISTS (SELECT 1 FROM nova.streams s WHERE s.stream_id = k.stream_id AND s.bucket = k.bucket
 				AND (k.epoch > s.epoch OR k.epoch = s.epoch AND (k.first >= s.settled_through
 					OR EXISTS (SELECT 1 FROM nova.catalog c WHERE c.stream_id = k.stream_id AND c.epoch = k.epoch
-						AND c.first_record = k.first AND c.revision < k.rev))))
+						AND c.first_record = k.first AND c.revision < k.rev
+						AND c.first_record + c.record_count = s.settled_through)))),
+			due.kind = 'reap' AND EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = k.stream_id)
 		FROM k JOIN due ON due.id = k.id`,
 		star, ids, keys, buckets, streams, epochs, firsts, revs, grace)
 	if err != nil {
@@ -509,10 +527,10 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			id                                  int64
-			referenced, publishing, publishable bool
+			id                                             int64
+			referenced, publishing, publishable, condemned bool
 		)
-		if err := rows.Scan(&id, &referenced, &publishing, &publishable); err != nil {
+		if err := rows.Scan(&id, &referenced, &publishing, &publishable, &condemned); err != nil {
 			return nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
 		}
 		switch {
@@ -520,6 +538,8 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 			out[id] = KeyReferenced
 		case publishing:
 			out[id] = KeyPublishing
+		case publishable && condemned:
+			out[id] = KeyCondemned
 		case publishable:
 			out[id] = KeyPublishable
 		default:

@@ -238,3 +238,87 @@ func TestClassifyReaps(t *testing.T) {
 		t.Fatalf("backlog: %+v %v", b, err)
 	}
 }
+
+// TestClassifyReapsTailRewriteAndCondemned: a higher revision of an entry
+// is publishable only while that entry is the stream's last (a tail rewrite
+// may still land there); once the stream moved on it is garbage, reaped.
+// A publishable key of a quarantined stream whose reap was armed by a
+// condemning quarantine is deletable.
+func TestClassifyReapsTailRewriteAndCondemned(t *testing.T) {
+	t.Parallel()
+	db, ctx, f := trimFixture(t)
+	a, b := sid(1), sid(2)
+	settleEntry(t, ctx, db, f, a, 0, 10, 0, -1, "a0~0", "")
+	settleEntry(t, ctx, db, f, a, 10, 10, 0, -1, "a10~0", "") // [0,10) is no longer the last entry
+	arm := func(key string) int64 {
+		t.Helper()
+		in, err := db.OpenPublishIntent(ctx, f, key, "standard")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.AbandonPublish(ctx, f, in.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		return in.ID
+	}
+	co := func(id catalog.StreamID, first int64, rev int32) catalog.KeyCoords {
+		return catalog.KeyCoords{Bucket: "b1", Stream: id, Epoch: 1, FirstRecord: first, Revision: rev}
+	}
+	idOld := arm("a0~1")   // a rewrite of a full, non-last entry: never published again
+	idTail := arm("a10~1") // a rewrite of the last entry: may still be published
+	idNew := arm("a20~0")  // a new entry at settled_through: may still be published
+	// b: its open publish intent's standing object failed its data check.
+	pub, err := db.OpenPublishIntent(ctx, f, "b0~0", "standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QuarantineCondemning(ctx, f, b, "", "checksum", "bad bytes in b0~0", "b0~0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := db.Intents(ctx, "s1", "publish", 0); len(open) != 0 {
+		t.Fatalf("the condemned key's publish intent is still open: %+v", open)
+	}
+	// Condemning twice (the stream released too early and the standing
+	// object met again) arms no second reap.
+	if err := db.QuarantineCondemning(ctx, f, b, "", "checksum", "again", "b0~0", 0); err != nil {
+		t.Fatal(err)
+	}
+	reaps, _ := db.Intents(ctx, "s1", "reap", 0)
+	n := 0
+	for _, r := range reaps {
+		if r.ObjectKey == "b0~0" {
+			n++
+			if r.ID != pub.ID {
+				t.Fatalf("the reap is not the converted publish intent: %+v", r)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d reaps of the condemned key", n)
+	}
+	cands := []catalog.ReapCandidate{
+		{ID: idOld, Key: "a0~1", Coords: co(a, 0, 1)},
+		{ID: idTail, Key: "a10~1", Coords: co(a, 10, 1)},
+		{ID: idNew, Key: "a20~0", Coords: co(a, 20, 0)},
+		{ID: pub.ID, Key: "b0~0", Coords: co(b, 0, 0)},
+	}
+	want := map[int64]catalog.KeyVerdict{idOld: catalog.KeyDead, idTail: catalog.KeyPublishable, idNew: catalog.KeyPublishable,
+		pub.ID: catalog.KeyCondemned}
+	got, err := db.ClassifyReaps(ctx, f, time.Hour, cands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("intent %d: %v, want %v", id, got[id], w)
+		}
+	}
+	// Released, the same key is only publishable again: held.
+	if _, err := db.ReleaseQuarantine(ctx, "s1", b); err != nil {
+		t.Fatal(err)
+	}
+	got, err = db.ClassifyReaps(ctx, f, time.Hour, cands[3:])
+	if err != nil || got[pub.ID] != catalog.KeyPublishable {
+		t.Fatalf("after release: %v %v", got[pub.ID], err)
+	}
+}

@@ -180,6 +180,40 @@ func (db *DB) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) 
 	return out, nil
 }
 
+// StreamSnapshot reads a stream and its unsettled span refs (those ending
+// past settled_through, in record order) from one snapshot of the database,
+// so the refs are exactly those that tile [settled_through, next_record).
+// Read in two statements at READ COMMITTED, an absorb committing between
+// them adds a ref past the next_record read first, and the stream looks
+// broken when it is only newer (a false tiling quarantine).
+func (db *DB) StreamSnapshot(ctx context.Context, id StreamID) (Stream, []SpanRef, error) {
+	var (
+		st   Stream
+		refs []SpanRef
+	)
+	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		st, err = scanStream(tx.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("stream %x: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("read stream %x: %w", id, err)
+		}
+		rows, err := tx.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
+			WHERE stream_id = $1 AND first_record + record_count > $2 ORDER BY first_record`, id, st.SettledThrough)
+		if err != nil {
+			return fmt.Errorf("read refs of stream %x: %w", id, err)
+		}
+		refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
+		if err != nil {
+			return fmt.Errorf("read refs of stream %x: %w", id, err)
+		}
+		return nil
+	})
+	return st, refs, err
+}
+
 // DueMarkers lists a star's due markers, oldest first.
 func (db *DB) DueMarkers(ctx context.Context, star string) ([]DueMarker, error) {
 	rows, err := db.pool.Query(ctx, `SELECT d.stream_id, d.class, d.since FROM nova.due_markers d

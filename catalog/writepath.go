@@ -63,6 +63,14 @@ type AbsorbFlight struct {
 // flights (ascending seq, one epoch): each stream gets one span ref naming
 // every slot it appears in, next_record advances, a due marker appears.
 func (db *DB) Absorb(ctx context.Context, star string, flights []AbsorbFlight) error {
+	return db.AbsorbHeld(ctx, star, flights, nil)
+}
+
+// AbsorbHeld is Absorb with a hook called inside the transaction, after
+// every statement and before the commit, while the star and stream rows are
+// locked (tests hold an absorb open with it; nil: none). A hook error rolls
+// the absorb back.
+func (db *DB) AbsorbHeld(ctx context.Context, star string, flights []AbsorbFlight, beforeCommit func(context.Context) error) error {
 	if len(flights) == 0 {
 		return nil
 	}
@@ -143,6 +151,9 @@ func (db *DB) Absorb(ctx context.Context, star string, flights []AbsorbFlight) e
 		}
 		if _, err := tx.Exec(ctx, `UPDATE nova.stars SET next_seq = $2 WHERE star = $1`, star, flights[len(flights)-1].Seq+1); err != nil {
 			return fmt.Errorf("advance head of star %q: %w", star, err)
+		}
+		if beforeCommit != nil {
+			return beforeCommit(ctx)
 		}
 		return nil
 	})

@@ -29,6 +29,13 @@ var (
 	// ErrChecksum: bytes did not match their expected CRC-32C (a source piece,
 	// a staged part, or the assembled object).
 	ErrChecksum = errors.New("objstore: checksum mismatch")
+	// ErrPublishedBad: an assembly completed, so the key now holds the
+	// object, but the check that follows the completion (a read-back)
+	// found it wrong. It comes with ErrChecksum. The store never deletes
+	// it itself: only the auditor's reap step deletes, behind its catalog
+	// re-check, so a stale leader cannot delete an object that a new one
+	// has adopted and cataloged meanwhile.
+	ErrPublishedBad = errors.New("objstore: published object failed its check")
 	// ErrInvalidKey: the key or bucket name is not acceptable to the store.
 	ErrInvalidKey = errors.New("objstore: invalid key")
 )

@@ -23,6 +23,9 @@ type published struct {
 	footLen  uint64
 	adopted  bool
 	result   objstore.AssembleResult
+	// what adoption's data verification read
+	verifyFetched  int64
+	verifyRequests int
 }
 
 func (p *published) end() uint64 { return p.entries[len(p.entries)-1].EndRecord() }
@@ -146,7 +149,12 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		// our own success: when the key holds an object now, adopt it.
 		// Never after a checksum failure: those bytes are wrong.
 		if errors.Is(err, objstore.ErrChecksum) {
-			return nil, in.ID, s.blame(ctx, o, err)
+			qerr := s.blame(ctx, o, err)
+			var q *QuarantineError
+			if errors.Is(err, objstore.ErrPublishedBad) && errors.As(qerr, &q) {
+				q.Condemn = o.Key // the key holds the wrong bytes now
+			}
+			return nil, in.ID, qerr
 		}
 		if _, herr := s.d.Store.Head(ctx, s.d.StdBucket, o.Key); herr != nil {
 			return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
@@ -169,6 +177,8 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		return nil, in.ID, aerr
 	}
 	p.result = res
+	p.result.BytesFetched += p.verifyFetched
+	p.result.Requests += p.verifyRequests
 	return p, in.ID, nil
 }
 
@@ -257,8 +267,16 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []bundlefmt.Entry) 
 	if err := matchSources(o, entries, known); err != nil {
 		return nil, bad(err)
 	}
-	return &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: entries, size: uint64(size),
-		footOff: f.FooterOffset(), footLen: f.FooterLength(), adopted: true}, nil
+	// The footer agrees with the sources; now the bytes must agree with
+	// the footer, before anything is committed.
+	fetched, requests, err := s.verifyData(ctx, o.Key, entries)
+	if err != nil {
+		return nil, err
+	}
+	p := &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: entries, size: uint64(size),
+		footOff: f.FooterOffset(), footLen: f.FooterLength(), adopted: true}
+	p.verifyFetched, p.verifyRequests = fetched, requests
+	return p, nil
 }
 
 // matchSources checks a standing object's entries against the stream's
@@ -300,16 +318,24 @@ func matchSources(o Output, got, known []bundlefmt.Entry) error {
 					e.FirstRecord+uint64(j), e.Lengths[j], e.Timestamps[j], r.length, r.ts)
 			}
 		}
-		// DataCRC where the chunk's boundaries coincide with source chunks.
-		if i, ok := bounds[e.FirstRecord]; ok {
-			crc, at := uint32(0), e.FirstRecord
-			for k := i; k < len(known) && at < e.EndRecord(); k++ {
-				crc = bundlefmt.CRC32CCombine(crc, known[k].DataCRC, int64(known[k].ChunkBytes()))
-				at = known[k].EndRecord()
-			}
-			if at == e.EndRecord() && crc != e.DataCRC {
-				return fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)
-			}
+		// Every settled chunk is a run of whole source chunks (sources are
+		// never split), so its DataCRC is their combine: with it checked
+		// here, the data read that follows checks the bytes against the
+		// sources', not merely against themselves.
+		i, ok := bounds[e.FirstRecord]
+		if !ok {
+			return fmt.Errorf("chunk %d starts at record %d, inside a source chunk", ci, e.FirstRecord)
+		}
+		crc, at := uint32(0), e.FirstRecord
+		for k := i; k < len(known) && at < e.EndRecord(); k++ {
+			crc = bundlefmt.CRC32CCombine(crc, known[k].DataCRC, int64(known[k].ChunkBytes()))
+			at = known[k].EndRecord()
+		}
+		if at != e.EndRecord() {
+			return fmt.Errorf("chunk %d [%d, %d) ends inside a source chunk", ci, e.FirstRecord, e.EndRecord())
+		}
+		if crc != e.DataCRC {
+			return fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)
 		}
 		next = e.EndRecord()
 	}

@@ -36,6 +36,12 @@ type QuarantineError struct {
 	SlotKey string
 	Class   string
 	Err     error
+	// Condemn is the key of an uncataloged standing object whose bytes are
+	// known to be wrong (an assembly or adoption that failed its data
+	// check): the quarantine turns its publish intent into a reap, so the
+	// object is deleted while the stream is set aside and the key can be
+	// published again from the sources once it is released.
+	Condemn string
 }
 
 func (e *QuarantineError) Error() string {

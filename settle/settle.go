@@ -199,7 +199,14 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 				if opts.DryRun {
 					return nil
 				}
-				if qerr := s.d.DB.Quarantine(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error()); qerr != nil {
+				qerr := error(nil)
+				if q.Condemn != "" {
+					s.d.Log.Warn("standing object condemned: reaped while the stream is quarantined", "key", q.Condemn)
+					qerr = s.d.DB.QuarantineCondemning(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error(), q.Condemn, s.c.ReapGrace)
+				} else {
+					qerr = s.d.DB.Quarantine(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error())
+				}
+				if qerr != nil {
 					return qerr
 				}
 				mu.Lock()
@@ -239,18 +246,23 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 // in record order; partial progress is kept.
 func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
 	var counts cycle.Counts
-	st, err := s.d.DB.GetStream(ctx, ds.Stream)
+	// The stream row and its refs come from one snapshot: the write path
+	// keeps absorbing while this runs, and refs read after next_record
+	// would reach past it (a false tiling break). Refs absorbed after the
+	// snapshot are the next cycle's.
+	st, refs, err := s.d.DB.StreamSnapshot(ctx, ds.Stream)
 	if err != nil {
 		return counts, err
 	}
 	if st.SettledThrough < st.LowRecord && !opts.DryRun {
-		if st.SettledThrough, err = s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
+		// Retention first (it waits behind an absorb holding the row
+		// lock), then a fresh snapshot of what is left.
+		if _, err := s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
 			return counts, err
 		}
-	}
-	refs, err := s.d.DB.RefsOfStream(ctx, st.ID)
-	if err != nil {
-		return counts, err
+		if st, refs, err = s.d.DB.StreamSnapshot(ctx, ds.Stream); err != nil {
+			return counts, err
+		}
 	}
 	if st.SettledThrough >= st.NextRecord {
 		return counts, nil

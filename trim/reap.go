@@ -358,7 +358,7 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 			c := byID[cd.ID]
 			v := verdicts[cd.ID]
 			switch {
-			case v == catalog.KeyDead:
+			case v.Deletable():
 				act = append(act, c)
 				plan(opts, "reap: would delete %s (%s intent #%d) from %v", c.in.ObjectKey, c.in.Kind, c.in.ID, c.buckets)
 			case v == catalog.KeyReferenced && c.in.Kind == "publish":
@@ -423,7 +423,7 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 		if !ok {
 			continue
 		}
-		if verdicts[c.in.ID] != catalog.KeyDead {
+		if !verdicts[c.in.ID].Deletable() {
 			done = append(done, c.in.ID) // referenced: the upload is gone, the object stays
 			continue
 		}

@@ -337,7 +337,7 @@ func (s *session) absorb(ctx context.Context, flights []catalog.AbsorbFlight) er
 				return serr
 			}
 		}
-		err = w.db.Absorb(ctx, w.opts.Star, flights)
+		err = w.db.AbsorbHeld(ctx, w.opts.Star, flights, w.opts.BeforeAbsorbCommit)
 		switch {
 		case err == nil:
 			return nil

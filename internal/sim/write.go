@@ -72,6 +72,10 @@ type WriteOptions struct {
 	RecordSlots    bool             // list every slot written in WriteStats.Slots (for tests)
 	Session        uint64           // salt of the traffic's random source (runs with equal salts repeat)
 	Logger         *slog.Logger
+	// BeforeAbsorbCommit, when set, runs inside every absorb transaction
+	// just before it commits, with the flights' stream rows locked (tests
+	// hold an absorb open across an auditor step with it).
+	BeforeAbsorbCommit func(context.Context) error
 }
 
 func (o *WriteOptions) defaults() error {

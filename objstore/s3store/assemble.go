@@ -511,8 +511,10 @@ func multipartETag(states []partState) string {
 	return fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(h.Sum(nil)), len(states))
 }
 
-// readBack streams the published object through CRC-32C; a mismatch
-// deletes it (it is ours and nothing references it yet) and fails.
+// readBack streams the published object through CRC-32C. A mismatch fails
+// with ErrPublishedBad and leaves the object where it is: deleting it here
+// would bypass the fence and the catalog re-check of the reap step (the
+// caller condemns the key, and the reap deletes it).
 func (a *assembly) readBack(ctx context.Context) error {
 	var crc uint32
 	var n int64
@@ -534,11 +536,8 @@ func (a *assembly) readBack(ctx context.Context) error {
 	if n == a.plan.Size && crc == a.req.ExpectedCRC32C {
 		return nil
 	}
-	bad := fmt.Errorf("read back %d bytes with CRC %08x, expected %d with %08x: %w", n, crc, a.plan.Size, a.req.ExpectedCRC32C, objstore.ErrChecksum)
-	if err := a.s.Delete(ctx, a.req.Bucket, []string{a.req.Key}); err != nil {
-		return errors.Join(bad, fmt.Errorf("remove the bad object: %w", err))
-	}
-	return bad
+	return fmt.Errorf("read back %d bytes with CRC %08x, expected %d with %08x: %w (%w)",
+		n, crc, a.plan.Size, a.req.ExpectedCRC32C, objstore.ErrChecksum, objstore.ErrPublishedBad)
 }
 
 // countingObserver counts an assembly's requests for its result.
