@@ -293,6 +293,9 @@ func (r *liveRunEnv) start(d *liveDaemon, point string) {
 		"--denorm-output-cap-mib", r.b.capMiB, "--denorm-chunk-target-kib", "64", "--reap-grace", liveGrace.String(),
 		"--lease-ttl", liveTTL.String(), "--lease-renew", "500ms", "--shutdown-timeout", liveStop.String(),
 		"--log-level", "info"}, r.b.flags...)
+	if point != "" {
+		r.t.Logf("start %s armed at %s", d.holder(), point)
+	}
 	d.p = startServeEnv(r.t, d.holder(), r.e.url, env, args...)
 }
 
@@ -317,7 +320,9 @@ func (r *liveRunEnv) chaos(w *liveWriter) {
 		next = time.Now().Add(r.between(time.Second, 5*time.Second))
 		d := r.victim()
 		if r.rnd.Float64() < 0.8 {
-			d.p.kill9()
+			r.t.Logf("SIGKILL %s", d.holder())
+			r.send(d, syscall.SIGKILL)
+			<-d.p.done
 			r.fig.sigkill++
 		} else {
 			r.term(d)
@@ -330,9 +335,10 @@ func (r *liveRunEnv) chaos(w *liveWriter) {
 // crash point may have killed it.
 func (r *liveRunEnv) selfKilled(d *liveDaemon) {
 	var ee *exec.ExitError
-	if d.armed == "" || !errors.As(d.p.err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+	if d.armed == "" || !errors.As(d.p.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		r.t.Fatalf("%s (crash point %q) exited on its own: %v", d.holder(), d.armed, d.p.err)
 	}
+	r.t.Logf("%s killed itself at %s", d.holder(), d.armed)
 	r.fig.crashed++
 }
 
@@ -355,12 +361,29 @@ func (r *liveRunEnv) victim() *liveDaemon {
 	return r.daemons[r.rnd.IntN(len(r.daemons))]
 }
 
-// term stops the daemon with SIGTERM: it must drain and exit 0.
+// send signals the daemon; one that has just exited (at its crash point)
+// is no error.
+func (r *liveRunEnv) send(d *liveDaemon, sig syscall.Signal) {
+	if err := d.p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		r.t.Fatalf("%s %s: %v", sig, d.holder(), err)
+	}
+}
+
+// term stops the daemon with SIGTERM: it must drain and exit 0, unless
+// its armed crash point killed it during the drain.
 func (r *liveRunEnv) term(d *liveDaemon) {
-	d.p.signal(syscall.SIGTERM)
+	r.t.Logf("SIGTERM %s", d.holder())
+	r.send(d, syscall.SIGTERM)
 	r.fig.sigterm++
-	if code := d.p.wait(liveStop + 15*time.Second); code != 0 {
-		r.t.Errorf("%s exited %d after SIGTERM", d.holder(), code)
+	code := d.p.wait(liveStop + 15*time.Second)
+	var ee *exec.ExitError
+	switch {
+	case code == 0:
+	case d.armed != "" && errors.As(d.p.err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+		r.t.Logf("%s killed itself at %s while draining", d.holder(), d.armed)
+		r.fig.crashed++
+	default:
+		r.t.Errorf("%s exited %d after SIGTERM: %v", d.holder(), code, d.p.err)
 	}
 }
 
