@@ -158,6 +158,7 @@ type liveDaemon struct {
 	inc              int
 	armed            string // the crash point this incarnation carries, or ""
 	p                *proc
+	logs             []*lineLog // every incarnation's output
 }
 
 func (d *liveDaemon) holder() string { return fmt.Sprintf("%s.%d", d.name, d.inc) }
@@ -173,6 +174,7 @@ type liveRunEnv struct {
 	b       liveBackend
 	rnd     *rand.Rand
 	daemons []*liveDaemon
+	writer  *liveWriter
 	fig     liveFigures
 }
 
@@ -189,6 +191,7 @@ func liveRun(t *testing.T, d time.Duration, seed uint64, open liveOpener) {
 		e: &crashEnv{t: t, ctx: ctx, url: url, root: root, db: db, fs: b.store, bucket: b.bucket, env: b.env,
 			seen: map[string]uint32{}, stars: liveStars, express: b.express}}
 	t.Logf("seed %d (%s=%d repeats the kill schedule), writing for %s", seed, liveSeedEnv, seed, d)
+	t.Cleanup(r.dumpLogs)
 	for _, star := range liveStars {
 		for _, zone := range []string{"za", "zb"} {
 			name := star + "-" + zone
@@ -202,6 +205,7 @@ func liveRun(t *testing.T, d time.Duration, seed uint64, open liveOpener) {
 	defer stopWatch() // when the run fails early
 
 	writer := r.startWriter(d)
+	r.writer = writer
 	started := time.Now()
 	var wrote time.Duration
 	defer func() { r.figures(writer, w, wrote) }() // on failure too
@@ -279,6 +283,29 @@ func (r *liveRunEnv) figures(writer *liveWriter, w *liveWatcher, wrote time.Dura
 	}
 }
 
+// dumpLogs copies into the log of a failed test every warning and error
+// the daemons and the writer logged, and the last lines of each.
+func (r *liveRunEnv) dumpLogs() {
+	if !r.t.Failed() {
+		return
+	}
+	dump := func(name string, lines []string) {
+		for i, line := range lines {
+			if i >= len(lines)-20 || !strings.Contains(line, `"level":"INFO"`) && !strings.Contains(line, `"level":"DEBUG"`) {
+				r.t.Logf("%s: %s", name, strings.TrimSuffix(line, "\n"))
+			}
+		}
+	}
+	for _, d := range r.daemons {
+		for i, l := range d.logs {
+			dump(fmt.Sprintf("%s.%d", d.name, i+1), l.lines())
+		}
+	}
+	if r.writer != nil {
+		dump("novasim", r.writer.log.lines())
+	}
+}
+
 // start starts an incarnation of the daemon, with a crash point armed when
 // point is set.
 func (r *liveRunEnv) start(d *liveDaemon, point string) {
@@ -296,7 +323,8 @@ func (r *liveRunEnv) start(d *liveDaemon, point string) {
 	if point != "" {
 		r.t.Logf("start %s armed at %s", d.holder(), point)
 	}
-	d.p = startServeEnv(r.t, d.holder(), r.e.url, env, args...)
+	d.p = startServeWith(r.t, d.holder(), r.e.url, serveOptions{env: env, quiet: true}, args...)
+	d.logs = append(d.logs, d.p.out)
 }
 
 // chaos kills and restarts daemons until the writer exits: every 1-5 s a
@@ -550,7 +578,7 @@ func (r *liveRunEnv) startWriter(d time.Duration) *liveWriter {
 		"--fail-lost-reply", "0.03", "--retention-every", "1500ms", "--progress", "line",
 		"--log-format", "json", "--log-level", "info"}, r.b.flags...)
 	w := &liveWriter{cmd: exec.Command(novasimBinary(r.t), args...), done: make(chan struct{}),
-		log: &lineLog{t: r.t, name: "novasim", addr: make(chan string, 1)}}
+		log: &lineLog{t: r.t, name: "novasim", addr: make(chan string, 1), quiet: true}}
 	w.cmd.Env = append(os.Environ(), r.b.env...)
 	w.cmd.Stdout, w.cmd.Stderr = &w.stdout, w.log
 	if err := w.cmd.Start(); err != nil {

@@ -119,11 +119,17 @@ type proc struct {
 // waits until it listens. Flags in extra override these (the last wins).
 func startServe(t *testing.T, name, dbURL string, extra ...string) *proc {
 	t.Helper()
-	return startServeEnv(t, name, dbURL, nil, extra...)
+	return startServeWith(t, name, dbURL, serveOptions{}, extra...)
 }
 
-// startServeEnv is startServe with variables added to the environment.
-func startServeEnv(t *testing.T, name, dbURL string, env []string, extra ...string) *proc {
+// serveOptions adjust startServeWith.
+type serveOptions struct {
+	env   []string // added to the process's environment
+	quiet bool     // keep the output (proc.out) without copying it to the test log
+}
+
+// startServeWith is startServe with options.
+func startServeWith(t *testing.T, name, dbURL string, o serveOptions, extra ...string) *proc {
 	t.Helper()
 	args := []string{"serve", "--star", "s1", "--database-url", dbURL, "--holder", name,
 		"--http-addr", "127.0.0.1:0", "--lease-ttl", "2s", "--lease-renew", "500ms", "--schedule", "@every 1h",
@@ -132,8 +138,8 @@ func startServeEnv(t *testing.T, name, dbURL string, env []string, extra ...stri
 		args = append(args, "--fs-root", t.TempDir())
 	}
 	cmd := exec.Command(auditorBinary(t), append(args, extra...)...)
-	cmd.Env = append(os.Environ(), env...)
-	out := &lineLog{t: t, name: name, addr: make(chan string, 1)}
+	cmd.Env = append(os.Environ(), o.env...)
+	out := &lineLog{t: t, name: name, addr: make(chan string, 1), quiet: o.quiet}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -275,11 +281,12 @@ func httpGet(t *testing.T, u string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// lineLog copies a process's output into the test log and finds the HTTP
-// address in its "http listening" line.
+// lineLog copies a process's output into the test log (unless quiet) and
+// finds the HTTP address in its "http listening" line.
 type lineLog struct {
 	t      *testing.T
 	name   string
+	quiet  bool
 	mu     sync.Mutex
 	buf    bytes.Buffer
 	all    strings.Builder
@@ -299,7 +306,7 @@ func (l *lineLog) Write(b []byte) (int, error) {
 		}
 		line = strings.TrimRight(line, "\n")
 		l.all.WriteString(line + "\n")
-		if !l.closed {
+		if !l.closed && !l.quiet {
 			l.t.Logf("%s: %s", l.name, line)
 		}
 		var rec struct {
@@ -320,6 +327,13 @@ func (l *lineLog) close() {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
+}
+
+// lines returns every line so far.
+func (l *lineLog) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.SplitAfter(strings.TrimSuffix(l.all.String(), "\n"), "\n")
 }
 
 func (l *lineLog) contains(s string) bool {
