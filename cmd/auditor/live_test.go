@@ -249,8 +249,13 @@ func (r *liveRunEnv) figures(writer *liveWriter, w *liveWatcher, wrote time.Dura
 		for _, run := range rs {
 			runs++
 			outcomes[run.Outcome]++
-			if run.Outcome == catalog.RunOK {
+			switch run.Outcome {
+			case catalog.RunOK:
 				ok++
+			case catalog.RunLostLease, "":
+				// a killed leader's cycle, or one cut off by its lost lease
+			default:
+				t.Logf("%s: cycle %d (%s) %s: %s", star, run.ID, run.Holder, run.Outcome, run.Error)
 			}
 			published += run.Counts.ObjectsPublished
 			adopted += run.Counts.ObjectsAdopted
