@@ -180,13 +180,13 @@ func (db *DB) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) 
 	return out, nil
 }
 
-// StreamSnapshot reads a stream and its unsettled span refs (those ending
-// past settled_through, in record order) from one snapshot of the database,
+// StreamSnapshot reads a stream and its first limit unsettled span refs
+// (those ending past settled_through, in record order) from one snapshot,
 // so the refs are exactly those that tile [settled_through, next_record).
 // Read in two statements at READ COMMITTED, an absorb committing between
 // them adds a ref past the next_record read first, and the stream looks
 // broken when it is only newer (a false tiling quarantine).
-func (db *DB) StreamSnapshot(ctx context.Context, id StreamID) (Stream, []SpanRef, error) {
+func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Stream, []SpanRef, error) {
 	var (
 		st   Stream
 		refs []SpanRef
@@ -200,18 +200,33 @@ func (db *DB) StreamSnapshot(ctx context.Context, id StreamID) (Stream, []SpanRe
 		if err != nil {
 			return fmt.Errorf("read stream %x: %w", id, err)
 		}
-		rows, err := tx.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
-			WHERE stream_id = $1 AND first_record + record_count > $2 ORDER BY first_record`, id, st.SettledThrough)
-		if err != nil {
-			return fmt.Errorf("read refs of stream %x: %w", id, err)
-		}
-		refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
-		if err != nil {
-			return fmt.Errorf("read refs of stream %x: %w", id, err)
-		}
-		return nil
+		refs, err = refsWindow(ctx, tx, id, st.SettledThrough, st.NextRecord, limit)
+		return err
 	})
 	return st, refs, err
+}
+
+// RefsWindow reads at most limit of a stream's span refs that end past from
+// and start before before, in record order (an index range: the settle
+// commits delete refs once they are wholly settled).
+func (db *DB) RefsWindow(ctx context.Context, id StreamID, from, before int64, limit int) ([]SpanRef, error) {
+	return refsWindow(ctx, db.pool, id, from, before, limit)
+}
+
+func refsWindow(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, id StreamID, from, before int64, limit int) ([]SpanRef, error) {
+	rows, err := q.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
+		WHERE stream_id = $1 AND first_record < $3 AND first_record + record_count > $2
+		ORDER BY first_record LIMIT $4`, id, from, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read refs of stream %x from %d: %w", id, from, err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read refs of stream %x from %d: %w", id, from, err)
+	}
+	return refs, nil
 }
 
 // DueMarkers lists a star's due markers, oldest first.

@@ -213,28 +213,54 @@ func (c *footerCache) load(ctx context.Context, class, key string, off, length i
 	return &cached{key: key, window: [2]int64{off, length}, f: f, bytes: int64(len(buf))}, nil
 }
 
-// Resolved is a stream's unsettled data: its chunks in record order.
+// Resolved is one window of a stream's unsettled data: its chunks in
+// record order.
 type Resolved struct {
 	Chunks []SourceChunk
 	Bytes  int64 // Σ chunk bytes
+	// Complete: the chunks reach the stream's next_record (this is the
+	// last window of the stream's backlog).
+	Complete bool
 }
 
-// resolve reads the stream's refs' slots and returns the chunks that tile
-// [settled_through, next_record), skipping chunks wholly below settled
-// (already settled) or below low_record (dead). Any break is a
-// *QuarantineError naming the slot and the error class.
-func resolve(ctx context.Context, fc *footerCache, star string, st catalog.Stream, refs []catalog.SpanRef) (Resolved, error) {
+// resolver walks a stream's refs window by window: each window's chunks
+// must start where the previous window's ended, and the last must end at
+// the next_record of the stream snapshot, so a backlog of any length is
+// checked and planned in pieces of bounded size.
+type resolver struct {
+	fc      *footerCache
+	star    string
+	st      catalog.Stream
+	at      int64 // the next record the chunks must start at
+	started bool  // a live chunk was found already
+}
+
+func newResolver(fc *footerCache, star string, st catalog.Stream) *resolver {
+	return &resolver{fc: fc, star: star, st: st, at: st.SettledThrough}
+}
+
+// window reads the refs' slots and returns the chunks that continue the
+// stream from r.at, skipping chunks wholly below settled_through (already
+// settled) or below low_record (dead). It stops before a ref once the
+// window holds maxRecords records (a window holds at least one ref), and
+// more says the refs given may not be all that remain below next_record.
+// Any break is a *QuarantineError naming the slot and the error class.
+func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecords int64, more bool) (Resolved, error) {
 	var out Resolved
-	stream := bundlefmt.StreamID(st.ID)
-	at := st.SettledThrough // the next record the chunks must start at
-	for _, ref := range refs {
-		if ref.EndRecord() <= st.SettledThrough {
+	stream := bundlefmt.StreamID(r.st.ID)
+	var records int64
+	for n, ref := range refs {
+		if ref.EndRecord() <= r.at {
 			continue // wholly settled; deleted by the next commit
+		}
+		if records >= maxRecords && len(out.Chunks) > 0 {
+			more = more || n < len(refs)
+			break
 		}
 		rec := uint64(ref.FirstRecord)
 		for _, s := range ref.Slots {
-			key := bundlefmt.SlotKey(star, uint64(s.Epoch), uint64(s.Seq))
-			f, err := fc.get(ctx, ref.Class, key, s.FooterOffset, s.FooterLength)
+			key := bundlefmt.SlotKey(r.star, uint64(s.Epoch), uint64(s.Seq))
+			f, err := r.fc.get(ctx, ref.Class, key, s.FooterOffset, s.FooterLength)
 			if err != nil {
 				return out, err
 			}
@@ -253,29 +279,36 @@ func resolve(ctx context.Context, fc *footerCache, star string, st catalog.Strea
 			}
 			rec = e.EndRecord()
 			end := int64(e.EndRecord())
-			if end <= at || end <= st.LowRecord {
+			if end <= r.at || end <= r.st.LowRecord {
 				continue // settled already, or dead
 			}
 			// A live chunk starts where the last one ended, or, for the first
 			// live chunk after dead ones, above settled_through but not above
 			// low_record (the catalog then starts above a gap: retention).
 			first := int64(e.FirstRecord)
-			if first != at && !(first > at && len(out.Chunks) == 0 && first <= st.LowRecord) {
+			if first != r.at && !(first > r.at && !r.started && first <= r.st.LowRecord) {
 				return out, &QuarantineError{SlotKey: key, Class: ClassTiling,
-					Err: fmt.Errorf("chunk [%d, %d) does not start at record %d", e.FirstRecord, e.EndRecord(), at)}
+					Err: fmt.Errorf("chunk [%d, %d) does not start at record %d", e.FirstRecord, e.EndRecord(), r.at)}
 			}
 			out.Chunks = append(out.Chunks, SourceChunk{Src: Source{Key: key, Class: ref.Class}, Entry: e})
 			out.Bytes += int64(e.ChunkBytes())
-			at = end
+			records += int64(e.Count())
+			r.at, r.started = end, true
 		}
 		if rec != uint64(ref.EndRecord()) {
 			return out, &QuarantineError{Class: ClassTiling,
 				Err: fmt.Errorf("ref [%d, %d) of stream %s: its chunks end at %d", ref.FirstRecord, ref.EndRecord(), stream, rec)}
 		}
+		if ref.EndRecord() > r.at {
+			r.at = ref.EndRecord() // its chunks were dead: the stream continues past them
+		}
 	}
-	if at != st.NextRecord {
+	switch {
+	case r.at == r.st.NextRecord:
+		out.Complete = true
+	case r.at > r.st.NextRecord || !more:
 		return out, &QuarantineError{Class: ClassTiling,
-			Err: fmt.Errorf("stream %s: chunks end at %d, next_record is %d", stream, at, st.NextRecord)}
+			Err: fmt.Errorf("stream %s: chunks end at %d, next_record is %d", stream, r.at, r.st.NextRecord)}
 	}
 	return out, nil
 }

@@ -51,7 +51,20 @@ type Config struct {
 	Concurrency      int
 	ReapGrace        time.Duration
 	FooterCacheBytes int64
+	// WindowRefs and WindowRecords bound one window of a stream's backlog:
+	// the refs read at once, and the records resolved and planned at once
+	// (a window holds at least one ref, and the chunks carried into it are
+	// less than one output cap).
+	WindowRefs    int
+	WindowRecords int64
 }
+
+// Default window bounds: about 37 bytes of heap per resolved record, so a
+// window of 2^20 records holds some 40 MB however long the backlog is.
+const (
+	DefaultWindowRefs    = 4096
+	DefaultWindowRecords = 1 << 20
+)
 
 // Settler is the recover-and-settle step of the cycle (DESIGN.md section 2,
 // steps 1 and 2).
@@ -75,6 +88,12 @@ func New(d Deps, c Config) *Settler {
 	}
 	if c.FooterCacheBytes <= 0 {
 		c.FooterCacheBytes = 256 << 20
+	}
+	if c.WindowRefs <= 0 {
+		c.WindowRefs = DefaultWindowRefs
+	}
+	if c.WindowRecords <= 0 {
+		c.WindowRecords = DefaultWindowRecords
 	}
 	return &Settler{d: d, c: c}
 }
@@ -243,14 +262,21 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 }
 
 // settleStream resolves, plans, publishes and commits one stream's objects
-// in record order; partial progress is kept.
+// in record order, a bounded window of its backlog at a time (at most
+// WindowRefs refs and about WindowRecords records), so what it holds does
+// not grow with how far the stream has fallen behind; partial progress is
+// kept. Every window's full objects are published; its last, sub-cap
+// output waits for the next window's chunks, so windows add no tail
+// rewrites: only the stream's true end leaves a sub-cap tail.
 func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
 	var counts cycle.Counts
-	// The stream row and its refs come from one snapshot: the write path
-	// keeps absorbing while this runs, and refs read after next_record
-	// would reach past it (a false tiling break). Refs absorbed after the
-	// snapshot are the next cycle's.
-	st, refs, err := s.d.DB.StreamSnapshot(ctx, ds.Stream)
+	// The stream row and its first refs come from one snapshot: the write
+	// path keeps absorbing while this runs, and refs read after
+	// next_record would reach past it (a false tiling break). Refs absorbed
+	// after the snapshot are the next cycle's; later windows read refs
+	// below the snapshot's next_record only, which nothing but this
+	// auditor's own commits changes.
+	st, refs, err := s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs)
 	if err != nil {
 		return counts, err
 	}
@@ -260,48 +286,100 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		if _, err := s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
 			return counts, err
 		}
-		if st, refs, err = s.d.DB.StreamSnapshot(ctx, ds.Stream); err != nil {
+		if st, refs, err = s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs); err != nil {
 			return counts, err
 		}
 	}
 	if st.SettledThrough >= st.NextRecord {
 		return counts, nil
 	}
-	res, err := resolve(ctx, fc, f.Star, st, refs)
-	if err != nil {
-		return counts, err
-	}
-	if len(res.Chunks) == 0 || !take(res.Bytes) {
-		return counts, nil
-	}
 	tail, err := s.loadTail(ctx, st)
 	if err != nil {
 		return counts, err
 	}
-	chunks := res.Chunks
-	if tail != nil && chunks[0].Entry.FirstRecord != tail.end() {
-		// Retention made the first live chunk start above settled_through
-		// (resolve allows that gap only up to low_record): the standing
-		// tail is dead and the next object starts a new run.
-		tail = nil
-	}
-	for len(chunks) > 0 {
-		outs, err := Plan(PlanInput{Stream: bundlefmt.StreamID(st.ID), Bucket: st.Bucket, StreamEpoch: uint64(st.Epoch),
-			Tail: tail, Chunks: chunks, CapBytes: s.c.CapBytes, TargetBytes: s.c.TargetBytes})
+	r := newResolver(fc, f.Star, st)
+	var carry []SourceChunk // resolved, planned into a sub-cap output not yet published
+	gapChecked := false
+	for {
+		res, err := r.window(ctx, refs, s.c.WindowRecords, len(refs) == s.c.WindowRefs)
 		if err != nil {
-			return counts, fmt.Errorf("plan stream %x: %w", st.ID, err)
+			return counts, err
 		}
-		if opts.DryRun {
-			s.printPlan(opts.Plan, st, outs)
-			return counts, nil
+		if len(res.Chunks) > 0 && !take(res.Bytes) {
+			return counts, nil // the cycle's byte budget is spent: the next cycle goes on
 		}
-		known := knownEntries(tail, chunks)
+		chunks := append(carry, res.Chunks...)
+		if !gapChecked && len(chunks) > 0 {
+			gapChecked = true
+			if tail != nil && chunks[0].Entry.FirstRecord != tail.end() {
+				// Retention made the first live chunk start above
+				// settled_through (resolve allows that gap only up to
+				// low_record): the standing tail is dead and the next
+				// object starts a new run.
+				tail = nil
+			}
+		}
+		if len(chunks) > 0 {
+			if opts.DryRun {
+				outs, err := s.plan(st, tail, chunks)
+				if err != nil {
+					return counts, err
+				}
+				s.printPlan(opts.Plan, st, outs, res.Complete)
+				return counts, nil
+			}
+			if carry, err = s.publishWindow(ctx, f, st, &tail, chunks, res.Complete, &counts); err != nil {
+				return counts, err
+			}
+		}
+		if res.Complete {
+			break
+		}
+		if refs, err = s.d.DB.RefsWindow(ctx, st.ID, r.at, st.NextRecord, s.c.WindowRefs); err != nil {
+			return counts, err
+		}
+	}
+	if counts.ObjectsPublished+counts.ObjectsAdopted > 0 {
+		counts.StreamsSettled++
+	}
+	return counts, nil
+}
+
+func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]Output, error) {
+	outs, err := Plan(PlanInput{Stream: bundlefmt.StreamID(st.ID), Bucket: st.Bucket, StreamEpoch: uint64(st.Epoch),
+		Tail: tail, Chunks: chunks, CapBytes: s.c.CapBytes, TargetBytes: s.c.TargetBytes})
+	if err != nil {
+		return nil, fmt.Errorf("plan stream %x: %w", st.ID, err)
+	}
+	return outs, nil
+}
+
+// publishWindow plans one window's chunks behind the standing tail and
+// publishes and commits the outputs in record order. When the window is
+// not the stream's last (final false), its last output is kept back unless
+// it is full: its chunks are returned, to be planned with the next window.
+func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog.Stream, tail **Tail, chunks []SourceChunk, final bool, counts *cycle.Counts) ([]SourceChunk, error) {
+	for len(chunks) > 0 {
+		outs, err := s.plan(st, *tail, chunks)
+		if err != nil {
+			return nil, err
+		}
+		var carry []SourceChunk
+		if last := outs[len(outs)-1]; !final && !IsFull(last.Meter, -1, s.c.CapBytes) {
+			from := last.FirstRecord
+			if last.Rewrite != nil {
+				from = last.Rewrite.end()
+			}
+			carry = chunksFrom(chunks, from)
+			outs = outs[:len(outs)-1]
+		}
+		known := knownEntries(*tail, chunks)
 		replan := false
 		for _, o := range outs {
 			p, intentID, err := s.publish(ctx, f, o, known)
 			if err != nil {
 				s.d.Metrics.object("failed")
-				return counts, err
+				return nil, err
 			}
 			commit := catalog.SettleCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: -1, IntentID: intentID,
 				ObjectKey: p.key, ReapGrace: s.c.ReapGrace}
@@ -311,7 +389,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 			}
 			s.crash("settle.before-commit")
 			if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
-				return counts, err
+				return nil, err
 			}
 			s.crash("settle.after-commit")
 			if commit.OldKey != "" {
@@ -328,26 +406,30 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 				counts.ObjectsPublished++
 				s.d.Metrics.object("published")
 			}
-			tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
+			*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
 			if p.end() != o.EndRecord() {
 				// The adopted object covers other records than planned:
 				// re-plan the rest with it as the stream's last entry.
-				rest := chunks[:0:0]
-				for _, c := range chunks {
-					if c.Entry.FirstRecord >= p.end() {
-						rest = append(rest, c)
-					}
-				}
-				chunks, replan = rest, true
+				chunks, replan = chunksFrom(chunks, p.end()), true
 				break
 			}
 		}
 		if !replan {
-			break
+			return carry, nil
 		}
 	}
-	counts.StreamsSettled++
-	return counts, nil
+	return nil, nil
+}
+
+// chunksFrom is the chunks at or after record from.
+func chunksFrom(chunks []SourceChunk, from uint64) []SourceChunk {
+	var rest []SourceChunk
+	for _, c := range chunks {
+		if c.Entry.FirstRecord >= from {
+			rest = append(rest, c)
+		}
+	}
+	return rest
 }
 
 // knownEntries is every chunk the stream has in play: the standing tail's,
@@ -410,9 +492,13 @@ func classOf(err error) string {
 }
 
 // printPlan writes a dry run's plan: objects, keys, bytes copied and fetched.
-func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output) {
+// A dry run plans the stream's first window only.
+func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output, complete bool) {
 	if w == nil {
 		return
+	}
+	if !complete {
+		defer fmt.Fprintf(w, "stream %x: more of its backlog is planned in later windows\n", st.ID)
 	}
 	for _, o := range outs {
 		var specs []objstore.PieceSpec
