@@ -403,8 +403,9 @@ func (e *crashEnv) checkClean() {
 		e.t.Fatal(err)
 	}
 	for _, dir := range dirs {
-		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-			e.t.Errorf("%d files left in %s", len(ents), dir)
+		ents, _ := os.ReadDir(dir)
+		for _, ent := range ents {
+			e.t.Errorf("pending sidecar left: %s", filepath.Join(dir, ent.Name()))
 		}
 	}
 	referenced := e.catalogKeys()
@@ -413,8 +414,8 @@ func (e *crashEnv) checkClean() {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if len(out.Uploads) != 0 {
-			e.t.Errorf("%d multipart uploads left open", len(out.Uploads))
+		for _, u := range out.Uploads {
+			e.t.Errorf("multipart upload left open: %s (upload %s, initiated %s)", *u.Key, *u.UploadId, u.Initiated)
 		}
 	}
 	err = e.fs.List(e.ctx, e.bucket, "buckets/", func(key string, _ int64) error {
