@@ -37,7 +37,9 @@ import (
 const (
 	// liveDurationEnv is how long the writer writes (a Go duration).
 	liveDurationEnv = "NOVA_LIVE_DURATION"
-	// liveSeedEnv fixes the seed of the kill schedule (logged by every run).
+	// liveSeedEnv fixes the seed of the random draws (which daemon, which
+	// signal, which crash point, the content): logged by every run, it
+	// replays the draws, though not their timing against the traffic.
 	liveSeedEnv = "NOVA_LIVE_SEED"
 	liveDefault = 75 * time.Second
 
@@ -80,6 +82,7 @@ func TestLiveTraffic(t *testing.T) {
 			t.Fatalf("%s=%q: want an unsigned integer", liveSeedEnv, v)
 		}
 	}
+	t.Logf("seed %d (%s=%d replays the random draws), writing for %s", seed, liveSeedEnv, seed, d)
 	for i, b := range []struct {
 		name string
 		open liveOpener
@@ -182,7 +185,6 @@ func liveRun(t *testing.T, d time.Duration, seed uint64, open liveOpener) {
 	r := &liveRunEnv{t: t, b: b, rnd: rand.New(rand.NewPCG(seed, 0x6c697665)),
 		e: &crashEnv{t: t, ctx: ctx, url: url, root: root, db: db, fs: b.store, bucket: b.bucket, env: b.env,
 			seen: map[string]uint32{}, stars: liveStars, express: b.express}}
-	t.Logf("seed %d (%s=%d repeats the kill schedule), writing for %s", seed, liveSeedEnv, seed, d)
 	t.Cleanup(r.dumpLogs)
 	for _, star := range liveStars {
 		for _, zone := range []string{"za", "zb"} {
@@ -218,7 +220,6 @@ func liveRun(t *testing.T, d time.Duration, seed uint64, open liveOpener) {
 	r.e.checkClean() // multipart uploads too
 	r.checkSlotsReaped()
 	r.novasimCheck()
-
 }
 
 // figures logs the run's counts: kills, cycles, settles, the writer's
