@@ -140,6 +140,9 @@ type SlotReap struct {
 	From, To  SlotPos
 	ReapAfter time.Time
 	Due       bool // reap_after <= now(), by the database clock
+	// DoneBuckets are the buckets that confirmed every slot of the range
+	// deleted; the reap is finished when every bucket of the class is.
+	DoneBuckets []string
 }
 
 // AdvanceTrim moves the star's trim cursor from prev (the row as read; nil
@@ -196,14 +199,14 @@ func (db *DB) AdvanceTrim(ctx context.Context, f Fence, prev *SlotPos, from, to 
 // SlotReaps lists a star's slot reaps in release order, with Due by the
 // database clock.
 func (db *DB) SlotReaps(ctx context.Context, star string) ([]SlotReap, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now()
+	rows, err := db.pool.Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now(), done_buckets
 		FROM nova.slot_reaps WHERE star = $1 ORDER BY from_epoch, from_seq, id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("list slot reaps of star %q: %w", star, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotReap, error) {
 		var s SlotReap
-		return s, r.Scan(&s.ID, &s.Star, &s.From.Epoch, &s.From.Seq, &s.To.Epoch, &s.To.Seq, &s.ReapAfter, &s.Due)
+		return s, r.Scan(&s.ID, &s.Star, &s.From.Epoch, &s.From.Seq, &s.To.Epoch, &s.To.Seq, &s.ReapAfter, &s.Due, &s.DoneBuckets)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list slot reaps of star %q: %w", star, err)
@@ -217,6 +220,19 @@ func (db *DB) FinishSlotReap(ctx context.Context, f Fence, id int64) error {
 	return db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM nova.slot_reaps WHERE id = $1 AND star = $2`, id, f.Star); err != nil {
 			return fmt.Errorf("finish slot reap %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// SlotReapBucketsDone records that buckets confirmed every slot of a
+// slot reap's range deleted (its later rounds skip them).
+func (db *DB) SlotReapBucketsDone(ctx context.Context, f Fence, id int64, buckets []string) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE nova.slot_reaps SET done_buckets = ARRAY(
+				SELECT DISTINCT b FROM unnest(done_buckets || $3::text[]) AS b ORDER BY b)
+			WHERE id = $1 AND star = $2`, id, f.Star, buckets); err != nil {
+			return fmt.Errorf("record buckets done with slot reap %d: %w", id, err)
 		}
 		return nil
 	})

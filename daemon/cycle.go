@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,7 @@ type Config struct {
 	LeaseRenew      time.Duration
 	ShutdownTimeout time.Duration
 	HTTPAddr        string // "" serves no HTTP
+	Pprof           bool   // serve /debug/pprof/ on HTTPAddr
 	RunNow          bool   // run one cycle as soon as the lease is first held
 	Policy          catalog.DuePolicy
 	ReapGrace       time.Duration // for the reap backlog of status and gauges
@@ -188,6 +190,18 @@ type term struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	renewed chan struct{} // closed when the renewer exits
+	losses  prometheus.Counter
+	counted atomic.Bool // the loss has been counted
+}
+
+// lose ends the term because the lease is lost (err wraps
+// catalog.ErrStaleToken), counting the loss once whichever path found it:
+// a renewal, a fenced transaction of the leader, or a cycle.
+func (t *term) lose(err error) {
+	if t.ctx.Err() == nil && t.counted.CompareAndSwap(false, true) {
+		t.losses.Inc()
+	}
+	t.cancel(err)
 }
 
 // errTermEnded ends a term that is given up on purpose (shutdown, release).
@@ -200,8 +214,8 @@ var errTermEnded = errors.New("lease term ended")
 // database's own expiry, since the database stamped it after that start).
 func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	t := &term{lease: lease, ctx: ctx, cancel: cancel, renewed: make(chan struct{})}
 	m, log := r.deps.Metrics, r.deps.Log
+	t := &term{lease: lease, ctx: ctx, cancel: cancel, renewed: make(chan struct{}), losses: m.LeaseLosses}
 	m.Leader.Set(1)
 	m.LeaseToken.Set(float64(lease.Token))
 	go func() {
@@ -216,9 +230,8 @@ func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
 			case <-ctx.Done():
 				return
 			case <-expiry.C:
-				m.LeaseLosses.Inc()
 				log.Error("lease lost: no renewal succeeded in time", "star", lease.Star, "token", lease.Token)
-				cancel(fmt.Errorf("lease of star %q token %d not renewed in time: %w", lease.Star, lease.Token, catalog.ErrStaleToken))
+				t.lose(fmt.Errorf("lease of star %q token %d not renewed in time: %w", lease.Star, lease.Token, catalog.ErrStaleToken))
 				return
 			case <-tick.C:
 			}
@@ -238,9 +251,8 @@ func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
 					r.deps.Crash("lease.after-renew")
 				}
 			case errors.Is(err, catalog.ErrStaleToken):
-				m.LeaseLosses.Inc()
 				log.Error("lease lost", "star", lease.Star, "token", lease.Token, "err", err)
-				cancel(err)
+				t.lose(err)
 				return
 			default:
 				log.Warn("lease renewal failed; retrying", "star", lease.Star, "token", lease.Token, "err", err,
@@ -263,6 +275,11 @@ func (r *runner) release(t *term) {
 	m := r.deps.Metrics
 	m.Leader.Set(0)
 	m.LeaseToken.Set(0)
+	for _, s := range r.deps.Steps {
+		if g, ok := s.(leaderGauges); ok {
+			g.ResetLeaderGauges()
+		}
+	}
 	if lost {
 		return
 	}
@@ -279,6 +296,11 @@ func (r *runner) release(t *term) {
 	}
 	r.deps.Log.Info("lease released", "star", t.lease.Star, "token", t.lease.Token)
 }
+
+// leaderGauges is a step with gauges that only the leader computes: they
+// are reset when the lease term ends, so a standby never reports what it
+// saw while it led.
+type leaderGauges interface{ ResetLeaderGauges() }
 
 // closeAbandoned closes the run rows earlier holders left open.
 func (r *runner) closeAbandoned(t *term) {
@@ -323,7 +345,9 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 			res.err = fmt.Errorf("before step %s: %w", s.Name(), context.Cause(ctx))
 			break
 		}
+		began := time.Now()
 		c, err := runStep(ctx, s, f, opts)
+		m.StepDuration.WithLabelValues(s.Name()).Observe(time.Since(began).Seconds())
 		res.counts.Add(c)
 		if err != nil {
 			res.err = fmt.Errorf("step %s: %w", s.Name(), err)

@@ -51,8 +51,8 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
 	d.role.Store("standby")
 	d.addr.Store("")
-	for _, class := range []string{catalog.ClassStandard, catalog.ClassExpress} {
-		d.m.AgeCap.WithLabelValues(class).Set(ageCap(cfg.Policy, class).Seconds())
+	for _, st := range deps.Steps {
+		d.m.StepDuration.WithLabelValues(st.Name())
 	}
 	return d, nil
 }
@@ -205,6 +205,8 @@ func (d *Daemon) lead(ctx context.Context, lease catalog.Lease) {
 					d.log.Info("retrying the failed cycle", "in", wait.Round(time.Millisecond), "failures", failures)
 				case catalog.RunHalted:
 					retry = nil
+				case catalog.RunLostLease:
+					t.lose(res.err) // a fenced transaction of the cycle found the lease taken
 				}
 				d.admin(t, &st)
 				continue
@@ -277,7 +279,7 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		reqs, err := d.db.ConsumeAdminRequests(ctx, t.lease.Fence, []string{catalog.AdminPause, catalog.AdminResume, catalog.AdminRelease})
 		d.m.tx(err)
 		if errors.Is(err, catalog.ErrStaleToken) {
-			t.cancel(err)
+			t.lose(err)
 			return
 		}
 		if err != nil {
@@ -320,7 +322,7 @@ func (d *Daemon) consumeTriggers(t *term, want string) (cycle.Options, bool) {
 	reqs, err := d.db.ConsumeAdminRequests(ctx, t.lease.Fence, []string{catalog.AdminTrigger})
 	d.m.tx(err)
 	if errors.Is(err, catalog.ErrStaleToken) {
-		t.cancel(err)
+		t.lose(err)
 		return opts, false
 	}
 	if err != nil {
@@ -446,7 +448,7 @@ func (d *Daemon) refreshLoop(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if err := d.refreshGauges(ctx); err != nil && ctx.Err() == nil {
-			d.log.Debug("refreshing metastore gauges failed", "err", err)
+			d.log.Warn("refreshing metastore gauges failed; they keep their last values", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -465,14 +467,29 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		outcome := "ok"
 		if err != nil {
 			outcome = "error"
+		} else {
+			d.m.StatusRefreshed.Set(float64(time.Now().UnixNano()) / 1e9)
 		}
 		d.m.StatusRefreshes.WithLabelValues(outcome).Inc()
 	}()
+	star, err := d.db.GetStar(ctx, d.cfg.Star)
+	if err != nil {
+		return fmt.Errorf("read star %q: %w", d.cfg.Star, err)
+	}
+	d.m.setClass(star.ChainClass, d.cfg.Policy)
 	_, classes, err := d.db.TransitByClass(ctx, d.cfg.Star, d.cfg.Policy)
 	if err != nil {
 		return err
 	}
+	unsettled, err := d.db.UnsettledRecords(ctx, d.cfg.Star)
+	if err != nil {
+		return err
+	}
+	d.m.UnsettledRecords.WithLabelValues(star.ChainClass).Set(float64(unsettled[star.ChainClass]))
 	for _, c := range classes {
+		if c.Class != star.ChainClass {
+			continue
+		}
 		d.m.DueStreams.WithLabelValues(c.Class).Set(float64(c.Due))
 		d.m.SettleLag.WithLabelValues(c.Class).Set(c.Lag.Seconds())
 		d.m.OldestTransitAge.WithLabelValues(c.Class).Set(c.OldestAge.Seconds())
@@ -494,6 +511,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		d.m.TrimCursorEpoch.Set(float64(ts.Cursor.Epoch))
 		d.m.TrimCursorSeq.Set(float64(ts.Cursor.Seq))
 		d.m.TrimReleasable.Set(float64(ts.Slots))
+		d.m.TrimLag.Set(float64(ts.Lag))
 		d.m.HeadEpoch.Set(float64(ts.Head.Epoch))
 		d.m.HeadSeq.Set(float64(ts.Head.Seq))
 		d.m.ReapObjects.WithLabelValues("due").Set(float64(ts.Backlog.ObjectsDue))

@@ -383,8 +383,8 @@ func TestMetastoreGaugesAndStatus(t *testing.T) {
 	if lag := testutil.ToFloat64(s.m.SettleLag.WithLabelValues("standard")); lag < 25*3600-5*60-60 || lag > 25*3600 {
 		t.Fatalf("settle lag %v", lag)
 	}
-	if capv := testutil.ToFloat64(s.m.AgeCap.WithLabelValues("express")); capv != 3600 {
-		t.Fatalf("express age cap %v", capv)
+	if capv := testutil.ToFloat64(s.m.AgeCap.WithLabelValues("standard")); capv != 24*3600 {
+		t.Fatalf("standard age cap %v", capv)
 	}
 	if v := testutil.ToFloat64(s.m.HeadSeq); v != 4 || testutil.ToFloat64(s.m.TrimReleasable) != 1 {
 		t.Fatalf("head seq %v", v)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,8 +18,18 @@ import (
 //	/readyz   200 when the database answers and its schema is this binary's
 //	          (a standby is ready); 503 with the reason otherwise
 //	/status   the JSON of `auditor status --json`
+//	/debug/pprof/  the Go profiler, only with Config.Pprof (--pprof): it
+//	          exposes internals and costs CPU while a profile runs
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if d.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.r.deps.Gatherer, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog:      slogPrinter{d},

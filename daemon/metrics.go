@@ -14,6 +14,7 @@ import (
 // names the dashboard expects from them are listed in deploy/README.md.
 // Metastore gauges are computed from the database after each cycle and on
 // a timer, by every instance (leader or standby): aggregate with max by star.
+// The per-class gauges exist only for the class the star's chain holds.
 type Metrics struct {
 	BuildInfo         *prometheus.GaugeVec
 	Leader            prometheus.Gauge
@@ -27,22 +28,26 @@ type Metrics struct {
 	CyclesSkipped   prometheus.Counter
 	CycleRetries    prometheus.Counter
 	CycleDuration   prometheus.Histogram
+	StepDuration    *prometheus.HistogramVec // step
 	LastSuccess     prometheus.Gauge
 	AdminRequests   *prometheus.CounterVec // kind
 	PGTransactions  *prometheus.CounterVec // outcome
 	StatusRefreshes *prometheus.CounterVec // outcome
+	StatusRefreshed prometheus.Gauge       // last successful refresh
 
 	DueStreams       *prometheus.GaugeVec // class
 	SettleLag        *prometheus.GaugeVec // class
 	OldestTransitAge *prometheus.GaugeVec // class
 	AgeCap           *prometheus.GaugeVec // class
 	AgeCapBreached   *prometheus.GaugeVec // class
+	UnsettledRecords *prometheus.GaugeVec // class
 	Quarantined      prometheus.Gauge
 	OpenIntents      *prometheus.GaugeVec // kind
 	ReapObjects      *prometheus.GaugeVec // state
 	TrimCursorEpoch  prometheus.Gauge
 	TrimCursorSeq    prometheus.Gauge
 	TrimReleasable   prometheus.Gauge
+	TrimLag          prometheus.Gauge
 	HeadEpoch        prometheus.Gauge
 	HeadSeq          prometheus.Gauge
 }
@@ -77,16 +82,22 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		CycleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "cycle_duration_seconds",
 			Help:    "Duration of cycles.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}}),
+		StepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "step_duration_seconds",
+			Help:    "Duration of the steps of a cycle (settle, retention, trim, reap), failed ones included.",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"step"}),
 		LastSuccess:     g("last_successful_cycle_timestamp_seconds", "End of the last successful cycle of the star (Unix seconds, database clock)."),
 		AdminRequests:   cv("admin_requests_total", "Operator requests consumed by this instance, by kind.", "kind"),
 		PGTransactions:  cv("pg_transactions_total", "Metastore transactions of the daemon (lease, ledger, admin), by outcome.", "outcome"),
 		StatusRefreshes: cv("status_refreshes_total", "Refreshes of the metastore gauges, by outcome.", "outcome"),
+		StatusRefreshed: g("status_refresh_timestamp_seconds",
+			"When the metastore gauges were last refreshed successfully (Unix seconds): they are stale when it falls behind."),
 
 		DueStreams:       gv("due_streams", "Streams past their linger and not quarantined.", "class"),
 		SettleLag:        gv("settle_lag_seconds", "How long the most overdue due stream has waited past its linger.", "class"),
 		OldestTransitAge: gv("oldest_transit_age_seconds", "Age of the oldest unsettled span ref.", "class"),
 		AgeCap:           gv("age_cap_seconds", "The configured age cap (for headroom: age_cap - oldest_transit_age).", "class"),
 		AgeCapBreached:   gv("age_cap_breached_streams", "Streams with data older than the age cap of their class.", "class"),
+		UnsettledRecords: gv("unsettled_records", "Records held in transit by span refs not yet settled (the metastore has no byte sizes of refs).", "class"),
 		Quarantined:      g("quarantined", "Quarantined streams and slots of the star."),
 		OpenIntents:      gv("open_intents", "Open orphan intents, by kind (publish, reap).", "kind"),
 		ReapObjects: gv("reap_backlog_objects",
@@ -94,14 +105,16 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		TrimCursorEpoch: g("trim_cursor_epoch", "Epoch of the first slot trim has not released."),
 		TrimCursorSeq:   g("trim_cursor_seq", "Seq of the first slot trim has not released."),
 		TrimReleasable:  g("trim_releasable_slots", "Slots between the trim cursor and the trim bound: what the next trim releases."),
+		TrimLag:         g("trim_lag_slots", "Slots between the trim cursor and the absorbed head: transit not yet released (an epoch whose fence is in progress counts nothing)."),
 		HeadEpoch:       g("absorbed_head_epoch", "The star's current writer epoch."),
 		HeadSeq:         g("absorbed_head_seq", "The star's absorbed head seq (next_seq)."),
 	}
 	var errs []error
 	for _, col := range []prometheus.Collector{m.BuildInfo, m.Leader, m.LeaseToken, m.LeaseAcquisitions, m.LeaseLosses,
-		m.Halted, m.Paused, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.LastSuccess, m.AdminRequests,
-		m.PGTransactions, m.StatusRefreshes, m.DueStreams, m.SettleLag, m.OldestTransitAge, m.AgeCap, m.AgeCapBreached,
-		m.Quarantined, m.OpenIntents, m.ReapObjects, m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.HeadEpoch, m.HeadSeq} {
+		m.Halted, m.Paused, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.StepDuration, m.LastSuccess,
+		m.AdminRequests, m.PGTransactions, m.StatusRefreshes, m.StatusRefreshed, m.DueStreams, m.SettleLag,
+		m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords, m.Quarantined, m.OpenIntents, m.ReapObjects,
+		m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.TrimLag, m.HeadEpoch, m.HeadSeq} {
 		errs = append(errs, reg.Register(col))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -112,14 +125,8 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}
 	m.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	// Every label value that can appear is present from the start, so
-	// absent() and rate() work before the first event.
-	for _, class := range []string{catalog.ClassStandard, catalog.ClassExpress} {
-		m.DueStreams.WithLabelValues(class)
-		m.SettleLag.WithLabelValues(class)
-		m.OldestTransitAge.WithLabelValues(class)
-		m.AgeCap.WithLabelValues(class)
-		m.AgeCapBreached.WithLabelValues(class)
-	}
+	// absent() and rate() work before the first event. The class gauges
+	// appear with the star's class (setClass), the steps with the daemon.
 	for _, k := range []string{"publish", "reap"} {
 		m.OpenIntents.WithLabelValues(k)
 	}
@@ -135,10 +142,85 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	for _, o := range []string{"ok", "error"} {
 		m.StatusRefreshes.WithLabelValues(o)
 	}
-	for _, o := range []string{catalog.RunOK, catalog.RunFailed, catalog.RunHalted, catalog.RunCanceled, catalog.RunLostLease} {
-		m.Cycles.WithLabelValues(TriggerSchedule, o)
+	for _, tr := range []string{TriggerSchedule, TriggerManual, TriggerStream, TriggerOnce, TriggerRetry} {
+		for _, o := range []string{catalog.RunOK, catalog.RunFailed, catalog.RunHalted, catalog.RunCanceled, catalog.RunLostLease} {
+			m.Cycles.WithLabelValues(tr, o)
+		}
 	}
 	return m, nil
+}
+
+// classVecs are the gauges with a class label.
+func (m *Metrics) classVecs() []*prometheus.GaugeVec {
+	return []*prometheus.GaugeVec{m.DueStreams, m.SettleLag, m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords}
+}
+
+// setClass makes the class gauges report class only: a star's chain holds
+// one class, and a series for the other would be a constant phantom.
+func (m *Metrics) setClass(class string, p catalog.DuePolicy) {
+	for _, other := range []string{catalog.ClassStandard, catalog.ClassExpress} {
+		if other == class {
+			continue
+		}
+		for _, v := range m.classVecs() {
+			v.DeleteLabelValues(other)
+		}
+	}
+	for _, v := range m.classVecs() {
+		v.WithLabelValues(class)
+	}
+	m.AgeCap.WithLabelValues(class).Set(ageCap(p, class).Seconds())
+}
+
+// NewPoolCollector reports the metastore connection pool of stats (Postgres
+// pool statistics): connections by state, the configured maximum, and the
+// cumulative acquires, waits for a connection and time spent waiting.
+func NewPoolCollector(stats func() catalog.PoolStats) prometheus.Collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("nova_auditor_pg_pool_"+name, help, labels, nil)
+	}
+	return &poolCollector{stats: stats,
+		conns:     d("connections", "Connections of the metastore pool, by state (idle, acquired, constructing).", "state"),
+		max:       d("max_connections", "The pool's maximum number of connections."),
+		acquires:  d("acquires_total", "Connections acquired from the pool."),
+		empty:     d("empty_acquires_total", "Acquires that had to wait because no idle connection was there."),
+		canceled:  d("canceled_acquires_total", "Acquires canceled (their context ended) while waiting."),
+		wait:      d("acquire_wait_seconds_total", "Time spent acquiring connections."),
+		newConns:  d("new_connections_total", "Connections opened by the pool."),
+		destroyed: d("destroyed_connections_total", "Connections closed by the pool, by reason (lifetime, idle).", "reason"),
+	}
+}
+
+type poolCollector struct {
+	stats                                                            func() catalog.PoolStats
+	conns, max, acquires, empty, canceled, wait, newConns, destroyed *prometheus.Desc
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.conns, c.max, c.acquires, c.empty, c.canceled, c.wait, c.newConns, c.destroyed} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	n := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	g(c.conns, float64(s.Idle), "idle")
+	g(c.conns, float64(s.Acquired), "acquired")
+	g(c.conns, float64(s.Constructing), "constructing")
+	g(c.max, float64(s.Max))
+	n(c.acquires, float64(s.Acquires))
+	n(c.empty, float64(s.EmptyAcquires))
+	n(c.canceled, float64(s.CanceledAcquires))
+	n(c.wait, s.AcquireWait.Seconds())
+	n(c.newConns, float64(s.NewConns))
+	n(c.destroyed, float64(s.MaxLifetimeDestroys), "lifetime")
+	n(c.destroyed, float64(s.IdleDestroys), "idle")
 }
 
 // Outcomes of pg_transactions_total.

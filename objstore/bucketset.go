@@ -41,42 +41,29 @@ func ParseZoneBuckets(s string) ([]ZoneBucket, error) {
 // fall-through when the store is instrumented. Writes and deletes go to
 // every bucket.
 //
-// With SetHoldOff, a bucket whose read failed with anything but a miss (a
-// down zone) goes to the back of the read order for that long, so during
-// an outage each read does not pay that zone's retries again; a success
-// puts it back.
+// With SetHealth, a bucket whose read failed with anything but a miss (a
+// down zone) goes to the back of the read order while the shared Health
+// holds it off, so during an outage each read does not pay that zone's
+// retries again; a success puts it back.
 type BucketSet struct {
-	store Store
-	read  []ZoneBucket // local zone first
-
-	mu        sync.Mutex
-	holdOff   time.Duration
-	downUntil map[string]time.Time
-	now       func() time.Time // tests; nil: time.Now
+	store  Store
+	read   []ZoneBucket // local zone first
+	health *Health      // nil: none
+	now    func() time.Time
 }
 
-// HoldOff is the hold-off the auditor's slot reads use.
-const HoldOff = 30 * time.Second
-
-// SetHoldOff makes a bucket that failed a read go last for d (0: never).
-func (s *BucketSet) SetHoldOff(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.holdOff = d
-}
+// SetHealth makes the set's reads record into, and order by, h.
+func (s *BucketSet) SetHealth(h *Health) { s.health = h }
 
 // order is the read order now: the buckets not held off first.
 func (s *BucketSet) order() []ZoneBucket {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.downUntil) == 0 {
+	if s.health == nil {
 		return s.read
 	}
-	now := s.clock()
 	up := make([]ZoneBucket, 0, len(s.read))
 	var held []ZoneBucket
 	for _, zb := range s.read {
-		if now.Before(s.downUntil[zb.Bucket]) {
+		if s.health.Down(zb.Bucket) {
 			held = append(held, zb)
 		} else {
 			up = append(up, zb)
@@ -92,23 +79,18 @@ func (s *BucketSet) clock() time.Time {
 	return time.Now()
 }
 
-// health records a read's outcome: a failure other than a miss holds the
-// bucket off, a success clears it.
-func (s *BucketSet) health(bucket string, err error) {
-	if len(s.read) < 2 {
+// record notes a read's outcome: a failure other than a miss holds the
+// bucket off for at least the time it took, a success clears it. A set of
+// one bucket has nowhere else to read from and records nothing.
+func (s *BucketSet) record(bucket string, err error, took time.Duration) {
+	if len(s.read) < 2 || s.health == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch {
-	case s.holdOff == 0:
 	case err == nil:
-		delete(s.downUntil, bucket)
+		s.health.Succeeded(bucket)
 	case !errors.Is(err, ErrNotFound) && !errors.Is(err, context.Canceled):
-		if s.downUntil == nil {
-			s.downUntil = map[string]time.Time{}
-		}
-		s.downUntil[bucket] = s.clock().Add(s.holdOff)
+		s.health.Failed(bucket, took)
 	}
 }
 
@@ -164,14 +146,15 @@ func (s *BucketSet) readFirst(key string, read func(ZoneBucket) error) (ZoneBuck
 	var failure error
 	order := s.order()
 	for i, zb := range order {
+		start := s.clock()
 		err := read(zb)
 		if err == nil || !fallsThrough(err) {
 			if err == nil {
-				s.health(zb.Bucket, nil)
+				s.record(zb.Bucket, nil, 0)
 			}
 			return zb, err
 		}
-		s.health(zb.Bucket, err)
+		s.record(zb.Bucket, err, s.clock().Sub(start))
 		if !errors.Is(err, ErrNotFound) && failure == nil {
 			failure = fmt.Errorf("zone %q (%s): %w", zb.Zone, zb.Bucket, err)
 		}

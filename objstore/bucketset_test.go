@@ -202,9 +202,11 @@ func TestBucketSetHoldsOffADownZone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set.SetHoldOff(objstore.HoldOff)
+	h := objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
+	set.SetHealth(h)
 	now := time.Unix(1000, 0)
 	objstore.SetClock(set, func() time.Time { return now })
+	objstore.SetHealthClock(h, func() time.Time { return now })
 	for _, k := range []string{"slot/1", "slot/2", "slot/3"} {
 		got, _, err := set.GetRange(ctx, k, 0, 100)
 		if err != nil || string(got) != "bytes of "+k {
@@ -218,13 +220,56 @@ func TestBucketSetHoldsOffADownZone(t *testing.T) {
 	if _, _, err := set.GetRange(ctx, "slot/none", 0, 1); err == nil || errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("missing in one zone, down in the other: %v, want a transient failure", err)
 	}
+	// Failing again while held off doubles the hold-off.
+	if left, fails := h.HeldOff("za"); fails != 2 || left != 2*objstore.HoldOffMin {
+		t.Fatalf("hold-off after two failures: %v (%d failures), want %v", left, fails, 2*objstore.HoldOffMin)
+	}
 	st.down = ""
-	now = now.Add(objstore.HoldOff + time.Second)
+	now = now.Add(objstore.HoldOffMin + time.Second)
+	if !h.Down("za") {
+		t.Fatal("the doubled hold-off ended after the first one's length")
+	}
+	now = now.Add(objstore.HoldOffMin)
 	before := st.reads["za"]
 	if _, _, err := set.GetRange(ctx, "slot/1", 0, 100); err != nil || st.reads["za"] != before+1 {
 		t.Fatalf("after the hold-off the local zone is not tried first: %v %v", err, st.reads)
 	}
 	if _, _, err := set.GetRange(ctx, "slot/none", 0, 1); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("missing everywhere: %v, want ErrNotFound", err)
+	}
+}
+
+// TestHealthHoldOffCoversDetection: a failure that took longer to detect
+// than the minimum hold-off (a stalled zone: attempts x attempt timeout)
+// is held off at least that long; hold-offs double while the bucket keeps
+// failing, up to the maximum; a success clears it.
+func TestHealthHoldOffCoversDetection(t *testing.T) {
+	now := time.Unix(0, 0)
+	h := objstore.NewHealth(30*time.Second, 10*time.Minute)
+	objstore.SetHealthClock(h, func() time.Time { return now })
+	h.Failed("za", 4*time.Minute)
+	if left, _ := h.HeldOff("za"); left != 4*time.Minute {
+		t.Fatalf("held off %v after a 4m detection", left)
+	}
+	for _, want := range []time.Duration{8 * time.Minute, 10 * time.Minute, 10 * time.Minute} {
+		h.Failed("za", time.Second)
+		if left, _ := h.HeldOff("za"); left != want {
+			t.Fatalf("held off %v, want %v", left, want)
+		}
+	}
+	if got := h.Order([]string{"za", "zb"}); got[0] != "zb" {
+		t.Fatalf("order %v: the held-off bucket must go last", got)
+	}
+	h.Succeeded("za")
+	if h.Down("za") {
+		t.Fatal("a success did not clear the hold-off")
+	}
+	h.Failed("za", 0)
+	if left, _ := h.HeldOff("za"); left != 30*time.Second {
+		t.Fatalf("after a success the hold-off starts over: %v", left)
+	}
+	now = now.Add(31 * time.Second)
+	if h.Down("za") {
+		t.Fatal("held off past its hold-off")
 	}
 }

@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -13,7 +14,13 @@ type Metrics struct {
 	bytes        *prometheus.CounterVec
 	fallthroughs *prometheus.CounterVec
 	retries      *prometheus.CounterVec
+	latency      *prometheus.HistogramVec
 }
+
+// Operations are the S3 operations the S3 backend reports (see InitSeries).
+var Operations = []string{"GetObject", "HeadObject", "PutObject", "DeleteObject", "DeleteObjects", "ListObjectsV2",
+	"CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload", "AbortMultipartUpload",
+	"ListParts", "ListMultipartUploads"}
 
 // NewMetrics builds the metrics and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -21,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nova_auditor_s3_requests_total",
 			Help: "S3 requests sent (each attempt), by operation and HTTP status (\"error\": no response, \"timeout\").",
-		}, []string{"op", "status"}),
+		}, []string{"operation", "status"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nova_auditor_bytes_total",
 			Help: "Object bytes moved, by path: copied server side, fetched into the process, uploaded from it.",
@@ -33,9 +40,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nova_auditor_s3_retries_total",
 			Help: "S3 requests retried after throttling, a 5xx, a reset or a timeout, by operation.",
-		}, []string{"op"}),
+		}, []string{"operation"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nova_auditor_s3_request_duration_seconds",
+			Help:    "Time one S3 request attempt waited for its answer (failed attempts included), by operation.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"operation"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.bytes, m.fallthroughs, m.retries} {
+	for _, c := range []prometheus.Collector{m.requests, m.bytes, m.fallthroughs, m.retries, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -46,12 +58,30 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Requests, Bytes, FallThroughs and Retries expose the counters, for tests
-// and dashboards built in code.
+// InitSeries pre-initialises the series whose label values are known up
+// front, so that rate() and the dashboard have them (at zero) before the
+// first event: the retries and latencies of every S3 operation (only for a
+// store that speaks S3: a file-backed star would report phantom series)
+// and the fall-throughs of every express zone.
+func (m *Metrics) InitSeries(s3 bool, zones []string) {
+	if s3 {
+		for _, op := range Operations {
+			m.retries.WithLabelValues(op)
+			m.latency.WithLabelValues(op)
+		}
+	}
+	for _, z := range zones {
+		m.fallthroughs.WithLabelValues(z)
+	}
+}
+
+// Requests, Bytes, FallThroughs, Retries and Latency expose the series, for
+// tests and dashboards built in code.
 func (m *Metrics) Requests() *prometheus.CounterVec     { return m.requests }
 func (m *Metrics) Bytes() *prometheus.CounterVec        { return m.bytes }
 func (m *Metrics) FallThroughs() *prometheus.CounterVec { return m.fallthroughs }
 func (m *Metrics) Retries() *prometheus.CounterVec      { return m.retries }
+func (m *Metrics) Latency() *prometheus.HistogramVec    { return m.latency }
 
 // Instrument wraps store so that its calls feed m: requests and retries
 // reported by the backend (see Observer), bytes by path, and read
@@ -73,9 +103,10 @@ type observer struct {
 	outer Observer
 }
 
-func (o observer) Request(op, status string) {
+func (o observer) Request(op, status string, took time.Duration) {
 	o.m.requests.WithLabelValues(op, status).Inc()
-	o.outer.Request(op, status)
+	o.m.latency.WithLabelValues(op).Observe(took.Seconds())
+	o.outer.Request(op, status, took)
 }
 
 func (o observer) Retry(op string) {

@@ -1,13 +1,17 @@
 package objstore
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Observer receives what a backend does inside one Store call: each request
-// it sends (op is the S3 operation, status the HTTP status or "error") and
-// each retry. The instrumentation wrapper installs one in the context, so
-// the backends carry no metrics of their own.
+// it sends (op is the S3 operation, status the HTTP status or "error", took
+// how long the attempt waited for its answer) and each retry. The
+// instrumentation wrapper installs one in the context, so the backends
+// carry no metrics of their own.
 type Observer interface {
-	Request(op, status string)
+	Request(op, status string, took time.Duration)
 	Retry(op string)
 }
 
@@ -28,5 +32,5 @@ func ObserverFrom(ctx context.Context) Observer {
 
 type nopObserver struct{}
 
-func (nopObserver) Request(string, string) {}
-func (nopObserver) Retry(string)           {}
+func (nopObserver) Request(string, string, time.Duration) {}
+func (nopObserver) Retry(string)                          {}

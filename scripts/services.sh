@@ -13,6 +13,11 @@
 # otherwise, if the server binaries are installed, a throwaway cluster is
 # initialised in a temporary directory on a free port.
 #
+# Prometheus: the tests run a real Prometheus and promtool against the
+# shipped dashboard and alerts; Debian's prometheus package is installed
+# when either is missing (quietly; the tests start their own process on a
+# loopback port, never the package's service).
+#
 # Idempotent: a second "up" reuses running services. State lives in .run/.
 set -euo pipefail
 
@@ -50,9 +55,12 @@ versitygw_up() {
 		wait_tcp 127.0.0.1 "$(cat "$run/versitygw.port")" 1; then
 		return 0
 	fi
-	if [ ! -x "$bin/versitygw" ] || ! "$bin/versitygw" --version 2>/dev/null | grep -q "${VGW_VERSION#v}"; then
+	# `go install` does not stamp the version into the binary (it prints
+	# "git"), so the installed version is kept in a file beside it.
+	if [ ! -x "$bin/versitygw" ] || [ "$(cat "$bin/versitygw.version" 2>/dev/null)" != "$VGW_VERSION" ]; then
 		log "installing versitygw $VGW_VERSION into .bin (about 2 minutes the first time)"
 		GOBIN="$bin" GOFLAGS=-buildvcs=false go install "github.com/versity/versitygw/cmd/versitygw@$VGW_VERSION"
+		echo "$VGW_VERSION" >"$bin/versitygw.version"
 	fi
 	local port data
 	port=$(free_port)
@@ -68,6 +76,28 @@ versitygw_up() {
 		return 1
 	fi
 	log "versitygw $VGW_VERSION on 127.0.0.1:$port (pid $(cat "$run/versitygw.pid"))"
+}
+
+prometheus_installed() {
+	if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+		return 0
+	fi
+	if ! command -v apt-get >/dev/null 2>&1; then
+		log "prometheus and promtool are missing and there is no apt-get: install them (Prometheus 2.x)"
+		return 1
+	fi
+	local sudo=()
+	if [ "$(id -u)" != 0 ]; then sudo=(sudo -n); fi
+	log "installing Debian's prometheus package (prometheus, promtool)"
+	# The package may start its own service (port 9090); the tests never
+	# use it.
+	if ! { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus ||
+		{ "${sudo[@]}" apt-get update -qq && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; } \
+		>"$run/prometheus-install.log" 2>&1; then
+		log "installing prometheus failed; its log:"
+		cat "$run/prometheus-install.log" >&2
+		return 1
+	fi
 }
 
 pg_answers() { # port
@@ -137,6 +167,7 @@ stop_pid() { # pidfile name
 
 case "${1:-up}" in
 up)
+	prometheus_installed
 	versitygw_up
 	postgres_up
 	write_env

@@ -26,6 +26,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.objects, m.quarantines, m.footers)
+	// Every label value is present from the start, so rate() and the
+	// dashboard have a series (at zero) before the first event.
+	for _, o := range []string{"published", "adopted", "failed"} {
+		m.objects.WithLabelValues(o)
+	}
+	for _, c := range []string{ClassCorrupt, ClassChecksum, ClassUnsupported, ClassMissing, ClassTiling, ClassAdoption} {
+		m.quarantines.WithLabelValues(c)
+	}
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"time"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -113,6 +114,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		return append(out, objstore.DataPiece(o.Footer.Bytes))
 	}
 	req.Pieces = pieces()
+	start := time.Now()
 	res, err := s.d.Store.Assemble(ctx, req)
 	for again := true; again; {
 		var se *objstore.SourceError
@@ -122,7 +124,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			// stands: the fresh attempt gets 412 and adopts it) or was
 			// aborted.
 			req.UploadID = ""
-		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && s.sourceFailed(se.Bucket):
+		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && s.sourceFailed(se.Bucket, time.Since(start)):
 			// An express zone failed as a copy source (down, or missing
 			// its copy of the slot): the same bytes are under the same
 			// key in the next zone. The upload and its parts are kept.
@@ -136,6 +138,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			again = false
 			continue
 		}
+		start = time.Now()
 		res, err = s.d.Store.Assemble(ctx, req)
 	}
 	if err == nil {

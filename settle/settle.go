@@ -36,9 +36,13 @@ type Deps struct {
 	StdBucket      string            // settled objects and standard slots
 	ExpressBuckets []string          // the express set in read order (local zone first)
 	Pending        *pendingobj.Store // staged parts; nil keeps gathered parts in memory
-	Log            *slog.Logger
-	Metrics        *Metrics     // nil: none
-	Crash          func(string) // crash points (nil: none)
+	// Health is the zone health shared with slot reads and deletes: an
+	// express bucket that fails as a copy source is held off there (nil:
+	// a record of the settler's own).
+	Health  *objstore.Health
+	Log     *slog.Logger
+	Metrics *Metrics     // nil: none
+	Crash   func(string) // crash points (nil: none)
 }
 
 // Config is the settle policy.
@@ -71,9 +75,6 @@ const (
 type Settler struct {
 	d Deps
 	c Config
-
-	zonesMu sync.Mutex
-	down    map[string]bool // express buckets that failed as a copy source this cycle
 }
 
 var _ cycle.Step = (*Settler)(nil)
@@ -82,6 +83,9 @@ var _ cycle.Step = (*Settler)(nil)
 func New(d Deps, c Config) *Settler {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if d.Health == nil {
+		d.Health = objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
 	}
 	if c.Concurrency < 1 {
 		c.Concurrency = 1
@@ -127,28 +131,19 @@ func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) erro
 
 // sourceBucket is the bucket an assembly copies a source of a class from:
 // for an express slot, the first bucket of the express set (the local zone
-// first) that has not failed as a source during this cycle.
+// first) that the shared zone health does not hold off.
 func (s *Settler) sourceBucket(class string) string {
 	if class != catalog.ClassExpress || len(s.d.ExpressBuckets) == 0 {
 		return s.d.StdBucket
 	}
-	s.zonesMu.Lock()
-	defer s.zonesMu.Unlock()
-	for _, b := range s.d.ExpressBuckets {
-		if !s.down[b] {
-			return b
-		}
-	}
-	return s.d.ExpressBuckets[len(s.d.ExpressBuckets)-1]
+	return s.d.Health.Order(s.d.ExpressBuckets)[0]
 }
 
 // sourceFailed records that an express bucket failed as a copy source (a
-// down zone, or a missing copy of a slot) and reports whether another
-// bucket of the set is left to try, as DESIGN.md section 6 reads fall
-// through. A failure of any other bucket leaves nothing to try.
-func (s *Settler) sourceFailed(bucket string) bool {
-	s.zonesMu.Lock()
-	defer s.zonesMu.Unlock()
+// down zone, or a missing copy of a slot) after took, and reports whether
+// another bucket of the set is left to try, as DESIGN.md section 6 reads
+// fall through. A failure of any other bucket leaves nothing to try.
+func (s *Settler) sourceFailed(bucket string, took time.Duration) bool {
 	express := false
 	for _, b := range s.d.ExpressBuckets {
 		express = express || b == bucket
@@ -156,12 +151,9 @@ func (s *Settler) sourceFailed(bucket string) bool {
 	if !express {
 		return false
 	}
-	if s.down == nil {
-		s.down = map[string]bool{}
-	}
-	s.down[bucket] = true
+	s.d.Health.Failed(bucket, took)
 	for _, b := range s.d.ExpressBuckets {
-		if !s.down[b] {
+		if !s.d.Health.Down(b) {
 			return true
 		}
 	}
@@ -171,9 +163,6 @@ func (s *Settler) sourceFailed(bucket string) bool {
 // Run recovers open publish intents, then settles the due streams.
 func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	var total cycle.Counts
-	s.zonesMu.Lock()
-	s.down = nil // a zone that failed last cycle is tried first again
-	s.zonesMu.Unlock()
 	if !opts.DryRun {
 		if err := s.recoverIntents(ctx, f); err != nil {
 			return total, err

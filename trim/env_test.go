@@ -48,6 +48,7 @@ type env struct {
 	plan    bytes.Buffer
 	cfg     trim.Config
 	nonce   uint64
+	health  *objstore.Health // shared across cycles when set (nil: each step its own)
 }
 
 func openDB(t testing.TB) (*catalog.DB, context.Context) {
@@ -101,7 +102,7 @@ func (e *env) deps() trim.Deps {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return trim.Deps{DB: e.db, Store: e.store, StdBucket: e.std, ExpressBuckets: e.express, Log: log,
-		Metrics: e.metrics, Crash: e.crash}
+		Metrics: e.metrics, Crash: e.crash, Health: e.health}
 }
 
 // steps returns retention, trim and reap, in cycle order.

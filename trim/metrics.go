@@ -67,7 +67,44 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	// Every label value known up front is present from the start (the
+	// buckets when NewReap learns them), so rate() and the alerts have a
+	// series before the first event.
+	for _, k := range []string{"reap", "publish"} {
+		m.objectsReaped.WithLabelValues(k)
+	}
+	m.heldObjects(nil)
+	m.backlog(Backlog{})
 	return m, nil
+}
+
+// heldReasons are the values of reap_held_objects' reason label.
+var heldReasons = []string{"publishable", "publishing", "invalid_key", "unknown_class"}
+
+// ResetLeaderGauges sets the gauges that only the leader's steps compute
+// (fence wait, quarantine hold, reap backlog and held reaps) to their
+// "none" value. The daemon calls it when it stops leading, so an instance
+// that lost the lease does not go on reporting what it saw as leader
+// (aggregated with max by star, a standby's zeros never hide the
+// leader's values).
+func (m *Metrics) ResetLeaderGauges() {
+	if m == nil {
+		return
+	}
+	m.observeDecision(Decision{}, time.Time{})
+	m.heldObjects(nil)
+	m.backlog(Backlog{})
+}
+
+// buckets pre-initialises the per-bucket reap counters.
+func (m *Metrics) buckets(bs []string) {
+	if m == nil {
+		return
+	}
+	for _, b := range bs {
+		m.deleteRequests.WithLabelValues(b)
+		m.deleteFailures.WithLabelValues(b)
+	}
 }
 
 func (m *Metrics) observeDecision(d Decision, now time.Time) {
@@ -122,7 +159,7 @@ func (m *Metrics) heldObjects(by map[string]int) {
 	if m == nil {
 		return
 	}
-	for _, r := range []string{"publishable", "publishing", "invalid_key", "unknown_class"} {
+	for _, r := range heldReasons {
 		m.held.WithLabelValues(r).Set(float64(by[r]))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -59,8 +60,13 @@ func NewReap(d Deps, c Config) (*Reap, error) {
 	case d.StdBucket == "":
 		return nil, errors.New("reap: no standard bucket")
 	}
+	d.Metrics.buckets(append([]string{d.StdBucket}, d.ExpressBuckets...))
 	return &Reap{d: d, c: c}, nil
 }
+
+// ResetLeaderGauges resets the reap gauges when the daemon stops leading
+// (see Metrics.ResetLeaderGauges).
+func (r *Reap) ResetLeaderGauges() { r.d.Metrics.ResetLeaderGauges() }
 
 // Name implements cycle.Step.
 func (r *Reap) Name() string { return "reap" }
@@ -87,31 +93,52 @@ func (r *Reap) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cy
 	return counts, nil
 }
 
-// fanout deletes keys from a set of buckets, remembering for the rest of
-// the run which buckets are down (a request that failed whole), so one dead
-// zone costs one timeout per run, not one per batch.
+// fanout deletes keys from a set of buckets. Which buckets are down is the
+// shared zone health (objstore.Health): a bucket it holds off is skipped
+// (what it holds stays due), and a request that fails whole holds the
+// bucket off there, so one dead zone costs one detection per hold-off, not
+// one per batch or per cycle. failed remembers the buckets that did not
+// confirm some key, so the caller knows which are done.
 type fanout struct {
 	r        *Reap
 	buckets  []string
 	mu       sync.Mutex
-	down     map[string]error
+	failed   map[string]bool
 	requests atomic.Int64
 }
 
 func (r *Reap) newFanout(buckets []string) *fanout {
-	return &fanout{r: r, buckets: buckets, down: map[string]error{}}
+	return &fanout{r: r, buckets: buckets, failed: map[string]bool{}}
 }
 
-func (fo *fanout) isDown(b string) bool {
-	fo.mu.Lock()
-	defer fo.mu.Unlock()
-	return fo.down[b] != nil
-}
+func (fo *fanout) isDown(b string) bool { return fo.r.d.Health.Down(b) }
 
 func (fo *fanout) allDown() bool {
+	for _, b := range fo.buckets {
+		if !fo.isDown(b) {
+			return false
+		}
+	}
+	return true
+}
+
+func (fo *fanout) fail(b string) {
 	fo.mu.Lock()
 	defer fo.mu.Unlock()
-	return len(fo.down) == len(fo.buckets)
+	fo.failed[b] = true
+}
+
+// done is the buckets that confirmed every key given to delete so far.
+func (fo *fanout) done() []string {
+	fo.mu.Lock()
+	defer fo.mu.Unlock()
+	var out []string
+	for _, b := range fo.buckets {
+		if !fo.failed[b] {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // delete removes keys from every bucket; it returns the keys that every
@@ -121,6 +148,7 @@ func (fo *fanout) delete(ctx context.Context, keys []string) map[string]bool {
 	var wg sync.WaitGroup
 	for i, b := range fo.buckets {
 		if fo.isDown(b) {
+			fo.fail(b)
 			failed[i] = nil // all of them
 			continue
 		}
@@ -128,12 +156,15 @@ func (fo *fanout) delete(ctx context.Context, keys []string) map[string]bool {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			err := fo.r.d.Store.Delete(ctx, b, keys)
 			fo.requests.Add(1)
 			fo.r.d.Metrics.deleteRequest(b, err != nil)
 			if err == nil {
+				fo.r.d.Health.Succeeded(b)
 				return
 			}
+			fo.fail(b)
 			var de *objstore.DeleteError
 			if errors.As(err, &de) && len(de.Failed) < len(keys) {
 				for k := range de.Failed {
@@ -142,11 +173,12 @@ func (fo *fanout) delete(ctx context.Context, keys []string) map[string]bool {
 				fo.r.d.Log.Warn("reap delete failed for some keys", "bucket", b, "keys", len(de.Failed), "err", err)
 				return
 			}
-			fo.mu.Lock()
-			fo.down[b] = err
-			fo.mu.Unlock()
+			if ctx.Err() == nil {
+				fo.r.d.Health.Failed(b, time.Since(start))
+			}
 			failed[i] = nil
-			fo.r.d.Log.Warn("reap delete failed: bucket down for this run, its deletes stay due", "bucket", b, "err", err)
+			held, _ := fo.r.d.Health.HeldOff(b)
+			fo.r.d.Log.Warn("reap delete failed: bucket held off, its deletes stay due", "bucket", b, "for", held, "err", err)
 		}()
 	}
 	wg.Wait()
@@ -166,6 +198,21 @@ func (fo *fanout) delete(ctx context.Context, keys []string) map[string]bool {
 }
 
 var errStop = errors.New("every bucket is down")
+
+// notIn is the buckets of all that are not in done, in order.
+func notIn(all, done []string) []string {
+	var out []string
+	for _, b := range all {
+		skip := false
+		for _, d := range done {
+			skip = skip || d == b
+		}
+		if !skip {
+			out = append(out, b)
+		}
+	}
+	return out
+}
 
 // reapSlots deletes the due slot ranges from every bucket of the star's
 // class, in DeleteObjects batches enumerated from the epochs' end_seq. A
@@ -189,13 +236,23 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 	if err != nil {
 		return err
 	}
-	buckets, err := r.d.buckets(c.class)
+	all, err := r.d.buckets(c.class)
 	if err != nil {
 		return fmt.Errorf("reap slots of star %q: %w", f.Star, err)
 	}
-	fo := r.newFanout(buckets)
-	defer func() { counts.S3Requests += fo.requests.Load() }()
 	for _, rp := range due {
+		// The buckets that confirmed the whole range in an earlier round
+		// (a zone was down then) get none of its deletes again.
+		buckets := notIn(all, rp.DoneBuckets)
+		if len(buckets) == 0 {
+			if !opts.DryRun {
+				if err := r.d.DB.FinishSlotReap(ctx, f, rp.ID); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		fo := r.newFanout(buckets)
 		if opts.DryRun {
 			n, err := c.count(rp.From, rp.To)
 			if err != nil {
@@ -206,10 +263,11 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 			continue
 		}
 		if fo.allDown() {
-			break
+			continue
 		}
 		r.d.crash(CrashSlotsBeforeDelete)
 		done, next, complete, err := r.deleteRange(ctx, c, rp, fo)
+		counts.S3Requests += fo.requests.Load()
 		if err != nil {
 			return err
 		}
@@ -219,9 +277,16 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 			if err := r.d.DB.FinishSlotReap(ctx, f, rp.ID); err != nil {
 				return err
 			}
-		case done > 0:
-			if err := r.d.DB.ShrinkSlotReap(ctx, f, rp.ID, rp.From, next); err != nil {
-				return err
+		default:
+			if ok := fo.done(); len(ok) > 0 {
+				if err := r.d.DB.SlotReapBucketsDone(ctx, f, rp.ID, ok); err != nil {
+					return err
+				}
+			}
+			if done > 0 {
+				if err := r.d.DB.ShrinkSlotReap(ctx, f, rp.ID, rp.From, next); err != nil {
+					return err
+				}
 			}
 		}
 		counts.SlotsReaped += done

@@ -44,9 +44,13 @@ type Deps struct {
 	// (DESIGN.md section 6). Deletes fan out to every bucket of a class.
 	StdBucket      string
 	ExpressBuckets []string
-	Log            *slog.Logger
-	Metrics        *Metrics     // nil: none
-	Crash          func(string) // crash points (nil: none)
+	// Health is the zone health shared with slot reads and copy sources:
+	// deletes skip a bucket it holds off (what it holds stays due) and
+	// record their failures into it (nil: a record of the step's own).
+	Health  *objstore.Health
+	Log     *slog.Logger
+	Metrics *Metrics     // nil: none
+	Crash   func(string) // crash points (nil: none)
 }
 
 // Config is the trim and reap policy.
@@ -64,6 +68,9 @@ const maxBatch = 1000
 func (d *Deps) defaults() {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if d.Health == nil {
+		d.Health = objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
 	}
 }
 
@@ -202,6 +209,10 @@ type Trim struct {
 	c Config
 }
 
+// ResetLeaderGauges resets the trim gauges when the daemon stops leading
+// (see Metrics.ResetLeaderGauges).
+func (t *Trim) ResetLeaderGauges() { t.d.Metrics.ResetLeaderGauges() }
+
 var _ cycle.Step = (*Trim)(nil)
 
 // NewTrim returns the trim step.
@@ -281,6 +292,10 @@ func lastKey(star string, p Pos, epochs []catalog.StarEpoch) string {
 type Status struct {
 	Decision
 	Backlog Backlog
+	// Lag is the number of slots between the trim cursor and the absorbed
+	// head: what transit holds that trim has not released. An epoch whose
+	// fence is in progress (no end_seq yet) counts nothing.
+	Lag int64
 }
 
 // Backlog is what is armed and not yet reaped.
@@ -299,10 +314,35 @@ func ReadStatus(ctx context.Context, db *catalog.DB, star string, grace time.Dur
 	if s.Decision, err = Decide(st); err != nil {
 		return s, err
 	}
+	c, err := newChain(st.Star, st.Epochs)
+	if err != nil {
+		return s, err
+	}
+	s.Lag = c.lag(s.Cursor, s.Head)
 	if s.Backlog, err = readBacklog(ctx, db, star, grace); err != nil {
 		return s, err
 	}
 	return s, nil
+}
+
+// lag counts the slots of [from, to) like count, skipping the epochs
+// whose end is not known yet (a fence in progress) instead of failing.
+func (c chain) lag(from, to Pos) int64 {
+	var n int64
+	for e := from.Epoch; e <= to.Epoch; e++ {
+		first, end := int64(0), to.Seq
+		if e == from.Epoch {
+			first = from.Seq
+		}
+		if e < to.Epoch {
+			var ok bool
+			if end, ok = c.endSeq(e); !ok {
+				continue
+			}
+		}
+		n += max(0, end-first)
+	}
+	return n
 }
 
 func readBacklog(ctx context.Context, db *catalog.DB, star string, grace time.Duration) (Backlog, error) {

@@ -2,6 +2,7 @@ package trim_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/trim"
 )
 
@@ -205,6 +207,63 @@ func TestReapWithExpressZoneDown(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, reapWithFailedBatch)
 	})
+	t.Run("progress per bucket", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, reapProgressPerBucket)
+	})
+}
+
+// reapProgressPerBucket: while one zone is down, the healthy zones confirm
+// the range once and never receive its deletes again, and the down zone,
+// held off by the shared zone health, gets no request while held off: the
+// requests per cycle do not grow with the outage.
+func reapProgressPerBucket(t *testing.T, ns namedStore) {
+	a := sid(1)
+	e := newEnvOn(t, ns, catalog.ClassExpress, 1, a)
+	e.cfg.BatchSize, e.cfg.Concurrency = 2, 1
+	e.health = objstore.NewHealth(time.Hour, time.Hour)
+	for s := int64(0); s < 5; s++ {
+		e.flight(1, s, batch{a, 1})
+	}
+	e.settle(a)
+	down := e.express[1]
+	e.store.setDown(down, true)
+	requests := func() map[string]int {
+		e.store.mu.Lock()
+		defer e.store.mu.Unlock()
+		out := map[string]int{}
+		for b, n := range e.store.requests {
+			out[b] = n
+		}
+		return out
+	}
+	e.mustCycle()
+	first := requests()
+	if first[down] != 1 || first[e.express[0]] != 3 || first[e.express[2]] != 3 {
+		t.Fatalf("first round's deletes by bucket %v: want 3 batches to each healthy zone, 1 request to the down one", first)
+	}
+	reaps, _ := e.db.SlotReaps(e.ctx, e.star)
+	if len(reaps) != 1 || len(reaps[0].DoneBuckets) != 2 {
+		t.Fatalf("the healthy zones are done with the range: %+v", reaps)
+	}
+	for i := 0; i < 3; i++ {
+		e.mustCycle()
+	}
+	if again := requests(); fmt.Sprint(again) != fmt.Sprint(first) {
+		t.Fatalf("three more cycles of the outage sent deletes: %v, after the first %v", again, first)
+	}
+	// The zone is back and no longer held off: only it gets the range.
+	e.store.setDown(down, false)
+	e.health.Succeeded(down)
+	n := e.mustCycle()
+	last := requests()
+	if n.SlotsReaped != 5 || last[down] != first[down]+3 || last[e.express[0]] != first[e.express[0]] {
+		t.Fatalf("after the zone came back: %+v, requests %v (before %v)", n, last, first)
+	}
+	e.checkChain(P(1, 5))
+	if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 0 {
+		t.Fatalf("range not finished: %+v", reaps)
+	}
 }
 
 func reapWithZoneDown(t *testing.T, ns namedStore) {

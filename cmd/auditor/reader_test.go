@@ -32,7 +32,7 @@ func TestClassReader(t *testing.T) {
 		}
 	}
 	r, err := newClassReader(fs, config.Config{Bucket: "std", Location: "b",
-		S3ExpressBuckets: []config.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}}})
+		S3ExpressBuckets: []config.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}}}, objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestClassReader(t *testing.T) {
 			t.Errorf("%s %s read outside its class's buckets: %v", tc.class, tc.key, err)
 		}
 	}
-	none, err := newClassReader(fs, config.Config{Bucket: "std"})
+	none, err := newClassReader(fs, config.Config{Bucket: "std"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

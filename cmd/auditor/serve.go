@@ -71,6 +71,9 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
 	}
+	if err := starReg.Register(daemon.NewPoolCollector(db.PoolStats)); err != nil {
+		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
+	}
 	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, starReg)
 	if err != nil {
 		return exitCode(e, cfg, err)

@@ -37,6 +37,12 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		return nil, nil, err
 	}
 	if m := storeMetrics(reg); m != nil {
+		_, s3 := store.(*s3store.Store)
+		var zones []string
+		for _, zb := range cfg.S3ExpressBuckets {
+			zones = append(zones, zb.Zone)
+		}
+		m.InitSeries(s3, zones)
 		store = objstore.Instrument(store, m)
 	}
 	pending, err := openPending(cfg)
@@ -44,13 +50,16 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		return nil, nil, err
 	}
 	express := wire.SlotBuckets(cfg, wire.ClassExpress)
-	reader, err := newClassReader(store, cfg)
+	// One record of zone health, shared by slot reads, copy sources and
+	// deletes, for as long as the process runs.
+	health := objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
+	reader, err := newClassReader(store, cfg, health)
 	if err != nil {
 		return nil, nil, err
 	}
 	settler := settle.New(settle.Deps{
 		DB: db, Store: store, Reader: reader,
-		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending,
+		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending, Health: health,
 		Log: log.With("step", "settle"), Metrics: settle.NewMetrics(reg), Crash: crash.Func(),
 	}, settle.Config{
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
@@ -66,7 +75,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, fmt.Errorf("trim metrics: %w", err)
 	}
-	td := trim.Deps{DB: db, Store: store, StdBucket: cfg.Bucket, ExpressBuckets: express,
+	td := trim.Deps{DB: db, Store: store, StdBucket: cfg.Bucket, ExpressBuckets: express, Health: health,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
 	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize)}
 	retention, err := trim.NewRetention(td, tc)
@@ -151,7 +160,7 @@ type classReader struct {
 	sets map[string]*objstore.BucketSet // by class
 }
 
-func newClassReader(store objstore.Store, cfg config.Config) (*classReader, error) {
+func newClassReader(store objstore.Store, cfg config.Config, health *objstore.Health) (*classReader, error) {
 	r := &classReader{sets: map[string]*objstore.BucketSet{}}
 	for _, class := range []string{wire.ClassStandard, wire.ClassExpress} {
 		set, err := wire.SlotBucketSet(cfg, store, class)
@@ -161,7 +170,7 @@ func newClassReader(store objstore.Store, cfg config.Config) (*classReader, erro
 			}
 			return nil, err
 		}
-		set.SetHoldOff(objstore.HoldOff)
+		set.SetHealth(health)
 		r.sets[class] = set
 	}
 	return r, nil

@@ -40,6 +40,7 @@ type Config struct {
 
 	Schedule        string
 	HTTPAddr        string
+	Pprof           bool
 	LeaseTTL        time.Duration
 	LeaseRenew      time.Duration
 	ShutdownTimeout time.Duration
@@ -192,6 +193,7 @@ var keys = []key{
 	stringKey("data-dir", "local state: pending upload-part sidecars", "data", func(c *Config) *string { return &c.DataDir }),
 	stringKey("schedule", "cycle schedule (robfig/cron v3 spec)", "@every 30s", func(c *Config) *string { return &c.Schedule }),
 	stringKey("http-addr", "address of /metrics, /healthz, /readyz, /status", "127.0.0.1:9479", func(c *Config) *string { return &c.HTTPAddr }),
+	boolKey("pprof", "serve the Go profiler at /debug/pprof/ on the http-addr (off: it exposes internals)", "false", func(c *Config) *bool { return &c.Pprof }),
 	durationKey("lease-ttl", "lease duration", "30s", func(c *Config) *time.Duration { return &c.LeaseTTL }),
 	durationKey("lease-renew", "lease renewal interval (less than lease-ttl)", "10s", func(c *Config) *time.Duration { return &c.LeaseRenew }),
 	durationKey("shutdown-timeout", "how long a running cycle may finish after SIGTERM", "30s", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),

@@ -546,5 +546,8 @@ type countingObserver struct {
 	n     *atomic.Int64
 }
 
-func (c countingObserver) Request(op, status string) { c.n.Add(1); c.inner.Request(op, status) }
-func (c countingObserver) Retry(op string)           { c.inner.Retry(op) }
+func (c countingObserver) Request(op, status string, took time.Duration) {
+	c.n.Add(1)
+	c.inner.Request(op, status, took)
+}
+func (c countingObserver) Retry(op string) { c.inner.Retry(op) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
@@ -340,5 +341,31 @@ func TestFaults(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Requests().WithLabelValues("UploadPartCopy", "503")); got == 0 {
 		t.Error("no 503 UploadPartCopy requests counted")
+	}
+	// Every attempt is timed: the latency histogram of an operation counts
+	// as many observations as its requests, whatever their status.
+	for _, op := range []string{"UploadPartCopy", "PutObject", "HeadObject"} {
+		var requests float64
+		ch := make(chan prometheus.Metric, 100)
+		m.Requests().Collect(ch)
+		close(ch)
+		for c := range ch {
+			var d dto.Metric
+			if err := c.Write(&d); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range d.GetLabel() {
+				if l.GetName() == "operation" && l.GetValue() == op {
+					requests += d.GetCounter().GetValue()
+				}
+			}
+		}
+		h := &dto.Metric{}
+		if err := m.Latency().WithLabelValues(op).(prometheus.Metric).Write(h); err != nil {
+			t.Fatal(err)
+		}
+		if n := float64(h.GetHistogram().GetSampleCount()); n == 0 || n != requests {
+			t.Errorf("%s: %v latency observations for %v requests", op, n, requests)
+		}
 	}
 }

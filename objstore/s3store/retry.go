@@ -23,9 +23,11 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 	obs := objstore.ObserverFrom(ctx)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
+		sent := time.Now()
 		err := fn(actx)
+		took := time.Since(sent)
 		cancel()
-		obs.Request(op, statusOf(err))
+		obs.Request(op, statusOf(err), took)
 		if err == nil {
 			return nil
 		}
