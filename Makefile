@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-short soak demo bench lint services-up services-down clean
+.PHONY: help build test test-short soak demo bench bench-sql bench-scale lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,6 +27,14 @@ demo: build ## the main job end to end on a fresh database and the file-backed s
 
 bench: ## benchmarks (format, planner, pendingobj, objstore against versitygw)
 	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench . -benchmem ./...
+
+bench-sql: ## plans of every per-cycle statement at 10^4, 10^5 and 10^6 rows of history, and transactions per settled object
+	NOVA_SQL_SCALE_FULL=1 NOVA_TEST_TIMEOUT=30m scripts/test.sh -v -run 'TestPerCycleStatementsFlat' ./catalog/
+	scripts/test.sh -v -run 'TestTransactionsPerSettledObject' ./cmd/auditor/
+
+bench-scale: bench-sql ## scale: a 10^7-record backlog's peak RSS, 10,000 small streams at 30 ms S3 latency, and bench-sql's history
+	NOVA_BENCH_BACKLOG=10000000 NOVA_BENCH_STREAMS=10000 NOVA_TEST_TIMEOUT=90m scripts/test.sh -run '^$$' \
+		-bench 'BenchmarkHotBacklogPeakRSS|BenchmarkManySmallStreamsAtS3Latency' -benchtime 1x ./settle/
 
 lint: ## gofmt, go vet (and golangci-lint when installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

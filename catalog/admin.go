@@ -337,7 +337,8 @@ func (db *DB) FinishRun(ctx context.Context, id int64, outcome string, c RunCoun
 
 // CloseAbandonedRuns closes the star's run rows left open by earlier
 // holders (a crash or a lost lease), as lost_lease; fenced, so only the
-// current leader does it. It returns how many it closed.
+// current leader does it. It returns how many it closed. The open runs
+// are the partial index auditor_runs_open_idx, so it reads only them.
 func (db *DB) CloseAbandonedRuns(ctx context.Context, f Fence) (int64, error) {
 	var n int64
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
@@ -368,7 +369,9 @@ func (db *DB) LastRuns(ctx context.Context, star string, limit int) ([]Run, erro
 }
 
 // LastRunWithOutcome returns the star's latest run that ended with outcome
-// (and was not a dry run); false when there is none.
+// (and was not a dry run); false when there is none. The first row of
+// auditor_runs_outcome_idx: it runs every GaugeInterval on the leader and
+// on every standby.
 func (db *DB) LastRunWithOutcome(ctx context.Context, star, outcome string) (Run, bool, error) {
 	run, err := scanRun(db.pool.QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs
 		WHERE star = $1 AND outcome = $2 AND NOT dry_run ORDER BY ended_at DESC, id DESC LIMIT 1`, star, outcome))
@@ -379,6 +382,45 @@ func (db *DB) LastRunWithOutcome(ctx context.Context, star, outcome string) (Run
 		return run, false, fmt.Errorf("last %s run of star %q: %w", outcome, star, err)
 	}
 	return run, true, nil
+}
+
+// HistoryPruned counts what PruneHistory deleted.
+type HistoryPruned struct {
+	Runs, Requests int64
+}
+
+// PruneHistory deletes, in one fenced transaction, up to limit run rows
+// and up to limit admin requests of the star older than keep (database
+// clock): finished runs that started before now() - keep, except the
+// latest successful one (the last-success gauge reads it), and requests
+// consumed before now() - keep. An open run or an unconsumed request is
+// never deleted. Both deletes are index ranges below the cut, so the
+// statement costs what it deletes, not the history's length.
+func (db *DB) PruneHistory(ctx context.Context, f Fence, keep time.Duration, limit int) (HistoryPruned, error) {
+	var p HistoryPruned
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		// id = ANY(ARRAY(...)): the outer delete probes the primary key
+		// for each of at most limit ids (IN may become a hash join over
+		// the whole table).
+		tag, err := tx.Exec(ctx, `DELETE FROM nova.auditor_runs WHERE id = ANY(ARRAY(
+			SELECT id FROM nova.auditor_runs WHERE star = $1 AND started_at < now() - $2::interval AND ended_at IS NOT NULL
+			  AND id IS DISTINCT FROM (SELECT id FROM nova.auditor_runs WHERE star = $1 AND outcome = $4 AND NOT dry_run
+				ORDER BY ended_at DESC, id DESC LIMIT 1)
+			ORDER BY started_at LIMIT $3))`, f.Star, keep, limit, RunOK)
+		if err != nil {
+			return fmt.Errorf("prune runs of star %q: %w", f.Star, err)
+		}
+		p.Runs = tag.RowsAffected()
+		tag, err = tx.Exec(ctx, `DELETE FROM nova.admin_requests WHERE id = ANY(ARRAY(
+			SELECT id FROM nova.admin_requests WHERE star = $1 AND consumed_at IS NOT NULL AND consumed_at < now() - $2::interval
+			ORDER BY consumed_at LIMIT $3))`, f.Star, keep, limit)
+		if err != nil {
+			return fmt.Errorf("prune admin requests of star %q: %w", f.Star, err)
+		}
+		p.Requests = tag.RowsAffected()
+		return nil
+	})
+	return p, err
 }
 
 // ClassTransit summarises a class's unsettled data by the database clock.

@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -261,5 +262,100 @@ func TestTransitAndBacklog(t *testing.T) {
 	}
 	if b.PublishIntents != 1 || b.OldestPublish == nil || b.ReapIntents != 2 || b.Quarantined != 1 {
 		t.Fatalf("backlog %+v", b)
+	}
+}
+
+// TestPruneHistory: finished runs and consumed requests older than the
+// window go, at most limit per call; the latest successful run, open runs
+// and unconsumed requests stay however old, and so does what is recent.
+func TestPruneHistory(t *testing.T) {
+	t.Parallel()
+	db, conn, ctx := newAdminDB(t)
+	a, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(outcome string, dry bool, daysAgo int) int64 {
+		t.Helper()
+		r, err := db.StartRun(ctx, a.Fence, "schedule", dry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outcome != "" {
+			if _, err := db.FinishRun(ctx, r.ID, outcome, catalog.RunCounts{}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := conn.Exec(ctx, `UPDATE nova.auditor_runs SET started_at = now() - make_interval(days => $2),
+			ended_at = CASE WHEN ended_at IS NULL THEN NULL ELSE now() - make_interval(days => $2) END WHERE id = $1`, r.ID, daysAgo); err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	oldOK := run(catalog.RunOK, false, 90)  // older successful run: pruned
+	lastOK := run(catalog.RunOK, false, 60) // the latest successful run: kept
+	oldFailed := run(catalog.RunFailed, false, 50)
+	oldDry := run(catalog.RunOK, true, 45)     // a dry run is not "the last success"
+	open := run("", false, 40)                 // open (abandoned, not yet closed): kept
+	recent := run(catalog.RunFailed, false, 1) // inside the window: kept
+	request := func(kind string, consumedDaysAgo int) int64 {
+		t.Helper()
+		r, err := db.RequestAdmin(ctx, "s1", kind, nil, "op")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if consumedDaysAgo >= 0 {
+			if _, err := conn.Exec(ctx, `UPDATE nova.admin_requests SET requested_at = now() - make_interval(days => $2 + 1),
+				consumed_at = now() - make_interval(days => $2), consumed_by = 'a' WHERE id = $1`, r.ID, consumedDaysAgo); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := conn.Exec(ctx, `UPDATE nova.admin_requests SET requested_at = now() - interval '100 days' WHERE id = $1`, r.ID); err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	oldReq1 := request(catalog.AdminTrigger, 80)
+	oldReq2 := request(catalog.AdminPause, 70)
+	openReq := request(catalog.AdminTrigger, -1) // unconsumed, 100 days old: kept
+	recentReq := request(catalog.AdminResume, 2)
+
+	keep := 30 * 24 * time.Hour
+	p, err := db.PruneHistory(ctx, a.Fence, keep, 2)
+	if err != nil || p.Runs != 2 || p.Requests != 2 {
+		t.Fatalf("first prune (limit 2): %+v %v", p, err)
+	}
+	p, err = db.PruneHistory(ctx, a.Fence, keep, 2)
+	if err != nil || p.Runs != 1 || p.Requests != 0 {
+		t.Fatalf("second prune: %+v %v", p, err)
+	}
+	if p, err := db.PruneHistory(ctx, a.Fence, keep, 2); err != nil || p != (catalog.HistoryPruned{}) {
+		t.Fatalf("third prune: %+v %v", p, err)
+	}
+	var runs, reqs []int64
+	rows, _ := conn.Query(ctx, `SELECT id FROM nova.auditor_runs ORDER BY id`)
+	runs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, _ = conn.Query(ctx, `SELECT id FROM nova.admin_requests ORDER BY id`)
+	reqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(runs, []int64{lastOK, open, recent}) {
+		t.Fatalf("runs left %v, want last ok %d, open %d, recent %d (pruned %d, %d, %d)", runs, lastOK, open, recent, oldOK, oldFailed, oldDry)
+	}
+	if !slices.Equal(reqs, []int64{openReq, recentReq}) {
+		t.Fatalf("requests left %v, want open %d and recent %d (pruned %d, %d)", reqs, openReq, recentReq, oldReq1, oldReq2)
+	}
+	if last, ok, err := db.LastRunWithOutcome(ctx, "s1", catalog.RunOK); err != nil || !ok || last.ID != lastOK {
+		t.Fatalf("last success after pruning: %+v %v %v", last, ok, err)
+	}
+	// Only the leader prunes.
+	if err := db.ReleaseLease(ctx, a.Fence); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.PruneHistory(ctx, a.Fence, keep, 2); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("prune without the lease: %v", err)
 	}
 }

@@ -32,7 +32,12 @@ func Open(ctx context.Context, url string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
 	}
-	cfg.MaxConns = 16
+	if !strings.Contains(url, "pool_max_conns") {
+		// enough for the default settle concurrency (16 streams, each one
+		// transaction at a time) beside the lease, the listener and the
+		// gauge refresh; a URL's pool_max_conns wins
+		cfg.MaxConns = 32
+	}
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -233,7 +233,12 @@ func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
 				return fmt.Errorf("repoint catalog entry %x@%d: %w", e.Stream, e.FirstRecord, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE nova.streams SET settled_through = $2 WHERE stream_id = $1`, e.Stream, end); err != nil {
+		// An entry wholly below low_record (a stream whose low_record rose
+		// while it was being settled) puts the stream back in retention's
+		// index: retained_through drops below low_record.
+		if _, err := tx.Exec(ctx, `UPDATE nova.streams SET settled_through = $2,
+			retained_through = CASE WHEN $2 <= low_record THEN least(retained_through, $3) ELSE retained_through END
+			WHERE stream_id = $1`, e.Stream, end, e.FirstRecord); err != nil {
 			return fmt.Errorf("advance settled_through of %x: %w", e.Stream, err)
 		}
 		if err := refreshRefsAndMarker(ctx, tx, e.Stream, end); err != nil {
@@ -412,24 +417,34 @@ func (o *Overlap) String() string {
 		o.Stream, o.PrevFirst, o.PrevEnd, o.First, o.End, o.Settled)
 }
 
-// FirstOverlap checks the catalog tiling of the given streams in one
-// statement (an index scan of their entries): it returns the first pair of
-// entries that cover a record twice, or an entry that ends past its
-// stream's settled_through; nil when every stream tiles. DESIGN.md section
-// 5: either is a broken invariant, and the cycle halts on it.
+// tailEntries is how many of a stream's last catalog entries FirstOverlap
+// checks: a cycle only appends at settled_through or rewrites the last
+// entry, so what it can break is the last entry and its neighbour; one more
+// catches an earlier cycle's damage next to them.
+const tailEntries = 3
+
+// FirstOverlap checks the catalog tiling where a cycle writes, for the
+// given streams in one statement: each stream's last tailEntries entries
+// (a descending range of the catalog's primary key, so the cost does not
+// grow with the stream's history). It returns the first pair of them that
+// cover a record twice, or one that ends past its stream's
+// settled_through; nil when they tile. DESIGN.md section 5: either is a
+// broken invariant, and the cycle halts on it. The whole catalog is
+// checked by `auditor verify`.
 func (db *DB) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	var o Overlap
-	err := db.pool.QueryRow(ctx, `SELECT c.stream_id, coalesce(c.prev_first, -1), coalesce(c.prev_end, -1), c.first_record, c.first_record + c.record_count, s.settled_through
-		FROM (SELECT stream_id, first_record, record_count,
+	err := db.pool.QueryRow(ctx, `SELECT s.stream_id, coalesce(t.prev_first, -1), coalesce(t.prev_end, -1), t.first_record, t.first_record + t.record_count, s.settled_through
+		FROM unnest($1::uuid[]) AS d(stream_id) JOIN nova.streams s USING (stream_id) CROSS JOIN LATERAL (
+			SELECT first_record, record_count,
 				lag(first_record) OVER w AS prev_first, lag(first_record + record_count) OVER w AS prev_end
-			FROM nova.catalog WHERE stream_id = ANY($1::uuid[])
-			WINDOW w AS (PARTITION BY stream_id, epoch ORDER BY first_record)) c
-		JOIN nova.streams s USING (stream_id)
-		WHERE c.first_record < c.prev_end OR c.first_record + c.record_count > s.settled_through
-		ORDER BY c.stream_id, c.first_record LIMIT 1`, ids).
+			FROM (SELECT epoch, first_record, record_count FROM nova.catalog c WHERE c.stream_id = s.stream_id
+				ORDER BY epoch DESC, first_record DESC LIMIT $2) last
+			WINDOW w AS (PARTITION BY epoch ORDER BY first_record)) t
+		WHERE (t.first_record < t.prev_end OR t.first_record + t.record_count > s.settled_through)
+		ORDER BY s.stream_id, t.first_record LIMIT 1`, ids, tailEntries).
 		Scan(&o.Stream, &o.PrevFirst, &o.PrevEnd, &o.First, &o.End, &o.Settled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,5 +132,49 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	}
 	if q, _ := db.Quarantined(ctx, "s1"); len(q) != 0 {
 		t.Fatalf("stale quarantine landed: %+v", q)
+	}
+}
+
+// TestFirstOverlapChecksWhereACycleWrites: the cycle's tiling check finds
+// an overlap among a stream's last entries and an entry past
+// settled_through, and leaves an overlap deep in the history (of a stream
+// of a million entries, say) to `auditor verify`, so its cost does not
+// grow with the history.
+func TestFirstOverlapChecksWhereACycleWrites(t *testing.T) {
+	t.Parallel()
+	db, ctx, f := trimFixture(t)
+	absorb(t, ctx, db, 3, sid(1), 20, 80)
+	for i := int64(0); i < 10; i++ {
+		settleEntry(t, ctx, db, f, sid(1), i*10, 10, 0, -1, fmt.Sprintf("k%d", i), "")
+	}
+	ids := []catalog.StreamID{sid(1), sid(2)}
+	if o, err := db.FirstOverlap(ctx, ids); err != nil || o != nil {
+		t.Fatalf("a tiled catalog: %v %v", o, err)
+	}
+	// Deep in the history: [10, 21) overlaps [20, 30). Not the cycle's.
+	if err := db.StretchEntry(ctx, sid(1), 10, 1); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := db.FirstOverlap(ctx, ids); err != nil || o != nil {
+		t.Fatalf("an overlap eight entries back is verify's: %v %v", o, err)
+	}
+	// Next to the tail: [80, 91) overlaps [90, 100).
+	if err := db.StretchEntry(ctx, sid(1), 80, 1); err != nil {
+		t.Fatal(err)
+	}
+	o, err := db.FirstOverlap(ctx, ids)
+	if err != nil || o == nil || o.Stream != sid(1) || o.PrevFirst != 80 || o.PrevEnd != 91 || o.First != 90 || o.End != 100 {
+		t.Fatalf("overlap before the last entry: %+v %v", o, err)
+	}
+	if err := db.StretchEntry(ctx, sid(1), 80, -1); err != nil {
+		t.Fatal(err)
+	}
+	// The last entry reaching past settled_through.
+	if err := db.StretchEntry(ctx, sid(1), 90, 1); err != nil {
+		t.Fatal(err)
+	}
+	o, err = db.FirstOverlap(ctx, ids)
+	if err != nil || o == nil || o.First != 90 || o.End != 101 || o.Settled != 100 {
+		t.Fatalf("entry past settled_through: %+v %v", o, err)
 	}
 }

@@ -258,15 +258,28 @@ type RetiredEntry struct {
 	Bucket string
 }
 
-// retiredWhere selects entries wholly below low_record; the redundant
-// first_record bound lets the catalog's primary key range-scan each stream.
-const retiredWhere = `FROM nova.catalog c JOIN nova.streams s USING (stream_id)
-	WHERE s.star = $1 AND s.low_record > 0 AND c.first_record < s.low_record AND c.first_record + c.record_count <= s.low_record`
+// retentionDue selects up to $2 streams of star $1 with catalog entries
+// possibly wholly below low_record: those whose low_record is above
+// retained_through, served by the partial index streams_retention_due_idx,
+// so a cycle reads only the streams with something to retire.
+const retentionDue = `SELECT stream_id, bucket, epoch, low_record FROM nova.streams
+	WHERE star = $1 AND low_record > retained_through ORDER BY stream_id LIMIT $2`
+
+// retiredOf selects up to $2 entries of the stream d wholly below d.low, in
+// record order: a range of the catalog's primary key below (epoch,
+// low_record), which reads the retired entries and at most the one
+// straddling low_record (every entry is of the stream's epoch: settle
+// writes no other).
+const retiredOf = `SELECT c.* FROM nova.catalog c
+	WHERE c.stream_id = d.stream_id AND (c.epoch, c.first_record) < (d.epoch, d.low_record)
+	  AND c.first_record + c.record_count <= d.low_record
+	ORDER BY c.epoch, c.first_record LIMIT $2`
 
 // RetentionCandidates lists up to limit catalog entries of the star that
 // retention would remove (changing nothing), in stream and record order.
 func (db *DB) RetentionCandidates(ctx context.Context, star string, limit int) ([]RetiredEntry, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+prefixed("c.", entryCols)+`, s.bucket `+retiredWhere+`
+	rows, err := db.pool.Query(ctx, `SELECT `+prefixed("c.", entryCols)+`, d.bucket
+		FROM (`+retentionDue+`) d CROSS JOIN LATERAL (`+retiredOf+`) c
 		ORDER BY c.stream_id, c.epoch, c.first_record LIMIT $2`, star, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list retention candidates of star %q: %w", star, err)
@@ -305,22 +318,71 @@ func prefixed(p, cols string) string {
 // ApplyRetention removes up to limit catalog entries of the star wholly
 // below their stream's low_record (entries straddling it stay) and arms a
 // reap intent for each one's object (key(e), class standard, reap_after =
-// now() + grace), in one fenced transaction. It returns what it removed;
-// fewer than limit means none is left.
-func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, limit int, key func(RetiredEntry) string) ([]RetiredEntry, error) {
-	var out []RetiredEntry
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `WITH dead AS (SELECT c.stream_id, c.epoch, c.first_record, s.bucket `+retiredWhere+`
-				ORDER BY c.stream_id, c.epoch, c.first_record LIMIT $2 FOR UPDATE OF c)
+// now() + grace), in one fenced transaction. It looks at up to limit
+// streams whose low_record is above retained_through, and records in
+// retained_through the low_record of each one left with no entry below it,
+// so the statement's cost is that of the streams and entries it retires,
+// never the catalog's size. It returns what it removed, and more when
+// another call may find more.
+func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, limit int, key func(RetiredEntry) string) (out []RetiredEntry, more bool, err error) {
+	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
+		// The due streams are found through the partial index, then
+		// locked by primary key (a planner that cannot estimate
+		// low_record > retained_through may seq-scan the streams for a
+		// locking read) and checked again under the lock, in stream_id
+		// order as Absorb locks them, so the two never deadlock; a
+		// low_record raised after this lock is above the retained_through
+		// written below.
+		rows, err := tx.Query(ctx, `SELECT stream_id, bucket, epoch, low_record FROM nova.streams
+			WHERE stream_id = ANY(ARRAY(SELECT stream_id FROM (`+retentionDue+`) d)) AND low_record > retained_through
+			ORDER BY stream_id FOR UPDATE`, f.Star, limit)
+		if err != nil {
+			return fmt.Errorf("lock streams due for retention of star %q: %w", f.Star, err)
+		}
+		var (
+			ids     []StreamID
+			buckets []string
+			epochs  []int64
+			lows    []int64
+		)
+		for rows.Next() {
+			var (
+				id         StreamID
+				b          string
+				epoch, low int64
+			)
+			if err := rows.Scan(&id, &b, &epoch, &low); err != nil {
+				rows.Close()
+				return fmt.Errorf("lock streams due for retention of star %q: %w", f.Star, err)
+			}
+			ids, buckets, epochs, lows = append(ids, id), append(buckets, b), append(epochs, epoch), append(lows, low)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lock streams due for retention of star %q: %w", f.Star, err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		due := `(SELECT * FROM unnest($1::uuid[], $3::text[], $4::bigint[], $5::bigint[]) AS d(stream_id, bucket, epoch, low_record)) d`
+		rows, err = tx.Query(ctx, `WITH dead AS (SELECT c.stream_id, c.epoch, c.first_record, d.bucket
+				FROM `+due+` CROSS JOIN LATERAL (`+retiredOf+`) c
+				ORDER BY c.stream_id, c.epoch, c.first_record LIMIT $2)
 			DELETE FROM nova.catalog c USING dead
 			WHERE c.stream_id = dead.stream_id AND c.epoch = dead.epoch AND c.first_record = dead.first_record
-			RETURNING `+prefixed("c.", entryCols)+`, dead.bucket`, f.Star, limit)
+			RETURNING `+prefixed("c.", entryCols)+`, dead.bucket`, ids, limit, buckets, epochs, lows)
 		if err != nil {
 			return fmt.Errorf("remove retired entries of star %q: %w", f.Star, err)
 		}
 		if out, err = pgx.CollectRows(rows, scanRetired); err != nil {
 			return fmt.Errorf("remove retired entries of star %q: %w", f.Star, err)
 		}
+		// A correlated scalar subquery stays a per-stream probe of the
+		// primary key (NOT EXISTS may become an anti-join over the catalog).
+		if _, err := tx.Exec(ctx, `UPDATE nova.streams s SET retained_through = d.low_record FROM `+due+`
+			WHERE s.stream_id = d.stream_id AND (SELECT c.first_record FROM (`+retiredOf+`) c) IS NULL`, ids, 1, buckets, epochs, lows); err != nil {
+			return fmt.Errorf("record retention of %d streams of star %q: %w", len(ids), f.Star, err)
+		}
+		more = len(ids) == limit || len(out) == limit
 		keys := make([]string, len(out))
 		for i, e := range out {
 			keys[i] = key(e)
@@ -332,7 +394,10 @@ func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, 
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, false, err
+	}
+	return out, more, nil
 }
 
 // DueObjectReaps lists, in id order from after (exclusive), up to limit

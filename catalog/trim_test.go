@@ -3,10 +3,14 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/testenv"
 )
 
 // trimFixture is a star "s1" with a lease and two streams: A (sid 1) with
@@ -141,9 +145,9 @@ func TestRetentionRemovesWhollyBelowLow(t *testing.T) {
 		t.Fatalf("candidates: %+v %v", cands, err)
 	}
 	key := func(e catalog.RetiredEntry) string { return "dead-" + e.Bucket }
-	removed, err := db.ApplyRetention(ctx, f, time.Hour, 10, key)
-	if err != nil || len(removed) != 1 || removed[0].FirstRecord != 0 || removed[0].RecordCount != 10 {
-		t.Fatalf("removed: %+v %v", removed, err)
+	removed, more, err := db.ApplyRetention(ctx, f, time.Hour, 10, key)
+	if err != nil || more || len(removed) != 1 || removed[0].FirstRecord != 0 || removed[0].RecordCount != 10 {
+		t.Fatalf("removed: %+v (more %v) %v", removed, more, err)
 	}
 	entries, _ := db.EntriesOfStream(ctx, sid(1))
 	if len(entries) != 1 || entries[0].FirstRecord != 10 {
@@ -153,8 +157,101 @@ func TestRetentionRemovesWhollyBelowLow(t *testing.T) {
 	if len(intents) != 1 || intents[0].ObjectKey != "dead-b1" || intents[0].Due || intents[0].Class != "standard" {
 		t.Fatalf("armed reap: %+v", intents)
 	}
-	if again, err := db.ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 0 {
+	if again, _, err := db.ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 0 {
 		t.Fatalf("second retention: %+v %v", again, err)
+	}
+	// low_record rising again puts the stream back in retention's index.
+	absorb(t, ctx, db, 3, sid(1), 20, 10)
+	settleEntry(t, ctx, db, f, sid(1), 20, 10, 0, -1, "k2", "")
+	if err := db.RaiseLowRecord(ctx, sid(1), 30); err != nil {
+		t.Fatal(err)
+	}
+	if again, _, err := db.ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 2 ||
+		again[0].FirstRecord != 10 || again[1].FirstRecord != 20 {
+		t.Fatalf("retention after low_record rose to 30: %+v %v", again, err)
+	}
+}
+
+// TestRetentionBatchesStreamsAndEntries: ApplyRetention takes at most limit
+// streams and limit entries per call and says when there may be more; a
+// stream is recorded done only when nothing below its low_record is left,
+// and an entry committed wholly below low_record afterwards (its low_record
+// rose while it was being settled) puts the stream back.
+func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
+	t.Parallel()
+	db, url := testenv.MigratedDB(t)
+	ctx := context.Background()
+	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []catalog.StreamID{sid(1), sid(2), sid(3), sid(4)} {
+		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := lease.Fence
+	absorb(t, ctx, db, 0, sid(1), 0, 50)
+	absorb(t, ctx, db, 1, sid(2), 0, 10)
+	absorb(t, ctx, db, 2, sid(3), 0, 10)
+	for i := int64(0); i < 5; i++ {
+		settleEntry(t, ctx, db, f, sid(1), i*10, 10, 0, -1, fmt.Sprintf("a%d", i), "")
+	}
+	settleEntry(t, ctx, db, f, sid(2), 0, 10, 0, -1, "b0", "")
+	for _, id := range []catalog.StreamID{sid(1), sid(2), sid(3), sid(4)} {
+		if err := db.RaiseLowRecord(ctx, id, 40); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(e catalog.RetiredEntry) string { return fmt.Sprintf("dead-%x-%d", e.Stream, e.FirstRecord) }
+	var calls, total int
+	for more := true; more; calls++ {
+		var removed []catalog.RetiredEntry
+		var err error
+		removed, more, err = db.ApplyRetention(ctx, f, time.Hour, 2, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(removed) > 2 {
+			t.Fatalf("call %d removed %d entries, limit 2", calls, len(removed))
+		}
+		total += len(removed)
+		if calls > 10 {
+			t.Fatal("retention does not finish")
+		}
+	}
+	if total != 5 {
+		t.Fatalf("removed %d entries, want 4 of stream 1 and 1 of stream 2", total)
+	}
+	if e, _ := db.EntriesOfStream(ctx, sid(1)); len(e) != 1 || e[0].FirstRecord != 40 {
+		t.Fatalf("stream 1 keeps [40, 50): %+v", e)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var due int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM nova.streams WHERE low_record > retained_through`).Scan(&due); err != nil || due != 0 {
+		t.Fatalf("%d streams still due for retention: %v", due, err)
+	}
+	// Stream 3 (no entries yet) gets an entry wholly below its low_record.
+	settleEntry(t, ctx, db, f, sid(3), 0, 10, 0, -1, "c0", "")
+	removed, _, err := db.ApplyRetention(ctx, f, time.Hour, 10, key)
+	if err != nil || len(removed) != 1 || removed[0].Stream != sid(3) {
+		t.Fatalf("an entry committed below low_record is retired: %+v %v", removed, err)
+	}
+}
+
+// absorb absorbs one flight (seq) of count records of one stream.
+func absorb(t *testing.T, ctx context.Context, db *catalog.DB, seq int64, id catalog.StreamID, first, count int64) {
+	t.Helper()
+	if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 61, FooterLength: 100,
+		Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: first, Count: count}}}}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -185,11 +185,14 @@ func (db *DB) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) 
 // so the refs are exactly those that tile [settled_through, next_record).
 // Read in two statements at READ COMMITTED, an absorb committing between
 // them adds a ref past the next_record read first, and the stream looks
-// broken when it is only newer (a false tiling quarantine).
-func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Stream, []SpanRef, error) {
+// broken when it is only newer (a false tiling quarantine). The stream's
+// last catalog entry (nil when none) comes from the same snapshot: one
+// transaction per stream for all three reads.
+func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Stream, []SpanRef, *Entry, error) {
 	var (
 		st   Stream
 		refs []SpanRef
+		last *Entry
 	)
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
@@ -200,10 +203,20 @@ func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Strea
 		if err != nil {
 			return fmt.Errorf("read stream %x: %w", id, err)
 		}
-		refs, err = refsWindow(ctx, tx, id, st.SettledThrough, st.NextRecord, limit)
-		return err
+		if refs, err = refsWindow(ctx, tx, id, st.SettledThrough, st.NextRecord, limit); err != nil {
+			return err
+		}
+		e, err := scanEntry(tx.QueryRow(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1
+			ORDER BY epoch DESC, first_record DESC LIMIT 1`, id))
+		switch {
+		case err == nil:
+			last = &e
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("read last catalog entry of stream %x: %w", id, err)
+		}
+		return nil
 	})
-	return st, refs, err
+	return st, refs, last, err
 }
 
 // RefsWindow reads at most limit of a stream's span refs that end past from

@@ -46,11 +46,16 @@ type Config struct {
 	Policy          catalog.DuePolicy
 	ReapGrace       time.Duration // for the reap backlog of status and gauges
 	Version         string
+	// HistoryKeep is the window of the run ledger and the admin requests:
+	// each cycle prunes what is older (at most PruneBatch rows of each).
+	// Zero keeps everything.
+	HistoryKeep time.Duration
 
 	// Zero means the default.
 	AdminPoll     time.Duration // fallback poll of admin requests when a NOTIFY is missed (5s)
 	GaugeInterval time.Duration // refresh of the metastore gauges (15s)
 	RetryMax      time.Duration // longest backoff before retrying a failed cycle (5m)
+	PruneBatch    int           // most rows of each history table pruned per cycle (1000)
 }
 
 // Deps are what the daemon works with.
@@ -72,6 +77,9 @@ func (c *Config) defaults() {
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Minute
+	}
+	if c.PruneBatch <= 0 {
+		c.PruneBatch = 1000
 	}
 }
 
@@ -349,8 +357,16 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		c, err := runStep(ctx, s, f, opts)
 		m.StepDuration.WithLabelValues(s.Name()).Observe(time.Since(began).Seconds())
 		res.counts.Add(c)
+		if err != nil && cycle.IsPartial(err) {
+			// the later steps still run; the cycle ends failed
+			log.Warn("step failed in part; the cycle goes on", "step", s.Name(), "err", err)
+			if res.err == nil {
+				res.err = fmt.Errorf("step %s: %w", s.Name(), err)
+			}
+			continue
+		}
 		if err != nil {
-			res.err = fmt.Errorf("step %s: %w", s.Name(), err)
+			res.err = errors.Join(res.err, fmt.Errorf("step %s: %w", s.Name(), err))
 			break
 		}
 	}
@@ -367,6 +383,7 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		log.Warn("recording the run failed", "run", run.ID, "err", err)
 		res.run = run
 	}
+	r.prune(fctx, f, opts, res.outcome)
 	if res.outcome == catalog.RunHalted {
 		herr := db.SetHalted(fctx, f, errText)
 		m.tx(herr)
@@ -397,6 +414,25 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		log.Warn("cycle", append(attrs, "err", res.err)...)
 	}
 	return res
+}
+
+// prune deletes a bounded batch of the ledger and admin requests older than
+// HistoryKeep, so neither grows with the star's age. A dry run or a cycle
+// that lost its lease prunes nothing; a failure is only logged (the next
+// cycle prunes what this one did not).
+func (r *runner) prune(ctx context.Context, f catalog.Fence, opts cycle.Options, outcome string) {
+	if r.cfg.HistoryKeep <= 0 || opts.DryRun || outcome == catalog.RunLostLease {
+		return
+	}
+	p, err := r.deps.DB.PruneHistory(ctx, f, r.cfg.HistoryKeep, r.cfg.PruneBatch)
+	r.deps.Metrics.tx(err)
+	if err != nil {
+		r.deps.Log.Warn("pruning the run ledger and admin requests failed", "err", err)
+		return
+	}
+	if p.Runs > 0 || p.Requests > 0 {
+		r.deps.Log.Info("pruned history", "runs", p.Runs, "admin_requests", p.Requests, "older_than", r.cfg.HistoryKeep)
+	}
 }
 
 // runStep runs one step, turning a panic into an error.

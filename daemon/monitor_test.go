@@ -128,7 +128,7 @@ func TestGaugesOfTheStarsClassFreshnessStepsAndPool(t *testing.T) {
 	body := metrics(t, "http://"+d.Addr())
 	for _, want := range []string{`nova_auditor_due_streams{class="standard"} 0`, `nova_auditor_age_cap_seconds{class="standard"} 86400`,
 		`nova_auditor_unsettled_records{class="standard"} 0`, `nova_auditor_trim_lag_slots 0`,
-		`nova_auditor_step_duration_seconds_count{step="recorder"} 0`, `nova_auditor_pg_pool_max_connections 16`,
+		`nova_auditor_step_duration_seconds_count{step="recorder"} 0`, `nova_auditor_pg_pool_max_connections 32`,
 		`nova_auditor_pg_pool_connections{state="idle"}`, `nova_auditor_cycles_total{outcome="ok",trigger="manual"} 0`,
 		`nova_auditor_status_refresh_timestamp_seconds `} {
 		if !strings.Contains(body, want) {

@@ -141,3 +141,79 @@ func TestRunOncePausedAndPanics(t *testing.T) {
 		t.Fatal("the step after a failed one ran")
 	}
 }
+
+// TestAStepFailedInPartLetsTheLaterStepsRun: a settle step whose failure
+// is partial (one stream failed transiently, the others settled) must not
+// stop retention, trim and reap for the whole star: the later steps run,
+// and the cycle ends failed, to be retried.
+func TestAStepFailedInPartLetsTheLaterStepsRun(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	rec := newRecorder()
+	partial := step{"settle", func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
+		return cycle.Counts{ObjectsPublished: 3}, &cycle.PartialError{Err: errors.New("stream 0a: S3 503 after 6 attempts")}
+	}}
+	counts, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{partial, rec}}, cycle.Options{})
+	if err == nil || !strings.Contains(err.Error(), "stream 0a") {
+		t.Fatalf("a partial failure must fail the cycle: %v", err)
+	}
+	if len(rec.snapshot()) != 1 {
+		t.Fatal("the step after a partly failed one did not run")
+	}
+	if counts.ObjectsPublished != 3 {
+		t.Fatalf("counts %+v", counts)
+	}
+	if r := lastRuns(t, db, 1)[0]; r.Outcome != catalog.RunFailed || !strings.Contains(r.Error, "step settle") {
+		t.Fatalf("ledger: %+v", r)
+	}
+}
+
+// TestCyclePrunesHistory: a cycle prunes the ledger and the consumed admin
+// requests older than HistoryKeep, at most PruneBatch rows of each, and a
+// dry run prunes nothing.
+func TestCyclePrunesHistory(t *testing.T) {
+	t.Parallel()
+	db, url := newDB(t)
+	ctx := context.Background()
+	c := conn(t, url)
+	// 5 finished runs and 5 consumed requests from 40 days ago.
+	if _, err := c.Exec(ctx, `INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at, ended_at, outcome)
+		SELECT 's1', 'old', 1, 'schedule', now() - interval '40 days', now() - interval '40 days', 'ok' FROM generate_series(1, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, `INSERT INTO nova.admin_requests (star, kind, requested_at, consumed_at, consumed_by)
+		SELECT 's1', 'trigger', now() - interval '41 days', now() - interval '40 days', 'old' FROM generate_series(1, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (runs, reqs int) {
+		t.Helper()
+		if err := c.QueryRow(ctx, `SELECT (SELECT count(*) FROM nova.auditor_runs), (SELECT count(*) FROM nova.admin_requests)`).Scan(&runs, &reqs); err != nil {
+			t.Fatal(err)
+		}
+		return runs, reqs
+	}
+	cfg := testConfig(t, "once")
+	cfg.HistoryKeep = 30 * 24 * time.Hour
+	cfg.PruneBatch = 3
+	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	if runs, reqs := count(); runs != 6 || reqs != 5 {
+		t.Fatalf("after a dry run: %d runs, %d requests (nothing pruned: 6 and 5)", runs, reqs)
+	}
+	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// 3 of the old runs went (the latest of them is not the latest success:
+	// this cycle's run is), 3 of the requests.
+	if runs, reqs := count(); runs != 4 || reqs != 2 {
+		t.Fatalf("after one cycle: %d runs, %d requests, want 4 and 2", runs, reqs)
+	}
+	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if runs, reqs := count(); runs != 3 || reqs != 0 {
+		t.Fatalf("after two cycles: %d runs (the dry run and two cycles), %d requests", runs, reqs)
+	}
+}

@@ -181,3 +181,46 @@ func TestVerifyMismatchAgainstTheCatalog(t *testing.T) {
 		t.Fatalf("findings %s", s)
 	}
 }
+
+// TestVerifyFindsAnOverlapDeepInTheHistory: the cycle's tiling check reads
+// only a stream's last entries; verify reads them all, so an overlap far
+// behind the tail (here 10 entries back, objects sound) is reported.
+func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := context.Background()
+	lease, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := catalog.StreamID{15: 3}
+	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 1, FooterLength: 1,
+		Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 120}}}}); err != nil {
+		t.Fatal(err)
+	}
+	store := &memStore{objects: map[string][]byte{}}
+	for first := int64(0); first < 120; first += 10 {
+		key, obj := settleObject(t, db, lease.Fence, id, first, 10)
+		store.objects["nova/"+key] = obj
+	}
+	if err := db.StretchEntry(ctx, id, 10, 1); err != nil { // [10, 21) over [20, 30)
+		t.Fatal(err)
+	}
+	if o, err := db.FirstOverlap(ctx, []catalog.StreamID{id}); err != nil || o != nil {
+		t.Fatalf("the cycle's check reads only the tail: %v %v", o, err)
+	}
+	rep, err := daemon.Verify(ctx, db, store, verifyOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range rep.Findings {
+		found = found || f.Kind == daemon.FindingTiling && strings.Contains(f.Detail, "[10, 21) and [20, 30) overlap")
+	}
+	if !found {
+		t.Fatalf("verify missed the overlap 10 entries back: %+v", rep.Findings)
+	}
+}

@@ -45,6 +45,11 @@ type S3Config struct {
 	BackoffMax     time.Duration
 
 	HTTPClient *http.Client // tests inject a RoundTripper; nil = the SDK's
+	// ConnectTimeout bounds establishing a connection (dial and TLS
+	// handshake) when HTTPClient is nil. A zone that does not accept
+	// connections (a directory bucket's zone gone dark) is found after this
+	// rather than after a whole attempt timeout.
+	ConnectTimeout time.Duration
 
 	// PartSize is the largest gathered part (memory per part);
 	// CopyConcurrency bounds parts in flight per assembly.
@@ -54,7 +59,8 @@ type S3Config struct {
 	Checksum ChecksumMode
 	// VerifyReadback reads an assembled object back and compares its
 	// CRC-32C with the expected one when the server could not check it
-	// (ChecksumParts); a mismatch deletes the object and fails. Without it,
+	// (ChecksumParts); a mismatch fails with ErrPublishedBad (the object is
+	// left for the caller's reap). Without it,
 	// ChecksumParts checks the expected CRC only when every part's CRC is
 	// known locally (no copied parts).
 	VerifyReadback bool
@@ -70,6 +76,9 @@ func (c S3Config) WithDefaults() S3Config {
 	}
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 2 * time.Minute
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 5 * time.Second
 	}
 	if c.BackoffBase == 0 {
 		c.BackoffBase = 100 * time.Millisecond

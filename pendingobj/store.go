@@ -502,3 +502,18 @@ func quote(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
+
+// Remove deletes the final file at position (absence is success) and syncs
+// the directory, so a superseded object can be installed there again.
+func (s *Store) Remove(position uint64) error {
+	if err := s.fsys.remove(s.path(position, false)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("pendingobj: remove position %d: %w", position, err)
+	}
+	if err := s.fsys.syncDir(s.dir); err != nil {
+		return fmt.Errorf("pendingobj: remove position %d: sync directory: %w", position, err)
+	}
+	return nil
+}

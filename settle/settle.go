@@ -61,20 +61,31 @@ type Config struct {
 	// less than one output cap).
 	WindowRefs    int
 	WindowRecords int64
+	// HotStreams bounds the streams settled at once whose backlog takes
+	// more than one window.
+	HotStreams int
 }
 
 // Default window bounds: about 37 bytes of heap per resolved record, so a
-// window of 2^20 records holds some 40 MB however long the backlog is.
+// window of 2^18 records holds some 10 MB however long the backlog is. A
+// stream whose backlog takes more than one window also carries, between
+// windows, the chunks of its next output (less than one output cap: at
+// 100-byte records and the default 256 MiB cap, some 100 MB); at most
+// DefaultHotStreams such streams are settled at once, so the settle step's
+// peak memory is about concurrency x one window plus hot streams x (a
+// window and a cap's worth of records), whatever the backlogs.
 const (
 	DefaultWindowRefs    = 4096
-	DefaultWindowRecords = 1 << 20
+	DefaultWindowRecords = 1 << 18
+	DefaultHotStreams    = 2
 )
 
 // Settler is the recover-and-settle step of the cycle (DESIGN.md section 2,
 // steps 1 and 2).
 type Settler struct {
-	d Deps
-	c Config
+	d   Deps
+	c   Config
+	hot chan struct{} // one token per stream settled past its first window
 }
 
 var _ cycle.Step = (*Settler)(nil)
@@ -99,7 +110,10 @@ func New(d Deps, c Config) *Settler {
 	if c.WindowRecords <= 0 {
 		c.WindowRecords = DefaultWindowRecords
 	}
-	return &Settler{d: d, c: c}
+	if c.HotStreams <= 0 {
+		c.HotStreams = DefaultHotStreams
+	}
+	return &Settler{d: d, c: c, hot: make(chan struct{}, c.HotStreams)}
 }
 
 // Name implements cycle.Step.
@@ -112,8 +126,9 @@ func (s *Settler) crash(name string) {
 }
 
 // checkTiling halts the cycle before anything is written when the catalog
-// of a stream about to be settled covers a record twice, anywhere in the
-// stream (DESIGN.md section 5): settle never guesses which entry is right.
+// of a stream about to be settled covers a record twice where settle
+// writes, at its last entries (DESIGN.md section 5): settle never guesses
+// which entry is right. `auditor verify` checks the whole catalog.
 func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) error {
 	ids := make([]catalog.StreamID, len(due))
 	for i, ds := range due {
@@ -247,7 +262,12 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 			return total, err
 		}
 	}
-	return total, firstErr
+	if firstErr != nil {
+		// Some streams failed transiently; the others are settled, and the
+		// rest of the cycle may run.
+		return total, &cycle.PartialError{Err: firstErr}
+	}
+	return total, nil
 }
 
 // settleStream resolves, plans, publishes and commits one stream's objects
@@ -265,7 +285,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 	// after the snapshot are the next cycle's; later windows read refs
 	// below the snapshot's next_record only, which nothing but this
 	// auditor's own commits changes.
-	st, refs, err := s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs)
+	st, refs, last, err := s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs)
 	if err != nil {
 		return counts, err
 	}
@@ -275,20 +295,20 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		if _, err := s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
 			return counts, err
 		}
-		if st, refs, err = s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs); err != nil {
+		if st, refs, last, err = s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs); err != nil {
 			return counts, err
 		}
 	}
 	if st.SettledThrough >= st.NextRecord {
 		return counts, nil
 	}
-	tail, err := s.loadTail(ctx, st)
+	tail, err := s.loadTail(ctx, st, last)
 	if err != nil {
 		return counts, err
 	}
 	r := newResolver(fc, f.Star, st)
 	var carry []SourceChunk // resolved, planned into a sub-cap output not yet published
-	gapChecked := false
+	gapChecked, hot := false, false
 	for {
 		res, err := r.window(ctx, refs, s.c.WindowRecords, len(refs) == s.c.WindowRefs)
 		if err != nil {
@@ -323,6 +343,17 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		}
 		if res.Complete {
 			break
+		}
+		if !hot {
+			// More than one window: a hot stream, of which only a few are
+			// settled at once (each carries up to a cap's worth of records).
+			select {
+			case s.hot <- struct{}{}:
+			case <-ctx.Done():
+				return counts, ctx.Err()
+			}
+			hot = true
+			defer func() { <-s.hot }()
 		}
 		if refs, err = s.d.DB.RefsWindow(ctx, st.ID, r.at, st.NextRecord, s.c.WindowRefs); err != nil {
 			return counts, err
@@ -434,15 +465,12 @@ func knownEntries(tail *Tail, chunks []SourceChunk) []bundlefmt.Entry {
 	return out
 }
 
-// loadTail reads the stream's last catalog entry's footer when that entry
-// ends at settled_through (so new chunks may extend it).
-func (s *Settler) loadTail(ctx context.Context, st catalog.Stream) (*Tail, error) {
-	last, err := s.d.DB.LastEntry(ctx, st.ID)
-	if errors.Is(err, catalog.ErrNotFound) {
+// loadTail reads the footer of the stream's last catalog entry (from the
+// stream's snapshot; nil: none) when that entry ends at settled_through (so
+// new chunks may extend it).
+func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog.Entry) (*Tail, error) {
+	if last == nil {
 		return nil, nil
-	}
-	if err != nil {
-		return nil, err
 	}
 	if last.EndRecord() > st.SettledThrough {
 		// The catalog covers records the stream says are unsettled: entries

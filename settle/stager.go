@@ -35,18 +35,27 @@ type partStager struct {
 func (s *partStager) name(part int) string { return s.key + "#" + strconv.Itoa(part) }
 
 // Stage installs a part; a part already staged with the same bytes (a
-// resumed assembly) is accepted, with other bytes it is an error.
+// resumed assembly) is accepted. A part staged with other bytes was staged
+// for an earlier plan of the same key (the write path absorbed more before
+// the intent was resumed, so the part now holds other chunks): it is
+// replaced, as the upload's part of that number is replaced too. A crash
+// between the removal and the install leaves the part recorded as staged
+// with no sidecar, which the resume rebuilds from source.
 func (s *partStager) Stage(part int, data []byte) error {
 	if part < 1 || part > maxParts {
 		return fmt.Errorf("stage part %d of %s: part number out of range", part, s.key)
 	}
-	err := s.store.Install(PartPosition(s.intent, part), s.name(part), partMediaType, data)
+	pos := PartPosition(s.intent, part)
+	err := s.store.Install(pos, s.name(part), partMediaType, data)
 	if errors.Is(err, fs.ErrExist) {
 		old, rerr := s.Load(part)
 		if rerr == nil && bytes.Equal(old, data) {
 			return nil
 		}
-		return fmt.Errorf("stage part %d of %s: a different part is already staged: %w", part, s.key, err)
+		if err := s.store.Remove(pos); err != nil {
+			return fmt.Errorf("stage part %d of %s: replace the part staged for an earlier plan: %w", part, s.key, err)
+		}
+		err = s.store.Install(pos, s.name(part), partMediaType, data)
 	}
 	if err != nil {
 		return fmt.Errorf("stage part %d of %s: %w", part, s.key, err)

@@ -35,9 +35,11 @@ func (r *Retention) Name() string { return "retention" }
 // maxPlanEntries bounds what a dry run lists.
 const maxPlanEntries = 1000
 
-// Run implements cycle.Step. Each batch of at most BatchSize entries is one
-// fenced transaction (remove the rows, arm their reaps), so an interrupted
-// run loses nothing: the next one finds the rest still below low_record.
+// Run implements cycle.Step. Each batch of at most BatchSize entries (of at
+// most BatchSize streams whose low_record moved) is one fenced transaction
+// (remove the rows, arm their reaps, record the streams done), so an
+// interrupted run loses nothing: the next one finds the rest still below
+// low_record.
 func (r *Retention) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	var counts cycle.Counts
 	if opts.DryRun {
@@ -57,7 +59,7 @@ func (r *Retention) Run(ctx context.Context, f catalog.Fence, opts cycle.Options
 	}
 	total := 0
 	for {
-		removed, err := r.d.DB.ApplyRetention(ctx, f, r.c.ReapGrace, r.c.BatchSize, settledKey)
+		removed, more, err := r.d.DB.ApplyRetention(ctx, f, r.c.ReapGrace, r.c.BatchSize, settledKey)
 		if err != nil {
 			return counts, err
 		}
@@ -66,7 +68,7 @@ func (r *Retention) Run(ctx context.Context, f catalog.Fence, opts cycle.Options
 		}
 		total += len(removed)
 		r.d.Metrics.retired(len(removed))
-		if len(removed) < r.c.BatchSize {
+		if !more {
 			break
 		}
 	}

@@ -78,7 +78,7 @@ func daemonConfig(cfg config.Config) daemon.Config {
 	return daemon.Config{
 		Star: cfg.Star, Holder: cfg.Holder, Schedule: sched,
 		LeaseTTL: cfg.LeaseTTL, LeaseRenew: cfg.LeaseRenew, ShutdownTimeout: cfg.ShutdownTimeout,
-		HTTPAddr: cfg.HTTPAddr, Pprof: cfg.Pprof, Version: buildVersion(),
+		HTTPAddr: cfg.HTTPAddr, Pprof: cfg.Pprof, Version: buildVersion(), HistoryKeep: cfg.HistoryRetention,
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
 			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
 	}

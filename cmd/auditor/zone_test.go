@@ -39,6 +39,10 @@ type zoneProxy struct {
 	refused  atomic.Int64
 	stalled  atomic.Int64
 	stallFor time.Duration
+	// blackhole: every request for bucket is accepted and never answered
+	// (a zone that stalls rather than refusing); seen counts them
+	blackhole atomic.Bool
+	seen      atomic.Int64
 
 	// rate: the share of all requests answered 503 SlowDown, and of GETs
 	// whose body is cut mid-way (while flaky is set)
@@ -71,7 +75,15 @@ func (p *zoneProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.resetsPending.Store(r, true)
 		}
 	}
-	if p.down.Load() && (r.URL.Path == "/"+p.bucket || strings.HasPrefix(r.URL.Path, "/"+p.bucket+"/")) {
+	mine := r.URL.Path == "/"+p.bucket || strings.HasPrefix(r.URL.Path, "/"+p.bucket+"/")
+	if mine {
+		p.seen.Add(1)
+	}
+	if p.blackhole.Load() && mine {
+		<-r.Context().Done()
+		return
+	}
+	if p.down.Load() && mine {
 		p.refused.Add(1)
 		w.Header().Set("Content-Type", "application/xml")
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -327,4 +339,97 @@ func TestFullCycleUnderS3Faults(t *testing.T) {
 	}
 	t.Logf("%d 503s and %d cut bodies injected; %d cycles failed part-way and the next carried on",
 		fp.slowDowns.Load(), fp.resets.Load(), failed)
+}
+
+// TestStallingZoneCostsLittle: the local express zone accepts every request
+// and never answers, while the daemon runs a cycle every second and the
+// write path keeps absorbing. The stall is detected once (attempts x the
+// attempt timeout) and the zone is then held off for at least that long
+// by the health record shared by reads, copies and deletes, across
+// cycles: the stalled zone gets no request per cycle after the first
+// detection, and express streams keep settling from the other zone.
+func TestStallingZoneCostsLittle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	ctx := context.Background()
+	s3e := testenv.S3(t)
+	direct, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3e.Endpoint, Region: s3e.Region, PathStyle: true,
+		AccessKey: s3e.AccessKey, SecretKey: s3e.SecretKey, Checksum: objstore.ChecksumParts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	std, za, zb := testenv.BucketName("stall"), testenv.BucketName("stall-a"), testenv.BucketName("stall-b")
+	for _, b := range []string{std, za, zb} {
+		if _, err := direct.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zp := newZoneProxy(t, s3e.Endpoint)
+	zp.bucket = za
+	srv := httptest.NewServer(zp)
+	defer srv.Close()
+	url, db := migratedDBNoStar(t)
+	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s0", ExpressStar: "s1-x", Streams: 6, ExpressShare: 1,
+		FenceWindow: 2, Content: sim.DefaultContent(17)}); err != nil {
+		t.Fatal(err)
+	}
+	storage := sim.Storage{Store: direct, Standard: std, Express: []string{za, zb}}
+	if _, err := sim.Write(ctx, db, storage, sim.WriteOptions{Star: "s1-x", Flights: 4, FlightBytes: 64 << 10,
+		FlightInterval: time.Minute, Session: 1}); err != nil {
+		t.Fatal(err)
+	}
+	zp.blackhole.Store(true)
+	t.Setenv("AWS_ACCESS_KEY_ID", s3e.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s3e.SecretKey)
+	p := startServe(t, "stall", url, "--star", "s1-x", "--schedule", "@every 1s", "--express-denorm-linger", "0s",
+		"--reap-grace", "1s", "--s3-endpoint", srv.URL, "--s3-path-style", "true", "--bucket", std,
+		"--s3-express-buckets", "za="+za+",zb="+zb, "--location", "za",
+		"--s3-attempt-timeout", "2s", "--s3-max-attempts", "2", "--log-level", "info",
+		"--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "64")
+	eventually(t, 15*time.Second, "leads", func() bool { return value(p.metrics(), "nova_auditor_leader", nil) == 1 })
+
+	stop := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := sim.Write(ctx, db, storage, sim.WriteOptions{Star: "s1-x", Duration: 2 * time.Minute, FlightBytes: 64 << 10,
+			FlightInterval: 200 * time.Millisecond, Rate: 32 << 10, Session: 2, Stop: stop})
+		wrote <- err
+	}()
+	cycles := func() float64 {
+		return value(p.metrics(), "nova_auditor_cycles_total", map[string]string{"outcome": "ok"})
+	}
+	eventually(t, 30*time.Second, "the stall detected and cycles succeeding again", func() bool { return cycles() >= 3 })
+	seen0, cycles0 := zp.seen.Load(), cycles()
+	eventually(t, 60*time.Second, "eight more successful cycles during the stall", func() bool { return cycles() >= cycles0+8 })
+	seen1, cycles1 := zp.seen.Load(), cycles()
+	close(stop)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stalled zone: %d requests before cycle %.0f (the detection), %d during the %.0f cycles after",
+		seen0, cycles0, seen1-seen0, cycles1-cycles0)
+	if seen1-seen0 > 0 {
+		t.Fatalf("the stalled zone got %d requests in %.0f cycles after its detection: the hold-off did not last across cycles",
+			seen1-seen0, cycles1-cycles0)
+	}
+	if seen0 == 0 {
+		t.Fatal("the stalled zone was never tried: the test exercised nothing")
+	}
+	// Express streams keep settling from the other zone: everything the
+	// writer absorbed settles while the local zone is still dark.
+	if code, _, errs := runCLI(t, "trigger", "--star", "s1-x", "--database-url", url, "--wait", "60s"); code != 0 {
+		t.Fatalf("trigger: %s", errs)
+	}
+	eventually(t, 60*time.Second, "every absorbed record settled", func() bool {
+		ms, err := db.DueMarkers(ctx, "s1-x")
+		return err == nil && len(ms) == 0
+	})
+	if q, _ := db.Quarantined(ctx, "s1-x"); len(q) != 0 {
+		t.Fatalf("the stall quarantined streams: %+v", q)
+	}
+	rep, err := sim.Check(ctx, db, sim.Storage{Store: direct, Standard: std, Express: []string{zb}}, sim.CheckOptions{SettledOnly: true})
+	if err != nil || !rep.OK() || rep.Checked == 0 {
+		t.Fatalf("novasim check: %+v %v", rep, err)
+	}
 }

@@ -58,6 +58,7 @@ type Config struct {
 	Verify               string
 	ReapGrace            time.Duration
 	ReapBatchSize        int64
+	HistoryRetention     time.Duration
 	LogFormat            string
 	LogLevel             string
 }
@@ -205,11 +206,12 @@ var keys = []key{
 	intKey("denorm-chunk-target-kib", "adjacent chunks are merged up to this many KiB of content", "4096", func(c *Config) *int64 { return &c.DenormChunkTargetKiB }),
 	intKey("settle-max-streams", "most streams settled per cycle", "10000", func(c *Config) *int64 { return &c.SettleMaxStreams }),
 	intKey("settle-max-bytes", "most unsettled bytes taken per cycle (KiB/MiB/GiB suffixes)", "64GiB", func(c *Config) *int64 { return &c.SettleMaxBytes }),
-	intKey("settle-concurrency", "streams settled at once", "4", func(c *Config) *int64 { return &c.SettleConcurrency }),
+	intKey("settle-concurrency", "streams settled at once (a cycle over many small streams is bound by S3 latency: see the runbook's sizing rule)", "16", func(c *Config) *int64 { return &c.SettleConcurrency }),
 	intKey("copy-concurrency", "parts copied or uploaded at once per object", "4", func(c *Config) *int64 { return &c.CopyConcurrency }),
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),
 	intKey("reap-batch-size", "most keys per DeleteObjects request and rows per retention or reap transaction (1-1000)", "1000", func(c *Config) *int64 { return &c.ReapBatchSize }),
+	durationKey("history-retention", "finished cycle runs and consumed admin requests older than this are pruned (the latest successful run is kept)", "720h", func(c *Config) *time.Duration { return &c.HistoryRetention }),
 	stringKey("log-format", "auto (tint on a terminal, JSON otherwise), text or json", "auto", func(c *Config) *string { return &c.LogFormat }),
 	stringKey("log-level", "debug, info, warn or error", "info", func(c *Config) *string { return &c.LogLevel }),
 }

@@ -166,3 +166,24 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 		t.Fatalf("config.example.yaml does not load: %v", err)
 	}
 }
+
+// TestHistoryRetention: the ledger window defaults to 30 days, is set like
+// every key (file < env < flag), and refuses less than an hour.
+func TestHistoryRetention(t *testing.T) {
+	c, err := load(t, nil, nil, "")
+	if err != nil || c.HistoryRetention != 30*24*time.Hour {
+		t.Fatalf("default history-retention: %s %v", c.HistoryRetention, err)
+	}
+	c, err = load(t, []string{"--history-retention", "48h"}, map[string]string{"NOVA_AUDITOR_HISTORY_RETENTION": "72h"}, "history-retention: 96h\n")
+	if err != nil || c.HistoryRetention != 48*time.Hour {
+		t.Fatalf("flag over env over file: %s %v", c.HistoryRetention, err)
+	}
+	c, err = load(t, nil, map[string]string{"NOVA_AUDITOR_HISTORY_RETENTION": "72h"}, "history-retention: 96h\n")
+	if err != nil || c.HistoryRetention != 72*time.Hour {
+		t.Fatalf("env over file: %s %v", c.HistoryRetention, err)
+	}
+	var ce *config.Error
+	if _, err := load(t, []string{"--history-retention", "30m"}, nil, ""); !errors.As(err, &ce) || ce.Field != "history-retention" {
+		t.Fatalf("30m: %v", err)
+	}
+}

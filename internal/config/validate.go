@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/robfig/cron/v3"
@@ -86,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReapBatchSize < 1 || c.ReapBatchSize > 1000 {
 		add("reap-batch-size", "%d must be between 1 and 1000 (the DeleteObjects limit)", c.ReapBatchSize)
+	}
+	if c.HistoryRetention < time.Hour {
+		add("history-retention", "%s must be at least 1h", c.HistoryRetention)
 	}
 	if c.S3AttemptTimeout <= 0 {
 		add("s3-attempt-timeout", "%s must be positive", c.S3AttemptTimeout)

@@ -64,3 +64,20 @@ var ErrHalt = errors.New("halt")
 func IsHalt(err error) bool {
 	return errors.Is(err, ErrHalt) || errors.Is(err, catalog.ErrInvariant)
 }
+
+// PartialError is a step's failure that left the rest of the cycle safe to
+// run: the step did what it could (settle finished every other stream), and
+// what failed is retried by a later cycle. The cycle runs its later steps
+// (retention, trim and reap never depend on a failed stream's progress:
+// its refs still hold the trim bound) and then ends failed. Without it, one
+// stream failing every cycle would stop trim and reap for the whole star.
+type PartialError struct{ Err error }
+
+func (e *PartialError) Error() string { return e.Err.Error() }
+func (e *PartialError) Unwrap() error { return e.Err }
+
+// IsPartial reports whether err lets the cycle go on with its later steps.
+func IsPartial(err error) bool {
+	var p *PartialError
+	return errors.As(err, &p) && !IsHalt(err) && !errors.Is(err, catalog.ErrStaleToken)
+}

@@ -13,10 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -68,6 +71,16 @@ func New(ctx context.Context, cfg objstore.S3Config) (*Store, error) {
 			// set here, not through config.WithHTTPClient, which insists on
 			// adding AWS_CA_BUNDLE's roots to the client's transport
 			o.HTTPClient = cfg.HTTPClient
+		} else {
+			// the configured client (it carries AWS_CA_BUNDLE's roots),
+			// with a short connect timeout
+			bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient)
+			if !ok {
+				bc = awshttp.NewBuildableClient()
+			}
+			o.HTTPClient = bc.
+				WithDialerOptions(func(d *net.Dialer) { d.Timeout = cfg.ConnectTimeout }).
+				WithTransportOptions(func(t *http.Transport) { t.TLSHandshakeTimeout = cfg.ConnectTimeout })
 		}
 	})
 	return &Store{client: client, cfg: cfg, limits: cfg.Limits()}, nil

@@ -2,6 +2,7 @@ package s3store
 
 import (
 	"context"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"net/http"
 	"testing"
 	"time"
@@ -54,5 +55,28 @@ func TestContract(t *testing.T) {
 			s := newStore(t, cfg)
 			storetest.Run(t, storetest.Harness{Store: s, NewBucket: func(t *testing.T) string { return newBucket(t, s, "ct") }})
 		})
+	}
+}
+
+// TestConnectTimeout: the client's dialer and TLS handshake are bounded by
+// the connect timeout, so a zone that does not accept connections (a
+// directory bucket's zone gone dark) is found after it rather than after a
+// whole attempt timeout. (This sandbox answers every outbound address, so
+// an unreachable endpoint cannot be dialled for real here.)
+func TestConnectTimeout(t *testing.T) {
+	st, err := New(context.Background(), objstore.S3Config{Endpoint: "http://127.0.0.1:9", Region: "us-east-1",
+		PathStyle: true, AccessKey: "a", SecretKey: "b", ConnectTimeout: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, ok := st.Client().Options().HTTPClient.(*awshttp.BuildableClient)
+	if !ok {
+		t.Fatalf("HTTP client %T, want the SDK's buildable client", st.Client().Options().HTTPClient)
+	}
+	if d := bc.GetDialer().Timeout; d != 1500*time.Millisecond {
+		t.Fatalf("dial timeout %v", d)
+	}
+	if h := bc.GetTransport().TLSHandshakeTimeout; h != 1500*time.Millisecond {
+		t.Fatalf("TLS handshake timeout %v", h)
 	}
 }

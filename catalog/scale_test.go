@@ -1,0 +1,463 @@
+package catalog_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/testenv"
+)
+
+// EnvSQLScaleFull adds the 10^6-row history to TestPerCycleStatementsFlat
+// (make bench-sql sets it); without it the test builds 10^4 and 10^5.
+const EnvSQLScaleFull = "NOVA_SQL_SCALE_FULL"
+
+// stmtPlan is one statement a catalog call ran, measured by EXPLAIN
+// (ANALYZE, BUFFERS) just before it ran, with the same arguments.
+type stmtPlan struct {
+	Label   string   // call#n: the n-th statement of the call
+	SQL     string   //
+	Buffers int64    // shared buffers hit or read by the plan (deterministic, unlike time)
+	Millis  float64  // execution time
+	Scans   []string // "Index Scan catalog_pkey on catalog", "Seq Scan on auditor_runs", ...
+	Plan    string   // the plan, as JSON
+}
+
+// planProbe is a pgx tracer that, while a label is set, runs every data
+// statement first under EXPLAIN (ANALYZE, BUFFERS) on the same connection,
+// in a transaction (or a savepoint of the caller's) that it rolls back, so
+// the plan is measured on exactly the state and arguments the statement
+// then runs with, and changes nothing.
+type planProbe struct {
+	mu    sync.Mutex
+	label string
+	n     int
+	plans []stmtPlan
+	errs  []error
+}
+
+func (p *planProbe) start(label string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.label, p.n = label, 0
+}
+
+func (p *planProbe) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.label = ""
+}
+
+func (p *planProbe) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (p *planProbe) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	// The probe's own statements come back through here while it holds the
+	// lock: TryLock lets them through unprobed.
+	if !p.mu.TryLock() {
+		return ctx
+	}
+	defer p.mu.Unlock()
+	if p.label == "" {
+		return ctx
+	}
+	sql := strings.TrimSpace(data.SQL)
+	verb := ""
+	if w := strings.Fields(sql); len(w) > 0 {
+		verb = strings.ToUpper(w[0])
+	}
+	switch verb {
+	case "SELECT", "INSERT", "UPDATE", "DELETE", "WITH":
+	default:
+		return ctx // BEGIN, COMMIT, ...
+	}
+	p.n++
+	label := fmt.Sprintf("%s#%d", p.label, p.n)
+	begin, end := "BEGIN", "ROLLBACK"
+	if conn.PgConn().TxStatus() == 'T' {
+		begin, end = "SAVEPOINT plan_probe", "ROLLBACK TO SAVEPOINT plan_probe"
+	}
+	if _, err := conn.Exec(ctx, begin); err != nil {
+		p.errs = append(p.errs, fmt.Errorf("%s: %s: %w", label, begin, err))
+		return ctx
+	}
+	var js []byte
+	err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, data.Args...).Scan(&js)
+	if _, rerr := conn.Exec(ctx, end); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		p.errs = append(p.errs, fmt.Errorf("%s: explain %q: %w", label, sql, err))
+		return ctx
+	}
+	var out []struct {
+		Plan          planNode `json:"Plan"`
+		ExecutionTime float64  `json:"Execution Time"`
+	}
+	if err := json.Unmarshal(js, &out); err != nil || len(out) != 1 {
+		p.errs = append(p.errs, fmt.Errorf("%s: decode plan: %v", label, err))
+		return ctx
+	}
+	sp := stmtPlan{Label: label, SQL: sql, Buffers: out[0].Plan.SharedHit + out[0].Plan.SharedRead, Millis: out[0].ExecutionTime, Plan: string(js)}
+	out[0].Plan.scans(&sp.Scans)
+	p.plans = append(p.plans, sp)
+	return ctx
+}
+
+type planNode struct {
+	NodeType   string     `json:"Node Type"`
+	Relation   string     `json:"Relation Name"`
+	Index      string     `json:"Index Name"`
+	SharedHit  int64      `json:"Shared Hit Blocks"`
+	SharedRead int64      `json:"Shared Read Blocks"`
+	Plans      []planNode `json:"Plans"`
+}
+
+func (n planNode) scans(out *[]string) {
+	if n.Relation != "" {
+		s := n.NodeType + " on " + n.Relation
+		if n.Index != "" {
+			s = n.NodeType + " " + n.Index + " on " + n.Relation
+		}
+		*out = append(*out, s)
+	}
+	for _, c := range n.Plans {
+		c.scans(out)
+	}
+}
+
+// The stream the cycle settles (with n catalog entries behind it) and the
+// retention-enabled streams (n entries over n/500 of them, the first
+// retentionMoved of which have new entries below low_record).
+var hot = catalog.StreamID{0: 0xa1, 15: 1}
+
+const (
+	entriesPerRetained = 500
+	retentionMoved     = 5
+	retiredPerMoved    = 20
+)
+
+// buildHistory fills a fresh database with n rows of each kind of history,
+// with generate_series (seconds for 10^6): n catalog entries of the hot
+// stream, n entries spread over retention-enabled streams, n finished runs
+// and n consumed admin requests within the last 29 days (plus 10 of each
+// past 30 days), two runs an earlier holder left open, three open trigger
+// requests.
+func buildHistory(t testing.TB, ctx context.Context, conn *pgx.Conn, n int) {
+	t.Helper()
+	m := n / entriesPerRetained
+	stmts := []string{
+		`INSERT INTO nova.stars (star, chain_class, next_seq) VALUES ('s1', 'standard', 2)`,
+		`INSERT INTO nova.star_epochs (star, epoch) VALUES ('s1', 1)`,
+		`INSERT INTO nova.auditor_leases (star, holder, token, expires_at) VALUES ('s1', 'earlier', 5, now() - interval '1 minute')`,
+		fmt.Sprintf(`INSERT INTO nova.streams (stream_id, star, bucket, class, next_record, settled_through)
+			VALUES ('%s', 's1', 'b1', 'standard', %d, %d)`, uuidOf(hot), 10*n+10, 10*n),
+		fmt.Sprintf(`INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
+			footer_offset, footer_length, min_timestamp, max_timestamp)
+			SELECT '%s', 1, i * 10, 0, 10, 1000, 900, 80, i, i FROM generate_series(0, %d) i`, uuidOf(hot), n-1),
+		fmt.Sprintf(`INSERT INTO nova.span_refs (stream_id, first_record, record_count, star, class, slot_epochs, slot_seqs,
+			footer_offsets, footer_lengths, absorbed_at)
+			VALUES ('%s', %d, 10, 's1', 'standard', '{1}', '{1}', '{61}', '{100}', now() - interval '1 hour')`, uuidOf(hot), 10*n),
+		fmt.Sprintf(`INSERT INTO nova.due_markers (stream_id, class, since) VALUES ('%s', 'standard', now() - interval '1 hour')`, uuidOf(hot)),
+		// Retention-enabled streams: entries [1000, 6000) in tens, low_record
+		// 1000 and already applied, except the first few whose low_record
+		// rose by retiredPerMoved entries. Each stream's entries are stored
+		// together at every size, so the buffers compare the statements,
+		// not the heap's layout.
+		fmt.Sprintf(`INSERT INTO nova.streams (stream_id, star, bucket, class, next_record, settled_through, low_record)
+			SELECT ('00000000-0000-0000-0001-' || lpad(to_hex(j), 12, '0'))::uuid, 's1', 'b1', 'standard', 6000, 6000,
+				CASE WHEN j <= %d THEN %d ELSE 1000 END
+			FROM generate_series(1, %d) j`, retentionMoved, 1000+10*retiredPerMoved, m),
+		fmt.Sprintf(`INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
+			footer_offset, footer_length, min_timestamp, max_timestamp)
+			SELECT ('00000000-0000-0000-0001-' || lpad(to_hex(j), 12, '0'))::uuid, 1, 1000 + i * 10, 0, 10, 1000, 900, 80, i, i
+			FROM generate_series(1, %d) j, generate_series(0, %d) i ORDER BY j, i`, m, entriesPerRetained-1),
+		// The ledger: n runs over the last 29 days (one in ten failed), 10
+		// past the window, 2 left open by the earlier holder.
+		fmt.Sprintf(`INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at, ended_at, outcome)
+			SELECT 's1', 'earlier', 4, 'schedule', t, t + interval '1 second', CASE WHEN i %% 10 = 0 THEN 'failed' ELSE 'ok' END
+			FROM (SELECT i, now() - interval '1 minute' - i * interval '29 days' / %d AS t FROM generate_series(1, %d) i) x`, n, n),
+		`INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at, ended_at, outcome)
+			SELECT 's1', 'earlier', 3, 'schedule', t, t + interval '1 second', 'ok'
+			FROM (SELECT now() - interval '31 days' - i * interval '1 minute' AS t FROM generate_series(1, 10) i) x`,
+		`INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at) VALUES ('s1', 'earlier', 5, 'schedule', now() - interval '2 minutes'),
+			('s1', 'earlier', 5, 'manual', now() - interval '1 minute')`,
+		fmt.Sprintf(`INSERT INTO nova.admin_requests (star, kind, requested_by, requested_at, consumed_at, consumed_by)
+			SELECT 's1', 'trigger', 'op', t - interval '1 second', t, 'earlier'
+			FROM (SELECT now() - interval '1 minute' - i * interval '29 days' / %d AS t FROM generate_series(1, %d) i) x`, n, n),
+		`INSERT INTO nova.admin_requests (star, kind, requested_by, requested_at, consumed_at, consumed_by)
+			SELECT 's1', 'pause', 'op', t - interval '1 second', t, 'earlier'
+			FROM (SELECT now() - interval '31 days' - i * interval '1 minute' AS t FROM generate_series(1, 10) i) x`,
+		`INSERT INTO nova.admin_requests (star, kind, requested_by) SELECT 's1', 'trigger', 'op' FROM generate_series(1, 3)`,
+	}
+	// Retention already applied up to low_record 1000 (a schema without
+	// retained_through has nothing to record it in).
+	var retained bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = 'nova' AND table_name = 'streams' AND column_name = 'retained_through')`).Scan(&retained); err != nil {
+		t.Fatal(err)
+	}
+	if retained {
+		stmts = append(stmts, `UPDATE nova.streams SET retained_through = 1000 WHERE low_record > 0`)
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("build history of %d rows: %s: %v", n, s, err)
+		}
+	}
+	// As autovacuum would have by then: statistics and hint bits.
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func uuidOf(id catalog.StreamID) string {
+	h := fmt.Sprintf("%x", id[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// cycleStatements runs, in cycle order, every catalog call a cycle (and
+// the leader's and standbys' periodic reads) makes, with the probe
+// labelling each, and returns the plans of their statements.
+func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planProbe, n int) []stmtPlan {
+	t.Helper()
+	call := func(label string, fn func() error) {
+		t.Helper()
+		p.start(label)
+		err := fn()
+		p.stop()
+		if err != nil {
+			t.Fatalf("%s at %d rows: %v", label, n, err)
+		}
+	}
+	var (
+		lease catalog.Lease
+		due   []catalog.DueStream
+		in    catalog.Intent
+		st    catalog.Stream
+		reaps []catalog.SlotReap
+	)
+	policy := catalog.DuePolicy{Linger: time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: time.Hour}
+	call("AcquireLease", func() (err error) { lease, err = db.AcquireLease(ctx, "s1", "bench", time.Minute); return err })
+	f := lease.Fence
+	call("GetDaemonState", func() error { _, err := db.GetDaemonState(ctx, "s1"); return err })
+	call("CloseAbandonedRuns", func() error {
+		c, err := db.CloseAbandonedRuns(ctx, f)
+		if err == nil && c != 2 {
+			err = fmt.Errorf("closed %d runs, want 2", c)
+		}
+		return err
+	})
+	call("AdminRequests", func() error { _, err := db.AdminRequests(ctx, "s1", true, 1000); return err })
+	call("ConsumeAdminRequests", func() error {
+		r, err := db.ConsumeAdminRequests(ctx, f, []string{catalog.AdminTrigger})
+		if err == nil && len(r) != 3 {
+			err = fmt.Errorf("consumed %d requests, want 3", len(r))
+		}
+		return err
+	})
+	var run catalog.Run
+	call("StartRun", func() (err error) { run, err = db.StartRun(ctx, f, "schedule", false); return err })
+	call("Intents", func() error { _, err := db.Intents(ctx, "s1", "publish", time.Hour); return err })
+	call("DueStreams", func() (err error) {
+		due, err = db.DueStreams(ctx, "s1", policy, nil, 10000)
+		if err == nil && (len(due) != 1 || due[0].Stream != hot) {
+			err = fmt.Errorf("due %+v, want the hot stream", due)
+		}
+		return err
+	})
+	call("FirstOverlap", func() error {
+		o, err := db.FirstOverlap(ctx, []catalog.StreamID{hot})
+		if err == nil && o != nil {
+			err = fmt.Errorf("overlap %s", o)
+		}
+		return err
+	})
+	call("StreamSnapshot", func() (err error) {
+		var last *catalog.Entry
+		st, _, last, err = db.StreamSnapshot(ctx, hot, 1000)
+		if err == nil && (last == nil || last.EndRecord() != st.SettledThrough) {
+			err = fmt.Errorf("last entry %+v, settled_through %d", last, st.SettledThrough)
+		}
+		return err
+	})
+	call("RefsWindow", func() error { _, err := db.RefsWindow(ctx, hot, st.SettledThrough, st.NextRecord, 1000); return err })
+	key := fmt.Sprintf("bench/%d", st.SettledThrough)
+	call("OpenPublishIntent", func() (err error) { in, err = db.OpenPublishIntent(ctx, f, key, catalog.ClassStandard); return err })
+	call("CommitSettle", func() error {
+		e := catalog.Entry{Stream: hot, Epoch: 1, FirstRecord: st.SettledThrough, RecordCount: 10, ObjectBytes: 1000,
+			FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
+		return db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key, ReapGrace: time.Hour})
+	})
+	call("Intents", func() error { _, err := db.Intents(ctx, "s1", "publish", time.Hour); return err })
+	coords := map[string]catalog.KeyCoords{}
+	retiredKey := func(e catalog.RetiredEntry) string {
+		k := fmt.Sprintf("retired/%x/%d", e.Stream, e.FirstRecord)
+		coords[k] = catalog.KeyCoords{Bucket: e.Bucket, Stream: e.Stream, Epoch: e.Epoch, FirstRecord: e.FirstRecord, Revision: e.Revision}
+		return k
+	}
+	call("RetentionCandidates", func() error {
+		c, err := db.RetentionCandidates(ctx, "s1", 1001)
+		if err == nil && len(c) != retentionMoved*retiredPerMoved {
+			err = fmt.Errorf("%d candidates, want %d", len(c), retentionMoved*retiredPerMoved)
+		}
+		return err
+	})
+	call("ApplyRetention", applyRetention(ctx, db, f, retiredKey))
+	call("ReadTrimState", func() error { _, err := db.ReadTrimState(ctx, "s1"); return err })
+	call("AdvanceTrim", func() error {
+		_, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 2}, 0)
+		return err
+	})
+	call("SlotReaps", func() (err error) { reaps, err = db.SlotReaps(ctx, "s1"); return err })
+	call("FinishSlotReap", func() error { return db.FinishSlotReap(ctx, f, reaps[0].ID) })
+	var intents []catalog.Intent
+	call("DueObjectReaps", func() (err error) { intents, err = db.DueObjectReaps(ctx, "s1", time.Hour, 0, 1000); return err })
+	cands := make([]catalog.ReapCandidate, len(intents))
+	ids := make([]int64, len(intents))
+	for i, x := range intents {
+		cands[i] = catalog.ReapCandidate{ID: x.ID, Key: x.ObjectKey, Coords: coords[x.ObjectKey]}
+		ids[i] = x.ID
+	}
+	call("ClassifyReaps", func() error { _, err := db.ClassifyReaps(ctx, f, time.Hour, cands); return err })
+	call("FinishReaps", func() error { return db.FinishReaps(ctx, f, ids) })
+	call("FinishRun", func() error { _, err := db.FinishRun(ctx, run.ID, catalog.RunOK, catalog.RunCounts{}, ""); return err })
+	call("PruneHistory", pruneHistory(ctx, db, f))
+	call("RenewLease", func() error { _, err := db.RenewLease(ctx, f, time.Minute); return err })
+	// The periodic reads of the leader and every standby (GaugeInterval).
+	call("TransitByClass", func() error { _, _, err := db.TransitByClass(ctx, "s1", policy); return err })
+	call("GetBacklog", func() error { _, err := db.GetBacklog(ctx, "s1"); return err })
+	call("ObjectReapBacklog", func() error { _, err := db.ObjectReapBacklog(ctx, "s1", time.Hour); return err })
+	call("LastRunWithOutcome", func() error {
+		r, ok, err := db.LastRunWithOutcome(ctx, "s1", catalog.RunOK)
+		if err == nil && (!ok || r.ID != run.ID) {
+			err = fmt.Errorf("last success %+v %v, want run %d", r, ok, run.ID)
+		}
+		return err
+	})
+	if len(p.errs) > 0 {
+		t.Fatalf("probing plans at %d rows: %v", n, p.errs)
+	}
+	out := p.plans
+	p.plans = nil
+	return out
+}
+
+// TestPerCycleStatementsFlat shows every statement a cycle runs costs the
+// same with 10^4, 10^5 (and, with NOVA_SQL_SCALE_FULL=1, 10^6) rows of
+// history in each of: one stream's catalog, the retention-enabled streams'
+// catalog, the run ledger and the admin requests. Each statement is
+// EXPLAIN (ANALYZE, BUFFERS)ed on the state and arguments it runs with;
+// buffers (deterministic, unlike time) may grow by an index level per
+// lookup from one size to the next, never with the rows; and no history
+// table is read by a sequential scan.
+// Times are logged as ratios to the smallest size, not asserted.
+func TestPerCycleStatementsFlat(t *testing.T) {
+	sizes := []int{10_000, 100_000}
+	if os.Getenv(EnvSQLScaleFull) != "" {
+		sizes = append(sizes, 1_000_000)
+	} else if testing.Short() {
+		t.Skip("builds 10^5 rows of history")
+	}
+	ctx := context.Background()
+	var runs [][]stmtPlan
+	for _, n := range sizes {
+		url := testenv.FreshDatabase(t)
+		mdb, err := catalog.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mdb.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mdb.Close()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		buildHistory(t, ctx, conn, n)
+		conn.Close(ctx)
+		t.Logf("built %d rows of each history in %s", n, time.Since(start).Round(time.Millisecond))
+		p := &planProbe{}
+		db, err := catalog.OpenTraced(ctx, url, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, cycleStatements(t, ctx, db, p, n))
+		db.Close()
+	}
+	base := runs[0]
+	var report strings.Builder
+	fmt.Fprintf(&report, "\n%-24s", "statement")
+	for _, n := range sizes {
+		fmt.Fprintf(&report, " %12s", fmt.Sprintf("buf@%.0e", float64(n)))
+	}
+	for _, n := range sizes[1:] {
+		fmt.Fprintf(&report, " %12s", fmt.Sprintf("time x@%.0e", float64(n)))
+	}
+	fmt.Fprintf(&report, "  %8s  plan\n", "ms@1e4")
+	// (streams is left out: a planner may scan the few pages of a small
+	// streams table; the buffers bound covers it.)
+	history := []string{"catalog", "auditor_runs", "admin_requests"}
+	for i, b := range base {
+		fmt.Fprintf(&report, "%-24s", b.Label)
+		for _, r := range runs {
+			if len(r) != len(base) || r[i].Label != b.Label {
+				t.Fatalf("the cycle ran different statements at different sizes: %s vs %s", b.Label, r[min(i, len(r)-1)].Label)
+			}
+			fmt.Fprintf(&report, " %12d", r[i].Buffers)
+		}
+		for _, r := range runs[1:] {
+			fmt.Fprintf(&report, " %12.2f", r[i].Millis/max(b.Millis, 0.001))
+		}
+		last := runs[len(runs)-1][i]
+		fmt.Fprintf(&report, "  %8.3f  %s\n", b.Millis, strings.Join(slices.Compact(slices.Clone(last.Scans)), "; "))
+		for k := 1; k < len(runs); k++ {
+			// Ten times the history may cost an index level more per
+			// descent (a few buffers per row looked up), never ten times
+			// the buffers.
+			prev, cur := runs[k-1][i], runs[k][i]
+			if allowed := prev.Buffers + prev.Buffers/2 + 10; cur.Buffers > allowed {
+				t.Errorf("%s: %d buffers at %d rows, %d at %d (allowed %d): grows with history\n%s\n%s",
+					b.Label, cur.Buffers, sizes[k], prev.Buffers, sizes[k-1], allowed, cur.SQL, cur.Plan)
+			}
+		}
+		for _, s := range last.Scans {
+			for _, h := range history {
+				if strings.HasPrefix(s, "Seq Scan on "+h) {
+					t.Errorf("%s: %s at %d rows\n%s\n%s", b.Label, s, sizes[len(sizes)-1], last.SQL, last.Plan)
+				}
+			}
+		}
+	}
+	t.Log(report.String())
+}
+
+func applyRetention(ctx context.Context, db *catalog.DB, f catalog.Fence, key func(catalog.RetiredEntry) string) func() error {
+	return func() error {
+		removed, more, err := db.ApplyRetention(ctx, f, 0, 1000, key)
+		if err == nil && (more || len(removed) != retentionMoved*retiredPerMoved) {
+			err = fmt.Errorf("retired %d entries (more %v), want %d", len(removed), more, retentionMoved*retiredPerMoved)
+		}
+		return err
+	}
+}
+
+func pruneHistory(ctx context.Context, db *catalog.DB, f catalog.Fence) func() error {
+	return func() error {
+		p, err := db.PruneHistory(ctx, f, 30*24*time.Hour, 1000)
+		if err == nil && (p.Runs != 10 || p.Requests != 10) {
+			err = fmt.Errorf("pruned %+v, want the 10 runs and 10 requests past 30 days", p)
+		}
+		return err
+	}
+}

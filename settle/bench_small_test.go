@@ -1,0 +1,102 @@
+package settle_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/settle"
+)
+
+// latency adds a fixed delay to every S3 request (a realistic per-request
+// latency of a remote object store in front of the local versitygw).
+type latency struct {
+	next  http.RoundTripper
+	delay time.Duration
+}
+
+func (l latency) RoundTrip(req *http.Request) (*http.Response, error) {
+	t := time.NewTimer(l.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	return l.next.RoundTrip(req)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkManySmallStreamsAtS3Latency settles many small streams (a cold
+// long tail: two slots, a few hundred bytes per stream) through the S3
+// backend with a per-request latency added in front of versitygw, at
+// several settle concurrencies, and reports objects per second, Postgres
+// transactions and S3 requests per settled object. Sizes:
+// NOVA_BENCH_STREAMS (default 2000), NOVA_BENCH_S3_LATENCY_MS (default 30).
+// Run with -benchtime=1x.
+func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
+	streams := envInt("NOVA_BENCH_STREAMS", 2000)
+	delay := time.Duration(envInt("NOVA_BENCH_S3_LATENCY_MS", 30)) * time.Millisecond
+	for _, conc := range []int{4, 16, 64} {
+		b.Run("concurrency-"+strconv.Itoa(conc), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				lat := backend{"s3-latency", func(t testing.TB) (objstore.Store, string, []string) {
+					env := testenv.S3(t)
+					ctx := context.Background()
+					st, err := s3store.New(ctx, objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
+						AccessKey: env.AccessKey, SecretKey: env.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true,
+						HTTPClient: &http.Client{Transport: latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					name := testenv.BucketName("small")
+					if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
+						t.Fatal(err)
+					}
+					return st, name, nil
+				}}
+				e, _ := newEnv(b, lat, 0, 0)
+				writeSlots(b, e, streams, 2, 2, 256)
+				s := settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, Pending: e.pending},
+					settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
+						Concurrency: conc, ReapGrace: time.Hour})
+				l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				txBefore := xactCommits(b, e)
+				b.StartTimer()
+				start := time.Now()
+				c, err := s.Run(e.ctx, l.Fence, cycle.Options{})
+				took := time.Since(start)
+				b.StopTimer()
+				if err != nil || c.StreamsSettled != int64(streams) {
+					b.Fatalf("settled %d of %d streams: %+v %v", c.StreamsSettled, streams, c, err)
+				}
+				txs := xactCommits(b, e) - txBefore
+				objects := float64(c.ObjectsPublished + c.ObjectsAdopted)
+				b.ReportMetric(objects/took.Seconds(), "objects/s")
+				b.ReportMetric(float64(txs)/objects, "pg-tx/object")
+				b.ReportMetric(float64(c.S3Requests)/objects, "s3-req/object")
+				b.ReportMetric(took.Seconds(), "cycle-s")
+				_ = e.db.ReleaseLease(e.ctx, l.Fence)
+			}
+		})
+	}
+}
