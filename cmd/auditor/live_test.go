@@ -326,7 +326,7 @@ func (r *liveRunEnv) start(d *liveDaemon, point string) {
 		"--lease-ttl", liveTTL.String(), "--lease-renew", "500ms", "--shutdown-timeout", liveStop.String(),
 		"--log-level", "debug"}, r.b.flags...)
 	if point != "" {
-		r.t.Logf("start %s armed at %s", d.holder(), point)
+		r.event("start %s armed at %s", d.holder(), point)
 	}
 	d.p = startServeWith(r.t, d.holder(), r.e.url, serveOptions{env: env, quiet: true}, args...)
 	d.logs = append(d.logs, d.p.out)
@@ -353,7 +353,7 @@ func (r *liveRunEnv) chaos(w *liveWriter) {
 		next = time.Now().Add(r.between(time.Second, 5*time.Second))
 		d := r.victim()
 		if r.rnd.Float64() < 0.8 {
-			r.t.Logf("SIGKILL %s", d.holder())
+			r.event("SIGKILL %s", d.holder())
 			r.send(d, syscall.SIGKILL)
 			<-d.p.done
 			r.fig.sigkill++
@@ -371,7 +371,7 @@ func (r *liveRunEnv) selfKilled(d *liveDaemon) {
 	if d.armed == "" || !errors.As(d.p.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		r.t.Fatalf("%s (crash point %q) exited on its own: %v", d.holder(), d.armed, d.p.err)
 	}
-	r.t.Logf("%s killed itself at %s", d.holder(), d.armed)
+	r.event("%s killed itself at %s", d.holder(), d.armed)
 	r.fig.crashed++
 }
 
@@ -394,6 +394,12 @@ func (r *liveRunEnv) victim() *liveDaemon {
 	return r.daemons[r.rnd.IntN(len(r.daemons))]
 }
 
+// event logs a kill or an armed start with the wall-clock time, to line
+// it up with the daemons' logs.
+func (r *liveRunEnv) event(format string, args ...any) {
+	r.t.Logf("%s %s", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
 // send signals the daemon; one that has just exited (at its crash point)
 // is no error.
 func (r *liveRunEnv) send(d *liveDaemon, sig syscall.Signal) {
@@ -405,7 +411,7 @@ func (r *liveRunEnv) send(d *liveDaemon, sig syscall.Signal) {
 // term stops the daemon with SIGTERM: it must drain and exit 0, unless
 // its armed crash point killed it during the drain.
 func (r *liveRunEnv) term(d *liveDaemon) {
-	r.t.Logf("SIGTERM %s", d.holder())
+	r.event("SIGTERM %s", d.holder())
 	r.send(d, syscall.SIGTERM)
 	r.fig.sigterm++
 	code := d.p.wait(liveStop + 15*time.Second)
@@ -413,7 +419,7 @@ func (r *liveRunEnv) term(d *liveDaemon) {
 	switch {
 	case code == 0:
 	case d.armed != "" && errors.As(d.p.err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
-		r.t.Logf("%s killed itself at %s while draining", d.holder(), d.armed)
+		r.event("%s killed itself at %s while draining", d.holder(), d.armed)
 		r.fig.crashed++
 	default:
 		r.t.Errorf("%s exited %d after SIGTERM: %v", d.holder(), code, d.p.err)
