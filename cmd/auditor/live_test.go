@@ -260,9 +260,9 @@ func (r *liveRunEnv) figures(writer *liveWriter, w *liveWatcher, wrote time.Dura
 		}
 		tokens = append(tokens, fmt.Sprintf("%s %d", star, l.Token))
 	}
-	ws := "still running"
+	ws, unplayed := "still running", []string(nil)
 	if writer.exited() {
-		ws = writer.summary()
+		ws, unplayed = writer.summary(), writer.unplayed()
 	}
 	w.mu.Lock()
 	polls, objects, rewrites, quarantines, halts := w.polls, len(w.objects), len(w.rewrites), len(w.quarantines), len(w.halts)
@@ -273,8 +273,9 @@ func (r *liveRunEnv) figures(writer *liveWriter, w *liveWatcher, wrote time.Dura
 		t.Name(), wrote.Round(time.Second), fig.sigkill, fig.sigterm, fig.crashed, fig.restarts,
 		strings.Join(tokens, ", "), runs, ok, outcomes, settled, published, adopted, slotsReaped, objectsReaped,
 		ws, polls, objects, rewrites, quarantines, halts)
-	if fig.sigkill == 0 || ok == 0 || published == 0 {
-		t.Errorf("the run exercised too little: %d SIGKILLs, %d ok cycles, %d objects published", fig.sigkill, ok, published)
+	if fig.sigkill == 0 || ok == 0 || published == 0 || len(unplayed) != 0 {
+		t.Errorf("the run exercised too little: %d SIGKILLs, %d ok cycles, %d objects published, writer faults never played: %v",
+			fig.sigkill, ok, published, unplayed)
 	}
 }
 
@@ -641,4 +642,23 @@ func (w *liveWriter) summary() string {
 		return strings.TrimSpace(w.stdout.String())
 	}
 	return strings.Join(parts, "; ")
+}
+
+// unplayed names the faults (failovers, crashes, lost flights, lost
+// replies, retention moves) the writer played on no star.
+func (w *liveWriter) unplayed() []string {
+	names := []string{"failovers", "crashes", "lost flights", "lost replies", "retention moves"}
+	played := make([]bool, len(names))
+	for _, m := range writeSummary.FindAllStringSubmatch(w.stdout.String(), -1) {
+		for i := range names {
+			played[i] = played[i] || m[6+i] != "0"
+		}
+	}
+	var out []string
+	for i, p := range played {
+		if !p {
+			out = append(out, names[i])
+		}
+	}
+	return out
 }
