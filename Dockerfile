@@ -4,6 +4,7 @@
 #
 #   docker build --build-arg VERSION=$(git describe --always --dirty) -t nova/auditor .
 #   docker run nova/auditor version
+#   docker run -p 9479:9479 -e NOVA_AUDITOR_STAR=s1 -e NOVA_AUDITOR_DATABASE_URL=... nova/auditor
 #
 # The build stage runs the same command as `make build`.
 
@@ -25,6 +26,10 @@ COPY --from=build /src/bin/auditor /usr/local/bin/auditor
 COPY --from=build --chown=65532:65532 /out/var/lib/nova-auditor /var/lib/nova-auditor
 WORKDIR /var/lib/nova-auditor
 ENV NOVA_AUDITOR_DATA_DIR=/var/lib/nova-auditor
+# In a container, loopback is unreachable from outside: listen on every
+# interface (docker run -p 9479:9479 works). The binary's own default stays
+# 127.0.0.1:9479; --http-addr or this variable overrides either.
+ENV NOVA_AUDITOR_HTTP_ADDR=0.0.0.0:9479
 USER 65532:65532
 EXPOSE 9479
 ENTRYPOINT ["auditor"]

@@ -28,6 +28,12 @@ const (
 	AdminRelease = "release"
 )
 
+// Outcomes of a consumed trigger request (nova.admin_requests.outcome).
+const (
+	TriggerDone   = "done"   // a cycle ran it (and settled its stream, for trigger --stream)
+	TriggerFailed = "failed" // a cycle ran but could not settle its stream; Reason says why
+)
+
 // AdminRequest is a row of nova.admin_requests.
 type AdminRequest struct {
 	ID          int64
@@ -37,14 +43,24 @@ type AdminRequest struct {
 	RequestedBy string
 	RequestedAt time.Time
 	ConsumedAt  *time.Time
-	ConsumedBy  string
+	ConsumedBy  string // triggers: the leader that took it (set when taken)
+	// Triggers only.
+	TakenAt      *time.Time // when a cycle was about to run it (the latest such)
+	TargetRecord *int64     // trigger --stream: the stream's next_record when asked (nil: unknown stream)
+	Outcome      string     // TriggerDone or TriggerFailed once consumed
+	Reason       string     // why it failed
+	RunID        *int64     // the run that consumed it, or last tried it
+	Attempts     int        // cycles that tried it
+	LastError    string     // why the last attempt left it open
 }
 
-const adminCols = `id, star, kind, stream_id, requested_by, requested_at, consumed_at, coalesce(consumed_by, '')`
+const adminCols = `id, star, kind, stream_id, requested_by, requested_at, consumed_at, coalesce(consumed_by, ''),
+	target_record, coalesce(outcome, ''), coalesce(reason, ''), run_id, attempts, coalesce(last_error, ''), taken_at`
 
 func scanAdmin(r pgx.Row) (AdminRequest, error) {
 	var a AdminRequest
-	err := r.Scan(&a.ID, &a.Star, &a.Kind, &a.Stream, &a.RequestedBy, &a.RequestedAt, &a.ConsumedAt, &a.ConsumedBy)
+	err := r.Scan(&a.ID, &a.Star, &a.Kind, &a.Stream, &a.RequestedBy, &a.RequestedAt, &a.ConsumedAt, &a.ConsumedBy,
+		&a.TargetRecord, &a.Outcome, &a.Reason, &a.RunID, &a.Attempts, &a.LastError, &a.TakenAt)
 	return a, err
 }
 
@@ -54,7 +70,9 @@ func scanAdmin(r pgx.Row) (AdminRequest, error) {
 // auditor_state.paused; resume clears it and any halt; release lifts the
 // stream's quarantine (ErrNotFound, and nothing recorded, when the stream
 // was not quarantined). A trigger only asks: the leader runs a cycle and
-// marks the request consumed.
+// marks the request consumed once one has run it (FinishTriggers); a
+// trigger --stream records the stream's next_record, which that cycle must
+// settle through.
 func (db *DB) RequestAdmin(ctx context.Context, star, kind string, stream *StreamID, by string) (AdminRequest, error) {
 	var req AdminRequest
 	switch kind {
@@ -89,8 +107,10 @@ func (db *DB) RequestAdmin(ctx context.Context, star, kind string, stream *Strea
 			}
 		}
 		var err error
-		req, err = scanAdmin(tx.QueryRow(ctx, `INSERT INTO nova.admin_requests (star, kind, stream_id, requested_by)
-			VALUES ($1, $2, $3, $4) RETURNING `+adminCols, star, kind, stream, by))
+		req, err = scanAdmin(tx.QueryRow(ctx, `INSERT INTO nova.admin_requests (star, kind, stream_id, requested_by, target_record)
+			VALUES ($1, $2, $3, $4, CASE WHEN $2 = 'trigger' THEN
+				(SELECT next_record FROM nova.streams WHERE stream_id = $3 AND star = $1) END)
+			RETURNING `+adminCols, star, kind, stream, by))
 		if err != nil {
 			return fmt.Errorf("record %s request for star %q: %w", kind, star, err)
 		}
@@ -124,6 +144,119 @@ func (db *DB) ConsumeAdminRequests(ctx context.Context, f Fence, kinds []string)
 	}
 	// UPDATE ... RETURNING has no order.
 	slices.SortFunc(out, func(a, b AdminRequest) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// TriggerResult is what a cycle that ran a trigger request made of it.
+type TriggerResult struct {
+	ID      int64
+	Outcome string // TriggerDone or TriggerFailed
+	Reason  string // for TriggerFailed
+}
+
+// FinishTriggers consumes trigger requests run by the run runID (fenced),
+// with their outcomes, and returns those it consumed in request order. One
+// consumed already (by an earlier attempt that crashed before it could
+// report) is left as it is, so finishing twice is harmless.
+func (db *DB) FinishTriggers(ctx context.Context, f Fence, runID int64, results []TriggerResult) ([]AdminRequest, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(results))
+	outcomes := make([]string, len(results))
+	reasons := make([]*string, len(results))
+	for i, r := range results {
+		ids[i], outcomes[i] = r.ID, r.Outcome
+		if r.Reason != "" {
+			reasons[i] = &r.Reason
+		}
+	}
+	var out []AdminRequest
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE nova.admin_requests SET consumed_at = now(), consumed_by = $2,
+			outcome = r.routcome, reason = r.rreason, run_id = $3, attempts = attempts + 1
+			FROM unnest($4::bigint[], $5::text[], $6::text[]) AS r(rid, routcome, rreason)
+			WHERE id = r.rid AND star = $1 AND kind = 'trigger' AND consumed_at IS NULL
+			RETURNING `+adminCols, f.Star, f.Holder, runID, ids, outcomes, reasons)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (AdminRequest, error) { return scanAdmin(r) })
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish trigger requests of star %q (run %d): %w", f.Star, runID, err)
+	}
+	slices.SortFunc(out, func(a, b AdminRequest) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// TakeTriggers records that a cycle of the fence's holder is starting to
+// run the open trigger requests ids (fenced); `auditor trigger --wait`
+// returns then. They stay open until FinishTriggers.
+func (db *DB) TakeTriggers(ctx context.Context, f Fence, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE nova.admin_requests SET taken_at = now(), consumed_by = $3
+			WHERE star = $1 AND id = ANY($2) AND kind = 'trigger' AND consumed_at IS NULL`, f.Star, ids, f.Holder)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("take trigger requests of star %q: %w", f.Star, err)
+	}
+	return nil
+}
+
+// NoteTriggerAttempt records that the run runID tried the open trigger
+// requests ids and why they stay open (fenced). runID 0: the run did not
+// start (the request keeps the run of its last attempt).
+func (db *DB) NoteTriggerAttempt(ctx context.Context, f Fence, runID int64, ids []int64, why string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE nova.admin_requests SET attempts = attempts + 1, last_error = $3, run_id = coalesce(nullif($4::bigint, 0), run_id)
+			WHERE star = $1 AND id = ANY($2) AND kind = 'trigger' AND consumed_at IS NULL`, f.Star, ids, why, runID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("note attempt of trigger requests of star %q (run %d): %w", f.Star, runID, err)
+	}
+	return nil
+}
+
+// StreamProgress is how far a stream forced by a trigger is settled.
+type StreamProgress struct {
+	Found          bool // the stream exists and belongs to the star
+	SettledThrough int64
+	NextRecord     int64
+	Quarantine     string // "class: reason" while quarantined
+}
+
+// ForcedProgress reads the progress of the star's streams ids (each one
+// absent from the star comes back with Found false).
+func (db *DB) ForcedProgress(ctx context.Context, star string, ids []StreamID) (map[StreamID]StreamProgress, error) {
+	out := make(map[StreamID]StreamProgress, len(ids))
+	rows, err := db.pool.Query(ctx, `SELECT s.stream_id, s.settled_through, s.next_record,
+			coalesce((SELECT q.error_class || ': ' || q.reason FROM nova.quarantine q WHERE q.stream_id = s.stream_id), '')
+		FROM nova.streams s WHERE s.star = $1 AND s.stream_id = ANY($2::uuid[])`, star, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read progress of forced streams of star %q: %w", star, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id StreamID
+		p := StreamProgress{Found: true}
+		if err := rows.Scan(&id, &p.SettledThrough, &p.NextRecord, &p.Quarantine); err != nil {
+			return nil, fmt.Errorf("read progress of forced streams of star %q: %w", star, err)
+		}
+		out[id] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read progress of forced streams of star %q: %w", star, err)
+	}
 	return out, nil
 }
 

@@ -53,6 +53,35 @@ func Open(ctx context.Context, url string) (*DB, error) {
 	return &DB{pool: pool}, nil
 }
 
+// OpenLazy builds the metastore's pool without connecting, for a daemon
+// that must come up (and report not ready) while the database is down:
+// only a URL that does not parse is an error here.
+func OpenLazy(url string) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
+	}
+	cfg.MaxConns = 16
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database pool: %s", scrub(err.Error(), url))
+	}
+	return &DB{pool: pool}, nil
+}
+
+// ErrRefused marks a database that answered and refused the URL: bad
+// credentials, no such database. Waiting does not help: a configuration
+// problem.
+var ErrRefused = errors.New("database refused the connection")
+
+// IsRefused reports whether err is the server refusing the URL's
+// credentials or database name (SQLSTATE class 28, or 3D000).
+func IsRefused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000")
+}
+
 // scrub removes a password that an error message might echo.
 func scrub(msg, url string) string {
 	if c, err := pgconn.ParseConfig(url); err == nil && c.Password != "" {

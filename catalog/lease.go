@@ -20,53 +20,114 @@ type Fence struct {
 // unexpired lease: the caller lost leadership and must stop at once.
 var ErrStaleToken = errors.New("stale fencing token: the lease was lost")
 
-// LeaseHeldError says another holder has the star's lease.
+// LeaseHeldError says another process has the star's lease.
 type LeaseHeldError struct {
 	Star   string
 	Holder string
 	Until  time.Time
+	// SameHolder: the holder is ours but the process is another one (two
+	// processes were given the same holder name).
+	SameHolder bool
 }
 
 func (e *LeaseHeldError) Error() string {
-	return fmt.Sprintf("another auditor (%s) holds the lease of star %q until %s", e.Holder, e.Star, e.Until.UTC().Format(time.RFC3339))
+	until := e.Until.UTC().Format(time.RFC3339)
+	if e.SameHolder {
+		return fmt.Sprintf("another process with the same holder name %q holds the lease of star %q until %s "+
+			"(holder names must be unique per process)", e.Holder, e.Star, until)
+	}
+	return fmt.Sprintf("another auditor (%s) holds the lease of star %q until %s", e.Holder, e.Star, until)
 }
 
 // Lease is a held lease.
 type Lease struct {
 	Fence
+	Instance  string // the holding process's nonce
 	ExpiresAt time.Time
 }
 
-// AcquireLease takes the star's lease for ttl (database clock) when it is
-// free, expired or already this holder's; the token rises on every
-// acquisition. Otherwise it returns a *LeaseHeldError.
+// AcquireLease is AcquireLeaseInstance with no instance: for tools and
+// tests that are one process per holder name.
 func (db *DB) AcquireLease(ctx context.Context, star, holder string, ttl time.Duration) (Lease, error) {
-	l := Lease{Fence: Fence{Star: star, Holder: holder}}
-	err := db.pool.QueryRow(ctx, `INSERT INTO nova.auditor_leases AS l (star, holder, token, expires_at)
-		VALUES ($1, $2, 1, now() + $3::interval)
-		ON CONFLICT (star) DO UPDATE SET holder = EXCLUDED.holder, token = l.token + 1, expires_at = EXCLUDED.expires_at
-		WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
-		RETURNING token, expires_at`, star, holder, ttl).Scan(&l.Token, &l.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		held := &LeaseHeldError{Star: star}
-		if err := db.pool.QueryRow(ctx, `SELECT holder, expires_at FROM nova.auditor_leases WHERE star = $1`, star).
-			Scan(&held.Holder, &held.Until); err != nil {
-			return l, fmt.Errorf("read lease of star %q: %w", star, err)
+	return db.AcquireLeaseInstance(ctx, star, holder, "", ttl)
+}
+
+// AcquireLeaseInstance takes the star's lease for ttl (database clock) when
+// it is free, expired or already held by this very process (holder and
+// instance both equal); the token rises on every acquisition. Otherwise it
+// returns a *LeaseHeldError: a live lease of another process is never taken,
+// even one with the same holder name, so two processes given one name wait
+// their turn instead of fencing each other on every attempt.
+//
+// The row is locked FOR UPDATE before it is changed. That is what keeps a
+// takeover out while a fenced transaction of the old holder is in flight:
+// those hold FOR KEY SHARE (see fenced), which FOR UPDATE waits for, while
+// the plain UPDATE of an upsert (FOR NO KEY UPDATE) would not. Only rows the
+// caller may take are locked, so a standby polling a live lease never queues
+// behind the leader's transactions.
+//
+// The caller's deadline bounds the call on both sides: the context cancels
+// the client, and the same remaining time is set as the transaction's
+// statement_timeout, so the server drops a lock wait whose client is gone
+// (a backend waiting for a lock does not notice a dead connection).
+func (db *DB) AcquireLeaseInstance(ctx context.Context, star, holder, instance string, ttl time.Duration) (Lease, error) {
+	l := Lease{Fence: Fence{Star: star, Holder: holder}, Instance: instance}
+	var held *LeaseHeldError
+	err := db.tx(ctx, func(tx pgx.Tx) error {
+		if err := boundStatements(ctx, tx); err != nil {
+			return err
 		}
-		return l, held
-	}
+		var token int64
+		err := tx.QueryRow(ctx, `SELECT token FROM nova.auditor_leases
+			WHERE star = $1 AND (expires_at <= now() OR (holder = $2 AND instance = $3)) FOR UPDATE`,
+			star, holder, instance).Scan(&token)
+		switch {
+		case err == nil:
+			return tx.QueryRow(ctx, `UPDATE nova.auditor_leases SET holder = $2, instance = $3, token = token + 1,
+				expires_at = now() + $4::interval WHERE star = $1 RETURNING token, expires_at`,
+				star, holder, instance, ttl).Scan(&l.Token, &l.ExpiresAt)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		err = tx.QueryRow(ctx, `INSERT INTO nova.auditor_leases (star, holder, instance, token, expires_at)
+			VALUES ($1, $2, $3, 1, now() + $4::interval) ON CONFLICT (star) DO NOTHING RETURNING token, expires_at`,
+			star, holder, instance, ttl).Scan(&l.Token, &l.ExpiresAt)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		held = &LeaseHeldError{Star: star}
+		var other string
+		if err := tx.QueryRow(ctx, `SELECT holder, instance, expires_at FROM nova.auditor_leases WHERE star = $1`, star).
+			Scan(&held.Holder, &other, &held.Until); err != nil {
+			return fmt.Errorf("read lease: %w", err)
+		}
+		held.SameHolder = held.Holder == holder && other != instance
+		return nil
+	})
 	if err != nil {
 		return l, fmt.Errorf("acquire lease of star %q: %w", star, err)
+	}
+	if held != nil {
+		return l, held
 	}
 	return l, nil
 }
 
-// RenewLease extends a held lease; ErrStaleToken when it was lost.
+// RenewLease extends a held lease; ErrStaleToken when it was lost. It takes
+// FOR NO KEY UPDATE on the row, which the fenced transactions' FOR KEY SHARE
+// does not conflict with: a renewal never waits for the leader's own work.
+// The caller's deadline is also the statement_timeout, as in
+// AcquireLeaseInstance.
 func (db *DB) RenewLease(ctx context.Context, f Fence, ttl time.Duration) (time.Time, error) {
 	var until time.Time
-	err := db.pool.QueryRow(ctx, `UPDATE nova.auditor_leases SET expires_at = now() + $4::interval
-		WHERE star = $1 AND holder = $2 AND token = $3 AND expires_at > now() RETURNING expires_at`,
-		f.Star, f.Holder, f.Token, ttl).Scan(&until)
+	err := db.tx(ctx, func(tx pgx.Tx) error {
+		if err := boundStatements(ctx, tx); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `UPDATE nova.auditor_leases SET expires_at = now() + $4::interval
+			WHERE star = $1 AND holder = $2 AND token = $3 AND expires_at > now() RETURNING expires_at`,
+			f.Star, f.Holder, f.Token, ttl).Scan(&until)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return until, fmt.Errorf("renew lease of star %q (token %d): %w", f.Star, f.Token, ErrStaleToken)
 	}
@@ -74,6 +135,20 @@ func (db *DB) RenewLease(ctx context.Context, f Fence, ttl time.Duration) (time.
 		return until, fmt.Errorf("renew lease of star %q: %w", f.Star, err)
 	}
 	return until, nil
+}
+
+// boundStatements sets the transaction's statement_timeout to what is left
+// of ctx's deadline (nothing when ctx has none).
+func boundStatements(ctx context.Context, tx pgx.Tx) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return nil
+	}
+	ms := max(time.Until(deadline).Milliseconds(), 1)
+	if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, fmt.Sprintf("%dms", ms)); err != nil {
+		return fmt.Errorf("set statement timeout: %w", err)
+	}
+	return nil
 }
 
 // ReleaseLease expires a held lease now so a standby takes over at once.
@@ -91,8 +166,9 @@ func (db *DB) ReleaseLease(ctx context.Context, f Fence) error {
 func (db *DB) CurrentLease(ctx context.Context, star string) (Lease, bool, error) {
 	l := Lease{Fence: Fence{Star: star}}
 	var live bool
-	err := db.pool.QueryRow(ctx, `SELECT holder, token, expires_at, expires_at > now() FROM nova.auditor_leases WHERE star = $1`, star).
-		Scan(&l.Holder, &l.Token, &l.ExpiresAt, &live)
+	err := db.pool.QueryRow(ctx, `SELECT holder, instance, token, expires_at, expires_at > now()
+		FROM nova.auditor_leases WHERE star = $1`, star).
+		Scan(&l.Holder, &l.Instance, &l.Token, &l.ExpiresAt, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, false, fmt.Errorf("lease of star %q: %w", star, ErrNotFound)
 	}
@@ -102,15 +178,25 @@ func (db *DB) CurrentLease(ctx context.Context, star string) (Lease, bool, error
 	return l, live, nil
 }
 
-// fenced runs fn in a transaction that first checks the fencing token
-// (METASTORE.md: "every auditor transaction starts with ... FOR SHARE") and
-// aborts with ErrStaleToken when it is stale. The share lock holds off a
-// takeover until this transaction ends.
+// fenced runs fn in a transaction that first checks the fencing token and
+// aborts with ErrStaleToken when it is stale.
+//
+// METASTORE.md gives the check as "SELECT 1 ... AND expires_at > now() FOR
+// SHARE". It is that statement with FOR KEY SHARE instead, and the
+// guarantee is kept by the other side: a takeover locks the row FOR UPDATE
+// (AcquireLeaseInstance), which conflicts with FOR KEY SHARE exactly as with
+// FOR SHARE, so no new holder commits while a transaction that passed the
+// check is open, and a check made after a takeover committed sees the new
+// token and fails. What changes is the renewal: an UPDATE of expires_at
+// takes FOR NO KEY UPDATE, which conflicts with FOR SHARE but not with FOR
+// KEY SHARE. Under FOR SHARE a renewal waits for every open fenced
+// transaction, and new share lockers join the lock without queueing behind
+// it, so a busy leader starved its own renewal until the lease expired.
 func (db *DB) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
 	return db.tx(ctx, func(tx pgx.Tx) error {
 		var one int
 		err := tx.QueryRow(ctx, `SELECT 1 FROM nova.auditor_leases WHERE star = $1 AND holder = $2 AND token = $3
-			AND expires_at > now() FOR SHARE`, f.Star, f.Holder, f.Token).Scan(&one)
+			AND expires_at > now() FOR KEY SHARE`, f.Star, f.Holder, f.Token).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("star %q token %d: %w", f.Star, f.Token, ErrStaleToken)
 		}

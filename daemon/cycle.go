@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -51,11 +53,20 @@ type Config struct {
 	// Zero keeps everything.
 	HistoryKeep time.Duration
 
+	// Buckets are the buckets whose lifecycle rules and encryption the
+	// daemon checks; KeyPrefixes, the full key prefixes it writes under in
+	// them (an expiration rule reaching one stops all work).
+	Buckets     []string
+	KeyPrefixes []string
+
 	// Zero means the default.
-	AdminPoll     time.Duration // fallback poll of admin requests when a NOTIFY is missed (5s)
-	GaugeInterval time.Duration // refresh of the metastore gauges (15s)
-	RetryMax      time.Duration // longest backoff before retrying a failed cycle (5m)
-	PruneBatch    int           // most rows of each history table pruned per cycle (1000)
+	AdminPoll        time.Duration // fallback poll of admin requests when a NOTIFY is missed (5s)
+	GaugeInterval    time.Duration // refresh of the metastore gauges and the schema check (15s)
+	RetryMax         time.Duration // longest backoff before retrying a failed cycle (5m)
+	RulesInterval    time.Duration // check of the bucket rules (24h; every minute while they block)
+	DBRetryMax       time.Duration // longest wait between tries of an unreachable database at start (30s)
+	PruneBatch       int           // most rows of each history table pruned per cycle (1000)
+	LeaseCallTimeout time.Duration // bound of one lease acquisition or renewal attempt (LeaseTTL/3)
 }
 
 // Deps are what the daemon works with.
@@ -66,6 +77,7 @@ type Deps struct {
 	Metrics  *Metrics            // nil: metrics kept on a private registry
 	Gatherer prometheus.Gatherer // what /metrics serves (nil: the daemon's own metrics only)
 	Crash    func(string)        // crash points (nil: none)
+	Rules    BucketRulesReader   // the bucket rules (nil: unknown)
 }
 
 func (c *Config) defaults() {
@@ -78,8 +90,20 @@ func (c *Config) defaults() {
 	if c.RetryMax <= 0 {
 		c.RetryMax = 5 * time.Minute
 	}
+	if c.RulesInterval <= 0 {
+		c.RulesInterval = 24 * time.Hour
+	}
+	if c.DBRetryMax <= 0 {
+		c.DBRetryMax = 30 * time.Second
+	}
 	if c.PruneBatch <= 0 {
 		c.PruneBatch = 1000
+	}
+	if c.LeaseCallTimeout <= 0 {
+		// A third of the ttl: a renewal stuck on a dead connection gives
+		// up in time for the next ones (on fresh connections) to save the
+		// lease, and a standby retries its takeover as often.
+		c.LeaseCallTimeout = c.LeaseTTL / 3
 	}
 }
 
@@ -127,8 +151,10 @@ func (d *Deps) defaults(version string) error {
 // RunOnce is `auditor run --once`: it takes the star's lease (a
 // *catalog.LeaseHeldError when another auditor holds it), runs the steps
 // once as one ledger run while renewing the lease, and releases it. A
-// paused or halted star is refused (ErrPaused, ErrHalted) unless
-// opts.DryRun. A halt found by the run is persisted like the daemon's.
+// paused or halted star is refused (ErrPaused, ErrHalted). A halt found by
+// the run is persisted like the daemon's. A dry run (opts.DryRun) changes
+// nothing, so it takes no lease and records no run: it works beside a
+// running daemon, paused or halted.
 // The error is the cycle's: test it with cycle.IsHalt and
 // catalog.ErrStaleToken.
 func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cycle.Counts, error) {
@@ -142,14 +168,17 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 	if opts.Trigger == "" {
 		opts.Trigger = TriggerOnce
 	}
-	r := &runner{cfg: cfg, deps: deps}
-	lease, err := deps.DB.AcquireLease(ctx, cfg.Star, cfg.Holder, cfg.LeaseTTL)
+	if opts.DryRun {
+		return dryRun(ctx, cfg, deps, opts)
+	}
+	r := newRunner(cfg, deps)
+	lease, sent, err := r.acquire(ctx)
 	deps.Metrics.tx(err)
 	if err != nil {
 		return cycle.Counts{}, err
 	}
 	deps.Metrics.LeaseAcquisitions.Inc()
-	t := r.hold(ctx, lease)
+	t := r.hold(ctx, heldLease{Lease: lease, sent: sent})
 	defer r.release(t)
 	state, err := deps.DB.GetDaemonState(ctx, cfg.Star)
 	if err != nil {
@@ -167,7 +196,27 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 	cctx, stop := afterShutdown(ctx, t.ctx, cfg.ShutdownTimeout)
 	defer stop()
 	res := r.cycle(cctx, t.lease.Fence, opts)
+	if res.outcome == catalog.RunLostLease {
+		t.lose(res.err)
+	}
 	return res.counts, res.err
+}
+
+// dryRun runs the steps once in plan mode, outside the lease and the
+// ledger. Its fence has token 0, which no lease ever has, so a write a step
+// attempted by mistake would fail as stale rather than land.
+func dryRun(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cycle.Counts, error) {
+	f := catalog.Fence{Star: cfg.Star, Holder: cfg.Holder}
+	var total cycle.Counts
+	for _, s := range deps.Steps {
+		c, err := runStep(ctx, s, f, opts)
+		total.Add(c)
+		if err != nil {
+			return total, fmt.Errorf("step %s (dry run): %w", s.Name(), err)
+		}
+	}
+	deps.Log.Info("dry run", "trigger", opts.Trigger, "streams", len(opts.Streams), "counts", total)
+	return total, nil
 }
 
 // afterShutdown returns a child of base that is canceled (cause
@@ -189,25 +238,57 @@ func afterShutdown(signal, base context.Context, timeout time.Duration) (context
 type runner struct {
 	cfg  Config
 	deps Deps
+	// instance tells this process apart from another given the same
+	// holder name: a live lease is taken over only by its own process.
+	instance string
+}
+
+func newRunner(cfg Config, deps Deps) *runner {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand never fails on supported platforms
+	return &runner{cfg: cfg, deps: deps, instance: hex.EncodeToString(b)}
+}
+
+// heldLease is a lease just acquired and when its acquisition was sent.
+type heldLease struct {
+	catalog.Lease
+	sent time.Time
+}
+
+// acquire makes one attempt at the star's lease, within LeaseCallTimeout.
+// sent is taken before the statement goes out: the database stamped the
+// expiry after it, so a local deadline counted from sent is never later.
+func (r *runner) acquire(ctx context.Context) (catalog.Lease, time.Time, error) {
+	sent := time.Now()
+	actx, cancel := context.WithTimeout(ctx, r.cfg.LeaseCallTimeout)
+	defer cancel()
+	l, err := r.deps.DB.AcquireLeaseInstance(actx, r.cfg.Star, r.cfg.Holder, r.instance, r.cfg.LeaseTTL)
+	return l, sent, err
 }
 
 // term is one holding of the lease: ctx ends (with a cause wrapping
 // catalog.ErrStaleToken) when the lease is lost, or when stop is called.
 type term struct {
-	lease   catalog.Lease
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	renewed chan struct{} // closed when the renewer exits
-	losses  prometheus.Counter
-	counted atomic.Bool // the loss has been counted
+	lease    catalog.Lease
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	renewed  chan struct{} // closed when the renewer exits
+	deadline time.Time     // the first local deadline (sent + ttl - renew/2)
+	losses   prometheus.Counter
+	log      *slog.Logger
+	counted  atomic.Bool // the loss has been counted
 }
 
 // lose ends the term because the lease is lost (err wraps
-// catalog.ErrStaleToken), counting the loss once whichever path found it:
-// a renewal, a fenced transaction of the leader, or a cycle.
+// catalog.ErrStaleToken), counting and logging the loss once whichever
+// path found it: a renewal, a fenced transaction of the leader, or a cycle.
 func (t *term) lose(err error) {
+	if !errors.Is(err, catalog.ErrStaleToken) {
+		err = fmt.Errorf("%w: %w", catalog.ErrStaleToken, err)
+	}
 	if t.ctx.Err() == nil && t.counted.CompareAndSwap(false, true) {
 		t.losses.Inc()
+		t.log.Error("lease lost", "star", t.lease.Star, "token", t.lease.Token, "err", err)
 	}
 	t.cancel(err)
 }
@@ -217,18 +298,21 @@ var errTermEnded = errors.New("lease term ended")
 
 // hold starts renewing lease every LeaseRenew with the database clock. The
 // lease counts as lost when a renewal says the token is stale, or when no
-// renewal has succeeded within the ttl measured from the last successful
-// renewal's start on this host's monotonic clock (never later than the
-// database's own expiry, since the database stamped it after that start).
-func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
+// renewal has succeeded within the ttl measured from the start of the
+// acquisition or of the last successful renewal on this host's monotonic
+// clock (never later than the database's own expiry, since the database
+// stamped it after that start). Each renewal attempt gets LeaseCallTimeout
+// at most, so one stuck on a dead connection leaves time for the next.
+func (r *runner) hold(parent context.Context, lease heldLease) *term {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	deadline := lease.sent.Add(r.cfg.LeaseTTL - r.cfg.LeaseRenew/2)
 	m, log := r.deps.Metrics, r.deps.Log
-	t := &term{lease: lease, ctx: ctx, cancel: cancel, renewed: make(chan struct{}), losses: m.LeaseLosses}
+	t := &term{lease: lease.Lease, ctx: ctx, cancel: cancel, renewed: make(chan struct{}), deadline: deadline,
+		losses: m.LeaseLosses, log: log}
 	m.Leader.Set(1)
 	m.LeaseToken.Set(float64(lease.Token))
 	go func() {
 		defer close(t.renewed)
-		deadline := time.Now().Add(r.cfg.LeaseTTL - r.cfg.LeaseRenew/2)
 		expiry := time.NewTimer(time.Until(deadline))
 		defer expiry.Stop()
 		tick := time.NewTicker(r.cfg.LeaseRenew)
@@ -238,13 +322,12 @@ func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
 			case <-ctx.Done():
 				return
 			case <-expiry.C:
-				log.Error("lease lost: no renewal succeeded in time", "star", lease.Star, "token", lease.Token)
 				t.lose(fmt.Errorf("lease of star %q token %d not renewed in time: %w", lease.Star, lease.Token, catalog.ErrStaleToken))
 				return
 			case <-tick.C:
 			}
 			sent := time.Now()
-			rctx, rcancel := context.WithDeadline(ctx, deadline)
+			rctx, rcancel := context.WithDeadline(ctx, minTime(deadline, sent.Add(r.cfg.LeaseCallTimeout)))
 			_, err := r.deps.DB.RenewLease(rctx, lease.Fence, r.cfg.LeaseTTL)
 			rcancel()
 			if ctx.Err() != nil {
@@ -259,7 +342,6 @@ func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
 					r.deps.Crash("lease.after-renew")
 				}
 			case errors.Is(err, catalog.ErrStaleToken):
-				log.Error("lease lost", "star", lease.Star, "token", lease.Token, "err", err)
 				t.lose(err)
 				return
 			default:
@@ -269,6 +351,13 @@ func (r *runner) hold(parent context.Context, lease catalog.Lease) *term {
 		}
 	}()
 	return t
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // lost reports whether the term ended because the lease was lost.
@@ -314,7 +403,9 @@ type leaderGauges interface{ ResetLeaderGauges() }
 func (r *runner) closeAbandoned(t *term) {
 	n, err := r.deps.DB.CloseAbandonedRuns(t.ctx, t.lease.Fence)
 	r.deps.Metrics.tx(err)
-	if err != nil {
+	if errors.Is(err, catalog.ErrStaleToken) {
+		t.lose(err)
+	} else if err != nil {
 		r.deps.Log.Warn("closing abandoned runs failed", "err", err)
 	} else if n > 0 {
 		r.deps.Log.Info("closed runs abandoned by earlier holders", "runs", n)
@@ -348,6 +439,7 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		log.Warn("cycle not started", "trigger", opts.Trigger, "outcome", res.outcome, "err", res.err)
 		return res
 	}
+	res.run = run
 	for _, s := range r.deps.Steps {
 		if err := ctx.Err(); err != nil {
 			res.err = fmt.Errorf("before step %s: %w", s.Name(), context.Cause(ctx))

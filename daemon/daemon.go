@@ -36,6 +36,9 @@ type Daemon struct {
 	role    atomic.Value  // string: standby, leader
 	ranNow  bool          // --run-now has been honoured
 	addr    atomic.Value  // string: the HTTP listener's address
+
+	guard *guard                        // schema and bucket-rule blocks (guard.go)
+	fence atomic.Pointer[catalog.Fence] // the lease held now (nil on standby)
 }
 
 // New checks the configuration and builds a daemon.
@@ -47,8 +50,8 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 	if err := deps.defaults(cfg.Version); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, r: &runner{cfg: cfg, deps: deps}, db: deps.DB, m: deps.Metrics, log: deps.Log,
-		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
+	d := &Daemon{cfg: cfg, r: newRunner(cfg, deps), db: deps.DB, m: deps.Metrics, log: deps.Log,
+		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1), guard: newGuard()}
 	d.role.Store("standby")
 	d.addr.Store("")
 	for _, st := range deps.Steps {
@@ -83,9 +86,16 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			}
 		}()
 	}
+	if err := d.waitForDatabase(ctx); err != nil {
+		if srv != nil {
+			_ = srv.Close()
+		}
+		return err
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { d.listen(base) })
 	wg.Go(func() { d.refreshLoop(base) })
+	d.startGuard(base, &wg)
 
 	d.log.Info("standby", "star", d.cfg.Star, "holder", d.cfg.Holder)
 	for {
@@ -112,13 +122,24 @@ func (d *Daemon) Serve(ctx context.Context) error {
 
 // standby tries to take the lease every LeaseRenew (and at once when a
 // notification says the leader let go) until it succeeds or ctx ends.
-func (d *Daemon) standby(ctx context.Context) (catalog.Lease, bool) {
+func (d *Daemon) standby(ctx context.Context) (heldLease, bool) {
 	d.role.Store("standby")
 	lastHolder := ""
 	for {
-		lease, err := d.db.AcquireLease(ctx, d.cfg.Star, d.cfg.Holder, d.cfg.LeaseTTL)
+		if d.guard.schemaBlocked() {
+			// An old binary on a newer schema takes no lease, so a new one
+			// can lead.
+			select {
+			case <-ctx.Done():
+				return heldLease{}, false
+			case <-time.After(d.cfg.LeaseRenew):
+			case <-d.wake:
+			}
+			continue
+		}
+		lease, sent, err := d.r.acquire(ctx)
 		if ctx.Err() != nil {
-			return lease, false
+			return heldLease{}, false
 		}
 		d.m.tx(err)
 		var held *catalog.LeaseHeldError
@@ -126,7 +147,12 @@ func (d *Daemon) standby(ctx context.Context) (catalog.Lease, bool) {
 		case err == nil:
 			d.m.LeaseAcquisitions.Inc()
 			d.log.Info("leader", "star", d.cfg.Star, "token", lease.Token, "expires_at", lease.ExpiresAt)
-			return lease, true
+			return heldLease{Lease: lease, sent: sent}, true
+		case errors.As(err, &held) && held.SameHolder:
+			if held.Holder != lastHolder {
+				d.log.Error("another process uses this holder name; waiting as its standby", "err", held)
+				lastHolder = held.Holder
+			}
 		case errors.As(err, &held):
 			if held.Holder != lastHolder {
 				d.log.Info("waiting as standby", "leader", held.Holder, "until", held.Until)
@@ -137,7 +163,7 @@ func (d *Daemon) standby(ctx context.Context) (catalog.Lease, bool) {
 		}
 		select {
 		case <-ctx.Done():
-			return lease, false
+			return heldLease{}, false
 		case <-time.After(d.cfg.LeaseRenew):
 		case <-d.wake:
 		}
@@ -146,12 +172,14 @@ func (d *Daemon) standby(ctx context.Context) (catalog.Lease, bool) {
 
 // lead runs cycles while the lease is held and ctx lasts, then releases
 // the lease (unless it was lost).
-func (d *Daemon) lead(ctx context.Context, lease catalog.Lease) {
+func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 	t := d.r.hold(ctx, lease)
 	defer d.r.release(t)
 	d.role.Store("leader")
 	defer d.role.Store("standby")
 	d.r.closeAbandoned(t)
+	d.recordRuntime(t)
+	defer d.fence.Store(nil)
 
 	tick := make(chan struct{}, 1)
 	sched := cron.New()
@@ -186,18 +214,38 @@ func (d *Daemon) lead(ctx context.Context, lease catalog.Lease) {
 			d.log.Warn("stepping down: the lease was lost", "token", lease.Token, "cause", context.Cause(t.ctx))
 			return
 		}
-		if st.runnable() && (want != "" || st.openTriggers) {
-			opts, ok := d.consumeTriggers(t, want)
-			want, st.openTriggers = "", false
+		if d.guard.schemaBlocked() {
+			d.log.Warn("stepping down: the database schema is not this binary's", "token", lease.Token)
+			return
+		}
+		// A bucket rule that could expire the auditor's data blocks work
+		// like a halt: the lease is kept, wanted cycles wait.
+		if st.runnable() && d.guard.reason() == "" && (want != "" || st.newTriggers) {
+			if d.checkSchema(t.ctx); d.guard.schemaBlocked() {
+				continue // the schema changed since the last check: step down above
+			}
+			opts, p, ok := d.openTriggers(t, want)
+			want, st.newTriggers = "", false
 			if ok {
+				d.takeTriggers(t, p)
 				res, stopped := d.runCycle(ctx, t, opts)
+				if res.outcome == catalog.RunLostLease {
+					t.lose(res.err) // a step found the token stale before the renewer did
+				}
+				recorded, again := d.finishTriggers(t, res, p)
+				if recorded {
+					st.tried = max(st.tried, p.maxID())
+				}
 				d.poke()
-				if stopped {
+				if stopped || t.ctx.Err() != nil {
 					return
 				}
 				switch res.outcome {
 				case catalog.RunOK:
 					failures, retry = 0, nil
+					if again {
+						want = TriggerStream
+					}
 				case catalog.RunFailed:
 					failures++
 					wait := backoff(failures, d.cfg.RetryMax)
@@ -205,8 +253,6 @@ func (d *Daemon) lead(ctx context.Context, lease catalog.Lease) {
 					d.log.Info("retrying the failed cycle", "in", wait.Round(time.Millisecond), "failures", failures)
 				case catalog.RunHalted:
 					retry = nil
-				case catalog.RunLostLease:
-					t.lose(res.err) // a fenced transaction of the cycle found the lease taken
 				}
 				d.admin(t, &st)
 				continue
@@ -247,17 +293,20 @@ func backoff(n int, max time.Duration) time.Duration {
 
 // adminState is what the leader knows of the persisted state.
 type adminState struct {
-	loaded       bool
-	state        catalog.DaemonState
-	openTriggers bool // trigger requests wait to be consumed
+	loaded      bool
+	state       catalog.DaemonState
+	tried       int64 // the newest trigger request a cycle has run (and recorded what came of it)
+	newTriggers bool  // trigger requests newer than tried wait
 }
 
 func (s adminState) runnable() bool { return s.loaded && !s.state.Paused && !s.state.Halted() }
 
 // admin consumes the open pause, resume and release requests (their
 // effect is already persisted; consuming records that the leader saw
-// them), reloads the pause and halt, and notes waiting triggers, which are
-// consumed only when a cycle starts.
+// them), reloads the pause and halt, and notes trigger requests no cycle
+// has run yet (they are consumed by the cycle that runs them). Triggers a
+// cycle already tried (it failed, or the star halted or was paused) wait
+// for the retry, or run at once when the star becomes runnable again.
 func (d *Daemon) admin(t *term, st *adminState) {
 	ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
 	defer cancel()
@@ -266,11 +315,11 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		d.log.Warn("reading admin requests failed", "err", err)
 		return
 	}
-	st.openTriggers = false
 	others := false
+	var newest int64
 	for _, r := range open {
 		if r.Kind == catalog.AdminTrigger {
-			st.openTriggers = true
+			newest = max(newest, r.ID)
 		} else {
 			others = true
 		}
@@ -307,39 +356,13 @@ func (d *Daemon) admin(t *term, st *adminState) {
 	if !state.Halted() && st.loaded && st.state.Halted() {
 		d.log.Info("halt cleared by resume")
 	}
+	if st.loaded && !st.runnable() && !state.Paused && !state.Halted() {
+		st.tried = 0 // runnable again: the triggers a cycle left open run now
+	}
 	st.loaded, st.state = true, state
+	st.newTriggers = newest > st.tried
 	d.m.Paused.Set(b2f(state.Paused))
 	d.m.Halted.Set(b2f(state.Halted()))
-}
-
-// consumeTriggers takes the open trigger requests (fenced) into the
-// options of the cycle about to start. It returns false when there is
-// nothing to run after all.
-func (d *Daemon) consumeTriggers(t *term, want string) (cycle.Options, bool) {
-	opts := cycle.Options{Trigger: want}
-	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
-	defer cancel()
-	reqs, err := d.db.ConsumeAdminRequests(ctx, t.lease.Fence, []string{catalog.AdminTrigger})
-	d.m.tx(err)
-	if errors.Is(err, catalog.ErrStaleToken) {
-		t.lose(err)
-		return opts, false
-	}
-	if err != nil {
-		d.log.Warn("consuming trigger requests failed", "err", err)
-	}
-	for _, r := range reqs {
-		d.m.AdminRequests.WithLabelValues(r.Kind).Inc()
-		d.log.Info("admin request", "id", r.ID, "kind", r.Kind, "stream", streamAttr(r.Stream), "by", r.RequestedBy)
-		if r.Stream != nil && !containsStream(opts.Streams, *r.Stream) {
-			opts.Streams = append(opts.Streams, *r.Stream)
-		}
-		opts.Trigger = TriggerManual
-	}
-	if len(opts.Streams) > 0 {
-		opts.Trigger = TriggerStream
-	}
-	return opts, opts.Trigger != ""
 }
 
 func containsStream(ids []catalog.StreamID, id catalog.StreamID) bool {
@@ -472,12 +495,20 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		}
 		d.m.StatusRefreshes.WithLabelValues(outcome).Inc()
 	}()
+	// The leader's recorded policy, so every instance's gauges, /status and
+	// auditor status agree (this instance's own until one is recorded).
+	policy, reapGrace := d.cfg.Policy, d.cfg.ReapGrace
+	if rt, err := d.db.GetRuntime(ctx, d.cfg.Star); err == nil {
+		policy, reapGrace = rt.Policy, rt.ReapGrace
+	} else if !errors.Is(err, catalog.ErrNotFound) {
+		return err
+	}
 	star, err := d.db.GetStar(ctx, d.cfg.Star)
 	if err != nil {
 		return fmt.Errorf("read star %q: %w", d.cfg.Star, err)
 	}
-	d.m.setClass(star.ChainClass, d.cfg.Policy)
-	_, classes, err := d.db.TransitByClass(ctx, d.cfg.Star, d.cfg.Policy)
+	d.m.setClass(star.ChainClass, policy)
+	_, classes, err := d.db.TransitByClass(ctx, d.cfg.Star, policy)
 	if err != nil {
 		return err
 	}
@@ -502,7 +533,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 	d.m.Quarantined.Set(float64(b.Quarantined))
 	d.m.OpenIntents.WithLabelValues("publish").Set(float64(b.PublishIntents))
 	d.m.OpenIntents.WithLabelValues("reap").Set(float64(b.ReapIntents))
-	ts, err := trim.ReadStatus(ctx, d.db, d.cfg.Star, d.cfg.ReapGrace)
+	ts, err := trim.ReadStatus(ctx, d.db, d.cfg.Star, reapGrace)
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
 	case err != nil:

@@ -50,6 +50,8 @@ type Metrics struct {
 	TrimLag          prometheus.Gauge
 	HeadEpoch        prometheus.Gauge
 	HeadSeq          prometheus.Gauge
+
+	Guard *GuardMetrics // schema and bucket-rule blocks (guard.go)
 }
 
 // NewMetrics builds the daemon's metrics and registers them on reg.
@@ -117,6 +119,9 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.TrimLag, m.HeadEpoch, m.HeadSeq} {
 		errs = append(errs, reg.Register(col))
 	}
+	guard, err := newGuardMetrics(reg)
+	errs = append(errs, err)
+	m.Guard = guard
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -67,6 +67,31 @@ func TestRunOnceRefusesAHeldLease(t *testing.T) {
 	if len(rec.snapshot()) != 0 || len(lastRuns(t, db, 10)) != 0 {
 		t.Fatal("a cycle ran without the lease")
 	}
+
+	// A dry run changes nothing, so it runs beside the holder: it takes
+	// no lease, records no run, and its fence can write nothing.
+	before, _ := lease(t, db)
+	wrote := step{"write", func(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+		if !opts.DryRun {
+			t.Error("not a dry run")
+		}
+		return cycle.Counts{}, db.SetHalted(ctx, f, "a dry run must not write")
+	}}
+	if _, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{rec}}, cycle.Options{DryRun: true}); err != nil {
+		t.Fatalf("dry run beside a live lease: %v", err)
+	}
+	if len(rec.snapshot()) != 1 || len(lastRuns(t, db, 10)) != 0 {
+		t.Fatalf("dry run: %d calls, %d runs recorded", len(rec.snapshot()), len(lastRuns(t, db, 10)))
+	}
+	if after, _ := lease(t, db); after.Token != before.Token || after.Holder != "other" {
+		t.Fatalf("the dry run touched the lease: %+v then %+v", before, after)
+	}
+	if _, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{wrote}}, cycle.Options{DryRun: true}); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Fatalf("a write from a dry run: %v, want a stale token", err)
+	}
+	if st, _ := db.GetDaemonState(ctx, "s1"); st.Halted() {
+		t.Fatal("a dry run wrote")
+	}
 }
 
 func TestRunOnceHaltPersistsAndBlocksUntilResume(t *testing.T) {
@@ -171,7 +196,7 @@ func TestAStepFailedInPartLetsTheLaterStepsRun(t *testing.T) {
 
 // TestCyclePrunesHistory: a cycle prunes the ledger and the consumed admin
 // requests older than HistoryKeep, at most PruneBatch rows of each, and a
-// dry run prunes nothing.
+// dry run prunes (and records) nothing.
 func TestCyclePrunesHistory(t *testing.T) {
 	t.Parallel()
 	db, url := newDB(t)
@@ -199,21 +224,21 @@ func TestCyclePrunesHistory(t *testing.T) {
 	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
-	if runs, reqs := count(); runs != 6 || reqs != 5 {
-		t.Fatalf("after a dry run: %d runs, %d requests (nothing pruned: 6 and 5)", runs, reqs)
+	if runs, reqs := count(); runs != 5 || reqs != 5 {
+		t.Fatalf("after a dry run: %d runs, %d requests (nothing pruned or recorded: 5 and 5)", runs, reqs)
 	}
 	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// 3 of the old runs went (the latest of them is not the latest success:
 	// this cycle's run is), 3 of the requests.
-	if runs, reqs := count(); runs != 4 || reqs != 2 {
-		t.Fatalf("after one cycle: %d runs, %d requests, want 4 and 2", runs, reqs)
+	if runs, reqs := count(); runs != 3 || reqs != 2 {
+		t.Fatalf("after one cycle: %d runs, %d requests, want 3 and 2", runs, reqs)
 	}
 	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if runs, reqs := count(); runs != 3 || reqs != 0 {
-		t.Fatalf("after two cycles: %d runs (the dry run and two cycles), %d requests", runs, reqs)
+	if runs, reqs := count(); runs != 2 || reqs != 0 {
+		t.Fatalf("after two cycles: %d runs (the two cycles'), %d requests", runs, reqs)
 	}
 }

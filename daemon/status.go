@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/trim"
 )
 
@@ -36,6 +38,36 @@ type Status struct {
 	PendingRequests []RequestStatus    `json:"pending_requests"`
 	LastSuccess     *RunStatus         `json:"last_success"`
 	LastRuns        []RunStatus        `json:"last_runs"`
+	// Policy is what the linger, age-cap and reap figures were computed
+	// with: the leader's recorded policy when one has led.
+	Policy PolicyStatus `json:"policy"`
+	// Blocked is why the leader refuses to work apart from a pause or a
+	// halt (a newer schema, an expiration rule), as it last recorded.
+	Blocked string `json:"blocked_reason,omitempty"`
+	// Buckets is the leader's last check of the bucket rules.
+	Buckets []BucketStatus `json:"buckets"`
+}
+
+// PolicyStatus is the due policy status and the gauges use.
+type PolicyStatus struct {
+	// Source is "leader" (recorded by the daemon that led last) or
+	// "flags" (no daemon has recorded one: this command's own
+	// configuration).
+	Source        string     `json:"source"`
+	Holder        string     `json:"holder,omitempty"`
+	Version       string     `json:"version,omitempty"`
+	RecordedAt    *time.Time `json:"recorded_at,omitempty"`
+	Linger        float64    `json:"linger_seconds"`
+	AgeCap        float64    `json:"age_cap_seconds"`
+	ExpressLinger float64    `json:"express_linger_seconds"`
+	ExpressAgeCap float64    `json:"express_age_cap_seconds"`
+	ReapGrace     float64    `json:"reap_grace_seconds"`
+}
+
+// BucketStatus is one bucket's rules as the leader last judged them.
+type BucketStatus struct {
+	objstore.RulesVerdict
+	CheckedAt time.Time `json:"checked_at"`
 }
 
 // LeaderStatus is the star's lease.
@@ -127,6 +159,8 @@ type RequestStatus struct {
 	Stream      string    `json:"stream,omitempty"`
 	RequestedBy string    `json:"requested_by"`
 	RequestedAt time.Time `json:"requested_at"`
+	Attempts    int       `json:"attempts,omitempty"`   // triggers: cycles that tried it and left it open
+	LastError   string    `json:"last_error,omitempty"` // why the last one did
 }
 
 // RunStatus is a run of the ledger.
@@ -161,9 +195,30 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	if o.DueStreams <= 0 {
 		o.DueStreams = 20
 	}
-	star, p := o.Star, o.Policy
+	star := o.Star
 	s := Status{Star: star, Classes: []ClassStatus{}, DueStreams: []DueStatus{}, Quarantine: []QuarantineStatus{},
-		PendingRequests: []RequestStatus{}, LastRuns: []RunStatus{}}
+		PendingRequests: []RequestStatus{}, LastRuns: []RunStatus{}, Buckets: []BucketStatus{}}
+	rt, err := db.GetRuntime(ctx, star)
+	switch {
+	case err == nil:
+		o.Policy, o.ReapGrace = rt.Policy, rt.ReapGrace
+		at := rt.UpdatedAt
+		s.Policy = PolicyStatus{Source: "leader", Holder: rt.Holder, Version: rt.Version, RecordedAt: &at}
+		s.Blocked = rt.BlockedReason
+		if len(rt.BucketRules) > 0 {
+			if err := json.Unmarshal(rt.BucketRules, &s.Buckets); err != nil {
+				return s, fmt.Errorf("decode the recorded bucket rules: %w", err)
+			}
+		}
+	case isNotFound(err):
+		s.Policy.Source = "flags"
+	default:
+		return s, err
+	}
+	p := o.Policy
+	s.Policy.Linger, s.Policy.AgeCap = p.Linger.Seconds(), p.AgeCap.Seconds()
+	s.Policy.ExpressLinger, s.Policy.ExpressAgeCap = p.ExpressLinger.Seconds(), p.ExpressAgeCap.Seconds()
+	s.Policy.ReapGrace = o.ReapGrace.Seconds()
 	now, classes, err := db.TransitByClass(ctx, star, p)
 	if err != nil {
 		return s, err
@@ -244,7 +299,7 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	for i := len(reqs) - 1; i >= 0; i-- { // oldest first
 		r := reqs[i]
 		s.PendingRequests = append(s.PendingRequests, RequestStatus{ID: r.ID, Kind: r.Kind, Stream: streamAttr(r.Stream),
-			RequestedBy: r.RequestedBy, RequestedAt: r.RequestedAt})
+			RequestedBy: r.RequestedBy, RequestedAt: r.RequestedAt, Attempts: r.Attempts, LastError: r.LastError})
 	}
 	runs, err := db.LastRuns(ctx, star, o.Runs)
 	if err != nil {
@@ -320,6 +375,37 @@ func (s Status) WriteText(w io.Writer) error {
 		}
 		p("HALTED\t%s%s\t(auditor resume clears it)\n", oneLine(s.HaltedReason), since)
 	}
+	if s.Blocked != "" {
+		p("NO WORK\t%s\t(clears itself when the cause is gone)\n", oneLine(s.Blocked))
+	}
+	pol := s.Policy
+	from := "this command's flags: no daemon has recorded one"
+	if pol.Source == "leader" {
+		from = "the daemon " + pol.Holder
+		if pol.RecordedAt != nil {
+			from += ", recorded " + ago(*pol.RecordedAt)
+		}
+	}
+	p("policy\tlinger %s, age cap %s; express linger %s, age cap %s; reap grace %s\t(from %s)\n",
+		dur(secs(pol.Linger)), dur(secs(pol.AgeCap)), dur(secs(pol.ExpressLinger)), dur(secs(pol.ExpressAgeCap)),
+		dur(secs(pol.ReapGrace)), from)
+	for _, b := range s.Buckets {
+		for _, r := range b.Expiring {
+			p("bucket %s\tEXPIRATION %s: no work while it is there\n", b.Bucket, r)
+		}
+		if b.AbortIncomplete == objstore.VerdictNo {
+			p("bucket %s\twarning: no AbortIncompleteMultipartUpload rule over the auditor's keys\n", b.Bucket)
+		}
+		if b.Encryption == objstore.VerdictNo {
+			p("bucket %s\twarning: no default server-side encryption\n", b.Bucket)
+		}
+		if b.AbortIncomplete == objstore.VerdictUnknown || b.Encryption == objstore.VerdictUnknown {
+			p("bucket %s\trules unknown (lifecycle %s, encryption %s): %s\n", b.Bucket, b.AbortIncomplete, b.Encryption, b.Note)
+		}
+		if len(b.Expiring) == 0 && b.AbortIncomplete == objstore.VerdictYes && b.Encryption == objstore.VerdictYes {
+			p("bucket %s\tok: no expiration, incomplete uploads aborted, encrypted by default\n", b.Bucket)
+		}
+	}
 	p("settle lag\t%s\n", dur(secs(s.SettleLag)))
 	if s.LastSuccess != nil && s.LastSuccess.EndedAt != nil {
 		p("last success\trun %d, %s\n", s.LastSuccess.ID, ago(*s.LastSuccess.EndedAt))
@@ -375,9 +461,10 @@ func (s Status) WriteText(w io.Writer) error {
 		}
 	}
 	if len(s.PendingRequests) > 0 {
-		p("\nPENDING REQUEST\tKIND\tSTREAM\tBY\tREQUESTED\n")
+		p("\nPENDING REQUEST\tKIND\tSTREAM\tBY\tREQUESTED\tATTEMPTS\tLAST ERROR\n")
 		for _, r := range s.PendingRequests {
-			p("%d\t%s\t%s\t%s\t%s\n", r.ID, r.Kind, r.Stream, r.RequestedBy, ago(r.RequestedAt))
+			p("%d\t%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.Kind, r.Stream, r.RequestedBy, ago(r.RequestedAt), r.Attempts,
+				clip(oneLine(r.LastError), 80))
 		}
 	}
 	if len(s.LastRuns) > 0 {

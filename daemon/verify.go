@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -24,6 +25,10 @@ type VerifyOptions struct {
 	Bucket string // the standard bucket, where every settled object lives
 	// IsNotFound reports a missing object (objstore.ErrNotFound).
 	IsNotFound func(error) bool
+	// IsShort reports a read the object itself failed (an empty object
+	// read from offset 0: objstore.ErrInvalidRange): a finding. Every
+	// other read error is a failure to look (ErrStoreAccess).
+	IsShort func(error) bool
 	// Concurrency bounds objects read at once (default 4).
 	Concurrency int
 	// Progress, when set, is called after each object with (done, total).
@@ -63,6 +68,11 @@ type VerifyReport struct {
 	Findings []Finding `json:"findings"`
 }
 
+// ErrStoreAccess marks a Verify that could not read the store (credentials,
+// permissions, transport): nothing was judged, so nothing is reported
+// corrupt.
+var ErrStoreAccess = errors.New("the object store could not be read")
+
 // Verify is the fsck of a star's catalog (DESIGN.md section 8): every
 // entry's object exists, decodes as a settled bundle of its stream that
 // holds exactly the entry's records, bytes, footer window and timestamps,
@@ -76,6 +86,9 @@ func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o VerifyOpt
 	}
 	if o.IsNotFound == nil {
 		o.IsNotFound = func(error) bool { return false }
+	}
+	if o.IsShort == nil {
+		o.IsShort = func(error) bool { return false }
 	}
 	streams, err := db.StreamsOfStar(ctx, o.Star)
 	if err != nil {
@@ -195,10 +208,12 @@ func verifyEntry(ctx context.Context, store ObjectReader, o VerifyOptions, s cat
 		return find(FindingMissing, "no object at %s/%s", o.Bucket, key), 0, nil
 	case err != nil && ctx.Err() != nil:
 		return nil, 0, err
+	case err != nil && o.IsShort(err):
+		return find(FindingMismatch, "object is empty, the catalog says %d bytes: %v", e.ObjectBytes, err), 0, nil
 	case err != nil:
-		// A short or unreadable object reads as corrupt; the store's other
-		// failures stop verify.
-		return find(FindingCorrupt, "read: %v", err), 0, nil
+		// Access denied, bad credentials, a server down: a failure to look,
+		// not a property of the object.
+		return nil, 0, fmt.Errorf("read %s/%s: %w: %w", o.Bucket, key, ErrStoreAccess, err)
 	}
 	got := int64(len(obj))
 	if size != e.ObjectBytes {

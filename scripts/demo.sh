@@ -47,7 +47,7 @@ if [ "${DEMO_STORE:-file}" = s3 ]; then
 	. "$envfile"
 	export AWS_ACCESS_KEY_ID=$NOVA_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$NOVA_TEST_S3_SECRET_KEY AWS_REGION=us-east-1
 	bucket="nova-demo-$(date +%s)-$$"
-	common+=(--s3-endpoint "$NOVA_TEST_S3_ENDPOINT" --s3-path-style true --bucket "$bucket")
+	common+=(--s3-endpoint "$NOVA_TEST_S3_ENDPOINT" --s3-path-style --bucket "$bucket")
 	setup_extra=(--create-buckets)
 	where="versitygw at $NOVA_TEST_S3_ENDPOINT, bucket $bucket"
 else

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nova/auditor/bundlefmt"
@@ -207,6 +208,13 @@ func Decide(st catalog.TrimState) (Decision, error) {
 type Trim struct {
 	d Deps
 	c Config
+
+	// mu guards what was last logged, so a hold or a fence wait that
+	// lasts many cycles is logged at warn once when it starts, then at
+	// debug, and at info once when it ends.
+	mu        sync.Mutex
+	held      string // the bounding quarantine hold last logged ("" none)
+	fenceWait int64  // the epoch of the fence wait last logged (0 none)
 }
 
 // ResetLeaderGauges resets the trim gauges when the daemon stops leading
@@ -228,6 +236,37 @@ func NewTrim(d Deps, c Config) (*Trim, error) {
 // Name implements cycle.Step.
 func (t *Trim) Name() string { return "trim" }
 
+// logHolds logs a fence wait and a quarantine hold once per change (the
+// metrics show them every cycle).
+func (t *Trim) logHolds(star string, dec Decision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var epoch int64
+	if w := dec.FenceWait; w != nil {
+		epoch = w.Epoch
+		level := slog.LevelDebug
+		if epoch != t.fenceWait {
+			level = slog.LevelWarn
+		}
+		t.d.Log.Log(context.Background(), level, "trim waits at a fence in progress", "star", star, "epoch", w.Epoch, "since", w.Since)
+	} else if t.fenceWait != 0 {
+		t.d.Log.Info("trim no longer waits at a fence", "star", star, "epoch", t.fenceWait)
+	}
+	t.fenceWait = epoch
+	held := ""
+	if q := dec.Quarantine; q != nil && q.Bounding {
+		held = q.Slot.String() + " " + fmt.Sprintf("%x", q.Stream)
+		level := slog.LevelDebug
+		if held != t.held {
+			level = slog.LevelWarn
+		}
+		t.d.Log.Log(context.Background(), level, "trim held by quarantine", "star", star, "slot", q.Slot.String(), "stream", fmt.Sprintf("%x", q.Stream))
+	} else if t.held != "" {
+		t.d.Log.Info("trim no longer held by quarantine", "star", star, "was", t.held)
+	}
+	t.held = held
+}
+
 // Run implements cycle.Step.
 func (t *Trim) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	var counts cycle.Counts
@@ -240,12 +279,11 @@ func (t *Trim) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cy
 		return counts, fmt.Errorf("trim star %q: %w", f.Star, err)
 	}
 	t.d.Metrics.observeDecision(dec, st.Now)
+	t.logHolds(f.Star, dec)
 	if w := dec.FenceWait; w != nil {
-		t.d.Log.Warn("trim waits at a fence in progress", "star", f.Star, "epoch", w.Epoch, "since", w.Since)
 		plan(opts, "trim: star %s waits at epoch %d: its fence is in progress since %s (no end_seq)", f.Star, w.Epoch, w.Since.UTC().Format(time.RFC3339))
 	}
 	if q := dec.Quarantine; q != nil && q.Bounding {
-		t.d.Log.Warn("trim held by quarantine", "star", f.Star, "slot", q.Slot.String(), "stream", fmt.Sprintf("%x", q.Stream))
 		plan(opts, "trim: star %s held by quarantined stream %x at slot %s", f.Star, q.Stream, q.Slot)
 	}
 	if !dec.Move {

@@ -1,8 +1,10 @@
 package trim_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +193,33 @@ func TestQuarantineHoldsTrim(t *testing.T) {
 	st, err := trim.ReadStatus(e.ctx, e.db, e.star, 0)
 	if err != nil || st.Quarantine == nil || !st.Quarantine.Bounding || st.Quarantine.Stream != b || st.Quarantine.Slot != P(1, 1) {
 		t.Fatalf("status: %+v %v", st.Quarantine, err)
+	}
+
+	// One trim step over many cycles logs the hold at warn once, and its
+	// end once.
+	var logs bytes.Buffer
+	d := e.deps()
+	d.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	tr, err := trim.NewTrim(d, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := tr.Run(e.ctx, e.fence, cycle.Options{Trigger: "once"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), `level=WARN msg="trim held by quarantine"`); n != 1 {
+		t.Fatalf("the hold was logged %d times at warn over 3 cycles, want once:\n%s", n, logs.String())
+	}
+	if _, err := e.db.ReleaseQuarantine(e.ctx, e.star, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Run(e.ctx, e.fence, cycle.Options{Trigger: "once"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "trim no longer held by quarantine"); n != 1 {
+		t.Fatalf("the end of the hold was logged %d times, want once:\n%s", n, logs.String())
 	}
 }
 

@@ -55,7 +55,35 @@ func adminSetup(ctx context.Context, e env, name string, args []string, extra fu
 	if err != nil {
 		return cfg, nil, nil, exitCode(e, cfg, err)
 	}
+	// A typo must not read as a healthy, idle star, nor record a request
+	// no daemon will ever take.
+	if err := checkStar(ctx, db, cfg.Star, stream); err != nil {
+		db.Close()
+		return cfg, nil, nil, exitCode(e, cfg, err)
+	}
 	return cfg, db, stream, -1
+}
+
+// checkStar is a configuration error when the star, or the stream in it,
+// is not in the metastore.
+func checkStar(ctx context.Context, db *catalog.DB, star string, stream *catalog.StreamID) error {
+	ok, err := db.StarExists(ctx, star)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &config.Error{Field: "star", Msg: fmt.Sprintf("no star %q in the metastore (nova.stars)", star)}
+	}
+	if stream == nil {
+		return nil
+	}
+	if ok, err = db.StreamOfStar(ctx, star, *stream); err != nil {
+		return err
+	}
+	if !ok {
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", daemon.FormatStream(*stream), star)}
+	}
+	return nil
 }
 
 // warnNoLeader tells the operator when no daemon will pick the request up.
@@ -72,7 +100,7 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 	var wait *time.Duration
 	cfg, db, stream, code := adminSetup(ctx, e, "trigger", args, func(fs *flag.FlagSet) {
 		fs.String("stream", "", "settle this stream (uuid) now, regardless of linger")
-		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request (exit 1 if it does not)")
+		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request into a cycle (exit 1 if it does not, or if it failed)")
 	})
 	if code >= 0 {
 		return code
@@ -97,8 +125,15 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
-		if r.ConsumedAt != nil {
-			fmt.Fprintf(e.stdout, "taken by %s after %s\n", r.ConsumedBy, r.ConsumedAt.Sub(r.RequestedAt).Round(time.Millisecond))
+		if r.Outcome == catalog.TriggerFailed {
+			return exitCode(e, cfg, fmt.Errorf("trigger request %d failed in run %d: %s", req.ID, deref(r.RunID), r.Reason))
+		}
+		if r.TakenAt != nil || r.ConsumedAt != nil {
+			at := r.TakenAt
+			if at == nil {
+				at = r.ConsumedAt
+			}
+			fmt.Fprintf(e.stdout, "taken by %s after %s\n", r.ConsumedBy, at.Sub(r.RequestedAt).Round(time.Millisecond))
 			return exitOK
 		}
 		if time.Now().After(deadline) {
@@ -110,6 +145,13 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func cmdPause(ctx context.Context, e env, args []string) int {
@@ -201,22 +243,21 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
-// exitFindings is verify's exit code when the catalog is not sound (the
-// code inspect gives a corrupt object).
-const exitFindings = 3
-
-// openVerifyStore opens the object store that verify reads (the same store
-// the cycle uses), and says which of its errors mean a missing object.
-func openVerifyStore(ctx context.Context, cfg config.Config) (daemon.ObjectReader, func(error) bool, func(), error) {
+// verifyStore opens the object store that verify reads (the same store the
+// cycle uses) and says which of its errors mean a missing or empty object.
+func verifyStore(ctx context.Context, cfg config.Config, o *daemon.VerifyOptions) (daemon.ObjectReader, error) {
 	store, err := openStore(ctx, cfg)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	return store, func(err error) bool { return errors.Is(err, objstore.ErrNotFound) }, func() {}, nil
+	o.IsNotFound = func(err error) bool { return errors.Is(err, objstore.ErrNotFound) }
+	o.IsShort = func(err error) bool { return errors.Is(err, objstore.ErrInvalidRange) }
+	return store, nil
 }
 
 // cmdVerify is `auditor verify`: the fsck of the star's catalog. Exit 0 when
-// sound, 3 on any finding, 1 when it could not look.
+// sound, 3 on any finding, 5 when the store could not be read (nothing was
+// judged), 1 when it could not look otherwise.
 func cmdVerify(ctx context.Context, e env, args []string) int {
 	var (
 		asJSON      *bool
@@ -230,12 +271,11 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 		return code
 	}
 	defer db.Close()
-	store, isNotFound, closeStore, err := openVerifyStore(ctx, cfg)
+	opts := daemon.VerifyOptions{Star: cfg.Star, Bucket: cfg.Bucket, Concurrency: *concurrency}
+	store, err := verifyStore(ctx, cfg, &opts)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	defer closeStore()
-	opts := daemon.VerifyOptions{Star: cfg.Star, Bucket: cfg.Bucket, IsNotFound: isNotFound, Concurrency: *concurrency}
 	tty := logging.IsTerminal(e.stderr)
 	if tty {
 		opts.Progress = func(done, total int) { fmt.Fprintf(e.stderr, "\r%s", progressBar(done, total, 40)) }
@@ -243,6 +283,10 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 	rep, err := daemon.Verify(ctx, db, store, opts)
 	if tty {
 		fmt.Fprintln(e.stderr)
+	}
+	if errors.Is(err, daemon.ErrStoreAccess) {
+		fmt.Fprintf(e.stderr, "auditor: verify: %s\nauditor: nothing was judged: check the S3 credentials, permissions and endpoint\n", cfg.Scrub(err.Error()))
+		return exitUnreachable
 	}
 	if err != nil {
 		return exitCode(e, cfg, fmt.Errorf("verify: %w", err))

@@ -32,13 +32,21 @@ func newFlags(e env, name string) (*flag.FlagSet, *config.Loader) {
 	return fs, config.Bind(fs, e.getenv)
 }
 
-// parse is cli.Parse with the command's stderr.
+// parse is cli.Parse with the command's stdout (for -h).
 func parse(e env, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
-	return cli.Parse(e.stderr, fs, l, args, require...)
+	return cli.Parse(e.stdout, fs, l, args, require...)
 }
 
+// newLogger is the command's logger; every line names the star.
 func newLogger(e env, cfg config.Config) (*slog.Logger, error) {
-	return logging.New(e.stderr, cfg.LogFormat, cfg.LogLevel)
+	log, err := logging.New(e.stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Star != "" {
+		log = log.With("star", cfg.Star)
+	}
+	return log, nil
 }
 
 // openDB connects to the metastore; an unreachable database at start-up is a

@@ -1,22 +1,31 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/nova/auditor/bundlefmt"
 )
 
 const inspectUsage = `usage: auditor inspect [flags] FILE
+       auditor inspect --key KEY [--json] [--records] [storage flags]
 
-Decode and validate a chain slot (flight or poison) or a settled object held
-in FILE, every rule of FORMAT.md including every DataCRC, and print a summary.
+Decode and validate a chain slot (flight or poison) or a settled object, every
+rule of FORMAT.md including every DataCRC, and print a summary.
+
+The first form reads FILE (with --key, the key it was stored under gives the
+kind and the expectations). The second form, --key without FILE, fetches the
+object with that key from the configured store (--fs-root, or S3 with
+--s3-endpoint, --bucket, --key-prefix and the express set: the storage keys
+of config.example.yaml): the standard bucket first, then the express
+buckets. It reads into memory and writes no file, so it works on a
+read-only filesystem.
 
 Exit status: 0 valid, 3 corrupt (including a checksum mismatch), 4 unsupported
-format version, 2 usage, 1 the file could not be read.
+format version, 2 usage, 1 the object could not be read.
 
 Flags:
 `
@@ -27,10 +36,13 @@ Flags:
 func runInspect(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, inspectUsage)
+	usageTo := func(w io.Writer) {
+		fs.SetOutput(w)
+		fmt.Fprint(w, inspectUsage)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
+	fs.Usage = func() { usageTo(stderr) }
 	jsonOut := fs.Bool("json", false, "print one JSON document instead of the human summary")
 	records := fs.Bool("records", false, "add every record's length, timestamp, batch end, header count and content bytes")
 	settled := fs.Bool("settled", false, "assert that FILE is a settled object")
@@ -39,10 +51,11 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	seq := fs.Uint64("seq", 0, "with --transit: the seq of the slot's key")
 	key := fs.String("key", "", "the object's key (slot or settled, store prefix allowed): kind and expectations come from it")
 
-	files, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
+	if slices.Contains(args, "-h") || slices.Contains(args, "--help") || slices.Contains(args, "-help") {
+		usageTo(stdout) // help asked for is output
 		return bundlefmt.ExitOK
 	}
+	files, err := parseInterspersed(fs, args)
 	if err != nil {
 		return bundlefmt.ExitUsage // the flag package has printed why
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/wire"
 	"github.com/nova/auditor/objstore"
 )
@@ -32,11 +32,17 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	buckets := append([]string{cfg.Bucket}, wire.SlotBuckets(cfg, wire.ClassExpress)...)
-	var obj []byte
+	var (
+		obj  []byte
+		from string
+	)
 	for _, b := range buckets {
 		a, herr := store.Head(ctx, b, key)
 		if herr == nil {
-			obj, _, err = store.GetRange(ctx, b, key, 0, a.Size)
+			from = b
+			if obj, err = []byte{}, nil; a.Size > 0 { // an empty object is inspected (and found corrupt)
+				obj, _, err = store.GetRange(ctx, b, key, 0, a.Size)
+			}
 			break
 		}
 		err = herr
@@ -44,26 +50,17 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 			break
 		}
 	}
-	if obj == nil {
+	if obj == nil || err != nil {
 		return exitCode(e, cfg, fmt.Errorf("inspect %s: %w", key, err))
 	}
-	dir, err := os.MkdirTemp("", "nova-inspect")
+	exp, err := bundlefmt.ExpectFromKey(key)
 	if err != nil {
-		return exitCode(e, cfg, err)
+		return exitCode(e, cfg, &config.Error{Field: "key", Msg: err.Error()})
 	}
-	defer os.RemoveAll(dir)
-	file := filepath.Join(dir, "object")
-	if err := os.WriteFile(file, obj, 0o600); err != nil {
-		return exitCode(e, cfg, err)
-	}
-	iargs := []string{"--key", key, file}
-	if *asJSON {
-		iargs = append([]string{"--json"}, iargs...)
-	}
-	if *records {
-		iargs = append([]string{"--records"}, iargs...)
-	}
-	return runInspect(iargs, e.stdout, e.stderr)
+	// The bytes are decoded where they are: no temporary file, so a pod
+	// with a read-only root filesystem can inspect.
+	return bundlefmt.Inspect(obj, bundlefmt.InspectOptions{Expect: exp, File: from + "/" + key, JSON: *asJSON, Records: *records},
+		e.stdout, e.stderr)
 }
 
 // inspectKeyOnly reports whether args name --key and no FILE (every other

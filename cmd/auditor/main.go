@@ -20,13 +20,6 @@ import (
 	"github.com/nova/auditor/migrations"
 )
 
-// Exit codes (DESIGN.md section 8).
-const (
-	exitOK      = cli.ExitOK
-	exitFailure = cli.ExitFailure
-	exitUsage   = cli.ExitUsage
-)
-
 // env is what every subcommand gets from the process.
 type env struct {
 	stdout, stderr io.Writer
@@ -44,7 +37,7 @@ func commands() map[string]command {
 		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun},
 		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe},
 		"version":     {"print the binary's schema version", cmdVersion},
-		"inspect":     {"decode and print a slot or settled object (FILE)", cmdInspect},
+		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect},
 		"crashpoints": {"list the crash points NOVA_AUDITOR_CRASHPOINT=name[:n] can arm", cmdCrashpoints},
 		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger)", cmdTrigger},
 		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause},
@@ -52,6 +45,7 @@ func commands() map[string]command {
 		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease},
 		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json)", cmdStatus},
 		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream", cmdVerify},
+		"completion":  {"print a shell completion script (completion bash)", cmdCompletion},
 	}
 }
 
@@ -68,8 +62,15 @@ func dispatch(ctx context.Context, e env, args []string) int {
 	for n, c := range cmds {
 		summaries[n] = c.summary
 	}
-	name, code, ok := cli.Route("auditor", e.stderr, summaries, args)
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		return cmdVersion(ctx, e, args[1:])
+	}
+	name, code, ok := cli.Route("auditor", e.stdout, e.stderr, summaries, args)
 	if !ok {
+		if code == exitOK {
+			fmt.Fprintln(e.stdout, "  --version    print the version (the version command)")
+			writeExitCodes(e.stdout)
+		}
 		return code
 	}
 	return cmds[name].run(ctx, e, args[1:])
@@ -85,6 +86,7 @@ func exitCode(e env, cfg config.Config, err error) int {
 	switch {
 	case errors.Is(err, config.ErrConfig),
 		errors.Is(err, catalog.ErrUnreachable),
+		errors.Is(err, catalog.ErrRefused),
 		errors.Is(err, migrations.ErrDatabaseBehind),
 		errors.Is(err, migrations.ErrDatabaseNewer):
 		return exitUsage

@@ -69,7 +69,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	root := t.TempDir()
 	common := []string{"--schedule", "@every 2s", "--denorm-linger", "0s", "--reap-grace", "1s", "--log-level", "info"}
 	s1Flags := append([]string{"--star", "s1", "--fs-root", root}, common...)
-	s2Flags := append([]string{"--star", "s2", "--s3-endpoint", srv.URL, "--s3-path-style", "true", "--bucket", bucket,
+	s2Flags := append([]string{"--star", "s2", "--s3-endpoint", srv.URL, "--s3-path-style", "--bucket", bucket,
 		"--s3-max-attempts", "6", "--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "64"}, common...)
 	procs := map[string]*proc{
 		"s1a": startServe(t, "s1a", dbURL, s1Flags...), "s1b": startServe(t, "s1b", dbURL, s1Flags...),
@@ -94,7 +94,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 		writers.Go(func() { _ = cmd.Wait(); out.close() })
 	}
 	write("s1", "--fs-root", root)
-	write("s2", "--s3-endpoint", s3e.Endpoint, "--s3-path-style", "true", "--bucket", bucket)
+	write("s2", "--s3-endpoint", s3e.Endpoint, "--s3-path-style", "--bucket", bucket)
 
 	leaderOf := func(star string) *proc {
 		t.Helper()

@@ -51,7 +51,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	}
 	defer db.Close()
 	reg := prometheus.NewRegistry()
-	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, reg)
+	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, reg, *dryRun)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -78,7 +78,7 @@ func daemonConfig(cfg config.Config) daemon.Config {
 	return daemon.Config{
 		Star: cfg.Star, Holder: cfg.Holder, Schedule: sched,
 		LeaseTTL: cfg.LeaseTTL, LeaseRenew: cfg.LeaseRenew, ShutdownTimeout: cfg.ShutdownTimeout,
-		HTTPAddr: cfg.HTTPAddr, Pprof: cfg.Pprof, Version: buildVersion(), HistoryKeep: cfg.HistoryRetention,
+		HTTPAddr: cfg.HTTPAddr, Pprof: cfg.Pprof, Version: buildVersion(), ReapGrace: cfg.ReapGrace, HistoryKeep: cfg.HistoryRetention,
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
 			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
 	}

@@ -6,12 +6,19 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/wire"
+	"github.com/nova/auditor/migrations"
 )
 
 // cmdServe is `auditor serve`: the daemon of one star (DESIGN.md sections
@@ -53,11 +60,20 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 		}
 	}()
 
-	db, err := openCurrentDB(ctx, cfg)
+	// The database is not needed to come up: the daemon waits for it
+	// with backoff, not ready meanwhile (a crash loop would page no one
+	// more usefully and restart the wait).
+	db, err := catalog.OpenLazy(cfg.DatabaseURL)
 	if err != nil {
-		return exitCode(e, cfg, err)
+		return exitCode(e, cfg, &config.Error{Field: "database-url", Msg: err.Error()})
 	}
 	defer db.Close()
+	// A database that answers with the wrong schema, or refuses the URL,
+	// is a configuration problem to report now (exit 2), before the store
+	// is set up; one that does not answer is waited for by the daemon.
+	if err := firstSchemaCheck(ctx, db); err != nil {
+		return exitCode(e, cfg, err)
+	}
 
 	// One registry for the process; every series of the star carries its
 	// name, so one Prometheus can watch the auditors of many stars.
@@ -74,16 +90,20 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	if err := starReg.Register(daemon.NewPoolCollector(db.PoolStats)); err != nil {
 		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
 	}
-	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, starReg)
+	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, starReg, false)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
 	defer closeSteps()
 
+	rules, err := bucketRules(ctx, cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
 	dc := daemonConfig(cfg)
 	dc.RunNow = *runNow
-	dc.ReapGrace = cfg.ReapGrace
-	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash()})
+	dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
+	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -92,4 +112,44 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, fmt.Errorf("serve: %w", err))
 	}
 	return exitOK
+}
+
+// bucketRules is the store's reader of lifecycle rules and encryption
+// (every backend has one; the file backend's answers "unknown").
+func bucketRules(ctx context.Context, cfg config.Config) (daemon.BucketRulesReader, error) {
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := store.(daemon.BucketRulesReader)
+	if !ok {
+		return nil, fmt.Errorf("the %T store cannot read bucket rules", store)
+	}
+	return r, nil
+}
+
+// checkedBuckets are the buckets the auditor writes to and the key
+// prefixes it writes under there (its star's chain and the settled
+// objects), which no expiration rule may reach.
+func checkedBuckets(cfg config.Config) (buckets, prefixes []string) {
+	buckets = append([]string{cfg.Bucket}, wire.SlotBuckets(cfg, wire.ClassExpress)...)
+	slot := bundlefmt.SlotKey(cfg.Star, 1, 0)
+	chain := slot[:strings.Index(slot, "/chain/")+len("/chain/")]
+	settled := bundlefmt.SettledKey("b", bundlefmt.StreamID{}, 1, 0, 0)
+	return buckets, []string{cfg.KeyPrefix + chain, cfg.KeyPrefix + settled[:strings.Index(settled, "/")+1]}
+}
+
+// firstSchemaCheck is the start-up check of the schema: an error only for
+// an answer waiting cannot change.
+func firstSchemaCheck(ctx context.Context, db *catalog.DB) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := db.CheckSchema(cctx)
+	switch {
+	case errors.Is(err, migrations.ErrDatabaseBehind), errors.Is(err, migrations.ErrDatabaseNewer):
+		return err
+	case catalog.IsRefused(err):
+		return fmt.Errorf("%w: %w", catalog.ErrRefused, err)
+	}
+	return nil
 }

@@ -121,9 +121,14 @@ func TestServeTriggerPauseResume(t *testing.T) {
 		r := runs()
 		return len(r) == 1 && r[0].Trigger == "manual" && r[0].Outcome == catalog.RunOK
 	})
-	reqs, err := db.AdminRequests(ctx, "s1", false, 10)
-	if err != nil || len(reqs) != 1 || reqs[0].ConsumedAt == nil || reqs[0].ConsumedBy != "d1" {
-		t.Fatalf("requests %+v %v", reqs, err)
+	var reqs []catalog.AdminRequest
+	eventually(t, 2*time.Second, "the request consumed after its cycle", func() bool {
+		var err error
+		reqs, err = db.AdminRequests(ctx, "s1", false, 10)
+		return err == nil && len(reqs) == 1 && reqs[0].ConsumedAt != nil
+	})
+	if reqs[0].ConsumedBy != "d1" || reqs[0].Outcome != catalog.TriggerDone {
+		t.Fatalf("requests %+v", reqs)
 	}
 	lat := runs()[0].StartedAt.Sub(reqs[0].RequestedAt)
 	t.Logf("trigger to cycle start: %s (database clock)", lat)
@@ -449,7 +454,7 @@ func TestServeOnVersitygw(t *testing.T) {
 	}
 	t.Setenv("AWS_ACCESS_KEY_ID", s3e.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3e.SecretKey)
-	storeFlags := []string{"--s3-endpoint", s3e.Endpoint, "--s3-path-style", "true", "--bucket", bucket}
+	storeFlags := []string{"--s3-endpoint", s3e.Endpoint, "--s3-path-style", "--bucket", bucket}
 	p := startServe(t, "v1", url, append([]string{"--denorm-linger", "0s", "--reap-grace", "1s",
 		"--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "64"}, storeFlags...)...)
 	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
@@ -463,6 +468,12 @@ func TestServeOnVersitygw(t *testing.T) {
 			value(f, "nova_auditor_bytes_total", map[string]string{"path": "copied"})+
 				value(f, "nova_auditor_bytes_total", map[string]string{"path": "uploaded"}) > 0 &&
 			value(f, "nova_auditor_s3_requests_total", nil) > 0
+	})
+	// The counters move while the cycle runs; its trim step arms the
+	// slots' reap (1s grace) after them, when the cycle's run row ends.
+	eventually(t, 30*time.Second, "the first cycle ended", func() bool {
+		r, err := db.LastRuns(ctx, "s1", 1)
+		return err == nil && len(r) == 1 && r[0].EndedAt != nil
 	})
 	time.Sleep(1100 * time.Millisecond) // the trimmed slots' grace
 	if code, _, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--wait", "30s"); code != 0 {
@@ -495,5 +506,18 @@ func TestServeOnVersitygw(t *testing.T) {
 	code, out, errs := runCLI(t, verify...)
 	if code == 0 || !strings.Contains(out+errs, victim) {
 		t.Fatalf("verify after deleting %s: exit %d, does not name it:\n%s%s", victim, code, out, errs)
+	}
+
+	// Bad credentials, or no server at all: verify could not look (exit
+	// 5), and no object is called corrupt.
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+	for name, args := range map[string][]string{
+		"bad credentials": verify,
+		"no server":       append(append([]string{}, verify...), "--s3-endpoint", "http://127.0.0.1:1", "--s3-max-attempts", "1"),
+	} {
+		code, out, errs = runCLI(t, args...)
+		if code != exitUnreachable || strings.Contains(out+errs, "corrupt") || !strings.Contains(errs, "nothing was judged") {
+			t.Fatalf("verify with %s: exit %d, want %d without findings:\n%s%s", name, code, exitUnreachable, out, errs)
+		}
 	}
 }

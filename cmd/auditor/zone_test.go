@@ -145,7 +145,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 	run := func(what string) string {
 		t.Helper()
 		cmd := exec.Command(bin, "run", "--once", "--star", "s1-x", "--database-url", dbURL,
-			"--s3-endpoint", srv.URL, "--s3-path-style", "true", "--bucket", std,
+			"--s3-endpoint", srv.URL, "--s3-path-style", "--bucket", std,
 			"--s3-express-buckets", "za="+za+",zb="+zb, "--location", "za",
 			"--s3-attempt-timeout", "500ms", "--s3-max-attempts", "3", "--data-dir", filepath.Join(root, "data"),
 			"--express-denorm-linger", "0s", "--reap-grace", "1s", "--holder", "zone-test",
@@ -286,7 +286,7 @@ func TestFullCycleUnderS3Faults(t *testing.T) {
 		srv := httptest.NewServer(fp)
 		t.Cleanup(srv.Close)
 		bucket := flags[len(flags)-1]
-		return st, []string{"--s3-endpoint", srv.URL, "--s3-path-style", "true", "--s3-max-attempts", "2",
+		return st, []string{"--s3-endpoint", srv.URL, "--s3-path-style", "--s3-max-attempts", "2",
 			"--s3-attempt-timeout", "5s", "--bucket", bucket}, env, flightBytes, capMiB
 	})
 	failed := 0
@@ -383,7 +383,7 @@ func TestStallingZoneCostsLittle(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", s3e.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3e.SecretKey)
 	p := startServe(t, "stall", url, "--star", "s1-x", "--schedule", "@every 1s", "--express-denorm-linger", "0s",
-		"--reap-grace", "1s", "--s3-endpoint", srv.URL, "--s3-path-style", "true", "--bucket", std,
+		"--reap-grace", "1s", "--s3-endpoint", srv.URL, "--s3-path-style", "--bucket", std,
 		"--s3-express-buckets", "za="+za+",zb="+zb, "--location", "za",
 		"--s3-attempt-timeout", "2s", "--s3-max-attempts", "2", "--log-level", "info",
 		"--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "64")

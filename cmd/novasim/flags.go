@@ -38,9 +38,9 @@ func newFlags(e env, name string) (*flag.FlagSet, *config.Loader) {
 	return fs, config.Bind(fs, e.getenv, sharedKeys...)
 }
 
-// parse is cli.Parse with the command's stderr.
+// parse is cli.Parse with the command's stdout (for -h).
 func parse(e env, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
-	return cli.Parse(e.stderr, fs, l, args, require...)
+	return cli.Parse(e.stdout, fs, l, args, require...)
 }
 
 // exitCode reports err (without secrets) and maps it to an exit code.
@@ -63,6 +63,9 @@ func newLogger(e env, cfg config.Config) (*slog.Logger, error) {
 	l, err := logging.New(e.stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		return nil, &config.Error{Field: "log-format", Msg: err.Error()}
+	}
+	if cfg.Star != "" {
+		l = l.With("star", cfg.Star)
 	}
 	return l, nil
 }

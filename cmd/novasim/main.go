@@ -74,7 +74,7 @@ func dispatch(ctx context.Context, e env, args []string) int {
 	for n, c := range cmds {
 		summaries[n] = c.summary
 	}
-	name, code, ok := cli.Route("novasim", e.stderr, summaries, args)
+	name, code, ok := cli.Route("novasim", e.stdout, e.stderr, summaries, args)
 	if !ok {
 		return code
 	}

@@ -26,7 +26,7 @@ func cmdSetup(ctx context.Context, e env, args []string) int {
 	fs.StringVar(&buckets, "stream-buckets", "b0", "Nova buckets of the streams' settled objects, comma-separated, dealt round-robin")
 	fs.IntVar(&o.FenceWindow, "fence-window", 4, "the stars' fence_window: most slot PUTs a writer has in flight")
 	fs.Uint64Var(&seed, "seed", 1, "content seed: with the stream and record number it determines every record (recorded for check)")
-	fs.Var(rangeFlag{&o.Content.MinBytes, &o.Content.MaxBytes}, "record-bytes", fmt.Sprintf("content bytes per record, MIN-MAX, skewed toward small (default %d-%d)", def.MinBytes, def.MaxBytes))
+	fs.Var(rangeFlag{&o.Content.MinBytes, &o.Content.MaxBytes}, "record-bytes", "content bytes per record, MIN-MAX, skewed toward small")
 	shareVar(fs, &o.Content.HeaderShare, "headers", def.HeaderShare, "share of records with headers")
 	shareVar(fs, &o.Content.EmptyShare, "empty-share", def.EmptyShare, "share of records with an empty body")
 	fs.BoolVar(&migrate, "migrate", false, "apply the schema migrations first")

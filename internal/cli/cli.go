@@ -26,13 +26,15 @@ var ErrHelp = errors.New("help requested")
 // Route picks the subcommand named by args[0] among summaries (name ->
 // one-line summary). It returns the name, or, when no command is to run
 // (none given, help, unknown), ok false and the exit code, having printed
-// the usage.
-func Route(prog string, stderr io.Writer, summaries map[string]string, args []string) (name string, code int, ok bool) {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+// the usage: to stdout when help was asked for (exit 0), else to stderr
+// (exit 2).
+func Route(prog string, stdout, stderr io.Writer, summaries map[string]string, args []string) (name string, code int, ok bool) {
+	if len(args) == 0 {
 		Usage(prog, stderr, summaries)
-		if len(args) == 0 {
-			return "", ExitUsage, false
-		}
+		return "", ExitUsage, false
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		Usage(prog, stdout, summaries)
 		return "", ExitOK, false
 	}
 	if _, found := summaries[args[0]]; !found {
@@ -69,13 +71,12 @@ func FlagSet(name string) *flag.FlagSet {
 
 // Parse parses the flags, loads and validates the configuration and checks
 // the required keys. Its errors are configuration errors (exit 2), or
-// ErrHelp after -h.
-func Parse(stderr io.Writer, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
+// ErrHelp after -h printed the flags to stdout (help asked for is output,
+// not an error).
+func Parse(stdout io.Writer, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fmt.Fprintf(stderr, "usage of %s:\n", fs.Name())
-			fs.PrintDefaults()
+			PrintFlags(stdout, fs)
 			return config.Config{}, ErrHelp
 		}
 		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}
@@ -88,4 +89,12 @@ func Parse(stderr io.Writer, fs *flag.FlagSet, l *config.Loader, args []string, 
 		return cfg, err
 	}
 	return cfg, cfg.Require(require...)
+}
+
+// PrintFlags prints a FlagSet's usage line and flags to w.
+func PrintFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.SetOutput(w)
+	defer fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, "usage of %s:\n", fs.Name())
+	fs.PrintDefaults()
 }

@@ -85,16 +85,17 @@ func fieldErr(field, format string, args ...any) error {
 
 // key is one configuration key: its flag name, usage, default and setter.
 type key struct {
-	name  string
-	usage string
-	def   string
-	set   func(c *Config, v string) error
-	get   func(c *Config) string
+	name   string
+	usage  string
+	def    string
+	set    func(c *Config, v string) error
+	get    func(c *Config) string
+	isBool bool // a flag without a value (--flag, or --flag=false)
 }
 
 func durationKey(name, usage, def string, p func(*Config) *time.Duration) key {
-	return key{name, usage, def,
-		func(c *Config, v string) error {
+	return key{name: name, usage: usage, def: def,
+		set: func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				return fieldErr(name, "%q is not a duration (like 30s, 5m, 24h)", v)
@@ -105,18 +106,18 @@ func durationKey(name, usage, def string, p func(*Config) *time.Duration) key {
 			*p(c) = d
 			return nil
 		},
-		func(c *Config) string { return p(c).String() }}
+		get: func(c *Config) string { return p(c).String() }}
 }
 
 func stringKey(name, usage, def string, p func(*Config) *string) key {
-	return key{name, usage, def,
-		func(c *Config, v string) error { *p(c) = v; return nil },
-		func(c *Config) string { return *p(c) }}
+	return key{name: name, usage: usage, def: def,
+		set: func(c *Config, v string) error { *p(c) = v; return nil },
+		get: func(c *Config) string { return *p(c) }}
 }
 
 func intKey(name, usage, def string, p func(*Config) *int64) key {
-	return key{name, usage, def,
-		func(c *Config, v string) error {
+	return key{name: name, usage: usage, def: def,
+		set: func(c *Config, v string) error {
 			n, err := parseSize(v)
 			if err != nil {
 				return fieldErr(name, "%v", err)
@@ -124,23 +125,22 @@ func intKey(name, usage, def string, p func(*Config) *int64) key {
 			*p(c) = n
 			return nil
 		},
-		func(c *Config) string { return fmt.Sprint(*p(c)) }}
+		get: func(c *Config) string { return fmt.Sprint(*p(c)) }}
 }
 
 func boolKey(name, usage, def string, p func(*Config) *bool) key {
-	return key{name, usage, def,
-		func(c *Config, v string) error {
-			switch strings.ToLower(v) {
-			case "true", "1", "yes", "on":
-				*p(c) = true
-			case "false", "0", "no", "off":
-				*p(c) = false
-			default:
-				return fieldErr(name, "%q is not a boolean", v)
-			}
-			return nil
-		},
-		func(c *Config) string { return fmt.Sprint(*p(c)) }}
+	return key{name: name, usage: usage, def: def, isBool: true, set: func(c *Config, v string) error {
+		switch strings.ToLower(v) {
+		case "true", "1", "yes", "on":
+			*p(c) = true
+		case "false", "0", "no", "off":
+			*p(c) = false
+		default:
+			return fieldErr(name, "%q is not a boolean", v)
+		}
+		return nil
+	},
+		get: func(c *Config) string { return fmt.Sprint(*p(c)) }}
 }
 
 // parseSize accepts a plain integer or one with a binary suffix (KiB, MiB,
@@ -167,11 +167,16 @@ func parseSize(v string) (int64, error) {
 	return n * mult, nil
 }
 
+// chunkTargetDefault is denorm-chunk-target-kib's default. When no source
+// sets the key, Load lowers it to the output cap, so a small
+// --denorm-output-cap-mib alone is valid.
+const chunkTargetDefault = "4096"
+
 // keys is the single table of configuration keys and their defaults.
 var keys = []key{
-	stringKey("star", "the star (write cell) this auditor serves", "", func(c *Config) *string { return &c.Star }),
+	stringKey("star", "the star (write cell) to work on", "", func(c *Config) *string { return &c.Star }),
 	stringKey("database-url", "Postgres URL of the metastore (postgres://user:pass@host:5432/db)", "", func(c *Config) *string { return &c.DatabaseURL }),
-	stringKey("holder", "lease holder name (default host name and PID)", "", func(c *Config) *string { return &c.Holder }),
+	stringKey("holder", "lease holder name; empty: the host name and PID", "", func(c *Config) *string { return &c.Holder }),
 	stringKey("bucket", "the standard bucket: standard-class slots and every settled object", "nova", func(c *Config) *string { return &c.Bucket }),
 	stringKey("key-prefix", "prefix of every object key: empty or ending in /", "", func(c *Config) *string { return &c.KeyPrefix }),
 	stringKey("s3-endpoint", "S3 endpoint URL (empty: the SDK default for the region)", "", func(c *Config) *string { return &c.S3Endpoint }),
@@ -203,7 +208,7 @@ var keys = []key{
 	durationKey("express-denorm-linger", "express streams become due this long after their oldest unsettled ref", "5m", func(c *Config) *time.Duration { return &c.ExpressDenormLinger }),
 	durationKey("express-denorm-age-cap", "express streams must be settled within this age", "1h", func(c *Config) *time.Duration { return &c.ExpressDenormAgeCap }),
 	intKey("denorm-output-cap-mib", "settled object cap in MiB of content bytes", "256", func(c *Config) *int64 { return &c.DenormOutputCapMiB }),
-	intKey("denorm-chunk-target-kib", "adjacent chunks are merged up to this many KiB of content", "4096", func(c *Config) *int64 { return &c.DenormChunkTargetKiB }),
+	intKey("denorm-chunk-target-kib", "adjacent chunks are merged up to this many KiB of content; unset, the default follows a smaller output cap", chunkTargetDefault, func(c *Config) *int64 { return &c.DenormChunkTargetKiB }),
 	intKey("settle-max-streams", "most streams settled per cycle", "10000", func(c *Config) *int64 { return &c.SettleMaxStreams }),
 	intKey("settle-max-bytes", "most unsettled bytes taken per cycle (KiB/MiB/GiB suffixes)", "64GiB", func(c *Config) *int64 { return &c.SettleMaxBytes }),
 	intKey("settle-concurrency", "streams settled at once (a cycle over many small streams is bound by S3 latency: see the runbook's sizing rule)", "16", func(c *Config) *int64 { return &c.SettleConcurrency }),
@@ -266,14 +271,25 @@ func Bind(fs *flag.FlagSet, getenv func(string) string, only ...string) *Loader 
 		if l.only != nil && !l.only[k.name] {
 			continue
 		}
-		fs.Func(k.name, fmt.Sprintf("%s (default %q, env %s)", k.usage, k.def, EnvName(k.name)), func(v string) error {
+		usage := fmt.Sprintf("%s (env %s)", k.usage, EnvName(k.name))
+		if k.def != "" {
+			usage = fmt.Sprintf("%s (default %q, env %s)", k.usage, k.def, EnvName(k.name))
+		}
+		set := func(v string) error {
 			var probe Config
 			if err := k.set(&probe, v); err != nil {
 				return err
 			}
 			l.flags[k.name] = v
 			return nil
-		})
+		}
+		if k.isBool {
+			// A boolean takes no value (--flag) or an attached one
+			// (--flag=false): a following argument is never its value.
+			fs.BoolFunc(k.name, usage, set)
+			continue
+		}
+		fs.Func(k.name, usage, set)
 	}
 	return l
 }
@@ -282,8 +298,9 @@ func Bind(fs *flag.FlagSet, getenv func(string) string, only ...string) *Loader 
 // that were set, and validates the result. Call it after fs.Parse.
 func (l *Loader) Load() (Config, error) {
 	c := Defaults()
+	set := map[string]bool{} // keys some source gave a value
 	if *l.file != "" {
-		if err := applyFile(&c, *l.file, l.only); err != nil {
+		if err := applyFile(&c, *l.file, l.only, set); err != nil {
 			return c, err
 		}
 	}
@@ -295,6 +312,7 @@ func (l *Loader) Load() (Config, error) {
 			if err := k.set(&c, v); err != nil {
 				return c, fmt.Errorf("%s: %w", EnvName(k.name), err)
 			}
+			set[k.name] = true
 		}
 	}
 	for _, k := range keys {
@@ -302,7 +320,11 @@ func (l *Loader) Load() (Config, error) {
 			if err := k.set(&c, v); err != nil {
 				return c, err
 			}
+			set[k.name] = true
 		}
+	}
+	if !set["denorm-chunk-target-kib"] && c.DenormOutputCapMiB >= 1 {
+		c.DenormChunkTargetKiB = min(c.DenormChunkTargetKiB, c.DenormOutputCapMiB*1024)
 	}
 	if c.Holder == "" {
 		host, _ := os.Hostname()
@@ -311,7 +333,7 @@ func (l *Loader) Load() (Config, error) {
 	return c, c.Validate()
 }
 
-func applyFile(c *Config, path string, only map[string]bool) error {
+func applyFile(c *Config, path string, only map[string]bool, set map[string]bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fieldErr("config", "read %s: %v", path, err)
@@ -337,6 +359,7 @@ func applyFile(c *Config, path string, only map[string]bool) error {
 		if err := k.set(c, v); err != nil {
 			return err
 		}
+		set[n] = true
 	}
 	return nil
 }

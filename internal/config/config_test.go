@@ -167,6 +167,53 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	}
 }
 
+// TestChunkTargetFollowsTheOutputCap: --denorm-output-cap-mib 1 alone is
+// valid (the chunk target's default follows the cap down); an explicit
+// conflicting target, from any source, is still an error naming that flag.
+func TestChunkTargetFollowsTheOutputCap(t *testing.T) {
+	c, err := load(t, []string{"--denorm-output-cap-mib", "1"}, nil, "")
+	if err != nil || c.DenormChunkTargetKiB != 1024 {
+		t.Fatalf("cap 1 MiB alone: target %d KiB, %v", c.DenormChunkTargetKiB, err)
+	}
+	if c, err := load(t, nil, nil, ""); err != nil || c.DenormChunkTargetKiB != 4096 {
+		t.Fatalf("defaults: target %d KiB, %v", c.DenormChunkTargetKiB, err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		file string
+	}{
+		"flag": {args: []string{"--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "4096"}},
+		"env":  {args: []string{"--denorm-output-cap-mib", "1"}, env: map[string]string{"NOVA_AUDITOR_DENORM_CHUNK_TARGET_KIB": "4096"}},
+		"file": {args: []string{"--denorm-output-cap-mib", "1"}, file: "denorm-chunk-target-kib: 4096\n"},
+	} {
+		_, err := load(t, tc.args, tc.env, tc.file)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != "denorm-chunk-target-kib" {
+			t.Errorf("%s: an explicit conflicting target: %v", name, err)
+		}
+	}
+}
+
+// TestBooleanFlagsTakeNoValue: --s3-path-style never consumes the next
+// argument; --flag=false works.
+func TestBooleanFlagsTakeNoValue(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	l := config.Bind(fs, func(string) string { return "" })
+	asJSON := fs.Bool("json", false, "")
+	if err := fs.Parse([]string{"--s3-path-style", "--json"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Load()
+	if err != nil || !c.S3PathStyle || !*asJSON {
+		t.Fatalf("--s3-path-style --json: path style %v, json %v, %v", c.S3PathStyle, *asJSON, err)
+	}
+	if c, err := load(t, []string{"--s3-path-style=false"}, map[string]string{"NOVA_AUDITOR_S3_PATH_STYLE": "true"}, ""); err != nil || c.S3PathStyle {
+		t.Fatalf("--s3-path-style=false over the environment: %v %v", c.S3PathStyle, err)
+	}
+}
+
 // TestHistoryRetention: the ledger window defaults to 30 days, is set like
 // every key (file < env < flag), and refuses less than an hour.
 func TestHistoryRetention(t *testing.T) {

@@ -439,3 +439,9 @@ func copyRange(dst, src *os.File, off, n int64) error {
 	}
 	return nil
 }
+
+// BucketRules answers "unknown": a directory has no lifecycle rules or
+// default encryption.
+func (s *Store) BucketRules(_ context.Context, bucket string) (objstore.BucketRules, error) {
+	return objstore.UnknownRules(bucket, "the file backend has no lifecycle rules or encryption"), nil
+}

@@ -71,6 +71,9 @@ var errProtocol = errors.New("malformed response")
 func retryable(err error) bool {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
+		if ae.ErrorCode() == "NotImplemented" || httpStatus(err) == 501 {
+			return false // a definite answer: the server lacks the call
+		}
 		switch ae.ErrorCode() {
 		case "SlowDown", "Throttling", "ThrottlingException", "RequestThrottled",
 			"InternalError", "ServiceUnavailable", "RequestTimeout",

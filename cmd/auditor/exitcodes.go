@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/internal/cli"
+)
+
+// Exit codes of every subcommand: the one table that `auditor --help`
+// prints and the README repeats (TestExitCodesTableMatchesTheREADME).
+const (
+	exitOK      = cli.ExitOK
+	exitFailure = cli.ExitFailure
+	exitUsage   = cli.ExitUsage
+	// exitFindings is verify's code when the catalog is not sound, the
+	// code inspect gives a corrupt object.
+	exitFindings    = bundlefmt.ExitCorrupt
+	exitUnsupported = bundlefmt.ExitUnsupported
+	// exitUnreachable is verify's code when it could not read the store
+	// (credentials, access, transport): nothing was judged corrupt.
+	exitUnreachable = 5
+)
+
+var exitCodes = []struct {
+	code    int
+	meaning string
+}{
+	{exitOK, "success: the command did what it was asked (verify, inspect: sound)"},
+	{exitFailure, "runtime failure (a failed cycle, a held lease, an I/O error)"},
+	{exitUsage, "usage or configuration error, unknown star or stream, schema behind or ahead of the binary"},
+	{exitFindings, "verify: findings in the catalog; inspect: a corrupt object (checksum mismatch included)"},
+	{exitUnsupported, "inspect: an unsupported format version"},
+	{exitUnreachable, "verify: the store could not be read (credentials, access, transport); nothing was judged"},
+}
+
+// writeExitCodes prints the table for --help.
+func writeExitCodes(w io.Writer) {
+	fmt.Fprintln(w, "exit codes:")
+	for _, c := range exitCodes {
+		fmt.Fprintf(w, "  %d  %s\n", c.code, c.meaning)
+	}
+}

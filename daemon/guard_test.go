@@ -1,0 +1,191 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/s3store"
+)
+
+// lifecycleDoc answers a bucket's GET ?lifecycle with the document it
+// holds (AWS's XML) in front of versitygw, which itself answers 501; an
+// empty document passes the request through to versitygw.
+type lifecycleDoc struct {
+	base http.RoundTripper
+	doc  atomic.Pointer[string]
+}
+
+func (l *lifecycleDoc) RoundTrip(r *http.Request) (*http.Response, error) {
+	if doc := l.doc.Load(); doc != nil && *doc != "" && r.Method == http.MethodGet && r.URL.Query().Has("lifecycle") {
+		return &http.Response{StatusCode: 200, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Content-Type": {"application/xml"}}, Body: io.NopCloser(bytes.NewBufferString(*doc)),
+			ContentLength: int64(len(*doc)), Request: r}, nil
+	}
+	return l.base.RoundTrip(r)
+}
+
+func (l *lifecycleDoc) set(doc string) { l.doc.Store(&doc) }
+
+const (
+	lifecycleExpiring = `<?xml version="1.0" encoding="UTF-8"?>
+<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Rule><ID>abort-mpu</ID><Filter><Prefix></Prefix></Filter><Status>Enabled</Status>
+    <AbortIncompleteMultipartUpload><DaysAfterInitiation>7</DaysAfterInitiation></AbortIncompleteMultipartUpload></Rule>
+  <Rule><ID>expire-old-chains</ID><Filter><Prefix>stars/</Prefix></Filter><Status>Enabled</Status>
+    <Expiration><Days>14</Days></Expiration></Rule>
+</LifecycleConfiguration>`
+	lifecycleReference = `<?xml version="1.0" encoding="UTF-8"?>
+<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Rule><ID>abort-mpu</ID><Filter><Prefix></Prefix></Filter><Status>Enabled</Status>
+    <AbortIncompleteMultipartUpload><DaysAfterInitiation>7</DaysAfterInitiation></AbortIncompleteMultipartUpload></Rule>
+</LifecycleConfiguration>`
+)
+
+// TestAnExpirationRuleStopsWorkUntilItIsGone: the leader reads the bucket's
+// lifecycle rules at start; while a rule can expire the auditor's keys it
+// runs no cycle (a trigger waits), says why in status and the metrics, and
+// once the rule is gone it resumes by itself. versitygw's own 501 reads as
+// unknown, which blocks nothing.
+func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := testenv.S3(t)
+	tr := &lifecycleDoc{base: http.DefaultTransport}
+	tr.set(lifecycleExpiring)
+	store, err := s3store.New(ctx, objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
+		AccessKey: env.AccessKey, SecretKey: env.SecretKey, Checksum: objstore.ChecksumParts,
+		HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := testenv.BucketName("guard")
+	if _, err := store.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	db, _ := newDB(t)
+	cfg := testConfig(t, "g1")
+	cfg.Buckets, cfg.KeyPrefixes = []string{bucket}, []string{"stars/s1/chain/", "buckets/"}
+	cfg.RulesInterval = 200 * time.Millisecond
+	rec := newRecorder()
+	reg := prometheus.NewRegistry()
+	m, err := daemon.NewMetrics(reg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{rec}, Log: tlog(t, "g1"), Metrics: m, Gatherer: reg, Rules: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(sctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+
+	blocked := func() float64 {
+		return testutil.ToFloat64(m.Guard.WorkBlocked.WithLabelValues(daemon.BlockBucketRules))
+	}
+	eventually(t, 5*time.Second, "leads, blocked by the rule", func() bool {
+		return testutil.ToFloat64(m.Leader) == 1 && blocked() == 1
+	})
+	if n := testutil.ToFloat64(m.Guard.ExpiringRules.WithLabelValues(bucket)); n != 1 {
+		t.Fatalf("bucket_expiration_rules %v, want 1", n)
+	}
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if n := len(rec.snapshot()); n != 0 {
+		t.Fatalf("%d cycles ran while an expiration rule reaches the auditor's keys", n)
+	}
+	var st daemon.Status
+	eventually(t, 5*time.Second, "status names the rule", func() bool {
+		st, err = daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1"})
+		return err == nil && strings.Contains(st.Blocked, "expire-old-chains") && len(st.Buckets) == 1 &&
+			len(st.Buckets[0].Expiring) == 1
+	})
+	var text strings.Builder
+	if err := st.WriteText(&text); err != nil || !strings.Contains(text.String(), "NO WORK") ||
+		!strings.Contains(text.String(), `EXPIRATION rule expire-old-chains: expiration after 14 days over prefix "stars/"`) {
+		t.Fatalf("status text:\n%s%v", text.String(), err)
+	}
+
+	// The rule is removed: work resumes within a check, the waiting
+	// trigger runs, and the reference setup leaves no finding but the
+	// encryption, which versitygw does not say.
+	tr.set(lifecycleReference)
+	gone := time.Now()
+	rec.wait(t, 5*time.Second)
+	t.Logf("the waiting trigger ran %s after the rule went (rules re-read every %s while blocked)", time.Since(gone).Round(time.Millisecond), cfg.RulesInterval)
+	if blocked() != 0 || testutil.ToFloat64(m.Guard.ExpiringRules.WithLabelValues(bucket)) != 0 {
+		t.Fatal("still blocked after the rule went")
+	}
+	if testutil.ToFloat64(m.Guard.SetupMissing.WithLabelValues(bucket, "abort_incomplete_multipart")) != 0 ||
+		testutil.ToFloat64(m.Guard.SetupUnknown.WithLabelValues(bucket, "default_encryption")) != 1 {
+		t.Fatal("reference setup: abort rule not seen, or encryption not unknown")
+	}
+
+	// versitygw itself: 501 to both reads, which is unknown, not a block.
+	tr.set("")
+	eventually(t, 5*time.Second, "lifecycle unknown on versitygw's 501", func() bool {
+		return testutil.ToFloat64(m.Guard.SetupUnknown.WithLabelValues(bucket, "lifecycle")) == 1
+	})
+	if blocked() != 0 {
+		t.Fatal("an unknown lifecycle blocks work")
+	}
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, 10*time.Second)
+	eventually(t, 5*time.Second, "status says unknown", func() bool {
+		st, err = daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1"})
+		return err == nil && st.Blocked == "" && len(st.Buckets) == 1 && st.Buckets[0].AbortIncomplete == objstore.VerdictUnknown &&
+			strings.Contains(st.Buckets[0].Note, "501")
+	})
+}
+
+// TestStatusTextNamesTheBucketWarnings: a missing abort rule, missing
+// encryption and an unknown answer each get a status line.
+func TestStatusTextNamesTheBucketWarnings(t *testing.T) {
+	s := daemon.Status{Star: "s1", Buckets: []daemon.BucketStatus{
+		{RulesVerdict: objstore.RulesVerdict{Bucket: "b1", Expiring: []objstore.LifecycleRule{},
+			AbortIncomplete: objstore.VerdictNo, Encryption: objstore.VerdictNo}},
+		{RulesVerdict: objstore.RulesVerdict{Bucket: "b2", Expiring: []objstore.LifecycleRule{},
+			AbortIncomplete: objstore.VerdictUnknown, Encryption: objstore.VerdictUnknown, Note: "lifecycle: the server answered 501 NotImplemented"}},
+		{RulesVerdict: objstore.RulesVerdict{Bucket: "b3", Expiring: []objstore.LifecycleRule{},
+			AbortIncomplete: objstore.VerdictYes, Encryption: objstore.VerdictYes}},
+	}}
+	var b strings.Builder
+	if err := s.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][2]string{{"bucket b1", "warning: no AbortIncompleteMultipartUpload rule"}, {"bucket b1", "warning: no default server-side encryption"},
+		{"bucket b2", "rules unknown (lifecycle unknown, encryption unknown): lifecycle: the server answered 501"}, {"bucket b3", "ok:"}} {
+		found := false
+		for _, line := range strings.Split(b.String(), "\n") {
+			found = found || strings.HasPrefix(line, want[0]) && strings.Contains(line, want[1])
+		}
+		if !found {
+			t.Errorf("status text lacks %q:\n%s", want, b.String())
+		}
+	}
+}

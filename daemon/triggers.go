@@ -1,0 +1,225 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+)
+
+// A trigger request is consumed only by a cycle that ran: the leader reads
+// the open requests into the cycle's options, runs the cycle, and only then
+// records what came of each (catalog.FinishTriggers). A crash in between
+// leaves them open, so the next leader runs them again, which is harmless;
+// nothing is lost. A cycle that fails or halts notes its error on the
+// requests, which stay open for the retry (or the cycle after a resume); a
+// lost lease or a canceled cycle leaves them for the next leader.
+
+// pending is the trigger requests a cycle runs.
+type pending struct {
+	reqs   []catalog.AdminRequest // in request order
+	before map[catalog.StreamID]catalog.StreamProgress
+}
+
+// maxID is the newest request's ID (0 when none).
+func (p pending) maxID() int64 {
+	if len(p.reqs) == 0 {
+		return 0
+	}
+	return p.reqs[len(p.reqs)-1].ID
+}
+
+func (p pending) ids() []int64 {
+	out := make([]int64, len(p.reqs))
+	for i, r := range p.reqs {
+		out[i] = r.ID
+	}
+	return out
+}
+
+// openTriggers reads the open trigger requests into the options of the
+// cycle about to start, with the progress of their streams. It returns
+// false when there is nothing to run after all.
+func (d *Daemon) openTriggers(t *term, want string) (cycle.Options, pending, bool) {
+	opts := cycle.Options{Trigger: want}
+	var p pending
+	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+	defer cancel()
+	open, err := d.db.AdminRequests(ctx, d.cfg.Star, true, 1000)
+	if err != nil {
+		d.log.Warn("reading trigger requests failed", "err", err)
+		return opts, p, want != ""
+	}
+	for _, r := range open {
+		if r.Kind == catalog.AdminTrigger {
+			p.reqs = append(p.reqs, r)
+		}
+	}
+	slices.SortFunc(p.reqs, func(a, b catalog.AdminRequest) int { return cmp.Compare(a.ID, b.ID) })
+	for _, r := range p.reqs {
+		if r.Stream != nil && !containsStream(opts.Streams, *r.Stream) {
+			opts.Streams = append(opts.Streams, *r.Stream)
+		}
+		opts.Trigger = TriggerManual
+	}
+	if len(opts.Streams) > 0 {
+		opts.Trigger = TriggerStream
+		p.before, err = d.db.ForcedProgress(ctx, d.cfg.Star, opts.Streams)
+		if err != nil {
+			// Run without the streams' starting point: finishTriggers then
+			// leaves the requests open for the next cycle.
+			d.log.Warn("reading forced streams failed", "err", err)
+		}
+	}
+	return opts, p, opts.Trigger != ""
+}
+
+// takeTriggers marks the requests taken by the cycle about to start, for
+// `auditor trigger --wait` and the log. A failure only delays those.
+func (d *Daemon) takeTriggers(t *term, p pending) {
+	if len(p.reqs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+	defer cancel()
+	err := d.db.TakeTriggers(ctx, t.lease.Fence, p.ids())
+	d.m.tx(err)
+	if errors.Is(err, catalog.ErrStaleToken) {
+		t.lose(err)
+		return
+	}
+	if err != nil {
+		d.log.Warn("marking trigger requests taken failed", "err", err)
+	}
+	for _, r := range p.reqs {
+		d.log.Info("admin request taken", "id", r.ID, "kind", r.Kind, "stream", streamAttr(r.Stream), "by", r.RequestedBy,
+			"attempt", r.Attempts+1)
+	}
+}
+
+// finishTriggers records what the cycle res made of the trigger requests it
+// ran. recorded reports that every request got its outcome or its note (so
+// the leader need not run them again at once); again, that a forced stream
+// was partly settled and the next cycle should follow now.
+func (d *Daemon) finishTriggers(t *term, res result, p pending) (recorded, again bool) {
+	if len(p.reqs) == 0 {
+		return true, false
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+	defer cancel()
+	switch res.outcome {
+	case catalog.RunOK:
+	case catalog.RunFailed, catalog.RunHalted:
+		why := res.outcome
+		if res.err != nil {
+			why = fmt.Sprintf("%s: %v", res.outcome, res.err)
+		}
+		err := d.db.NoteTriggerAttempt(ctx, t.lease.Fence, res.run.ID, p.ids(), why)
+		return d.triggerWrite(t, err), false
+	default:
+		// Lost lease or canceled: the next leader (or this one, once it
+		// leads again) runs them; the run ledger says why this one did not.
+		d.log.Info("trigger requests stay open", "requests", len(p.reqs), "outcome", res.outcome)
+		return false, false
+	}
+	var after map[catalog.StreamID]catalog.StreamProgress
+	if streams := streamsOf(p.reqs); len(streams) > 0 {
+		if p.before == nil {
+			return false, false // no starting point was read: run them again
+		}
+		var err error
+		if after, err = d.db.ForcedProgress(ctx, d.cfg.Star, streams); err != nil {
+			d.log.Warn("reading forced streams failed; the trigger requests stay open", "err", err)
+			return false, false
+		}
+	}
+	results, open, why := triggerResults(p.reqs, p.before, after)
+	done, err := d.db.FinishTriggers(ctx, t.lease.Fence, res.run.ID, results)
+	if !d.triggerWrite(t, err) {
+		return false, false
+	}
+	for _, r := range done {
+		d.m.AdminRequests.WithLabelValues(r.Kind).Inc()
+		attrs := []any{"id", r.ID, "kind", r.Kind, "stream", streamAttr(r.Stream), "run", res.run.ID, "outcome", r.Outcome}
+		if r.Outcome == catalog.TriggerFailed {
+			d.log.Warn("admin request failed", append(attrs, "reason", r.Reason)...)
+		} else {
+			d.log.Info("admin request done", attrs...)
+		}
+	}
+	if len(open) == 0 {
+		return true, false
+	}
+	err = d.db.NoteTriggerAttempt(ctx, t.lease.Fence, res.run.ID, open, why)
+	return d.triggerWrite(t, err), true
+}
+
+// triggerWrite handles the error of recording a trigger outcome.
+func (d *Daemon) triggerWrite(t *term, err error) bool {
+	d.m.tx(err)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, catalog.ErrStaleToken):
+		t.lose(err)
+	default:
+		d.log.Warn("recording trigger outcomes failed; they stay open", "err", err)
+	}
+	return false
+}
+
+func streamsOf(reqs []catalog.AdminRequest) []catalog.StreamID {
+	var out []catalog.StreamID
+	for _, r := range reqs {
+		if r.Stream != nil && !containsStream(out, *r.Stream) {
+			out = append(out, *r.Stream)
+		}
+	}
+	return out
+}
+
+// triggerResults decides, after a cycle that ran OK, each request's
+// outcome: a plain trigger is done; a trigger --stream is done once its
+// stream is settled through the next_record it was asked at, failed (with
+// the reason) when the stream is unknown or quarantined or the cycle
+// settled nothing of it, and left open (listed in open, with why) when the
+// cycle settled part of it, for the next cycle to go on.
+func triggerResults(reqs []catalog.AdminRequest, before, after map[catalog.StreamID]catalog.StreamProgress) (
+	results []catalog.TriggerResult, open []int64, why string) {
+	for _, r := range reqs {
+		if r.Stream == nil {
+			results = append(results, catalog.TriggerResult{ID: r.ID, Outcome: catalog.TriggerDone})
+			continue
+		}
+		b, a := before[*r.Stream], after[*r.Stream]
+		target := b.NextRecord
+		if r.TargetRecord != nil {
+			target = *r.TargetRecord
+		}
+		fail := func(format string, args ...any) {
+			results = append(results, catalog.TriggerResult{ID: r.ID, Outcome: catalog.TriggerFailed,
+				Reason: fmt.Sprintf(format, args...)})
+		}
+		switch {
+		case !a.Found:
+			fail("stream %s is not a stream of this star", FormatStream(*r.Stream))
+		case a.Quarantine != "":
+			fail("stream %s is quarantined (%s); auditor release lifts it", FormatStream(*r.Stream), a.Quarantine)
+		case a.SettledThrough >= target:
+			results = append(results, catalog.TriggerResult{ID: r.ID, Outcome: catalog.TriggerDone})
+		case a.SettledThrough > b.SettledThrough:
+			open = append(open, r.ID)
+			why = fmt.Sprintf("partly settled: stream %s settled through %d of %d; the next cycle goes on",
+				FormatStream(*r.Stream), a.SettledThrough, target)
+		default:
+			fail("the cycle settled nothing of stream %s: settled through %d, asked through %d",
+				FormatStream(*r.Stream), a.SettledThrough, target)
+		}
+	}
+	return results, open, why
+}
