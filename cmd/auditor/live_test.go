@@ -139,7 +139,7 @@ func liveS3Store(t *testing.T, _ string) liveBackend {
 	// Objects of up to 8 MiB: tail rewrites copy the standing object's
 	// bytes as server-side parts, the new records are gathered and staged.
 	return liveBackend{store: st, bucket: std, express: []string{za, zb},
-		flags: []string{"--s3-endpoint", e.Endpoint, "--s3-path-style", "true", "--bucket", std,
+		flags: []string{"--s3-endpoint", e.Endpoint, "--s3-path-style", "--bucket", std,
 			"--s3-express-buckets", "za=" + za + ",zb=" + zb},
 		env:         []string{"AWS_ACCESS_KEY_ID=" + e.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.SecretKey, "AWS_REGION=us-east-1"},
 		flightBytes: "256KiB", rate: "2MiB", capMiB: "8"}
