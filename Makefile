@@ -3,8 +3,9 @@ GO       ?= go
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
+SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-short demo bench bench-sql bench-scale lint services-up services-down clean
+.PHONY: help build test test-short soak demo bench bench-sql bench-scale lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -14,6 +15,9 @@ build: ## build bin/auditor and bin/novasim (static, trimmed, version stamped)
 
 test: ## start versitygw (and Postgres if none runs), run every test against them, stop them
 	scripts/test.sh
+
+soak: ## the live-traffic test (auditor serve under novasim write and random kills) on both backends for SOAK_DURATION (default 10m)
+	NOVA_LIVE_DURATION=$(SOAK_DURATION) NOVA_TEST_TIMEOUT=0 scripts/test.sh -run '^TestLiveTraffic$$' -v ./cmd/auditor
 
 test-short: ## unit tests only (integration tests skip without services)
 	$(GO) test -short ./...

@@ -147,6 +147,8 @@ type crashEnv struct {
 	env         []string
 	flightBytes int64
 	seen        map[string]uint32 // every settled object's CRC as first seen
+	stars       []string          // the stars checked (default s1)
+	express     []string          // the express bucket set (slots of express chains)
 }
 
 // newCrashEnv is a fresh database with a star of streams, a store, and the
@@ -156,7 +158,7 @@ func newCrashEnv(t *testing.T, bin string, open crashStore) *crashEnv {
 	db, url := testenv.MigratedDB(t)
 	root := t.TempDir()
 	fs, flags, procEnv, flightBytes, capMiB := open(t, root)
-	e := &crashEnv{t: t, ctx: ctx, bin: bin, url: url, root: root, db: db, fs: fs, seen: map[string]uint32{},
+	e := &crashEnv{t: t, ctx: ctx, bin: bin, url: url, root: root, db: db, fs: fs, seen: map[string]uint32{}, stars: []string{"s1"},
 		bucket: flags[len(flags)-1], env: procEnv, flightBytes: flightBytes,
 		common: append([]string{"--star", "s1", "--database-url", url,
 			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--reap-grace", "1h", "--reap-batch-size", "1",
@@ -391,9 +393,9 @@ func (e *crashEnv) checkSettled() {
 	if !rep.OK() {
 		e.t.Fatalf("novasim check: %+v", rep)
 	}
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
-	if err != nil || len(streams) == 0 {
-		e.t.Fatalf("streams: %d, %v", len(streams), err)
+	streams := e.streams()
+	if len(streams) == 0 {
+		e.t.Fatal("no streams")
 	}
 	for _, st := range streams {
 		if st.SettledThrough != st.NextRecord {
@@ -405,13 +407,23 @@ func (e *crashEnv) checkSettled() {
 // checkClean: after the grace, no open intent, no pending sidecar, no
 // settled object the catalog does not reference.
 func (e *crashEnv) checkClean() {
-	for _, kind := range []string{"publish", "reap"} {
-		if in, err := e.db.Intents(e.ctx, "s1", kind, 0); err != nil || len(in) != 0 {
-			e.t.Errorf("open %s intents: %+v %v", kind, in, err)
+	for _, star := range e.stars {
+		for _, kind := range []string{"publish", "reap"} {
+			if in, err := e.db.Intents(e.ctx, star, kind, 0); err != nil || len(in) != 0 {
+				e.t.Errorf("star %s: open %s intents: %+v %v", star, kind, in, err)
+			}
 		}
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.root, "data", "pending")); len(ents) != 0 {
-		e.t.Errorf("%d files left in the pending directory", len(ents))
+	// Every data directory under the root (one per process that ran).
+	dirs, err := filepath.Glob(filepath.Join(e.root, "data*", "pending"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		ents, _ := os.ReadDir(dir)
+		for _, ent := range ents {
+			e.t.Errorf("pending sidecar left: %s", filepath.Join(dir, ent.Name()))
+		}
 	}
 	referenced := e.catalogKeys()
 	if s3s, ok := e.fs.(*s3store.Store); ok {
@@ -419,11 +431,11 @@ func (e *crashEnv) checkClean() {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if len(out.Uploads) != 0 {
-			e.t.Errorf("%d multipart uploads left open", len(out.Uploads))
+		for _, u := range out.Uploads {
+			e.t.Errorf("multipart upload left open: %s (upload %s, initiated %s)", *u.Key, *u.UploadId, u.Initiated)
 		}
 	}
-	err := e.fs.List(e.ctx, e.bucket, "buckets/", func(key string, _ int64) error {
+	err = e.fs.List(e.ctx, e.bucket, "buckets/", func(key string, _ int64) error {
 		if !referenced[key] {
 			e.t.Errorf("stray settled object %s", key)
 		}
@@ -434,14 +446,23 @@ func (e *crashEnv) checkClean() {
 	}
 }
 
+// streams lists the streams of every checked star.
+func (e *crashEnv) streams() []catalog.Stream {
+	var out []catalog.Stream
+	for _, star := range e.stars {
+		streams, err := e.db.StreamsOfStar(e.ctx, star)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, streams...)
+	}
+	return out
+}
+
 // catalogKeys is the key of every catalog entry of the star.
 func (e *crashEnv) catalogKeys() map[string]bool {
 	keys := map[string]bool{}
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, st := range streams {
+	for _, st := range e.streams() {
 		entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
 		if err != nil {
 			e.t.Fatal(err)
@@ -462,20 +483,22 @@ func (e *crashEnv) checkReferenced() {
 			e.t.Fatalf("cataloged object %s: %v", key, err)
 		}
 	}
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, st := range streams {
+	for _, st := range e.streams() {
 		refs, err := e.db.RefsOfStream(e.ctx, st.ID)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		for _, r := range refs {
+			buckets := []string{e.bucket}
+			if st.Class == catalog.ClassExpress {
+				buckets = e.express
+			}
 			for _, sl := range r.Slots {
-				key := bundlefmt.SlotKey("s1", uint64(sl.Epoch), uint64(sl.Seq))
-				if _, err := e.fs.Head(e.ctx, e.bucket, key); err != nil {
-					e.t.Fatalf("slot %s named by a live ref of stream %x: %v", key, st.ID, err)
+				key := bundlefmt.SlotKey(st.Star, uint64(sl.Epoch), uint64(sl.Seq))
+				for _, b := range buckets {
+					if _, err := e.fs.Head(e.ctx, b, key); err != nil {
+						e.t.Fatalf("slot %s/%s named by a live ref of stream %x: %v", b, key, st.ID, err)
+					}
 				}
 			}
 		}

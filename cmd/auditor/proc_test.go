@@ -45,30 +45,38 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var buildOnce struct {
+// binBuild builds one binary once per test binary.
+type binBuild struct {
 	sync.Once
 	path string
 	err  error
 }
 
-// auditorBinary builds ./cmd/auditor once per test binary.
-func auditorBinary(t *testing.T) string {
+func (b *binBuild) get(t *testing.T, name, pkg string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		path := filepath.Join(binDir, "auditor")
-		cmd := exec.Command("go", "build", "-o", path, ".")
+	b.Do(func() {
+		path := filepath.Join(binDir, name)
+		cmd := exec.Command("go", "build", "-o", path, pkg)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			buildOnce.err = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 			return
 		}
-		buildOnce.path = path
+		b.path = path
 	})
-	if buildOnce.err != nil {
-		t.Fatal(buildOnce.err)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return buildOnce.path
+	return b.path
 }
+
+var auditorBuild, novasimBuild binBuild
+
+// auditorBinary builds ./cmd/auditor once per test binary.
+func auditorBinary(t *testing.T) string { return auditorBuild.get(t, "auditor", ".") }
+
+// novasimBinary builds ./cmd/novasim once per test binary.
+func novasimBinary(t *testing.T) string { return novasimBuild.get(t, "novasim", "../novasim") }
 
 // migratedDB is a fresh, migrated database with star s1.
 func migratedDB(t *testing.T) (string, *catalog.DB) {
@@ -108,8 +116,20 @@ type proc struct {
 
 // startServe starts `auditor serve` for star s1 with a fast lease (2s,
 // renewed every 500ms), an hourly schedule and HTTP on a free port, and
-// waits until it listens.
+// waits until it listens. Flags in extra override these (the last wins).
 func startServe(t *testing.T, name, dbURL string, extra ...string) *proc {
+	t.Helper()
+	return startServeWith(t, name, dbURL, serveOptions{}, extra...)
+}
+
+// serveOptions adjust startServeWith.
+type serveOptions struct {
+	env   []string // added to the process's environment
+	quiet bool     // keep the output (proc.out) without copying it to the test log
+}
+
+// startServeWith is startServe with options.
+func startServeWith(t *testing.T, name, dbURL string, o serveOptions, extra ...string) *proc {
 	t.Helper()
 	args := []string{"serve", "--star", "s1", "--database-url", dbURL, "--holder", name,
 		"--http-addr", "127.0.0.1:0", "--lease-ttl", "2s", "--lease-renew", "500ms", "--schedule", "@every 1h",
@@ -118,7 +138,8 @@ func startServe(t *testing.T, name, dbURL string, extra ...string) *proc {
 		args = append(args, "--fs-root", t.TempDir())
 	}
 	cmd := exec.Command(auditorBinary(t), append(args, extra...)...)
-	out := &lineLog{t: t, name: name, addr: make(chan string, 1)}
+	cmd.Env = append(os.Environ(), o.env...)
+	out := &lineLog{t: t, name: name, addr: make(chan string, 1), quiet: o.quiet}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -260,11 +281,12 @@ func httpGet(t *testing.T, u string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// lineLog copies a process's output into the test log and finds the HTTP
-// address in its "http listening" line.
+// lineLog copies a process's output into the test log (unless quiet) and
+// finds the HTTP address in its "http listening" line.
 type lineLog struct {
 	t      *testing.T
 	name   string
+	quiet  bool
 	mu     sync.Mutex
 	buf    bytes.Buffer
 	all    strings.Builder
@@ -284,7 +306,7 @@ func (l *lineLog) Write(b []byte) (int, error) {
 		}
 		line = strings.TrimRight(line, "\n")
 		l.all.WriteString(line + "\n")
-		if !l.closed {
+		if !l.closed && !l.quiet {
 			l.t.Logf("%s: %s", l.name, line)
 		}
 		var rec struct {
@@ -305,6 +327,13 @@ func (l *lineLog) close() {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
+}
+
+// lines returns every line so far.
+func (l *lineLog) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.SplitAfter(strings.TrimSuffix(l.all.String(), "\n"), "\n")
 }
 
 func (l *lineLog) contains(s string) bool {

@@ -25,30 +25,6 @@ import (
 	"github.com/nova/auditor/objstore/s3store"
 )
 
-var novasimOnce struct {
-	sync.Once
-	path string
-	err  error
-}
-
-// novasimBinary builds ./cmd/novasim once per test binary.
-func novasimBinary(t *testing.T) string {
-	t.Helper()
-	novasimOnce.Do(func() {
-		path := filepath.Join(binDir, "novasim")
-		out, err := exec.Command("go", "build", "-o", path, "../novasim").CombinedOutput()
-		if err != nil {
-			novasimOnce.err = fmt.Errorf("go build novasim: %v\n%s", err, out)
-			return
-		}
-		novasimOnce.path = path
-	})
-	if novasimOnce.err != nil {
-		t.Fatal(novasimOnce.err)
-	}
-	return novasimOnce.path
-}
-
 // TestMonitoringAgainstPrometheus is the monitoring's proof: a real
 // Prometheus scrapes a leader and a standby of two stars (s1 on the file
 // backend, s2 on versitygw behind a proxy that answers 2% of the requests

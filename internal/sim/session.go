@@ -229,6 +229,10 @@ func (s *session) run(ctx context.Context) outcome {
 			stopBuild()
 		}
 	}
+	// A halt found while handing flights on (a crash fault) ends the loop
+	// before its bottom stops the builder: stop it here, or it would build
+	// flights for nothing until a bound ends the run.
+	stopBuild()
 	close(absIn)
 	for range buildCh { // let the builder go
 	}

@@ -63,6 +63,9 @@ type WriteOptions struct {
 	MaxBatch       int           // producer batch size of the hottest stream, in records (default 32)
 	Rate           int64         // producer content bytes per second (0: as fast as possible)
 	Faults         Faults
+	// RetentionEvery, when set, raises the low_record of a random stream
+	// this often while writing (the write path's retention; see retention).
+	RetentionEvery time.Duration
 	Takeover       Takeover
 	Stop           <-chan struct{}  // closed: stop producing, absorb what was written, return
 	Progress       func(WriteStats) // called about once a second, and once at the end
@@ -95,8 +98,8 @@ func (o *WriteOptions) defaults() error {
 	if o.FlightInterval < 0 || o.FlightBytes < 1 || o.FlightBytes > bundlefmt.MaxFlightSize/2 {
 		errs = append(errs, fmt.Errorf("flight-interval %s / flight-bytes %d out of range", o.FlightInterval, o.FlightBytes))
 	}
-	if o.AbsorbFlights < 1 || o.MaxBatch < 1 || o.Flights < 0 || o.Bytes < 0 || o.Duration < 0 || o.Rate < 0 {
-		errs = append(errs, errors.New("absorb-flights, max-batch must be positive; flights, bytes, duration, rate not negative"))
+	if o.AbsorbFlights < 1 || o.MaxBatch < 1 || o.Flights < 0 || o.Bytes < 0 || o.Duration < 0 || o.Rate < 0 || o.RetentionEvery < 0 {
+		errs = append(errs, errors.New("absorb-flights, max-batch must be positive; flights, bytes, duration, rate, retention-every not negative"))
 	}
 	for name, p := range map[string]float64{"fail-failover": o.Faults.Failover, "fail-lost": o.Faults.Lost,
 		"fail-crash": o.Faults.Crash, "fail-lost-reply": o.Faults.LostReply} {
@@ -123,6 +126,7 @@ type WriteStats struct {
 	Crashes      int64 // crash faults played
 	LostFaults   int64 // lost-flight faults played
 	LostReplies  int64 // lost-reply faults played
+	Retention    int64 // low_record raises (WriteOptions.RetentionEvery)
 	Epoch        int64 // the writer's epoch at the end
 	Elapsed      time.Duration
 	PutTime      time.Duration // summed over slot PUTs (several run at once)
@@ -148,6 +152,7 @@ var errCrash = errors.New("crash fault")
 type counters struct {
 	flights, flightBytes, absorbed, records, content, txs  atomic.Int64
 	poisons, fences, failovers, crashes, lost, lostReplies atomic.Int64
+	retention                                              atomic.Int64
 	epoch, putNanos, absorbNanos                           atomic.Int64
 }
 
@@ -201,7 +206,12 @@ func Write(ctx context.Context, db *catalog.DB, st Storage, opts WriteOptions) (
 		w.deadline = w.start.Add(opts.Duration)
 	}
 	stopProgress := w.progress()
+	stopRetention := w.retention(ctx)
 	stats, err := w.run(ctx)
+	if rerr := stopRetention(); rerr != nil && err == nil {
+		err = rerr
+	}
+	stats.Retention = w.c.retention.Load()
 	stopProgress()
 	return stats, err
 }
@@ -273,6 +283,7 @@ func (w *writer) stats() WriteStats {
 		Crashes:      w.c.crashes.Load(),
 		LostFaults:   w.c.lost.Load(),
 		LostReplies:  w.c.lostReplies.Load(),
+		Retention:    w.c.retention.Load(),
 		Epoch:        w.c.epoch.Load(),
 		Elapsed:      time.Since(w.start),
 		PutTime:      time.Duration(w.c.putNanos.Load()),
