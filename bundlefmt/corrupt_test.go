@@ -112,7 +112,7 @@ func fieldsOf(t *testing.T, o testObject) []field {
 
 // TestBitRotEveryField flips bits in every byte of every field of envelope,
 // entries, rows and trailer (and the ends of every chunk) and expects the
-// class section 7 gives, with the key and an offset at or before the damage.
+// class docs/format.md#validation-and-errors gives, with the key and an offset at or before the damage.
 func TestBitRotEveryField(t *testing.T) {
 	for _, o := range testObjects(t) {
 		for _, f := range fieldsOf(t, o) {
@@ -331,7 +331,7 @@ func TestNamedCorruptions(t *testing.T) {
 }
 
 // TestUncheckedRecords builds objects whose every CRC is right around a
-// stored record that breaks section 3.
+// stored record that breaks docs/format.md#stored-record.
 func TestUncheckedRecords(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

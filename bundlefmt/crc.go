@@ -64,7 +64,7 @@ func x2nModP(n uint64, k uint) uint32 {
 
 // CRC32CCombine returns the CRC-32C of A‖B given crc1 = CRC32C(A),
 // crc2 = CRC32C(B) and len2 = len(B), without the bytes: zlib's crc32_combine
-// with the Castagnoli polynomial (FORMAT.md section 9). A negative len2 is
+// with the Castagnoli polynomial (docs/format.md#crc-32c-combine). A negative len2 is
 // treated as 0.
 func CRC32CCombine(crc1, crc2 uint32, len2 int64) uint32 {
 	if len2 <= 0 {

@@ -7,7 +7,7 @@ import (
 	"math"
 )
 
-// Envelope is a decoded slot envelope (FORMAT.md section 2).
+// Envelope is a decoded slot envelope (docs/format.md#slot-envelope).
 type Envelope struct {
 	Kind         Kind // KindFlight or KindPoison
 	Version      uint16
@@ -20,7 +20,7 @@ type Envelope struct {
 }
 
 // DecodeEnvelope decodes and checks the slot envelope in b[:60] on its own
-// (the envelope level of FORMAT.md section 7): magic, version, CRC, then its
+// (the envelope level of docs/format.md#validation-and-errors): magic, version, CRC, then its
 // fields. b may be longer (the whole object); bytes past 60 are ignored.
 // Agreement with the key and with the object's real size are checked by
 // ValidateEnvelope and ValidateObject.
@@ -98,7 +98,7 @@ func DecodeEnvelope(key string, b []byte) (Envelope, error) {
 	return e, nil
 }
 
-// Trailer is a decoded trailer (FORMAT.md section 6).
+// Trailer is a decoded trailer (docs/format.md#trailer).
 type Trailer struct {
 	Version     uint32
 	DirOffset   uint64
@@ -201,7 +201,7 @@ func OpenObjectFooter(key string, obj []byte, base uint64) (*Footer, error) {
 	return OpenFooter(key, t.DirOffset, obj[t.DirOffset:], uint64(len(obj)), base)
 }
 
-// openFooter runs levels (2) and (3) of section 7: trailer, then bounds.
+// openFooter runs levels (2) and (3) of docs/format.md#validation-and-errors: trailer, then bounds.
 func openFooter(key string, footerOffset uint64, buf []byte, objectSize uint64, base uint64) (*Footer, error) {
 	if base != TransitBase && base != SettledBase {
 		return nil, fmt.Errorf("%w: base offset %d is neither 0 nor 60", ErrInvalid, base)
@@ -256,7 +256,7 @@ func (f *Footer) rowErr(i int, field uint64, name, format string, args ...any) e
 	return corruptf(f.key, f.idxOffset()+uint64(i)*RowSize+field, fmt.Sprintf("row[%d].%s", i, name), format, args...)
 }
 
-// checkRows checks every rule of the index on its own (sections 1 and 5):
+// checkRows checks every rule of the index on its own (docs/format.md#object-layout and 5):
 // counts, record-number range, chunk bytes, entry tiling of the directory,
 // chunk tiling of the data region, sort order, and the per-kind stream rules.
 // It fills dataOff.
@@ -334,7 +334,7 @@ func (f *Footer) ObjectSize() uint64 { return f.size }
 func (f *Footer) Row(i int) IndexRow { return decodeRow(f.idx[i*RowSize : (i+1)*RowSize]) }
 
 // DataOffset is where chunk i starts, from the index alone (base + prefix
-// sum of chunk bytes): the extent probe of FORMAT.md section 5.
+// sum of chunk bytes): the extent probe of docs/format.md#chunk-index-row.
 func (f *Footer) DataOffset(i int) uint64 { return f.dataOff[i] }
 
 // cmpRow compares row i's (stream, first record) with (stream, record).
@@ -419,7 +419,7 @@ func (f *Footer) entryErr(i int, r IndexRow, field uint64, name, format string, 
 	return corruptf(f.key, r.EntryOffset+field, fmt.Sprintf("entry[%d].%s", i, name), format, args...)
 }
 
-// checkEntry checks a CRC-verified entry against its row and section 4.
+// checkEntry checks a CRC-verified entry against its row and docs/format.md#directory-entry.
 func (f *Footer) checkEntry(i int, r IndexRow, eb []byte) (EntryView, error) {
 	le := binary.LittleEndian
 	n := le.Uint32(eb[24:])
@@ -459,7 +459,7 @@ func (f *Footer) checkEntry(i int, r IndexRow, eb []byte) (EntryView, error) {
 }
 
 // EntryView decodes entry i in place: it verifies the entry CRC, then the
-// entry's agreement with row i and every section 4 rule. It allocates
+// entry's agreement with row i and every docs/format.md#directory-entry rule. It allocates
 // nothing on success.
 func (f *Footer) EntryView(i int) (EntryView, error) {
 	r := f.Row(i)
@@ -470,7 +470,7 @@ func (f *Footer) EntryView(i int) (EntryView, error) {
 	return f.checkEntry(i, r, eb)
 }
 
-// Entry decodes exactly one entry (the point-read level of section 7: the
+// Entry decodes exactly one entry (the point-read level of docs/format.md#validation-and-errors: the
 // index CRC was checked by OpenFooter, the entry CRC is checked here).
 func (f *Footer) Entry(i int) (Entry, error) {
 	v, err := f.EntryView(i)
@@ -481,7 +481,7 @@ func (f *Footer) Entry(i int) (Entry, error) {
 }
 
 // VerifyDirectory checks the directory CRC and then every entry (CRC,
-// agreement with its row, section 4 rules): the footer + trailer level.
+// agreement with its row, docs/format.md#directory-entry rules): the footer + trailer level.
 func (f *Footer) VerifyDirectory() error {
 	if err := f.checkDirCRC(); err != nil {
 		return err

@@ -2,15 +2,15 @@
 // slot envelopes, stored records, chunks, directory entries, index rows and
 // trailers, for transit bundles (chain slots) and settled objects, plus the
 // object keys of both and CRC-32C combine. The normative contract is
-// ../shared/design/FORMAT.md; this package owns no I/O.
+// docs/format.md; this package owns no I/O.
 //
-// Reading follows the four levels of FORMAT.md section 7, by what the
+// Reading follows the four levels of docs/format.md#validation-and-errors, by what the
 // caller holds:
 //
 //   - the envelope alone (60 bytes): DecodeEnvelope, ValidateEnvelope;
 //   - footer + trailer: OpenFooter (trailer, window, bounds, index CRC, every
 //     row rule), then VerifyDirectory, or ValidateFooter for all of it in
-//     section 7 order; DecodeTrailer first when only the object size is known;
+//     the order of docs/format.md#order; DecodeTrailer first when only the object size is known;
 //   - one entry: Footer.Find, then Footer.EntryView (no allocation) or
 //     Footer.Entry, each verified by its entry CRC;
 //   - the whole object: ValidateObject, every rule including every DataCRC.

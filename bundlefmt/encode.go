@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// appendEnvelope appends a 60-byte slot envelope (FORMAT.md section 2).
+// appendEnvelope appends a 60-byte slot envelope (docs/format.md#slot-envelope).
 func appendEnvelope(dst []byte, kind byte, epoch, seq, nonce, size, footerOff, footerLen uint64) []byte {
 	start := len(dst)
 	dst = append(dst, envelopeMagic...)
@@ -50,8 +50,8 @@ type layout struct {
 func (l layout) footerLen() uint64  { return l.dirLen + l.indexLen }
 func (l layout) objectSize() uint64 { return l.dirOffset + l.footerLen() + TrailerSize }
 
-// planLayout checks the entries of one object (section 1 order and
-// contiguity rules, section 4 entry rules) and sizes it. For a transit
+// planLayout checks the entries of one object (docs/format.md#object-layout order and
+// contiguity rules, docs/format.md#directory-entry entry rules) and sizes it. For a transit
 // bundle every stream appears once, in strictly ascending order; a settled
 // object holds one stream with contiguous records.
 func planLayout(entries []Entry, base uint64) (layout, error) {
@@ -136,7 +136,7 @@ const copyPiece = 64 << 10
 
 // copyChunks appends each chunk's bytes after checking them: the length
 // against Σ lengths, the DataCRC against the bytes, and every stored record
-// against section 3, so an encoder never writes what the decoder rejects.
+// against docs/format.md#stored-record, so an encoder never writes what the decoder rejects.
 func copyChunks(dst []byte, chunks []Chunk, transit bool) ([]byte, error) {
 	for i := range chunks {
 		c := &chunks[i]
@@ -241,7 +241,7 @@ type SettledFooter struct {
 	FooterOffset uint64 // = Σ chunk bytes (base 0)
 	FooterLength uint64 // directory + index, trailer excluded
 	ObjectSize   uint64
-	ObjectCRC    uint32  // whole-object CRC-32C, by combine (FORMAT.md section 9)
+	ObjectCRC    uint32  // whole-object CRC-32C, by combine (docs/format.md#crc-32c-combine)
 	Entries      []Entry // the entries with their new data offsets (tables shared with the input)
 }
 

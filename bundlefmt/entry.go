@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Entry is one directory entry: one chunk's metadata (FORMAT.md section 4).
+// Entry is one directory entry: one chunk's metadata (docs/format.md#directory-entry).
 type Entry struct {
 	Stream      StreamID
 	FirstRecord uint64
@@ -46,7 +46,7 @@ func (e *Entry) RecordOffset(i int) uint64 {
 // EntryLen is the encoded length of an entry of n records: 40 + 12n + ⌈n/8⌉.
 func EntryLen(n int) int { return EntryFixed + 12*n + (n+7)/8 }
 
-// validate checks an entry handed to an encoder: every section 4 rule that
+// validate checks an entry handed to an encoder: every docs/format.md#directory-entry rule that
 // does not need the chunk's bytes.
 func (e *Entry) validate() error {
 	n := len(e.Lengths)
@@ -91,7 +91,7 @@ func appendEntry(dst []byte, e *Entry) []byte {
 	return append(dst, e.BatchEnd...)
 }
 
-// IndexRow is one 52-byte chunk index row (FORMAT.md section 5).
+// IndexRow is one 52-byte chunk index row (docs/format.md#chunk-index-row).
 type IndexRow struct {
 	Stream      StreamID
 	FirstRecord uint64
@@ -279,7 +279,7 @@ func (b *ChunkBuilder) Add(rec Record, ts int64, batchEnd bool) error {
 }
 
 // AddStored appends one record given in its stored form (as copied from
-// another chunk); it is checked against FORMAT.md section 3 first.
+// another chunk); it is checked against docs/format.md#stored-record first.
 func (b *ChunkBuilder) AddStored(stored []byte, ts int64, batchEnd bool) error {
 	info, err := ParseRecord(stored)
 	if err != nil {
@@ -342,7 +342,7 @@ func (b *ChunkBuilder) Size() int { return len(b.data) }
 func (b *ChunkBuilder) ContentBytes() int64 { return b.bytes }
 
 // Chunk returns the chunk built so far. The last record of a chunk always
-// ends a batch (FORMAT.md section 4: batches never straddle chunks), so
+// ends a batch (docs/format.md#directory-entry: batches never straddle chunks), so
 // Chunk sets that bit itself: cut chunks only at batch boundaries. The
 // encoders, by contrast, require the bit. The builder must not be used after
 // Chunk; an empty builder yields a chunk that the encoders reject.

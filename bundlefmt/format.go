@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Sizes and constants of format v1 (FORMAT.md sections 2-6).
+// Sizes and constants of format v1 (docs/format.md#object-layout).
 const (
 	// Version is the only format version this build reads and writes, for both
 	// the slot envelope and the trailer.
@@ -33,7 +33,7 @@ const (
 	MaxRevision = 1<<31 - 1
 
 	// MaxFlightSize is the largest transit bundle: a flight is one PUT, and S3
-	// takes at most 5 GiB in one PUT. FORMAT.md states this as a fact of the
+	// takes at most 5 GiB in one PUT. docs/format.md states this as a fact of the
 	// store; we read it strictly and treat a larger flight as corrupt.
 	MaxFlightSize = 5 << 30
 
@@ -50,7 +50,7 @@ const (
 )
 
 // Kind is what an object is. The kind of an object comes from its key; a bare
-// file may be sniffed (FORMAT.md section 1).
+// file may be sniffed (docs/format.md#object-layout).
 type Kind uint8
 
 const (
@@ -128,7 +128,7 @@ func ParseStreamID(s string) (StreamID, error) {
 	return id, nil
 }
 
-// The three error classes of FORMAT.md section 7. Every error returned by a
+// The three error classes of docs/format.md#validation-and-errors. Every error returned by a
 // decoder or validator of this package is a *FormatError wrapping one of them.
 // errors.Is(err, ErrCorrupt) holds for checksum mismatches too.
 var (

@@ -10,7 +10,7 @@ import (
 )
 
 // -update rewrites the project's own golden files (golden_*.bin). The
-// example*.bin files are EXAMPLES.md's bytes, from an independent
+// example*.bin files are docs/format.md#worked-example-a-transit-bundle's bytes, from an independent
 // implementation: they are never rewritten.
 var update = flag.Bool("update", false, "rewrite testdata/golden_*.bin")
 
@@ -21,7 +21,7 @@ func TestExample1Flight(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("encoded flight differs from EXAMPLES.md 1:\n got %x\nwant %x", got, want)
+		t.Fatalf("encoded flight differs from docs/format.md#worked-example-a-transit-bundle 1:\n got %x\nwant %x", got, want)
 	}
 	o, err := ValidateObject(want, mustExpect(t, example1Key))
 	if err != nil {
@@ -72,7 +72,7 @@ func TestExample2Settled(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("encoded settled object differs from EXAMPLES.md 2:\n got %x\nwant %x", got, want)
+		t.Fatalf("encoded settled object differs from docs/format.md#worked-example-a-transit-bundle 2:\n got %x\nwant %x", got, want)
 	}
 	if _, err := ValidateObject(want, mustExpect(t, example2Key)); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestExample2Settled(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(sf.Bytes, want[13:]) || sf.FooterOffset != 13 || sf.FooterLength != 117 || sf.ObjectSize != 170 {
-		t.Fatalf("settled footer %+v differs from EXAMPLES.md 2", sf)
+		t.Fatalf("settled footer %+v differs from docs/format.md#worked-example-a-transit-bundle 2", sf)
 	}
 	if sf.ObjectCRC != 0xf82d0bb9 || CRC32C(want) != 0xf82d0bb9 {
 		t.Fatalf("object crc 0x%08x, crc32c 0x%08x, want 0xf82d0bb9", sf.ObjectCRC, CRC32C(want))
@@ -98,7 +98,7 @@ func TestExample2Settled(t *testing.T) {
 func TestExample3Poison(t *testing.T) {
 	want := readTestdata(t, "example3_poison.bin")
 	if got := EncodePoison(3, 8, 0xfedcba9876543210); !bytes.Equal(got, want) {
-		t.Fatalf("poison differs from EXAMPLES.md 3:\n got %x\nwant %x", got, want)
+		t.Fatalf("poison differs from docs/format.md#worked-example-a-transit-bundle 3:\n got %x\nwant %x", got, want)
 	}
 	o, err := ValidateObject(want, mustExpect(t, example3Key))
 	if err != nil {

@@ -176,7 +176,7 @@ func reseal(obj []byte, base uint64) {
 	}
 }
 
-// example1Chunk is the chunk of EXAMPLES.md examples 1 and 2.
+// example1Chunk is the chunk of docs/format.md#worked-example-a-transit-bundle examples 1 and 2.
 func example1Chunk(t testing.TB) Chunk {
 	t.Helper()
 	s, err := ParseStreamID("00112233445566778899aabbccddeeff")

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Keys (FORMAT.md section 8) are built and parsed here without the store's
+// Keys (docs/format.md#keys) are built and parsed here without the store's
 // prefix: objstore prepends its configured prefix.
 
 // ValidStar reports whether s fully matches [a-z0-9][a-z0-9-]{0,62}.

@@ -16,7 +16,7 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// Stored-record flag bits (FORMAT.md section 3).
+// Stored-record flag bits (docs/format.md#stored-record).
 const (
 	flagHasHeaders = 0x01
 	flagWidthMask  = 0x06
@@ -150,7 +150,7 @@ type RecordInfo struct {
 }
 
 // ParseRecord checks one stored record (exactly its directory-framed bytes)
-// against every rule of FORMAT.md section 3 and describes it, without
+// against every rule of docs/format.md#stored-record and describes it, without
 // allocating. Error offsets are relative to the start of b. Tombstones are
 // accepted; a transit-bundle validator rejects them separately.
 func ParseRecord(b []byte) (RecordInfo, error) {

@@ -66,8 +66,8 @@ func ValidateEnvelope(b []byte, exp Expect) (Envelope, error) {
 	return env, nil
 }
 
-// ValidateObject checks a whole object against every rule of FORMAT.md, in
-// the order of section 7: (1) envelope on its own, its key and real size;
+// ValidateObject checks a whole object against every rule of docs/format.md, in
+// the order of docs/format.md#validation-and-errors: (1) envelope on its own, its key and real size;
 // (2) trailer; (3) footer bounds and window agreement; (4) directory CRC,
 // index CRC; (5) per row, entry range then entry CRC; (6) per chunk, range
 // then DataCRC; (7) every remaining rule (rows, entries, records, key).
@@ -126,7 +126,7 @@ func ValidateObject(obj []byte, exp Expect) (*Object, error) {
 }
 
 // ValidateFooter checks a footer window (buf = [footerOffset, objectSize))
-// at the footer + trailer level, in section 7 order: everything but the
+// at the footer + trailer level, in docs/format.md#validation-and-errors order: everything but the
 // chunk bytes. exp.Kind selects the base (KindSettled: 0; a slot kind: 60).
 func ValidateFooter(footerOffset uint64, buf []byte, objectSize uint64, exp Expect) (*Footer, error) {
 	base := uint64(TransitBase)
@@ -147,7 +147,7 @@ func ValidateFooter(footerOffset uint64, buf []byte, objectSize uint64, exp Expe
 	return f, nil
 }
 
-// verify runs steps (4) to (7) of section 7 on an opened footer; with obj
+// verify runs steps (4) to (7) of docs/format.md#validation-and-errors on an opened footer; with obj
 // nil it skips the chunk bytes (step 6 and the record rules).
 func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 	key := f.key
@@ -237,7 +237,7 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 }
 
 // checkRecords checks every stored record of chunk i (data at object offset
-// pos) against section 3, and for a transit bundle that none is a tombstone.
+// pos) against docs/format.md#stored-record, and for a transit bundle that none is a tombstone.
 // It trusts the CRC-verified entry eb but not yet its agreement with the row,
 // so it steps aside (returns nil) when the tables do not frame the chunk:
 // step 7 reports that.

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The daemon's statements (DESIGN.md sections 2, 5 and 8): operator
+// The daemon's statements (docs/architecture.md#singleton-lease-and-fencing): operator
 // requests and their NOTIFY channel, the persisted pause and halt, the run
 // ledger, and the read-only queries behind `auditor status` and the gauges.
 

@@ -1,5 +1,5 @@
 // Package catalog is the metastore: every SQL statement of the project lives
 // here, over a pgx/v5 pool. It exposes typed accessors for the tables of
-// ../shared/design/METASTORE.md and the fenced transactions of the auditor
+// docs/metastore.md and the fenced transactions of the auditor
 // cycle; it knows nothing of object storage.
 package catalog

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Fence identifies the lease a transaction runs under (DESIGN.md section 5).
+// Fence identifies the lease a transaction runs under (docs/architecture.md#singleton-lease-and-fencing).
 type Fence struct {
 	Star   string
 	Holder string
@@ -181,7 +181,7 @@ func (db *DB) CurrentLease(ctx context.Context, star string) (Lease, bool, error
 // fenced runs fn in a transaction that first checks the fencing token and
 // aborts with ErrStaleToken when it is stale.
 //
-// METASTORE.md gives the check as "SELECT 1 ... AND expires_at > now() FOR
+// docs/metastore.md gives the check as "SELECT 1 ... AND expires_at > now() FOR
 // SHARE". It is that statement with FOR KEY SHARE instead, and the
 // guarantee is kept by the other side: a takeover locks the row FOR UPDATE
 // (AcquireLeaseInstance), which conflicts with FOR KEY SHARE exactly as with

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The auditor's settle statements (DESIGN.md section 3). Every transaction
+// The auditor's settle statements (docs/architecture.md#settling). Every transaction
 // that changes anything is fenced.
 
 // ErrInvariant is a broken metastore invariant found by a settle commit (for
@@ -165,7 +165,7 @@ func (db *DB) DeleteIntent(ctx context.Context, f Fence, id int64) error {
 	})
 }
 
-// SettleCommit is one settled object's commit (DESIGN.md section 3, step 4).
+// SettleCommit is one settled object's commit (docs/architecture.md#commit).
 type SettleCommit struct {
 	Entry        Entry  // the catalog row to write
 	PrevRevision int32  // -1 for a new entry; else the revision being replaced
@@ -428,7 +428,7 @@ const tailEntries = 3
 // (a descending range of the catalog's primary key, so the cost does not
 // grow with the stream's history). It returns the first pair of them that
 // cover a record twice, or one that ends past its stream's
-// settled_through; nil when they tile. DESIGN.md section 5: either is a
+// settled_through; nil when they tile. docs/architecture.md#singleton-lease-and-fencing: either is a
 // broken invariant, and the cycle halts on it. The whole catalog is
 // checked by `auditor verify`.
 func (db *DB) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error) {

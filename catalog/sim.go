@@ -11,7 +11,7 @@ import (
 )
 
 // The statements of novasim (internal/sim), the write-path simulator: its own
-// table nova.sim_stars (METASTORE.md allows added tables), created on demand
+// table nova.sim_stars (docs/metastore.md allows added tables), created on demand
 // so the project's migrations stay the contract's, plus the read-only
 // queries of `novasim check` over contract tables that the auditor's own
 // accessors do not cover. They hang off DB.Sim() so they never collide with

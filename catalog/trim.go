@@ -9,14 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The statements of trim and reap (DESIGN.md sections 2 and 4): retention,
+// The statements of trim and reap (docs/architecture.md#the-cycle): retention,
 // the trim cursor and its slot reaps, and the re-check that an object reap
 // names a key no future state can reference. Every transaction that changes
 // anything is fenced. Package trim holds the decisions; this file holds only
 // SQL.
 
 // SlotPos is a position in a star's chain. Slot order is (epoch, seq), where
-// (e, end_seq(e)) and (e+1, 0) are the same point (METASTORE.md); package
+// (e, end_seq(e)) and (e+1, 0) are the same point (docs/metastore.md); package
 // trim normalises positions before it compares them.
 type SlotPos struct {
 	Epoch, Seq int64
@@ -442,8 +442,7 @@ func (db *DB) ObjectReapBacklog(ctx context.Context, star string, grace time.Dur
 	return b, nil
 }
 
-// KeyCoords are the coordinates a settled key derives from (FORMAT.md
-// section 8): (streams.bucket, stream_id, epoch, first_record, revision).
+// KeyCoords are the coordinates a settled key derives from (docs/format.md#keys): (streams.bucket, stream_id, epoch, first_record, revision).
 type KeyCoords struct {
 	Bucket      string
 	Stream      StreamID

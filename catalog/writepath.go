@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The write path's statements (METASTORE.md section 1). The auditor never
+// The write path's statements (docs/metastore.md#tables-the-write-path-owns). The auditor never
 // calls these; novasim and the tests do, exactly as a Nova writer would.
 
 // ErrFenced means the writer's epoch is no longer the star's: it was fenced.
@@ -59,7 +59,7 @@ type AbsorbFlight struct {
 	Batches                    []AbsorbBatch
 }
 
-// Absorb runs the absorb transaction of METASTORE.md for an absorb batch of
+// Absorb runs the absorb transaction of docs/metastore.md for an absorb batch of
 // flights (ascending seq, one epoch): each stream gets one span ref naming
 // every slot it appears in, next_record advances, a due marker appears.
 func (db *DB) Absorb(ctx context.Context, star string, flights []AbsorbFlight) error {
@@ -159,7 +159,7 @@ func (db *DB) AbsorbHeld(ctx context.Context, star string, flights []AbsorbFligh
 	})
 }
 
-// BeginFence is step 1 of fencing a failed writer (METASTORE.md): lock the
+// BeginFence is step 1 of fencing a failed writer (docs/metastore.md): lock the
 // star, note the head h of epoch e, open epoch e+1. It returns (e, h).
 func (db *DB) BeginFence(ctx context.Context, star string) (oldEpoch, head int64, err error) {
 	err = db.tx(ctx, func(tx pgx.Tx) error {

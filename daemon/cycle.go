@@ -72,7 +72,7 @@ type Config struct {
 // Deps are what the daemon works with.
 type Deps struct {
 	DB       *catalog.DB
-	Steps    []cycle.Step // run in order (DESIGN.md section 2)
+	Steps    []cycle.Step // run in order (docs/architecture.md#the-cycle)
 	Log      *slog.Logger
 	Metrics  *Metrics            // nil: metrics kept on a private registry
 	Gatherer prometheus.Gatherer // what /metrics serves (nil: the daemon's own metrics only)

@@ -22,7 +22,7 @@ import (
 // Daemon is `auditor serve` for one star: a standby until it holds the
 // star's lease, then the leader that runs the cycle on the schedule and on
 // operator triggers, until the lease is lost (back to standby) or the
-// process is told to stop (DESIGN.md sections 2, 5 and 8).
+// process is told to stop (docs/architecture.md#singleton-lease-and-fencing).
 type Daemon struct {
 	cfg  Config
 	r    *runner

@@ -9,7 +9,7 @@ import (
 	"github.com/nova/auditor/catalog"
 )
 
-// Metrics are the daemon's own series (DESIGN.md section 8). The steps
+// Metrics are the daemon's own series (docs/architecture.md#operator-surface). The steps
 // (settle, trim, objstore) register theirs into the same registry; the
 // names the dashboard expects from them are listed in deploy/README.md.
 // Metastore gauges are computed from the database after each cycle and on

@@ -73,7 +73,7 @@ type VerifyReport struct {
 // corrupt.
 var ErrStoreAccess = errors.New("the object store could not be read")
 
-// Verify is the fsck of a star's catalog (DESIGN.md section 8): every
+// Verify is the fsck of a star's catalog (docs/architecture.md#operator-surface): every
 // entry's object exists, decodes as a settled bundle of its stream that
 // holds exactly the entry's records, bytes, footer window and timestamps,
 // and each stream's entries tile it up to settled_through. Findings are
@@ -158,7 +158,7 @@ func compare(a, b string) int {
 	return 0
 }
 
-// settledKey is the key of an entry's object (FORMAT.md section 8).
+// settledKey is the key of an entry's object (docs/format.md#keys).
 func settledKey(s catalog.Stream, e catalog.Entry) string {
 	return bundlefmt.SettledKey(s.Bucket, bundlefmt.StreamID(e.Stream), uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
 }

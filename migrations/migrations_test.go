@@ -14,7 +14,7 @@ import (
 	"github.com/nova/auditor/migrations"
 )
 
-// contract lists every table and column of METASTORE.md (the normative
+// contract lists every table and column of docs/metastore.md (the normative
 // names), with the Postgres data type each must have.
 var contract = map[string]map[string]string{
 	"stars":       {"star": "text", "chain_class": "text", "epoch": "bigint", "next_seq": "bigint", "fence_window": "integer"},
@@ -109,7 +109,7 @@ func TestUpCreatesTheContract(t *testing.T) {
 			}
 		}
 	}
-	// The indexes DESIGN.md's queries need.
+	// The indexes docs/architecture.md's queries need.
 	var idx []string
 	irows, err := conn.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = 'nova'`)
 	if err != nil {

@@ -31,7 +31,7 @@ func ParseZoneBuckets(s string) ([]ZoneBucket, error) {
 	return out, nil
 }
 
-// BucketSet is where one class of objects lives (DESIGN.md section 6): for
+// BucketSet is where one class of objects lives (docs/architecture.md#buckets-and-zone-health): for
 // an express star, the same key in every zone's directory bucket; for a
 // standard star, the standard bucket alone (SingleBucket). Callers use one
 // code path for both.

@@ -22,7 +22,7 @@ func UpdateCRC32C(crc uint32, b []byte) uint32 { return crc32.Update(crc, castag
 
 // CombineCRC32C returns the CRC-32C of A||B given crcA = CRC(A), crcB = CRC(B)
 // and lenB = len(B), as zlib's crc32_combine with the Castagnoli polynomial
-// (FORMAT.md section 9). It never touches the bytes.
+// (docs/format.md#crc-32c-combine). It never touches the bytes.
 func CombineCRC32C(crcA, crcB uint32, lenB int64) uint32 {
 	if lenB <= 0 {
 		return crcA

@@ -16,7 +16,7 @@
 //     copy_file_range), the demo's embedded default;
 //   - storetest: the contract suite both backends pass.
 //
-// Choices beyond DESIGN.md (section 3 "Publish", 4, 6):
+// Choices beyond docs/architecture.md (#publish, #reap, #buckets-and-zone-health):
 //
 //   - Integrity of an assembly. Uploads always carry CRC-32C. With
 //     ChecksumFullObject (AWS) the server checks the whole object's CRC at

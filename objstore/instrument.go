@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the object-store metrics (DESIGN.md section 8), registered
+// Metrics are the object-store metrics (docs/architecture.md#operator-surface), registered
 // on an injected registry.
 type Metrics struct {
 	requests     *prometheus.CounterVec

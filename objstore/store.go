@@ -9,7 +9,7 @@ import (
 // method takes a bucket and a logical key; the backend prepends its
 // configured key prefix. Objects are create-once: nothing here overwrites.
 //
-// Keys are what FORMAT.md section 8 derives (slash-separated, no empty,
+// Keys are what docs/format.md#keys derives (slash-separated, no empty,
 // "." or ".." segments, no leading slash); backends may reject others with
 // ErrInvalidKey. A missing bucket is ErrBucketNotFound, never ErrNotFound.
 // Failures worth retrying later satisfy IsRetryable.
@@ -133,8 +133,7 @@ func (p Piece) Validate() error {
 
 // Stager keeps gathered parts on local disk while they are uploaded, so that
 // memory holds a few parts at a time and a crashed assembly resumes without
-// refetching. The auditor implements it over pendingobj (DESIGN.md
-// section 7).
+// refetching. The auditor implements it over pendingobj (docs/architecture.md#local-pending-sidecars).
 type Stager interface {
 	// Stage durably stores part's bytes. It is called again for a part
 	// whose Load failed (absent or corrupt), with rebuilt bytes, and must

@@ -1,7 +1,7 @@
 // Package pendingobj is the durable, checksummed pending-object sidecar store
-// of the kcode-pending-object-store 0.1.x specification; FORMAT.md section 10
+// of the kcode-pending-object-store 0.1.x specification; docs/format.md#pending-object-sidecar
 // is the byte layout and format.go draws it. The auditor stages every locally
-// gathered upload part here before uploading it (DESIGN.md section 7).
+// gathered upload part here before uploading it (docs/architecture.md#local-pending-sidecars).
 //
 // It owns installation, validation, reconciliation and deletion of the
 // sidecar files of one namespace in one directory. It does not own the

@@ -31,7 +31,7 @@ var (
 type FormatError struct {
 	Position uint64
 	Path     string
-	Offset   int64  // first byte of the failing field (FORMAT.md section 10 layout)
+	Offset   int64  // first byte of the failing field (docs/format.md#pending-object-sidecar layout)
 	What     string // what failed, in words
 	Err      error  // ErrCorrupt, ErrChecksum or ErrFormatID
 }

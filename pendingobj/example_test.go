@@ -9,7 +9,7 @@ import (
 	"github.com/nova/auditor/pendingobj"
 )
 
-// The auditor's use (FORMAT.md section 10): stage part 1 of intent 7, then
+// The auditor's use (docs/format.md#pending-object-sidecar): stage part 1 of intent 7, then
 // reconcile with the positions still referenced.
 func Example() {
 	dir, err := os.MkdirTemp("", "pending")

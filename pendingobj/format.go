@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Sidecar layout (FORMAT.md section 10), all integers little-endian:
+// Sidecar layout (docs/format.md#pending-object-sidecar), all integers little-endian:
 //
 //	offset  size  field
 //	     0    12  magic "KSPENDING01\n"

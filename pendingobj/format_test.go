@@ -42,7 +42,7 @@ var goldenHello = concat(
 	[]byte("hello"),
 )
 
-// goldenEmpty is position 0 with an empty object (allowed by FORMAT.md).
+// goldenEmpty is position 0 with an empty object (allowed by docs/format.md).
 var goldenEmpty = concat(
 	[]byte("KSPENDING01\n"),
 	[]byte{0x05, 0x00},             // format-ID length 5

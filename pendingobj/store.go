@@ -122,7 +122,7 @@ func (s *Store) install(position uint64, fileName, mediaType string, data []byte
 	// The spec's "atomically renames it to the final path" is done as
 	// link(temp, final) then unlink(temp). link fails with EEXIST instead of
 	// replacing, so "refuse to overwrite" holds even against a final file
-	// created after the check above (FORMAT.md section 10), and it is as
+	// created after the check above (docs/format.md#pending-object-sidecar), and it is as
 	// atomic as rename: the final name appears at once, pointing at an inode
 	// whose bytes were synced before. A crash between link and unlink leaves
 	// the temporary name as a second link to the same complete inode;
@@ -215,7 +215,7 @@ func (s *Store) discard(temp string) error {
 }
 
 // Read opens the canonical final path of position (never the temporary one)
-// and returns the object after checking every rule of FORMAT.md section 10.
+// and returns the object after checking every rule of docs/format.md#pending-object-sidecar.
 // A missing file matches fs.ErrNotExist; damaged bytes return a *FormatError
 // matching ErrCorrupt (ErrChecksum for a digest mismatch) or ErrFormatID.
 // The object is held in memory once; the file's declared lengths are checked

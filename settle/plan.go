@@ -7,7 +7,7 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 )
 
-// The planner is pure (DESIGN.md section 3, "Plan"): given the stream's
+// The planner is pure (docs/architecture.md#plan): given the stream's
 // resolved source chunks and its standing tail, it decides the settled
 // objects, their keys, the byte ranges they are assembled from and their
 // footers. It reads nothing and writes nothing.
@@ -102,7 +102,7 @@ func IsFull(m, next, capBytes int64) bool {
 // ErrPlan is a planner input that breaks its preconditions (a bug upstream).
 var ErrPlan = errors.New("invalid plan input")
 
-// Plan decides the outputs for one stream. Rules (DESIGN.md section 3):
+// Plan decides the outputs for one stream. Rules (docs/architecture.md#settling):
 // the first output rewrites the standing tail at revision + 1 when it is not
 // full and the first new chunk fits beside it; the remaining chunks fill
 // objects up to the cap, closing at chunk boundaries; a chunk over the cap

@@ -51,7 +51,7 @@ func (p *published) catalogEntry(stream catalog.StreamID, epoch int64) catalog.E
 	return e
 }
 
-// publish carries out steps 1-3 of DESIGN.md section 3 "Publish" for one
+// publish carries out steps 1-3 of docs/architecture.md#publish for one
 // output: the publish intent, the create-once assembly (resuming the
 // intent's upload if one is open), and on 412 the adoption of the standing
 // object. known lists every chunk the stream has in this plan (standing tail
@@ -241,7 +241,7 @@ func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
 // adopt reads the standing object's trailer and footer and checks it is a
 // valid settled bundle of this stream starting at this record whose records
 // agree with the sources: per-record lengths and timestamps, and DataCRCs
-// wherever chunk boundaries coincide (DESIGN.md section 3, step 3).
+// wherever chunk boundaries coincide (docs/architecture.md#adoption).
 func (s *Settler) adopt(ctx context.Context, o Output, known []bundlefmt.Entry) (*published, error) {
 	bad := func(err error) error { return &QuarantineError{SlotKey: o.Key, Class: ClassAdoption, Err: err} }
 	tr, size, err := s.d.Store.GetSuffix(ctx, s.d.StdBucket, o.Key, bundlefmt.TrailerSize)

@@ -93,7 +93,7 @@ func (s *Settler) Idle(ctx context.Context, star string) error {
 var _ cycle.Idler = (*Settler)(nil)
 
 // reconcile keeps exactly the sidecars of the open publish intents' staged
-// parts (DESIGN.md section 7).
+// parts (docs/architecture.md#local-pending-sidecars).
 func (s *Settler) reconcile(ctx context.Context, f catalog.Fence) error {
 	if s.d.Pending == nil {
 		return nil

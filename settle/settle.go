@@ -80,7 +80,7 @@ const (
 	DefaultHotStreams    = 2
 )
 
-// Settler is the recover-and-settle step of the cycle (DESIGN.md section 2,
+// Settler is the recover-and-settle step of the cycle (docs/architecture.md#the-cycle,
 // steps 1 and 2).
 type Settler struct {
 	d   Deps
@@ -127,7 +127,7 @@ func (s *Settler) crash(name string) {
 
 // checkTiling halts the cycle before anything is written when the catalog
 // of a stream about to be settled covers a record twice where settle
-// writes, at its last entries (DESIGN.md section 5): settle never guesses
+// writes, at its last entries (docs/architecture.md#singleton-lease-and-fencing): settle never guesses
 // which entry is right. `auditor verify` checks the whole catalog.
 func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) error {
 	ids := make([]catalog.StreamID, len(due))
@@ -156,7 +156,7 @@ func (s *Settler) sourceBucket(class string) string {
 
 // sourceFailed records that an express bucket failed as a copy source (a
 // down zone, or a missing copy of a slot) after took, and reports whether
-// another bucket of the set is left to try, as DESIGN.md section 6 reads
+// another bucket of the set is left to try, as docs/architecture.md#buckets-and-zone-health reads
 // fall through. A failure of any other bucket leaves nothing to try.
 func (s *Settler) sourceFailed(bucket string, took time.Duration) bool {
 	express := false

@@ -10,7 +10,7 @@ import (
 	"github.com/nova/auditor/pendingobj"
 )
 
-// Pending sidecars (DESIGN.md section 7, FORMAT.md section 10): every
+// Pending sidecars (docs/architecture.md#local-pending-sidecars, docs/format.md#pending-object-sidecar): every
 // gathered upload part of an open publish intent is staged in a pendingobj
 // store with namespace = the star and this format ID, at position
 // intent_id * 10000 + part_number.

@@ -9,7 +9,7 @@ import (
 	"github.com/nova/auditor/internal/cycle"
 )
 
-// Pos is a position in a star's chain (METASTORE.md, slot order).
+// Pos is a position in a star's chain (docs/metastore.md, slot order).
 type Pos = catalog.SlotPos
 
 // chain is a star's epochs as trim sees them: dense from the lowest, each

@@ -1,4 +1,4 @@
-// Package trim closes the data lifecycle of DESIGN.md sections 2 and 4 with
+// Package trim closes the data lifecycle of docs/architecture.md#the-cycle with
 // three steps of the cycle:
 //
 //   - Retention (step 3): catalog entries wholly below their stream's

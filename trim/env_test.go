@@ -224,7 +224,7 @@ func (e *env) lost(epoch, seq int64, batches ...batch) {
 	}
 }
 
-// failover fences the current epoch as METASTORE.md says: open the next
+// failover fences the current epoch as docs/metastore.md says: open the next
 // epoch, poison fence_window seqs from the first free one at or past the
 // head (a taken seq is a lost flight), set end_seq. With finish false the
 // fence stays in progress (no end_seq). It returns the old epoch and

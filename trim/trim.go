@@ -44,7 +44,7 @@ type Deps struct {
 	Store Store // reap only
 	// StdBucket holds standard-class slots and every settled object;
 	// ExpressBuckets is the express set, where every express slot lives
-	// (DESIGN.md section 6). Deletes fan out to every bucket of a class.
+	// (docs/architecture.md#buckets-and-zone-health). Deletes fan out to every bucket of a class.
 	StdBucket      string
 	ExpressBuckets []string
 	// Health is the zone health shared with slot reads and copy sources:
@@ -148,7 +148,7 @@ type QuarantineHold struct {
 	Bounding bool
 }
 
-// Decide computes a star's trim bound (DESIGN.md section 4): the earliest
+// Decide computes a star's trim bound (docs/architecture.md#trim): the earliest
 // slot named by any remaining span ref of the star, capped by the absorbed
 // head and by the first past epoch whose fence is in progress. A ref naming
 // a slot behind the cursor is a halt (a released slot was needed).

@@ -30,7 +30,7 @@ import (
 // file backend with novasim traffic (failover, lost flights, a retention
 // move), kills it with SIGKILL at every crash point
 // (NOVA_AUDITOR_CRASHPOINT) at its 1st, 2nd and 3rd hit, restarts it, and
-// checks the invariants of DESIGN.md section 9: every record once with the
+// checks the invariants of docs/architecture.md#crash-points-and-the-crash-matrix: every record once with the
 // right bytes, every catalog entry's object present and valid, no settled
 // key written twice with different bytes, nothing referenced missing, no
 // publish intent, sidecar or open upload left, no stray settled object

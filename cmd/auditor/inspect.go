@@ -14,7 +14,7 @@ const inspectUsage = `usage: auditor inspect [flags] FILE
        auditor inspect --key KEY [--json] [--records] [storage flags]
 
 Decode and validate a chain slot (flight or poison) or a settled object, every
-rule of FORMAT.md including every DataCRC, and print a summary.
+rule of docs/format.md including every DataCRC, and print a summary.
 
 The first form reads FILE (with --key, the key it was stored under gives the
 kind and the expectations). The second form, --key without FILE, fetches the

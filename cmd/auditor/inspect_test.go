@@ -14,7 +14,7 @@ const (
 	inspectSettledKey = "buckets/b1/streams/00112233445566778899aabbccddeeff/00000000000000000001/00000000000000001000~0"
 )
 
-// inspectFiles copies the EXAMPLES.md objects from bundlefmt's testdata
+// inspectFiles copies the docs/format.md#worked-example-a-transit-bundle objects from bundlefmt's testdata
 // into a temporary directory, plus damaged variants.
 func inspectFiles(t *testing.T) map[string]string {
 	t.Helper()

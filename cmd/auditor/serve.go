@@ -21,8 +21,8 @@ import (
 	"github.com/nova/auditor/migrations"
 )
 
-// cmdServe is `auditor serve`: the daemon of one star (DESIGN.md sections
-// 2, 5 and 8). The first SIGTERM or SIGINT stops scheduling, lets a running
+// cmdServe is `auditor serve`: the daemon of one star (docs/architecture.md#the-cycle,
+// #singleton-lease-and-fencing and #operator-surface). The first SIGTERM or SIGINT stops scheduling, lets a running
 // cycle finish within --shutdown-timeout, releases the lease and exits 0; a
 // second one exits 1 at once.
 func cmdServe(ctx context.Context, e env, args []string) int {

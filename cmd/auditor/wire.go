@@ -21,7 +21,7 @@ import (
 	"github.com/nova/auditor/trim"
 )
 
-// buildCycle wires the cycle's steps in the order of DESIGN.md section 2:
+// buildCycle wires the cycle's steps in the order of docs/architecture.md#the-cycle:
 // recover and settle, retention, trim, reap (erasure is not built yet). The
 // returned close function releases what the steps hold. For a dry run the
 // server's checksum support is not probed: the probe writes an object, and
@@ -144,7 +144,7 @@ func storeMetrics(reg prometheus.Registerer) *objstore.Metrics {
 }
 
 // openPending opens the pending-part sidecar store under --data-dir
-// (DESIGN.md section 7: namespace = the star).
+// (docs/architecture.md#local-pending-sidecars: namespace = the star).
 func openPending(cfg config.Config) (*pendingobj.Store, error) {
 	dir := filepath.Join(cfg.DataDir, "pending")
 	if err := os.MkdirAll(dir, 0o750); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/nova/auditor/internal/config"
 )
 
-// Exit codes (DESIGN.md section 8).
+// Exit codes (docs/architecture.md#operator-surface).
 const (
 	ExitOK      = 0
 	ExitFailure = 1

@@ -1,5 +1,5 @@
 // Package cycle is the small contract between the daemon, which runs the
-// auditor cycle of DESIGN.md section 2 under a lease, and the packages that
+// auditor cycle of docs/architecture.md#the-cycle under a lease, and the packages that
 // do its steps (settle, trim). It holds no logic.
 package cycle
 

@@ -72,7 +72,7 @@ type assign struct {
 	ref, entry int
 }
 
-// checkChain checks one star's chain and its refs (METASTORE.md section 1):
+// checkChain checks one star's chain and its refs (docs/metastore.md#tables-the-write-path-owns):
 // it lists the chain in every bucket of the star's class (novasim check is a
 // verifier, like `auditor verify --strays`: the one place a listing is
 // sanctioned), classifies every slot, checks the fence runs and end_seq of
@@ -455,7 +455,7 @@ func (c *checker) checkNamedSlot(ctx context.Context, star string, buckets []str
 }
 
 // compareCopies checks that every bucket holds the same bytes of an absorbed
-// express slot (METASTORE.md: a slot is absorbed only once it is in every
+// express slot (docs/metastore.md: a slot is absorbed only once it is in every
 // bucket, so absorbed slots are identical everywhere), by the CRC-32C of
 // each whole copy, read in windows.
 func (c *checker) compareCopies(ctx context.Context, star string, buckets []string, key string, size int64) error {

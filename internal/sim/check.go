@@ -54,7 +54,7 @@ type CheckReport struct {
 	FromSettled, FromSlots int64
 	// Objects and Slots are the settled objects and slots read.
 	Objects, SlotsRead int64
-	// Violations counts broken contract invariants (METASTORE.md, FORMAT.md).
+	// Violations counts broken contract invariants (docs/metastore.md, docs/format.md).
 	Violations int64
 	// Chain describes the chains (not with SettledOnly).
 	Chain ChainReport
@@ -421,7 +421,7 @@ func (c *checker) account(star string, s *streamState) {
 	c.rep.FromSlots += checked - fromSettled
 }
 
-// checkMarker checks METASTORE.md's due-marker rule: a marker exists exactly
+// checkMarker checks docs/metastore.md's due-marker rule: a marker exists exactly
 // for a stream with refs, with the stream's class and since = the oldest
 // ref's absorbed_at.
 func (c *checker) checkMarker(star string, s *streamState, m catalog.DueMarker, ok bool) {

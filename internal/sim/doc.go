@@ -1,7 +1,7 @@
 // Package sim is novasim as a library: it plays Nova's write path against
 // the real metastore and object store exactly as
-// ../../shared/design/METASTORE.md ("The absorb transaction", fencing) and
-// FORMAT.md describe it, and checks what a settler made of it.
+// docs/metastore.md ("The absorb transaction", fencing) and
+// docs/format.md describe it, and checks what a settler made of it.
 //
 //   - Setup creates stars and streams and records each star's content
 //     profile (Content) in nova.sim_stars, so Check needs no flags.

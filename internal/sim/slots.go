@@ -52,7 +52,7 @@ func (c chain) key(epoch, seq int64) string {
 // nil once every bucket holds this writer's object (recognised by nonce,
 // epoch, seq and size), *errTaken when any bucket holds another writer's.
 // It never gives up on the seq for a transient failure: it reads the slot
-// back and retries the PUT while the key is free (METASTORE.md: after an
+// back and retries the PUT while the key is free (docs/metastore.md: after an
 // ambiguous PUT failure the writer reads the slot back and compares the
 // nonce; it never skips a seq). loseReply drops the first successful reply.
 // landed is how many buckets hold this writer's copy (on an express star a
@@ -81,7 +81,7 @@ func (c chain) putSlot(ctx context.Context, epoch, seq int64, nonce uint64, data
 			landed++
 		}
 	}
-	// A 412 in any bucket means the seq is taken (METASTORE.md, express).
+	// A 412 in any bucket means the seq is taken (docs/metastore.md, express).
 	for _, err := range errs {
 		if isTaken(err) {
 			return landed, err

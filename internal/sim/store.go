@@ -21,7 +21,7 @@ type Store interface {
 	List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error
 }
 
-// Storage says where novasim's objects live (DESIGN.md section 6): the
+// Storage says where novasim's objects live (docs/architecture.md#buckets-and-zone-health): the
 // standard bucket holds standard-class slots and every settled object; an
 // express star's slots live in every bucket of the express set, the
 // preferred one (--location) first.

@@ -20,7 +20,7 @@ import (
 type Takeover int
 
 const (
-	// TakeoverAuto fences the star's current epoch (METASTORE.md, fencing)
+	// TakeoverAuto fences the star's current epoch (docs/metastore.md, fencing)
 	// unless the star is pristine: epoch 1, head 0 and no slot in its first
 	// fence window. It is what a restarted writer does.
 	TakeoverAuto Takeover = iota
@@ -395,7 +395,7 @@ func (w *writer) firstWindowFree(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// fence runs the fencing protocol of METASTORE.md step by step and returns
+// fence runs the fencing protocol of docs/metastore.md step by step and returns
 // the new epoch: (1) epoch bump in one transaction, noting the head h;
 // (2) the first seq k >= h where a poison PUT succeeds (a 412 is a lost
 // flight, left as it is), then poisons k+1 .. k+W-1; (3) end_seq = k + W.

@@ -1,6 +1,6 @@
 // Package wire builds what the configuration describes and several commands
 // share: the object store (the file backend when fs-root is set, else S3)
-// and the bucket layout of DESIGN.md section 6 (which buckets hold a chain of
+// and the bucket layout of docs/architecture.md#buckets-and-zone-health (which buckets hold a chain of
 // each class, in read-preference order). cmd/auditor and cmd/novasim both use
 // it, so one configuration means the same storage to both. It holds no state
 // and makes no request.
@@ -57,14 +57,14 @@ func Store(ctx context.Context, cfg config.Config) (objstore.Store, error) {
 	return s, nil
 }
 
-// Class names (METASTORE.md).
+// Class names (docs/metastore.md).
 const (
 	ClassStandard = "standard"
 	ClassExpress  = "express"
 )
 
 // SlotBucketSet returns the bucket set that holds the slots of a chain of
-// the class (DESIGN.md section 6): the standard bucket (--bucket) alone for
+// the class (docs/architecture.md#buckets-and-zone-health): the standard bucket (--bucket) alone for
 // a standard chain; for an express chain every bucket of the express set
 // (--s3-express-buckets), reads preferring the bucket of --location. A
 // configuration error when an express chain has no express set.

@@ -1,4 +1,4 @@
--- 0001: the metastore contract of ../shared/design/METASTORE.md, exactly
+-- 0001: the metastore contract of docs/metastore.md, exactly
 -- those names and columns, plus the indexes the auditor's queries need and
 -- the auditor's own tables whose columns the contract leaves to us.
 CREATE SCHEMA IF NOT EXISTS nova;

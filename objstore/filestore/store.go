@@ -29,7 +29,7 @@ import (
 const tmpDirName = objstore.ReservedPrefix + "tmp"
 
 // uploadMaxAge: uploads untouched this long are removed at open, as S3's
-// recommended AbortIncompleteMultipartUpload rule would (DESIGN.md 4).
+// recommended AbortIncompleteMultipartUpload rule would (docs/architecture.md#trim).
 const uploadMaxAge = 7 * 24 * time.Hour
 
 var bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)

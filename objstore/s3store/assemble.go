@@ -25,7 +25,7 @@ import (
 // gatherInFlight bounds gathered parts held in memory at once per assembly.
 const gatherInFlight = 2
 
-// Assemble implements objstore.Store (DESIGN.md section 3, "Publish"): it
+// Assemble implements objstore.Store (docs/architecture.md#publish): it
 // plans parts with objstore.PlanParts and carries the plan out.
 func (s *Store) Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
 	a := &assembly{s: s, req: req, uploadID: req.UploadID, mode: s.cfg.Checksum}

@@ -1,0 +1,178 @@
+package repocheck
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("no go.mod at %s: %v", root, err)
+	}
+	return root
+}
+
+// sources walks the repository's Go, SQL, YAML and JSON files.
+func sources(t *testing.T, root string, fn func(path, text string)) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", ".bin", ".run", "bin", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(p) {
+		case ".go", ".sql", ".yaml", ".yml", ".json", ".md":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fn(p, string(b))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoCommentPointsOutsideTheRepo: the design documents beside the
+// checkout are not in a clone; every citation goes to docs/.
+func TestNoCommentPointsOutsideTheRepo(t *testing.T) {
+	root := repoRoot(t)
+	outside := regexp.MustCompile(`\.\./shared|(^|[^/\w])(DESIGN|FORMAT|METASTORE|EXAMPLES)\.md`)
+	self := filepath.Join(root, "internal", "repocheck")
+	sources(t, root, func(p, text string) {
+		if strings.HasPrefix(p, self) {
+			return
+		}
+		for i, line := range strings.Split(text, "\n") {
+			if outside.MatchString(line) {
+				rel, _ := filepath.Rel(root, p)
+				t.Errorf("%s:%d points outside the repository: %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+	})
+}
+
+// TestDocsAnchorsExist: every docs/<file>.md#<anchor> a source names is a
+// heading of that file.
+func TestDocsAnchorsExist(t *testing.T) {
+	root := repoRoot(t)
+	anchors := map[string]map[string]bool{}
+	heading := regexp.MustCompile(`^#+\s+(.*)$`)
+	for _, f := range []string{"format.md", "metastore.md", "architecture.md"} {
+		fh, err := os.Open(filepath.Join(root, "docs", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		anchors[f] = map[string]bool{}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			if m := heading.FindStringSubmatch(sc.Text()); m != nil {
+				anchors[f][slug(m[1])] = true
+			}
+		}
+		fh.Close()
+	}
+	ref := regexp.MustCompile(`docs/(\w+\.md)#([a-z0-9_-]+)`)
+	n := 0
+	sources(t, root, func(p, text string) {
+		for _, m := range ref.FindAllStringSubmatch(text, -1) {
+			n++
+			if as, ok := anchors[m[1]]; !ok || !as[m[2]] {
+				rel, _ := filepath.Rel(root, p)
+				t.Errorf("%s names docs/%s#%s, which is not a heading there", rel, m[1], m[2])
+			}
+		}
+	})
+	if n == 0 {
+		t.Fatal("no docs/ anchor is named anywhere: the scan found nothing")
+	}
+}
+
+// slug is GitHub's heading anchor: lower case, spaces to dashes, only
+// letters, digits, dashes and underscores kept.
+func slug(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestImportsPointOneWay: the storage and format libraries depend on
+// nothing of ours but each other as DESIGN lays out; the steps do not
+// import the daemon or the binary; nothing imports cmd/.
+func TestImportsPointOneWay(t *testing.T) {
+	root := repoRoot(t)
+	cmd := exec.Command("go", "list", "-json", "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/nova/auditor/"
+	forbidden := map[string][]string{
+		"bundlefmt":  {"catalog", "objstore", "settle", "trim", "daemon", "pendingobj", "cmd/"},
+		"pendingobj": {"catalog", "objstore", "settle", "trim", "daemon", "bundlefmt", "cmd/"},
+		"objstore":   {"catalog", "settle", "trim", "daemon", "cmd/"},
+		"catalog":    {"objstore", "settle", "trim", "daemon", "cmd/"},
+		"settle":     {"trim", "daemon", "cmd/"},
+		"trim":       {"settle", "daemon", "cmd/"},
+		"daemon":     {"cmd/"},
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		rel := strings.TrimPrefix(p.ImportPath, mod)
+		for pkg, bad := range forbidden {
+			if rel != pkg && !strings.HasPrefix(rel, pkg+"/") {
+				continue
+			}
+			for _, imp := range p.Imports {
+				irel := strings.TrimPrefix(imp, mod)
+				if irel == imp {
+					continue
+				}
+				for _, b := range bad {
+					if irel == b || strings.HasPrefix(irel, strings.TrimSuffix(b, "/")+"/") || (strings.HasSuffix(b, "/") && strings.HasPrefix(irel, b)) {
+						t.Errorf("%s imports %s", rel, irel)
+					}
+				}
+			}
+		}
+	}
+}
