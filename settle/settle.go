@@ -427,6 +427,12 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				s.d.Metrics.object("published")
 			}
 			*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
+			if p.end() == o.EndRecord() && IsFull(o.Meter, -1, s.c.CapBytes) {
+				// A full object is never rewritten: the next output starts
+				// a new one, so its entries (up to a cap's worth of records)
+				// need not be held while the backlog's next window is read.
+				*tail = nil
+			}
 			if p.end() != o.EndRecord() {
 				// The adopted object covers other records than planned:
 				// re-plan the rest with it as the stream's last entry.
