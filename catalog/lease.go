@@ -181,8 +181,8 @@ func (db *DB) CurrentLease(ctx context.Context, star string) (Lease, bool, error
 // fenced runs fn in a transaction that first checks the fencing token and
 // aborts with ErrStaleToken when it is stale.
 //
-// docs/metastore.md gives the check as "SELECT 1 ... AND expires_at > now() FOR
-// SHARE". It is that statement with FOR KEY SHARE instead, and the
+// The metastore contract gives the check as "SELECT 1 ... AND expires_at >
+// now() FOR SHARE" (docs/metastore.md#the-auditors-fence). It is that statement with FOR KEY SHARE instead, and the
 // guarantee is kept by the other side: a takeover locks the row FOR UPDATE
 // (AcquireLeaseInstance), which conflicts with FOR KEY SHARE exactly as with
 // FOR SHARE, so no new holder commits while a transaction that passed the
