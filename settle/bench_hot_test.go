@@ -34,23 +34,8 @@ func writeHotBacklog(b *testing.B, e *env, records, perSlot, recBytes int) catal
 				b.Fatal(err)
 			}
 		}
-		obj, err := bundlefmt.EncodeFlight(1, uint64(seq), 9, []bundlefmt.Chunk{cb.Chunk()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		key := bundlefmt.SlotKey("s1", 1, uint64(seq))
-		if err := e.store.PutIfAbsent(e.ctx, e.std, key, obj); err != nil {
-			b.Fatal(err)
-		}
-		f, err := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := e.db.Absorb(e.ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(seq),
-			FooterOffset: int64(f.FooterOffset()), FooterLength: int64(f.FooterLength()),
-			Batches: []catalog.AbsorbBatch{{Stream: catalog.StreamID(id), FirstRecord: int64(first), Count: int64(n)}}}}); err != nil {
-			b.Fatal(err)
-		}
+		putFlight(b, e, seq, []bundlefmt.Chunk{cb.Chunk()},
+			[]catalog.AbsorbBatch{{Stream: catalog.StreamID(id), FirstRecord: int64(first), Count: int64(n)}})
 		first += n
 	}
 	return catalog.StreamID(id)

@@ -133,24 +133,31 @@ func writeSlots(b *testing.B, e *env, streams, flights, perChunk, recBytes int) 
 			chunks = append(chunks, cb.Chunk())
 			batches = append(batches, catalog.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(seq * perChunk), Count: int64(perChunk)})
 		}
-		obj, err := bundlefmt.EncodeFlight(1, uint64(seq), 7, chunks)
-		if err != nil {
-			b.Fatal(err)
-		}
-		key := bundlefmt.SlotKey("s1", 1, uint64(seq))
-		if err := e.store.PutIfAbsent(e.ctx, e.std, key, obj); err != nil {
-			b.Fatal(err)
-		}
-		f, err := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := e.db.Absorb(e.ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(seq),
-			FooterOffset: int64(f.FooterOffset()), FooterLength: int64(f.FooterLength()), Batches: batches}}); err != nil {
-			b.Fatal(err)
-		}
+		putFlight(b, e, seq, chunks, batches)
 	}
 	return flights
+}
+
+// putFlight writes slot 1/seq of star s1 holding chunks into the standard
+// bucket and absorbs it with batches.
+func putFlight(b *testing.B, e *env, seq int, chunks []bundlefmt.Chunk, batches []catalog.AbsorbBatch) {
+	b.Helper()
+	obj, err := bundlefmt.EncodeFlight(1, uint64(seq), 7, chunks)
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := bundlefmt.SlotKey("s1", 1, uint64(seq))
+	if err := e.store.PutIfAbsent(e.ctx, e.std, key, obj); err != nil {
+		b.Fatal(err)
+	}
+	f, err := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := e.db.Absorb(e.ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(seq),
+		FooterOffset: int64(f.FooterOffset()), FooterLength: int64(f.FooterLength()), Batches: batches}}); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // lowerBound sums the settled bytes and, over every settled object, the

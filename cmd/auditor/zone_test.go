@@ -113,18 +113,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 	}
 	bin := auditorBinary(t)
 	ctx := context.Background()
-	s3e := testenv.S3(t)
-	direct, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3e.Endpoint, Region: s3e.Region, PathStyle: true,
-		AccessKey: s3e.AccessKey, SecretKey: s3e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	std, za, zb := testenv.BucketName("zone"), testenv.BucketName("zone-a"), testenv.BucketName("zone-b")
-	for _, b := range []string{std, za, zb} {
-		if _, err := direct.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s3e, direct, std, za, zb := zoneBuckets(t, "zone")
 	zp := newZoneProxy(t, s3e.Endpoint)
 	zp.bucket, zp.stallFor = za, 3*time.Second
 	srv := httptest.NewServer(zp)
@@ -353,18 +342,7 @@ func TestStallingZoneCostsLittle(t *testing.T) {
 		t.Skip("runs real processes")
 	}
 	ctx := context.Background()
-	s3e := testenv.S3(t)
-	direct, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3e.Endpoint, Region: s3e.Region, PathStyle: true,
-		AccessKey: s3e.AccessKey, SecretKey: s3e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	std, za, zb := testenv.BucketName("stall"), testenv.BucketName("stall-a"), testenv.BucketName("stall-b")
-	for _, b := range []string{std, za, zb} {
-		if _, err := direct.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s3e, direct, std, za, zb := zoneBuckets(t, "stall")
 	zp := newZoneProxy(t, s3e.Endpoint)
 	zp.bucket = za
 	srv := httptest.NewServer(zp)
@@ -432,4 +410,24 @@ func TestStallingZoneCostsLittle(t *testing.T) {
 	if err != nil || !rep.OK() || rep.Checked == 0 {
 		t.Fatalf("novasim check: %+v %v", rep, err)
 	}
+}
+
+// zoneBuckets makes a standard bucket and two zone buckets named after
+// prefix on the test S3 server, and a store that reaches them directly.
+func zoneBuckets(t *testing.T, prefix string) (testenv.S3Env, *s3store.Store, string, string, string) {
+	t.Helper()
+	ctx := context.Background()
+	s3e := testenv.S3(t)
+	direct, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3e.Endpoint, Region: s3e.Region, PathStyle: true,
+		AccessKey: s3e.AccessKey, SecretKey: s3e.SecretKey, Checksum: objstore.ChecksumParts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	std, za, zb := testenv.BucketName(prefix), testenv.BucketName(prefix+"-a"), testenv.BucketName(prefix+"-b")
+	for _, b := range []string{std, za, zb} {
+		if _, err := direct.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s3e, direct, std, za, zb
 }
