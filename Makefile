@@ -32,7 +32,9 @@ bench-sql: ## plans of every per-cycle statement at 10^4, 10^5 and 10^6 rows of 
 	NOVA_SQL_SCALE_FULL=1 NOVA_TEST_TIMEOUT=30m scripts/test.sh -v -run 'TestPerCycleStatementsFlat' ./catalog/
 	scripts/test.sh -v -run 'TestTransactionsPerSettledObject' ./cmd/auditor/
 
-bench-scale: bench-sql ## scale: a 10^7-record backlog's peak RSS, 10,000 small streams at 30 ms S3 latency, and bench-sql's history
+bench-scale: bench-sql ## one star of production shape (100k streams, 10^6 entries, a year of ledger, 10k due, a 10^7 backlog); small streams at 30 ms S3 latency
+	NOVA_BENCH_SCALE=1 NOVA_TEST_TIMEOUT=90m scripts/test.sh -v -run 'TestScaleStar' ./cmd/auditor/
+	NOVA_BENCH_SCALE=1 NOVA_SCALE_GOMEMLIMIT=200MiB NOVA_TEST_TIMEOUT=90m scripts/test.sh -v -run 'TestScaleStar' ./cmd/auditor/
 	NOVA_BENCH_BACKLOG=10000000 NOVA_BENCH_STREAMS=10000 NOVA_TEST_TIMEOUT=90m scripts/test.sh -run '^$$' \
 		-bench 'BenchmarkHotBacklogPeakRSS|BenchmarkManySmallStreamsAtS3Latency' -benchtime 1x ./settle/
 

@@ -440,6 +440,7 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		return res
 	}
 	res.run = run
+	stepSeconds := map[string]float64{} // for the cycle's log line
 	for _, s := range r.deps.Steps {
 		if err := ctx.Err(); err != nil {
 			res.err = fmt.Errorf("before step %s: %w", s.Name(), context.Cause(ctx))
@@ -447,7 +448,9 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		}
 		began := time.Now()
 		c, err := runStep(ctx, s, f, opts)
-		m.StepDuration.WithLabelValues(s.Name()).Observe(time.Since(began).Seconds())
+		took := time.Since(began).Seconds()
+		m.StepDuration.WithLabelValues(s.Name()).Observe(took)
+		stepSeconds[s.Name()] += took
 		res.counts.Add(c)
 		if err != nil && cycle.IsPartial(err) {
 			// the later steps still run; the cycle ends failed
@@ -496,7 +499,7 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 	}
 	attrs := []any{"run", run.ID, "trigger", opts.Trigger, "outcome", res.outcome, "token", f.Token,
 		"duration", elapsed.Round(time.Millisecond), "streams", len(opts.Streams), "dry_run", opts.DryRun,
-		"counts", res.counts}
+		"counts", res.counts, "step_seconds", stepSeconds}
 	switch res.outcome {
 	case catalog.RunOK:
 		log.Info("cycle", attrs...)
