@@ -128,9 +128,10 @@ func TestAdoptionVerifiesTheStandingBytes(t *testing.T) {
 	}
 }
 
-// flipReadBack flips one byte of the body of the first whole-object GET of
-// a settled key (the read-back that checks an assembly the server could
-// not verify), as a server that stored wrong bytes would serve them.
+// flipReadBack flips one byte of the body of the first GET of a settled
+// key's first bytes (the read-back that checks an assembly the server
+// could not verify reads the object in ranged windows from offset 0), as
+// a server that stored wrong bytes would serve them.
 type flipReadBack struct {
 	next    http.RoundTripper
 	flipped atomic.Int64
@@ -145,8 +146,8 @@ func (f *flipReadBack) RoundTrip(req *http.Request) (*http.Response, error) {
 		f.deletes.Add(1)
 	}
 	resp, err := f.next.RoundTrip(req)
-	if err != nil || req.Method != http.MethodGet || req.Header.Get("Range") != "" ||
-		!strings.Contains(req.URL.Path, "/streams/") || resp.StatusCode != 200 || f.flipped.Load() > 0 {
+	if err != nil || req.Method != http.MethodGet || !strings.HasPrefix(req.Header.Get("Range"), "bytes=0-") ||
+		!strings.Contains(req.URL.Path, "/streams/") || resp.StatusCode/100 != 2 || f.flipped.Load() > 0 {
 		return resp, err
 	}
 	body, rerr := io.ReadAll(resp.Body)

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 	"sync"
@@ -511,33 +510,59 @@ func multipartETag(states []partState) string {
 	return fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(h.Sum(nil)), len(states))
 }
 
-// readBack streams the published object through CRC-32C. A mismatch fails
-// with ErrPublishedBad and leaves the object where it is: deleting it here
+// readBackWindow is the most bytes one ranged GET of a read-back holds;
+// CopyConcurrency of them are in flight at once.
+const readBackWindow = 8 << 20
+
+// readBack reads the published object back in parallel ranged GETs
+// (CopyConcurrency at a time, each window's CRC-32C computed as its bytes
+// arrive, then combined in order: one pass, bounded memory) and compares
+// the whole object's CRC with the expected one. A mismatch fails with
+// ErrPublishedBad and leaves the object where it is: deleting it here
 // would bypass the fence and the catalog re-check of the reap step (the
 // caller condemns the key, and the reap deletes it).
 func (a *assembly) readBack(ctx context.Context) error {
-	var crc uint32
-	var n int64
-	err := a.s.do(ctx, "GetObject", func(ctx context.Context) error {
-		out, err := a.s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &a.req.Bucket, Key: &a.fullKey})
-		if err != nil {
-			return err
-		}
-		defer out.Body.Close()
-		h := objstore.NewCRC32C()
-		n, err = io.Copy(h, out.Body)
-		a.fetched.Add(n)
-		crc = h.Sum32()
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("read back: %w", mapErr(err, nil))
+	n := a.plan.Size
+	type window struct {
+		off, len int64
+		crc      uint32
 	}
-	if n == a.plan.Size && crc == a.req.ExpectedCRC32C {
+	wins := make([]window, 0, n/readBackWindow+1)
+	for off := int64(0); off < n; off += readBackWindow {
+		wins = append(wins, window{off: off, len: min(readBackWindow, n-off)})
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, a.s.cfg.CopyConcurrency))
+	for i := range wins {
+		w := &wins[i]
+		g.Go(func() error {
+			buf := make([]byte, w.len)
+			rng := fmt.Sprintf("bytes=%d-%d", w.off, w.off+w.len-1)
+			got, total, err := a.s.getRange(gctx, a.req.Bucket, a.fullKey, rng, "", w.off, w.len, false, buf)
+			a.fetched.Add(int64(len(got)))
+			if err != nil {
+				return fmt.Errorf("read back [%d,+%d): %w", w.off, w.len, mapErr(err, nil))
+			}
+			if total != n || int64(len(got)) != w.len {
+				return fmt.Errorf("read back [%d,+%d): object of %d bytes, expected %d: %w (%w)",
+					w.off, w.len, total, n, objstore.ErrChecksum, objstore.ErrPublishedBad)
+			}
+			w.crc = objstore.CRC32C(got)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	var crc uint32
+	for _, w := range wins {
+		crc = objstore.CombineCRC32C(crc, w.crc, w.len)
+	}
+	if crc == a.req.ExpectedCRC32C {
 		return nil
 	}
-	return fmt.Errorf("read back %d bytes with CRC %08x, expected %d with %08x: %w (%w)",
-		n, crc, a.plan.Size, a.req.ExpectedCRC32C, objstore.ErrChecksum, objstore.ErrPublishedBad)
+	return fmt.Errorf("read back %d bytes with CRC %08x, expected %08x: %w (%w)",
+		n, crc, a.req.ExpectedCRC32C, objstore.ErrChecksum, objstore.ErrPublishedBad)
 }
 
 // countingObserver counts an assembly's requests for its result.
