@@ -91,6 +91,7 @@ type footerCache struct {
 	byKey    map[string]*list.Element
 	inflight map[string]*fetch
 	gets     int64
+	bytes    int64 // envelope and footer bytes read
 }
 
 type cached struct {
@@ -108,6 +109,13 @@ type fetch struct {
 
 func newFooterCache(r Reader, limit int64) *footerCache {
 	return &footerCache{r: r, limit: limit, lru: list.New(), byKey: map[string]*list.Element{}, inflight: map[string]*fetch{}}
+}
+
+// Bytes is the envelope and footer bytes read (fetched through the auditor).
+func (c *footerCache) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
 }
 
 // Gets is the number of footer GETs issued.
@@ -144,8 +152,10 @@ func (c *footerCache) get(ctx context.Context, class, key string, off, length in
 	c.gets++
 	c.mu.Unlock()
 
-	fl.c, fl.err = c.load(ctx, class, key, off, length)
+	var read int64
+	fl.c, read, fl.err = c.load(ctx, class, key, off, length)
 	c.mu.Lock()
+	c.bytes += read
 	delete(c.inflight, key)
 	if fl.err == nil {
 		c.byKey[key] = c.lru.PushFront(fl.c)
@@ -174,7 +184,13 @@ func (ce *cached) check(key string, off, length int64) (*bundlefmt.Footer, error
 	return ce.f, nil
 }
 
-func (c *footerCache) load(ctx context.Context, class, key string, off, length int64) (*cached, error) {
+func (c *footerCache) load(ctx context.Context, class, key string, off, length int64) (*cached, int64, error) {
+	var read int64
+	ce, err := c.loadInto(ctx, class, key, off, length, &read)
+	return ce, read, err
+}
+
+func (c *footerCache) loadInto(ctx context.Context, class, key string, off, length int64, read *int64) (*cached, error) {
 	if off < bundlefmt.EnvelopeSize+1 || length < 1 {
 		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: fmt.Errorf("ref footer window (%d, %d) is out of range", off, length)}
 	}
@@ -183,6 +199,7 @@ func (c *footerCache) load(ctx context.Context, class, key string, off, length i
 	// written under the wrong key is corruption, found before any chunk of
 	// it is copied. One small GET per slot per cycle, like the footer's.
 	env, _, err := c.r.GetRange(ctx, class, key, 0, bundlefmt.EnvelopeSize)
+	*read += int64(len(env))
 	if err != nil {
 		return nil, classify(key, fmt.Errorf("read envelope of %s: %w", key, err))
 	}
@@ -199,6 +216,7 @@ func (c *footerCache) load(ctx context.Context, class, key string, off, length i
 			"ref footer window (%d, %d), envelope says (%d, %d)", off, length, ev.FooterOffset, ev.FooterLength)}
 	}
 	buf, size, err := c.r.GetRange(ctx, class, key, off, length+bundlefmt.TrailerSize)
+	*read += int64(len(buf))
 	if err != nil {
 		return nil, classify(key, fmt.Errorf("read footer of %s: %w", key, err))
 	}

@@ -257,6 +257,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	}
 	s.d.Metrics.footerGets(fc.Gets())
 	total.S3Requests += 2 * fc.Gets() // each slot's envelope and footer GETs, once per cycle
+	total.BytesFetched += fc.Bytes()
 	if !opts.DryRun {
 		if err := s.reconcile(ctx, f); err != nil {
 			return total, err
