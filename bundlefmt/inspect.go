@@ -73,7 +73,7 @@ type recordJSON struct {
 
 type errorJSON struct {
 	Error   string `json:"error"`
-	Class   string `json:"class"` // corrupt, checksum_mismatch, unsupported_version
+	Class   string `json:"class"` // corrupt, checksum, unsupported_version
 	Field   string `json:"field,omitempty"`
 	Offset  int64  `json:"offset"`
 	Version *int64 `json:"version,omitempty"`
@@ -125,7 +125,7 @@ func writeErrorJSON(w io.Writer, err error) {
 			doc.Version = &fe.Version
 		}
 	case errors.Is(err, ErrChecksum):
-		doc.Class = "checksum_mismatch"
+		doc.Class = "checksum" // the class name quarantine rows and verify use
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

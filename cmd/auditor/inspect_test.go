@@ -160,7 +160,7 @@ func TestInspectJSON(t *testing.T) {
 	}
 	// A failure in JSON mode is still a JSON document, with the class.
 	code, out, _ = runInspectT("--json", f["flight-rot"])
-	if code != 3 || !strings.Contains(out, `"class": "checksum_mismatch"`) {
+	if code != 3 || !strings.Contains(out, `"class": "checksum"`) {
 		t.Fatalf("error json (exit %d):\n%s", code, out)
 	}
 }
