@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"time"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -114,7 +113,6 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		return append(out, objstore.DataPiece(o.Footer.Bytes))
 	}
 	req.Pieces = pieces()
-	start := time.Now()
 	res, err := s.d.Store.Assemble(ctx, req)
 	for again := true; again; {
 		var se *objstore.SourceError
@@ -124,7 +122,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			// stands: the fresh attempt gets 412 and adopts it) or was
 			// aborted.
 			req.UploadID = ""
-		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && s.sourceFailed(se.Bucket, time.Since(start)):
+		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && ctx.Err() == nil && s.sourceFailed(se.Bucket):
 			// An express zone failed as a copy source (down, or missing
 			// its copy of the slot): the same bytes are under the same
 			// key in the next zone. The upload and its parts are kept.
@@ -138,7 +136,6 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			again = false
 			continue
 		}
-		start = time.Now()
 		res, err = s.d.Store.Assemble(ctx, req)
 	}
 	if err == nil {
@@ -243,7 +240,14 @@ func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
 // agree with the sources: per-record lengths and timestamps, and DataCRCs
 // wherever chunk boundaries coincide (docs/architecture.md#adoption).
 func (s *Settler) adopt(ctx context.Context, o Output, known []bundlefmt.Entry) (*published, error) {
-	bad := func(err error) error { return &QuarantineError{SlotKey: o.Key, Class: ClassAdoption, Err: err} }
+	// A standing object that does not match is never cataloged; it is
+	// condemned too, so that once the stream is released the key can be
+	// published again from the sources (an object that is only longer than
+	// this window knows, left by an attempt under other settings, would
+	// otherwise be met again on every release).
+	bad := func(err error) error {
+		return &QuarantineError{SlotKey: o.Key, Class: ClassAdoption, Err: err, Condemn: o.Key}
+	}
 	tr, size, err := s.d.Store.GetSuffix(ctx, s.d.StdBucket, o.Key, bundlefmt.TrailerSize)
 	if err != nil {
 		return nil, fmt.Errorf("read trailer of standing %s: %w", o.Key, err)

@@ -155,10 +155,14 @@ func (s *Settler) sourceBucket(class string) string {
 }
 
 // sourceFailed records that an express bucket failed as a copy source (a
-// down zone, or a missing copy of a slot) after took, and reports whether
+// down zone, or a missing copy of a slot), and reports whether
 // another bucket of the set is left to try, as docs/architecture.md#buckets-and-zone-health reads
 // fall through. A failure of any other bucket leaves nothing to try.
-func (s *Settler) sourceFailed(bucket string, took time.Duration) bool {
+//
+// The failure is held off for the minimum hold-off (doubling while it
+// repeats): an assembly's duration says nothing of how long the failure
+// took to detect, and slot reads, which time each request, record that.
+func (s *Settler) sourceFailed(bucket string) bool {
 	express := false
 	for _, b := range s.d.ExpressBuckets {
 		express = express || b == bucket
@@ -166,7 +170,7 @@ func (s *Settler) sourceFailed(bucket string, took time.Duration) bool {
 	if !express {
 		return false
 	}
-	s.d.Health.Failed(bucket, took)
+	s.d.Health.Failed(bucket, 0)
 	for _, b := range s.d.ExpressBuckets {
 		if !s.d.Health.Down(b) {
 			return true
@@ -310,6 +314,30 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 	r := newResolver(fc, f.Star, st)
 	var carry []SourceChunk // resolved, planned into a sub-cap output not yet published
 	gapChecked, hot := false, false
+	takeHot := func() error {
+		// More than one window: a hot stream, of which only a few are
+		// settled at once (each carries up to a cap's worth of records).
+		if hot {
+			return nil
+		}
+		select {
+		case s.hot <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		hot = true
+		return nil
+	}
+	defer func() {
+		if hot {
+			<-s.hot
+		}
+	}()
+	if backlogRecords(refs, st.SettledThrough) > s.c.WindowRecords || len(refs) == s.c.WindowRefs {
+		if err := takeHot(); err != nil { // before its first window is resolved
+			return counts, err
+		}
+	}
 	for {
 		res, err := r.window(ctx, refs, s.c.WindowRecords, len(refs) == s.c.WindowRefs)
 		if err != nil {
@@ -345,16 +373,8 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		if res.Complete {
 			break
 		}
-		if !hot {
-			// More than one window: a hot stream, of which only a few are
-			// settled at once (each carries up to a cap's worth of records).
-			select {
-			case s.hot <- struct{}{}:
-			case <-ctx.Done():
-				return counts, ctx.Err()
-			}
-			hot = true
-			defer func() { <-s.hot }()
+		if err := takeHot(); err != nil {
+			return counts, err
 		}
 		if refs, err = s.d.DB.RefsWindow(ctx, st.ID, r.at, st.NextRecord, s.c.WindowRefs); err != nil {
 			return counts, err
@@ -396,7 +416,7 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 		}
 		known := knownEntries(*tail, chunks)
 		replan := false
-		for _, o := range outs {
+		for oi, o := range outs {
 			p, intentID, err := s.publish(ctx, f, o, known)
 			if err != nil {
 				s.d.Metrics.object("failed")
@@ -428,10 +448,11 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				s.d.Metrics.object("published")
 			}
 			*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
-			if p.end() == o.EndRecord() && IsFull(o.Meter, -1, s.c.CapBytes) {
-				// A full object is never rewritten: the next output starts
-				// a new one, so its entries (up to a cap's worth of records)
-				// need not be held while the backlog's next window is read.
+			if p.end() == o.EndRecord() && (oi < len(outs)-1 || IsFull(o.Meter, -1, s.c.CapBytes)) {
+				// A full object (every output but a plan's last is full, and
+				// a window's last is published only when full) is never
+				// rewritten: the next output starts a new one, so its
+				// entries (up to a cap's worth of records) need not be held.
 				*tail = nil
 			}
 			if p.end() != o.EndRecord() {
@@ -446,6 +467,17 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 		}
 	}
 	return nil, nil
+}
+
+// backlogRecords is the records the refs hold past settled.
+func backlogRecords(refs []catalog.SpanRef, settled int64) int64 {
+	var n int64
+	for _, r := range refs {
+		if r.EndRecord() > settled {
+			n += r.EndRecord() - max(r.FirstRecord, settled)
+		}
+	}
+	return n
 }
 
 // chunksFrom is the chunks at or after record from.
