@@ -1,19 +1,13 @@
 package settle_test
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/internal/testenv"
-	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
 )
 
@@ -56,21 +50,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 		b.Run("concurrency-"+strconv.Itoa(conc), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				lat := backend{"s3-latency", func(t testing.TB) (objstore.Store, string, []string) {
-					env := testenv.S3(t)
-					ctx := context.Background()
-					st, err := s3store.New(ctx, objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
-						AccessKey: env.AccessKey, SecretKey: env.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true,
-						HTTPClient: &http.Client{Transport: latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					name := testenv.BucketName("small")
-					if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
-						t.Fatal(err)
-					}
-					return st, name, nil
-				}}
+				lat := s3Backend("s3-latency", "small", latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}, nil)
 				e, _ := newEnv(b, lat, 0, 0)
 				writeSlots(b, e, streams, 2, 2, 256)
 				s := settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, Pending: e.pending},

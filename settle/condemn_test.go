@@ -2,7 +2,6 @@ package settle_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -11,15 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
-	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
 )
@@ -169,23 +164,7 @@ func (f *flipReadBack) RoundTrip(req *http.Request) (*http.Response, error) {
 // inside the store, and quarantines the stream naming the key.
 func TestFailedReadBackNeverDeletesDirectly(t *testing.T) {
 	fl := &flipReadBack{next: http.DefaultTransport}
-	b := backend{"s3-flip", func(t testing.TB) (objstore.Store, string, []string) {
-		env := testenv.S3(t)
-		ctx := context.Background()
-		st, err := s3store.New(ctx, objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
-			AccessKey: env.AccessKey, SecretKey: env.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true,
-			HTTPClient: &http.Client{Transport: fl}, MaxAttempts: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		names := []string{testenv.BucketName("flip"), testenv.BucketName("flip-za"), testenv.BucketName("flip-zb")}
-		for _, n := range names {
-			if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &n}); err != nil {
-				t.Fatalf("create bucket %s: %v", n, err)
-			}
-		}
-		return st, names[0], names[1:]
-	}}
+	b := s3Backend("s3-flip", "flip", fl, func(c *objstore.S3Config) { c.MaxAttempts = 2 })
 	e, _ := newEnv(t, b, 1, 0)
 	// One 6 MiB flight: its chunk is copied server side, so the object is
 	// a multipart upload, which is read back.

@@ -1,7 +1,6 @@
 package settle_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -15,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/nova/auditor/internal/sim"
-	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
@@ -105,23 +103,9 @@ func (b *resetBody) Close() error { return b.r.Close() }
 // repeated until they succeed, and the result is exactly right.
 func TestS3FaultsDuringSettle(t *testing.T) {
 	fl := &flaky{next: http.DefaultTransport, rnd: rand.New(rand.NewPCG(9, 9)), rate: 0.25}
-	b := backend{"s3-flaky", func(t testing.TB) (objstore.Store, string, []string) {
-		e := testenv.S3(t)
-		ctx := context.Background()
-		st, err := s3store.New(ctx, objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
-			AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true,
-			HTTPClient: &http.Client{Transport: fl}, MaxAttempts: 3, PartSize: 10 << 20, BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		names := []string{testenv.BucketName("flaky"), testenv.BucketName("flaky-za"), testenv.BucketName("flaky-zb")}
-		for _, n := range names {
-			if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &n}); err != nil {
-				t.Fatalf("create bucket %s: %v", n, err)
-			}
-		}
-		return st, names[0], names[1:]
-	}}
+	b := s3Backend("s3-flaky", "flaky", fl, func(c *objstore.S3Config) {
+		c.MaxAttempts, c.PartSize, c.BackoffBase, c.BackoffMax = 3, 10<<20, 5*time.Millisecond, 50*time.Millisecond
+	})
 	e, _ := newEnv(t, b, 8, 0.25)
 	e.write("s1", 12, sim.Faults{}, 1)
 	e.write("s1-x", 8, sim.Faults{}, 2)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -60,27 +61,40 @@ func backends() []backend {
 			}
 			return fs, "std", []string{"za", "zb"}
 		}},
-		{"s3", func(t testing.TB) (objstore.Store, string, []string) {
-			e := testenv.S3(t)
-			ctx := context.Background()
-			// versitygw 1.8.0 reports the whole source's CRC for a ranged
-			// part copy, so full-object checksums cannot be checked there:
-			// per-part checksums and read-back (what the auditor's probe
-			// picks on this server).
-			st, err := s3store.New(ctx, objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
-				AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			names := []string{testenv.BucketName("settle"), testenv.BucketName("settle-za"), testenv.BucketName("settle-zb")}
-			for _, b := range names {
-				if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
-					t.Fatalf("create bucket %s: %v", b, err)
-				}
-			}
-			return st, names[0], names[1:]
-		}},
+		s3Backend("s3", "settle", nil, nil),
 	}
+}
+
+// s3Backend is versitygw with a standard bucket and two zone buckets named
+// after prefix, through rt when set (a fault-injecting or counting
+// transport), the config tuned by tune when set. versitygw 1.8.0 reports
+// the whole source's CRC for a ranged part copy, so full-object checksums
+// cannot be checked there: per-part checksums and read-back (what the
+// auditor's probe picks on this server).
+func s3Backend(name, prefix string, rt http.RoundTripper, tune func(*objstore.S3Config)) backend {
+	return backend{name, func(t testing.TB) (objstore.Store, string, []string) {
+		e := testenv.S3(t)
+		ctx := context.Background()
+		cfg := objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
+			AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true}
+		if rt != nil {
+			cfg.HTTPClient = &http.Client{Transport: rt}
+		}
+		if tune != nil {
+			tune(&cfg)
+		}
+		st, err := s3store.New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{testenv.BucketName(prefix), testenv.BucketName(prefix + "-za"), testenv.BucketName(prefix + "-zb")}
+		for _, b := range names {
+			if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
+				t.Fatalf("create bucket %s: %v", b, err)
+			}
+		}
+		return st, names[0], names[1:]
+	}}
 }
 
 func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, sim.Fixture) {

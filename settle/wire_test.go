@@ -1,7 +1,6 @@
 package settle_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -9,12 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/nova/auditor/internal/sim"
-	"github.com/nova/auditor/internal/testenv"
-	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
 )
 
@@ -57,23 +51,7 @@ func (w *wireCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 // cycle's own counts of bytes fetched and uploaded to agree within 1%.
 func TestCountersAgreeWithTheWire(t *testing.T) {
 	wc := &wireCounter{next: http.DefaultTransport}
-	b := backend{"s3-wire", func(t testing.TB) (objstore.Store, string, []string) {
-		env := testenv.S3(t)
-		ctx := context.Background()
-		st, err := s3store.New(ctx, objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
-			AccessKey: env.AccessKey, SecretKey: env.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true,
-			HTTPClient: &http.Client{Transport: wc}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		names := []string{testenv.BucketName("wire"), testenv.BucketName("wire-za"), testenv.BucketName("wire-zb")}
-		for _, n := range names {
-			if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &n}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return st, names[0], names[1:]
-	}}
+	b := s3Backend("s3-wire", "wire", wc, nil)
 	e, _ := newEnv(t, b, 6, 0.3)
 	e.write("s1", 10, sim.Faults{}, 1)
 	e.write("s1-x", 6, sim.Faults{}, 2)
