@@ -264,17 +264,7 @@ func TestClassifyReaps(t *testing.T) {
 	co := func(first int64, rev int32) catalog.KeyCoords {
 		return catalog.KeyCoords{Bucket: "b1", Stream: a, Epoch: 1, FirstRecord: first, Revision: rev}
 	}
-	arm := func(key string) int64 {
-		t.Helper()
-		in, err := db.OpenPublishIntent(ctx, f, key, "standard")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := db.AbandonPublish(ctx, f, in.ID, 0); err != nil {
-			t.Fatal(err)
-		}
-		return in.ID
-	}
+	arm := func(key string) int64 { return armReap(t, ctx, db, f, key) }
 	idRef := arm("a0~1")   // the catalog's own key
 	idDead := arm("a0~0b") // coordinates of the superseded ~0
 	idPub := arm("a10~0")  // a new entry at settled_through could still be published
@@ -347,17 +337,7 @@ func TestClassifyReapsTailRewriteAndCondemned(t *testing.T) {
 	a, b := sid(1), sid(2)
 	settleEntry(t, ctx, db, f, a, 0, 10, 0, -1, "a0~0", "")
 	settleEntry(t, ctx, db, f, a, 10, 10, 0, -1, "a10~0", "") // [0,10) is no longer the last entry
-	arm := func(key string) int64 {
-		t.Helper()
-		in, err := db.OpenPublishIntent(ctx, f, key, "standard")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := db.AbandonPublish(ctx, f, in.ID, 0); err != nil {
-			t.Fatal(err)
-		}
-		return in.ID
-	}
+	arm := func(key string) int64 { return armReap(t, ctx, db, f, key) }
 	co := func(id catalog.StreamID, first int64, rev int32) catalog.KeyCoords {
 		return catalog.KeyCoords{Bucket: "b1", Stream: id, Epoch: 1, FirstRecord: first, Revision: rev}
 	}
@@ -418,4 +398,18 @@ func TestClassifyReapsTailRewriteAndCondemned(t *testing.T) {
 	if err != nil || got[pub.ID] != catalog.KeyPublishable {
 		t.Fatalf("after release: %v %v", got[pub.ID], err)
 	}
+}
+
+// armReap opens a publish intent for key and turns it into a reap intent
+// due at once, returning its ID.
+func armReap(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence, key string) int64 {
+	t.Helper()
+	in, err := db.OpenPublishIntent(ctx, f, key, "standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AbandonPublish(ctx, f, in.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	return in.ID
 }
