@@ -400,6 +400,9 @@ type RunCounts struct {
 	S3Requests         int64 `json:"s3_requests"`
 	SlotsReaped        int64 `json:"slots_reaped"`
 	ObjectsReaped      int64 `json:"objects_reaped"`
+	ObjectsRewritten   int64 `json:"objects_rewritten"`
+	RecordsTombstoned  int64 `json:"records_tombstoned"`
+	ErasuresApplied    int64 `json:"erasures_applied"`
 }
 
 // Run is a row of nova.auditor_runs.
@@ -419,14 +422,16 @@ type Run struct {
 
 const runCols = `id, star, holder, token, trigger, dry_run, started_at, ended_at, coalesce(outcome, ''),
 	streams_settled, streams_quarantined, objects_published, objects_adopted, bytes_copied, bytes_fetched,
-	bytes_uploaded, s3_requests, slots_reaped, objects_reaped, coalesce(error, '')`
+	bytes_uploaded, s3_requests, slots_reaped, objects_reaped, coalesce(error, ''),
+	objects_rewritten, records_tombstoned, erasures_applied`
 
 func scanRun(r pgx.Row) (Run, error) {
 	var x Run
 	c := &x.Counts
 	err := r.Scan(&x.ID, &x.Star, &x.Holder, &x.Token, &x.Trigger, &x.DryRun, &x.StartedAt, &x.EndedAt, &x.Outcome,
 		&c.StreamsSettled, &c.StreamsQuarantined, &c.ObjectsPublished, &c.ObjectsAdopted, &c.BytesCopied, &c.BytesFetched,
-		&c.BytesUploaded, &c.S3Requests, &c.SlotsReaped, &c.ObjectsReaped, &x.Error)
+		&c.BytesUploaded, &c.S3Requests, &c.SlotsReaped, &c.ObjectsReaped, &x.Error,
+		&c.ObjectsRewritten, &c.RecordsTombstoned, &c.ErasuresApplied)
 	return x, err
 }
 
@@ -455,10 +460,11 @@ func (db *DB) FinishRun(ctx context.Context, id int64, outcome string, c RunCoun
 	}
 	run, err := scanRun(db.pool.QueryRow(ctx, `UPDATE nova.auditor_runs SET ended_at = now(), outcome = $2,
 		streams_settled = $3, streams_quarantined = $4, objects_published = $5, objects_adopted = $6, bytes_copied = $7,
-		bytes_fetched = $8, bytes_uploaded = $9, s3_requests = $10, slots_reaped = $11, objects_reaped = $12, error = $13
+		bytes_fetched = $8, bytes_uploaded = $9, s3_requests = $10, slots_reaped = $11, objects_reaped = $12, error = $13,
+		objects_rewritten = $14, records_tombstoned = $15, erasures_applied = $16
 		WHERE id = $1 AND ended_at IS NULL RETURNING `+runCols, id, outcome,
 		c.StreamsSettled, c.StreamsQuarantined, c.ObjectsPublished, c.ObjectsAdopted, c.BytesCopied, c.BytesFetched,
-		c.BytesUploaded, c.S3Requests, c.SlotsReaped, c.ObjectsReaped, e))
+		c.BytesUploaded, c.S3Requests, c.SlotsReaped, c.ObjectsReaped, e, c.ObjectsRewritten, c.RecordsTombstoned, c.ErasuresApplied))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return run, fmt.Errorf("finish run %d: %w (already closed)", id, ErrNotFound)
 	}

@@ -161,13 +161,6 @@ func (s Sim) TrimCursor(ctx context.Context, star string) (epoch, seq int64, ok 
 	return epoch, seq, true, nil
 }
 
-// Erasure is a row of nova.erasures.
-type Erasure struct {
-	FirstRecord int64
-	RecordCount int64
-	Applied     bool
-}
-
 // RefsOfStar reads the span refs of every stream of a star (by the streams'
 // star, whatever the refs say), each stream's in record order.
 func (s Sim) RefsOfStar(ctx context.Context, star string) (map[StreamID][]SpanRef, error) {

@@ -578,8 +578,9 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 	// open publish intent on the key), publishable (the key's stream and
 	// bucket, and a first record at or past settled_through, or a higher
 	// revision of the stream's last entry, which a tail rewrite may still
-	// publish; a higher revision of any other entry is garbage, as no tail
-	// rewrite reaches it again; a higher stream epoch is reserved for a
+	// publish, or of an entry a pending erasure intersects, which the
+	// erasure's rewrite may still publish; a higher revision of any other
+	// entry is garbage, as no rewrite reaches it again; a higher stream epoch is reserved for a
 	// future reset, so it counts as publishable too), condemned (a reap of
 	// a publishable key while its stream is in quarantine).
 	rows, err := tx.Query(ctx, `
@@ -597,7 +598,10 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 				AND (k.epoch > s.epoch OR k.epoch = s.epoch AND (k.first >= s.settled_through
 					OR EXISTS (SELECT 1 FROM nova.catalog c WHERE c.stream_id = k.stream_id AND c.epoch = k.epoch
 						AND c.first_record = k.first AND c.revision < k.rev
-						AND c.first_record + c.record_count = s.settled_through)))),
+						AND (c.first_record + c.record_count = s.settled_through
+							OR EXISTS (SELECT 1 FROM nova.erasures er WHERE er.stream_id = c.stream_id AND er.applied_at IS NULL
+								AND er.first_record < c.first_record + c.record_count
+								AND er.first_record + er.record_count > c.first_record)))))),
 			due.kind = 'reap' AND EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = k.stream_id)
 		FROM k JOIN due ON due.id = k.id`,
 		star, ids, keys, buckets, streams, epochs, firsts, revs, grace)

@@ -561,5 +561,6 @@ func runCounts(c cycle.Counts) catalog.RunCounts {
 		ObjectsPublished: c.ObjectsPublished, ObjectsAdopted: c.ObjectsAdopted,
 		BytesCopied: c.BytesCopied, BytesFetched: c.BytesFetched, BytesUploaded: c.BytesUploaded,
 		S3Requests: c.S3Requests, SlotsReaped: c.SlotsReaped, ObjectsReaped: c.ObjectsReaped,
+		ObjectsRewritten: c.ObjectsRewritten, RecordsTombstoned: c.RecordsTombstoned, ErasuresApplied: c.ErasuresApplied,
 	}
 }

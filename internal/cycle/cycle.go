@@ -31,6 +31,9 @@ type Counts struct {
 	S3Requests         int64
 	SlotsReaped        int64
 	ObjectsReaped      int64
+	ObjectsRewritten   int64 // erasure rewrites committed
+	RecordsTombstoned  int64 // records replaced by tombstones (by settle or a rewrite)
+	ErasuresApplied    int64
 }
 
 // Add accumulates o into c.
@@ -45,6 +48,9 @@ func (c *Counts) Add(o Counts) {
 	c.S3Requests += o.S3Requests
 	c.SlotsReaped += o.SlotsReaped
 	c.ObjectsReaped += o.ObjectsReaped
+	c.ObjectsRewritten += o.ObjectsRewritten
+	c.RecordsTombstoned += o.RecordsTombstoned
+	c.ErasuresApplied += o.ErasuresApplied
 }
 
 // Step is one step of the cycle, run in order by the leader. Each step
