@@ -20,9 +20,16 @@ type Source struct {
 
 // SourceChunk is one chunk of the stream inside a source object: its
 // directory entry has the object-absolute DataOffset within that object.
+// A chunk that held records of a pending erasure is re-encoded with
+// tombstones (docs/architecture.md#erasure): Data holds its new bytes,
+// Entry describes them (DataCRC of the new bytes), and it is uploaded
+// instead of copied.
 type SourceChunk struct {
-	Src   Source
-	Entry bundlefmt.Entry
+	Src        Source
+	Entry      bundlefmt.Entry
+	Data       []byte // re-encoded bytes (nil: copy the range from Src)
+	Tombstoned int    // records of this chunk the re-encoding made tombstones
+	orig       bundlefmt.Entry
 }
 
 // Tail is the stream's last settled object, which a plan may rewrite at
@@ -32,6 +39,22 @@ type Tail struct {
 	FirstRecord uint64
 	Revision    uint32
 	Entries     []bundlefmt.Entry // its chunks, DataOffset from 0
+	// Local holds, for a chunk re-encoded with tombstones, its new bytes
+	// (Entries[i] then describes them); nil or a nil element: the chunk is
+	// copied from the standing object at its DataOffset. Orig keeps the
+	// standing object's own entries when any chunk was re-encoded (what an
+	// adoption may also find: a rewrite under fewer erasures).
+	Local      [][]byte
+	Orig       []bundlefmt.Entry
+	Tombstoned int // records the re-encoding made tombstones
+}
+
+// local is the re-encoded bytes of the tail's chunk i (nil: copy it).
+func (t *Tail) local(i int) []byte {
+	if i < len(t.Local) {
+		return t.Local[i]
+	}
+	return nil
 }
 
 // end is the record after the tail's last.
@@ -53,12 +76,15 @@ type PlanInput struct {
 	TargetBytes int64         // --denorm-chunk-target-kib, same meter
 }
 
-// Piece is one byte range an output is assembled from, in order.
+// Piece is one byte range an output is assembled from, in order: a range
+// of a source object, or (Data set) bytes the auditor built, a chunk
+// re-encoded with tombstones.
 type Piece struct {
 	Src    Source
 	Off    uint64
 	Len    uint64
 	CRC32C uint32 // of exactly these bytes (by combine when several chunks)
+	Data   []byte // local bytes (nil: the range of Src)
 }
 
 // Output is one settled object to publish.
@@ -74,6 +100,7 @@ type Output struct {
 	MaxTimestamp int64
 	DataBytes    uint64 // bytes of the data region (pieces)
 	Meter        int64  // content-byte meter
+	Tombstoned   int    // records re-encoded as tombstones in this output
 }
 
 // EndRecord is one past the output's last record.
@@ -179,29 +206,41 @@ func buildOutput(in PlanInput, first uint64, rev uint32, rewrite *Tail, chunks [
 		Meter:       meter,
 	}
 	var entries []bundlefmt.Entry
-	if rewrite != nil {
-		var dataLen uint64
-		crc := uint32(0)
-		for i := range rewrite.Entries {
-			e := rewrite.Entries[i]
-			crc = bundlefmt.CRC32CCombine(crc, e.DataCRC, int64(e.ChunkBytes()))
-			dataLen += e.ChunkBytes()
-			entries = append(entries, e)
-		}
-		o.Pieces = append(o.Pieces, Piece{Src: Source{Key: rewrite.Key, Class: "standard"}, Off: 0, Len: dataLen, CRC32C: crc})
-	}
-	for _, c := range chunks {
-		e := c.Entry
-		p := Piece{Src: c.Src, Off: e.DataOffset, Len: e.ChunkBytes(), CRC32C: e.DataCRC}
+	add := func(p Piece) {
 		// Coalesce with the previous piece when the bytes are contiguous in
 		// the same source (fewer requests, same bytes).
-		if n := len(o.Pieces); n > 0 && o.Pieces[n-1].Src == p.Src && o.Pieces[n-1].Off+o.Pieces[n-1].Len == p.Off {
+		if n := len(o.Pieces); n > 0 && p.Data == nil && o.Pieces[n-1].Data == nil &&
+			o.Pieces[n-1].Src == p.Src && o.Pieces[n-1].Off+o.Pieces[n-1].Len == p.Off {
 			last := &o.Pieces[n-1]
 			last.CRC32C = bundlefmt.CRC32CCombine(last.CRC32C, p.CRC32C, int64(p.Len))
 			last.Len += p.Len
-		} else {
-			o.Pieces = append(o.Pieces, p)
+			return
 		}
+		o.Pieces = append(o.Pieces, p)
+	}
+	if rewrite != nil {
+		// The standing object's data region, copied; a chunk re-encoded
+		// with tombstones is uploaded in its place.
+		src := Source{Key: rewrite.Key, Class: "standard"}
+		for i := range rewrite.Entries {
+			e := rewrite.Entries[i]
+			if d := rewrite.local(i); d != nil {
+				add(Piece{Len: uint64(len(d)), CRC32C: e.DataCRC, Data: d})
+			} else {
+				add(Piece{Src: src, Off: e.DataOffset, Len: e.ChunkBytes(), CRC32C: e.DataCRC})
+			}
+			entries = append(entries, e)
+		}
+		o.Tombstoned += rewrite.Tombstoned
+	}
+	for _, c := range chunks {
+		e := c.Entry
+		if c.Data != nil {
+			add(Piece{Len: uint64(len(c.Data)), CRC32C: e.DataCRC, Data: c.Data})
+		} else {
+			add(Piece{Src: c.Src, Off: e.DataOffset, Len: e.ChunkBytes(), CRC32C: e.DataCRC})
+		}
+		o.Tombstoned += c.Tombstoned
 		entries = append(entries, e)
 	}
 	merged, err := mergeAdjacent(entries, in.TargetBytes)

@@ -50,17 +50,35 @@ func (p *published) catalogEntry(stream catalog.StreamID, epoch int64) catalog.E
 	return e
 }
 
+// points names the crash points of one publish path: settle's, or the
+// erasure step's rewrite (same steps, its own names).
+type points struct {
+	afterIntent, afterUploadCreated, afterSidecarStaged, afterPartCopied, afterPartGathered,
+	afterComplete, afterAdoptionRead, beforeCommit, afterCommit string
+}
+
+var (
+	settlePoints = points{"settle.after-intent", "settle.after-upload-created", "settle.after-sidecar-staged",
+		"settle.after-part-copied", "settle.after-part-gathered", "settle.after-complete", "settle.after-adoption-read",
+		"settle.before-commit", "settle.after-commit"}
+	erasePoints = points{"erase.after-intent", "erase.after-upload-created", "erase.after-sidecar-staged",
+		"erase.after-part-copied", "erase.after-part-gathered", "erase.after-complete", "erase.after-adoption-read",
+		"erase.before-commit", "erase.after-commit"}
+)
+
 // publish carries out steps 1-3 of docs/architecture.md#publish for one
 // output: the publish intent, the create-once assembly (resuming the
 // intent's upload if one is open), and on 412 the adoption of the standing
 // object. known lists every chunk the stream has in this plan (standing tail
-// first), to check a standing object against.
-func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known []bundlefmt.Entry) (*published, int64, error) {
+// first), to check a standing object against; alt, when set, is the same
+// chunks before their re-encoding with tombstones (an earlier attempt made
+// under fewer erasures left an object that matches those instead).
+func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known, alt []bundlefmt.Entry, pt points) (*published, int64, error) {
 	in, err := s.d.DB.OpenPublishIntent(ctx, f, o.Key, catalog.ClassStandard)
 	if err != nil {
 		return nil, 0, err
 	}
-	s.crash("settle.after-intent")
+	s.crash(pt.afterIntent)
 	if in.Reopened {
 		// The attempt that opened this intent may have created an upload
 		// and died before recording its ID: abort every open upload of
@@ -80,25 +98,25 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 				if err := s.d.DB.SetIntentUpload(ctx, f, in.ID, id); err != nil {
 					return err
 				}
-				s.crash("settle.after-upload-created")
+				s.crash(pt.afterUploadCreated)
 				return nil
 			},
 			PartStaged: func(part int) error {
 				if err := s.d.DB.AddStagedPart(ctx, f, in.ID, part); err != nil {
 					return err
 				}
-				s.crash("settle.after-sidecar-staged")
+				s.crash(pt.afterSidecarStaged)
 				return nil
 			},
 			PartDone: func(part int, copied bool) error {
 				if copied {
-					s.crash("settle.after-part-copied")
+					s.crash(pt.afterPartCopied)
 				} else {
-					s.crash("settle.after-part-gathered")
+					s.crash(pt.afterPartGathered)
 				}
 				return nil
 			},
-			Completed: func() error { s.crash("settle.after-complete"); return nil },
+			Completed: func() error { s.crash(pt.afterComplete); return nil },
 		},
 	}
 	if s.d.Pending != nil {
@@ -107,6 +125,10 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	pieces := func() []objstore.Piece {
 		out := make([]objstore.Piece, 0, len(o.Pieces)+1)
 		for _, p := range o.Pieces {
+			if p.Data != nil {
+				out = append(out, objstore.DataPiece(p.Data))
+				continue
+			}
 			out = append(out, objstore.Piece{SrcBucket: s.sourceBucket(p.Src.Class), SrcKey: p.Src.Key,
 				Off: int64(p.Off), Len: int64(p.Len), CRC32C: p.CRC32C, HasCRC32C: true})
 		}
@@ -162,8 +184,8 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	}
 	// 412: an earlier attempt completed this key and crashed before its
 	// commit. Adopt the standing bytes, never replace them.
-	p, aerr := s.adopt(ctx, o, known)
-	s.crash("settle.after-adoption-read")
+	p, aerr := s.adopt(ctx, o, known, alt)
+	s.crash(pt.afterAdoptionRead)
 	uploadID := res.UploadID
 	if uploadID == "" {
 		uploadID = in.UploadID
@@ -199,6 +221,9 @@ func (s *Settler) blame(ctx context.Context, o Output, err error) error {
 	table := crc32.MakeTable(crc32.Castagnoli)
 pieces:
 	for _, p := range o.Pieces {
+		if p.Data != nil {
+			continue // built here, from bytes checked against their source's DataCRC
+		}
 		var crc uint32
 		for off := uint64(0); off < p.Len; off += blameWindow {
 			n := min(blameWindow, p.Len-off)
@@ -239,7 +264,7 @@ func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
 // valid settled bundle of this stream starting at this record whose records
 // agree with the sources: per-record lengths and timestamps, and DataCRCs
 // wherever chunk boundaries coincide (docs/architecture.md#adoption).
-func (s *Settler) adopt(ctx context.Context, o Output, known []bundlefmt.Entry) (*published, error) {
+func (s *Settler) adopt(ctx context.Context, o Output, known, alt []bundlefmt.Entry) (*published, error) {
 	// A standing object that does not match is never cataloged; it is
 	// condemned too, so that once the stream is released the key can be
 	// published again from the sources (an object that is only longer than
@@ -272,7 +297,12 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []bundlefmt.Entry) 
 		return nil, bad(err)
 	}
 	if err := matchSources(o, entries, known); err != nil {
-		return nil, bad(err)
+		// An attempt under fewer erasures (one recorded since) built the
+		// object from the chunks as they were: it holds no record that is
+		// not the sources', and a later rewrite tombstones the rest.
+		if alt == nil || matchSources(o, entries, alt) != nil {
+			return nil, bad(err)
+		}
 	}
 	// The footer agrees with the sources; now the bytes must agree with
 	// the footer, before anything is committed.

@@ -62,24 +62,40 @@ func (s *Settler) intentLive(ctx context.Context, in catalog.Intent) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	if st.Bucket != k.Bucket || uint64(st.Epoch) != k.StreamEpoch || st.SettledThrough >= st.NextRecord {
+	if st.Bucket != k.Bucket || uint64(st.Epoch) != k.StreamEpoch {
 		return false, nil
 	}
+	waiting := st.SettledThrough < st.NextRecord
 	if k.Revision == 0 {
 		// a new run at settled_through, or above it up to low_record where
 		// retention left a gap (what resolve and CommitSettle allow)
-		return uint64(st.SettledThrough) == k.FirstRecord ||
-			(k.FirstRecord > uint64(st.SettledThrough) && k.FirstRecord <= uint64(st.LowRecord)), nil
+		return waiting && (uint64(st.SettledThrough) == k.FirstRecord ||
+			(k.FirstRecord > uint64(st.SettledThrough) && k.FirstRecord <= uint64(st.LowRecord))), nil
 	}
-	last, err := s.d.DB.LastEntry(ctx, st.ID)
-	if errors.Is(err, catalog.ErrNotFound) {
-		return false, nil
-	}
+	// A rewrite at revision + 1: settle's tail rewrite of the stream's last
+	// entry (it ends at settled_through) while records wait to settle, or
+	// the erasure step's rewrite of an entry a pending erasure intersects.
+	ens, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, int64(k.FirstRecord), int64(k.FirstRecord)+1)
 	if err != nil {
 		return false, err
 	}
-	return uint64(last.FirstRecord) == k.FirstRecord && uint32(last.Revision)+1 == k.Revision &&
-		last.EndRecord() == st.SettledThrough, nil
+	if len(ens) != 1 || uint64(ens[0].FirstRecord) != k.FirstRecord || uint32(ens[0].Revision)+1 != k.Revision {
+		return false, nil
+	}
+	en := ens[0]
+	if waiting && en.EndRecord() == st.SettledThrough {
+		return true, nil
+	}
+	ers, err := s.d.DB.ErasuresOf(ctx, st.ID, en.FirstRecord, en.EndRecord())
+	if err != nil {
+		return false, err
+	}
+	for _, e := range ers {
+		if !e.Applied {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Idle implements cycle.Idler: a standby reconciles its pending sidecars

@@ -194,6 +194,10 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	if err := s.checkTiling(ctx, due); err != nil {
 		return total, err
 	}
+	erased, err := s.pendingErasures(ctx, f.Star)
+	if err != nil {
+		return total, err
+	}
 	fc := newFooterCache(s.d.Reader, s.c.FooterCacheBytes)
 	var (
 		mu       sync.Mutex
@@ -213,47 +217,11 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	g.SetLimit(s.c.Concurrency)
 	for _, ds := range due {
 		g.Go(func() error {
-			c, err := s.settleStream(gctx, f, fc, ds, opts, take)
+			c, err := s.settleStream(gctx, f, fc, ds, erased[ds.Stream], opts, take)
 			mu.Lock()
 			total.Add(c)
 			mu.Unlock()
-			var q *QuarantineError
-			switch {
-			case err == nil:
-				return nil
-			case errors.As(err, &q):
-				s.d.Log.Warn("stream quarantined", "stream", fmt.Sprintf("%x", ds.Stream), "class", q.Class, "slot", q.SlotKey, "err", q.Err)
-				if opts.DryRun {
-					return nil
-				}
-				qerr := error(nil)
-				if q.Condemn != "" {
-					s.d.Log.Warn("standing object condemned: reaped while the stream is quarantined", "key", q.Condemn)
-					qerr = s.d.DB.QuarantineCondemning(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error(), q.Condemn, s.c.ReapGrace)
-				} else {
-					qerr = s.d.DB.Quarantine(gctx, f, ds.Stream, q.SlotKey, q.Class, q.Error())
-				}
-				if qerr != nil {
-					return qerr
-				}
-				mu.Lock()
-				total.StreamsQuarantined++
-				mu.Unlock()
-				s.d.Metrics.quarantined(q.Class)
-				return nil
-			case errors.Is(err, catalog.ErrStaleToken), cycle.IsHalt(err):
-				return err // stop everything
-			default:
-				// Transient (S3 or Postgres outage): nothing of this stream
-				// changed beyond committed progress; retry next cycle.
-				s.d.Log.Error("settle stream failed", "stream", fmt.Sprintf("%x", ds.Stream), "err", err)
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				return nil
-			}
+			return s.streamFailed(gctx, f, ds.Stream, err, opts, &total, &mu, &firstErr)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -275,6 +243,50 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	return total, nil
 }
 
+// streamFailed handles the error of one stream's settle or rewrite: a
+// quarantine is recorded (and the cycle goes on), a lost lease or a halt
+// stops everything (returned), anything else is transient: nothing of the
+// stream changed beyond committed progress, the next cycle retries, and
+// the first such error is kept in *firstErr.
+func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.StreamID, err error, opts cycle.Options,
+	total *cycle.Counts, mu *sync.Mutex, firstErr *error) error {
+	var q *QuarantineError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &q):
+		s.d.Log.Warn("stream quarantined", "stream", fmt.Sprintf("%x", id), "class", q.Class, "slot", q.SlotKey, "err", q.Err)
+		if opts.DryRun {
+			return nil
+		}
+		qerr := error(nil)
+		if q.Condemn != "" {
+			s.d.Log.Warn("standing object condemned: reaped while the stream is quarantined", "key", q.Condemn)
+			qerr = s.d.DB.QuarantineCondemning(ctx, f, id, q.SlotKey, q.Class, q.Error(), q.Condemn, s.c.ReapGrace)
+		} else {
+			qerr = s.d.DB.Quarantine(ctx, f, id, q.SlotKey, q.Class, q.Error())
+		}
+		if qerr != nil {
+			return qerr
+		}
+		mu.Lock()
+		total.StreamsQuarantined++
+		mu.Unlock()
+		s.d.Metrics.quarantined(q.Class)
+		return nil
+	case errors.Is(err, catalog.ErrStaleToken), cycle.IsHalt(err):
+		return err // stop everything
+	default:
+		s.d.Log.Error("stream failed", "stream", fmt.Sprintf("%x", id), "err", err)
+		mu.Lock()
+		if *firstErr == nil {
+			*firstErr = err
+		}
+		mu.Unlock()
+		return nil
+	}
+}
+
 // settleStream resolves, plans, publishes and commits one stream's objects
 // in record order, a bounded window of its backlog at a time (at most
 // WindowRefs refs and about WindowRecords records), so what it holds does
@@ -282,7 +294,11 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 // kept. Every window's full objects are published; its last, sub-cap
 // output waits for the next window's chunks, so windows add no tail
 // rewrites: only the stream's true end leaves a sub-cap tail.
-func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
+//
+// Records of the stream's pending erasures (dead) are written as
+// tombstones: the chunks holding them, new or in the standing tail, are
+// read, checked and re-encoded instead of copied.
+func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, dead deadSet, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
 	var counts cycle.Counts
 	// The stream row and its first refs come from one snapshot: the write
 	// path keeps absorbing while this runs, and refs read after
@@ -308,6 +324,12 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		return counts, nil
 	}
 	tail, err := s.loadTail(ctx, st, last)
+	if err != nil {
+		return counts, err
+	}
+	tail, fetched, reads, err := s.scrubTail(ctx, tail, dead)
+	counts.BytesFetched += fetched
+	counts.S3Requests += int64(reads)
 	if err != nil {
 		return counts, err
 	}
@@ -346,7 +368,13 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 		if len(res.Chunks) > 0 && !take(res.Bytes) {
 			return counts, nil // the cycle's byte budget is spent: the next cycle goes on
 		}
-		chunks := append(carry, res.Chunks...)
+		scrubbed, fetched, reads, err := s.scrubChunks(ctx, res.Chunks, dead)
+		counts.BytesFetched += fetched
+		counts.S3Requests += int64(reads)
+		if err != nil {
+			return counts, err
+		}
+		chunks := append(carry, scrubbed...)
 		if !gapChecked && len(chunks) > 0 {
 			gapChecked = true
 			if tail != nil && chunks[0].Entry.FirstRecord != tail.end() {
@@ -414,10 +442,10 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 			carry = chunksFrom(chunks, from)
 			outs = outs[:len(outs)-1]
 		}
-		known := knownEntries(*tail, chunks)
+		known, alt := knownEntries(*tail, chunks)
 		replan := false
 		for oi, o := range outs {
-			p, intentID, err := s.publish(ctx, f, o, known)
+			p, intentID, err := s.publish(ctx, f, o, known, alt, settlePoints)
 			if err != nil {
 				s.d.Metrics.object("failed")
 				return nil, err
@@ -440,6 +468,7 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 			counts.BytesFetched += p.result.BytesFetched
 			counts.BytesUploaded += p.result.BytesUploaded
 			counts.S3Requests += int64(p.result.Requests)
+			counts.RecordsTombstoned += int64(o.Tombstoned)
 			if p.adopted {
 				counts.ObjectsAdopted++
 				s.d.Metrics.object("adopted")
@@ -492,16 +521,32 @@ func chunksFrom(chunks []SourceChunk, from uint64) []SourceChunk {
 }
 
 // knownEntries is every chunk the stream has in play: the standing tail's,
-// then the new source chunks.
-func knownEntries(tail *Tail, chunks []SourceChunk) []bundlefmt.Entry {
-	var out []bundlefmt.Entry
+// then the new source chunks, as planned (re-encoded where erasures
+// apply); alt is the same chunks as their sources hold them, or nil when
+// none was re-encoded.
+func knownEntries(tail *Tail, chunks []SourceChunk) (known, alt []bundlefmt.Entry) {
+	scrubbed := false
 	if tail != nil {
-		out = append(out, tail.Entries...)
+		known = append(known, tail.Entries...)
+		if tail.Orig != nil {
+			alt, scrubbed = append(alt, tail.Orig...), true
+		} else {
+			alt = append(alt, tail.Entries...)
+		}
 	}
 	for _, c := range chunks {
-		out = append(out, c.Entry)
+		known = append(known, c.Entry)
+		if c.Data != nil {
+			scrubbed = true
+			alt = append(alt, c.orig)
+		} else {
+			alt = append(alt, c.Entry)
+		}
 	}
-	return out
+	if !scrubbed {
+		alt = nil
+	}
+	return known, alt
 }
 
 // loadTail reads the footer of the stream's last catalog entry (from the
@@ -520,6 +565,12 @@ func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog
 	if last.EndRecord() != st.SettledThrough {
 		return nil, nil // retention left a gap: the next object starts a new run
 	}
+	return s.readEntry(ctx, st, *last)
+}
+
+// readEntry reads the footer of a cataloged object: its chunks, as a Tail
+// a rewrite may copy from.
+func (s *Settler) readEntry(ctx context.Context, st catalog.Stream, last catalog.Entry) (*Tail, error) {
 	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(last.Epoch), uint64(last.FirstRecord), uint32(last.Revision))
 	buf, size, err := s.d.Store.GetRange(ctx, s.d.StdBucket, key, last.FooterOffset, last.FooterLength+bundlefmt.TrailerSize)
 	if err != nil {
@@ -559,7 +610,7 @@ func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output, compl
 	for _, o := range outs {
 		var specs []objstore.PieceSpec
 		for _, p := range o.Pieces {
-			specs = append(specs, objstore.PieceSpec{Len: int64(p.Len), Copy: true})
+			specs = append(specs, objstore.PieceSpec{Len: int64(p.Len), Copy: p.Data == nil})
 		}
 		specs = append(specs, objstore.PieceSpec{Len: int64(len(o.Footer.Bytes))})
 		copied, fetched := int64(0), int64(0)

@@ -94,7 +94,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	return []cycle.Step{settler, retention, trimmer, reaper}, func() {}, nil
+	return []cycle.Step{settler, retention, settler.Eraser(), trimmer, reaper}, func() {}, nil
 }
 
 // openStore builds the object store and, for the file backend, its buckets.

@@ -1,0 +1,389 @@
+package settle_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/settle"
+)
+
+// eraseSettler is the test settler with no reap grace, so a reap right
+// after a rewrite deletes the superseded revision (what applied_at waits
+// for).
+// Chunks are not merged (a target of one byte), so objects keep the
+// source chunks' boundaries.
+func (e *env) eraseSettler(crash func(string)) *settle.Settler {
+	return settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
+		Pending: e.pending, Crash: crash},
+		settle.Config{CapBytes: testCap, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3})
+}
+
+// erase runs the erasure step of s once for star under a fresh lease, in a
+// goroutine of its own (a crash point ends it with runtime.Goexit).
+func (e *env) erase(star string, s *settle.Settler) cycle.Counts {
+	e.t.Helper()
+	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
+	var c cycle.Counts
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err = s.Eraser().Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
+	}()
+	<-done
+	if err != nil {
+		e.t.Fatalf("erase: %v", err)
+	}
+	return c
+}
+
+// chunksOf reads a cataloged object's chunks.
+func (e *env) chunksOf(st catalog.Stream, en catalog.Entry) []bundlefmt.Entry {
+	e.t.Helper()
+	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+	buf, size, err := e.store.GetRange(e.ctx, e.std, key, en.FooterOffset, en.FooterLength+bundlefmt.TrailerSize)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f, err := bundlefmt.OpenFooter(key, uint64(en.FooterOffset), buf, uint64(size), bundlefmt.SettledBase)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	es, err := f.Entries()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return es
+}
+
+func (e *env) record(id catalog.StreamID, first, count int64) {
+	e.t.Helper()
+	if _, err := e.db.RecordErasure(e.ctx, id, first, count); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// checkErased runs novasim check (tombstones exactly where erasures are
+// applied, the original bytes everywhere else, either under a pending
+// erasure) and returns the stream's erasures.
+func (e *env) checkErased(id catalog.StreamID) []catalog.Erasure {
+	e.t.Helper()
+	rep, err := sim.Check(e.ctx, e.db, e.storage(), sim.CheckOptions{Stars: []string{"s1"}, SettledOnly: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !rep.OK() || rep.Checked == 0 {
+		e.t.Fatalf("novasim check: %+v", rep)
+	}
+	ers, err := e.db.ErasuresOf(e.ctx, id, 0, 1<<62)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ers
+}
+
+func applied(ers []catalog.Erasure) int {
+	n := 0
+	for _, e := range ers {
+		if e.Applied {
+			n++
+		}
+	}
+	return n
+}
+
+// TestEraseRewritesSettledObjects erases, from settled objects, records
+// inside one chunk, across a chunk boundary, across two objects and over
+// one object's whole range: each object is rewritten once at revision + 1
+// with exactly those records tombstoned, and the erasures are applied only
+// once the superseded revisions are reaped.
+func TestEraseRewritesSettledObjects(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 2, 0) // two streams a flight: chunks of 32 KiB, three to an object
+			e.write("s1", 24, sim.Faults{}, 1)
+			s := e.eraseSettler(nil)
+			if _, err := e.cycle("s1", s); err != nil {
+				t.Fatal(err)
+			}
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			st := streams[0]
+			if streams[1].Class == catalog.ClassStandard && streams[1].NextRecord > st.NextRecord {
+				st = streams[1]
+			}
+			entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+			if len(entries) < 4 {
+				t.Fatalf("want at least 4 settled objects, have %d", len(entries))
+			}
+			// Four shapes over distinct objects: inside one chunk (entry
+			// in), across a chunk boundary (entry mc, of two chunks or
+			// more), across objects (entries x and x+1), one whole object
+			// (entry w).
+			in, mc, x, w := -1, -1, -1, -1
+			for i := range entries {
+				n := len(e.chunksOf(st, entries[i]))
+				switch {
+				case mc < 0 && n >= 2:
+					mc = i
+				case in < 0 && n == 1:
+					in = i
+				}
+			}
+			used := func(i int) bool { return i == in || i == mc }
+			for i := 0; i+1 < len(entries); i++ {
+				switch {
+				case x < 0 && !used(i) && !used(i+1):
+					x = i
+				case x >= 0 && w < 0 && i > x+1 && !used(i):
+					w = i
+				}
+			}
+			if in < 0 || mc < 0 || x < 0 || w < 0 {
+				t.Fatalf("no four distinct objects of the shapes needed among %d", len(entries))
+			}
+			cm := e.chunksOf(st, entries[mc])
+			e.record(st.ID, entries[in].FirstRecord+1, 2)                   // inside one chunk
+			e.record(st.ID, int64(cm[0].EndRecord())-1, 2)                  // across a chunk boundary
+			e.record(st.ID, entries[x].EndRecord()-1, 2)                    // across two objects
+			e.record(st.ID, entries[w].FirstRecord, entries[w].RecordCount) // one object's whole range
+			rewritten := map[int]bool{in: true, mc: true, x: true, x + 1: true, w: true}
+			want := int64(2+2+2) + entries[w].RecordCount
+			c := e.erase("s1", s)
+			if c.ObjectsRewritten != 5 || c.RecordsTombstoned != want || c.ErasuresApplied != 0 {
+				t.Fatalf("first erase: %+v (want 5 rewritten, %d tombstoned, none applied before the reap)", c, want)
+			}
+			after, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+			for i := range after {
+				wantRev := entries[i].Revision
+				if rewritten[i] {
+					wantRev++
+				}
+				if after[i].FirstRecord != entries[i].FirstRecord || after[i].RecordCount != entries[i].RecordCount || after[i].Revision != wantRev {
+					t.Fatalf("entry %d: %+v, was %+v", i, after[i], entries[i])
+				}
+			}
+			if ers := e.checkErased(st.ID); applied(ers) != 0 {
+				t.Fatalf("applied before the old revisions were reaped: %+v", ers)
+			}
+			// Once nothing but the rewrites holds the records, they apply;
+			// a second pass rewrites nothing.
+			if r := e.reap("s1"); r.ObjectsReaped != 5 {
+				t.Fatalf("reaped %d superseded revisions, want 5", r.ObjectsReaped)
+			}
+			c = e.erase("s1", s)
+			if c.ObjectsRewritten != 0 || c.ErasuresApplied != 4 {
+				t.Fatalf("second erase: %+v", c)
+			}
+			if ers := e.checkErased(st.ID); applied(ers) != 4 {
+				t.Fatalf("erasures: %+v", ers)
+			}
+			if c := e.erase("s1", s); c != (cycle.Counts{}) {
+				t.Fatalf("nothing pending, yet: %+v", c)
+			}
+			e.checkSettled("s1")
+		})
+	}
+}
+
+// TestEraseRecordsStillInTransit erases records before they settle: settle
+// writes them as tombstones (no rewrite follows), and an erasure reaching
+// past next_record stays pending until those records exist and settle.
+func TestEraseRecordsStillInTransit(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 6, sim.Faults{}, 1)
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			st := streams[0]
+			e.record(st.ID, 10, 10)
+			e.record(st.ID, st.NextRecord-2, 5) // 3 records not yet written
+			s := e.eraseSettler(nil)
+			c, err := e.cycle("s1", s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.RecordsTombstoned != 12 {
+				t.Fatalf("settle tombstoned %d records, want 12: %+v", c.RecordsTombstoned, c)
+			}
+			c = e.erase("s1", s)
+			if c.ObjectsRewritten != 0 || c.ErasuresApplied != 1 {
+				t.Fatalf("erase after settle: %+v (want nothing rewritten, the in-transit erasure applied)", c)
+			}
+			if ers := e.checkErased(st.ID); applied(ers) != 1 {
+				t.Fatalf("erasures: %+v", ers)
+			}
+			// The rest of the second erasure arrives and settles as
+			// tombstones, through the tail rewrite.
+			e.write("s1", 3, sim.Faults{}, 2)
+			if _, err := e.cycle("s1", s); err != nil {
+				t.Fatal(err)
+			}
+			e.reap("s1")
+			if c := e.erase("s1", s); c.ErasuresApplied != 1 || c.ObjectsRewritten != 0 {
+				t.Fatalf("erase after the rest settled: %+v", c)
+			}
+			if ers := e.checkErased(st.ID); applied(ers) != 2 {
+				t.Fatalf("erasures: %+v", ers)
+			}
+			e.checkSettled("s1")
+		})
+	}
+}
+
+// lastEntry is the stream's last catalog entry.
+func (e *env) lastEntry(id catalog.StreamID) catalog.Entry {
+	e.t.Helper()
+	entries, err := e.db.EntriesOfStream(e.ctx, id)
+	if err != nil || len(entries) == 0 {
+		e.t.Fatalf("entries of %x: %d, %v", id, len(entries), err)
+	}
+	return entries[len(entries)-1]
+}
+
+// settleOK runs a settle cycle that must quarantine nothing.
+func (e *env) settleOK(s *settle.Settler) cycle.Counts {
+	e.t.Helper()
+	c, err := e.cycle("s1", s)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if c.StreamsQuarantined != 0 {
+		q, _ := e.db.Quarantined(e.ctx, "s1")
+		e.t.Fatalf("quarantined: %+v", q)
+	}
+	return c
+}
+
+// finishErasures reaps the superseded revisions and runs the erasure step
+// until every erasure of the stream is applied.
+func (e *env) finishErasures(s *settle.Settler, id catalog.StreamID) {
+	e.t.Helper()
+	for range 3 {
+		e.erase("s1", s)
+		e.reap("s1")
+	}
+	e.erase("s1", s)
+	ers := e.checkErased(id)
+	if applied(ers) != len(ers) {
+		e.t.Fatalf("erasures not all applied: %+v", ers)
+	}
+	if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+		e.t.Fatalf("publish intents left: %+v", open)
+	}
+	e.checkSettled("s1")
+}
+
+// TestEraseRacesATailRewrite: the erasure step and settle both write
+// revision + 1 of a stream's sub-cap tail. Whichever crashed after its
+// object stood, the other meets it at that key and neither condemns it:
+// settle adopts an erasure rewrite (it covers fewer records than the tail
+// rewrite planned, and is re-planned behind), and the erasure step leaves
+// settle's in-flight tail rewrite to settle, which tombstones the records
+// too.
+func TestEraseRacesATailRewrite(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name+"/erasure-first", func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 1, sim.Faults{}, 1)
+			s := e.eraseSettler(nil)
+			e.settleOK(s)
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			id := streams[0].ID
+			tail := e.lastEntry(id)
+			e.record(id, tail.FirstRecord+1, 3)
+			hits := 0
+			e.erase("s1", e.eraseSettler(crashAt("erase.after-complete", &hits)))
+			if hits != 1 {
+				t.Fatalf("erase.after-complete hit %d times", hits)
+			}
+			e.write("s1", 1, sim.Faults{}, 2)
+			if c := e.settleOK(s); c.ObjectsAdopted != 1 {
+				t.Fatalf("settle after the crashed rewrite: %+v (want the rewrite adopted)", c)
+			}
+			e.finishErasures(s, id)
+		})
+		t.Run(b.name+"/settle-first", func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 1, sim.Faults{}, 1)
+			s := e.eraseSettler(nil)
+			e.settleOK(s)
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			id := streams[0].ID
+			tail := e.lastEntry(id)
+			e.record(id, tail.FirstRecord+1, 3)
+			e.write("s1", 1, sim.Faults{}, 2)
+			hits := 0
+			e.settleOK(e.eraseSettler(crashAt("settle.after-complete", &hits)))
+			if hits != 1 {
+				t.Fatalf("settle.after-complete hit %d times", hits)
+			}
+			if c := e.erase("s1", s); c.ObjectsRewritten != 0 || c.StreamsQuarantined != 0 {
+				t.Fatalf("erase beside an in-flight tail rewrite: %+v (want it left to settle)", c)
+			}
+			if c := e.settleOK(s); c.ObjectsAdopted != 1 || c.RecordsTombstoned != 3 {
+				t.Fatalf("settle: %+v (want its tail rewrite adopted, 3 records tombstoned)", c)
+			}
+			e.finishErasures(s, id)
+		})
+	}
+}
+
+// TestEraseCrashPoints kills the erasure step at each of its points
+// (runtime.Goexit at the first hit) and checks that the next runs finish
+// the rewrites and apply the erasures exactly, on both backends. The
+// points of multipart assembly are in the crash matrix (cmd/auditor),
+// with objects big enough for parts.
+func TestEraseCrashPoints(t *testing.T) {
+	points := []struct{ point, prelude string }{
+		{"erase.after-intent", ""},
+		{"erase.after-complete", ""},
+		{"erase.after-adoption-read", "erase.after-complete"},
+		{"erase.before-commit", ""},
+		{"erase.after-commit", ""},
+		{"erase.after-applied", ""},
+	}
+	for _, b := range backends() {
+		for _, p := range points {
+			t.Run(b.name+"/"+p.point, func(t *testing.T) {
+				t.Parallel()
+				e, _ := newEnv(t, b, 1, 0)
+				e.write("s1", 6, sim.Faults{}, 1)
+				s := e.eraseSettler(nil)
+				e.settleOK(s)
+				streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+				id := streams[0].ID
+				entries, _ := e.db.EntriesOfStream(e.ctx, id)
+				if len(entries) < 2 {
+					t.Fatalf("want two objects, have %d", len(entries))
+				}
+				e.record(id, entries[0].EndRecord()-2, 4) // across two objects
+				for _, pt := range []string{p.prelude, p.point} {
+					if pt == "" {
+						continue
+					}
+					if pt == "erase.after-applied" {
+						e.erase("s1", s)
+						e.reap("s1")
+					}
+					hits := 0
+					e.erase("s1", e.eraseSettler(crashAt(pt, &hits)))
+					if hits != 1 {
+						t.Fatalf("%s hit %d times", pt, hits)
+					}
+				}
+				e.finishErasures(s, id)
+			})
+		}
+	}
+}
