@@ -17,9 +17,13 @@ import (
 // Chunks are not merged (a target of one byte), so objects keep the
 // source chunks' boundaries.
 func (e *env) eraseSettler(crash func(string)) *settle.Settler {
+	return e.eraseSettlerCap(crash, testCap)
+}
+
+func (e *env) eraseSettlerCap(crash func(string), capBytes int64) *settle.Settler {
 	return settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
 		Pending: e.pending, Crash: crash},
-		settle.Config{CapBytes: testCap, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3})
+		settle.Config{CapBytes: capBytes, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3})
 }
 
 // erase runs the erasure step of s once for star under a fresh lease, in a
@@ -290,19 +294,20 @@ func (e *env) finishErasures(s *settle.Settler, id catalog.StreamID) {
 // settle's in-flight tail rewrite to settle, which tombstones the records
 // too.
 func TestEraseRacesATailRewrite(t *testing.T) {
+	const capBytes = 1 << 20 // a flight's chunk fits beside the tail: the next settle rewrites it
 	for _, b := range backends() {
 		t.Run(b.name+"/erasure-first", func(t *testing.T) {
 			t.Parallel()
 			e, _ := newEnv(t, b, 1, 0)
 			e.write("s1", 1, sim.Faults{}, 1)
-			s := e.eraseSettler(nil)
+			s := e.eraseSettlerCap(nil, capBytes)
 			e.settleOK(s)
 			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 			id := streams[0].ID
 			tail := e.lastEntry(id)
 			e.record(id, tail.FirstRecord+1, 3)
 			hits := 0
-			e.erase("s1", e.eraseSettler(crashAt("erase.after-complete", &hits)))
+			e.erase("s1", e.eraseSettlerCap(crashAt("erase.after-complete", &hits), capBytes))
 			if hits != 1 {
 				t.Fatalf("erase.after-complete hit %d times", hits)
 			}
@@ -316,7 +321,7 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 			t.Parallel()
 			e, _ := newEnv(t, b, 1, 0)
 			e.write("s1", 1, sim.Faults{}, 1)
-			s := e.eraseSettler(nil)
+			s := e.eraseSettlerCap(nil, capBytes)
 			e.settleOK(s)
 			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 			id := streams[0].ID
@@ -324,7 +329,7 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 			e.record(id, tail.FirstRecord+1, 3)
 			e.write("s1", 1, sim.Faults{}, 2)
 			hits := 0
-			e.settleOK(e.eraseSettler(crashAt("settle.after-complete", &hits)))
+			e.settleOK(e.eraseSettlerCap(crashAt("settle.after-complete", &hits), capBytes))
 			if hits != 1 {
 				t.Fatalf("settle.after-complete hit %d times", hits)
 			}

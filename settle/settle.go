@@ -450,6 +450,22 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				s.d.Metrics.object("failed")
 				return nil, err
 			}
+			if o.Rewrite != nil && p.adopted && p.end() == o.Rewrite.end() {
+				// The standing object is the erasure step's rewrite of the
+				// tail (a crash kept it from its commit): it covers nothing
+				// new. Commit it as that rewrite, and plan the chunks again
+				// behind it, at the next revision.
+				rc := catalog.RewriteCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: int32(o.Rewrite.Revision),
+					IntentID: intentID, ObjectKey: p.key, OldKey: o.Rewrite.Key, ReapGrace: s.c.ReapGrace}
+				if err := s.d.DB.CommitRewrite(ctx, f, rc); err != nil {
+					return nil, err
+				}
+				counts.ObjectsAdopted++
+				s.d.Metrics.object("adopted")
+				*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
+				replan = true
+				break
+			}
 			commit := catalog.SettleCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: -1, IntentID: intentID,
 				ObjectKey: p.key, ReapGrace: s.c.ReapGrace}
 			if o.Rewrite != nil {
