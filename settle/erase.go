@@ -9,6 +9,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -273,7 +274,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 		if applied {
 			counts.ErasuresApplied++
 			s.d.Log.Info("erasure applied", "stream", fmt.Sprintf("%x", st.ID), "first_record", er.FirstRecord, "record_count", er.RecordCount)
-			s.crash("erase.after-applied")
+			s.crash(crashpoint.EraseAfterApplied)
 		}
 	}
 	return counts, nil

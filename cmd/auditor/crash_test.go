@@ -38,8 +38,10 @@ import (
 // cycles. At n=1 every point the backend can reach must be reached.
 func TestCrashMatrix(t *testing.T) {
 	crashMatrix(t, "file backend", fileCrashStore, map[string]string{
-		crashpoint.AfterSidecarStaged: "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
-		crashpoint.AfterPartGathered:  "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		crashpoint.AfterSidecarStaged:      "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		crashpoint.AfterPartGathered:       "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		crashpoint.EraseAfterSidecarStaged: "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		crashpoint.EraseAfterPartGathered:  "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
 	})
 }
 
@@ -52,7 +54,8 @@ func TestCrashMatrixS3(t *testing.T) {
 
 // preludes: a point reached only after an earlier crash elsewhere. An
 // adoption needs a completed object its commit never recorded.
-var preludes = map[string]string{crashpoint.AfterAdoptionRead: crashpoint.AfterComplete}
+var preludes = map[string]string{crashpoint.AfterAdoptionRead: crashpoint.AfterComplete,
+	crashpoint.EraseAfterAdoptionRead: crashpoint.EraseAfterComplete}
 
 // twoRanges: points hit once per released slot range. For them a clean
 // cycle runs before the grace is skipped, so the armed cycle has two
@@ -189,6 +192,12 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 		if round < 3 { // round 3: no traffic, only the armed reaps of the old revisions and slots
 			e.write(round, sim.Faults{Failover: 0.05, Lost: 0.05})
 		}
+		if round == 1 {
+			e.eraseInTransit() // settle writes tombstones; the erase step applies them
+		}
+		if round == 3 {
+			e.eraseSettled() // the erase step rewrites settled objects
+		}
 		if round == 2 {
 			e.retentionMove()
 		}
@@ -238,12 +247,17 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 		}
 	}
 	e.skipGrace()
-	if code, out := e.run(""); code != 0 {
-		t.Fatalf("cycle after the grace: exit %d: %s", code, out)
+	// The first cycle after the grace reaps the revisions the rewrites
+	// superseded; the next applies the erasures nothing holds any more.
+	for i := 0; i < 2; i++ {
+		if code, out := e.run(""); code != 0 {
+			t.Fatalf("cycle %d after the grace: exit %d: %s", i+1, code, out)
+		}
+		e.snapshot()
+		e.checkReferenced()
+		cursors = append(cursors, e.cursor())
 	}
-	e.snapshot()
-	e.checkReferenced()
-	cursors = append(cursors, e.cursor())
+	e.checkErasuresApplied()
 	for i := 1; i < len(cursors); i++ {
 		if cursors[i].less(cursors[i-1]) {
 			t.Fatalf("trim cursor moved backwards: %v", cursors)
@@ -284,6 +298,69 @@ func (e *crashEnv) retentionMove() {
 	}
 	if err := e.db.RaiseLowRecord(e.ctx, hot.ID, low); err != nil {
 		e.t.Fatal(err)
+	}
+}
+
+// eraseInTransit records three erasures of records not yet settled, in
+// three streams.
+func (e *crashEnv) eraseInTransit() {
+	n := 0
+	for _, st := range e.streams() {
+		if n < 3 && st.NextRecord-st.SettledThrough >= 4 {
+			if _, err := e.db.RecordErasure(e.ctx, st.ID, st.SettledThrough+1, 2); err != nil {
+				e.t.Fatal(err)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		e.t.Fatal("no stream with records in transit to erase")
+	}
+}
+
+// eraseSettled records, for every stream, an erasure inside its last
+// settled object and one across the boundary of its first two.
+func (e *crashEnv) eraseSettled() {
+	for _, st := range e.streams() {
+		ents, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if len(ents) == 0 {
+			continue
+		}
+		last := ents[len(ents)-1]
+		if last.RecordCount >= 4 {
+			if _, err := e.db.RecordErasure(e.ctx, st.ID, last.FirstRecord+1, 2); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		if len(ents) >= 2 && ents[1].FirstRecord == ents[0].EndRecord() {
+			if _, err := e.db.RecordErasure(e.ctx, st.ID, ents[0].EndRecord()-1, 2); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// checkErasuresApplied: after the grace, every erasure is applied (and
+// novasim check, run by checkSettled, found tombstones exactly there).
+func (e *crashEnv) checkErasuresApplied() {
+	total := 0
+	for _, st := range e.streams() {
+		ers, err := e.db.ErasuresOf(e.ctx, st.ID, 0, 1<<62)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, er := range ers {
+			total++
+			if !er.Applied {
+				e.t.Errorf("stream %x: erasure [%d, +%d) not applied after the grace", st.ID, er.FirstRecord, er.RecordCount)
+			}
+		}
+	}
+	if total == 0 {
+		e.t.Error("no erasure was recorded")
 	}
 }
 

@@ -30,19 +30,33 @@ const (
 	BeforeCommit       = "settle.before-commit"
 	AfterCommit        = "settle.after-commit"
 	AfterReapArmed     = "settle.after-reap-armed"
-	AfterRetention     = "retention-committed"       // trim package: after a retention batch commits
-	AfterTrimCommit    = "trim-cursor-committed"     // trim package: after the trim cursor commit
-	BeforeSlotDelete   = "reap-slots-before-delete"  // trim package: before each slot range's deletes
-	AfterSlotDelete    = "reap-slots-after-delete"   // trim package: after them
-	BeforeObjectReap   = "reap-object-before-delete" // trim package: before each batch of object deletes
-	AfterObjectReap    = "reap-object-after-delete"  // trim package: after them
-	AfterLeaseRenew    = "lease.after-renew"
+	// The erasure step's rewrite (docs/architecture.md#erasure) publishes
+	// through the same path, under its own names.
+	EraseAfterIntent        = "erase.after-intent"
+	EraseAfterUploadCreated = "erase.after-upload-created"
+	EraseAfterSidecarStaged = "erase.after-sidecar-staged"
+	EraseAfterPartCopied    = "erase.after-part-copied"
+	EraseAfterPartGathered  = "erase.after-part-gathered"
+	EraseAfterComplete      = "erase.after-complete"
+	EraseAfterAdoptionRead  = "erase.after-adoption-read"
+	EraseBeforeCommit       = "erase.before-commit"
+	EraseAfterCommit        = "erase.after-commit"
+	EraseAfterApplied       = "erase.after-applied"       // an erasure's applied_at is set
+	AfterRetention          = "retention-committed"       // trim package: after a retention batch commits
+	AfterTrimCommit         = "trim-cursor-committed"     // trim package: after the trim cursor commit
+	BeforeSlotDelete        = "reap-slots-before-delete"  // trim package: before each slot range's deletes
+	AfterSlotDelete         = "reap-slots-after-delete"   // trim package: after them
+	BeforeObjectReap        = "reap-object-before-delete" // trim package: before each batch of object deletes
+	AfterObjectReap         = "reap-object-after-delete"  // trim package: after them
+	AfterLeaseRenew         = "lease.after-renew"
 )
 
 // All lists every crash point.
 func All() []string {
 	return []string{AfterIntent, AfterUploadCreated, AfterSidecarStaged, AfterPartCopied, AfterPartGathered,
-		AfterComplete, AfterAdoptionRead, BeforeCommit, AfterCommit, AfterReapArmed, AfterRetention, AfterTrimCommit,
+		AfterComplete, AfterAdoptionRead, BeforeCommit, AfterCommit, AfterReapArmed, AfterRetention,
+		EraseAfterIntent, EraseAfterUploadCreated, EraseAfterSidecarStaged, EraseAfterPartCopied, EraseAfterPartGathered,
+		EraseAfterComplete, EraseAfterAdoptionRead, EraseBeforeCommit, EraseAfterCommit, EraseAfterApplied, AfterTrimCommit,
 		BeforeSlotDelete, AfterSlotDelete, BeforeObjectReap, AfterObjectReap, AfterLeaseRenew}
 }
 
