@@ -299,8 +299,12 @@ type EntryRevision struct {
 //     stream's key prefix, and the key of its end record at revision 0.
 //
 // It reports whether the erasure is now applied; false with no error means
-// some condition does not hold yet (a later cycle tries again).
+// some condition does not hold yet (a later cycle tries again). A malformed
+// erasure (Valid) is never applied: ErrBadErasure.
 func (db *DB) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []EntryRevision, keyLow, keyEnd string) (bool, error) {
+	if why := e.Valid(); why != "" {
+		return false, fmt.Errorf("%w: stream %x at %d: %s", ErrBadErasure, e.Stream, e.FirstRecord, why)
+	}
 	applied := false
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var settled int64

@@ -1,6 +1,7 @@
 package settle_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -390,5 +391,56 @@ func TestEraseCrashPoints(t *testing.T) {
 				e.finishErasures(s, id)
 			})
 		}
+	}
+}
+
+// TestEraseWaitsForAQuarantinedStream: an erasure of a quarantined stream
+// is not rewritten (nothing runs on a stream set aside) and stays pending;
+// after the release it applies. A dry run plans the rewrite and changes
+// nothing.
+func TestEraseWaitsForAQuarantinedStream(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 4, sim.Faults{}, 1)
+			s := e.eraseSettler(nil)
+			e.settleOK(s)
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			id := streams[0].ID
+			e.record(id, 3, 2)
+			l, err := e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.db.Quarantine(e.ctx, l.Fence, id, "", "corrupt", "set aside by the test"); err != nil {
+				t.Fatal(err)
+			}
+			_ = e.db.ReleaseLease(e.ctx, l.Fence)
+			if c := e.erase("s1", s); c != (cycle.Counts{}) {
+				t.Fatalf("erase of a quarantined stream did something: %+v", c)
+			}
+			if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
+				t.Fatalf("release: %v %v", ok, err)
+			}
+			// A dry run plans the rewrite, prints it, and changes nothing.
+			l, err = e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plan strings.Builder
+			c, err := s.Eraser().Run(e.ctx, l.Fence, cycle.Options{Trigger: "once", DryRun: true, Plan: &plan})
+			_ = e.db.ReleaseLease(e.ctx, l.Fence)
+			if err != nil || c.ObjectsRewritten != 0 || !strings.Contains(plan.String(), "~1") || !strings.Contains(plan.String(), "rewrite of") {
+				t.Fatalf("dry run: %+v %v, plan %q", c, err, plan.String())
+			}
+			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+				t.Fatalf("the dry run opened intents: %+v", open)
+			}
+			if c := e.erase("s1", s); c.ObjectsRewritten != 1 || c.RecordsTombstoned != 2 {
+				t.Fatalf("erase after the release: %+v", c)
+			}
+			e.finishErasures(s, id)
+		})
 	}
 }
