@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
@@ -125,7 +127,7 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 		if &out[0] == &chunks[0] {
 			out = append([]SourceChunk(nil), chunks...)
 		}
-		out[i] = SourceChunk{Src: c.Src, Entry: e, Data: nd, Tombstoned: n, orig: c.Entry}
+		out[i] = SourceChunk{Src: c.Src, Entry: e, Data: nd, Tombstoned: n, orig: c.Entry, origData: data}
 	}
 	return out, fetched, reads, nil
 }
@@ -147,9 +149,9 @@ func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, 
 		return t, fetched, reads, err
 	}
 	nt := &Tail{Key: t.Key, FirstRecord: t.FirstRecord, Revision: t.Revision, Orig: t.Entries,
-		Entries: make([]bundlefmt.Entry, len(got)), Local: make([][]byte, len(got))}
+		Entries: make([]bundlefmt.Entry, len(got)), Local: make([][]byte, len(got)), OrigData: make([][]byte, len(got))}
 	for i, c := range got {
-		nt.Entries[i], nt.Local[i] = c.Entry, c.Data
+		nt.Entries[i], nt.Local[i], nt.OrigData[i] = c.Entry, c.Data, c.origData
 		nt.Tombstoned += c.Tombstoned
 	}
 	return nt, fetched, reads, nil
@@ -207,12 +209,19 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 		mu       sync.Mutex
 		firstErr error
 	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.c.Concurrency)
 	for _, id := range order {
-		c, err := e.eraseStream(ctx, f, id, by[id], open, opts)
-		total.Add(c)
-		if stop := s.streamFailed(ctx, f, id, err, opts, &total, &mu, &firstErr); stop != nil {
-			return total, stop
-		}
+		g.Go(func() error {
+			c, err := e.eraseStream(gctx, f, id, by[id], open, opts)
+			mu.Lock()
+			total.Add(c)
+			mu.Unlock()
+			return s.streamFailed(gctx, f, id, err, opts, &total, &mu, &firstErr)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return total, err
 	}
 	if firstErr != nil {
 		return total, &cycle.PartialError{Err: firstErr}
@@ -318,7 +327,7 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 		s.printPlan(opts.Plan, st, []Output{o}, true)
 		return en.Revision, false, nil
 	}
-	p, intentID, err := s.publish(ctx, f, o, nt.Entries, nt.Orig, erasePoints)
+	p, intentID, err := s.publish(ctx, f, o, knownEntries(nt, nil), erasePoints)
 	if err != nil {
 		return en.Revision, false, err
 	}

@@ -30,6 +30,7 @@ type SourceChunk struct {
 	Data       []byte // re-encoded bytes (nil: copy the range from Src)
 	Tombstoned int    // records of this chunk the re-encoding made tombstones
 	orig       bundlefmt.Entry
+	origData   []byte // the source's bytes of a re-encoded chunk
 }
 
 // Tail is the stream's last settled object, which a plan may rewrite at
@@ -46,7 +47,8 @@ type Tail struct {
 	// adoption may also find: a rewrite under fewer erasures).
 	Local      [][]byte
 	Orig       []bundlefmt.Entry
-	Tombstoned int // records the re-encoding made tombstones
+	OrigData   [][]byte // the standing object's bytes of each re-encoded chunk
+	Tombstoned int      // records the re-encoding made tombstones
 }
 
 // local is the re-encoded bytes of the tail's chunk i (nil: copy it).

@@ -71,10 +71,8 @@ var (
 // output: the publish intent, the create-once assembly (resuming the
 // intent's upload if one is open), and on 412 the adoption of the standing
 // object. known lists every chunk the stream has in this plan (standing tail
-// first), to check a standing object against; alt, when set, is the same
-// chunks before their re-encoding with tombstones (an earlier attempt made
-// under fewer erasures left an object that matches those instead).
-func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known, alt []bundlefmt.Entry, pt points) (*published, int64, error) {
+// first), to check a standing object against.
+func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known []knownChunk, pt points) (*published, int64, error) {
 	in, err := s.d.DB.OpenPublishIntent(ctx, f, o.Key, catalog.ClassStandard)
 	if err != nil {
 		return nil, 0, err
@@ -185,7 +183,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known,
 	}
 	// 412: an earlier attempt completed this key and crashed before its
 	// commit. Adopt the standing bytes, never replace them.
-	p, aerr := s.adopt(ctx, o, known, alt)
+	p, aerr := s.adopt(ctx, o, known)
 	s.crash(pt.afterAdoptionRead)
 	uploadID := res.UploadID
 	if uploadID == "" {
@@ -265,7 +263,7 @@ func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
 // valid settled bundle of this stream starting at this record whose records
 // agree with the sources: per-record lengths and timestamps, and DataCRCs
 // wherever chunk boundaries coincide (docs/architecture.md#adoption).
-func (s *Settler) adopt(ctx context.Context, o Output, known, alt []bundlefmt.Entry) (*published, error) {
+func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*published, error) {
 	// A standing object that does not match is never cataloged; it is
 	// condemned too, so that once the stream is released the key can be
 	// published again from the sources (an object that is only longer than
@@ -298,12 +296,7 @@ func (s *Settler) adopt(ctx context.Context, o Output, known, alt []bundlefmt.En
 		return nil, bad(err)
 	}
 	if err := matchSources(o, entries, known); err != nil {
-		// An attempt under fewer erasures (one recorded since) built the
-		// object from the chunks as they were: it holds no record that is
-		// not the sources', and a later rewrite tombstones the rest.
-		if alt == nil || matchSources(o, entries, alt) != nil {
-			return nil, bad(err)
-		}
+		return nil, bad(err)
 	}
 	// The footer agrees with the sources; now the bytes must agree with
 	// the footer, before anything is committed.
@@ -317,25 +310,30 @@ func (s *Settler) adopt(ctx context.Context, o Output, known, alt []bundlefmt.En
 	return p, nil
 }
 
+// knownChunk is one chunk a plan knows of, to check a standing object
+// against: its entry as planned and, when the plan re-encoded it with
+// tombstones, its entry and bytes as the source holds them and its new
+// bytes (an attempt made under other erasures may have written either, or
+// any mix of the two, record by record).
+type knownChunk struct {
+	e              bundlefmt.Entry
+	orig           *bundlefmt.Entry
+	origData, data []byte
+}
+
 // matchSources checks a standing object's entries against the stream's
-// known chunks (the plan's sources, standing tail first).
-func matchSources(o Output, got, known []bundlefmt.Entry) error {
+// known chunks (the plan's sources, standing tail first): every record's
+// timestamp, and its length as planned or, for a re-encoded chunk, as its
+// source holds it; every settled chunk a run of whole known chunks whose
+// bytes combine to its DataCRC.
+func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) error {
 	stream := o.Footer.Entries[0].Stream
 	if len(got) == 0 {
 		return errors.New("standing object has no chunks")
 	}
-	type rec struct {
-		length uint32
-		ts     int64
-	}
-	src := map[uint64]rec{}
 	bounds := map[uint64]int{} // chunk start record -> index in known
 	for i := range known {
-		e := &known[i]
-		bounds[e.FirstRecord] = i
-		for j := range e.Lengths {
-			src[e.FirstRecord+uint64(j)] = rec{e.Lengths[j], e.Timestamps[j]}
-		}
+		bounds[known[i].e.FirstRecord] = i
 	}
 	next := o.FirstRecord
 	for ci := range got {
@@ -346,41 +344,76 @@ func matchSources(o Output, got, known []bundlefmt.Entry) error {
 		if e.FirstRecord != next {
 			return fmt.Errorf("chunk %d starts at record %d, expected %d", ci, e.FirstRecord, next)
 		}
-		for j := range e.Lengths {
-			r, ok := src[e.FirstRecord+uint64(j)]
-			if !ok {
-				return fmt.Errorf("record %d is beyond the stream's known records", e.FirstRecord+uint64(j))
-			}
-			if r.length != e.Lengths[j] || r.ts != e.Timestamps[j] {
-				return fmt.Errorf("record %d: length %d ts %d, sources say %d and %d",
-					e.FirstRecord+uint64(j), e.Lengths[j], e.Timestamps[j], r.length, r.ts)
-			}
-		}
 		// Every settled chunk is a run of whole source chunks (sources are
 		// never split), so its DataCRC is their combine: with it checked
 		// here, the data read that follows checks the bytes against the
 		// sources', not merely against themselves.
 		i, ok := bounds[e.FirstRecord]
 		if !ok {
-			return fmt.Errorf("chunk %d starts at record %d, inside a source chunk", ci, e.FirstRecord)
+			return fmt.Errorf("chunk %d starts at record %d, inside a source chunk or beyond the known records", ci, e.FirstRecord)
 		}
-		crc, at := uint32(0), e.FirstRecord
+		crc, at, j := uint32(0), e.FirstRecord, 0
 		for k := i; k < len(known) && at < e.EndRecord(); k++ {
-			crc = bundlefmt.CRC32CCombine(crc, known[k].DataCRC, int64(known[k].ChunkBytes()))
-			at = known[k].EndRecord()
+			kc := &known[k]
+			n := kc.e.Count()
+			if at+uint64(n) > e.EndRecord() {
+				return fmt.Errorf("chunk %d [%d, %d) ends inside a source chunk", ci, e.FirstRecord, e.EndRecord())
+			}
+			asPlanned, asOrig := true, kc.orig != nil
+			for r := 0; r < n; r++ {
+				l, ts := e.Lengths[j+r], e.Timestamps[j+r]
+				planned := kc.e.Lengths[r]
+				orig := planned
+				if kc.orig != nil {
+					orig = kc.orig.Lengths[r]
+				}
+				if ts != kc.e.Timestamps[r] || (l != planned && l != orig) {
+					return fmt.Errorf("record %d: length %d ts %d, sources say %d and %d",
+						at+uint64(r), l, ts, planned, kc.e.Timestamps[r])
+				}
+				asPlanned = asPlanned && l == planned
+				asOrig = asOrig && l == orig
+			}
+			switch {
+			case asPlanned:
+				crc = bundlefmt.CRC32CCombine(crc, kc.e.DataCRC, int64(kc.e.ChunkBytes()))
+			case asOrig:
+				crc = bundlefmt.CRC32CCombine(crc, kc.orig.DataCRC, int64(kc.orig.ChunkBytes()))
+			default:
+				// Some records as planned, some as the source holds them:
+				// an attempt under other erasures. Its bytes are known.
+				b := mixedBytes(kc, e.Lengths[j:j+n])
+				crc = bundlefmt.CRC32CCombine(crc, bundlefmt.CRC32C(b), int64(len(b)))
+			}
+			j += n
+			at += uint64(n)
 		}
 		if at != e.EndRecord() {
-			return fmt.Errorf("chunk %d [%d, %d) ends inside a source chunk", ci, e.FirstRecord, e.EndRecord())
+			return fmt.Errorf("chunk %d [%d, %d) reaches beyond the stream's known records", ci, e.FirstRecord, e.EndRecord())
 		}
 		if crc != e.DataCRC {
 			return fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)
 		}
 		next = e.EndRecord()
 	}
-	if _, inSrc := src[next]; inSrc {
-		if _, ok := bounds[next]; !ok {
-			return fmt.Errorf("standing object ends at record %d, inside a source chunk", next)
-		}
-	}
 	return nil
+}
+
+// mixedBytes is a re-encoded chunk's bytes with each record as the lengths
+// say: the planned record where its length is the planned one, else the
+// source's.
+func mixedBytes(kc *knownChunk, lengths []uint32) []byte {
+	var out []byte
+	var po, oo uint64
+	for r, l := range lengths {
+		pl, ol := uint64(kc.e.Lengths[r]), uint64(kc.orig.Lengths[r])
+		if uint64(l) == pl {
+			out = append(out, kc.data[po:po+pl]...)
+		} else {
+			out = append(out, kc.origData[oo:oo+ol]...)
+		}
+		po += pl
+		oo += ol
+	}
+	return out
 }

@@ -442,10 +442,10 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 			carry = chunksFrom(chunks, from)
 			outs = outs[:len(outs)-1]
 		}
-		known, alt := knownEntries(*tail, chunks)
+		known := knownEntries(*tail, chunks)
 		replan := false
 		for oi, o := range outs {
-			p, intentID, err := s.publish(ctx, f, o, known, alt, settlePoints)
+			p, intentID, err := s.publish(ctx, f, o, known, settlePoints)
 			if err != nil {
 				s.d.Metrics.object("failed")
 				return nil, err
@@ -537,32 +537,28 @@ func chunksFrom(chunks []SourceChunk, from uint64) []SourceChunk {
 }
 
 // knownEntries is every chunk the stream has in play: the standing tail's,
-// then the new source chunks, as planned (re-encoded where erasures
-// apply); alt is the same chunks as their sources hold them, or nil when
-// none was re-encoded.
-func knownEntries(tail *Tail, chunks []SourceChunk) (known, alt []bundlefmt.Entry) {
-	scrubbed := false
+// then the new source chunks, as planned, with the source's entry and bytes
+// of each chunk re-encoded for an erasure.
+func knownEntries(tail *Tail, chunks []SourceChunk) []knownChunk {
+	var out []knownChunk
 	if tail != nil {
-		known = append(known, tail.Entries...)
-		if tail.Orig != nil {
-			alt, scrubbed = append(alt, tail.Orig...), true
-		} else {
-			alt = append(alt, tail.Entries...)
+		for i, e := range tail.Entries {
+			k := knownChunk{e: e}
+			if d := tail.local(i); d != nil {
+				k.orig, k.origData, k.data = &tail.Orig[i], tail.OrigData[i], d
+			}
+			out = append(out, k)
 		}
 	}
-	for _, c := range chunks {
-		known = append(known, c.Entry)
+	for i := range chunks {
+		c := &chunks[i]
+		k := knownChunk{e: c.Entry}
 		if c.Data != nil {
-			scrubbed = true
-			alt = append(alt, c.orig)
-		} else {
-			alt = append(alt, c.Entry)
+			k.orig, k.origData, k.data = &c.orig, c.origData, c.Data
 		}
+		out = append(out, k)
 	}
-	if !scrubbed {
-		alt = nil
-	}
-	return known, alt
+	return out
 }
 
 // loadTail reads the footer of the stream's last catalog entry (from the

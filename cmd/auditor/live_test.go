@@ -203,8 +203,10 @@ func liveRun(t *testing.T, d time.Duration, seed uint64, open liveOpener) {
 	started := time.Now()
 	var wrote time.Duration
 	defer func() { r.figures(writer, w, wrote) }() // on failure too
+	stopErase := r.eraseWhileWriting(250 * time.Millisecond)
 	r.chaos(writer)
 	wrote = time.Since(started)
+	erasures := stopErase()
 	writer.finish(t)
 
 	r.quiesce()
@@ -219,7 +221,51 @@ func liveRun(t *testing.T, d time.Duration, seed uint64, open liveOpener) {
 	r.e.checkReferenced()
 	r.e.checkClean() // multipart uploads too
 	r.checkSlotsReaped()
+	r.e.checkErasuresApplied()
+	t.Logf("erasures recorded while writing: %d", erasures)
 	r.novasimCheck()
+}
+
+// eraseWhileWriting records, every period until stopped, an erasure of a
+// few records of a random stream: half of them in what is settled (the
+// erase step rewrites those objects while the writer absorbs into the
+// same streams), half at the head (records in transit: settle writes
+// tombstones). The returned function stops it and says how many it
+// recorded.
+func (r *liveRunEnv) eraseWhileWriting(period time.Duration) func() int {
+	stop, done := make(chan struct{}), make(chan int)
+	rnd := rand.New(rand.NewPCG(r.rnd.Uint64(), 0x65726173))
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			streams := r.e.streams()
+			st := streams[rnd.IntN(len(streams))]
+			lo, hi := st.LowRecord, st.NextRecord
+			if rnd.IntN(2) == 0 {
+				hi = st.SettledThrough
+			} else {
+				lo = max(lo, st.SettledThrough)
+			}
+			if hi-lo < 4 {
+				continue
+			}
+			first := lo + rnd.Int64N(hi-lo-3)
+			if _, err := r.e.db.RecordErasure(r.e.ctx, st.ID, first, 1+rnd.Int64N(3)); err != nil && !errors.Is(err, catalog.ErrBadErasure) {
+				r.t.Errorf("record an erasure: %v", err) // ErrBadErasure: another range at that first record already
+				return
+			}
+			n++
+		}
+	}()
+	return func() int { close(stop); return <-done }
 }
 
 // figures logs the run's counts: kills, cycles, settles, the writer's
