@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-short soak demo bench bench-sql bench-scale lint services-up services-down clean
+.PHONY: help build test test-short soak demo bench bench-sql bench-scale bench-erase lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ bench-scale: bench-sql ## one star of production shape (100k streams, 10^6 entri
 	NOVA_BENCH_SCALE=1 NOVA_SCALE_GOMEMLIMIT=200MiB NOVA_TEST_TIMEOUT=90m scripts/test.sh -v -run 'TestScaleStar' ./cmd/auditor/
 	NOVA_BENCH_BACKLOG=10000000 NOVA_BENCH_STREAMS=10000 NOVA_TEST_TIMEOUT=90m scripts/test.sh -run '^$$' \
 		-bench 'BenchmarkHotBacklogPeakRSS|BenchmarkManySmallStreamsAtS3Latency' -benchtime 1x ./settle/
+
+bench-erase: ## erase one record from each of N full settled objects (NOVA_BENCH_ERASE_OBJECTS=2, NOVA_BENCH_ERASE_CAP_MIB=256, 8 MiB chunks) on versitygw: wire bytes per rewritten byte against the part planner's bound
+	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench BenchmarkEraseOneRecordPerObject -benchtime 1x ./settle/
 
 lint: ## gofmt, go vet (and golangci-lint when installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

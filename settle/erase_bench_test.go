@@ -67,7 +67,7 @@ func BenchmarkEraseOneRecordPerObject(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bound += plan.Fetched() + plan.Uploaded() + 2*(en.FooterLength+bundlefmt.TrailerSize) // and the footer read
+			bound += plan.Fetched() + plan.Uploaded() + en.FooterLength + bundlefmt.TrailerSize // and the footer read
 		}
 		g0, s0, r0 := wc.got.Load(), wc.sent.Load(), wc.gets.Load()+wc.uploads.Load()
 		b.ResetTimer()
