@@ -50,6 +50,7 @@ var fairShapes = []fairShape{
 type assembleRecorder struct {
 	objstore.Store
 	readBack, assemblies, readBackAssemblies atomic.Int64
+	unverified                               atomic.Int64 // published without a whole-object check
 }
 
 func (r *assembleRecorder) Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
@@ -58,6 +59,9 @@ func (r *assembleRecorder) Assemble(ctx context.Context, req objstore.AssembleRe
 	r.readBack.Add(res.BytesReadBack)
 	if res.BytesReadBack > 0 {
 		r.readBackAssemblies.Add(1)
+	}
+	if err == nil && !res.Verified {
+		r.unverified.Add(1)
 	}
 	return res, err
 }
@@ -176,7 +180,7 @@ func fairCycle(b *testing.B, e *env, s *settle.Settler, streams int) cycle.Count
 }
 
 // writeFairSlots creates the shape's streams and writes its flights.
-func writeFairSlots(b *testing.B, e *env, sh fairShape) ([]bundlefmt.StreamID, []uint64) {
+func writeFairSlots(b testing.TB, e *env, sh fairShape) ([]bundlefmt.StreamID, []uint64) {
 	ids := make([]bundlefmt.StreamID, sh.hot+sh.cold)
 	for i := range ids {
 		ids[i] = bundlefmt.StreamID{0: 0xfa, 14: byte(i >> 8), 15: byte(i)}
@@ -198,7 +202,7 @@ func writeFairSlots(b *testing.B, e *env, sh fairShape) ([]bundlefmt.StreamID, [
 
 // writeFairFlight writes slot seq with one chunk per stream of ids (size
 // gives its records and their bytes) and absorbs it.
-func writeFairFlight(b *testing.B, e *env, seq int, ids []bundlefmt.StreamID, next []uint64, size func(i int) (int, int)) {
+func writeFairFlight(b testing.TB, e *env, seq int, ids []bundlefmt.StreamID, next []uint64, size func(i int) (int, int)) {
 	r := rand.New(rand.NewPCG(uint64(seq), 5))
 	var chunks []bundlefmt.Chunk
 	var batches []catalog.AbsorbBatch
