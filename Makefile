@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-short soak demo bench bench-sql bench-scale lint services-up services-down clean
+.PHONY: help build test test-short soak demo bench bench-sql bench-scale bench-settle lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -37,6 +37,10 @@ bench-scale: bench-sql ## one star of production shape (100k streams, 10^6 entri
 	NOVA_BENCH_SCALE=1 NOVA_SCALE_GOMEMLIMIT=200MiB NOVA_TEST_TIMEOUT=90m scripts/test.sh -v -run 'TestScaleStar' ./cmd/auditor/
 	NOVA_BENCH_BACKLOG=10000000 NOVA_BENCH_STREAMS=10000 NOVA_TEST_TIMEOUT=90m scripts/test.sh -run '^$$' \
 		-bench 'BenchmarkHotBacklogPeakRSS|BenchmarkManySmallStreamsAtS3Latency' -benchtime 1x ./settle/
+
+bench-settle: ## the settle beside a naive settle at equal concurrency (four shapes; readback and server-checked on versitygw), then 50 cycles of tail rewrites on both backends
+	NOVA_TEST_TIMEOUT=60m scripts/test.sh -run '^$$' -bench 'BenchmarkSettleVsNaive' -benchtime 1x ./settle/
+	NOVA_BENCH_TAIL_CYCLES=50 NOVA_TEST_TIMEOUT=60m scripts/test.sh -v -run '^TestTailRewriteCycles$$' ./settle/
 
 lint: ## gofmt, go vet (and golangci-lint when installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
