@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-short soak demo bench bench-sql bench-scale bench-erase lint services-up services-down clean
+.PHONY: help build test test-short soak demo bench bench-sql bench-scale bench-settle bench-erase lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,10 @@ bench-scale: bench-sql ## one star of production shape (100k streams, 10^6 entri
 
 bench-erase: ## erase one record from each of N full settled objects (NOVA_BENCH_ERASE_OBJECTS=2, NOVA_BENCH_ERASE_CAP_MIB=256, 8 MiB chunks) on versitygw: wire bytes per rewritten byte against the part planner's bound
 	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench BenchmarkEraseOneRecordPerObject -benchtime 1x ./settle/
+
+bench-settle: ## the settle beside a naive settle at equal concurrency (four shapes; readback and server-checked on versitygw), then 50 cycles of tail rewrites on both backends
+	NOVA_TEST_TIMEOUT=60m scripts/test.sh -run '^$$' -bench 'BenchmarkSettleVsNaive' -benchtime 1x ./settle/
+	NOVA_BENCH_TAIL_CYCLES=50 NOVA_TEST_TIMEOUT=60m scripts/test.sh -v -run '^TestTailRewriteCycles$$' ./settle/
 
 lint: ## gofmt, go vet (and golangci-lint when installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -22,7 +23,75 @@ const (
 	// reports the whole source's CRC for a ranged UploadPartCopy when the
 	// source was stored with one). Pair with VerifyReadback.
 	ChecksumParts ChecksumMode = "parts"
+	// ChecksumBySource decides per assembly: ChecksumFullObject when every
+	// source it copies server side is stored with an algorithm in
+	// S3Config.ServerChecked (the server computes a ranged copy's CRC-32C
+	// from the bytes), ChecksumParts with read-back otherwise. Requires
+	// VerifyReadback. ChecksumProbe.Configure picks it for versitygw
+	// 1.8.0, whose ranged copies misreport only for sources stored with
+	// CRC-32C (docs/architecture.md#publish).
+	ChecksumBySource ChecksumMode = "by-source"
 )
+
+// ChecksumAlgorithm is an S3 checksum algorithm an object is stored with,
+// as HeadObject reports it ("" when it reports none).
+type ChecksumAlgorithm string
+
+// The algorithms S3 stores; AlgorithmNone asks PutIfAbsent to send none
+// (the server stores its default: CRC-64/NVME on AWS and versitygw).
+const (
+	AlgorithmCRC32C    ChecksumAlgorithm = "CRC32C"
+	AlgorithmCRC32     ChecksumAlgorithm = "CRC32"
+	AlgorithmSHA1      ChecksumAlgorithm = "SHA1"
+	AlgorithmSHA256    ChecksumAlgorithm = "SHA256"
+	AlgorithmCRC64NVME ChecksumAlgorithm = "CRC64NVME"
+	AlgorithmNone      ChecksumAlgorithm = "NONE"
+)
+
+// PutAlgorithms are the values S3Config.PutChecksum takes.
+var PutAlgorithms = []ChecksumAlgorithm{AlgorithmCRC32C, AlgorithmCRC32, AlgorithmSHA256, AlgorithmNone}
+
+// ChecksumProbe is what a server's checksum probe found (the S3 backend's
+// ProbeChecksum).
+type ChecksumProbe struct {
+	// FullObject: the server accepts uploads of checksum type FULL_OBJECT
+	// (CRC-32C) and checks the whole object's CRC at completion.
+	FullObject bool
+	// Copies says, by the algorithm a source is stored with, whether a
+	// ranged UploadPartCopy from it reports the CRC-32C of the copied range.
+	Copies map[ChecksumAlgorithm]bool
+}
+
+// ServerChecked lists the algorithms whose ranged copies the server
+// reports correctly, sorted.
+func (p ChecksumProbe) ServerChecked() []ChecksumAlgorithm {
+	var out []ChecksumAlgorithm
+	for a, ok := range p.Copies {
+		if ok {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Configure returns cfg with the checksum mode the probe allows: full
+// object when every probed source copies correctly (AWS S3), by source
+// (with read-back where the server cannot check) when some do, per-part
+// checksums with read-back when none do or the server has no full-object
+// checksums.
+func (p ChecksumProbe) Configure(cfg S3Config) S3Config {
+	good := p.ServerChecked()
+	switch {
+	case p.FullObject && len(good) == len(p.Copies) && len(good) > 0:
+		cfg.Checksum, cfg.ServerChecked = ChecksumFullObject, nil
+	case p.FullObject && len(good) > 0:
+		cfg.Checksum, cfg.ServerChecked, cfg.VerifyReadback = ChecksumBySource, good, true
+	default:
+		cfg.Checksum, cfg.ServerChecked, cfg.VerifyReadback = ChecksumParts, nil, true
+	}
+	return cfg
+}
 
 // S3Config configures the S3 backend. Zero fields take the defaults in
 // WithDefaults; Validate names the offending field.
@@ -64,6 +133,15 @@ type S3Config struct {
 	// ChecksumParts checks the expected CRC only when every part's CRC is
 	// known locally (no copied parts).
 	VerifyReadback bool
+	// ServerChecked, for ChecksumBySource, lists the algorithms a copied
+	// source may be stored with for the server to check the assembly.
+	ServerChecked []ChecksumAlgorithm
+
+	// PutChecksum is the algorithm PutIfAbsent stores objects with
+	// (PutAlgorithms; default CRC32C). novasim and the benchmarks choose it
+	// for slots: on versitygw 1.8.0 only sources stored without CRC-32C
+	// can be copied with a server-checked CRC-32C.
+	PutChecksum ChecksumAlgorithm
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -95,6 +173,9 @@ func (c S3Config) WithDefaults() S3Config {
 	if c.Checksum == "" {
 		c.Checksum = ChecksumFullObject
 	}
+	if c.PutChecksum == "" {
+		c.PutChecksum = AlgorithmCRC32C
+	}
 	return c
 }
 
@@ -119,8 +200,17 @@ func (c S3Config) Validate() error {
 	if c.CopyConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("CopyConcurrency: %d is below 1", c.CopyConcurrency))
 	}
-	if c.Checksum != ChecksumFullObject && c.Checksum != ChecksumParts {
+	switch c.Checksum {
+	case ChecksumFullObject, ChecksumParts:
+	case ChecksumBySource:
+		if !c.VerifyReadback {
+			errs = append(errs, errors.New("Checksum: by-source needs VerifyReadback (sources the server cannot check are read back)"))
+		}
+	default:
 		errs = append(errs, fmt.Errorf("Checksum: unknown mode %q", c.Checksum))
+	}
+	if !slices.Contains(PutAlgorithms, c.PutChecksum) {
+		errs = append(errs, fmt.Errorf("PutChecksum: %q is not one of %v", c.PutChecksum, PutAlgorithms))
 	}
 	return errors.Join(errs...)
 }
@@ -138,8 +228,8 @@ func (c S3Config) String() string {
 	if c.AccessKey != "" {
 		creds = "static"
 	}
-	return fmt.Sprintf("s3{endpoint=%q region=%s path_style=%v prefix=%q credentials=%s checksum=%s}",
-		c.Endpoint, c.Region, c.PathStyle, c.KeyPrefix, creds, c.Checksum)
+	return fmt.Sprintf("s3{endpoint=%q region=%s path_style=%v prefix=%q credentials=%s checksum=%s put_checksum=%s}",
+		c.Endpoint, c.Region, c.PathStyle, c.KeyPrefix, creds, c.Checksum, c.PutChecksum)
 }
 
 // FileConfig configures the file backend: bucket B is the directory

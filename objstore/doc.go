@@ -13,7 +13,7 @@
 //   - s3store: the S3 backend (retry policy, plan execution, resume, the
 //     checksum probe);
 //   - filestore: the file backend (create-once by hard link, assembly by
-//     copy_file_range), the demo's embedded default;
+//     reflink or copy_file_range), the demo's embedded default;
 //   - storetest: the contract suite both backends pass.
 //
 // Choices beyond docs/architecture.md (#publish, #reap, #buckets-and-zone-health):
@@ -22,11 +22,15 @@
 //     ChecksumFullObject (AWS) the server checks the whole object's CRC at
 //     completion, and the parts' CRCs, as the server reports them for copies,
 //     are combined and compared with the expected CRC before completing.
-//     versitygw 1.8.0 reports the whole source's CRC for a ranged copy of a
-//     checksummed object, so against it use ChecksumParts with
-//     VerifyReadback: the object is read back and removed if wrong (it is
-//     ours, and nothing references it before the catalog commit). The S3
-//     backend's ProbeChecksum tells which mode a server supports.
+//     versitygw 1.8.0 reports the whole source's stored CRC for a ranged
+//     copy of an object stored with CRC-32C (other algorithms, or none,
+//     copy correctly), so against it use ChecksumBySource with
+//     VerifyReadback: an assembly copying only from sources stored with a
+//     server-checked algorithm (HEAD tells) is checked by the server,
+//     any other is read back, and a wrong one fails with ErrPublishedBad
+//     (the caller condemns it). ChecksumParts reads back every assembly.
+//     The S3 backend's ProbeChecksum finds, per source algorithm, what a
+//     server supports; ChecksumProbe.Configure picks the mode.
 //   - Lost answers. A PutObject or completion whose answer was lost and
 //     whose retry finds the key taken checks whether the standing object is
 //     its own (MD5 ETag, multipart ETag) and then succeeds; otherwise it is

@@ -27,8 +27,8 @@ type Store interface {
 	// Head returns the object's size and ETag. A missing key is ErrNotFound.
 	Head(ctx context.Context, bucket, key string) (Attrs, error)
 
-	// PutIfAbsent creates the object with If-None-Match: * and a CRC-32C
-	// checksum. An existing key is ErrExists and keeps its bytes.
+	// PutIfAbsent creates the object with If-None-Match: * and a checksum
+	// (CRC-32C unless the S3 backend's PutChecksum says otherwise). An existing key is ErrExists and keeps its bytes.
 	PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error
 
 	// Delete removes the keys; absence is success. Keys that could not be
@@ -198,7 +198,14 @@ type AssembleResult struct {
 	// BytesCopied moved server side; BytesFetched came through the process
 	// by ranged GET (and read-back); BytesUploaded went up from the process.
 	BytesCopied, BytesFetched, BytesUploaded int64
-	Requests                                 int
+	// BytesReadBack is the part of BytesFetched that read the published
+	// object back (0 when the server checked it).
+	BytesReadBack int64
+	// Verified: the whole object's CRC-32C was checked against the
+	// expected one, by the server at completion (a full-object upload),
+	// in the process before one PutObject, or by reading it back.
+	Verified bool
+	Requests int
 }
 
 // CallUploadCreated runs UploadCreated if set. The Call methods are for

@@ -140,7 +140,7 @@ func writeSlots(b *testing.B, e *env, streams, flights, perChunk, recBytes int) 
 
 // putFlight writes slot 1/seq of star s1 holding chunks into the standard
 // bucket and absorbs it with batches.
-func putFlight(b *testing.B, e *env, seq int, chunks []bundlefmt.Chunk, batches []catalog.AbsorbBatch) {
+func putFlight(b testing.TB, e *env, seq int, chunks []bundlefmt.Chunk, batches []catalog.AbsorbBatch) {
 	b.Helper()
 	obj, err := bundlefmt.EncodeFlight(1, uint64(seq), 7, chunks)
 	if err != nil {

@@ -109,27 +109,36 @@ func openStore(ctx context.Context, cfg config.Config) (objstore.Store, error) {
 	return store, nil
 }
 
-// probeChecksums asks an S3 server, under --verify checksum, whether it can
-// check a whole assembled object's CRC-32C (s3store.ProbeChecksum). When it
-// cannot (versitygw 1.8.0 reports the whole source's CRC for a ranged part
-// copy), the store is rebuilt with per-part checksums and read-back
-// verification, so no wrong assembly is ever published.
+// probeChecksums asks an S3 server, under --verify checksum, where it can
+// check a whole assembled object's CRC-32C (s3store.ProbeChecksum) and
+// returns the store configured for the answer: full-object checksums
+// everywhere (AWS S3); by source where ranged copies from some sources
+// misreport (versitygw 1.8.0, sources stored with CRC-32C), those
+// assemblies read back; or per-part checksums and read-back throughout.
+// No wrong assembly is ever published unverified.
 func probeChecksums(ctx context.Context, cfg config.Config, store objstore.Store, log *slog.Logger) (objstore.Store, error) {
 	s3, ok := store.(*s3store.Store)
 	if !ok || cfg.Verify != "checksum" {
 		return store, nil
 	}
-	mode, err := s3.ProbeChecksum(ctx, cfg.Bucket)
+	probe, err := s3.ProbeChecksum(ctx, cfg.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("probe the server's checksum support in bucket %s: %w", cfg.Bucket, err)
 	}
-	if mode == objstore.ChecksumFullObject {
-		return store, nil
+	ns, err := s3.WithProbe(probe)
+	if err != nil {
+		return nil, err
 	}
-	log.Warn("the S3 server cannot check full-object CRC-32C of copied parts; verifying assemblies by read-back",
-		"bucket", cfg.Bucket, "mode", string(mode))
-	cfg.Verify = "readback"
-	return openStore(ctx, cfg)
+	switch c := ns.Config(); c.Checksum {
+	case objstore.ChecksumFullObject:
+	case objstore.ChecksumBySource:
+		log.Warn("the S3 server checks full-object CRC-32C only of copies from some sources; assemblies copying from others are verified by read-back",
+			"bucket", cfg.Bucket, "server_checked", fmt.Sprint(c.ServerChecked))
+	default:
+		log.Warn("the S3 server cannot check full-object CRC-32C of copied parts; verifying assemblies by read-back",
+			"bucket", cfg.Bucket, "mode", string(c.Checksum))
+	}
+	return ns, nil
 }
 
 // storeMetrics registers the object-store metrics (requests, bytes by path,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +20,17 @@ import (
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/wire"
 	"github.com/nova/auditor/migrations"
+	"github.com/nova/auditor/objstore"
 )
+
+// slotChecksum parses --slot-checksum: crc32c, crc32, sha256 or none.
+func slotChecksum(v string) (objstore.ChecksumAlgorithm, error) {
+	a := objstore.ChecksumAlgorithm(strings.ToUpper(v))
+	if !slices.Contains(objstore.PutAlgorithms, a) {
+		return "", &config.Error{Field: "slot-checksum", Msg: fmt.Sprintf("%q must be crc32c, crc32, sha256 or none", v)}
+	}
+	return a, nil
+}
 
 // sharedKeys are the auditor's configuration keys novasim takes, with the
 // auditor's meaning, flags, environment variables and file keys.
@@ -73,6 +84,12 @@ func newLogger(e env, cfg config.Config) (*slog.Logger, error) {
 // open connects to the metastore (an unreachable database is a
 // configuration error naming the field) and builds the storage.
 func open(ctx context.Context, cfg config.Config, migrate bool) (*catalog.DB, sim.Storage, error) {
+	return openWith(ctx, cfg, migrate, "")
+}
+
+// openWith is open with slots stored under the checksum algorithm put on
+// S3 ("" the default).
+func openWith(ctx context.Context, cfg config.Config, migrate bool, put objstore.ChecksumAlgorithm) (*catalog.DB, sim.Storage, error) {
 	db, err := catalog.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, sim.Storage{}, &config.Error{Field: "database-url", Msg: fmt.Sprintf("%s: %v", config.RedactURL(cfg.DatabaseURL), err)}
@@ -86,7 +103,7 @@ func open(ctx context.Context, cfg config.Config, migrate bool) (*catalog.DB, si
 		db.Close()
 		return nil, sim.Storage{}, fmt.Errorf("%w (novasim setup --migrate applies the migrations)", err)
 	}
-	store, err := wire.Store(ctx, cfg)
+	store, err := wire.StoreWithPutChecksum(ctx, cfg, put)
 	if err != nil {
 		db.Close()
 		return nil, sim.Storage{}, err

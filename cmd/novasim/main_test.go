@@ -8,9 +8,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/s3store"
 )
 
 // run runs novasim in-process with the given environment.
@@ -101,6 +107,7 @@ func TestUsageErrors(t *testing.T) {
 		{"frobnicate"},
 		{"write", "--flights", "x"},
 		{"write", "--takeover", "sometimes"},
+		{"write", "--slot-checksum", "md5"},
 		{"write", "--fail-lost", "1.5"},
 		{"setup", "--record-bytes", "9-3"},
 		{"setup", "--star", "Bad_Name"},
@@ -113,5 +120,50 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if code, _, _ := run(t, vars, "write", "-h"); code != 0 {
 		t.Errorf("write -h: exit %d", code)
+	}
+}
+
+// TestWriteSlotChecksumOnS3: --slot-checksum chooses the algorithm slots
+// are stored with on S3 (here CRC-32, which versitygw can copy from with a
+// server-checked CRC-32C).
+func TestWriteSlotChecksumOnS3(t *testing.T) {
+	env := testenv.S3(t)
+	ctx := context.Background()
+	bucket := testenv.BucketName("nsim")
+	st, err := s3store.New(ctx, objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
+		AccessKey: env.AccessKey, SecretKey: env.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{
+		"NOVA_AUDITOR_DATABASE_URL":  testenv.FreshDatabase(t),
+		"NOVA_AUDITOR_S3_ENDPOINT":   env.Endpoint,
+		"NOVA_AUDITOR_S3_PATH_STYLE": "true",
+		"NOVA_AUDITOR_BUCKET":        bucket,
+	}
+	// the SDK's default chain reads the process environment
+	t.Setenv("AWS_ACCESS_KEY_ID", env.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", env.SecretKey)
+	if code, out, stderr := run(t, vars, "setup", "--migrate", "--star", "cks", "--streams", "3"); code != 0 {
+		t.Fatalf("setup: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if code, out, stderr := run(t, vars, "write", "--flights", "3", "--progress", "none", "--slot-checksum", "crc32"); code != 0 {
+		t.Fatalf("write: exit %d\n%s\n%s", code, out, stderr)
+	}
+	var slots []string
+	if err := st.List(ctx, bucket, "stars/", func(k string, _ int64) error { slots = append(slots, k); return nil }); err != nil || len(slots) == 0 {
+		t.Fatalf("no slots written: %v", err)
+	}
+	for _, k := range slots {
+		h, err := st.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &k, ChecksumMode: types.ChecksumModeEnabled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.ChecksumCRC32 == nil || h.ChecksumCRC32C != nil {
+			t.Fatalf("slot %s stored with crc32 %v, crc32c %v; want CRC-32 only", k, aws.ToString(h.ChecksumCRC32), aws.ToString(h.ChecksumCRC32C))
+		}
 	}
 }

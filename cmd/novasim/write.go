@@ -20,6 +20,7 @@ func cmdWrite(ctx context.Context, e env, args []string) int {
 		o        sim.WriteOptions
 		takeover string
 		progress string
+		slotSum  string
 	)
 	fs.Int64Var(&o.Flights, "flights", 0, "stop after this many flights are written (per star)")
 	sizeVar(fs, &o.Bytes, "bytes", 0, "stop after this many flight bytes are written (per star; KiB/MiB/GiB suffixes)")
@@ -35,6 +36,8 @@ func cmdWrite(ctx context.Context, e env, args []string) int {
 	shareVar(fs, &o.Faults.LostReply, "fail-lost-reply", 0, "per flight: the PUT's reply is lost; the writer knows its slot by the nonce")
 	fs.DurationVar(&o.RetentionEvery, "retention-every", 0, "raise the low_record of a random stream to a random live record this often (0: never)")
 	fs.StringVar(&takeover, "takeover", "auto", "auto (fence unless the star is pristine), always, or never (write at the current epoch: a stale writer)")
+	fs.StringVar(&slotSum, "slot-checksum", "crc32c", "checksum algorithm slots are stored with on S3: crc32c, crc32, sha256 or none (the server's default); "+
+		"versitygw 1.8.0 can check a ranged copy's CRC-32C only from a source not stored with crc32c")
 	fs.StringVar(&progress, "progress", "auto", "auto (a bar on a terminal, else a line every 5s), bar, line or none")
 	cfg, err := parse(e, fs, l, args, "database-url")
 	if err != nil {
@@ -59,12 +62,16 @@ func cmdWrite(ctx context.Context, e env, args []string) int {
 	if progress != "bar" && progress != "line" && progress != "none" {
 		return exitCode(e, cfg, &config.Error{Field: "progress", Msg: fmt.Sprintf("%q must be auto, bar, line or none", progress)})
 	}
+	put, err := slotChecksum(slotSum)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
 	log, err := newLogger(e, cfg)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
 	o.Logger = log
-	db, st, err := open(ctx, cfg, false)
+	db, st, err := openWith(ctx, cfg, false, put)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,4 +141,26 @@ func MigratedDB(t testing.TB) (*catalog.DB, string) {
 		t.Fatalf("migrate the test database: %v", err)
 	}
 	return db, url
+}
+
+// VersitygwObjectPath is the file that holds bucket/key on the test
+// versitygw's posix backend (its data directory is the last argument of
+// the process scripts/services.sh started), for tests that damage an
+// object at rest. It skips, or fails when services are required, without
+// the process.
+func VersitygwObjectPath(t testing.TB, bucket, key string) string {
+	t.Helper()
+	pid := os.Getenv(EnvVersitygwPID)
+	if pid == "" {
+		missing(t, EnvVersitygwPID)
+	}
+	raw, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	if err != nil {
+		t.Fatalf("versitygw's command line: %v", err)
+	}
+	args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	if len(args) < 2 || args[len(args)-2] != "posix" {
+		t.Fatalf("versitygw's command line %q does not end in posix DIR", args)
+	}
+	return filepath.Join(args[len(args)-1], bucket, filepath.FromSlash(key))
 }

@@ -27,6 +27,14 @@ import (
 // --verify readback selects per-part checksums with read-back verification
 // of assemblies; checksum, full-object checksums checked by the server.
 func Store(ctx context.Context, cfg config.Config) (objstore.Store, error) {
+	return StoreWithPutChecksum(ctx, cfg, "")
+}
+
+// StoreWithPutChecksum is Store whose PutIfAbsent stores objects with alg
+// on S3 ("" the default, CRC-32C; objstore.S3Config.PutChecksum). novasim
+// chooses how its slots are stored with it; the file backend has no
+// checksum algorithms and ignores it.
+func StoreWithPutChecksum(ctx context.Context, cfg config.Config, alg objstore.ChecksumAlgorithm) (objstore.Store, error) {
 	if cfg.FSRoot != "" {
 		s, err := filestore.New(objstore.FileConfig{Root: cfg.FSRoot, KeyPrefix: cfg.KeyPrefix})
 		if err != nil {
@@ -40,6 +48,8 @@ func Store(ctx context.Context, cfg config.Config) (objstore.Store, error) {
 		PathStyle: cfg.S3PathStyle,
 		KeyPrefix: cfg.KeyPrefix,
 		Checksum:  objstore.ChecksumFullObject,
+
+		PutChecksum: alg,
 
 		AttemptTimeout: cfg.S3AttemptTimeout,
 		MaxAttempts:    int(cfg.S3MaxAttempts),

@@ -56,10 +56,11 @@ func (s *Store) openUpload(bucket, key, id string) (string, error) {
 }
 
 // Assemble implements objstore.Store: the pieces are copied into the
-// upload's data file (copy_file_range for ranges), the file is synced and
-// checked against ExpectedCRC32C, then hard-linked into place. Hooks:
-// UploadCreated, PartDone(1, true) once the data is durable, Completed. The
-// Stager is not used: nothing is gathered in memory.
+// upload's data file (reflinked where the filesystem can, else
+// copy_file_range; see copyRange), the file is synced and checked against
+// ExpectedCRC32C (read whole: Verified), then hard-linked into place.
+// Hooks: UploadCreated, PartDone(1, true) once the data is durable,
+// Completed. The Stager is not used: nothing is gathered in memory.
 func (s *Store) Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
 	res := objstore.AssembleResult{UploadID: req.UploadID, Size: req.Size()}
 	err := s.assemble(ctx, req, &res)
@@ -124,6 +125,7 @@ func (s *Store) assemble(ctx context.Context, req objstore.AssembleRequest, res 
 		if crc != req.ExpectedCRC32C {
 			return fmt.Errorf("assembled CRC %08x, expected %08x: %w", crc, req.ExpectedCRC32C, objstore.ErrChecksum)
 		}
+		res.Verified = true
 	}
 	if err := s.publish(req.Bucket, data, dst); err != nil {
 		return err

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nova/auditor/objstore"
 )
 
@@ -426,7 +428,19 @@ func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(key str
 // copyRange appends n bytes of src at off to dst at its current offset,
 // with copy_file_range where the kernel supports it ((*os.File).ReadFrom
 // uses it for an *io.LimitedReader over an *os.File).
+// copyRange appends [off, off+n) of src to dst: the block-aligned part
+// shared by reflink where the filesystem offers it (FICLONERANGE: btrfs,
+// XFS), the rest by copy_file_range (File.ReadFrom), which copies inside
+// the kernel (ext4 copies the blocks; no byte passes through the process).
 func copyRange(dst, src *os.File, off, n int64) error {
+	cloned, err := cloneRange(dst, src, off, n)
+	if err != nil {
+		return err
+	}
+	off, n = off+cloned, n-cloned
+	if n == 0 {
+		return nil
+	}
 	if _, err := src.Seek(off, io.SeekStart); err != nil {
 		return err
 	}
@@ -438,6 +452,58 @@ func copyRange(dst, src *os.File, off, n int64) error {
 		return fmt.Errorf("copied %d of %d bytes: %w", got, n, objstore.ErrInvalidRange)
 	}
 	return nil
+}
+
+// cloneBlock is the alignment FICLONERANGE needs of offsets and lengths
+// (the filesystem block; a filesystem with larger blocks refuses, and the
+// bytes are copied).
+const cloneBlock = 4096
+
+// cloneRange shares the longest block-aligned prefix of [off, off+n) of
+// src at dst's end by FICLONERANGE and returns its length; 0 (no error)
+// when the offsets are not aligned or the filesystem cannot clone.
+func cloneRange(dst, src *os.File, off, n int64) (int64, error) {
+	pos, err := dst.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, err
+	}
+	l := n / cloneBlock * cloneBlock
+	if off%cloneBlock != 0 || pos%cloneBlock != 0 || l == 0 {
+		return 0, nil
+	}
+	if err := unix.IoctlFileCloneRange(int(dst.Fd()), &unix.FileCloneRange{
+		Src_fd: int64(src.Fd()), Src_offset: uint64(off), Src_length: uint64(l), Dest_offset: uint64(pos),
+	}); err != nil {
+		return 0, nil // EOPNOTSUPP (ext4), EXDEV, EINVAL: copy instead
+	}
+	if _, err := dst.Seek(pos+l, io.SeekStart); err != nil {
+		return 0, err
+	}
+	return l, nil
+}
+
+// CanClone reports whether the filesystem under dir shares ranges by
+// reflink (nil) or why not: it clones one block between two scratch files.
+func CanClone(dir string) error {
+	a, err := os.CreateTemp(dir, ".nova-clone-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(a.Name())
+	defer a.Close()
+	b, err := os.CreateTemp(dir, ".nova-clone-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(b.Name())
+	defer b.Close()
+	if _, err := a.Write(make([]byte, cloneBlock)); err != nil {
+		return err
+	}
+	if err := a.Sync(); err != nil {
+		return err
+	}
+	return unix.IoctlFileCloneRange(int(b.Fd()), &unix.FileCloneRange{Src_fd: int64(a.Fd()), Src_length: cloneBlock})
 }
 
 // BucketRules answers "unknown": a directory has no lifecycle rules or

@@ -204,3 +204,40 @@ func TestResumeAfterPublishBeforeCleanup(t *testing.T) {
 		t.Fatalf("abort changed the published object: %q", got)
 	}
 }
+
+// TestCopyRangeClonesOrCopies assembles from block-aligned and unaligned
+// ranges, which are reflinked where the filesystem can and copied where
+// not, and logs which this machine's filesystem does.
+func TestCopyRangeClonesOrCopies(t *testing.T) {
+	dir := t.TempDir()
+	t.Logf("FICLONERANGE under %s: %v (nil: reflinks)", dir, CanClone(dir))
+	src, err := os.Create(filepath.Join(dir, "src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	want := make([]byte, 5*cloneBlock+123)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if _, err := src.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := os.Create(filepath.Join(dir, "dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	// aligned prefix (cloned where possible) with an unaligned rest, then
+	// an unaligned range at an unaligned position
+	if err := copyRange(dst, src, 0, 3*cloneBlock+10); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyRange(dst, src, 3*cloneBlock+10, int64(len(want))-3*cloneBlock-10); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "dst"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("copied %d bytes (%v), differ from the source", len(got), err)
+	}
+}

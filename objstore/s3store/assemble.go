@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,12 +50,15 @@ type assembly struct {
 	hookMu                    sync.Mutex
 	requests                  atomic.Int64
 	copied, fetched, uploaded atomic.Int64
+	readBackBytes             atomic.Int64
+	checked                   bool // the server checked the whole CRC, or it was checked locally
 }
 
 func (a *assembly) result() objstore.AssembleResult {
 	return objstore.AssembleResult{
 		UploadID: a.uploadID, Size: a.plan.Size, Parts: len(a.plan.Parts),
 		BytesCopied: a.copied.Load(), BytesFetched: a.fetched.Load(), BytesUploaded: a.uploaded.Load(),
+		BytesReadBack: a.readBackBytes.Load(), Verified: a.checked,
 		Requests: int(a.requests.Load()),
 	}
 }
@@ -146,6 +150,7 @@ func (a *assembly) putSingle(ctx context.Context) error {
 		return err
 	}
 	a.uploaded.Add(int64(len(data)))
+	a.checked = a.req.HasExpectedCRC32C
 	return a.hook(a.req.Hooks.CallCompleted)
 }
 
@@ -180,6 +185,9 @@ type partState struct {
 func (a *assembly) multipart(ctx context.Context) error {
 	existing := map[int]objstore.PartInfo{}
 	if a.uploadID == "" {
+		if a.mode == objstore.ChecksumBySource {
+			a.mode = a.chooseMode(ctx)
+		}
 		if err := a.create(ctx); err != nil {
 			return err
 		}
@@ -230,12 +238,39 @@ func (a *assembly) multipart(ctx context.Context) error {
 	if err := a.complete(ctx, states, full, fullKnown); err != nil {
 		return err
 	}
+	a.checked = a.mode == objstore.ChecksumFullObject && fullKnown
 	if a.mode == objstore.ChecksumParts && a.s.cfg.VerifyReadback && a.req.HasExpectedCRC32C {
 		if err := a.readBack(ctx); err != nil {
 			return err
 		}
 	}
 	return a.hook(a.req.Hooks.CallCompleted)
+}
+
+// chooseMode decides a new upload's checksum mode under ChecksumBySource:
+// full object when every source the plan copies server side is stored
+// with an algorithm the server computes ranged copies' CRC-32C for (HEAD,
+// remembered per pinned version), else per-part checksums and a read-back.
+// A source HEAD cannot see is left to its copy to report; the assembly is
+// then read back.
+func (a *assembly) chooseMode(ctx context.Context) objstore.ChecksumMode {
+	seen := map[[3]string]bool{}
+	for _, part := range a.plan.Parts {
+		if !part.Copy {
+			continue
+		}
+		p := a.pieces[part.Segments[0].Piece]
+		id := [3]string{p.SrcBucket, p.SrcKey, p.SrcETag}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		alg, err := a.s.storedAlgorithm(ctx, p.SrcBucket, a.s.cfg.KeyPrefix+p.SrcKey, p.SrcETag)
+		if err != nil || !slices.Contains(a.s.cfg.ServerChecked, alg) {
+			return objstore.ChecksumParts
+		}
+	}
+	return objstore.ChecksumFullObject
 }
 
 func (a *assembly) create(ctx context.Context) error {
@@ -540,6 +575,7 @@ func (a *assembly) readBack(ctx context.Context) error {
 			rng := fmt.Sprintf("bytes=%d-%d", w.off, w.off+w.len-1)
 			got, total, err := a.s.getRange(gctx, a.req.Bucket, a.fullKey, rng, "", w.off, w.len, false, buf)
 			a.fetched.Add(int64(len(got)))
+			a.readBackBytes.Add(int64(len(got)))
 			if err != nil {
 				return fmt.Errorf("read back [%d,+%d): %w", w.off, w.len, mapErr(err, nil))
 			}
@@ -559,6 +595,7 @@ func (a *assembly) readBack(ctx context.Context) error {
 		crc = objstore.CombineCRC32C(crc, w.crc, w.len)
 	}
 	if crc == a.req.ExpectedCRC32C {
+		a.checked = true
 		return nil
 	}
 	return fmt.Errorf("read back %d bytes with CRC %08x, expected %08x: %w (%w)",

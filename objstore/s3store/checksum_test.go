@@ -4,32 +4,192 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
 )
 
-// TestProbe records what the test server supports: versitygw 1.8.0 cannot
-// check full-object CRC-32C of assemblies whose sources carry checksums.
+// TestProbe records what the test server supports: versitygw 1.8.0 checks
+// full-object CRC-32C, and a ranged copy reports the right CRC-32C unless
+// the source was stored with CRC-32C. The probe configures the store by
+// source, and leaves nothing behind.
 func TestProbe(t *testing.T) {
 	s := newStore(t, objstore.S3Config{})
 	b := newBucket(t, s, "probe")
-	mode, err := s.ProbeChecksum(context.Background(), b)
+	p, err := s.ProbeChecksum(context.Background(), b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("checksum mode: %s", mode)
-	if mode != objstore.ChecksumParts {
-		t.Errorf("versitygw 1.8.0 probed as %s; if it now reports ranged copy checksums, run the suite in full-object mode", mode)
+	t.Logf("probe: %+v", p)
+	if !p.FullObject {
+		t.Fatal("versitygw 1.8.0 checks full-object CRC-32C; the probe found no support")
+	}
+	for alg, want := range map[objstore.ChecksumAlgorithm]bool{objstore.AlgorithmCRC32C: false, objstore.AlgorithmCRC32: true,
+		objstore.AlgorithmSHA256: true, objstore.AlgorithmCRC64NVME: true} {
+		if got, ok := p.Copies[alg]; !ok || got != want {
+			t.Errorf("copies from sources stored with %s: probed %v (probed at all: %v), versitygw 1.8.0 gives %v", alg, got, ok, want)
+		}
+	}
+	ns, err := s.WithProbe(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := ns.Config(); c.Checksum != objstore.ChecksumBySource || !c.VerifyReadback || slices.Contains(c.ServerChecked, objstore.AlgorithmCRC32C) {
+		t.Errorf("configured %s, read-back %v, server checked %v; want by-source with read-back, CRC32C not server checked", c.Checksum, c.VerifyReadback, c.ServerChecked)
 	}
 	var keys []string
 	s.List(context.Background(), b, "", func(k string, _ int64) error { keys = append(keys, k); return nil })
 	if len(keys) != 0 {
 		t.Errorf("probe left %v", keys)
+	}
+	var raw int
+	out, err := s.Client().ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &b})
+	if err == nil {
+		raw = len(out.Contents)
+	}
+	if err != nil || raw != 0 {
+		t.Errorf("probe left %d objects (%v)", raw, err)
+	}
+}
+
+// bySourceStore is a store configured as the probe of the test server
+// configures it, and a second store on the same server that stores
+// objects with put.
+func bySourceStore(t *testing.T, put objstore.ChecksumAlgorithm) (*Store, *Store, string) {
+	t.Helper()
+	plain := newStore(t, objstore.S3Config{})
+	b := newBucket(t, plain, "bysrc")
+	p, err := plain.ProbeChecksum(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := plain.WithProbe(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, newStore(t, objstore.S3Config{PutChecksum: put}), b
+}
+
+// TestBySource: under the probe's by-source mode, assemblies that copy
+// from sources stored with CRC-32 or no checksum are checked by the
+// server with no read-back; a source stored with CRC-32C (alone or beside
+// others) falls back to read-back. Every object is right.
+func TestBySource(t *testing.T) {
+	ctx := context.Background()
+	s, _, b := bySourceStore(t, "")
+	src := storetest.Bytes(8, 16<<20)
+	for _, alg := range objstore.PutAlgorithms {
+		w := newStore(t, objstore.S3Config{PutChecksum: alg})
+		if err := w.PutIfAbsent(ctx, b, "src-"+string(alg), src); err != nil {
+			t.Fatal(alg, err)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		sources []objstore.ChecksumAlgorithm
+		checked bool
+	}{
+		{"crc32", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32}, true},
+		{"none", []objstore.ChecksumAlgorithm{objstore.AlgorithmNone}, true},
+		{"sha256", []objstore.ChecksumAlgorithm{objstore.AlgorithmSHA256}, true},
+		{"crc32c", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32C}, false},
+		{"crc32-and-crc32c", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32, objstore.AlgorithmCRC32C}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var pieces []objstore.Piece
+			var want []byte
+			for _, alg := range c.sources {
+				k := "src-" + string(alg)
+				a, err := s.Head(ctx, b, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := objstore.RangePiece(b, k, 1<<20, 6<<20) // a ranged copy
+				p.SrcETag = a.ETag
+				pieces = append(pieces, p)
+				want = append(want, src[1<<20:7<<20]...)
+			}
+			// a gathered range and the footer
+			pieces = append(pieces, objstore.RangePiece(b, "src-"+string(c.sources[0]), 9<<20, 1000), objstore.DataPiece([]byte("footer")))
+			want = append(append(want, src[9<<20:9<<20+1000]...), "footer"...)
+			key := "out-" + c.name
+			res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: key, Pieces: pieces,
+				ExpectedCRC32C: objstore.CRC32C(want), HasExpectedCRC32C: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%+v", res)
+			if got := storetest.ReadAll(t, s, b, key); !bytes.Equal(got, want) {
+				t.Fatal("assembly differs")
+			}
+			if !res.Verified || res.BytesCopied != int64(len(c.sources))*6<<20 {
+				t.Errorf("not verified, or not every range copied: %+v", res)
+			}
+			if c.checked && res.BytesReadBack != 0 {
+				t.Errorf("server-checkable sources, read back %d bytes", res.BytesReadBack)
+			}
+			if !c.checked && res.BytesReadBack != res.Size {
+				t.Errorf("a CRC-32C source: read back %d of %d bytes", res.BytesReadBack, res.Size)
+			}
+		})
+	}
+}
+
+// TestBySourceCatchesCorruption damages a source at rest on versitygw's
+// disk (its stored checksum and ETag unchanged) and assembles a ranged
+// copy of it. A source stored with CRC-32 is copied under the server's
+// full-object check, which refuses the assembly: nothing is published. A
+// source stored with CRC-32C is copied with per-part checksums and read
+// back, which finds the damage (ErrPublishedBad: the caller condemns it).
+func TestBySourceCatchesCorruption(t *testing.T) {
+	ctx := context.Background()
+	s, _, b := bySourceStore(t, "")
+	src := storetest.Bytes(9, 12<<20)
+	for _, c := range []struct {
+		alg       objstore.ChecksumAlgorithm
+		published bool
+	}{{objstore.AlgorithmCRC32, false}, {objstore.AlgorithmCRC32C, true}} {
+		t.Run(string(c.alg), func(t *testing.T) {
+			k := "src-" + string(c.alg)
+			if err := newStore(t, objstore.S3Config{PutChecksum: c.alg}).PutIfAbsent(ctx, b, k, src); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(testenv.VersitygwObjectPath(t, b, k), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := []byte{src[3<<20] ^ 0x40}
+			if _, err := f.WriteAt(bad, 3<<20); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			want := src[1<<20 : 8<<20]
+			key := "out-" + string(c.alg)
+			res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: key,
+				Pieces:         []objstore.Piece{objstore.RangePiece(b, k, 1<<20, 7<<20), objstore.DataPiece([]byte("f"))},
+				ExpectedCRC32C: objstore.CRC32C(append(bytes.Clone(want), 'f')), HasExpectedCRC32C: true})
+			t.Logf("%+v: %v", res, err)
+			if !errors.Is(err, objstore.ErrChecksum) {
+				t.Fatalf("a damaged copy: %v, want ErrChecksum", err)
+			}
+			if res.Verified {
+				t.Error("a damaged assembly reported as checked")
+			}
+			_, herr := s.Head(ctx, b, key)
+			if published := herr == nil; published != c.published || errors.Is(err, objstore.ErrPublishedBad) != c.published {
+				t.Errorf("published %v (%v), ErrPublishedBad %v; want %v", published, herr, errors.Is(err, objstore.ErrPublishedBad), c.published)
+			}
+			if res.UploadID != "" && !c.published {
+				s.AbortAssembly(ctx, b, key, res.UploadID)
+			}
+		})
 	}
 }
 

@@ -14,16 +14,57 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// ProbeChecksum finds out whether the server can check a whole assembled
-// object's CRC-32C: it stores a two-byte object with a CRC-32C, copies one
-// byte of it into a FULL_OBJECT upload and completes that with the
-// expected CRC. It answers ChecksumFullObject when the copied part's
-// checksum is that byte's and the completion is accepted, ChecksumParts
-// otherwise (versitygw 1.8.0 reports the whole source's CRC for a ranged
-// copy). The probe writes under the reserved "<prefix>.nova-probe/" and
-// removes what it wrote.
-func (s *Store) ProbeChecksum(ctx context.Context, bucket string) (objstore.ChecksumMode, error) {
+// probeAlgorithms are the ways a probe source is stored ("" sends no
+// checksum: the server stores its default).
+var probeAlgorithms = []types.ChecksumAlgorithm{"", types.ChecksumAlgorithmCrc32, types.ChecksumAlgorithmCrc32c,
+	types.ChecksumAlgorithmSha1, types.ChecksumAlgorithmSha256, types.ChecksumAlgorithmCrc64nvme}
+
+// ProbeChecksum finds out where the server can check a whole assembled
+// object's CRC-32C. For each way a source can be stored (no checksum,
+// CRC-32, CRC-32C, SHA-1, SHA-256, CRC-64/NVME) it stores a two-byte
+// object, asks HEAD which algorithm the server keeps for it, copies one
+// byte of it into a FULL_OBJECT CRC-32C upload and compares the part's
+// reported CRC with that byte's. The first correct copy is completed once
+// with a wrong whole-object CRC, which the server must refuse, and then
+// with the right one, which it must accept: only then does the server
+// check full objects at all. versitygw 1.8.0 answers FullObject with every
+// algorithm but CRC-32C (a ranged copy from a CRC-32C source reports the
+// whole source's stored CRC). The probe writes under the reserved
+// "<prefix>.nova-probe/" and removes what it wrote.
+func (s *Store) ProbeChecksum(ctx context.Context, bucket string) (objstore.ChecksumProbe, error) {
+	p := objstore.ChecksumProbe{Copies: map[objstore.ChecksumAlgorithm]bool{}}
 	base := fmt.Sprintf("%s%sprobe/%d", s.cfg.KeyPrefix, objstore.ReservedPrefix, time.Now().UnixNano())
+	completed := false
+	for i, alg := range probeAlgorithms {
+		stored, ok, refused, err := s.probeCopy(ctx, bucket, fmt.Sprintf("%s/%d", base, i), alg, !completed)
+		if err != nil {
+			return objstore.ChecksumProbe{}, fmt.Errorf("probe checksums in %s (source stored with %q): %w", bucket, alg, err)
+		}
+		if refused {
+			return objstore.ChecksumProbe{}, nil // no full-object checksums
+		}
+		if !completed && ok {
+			completed, p.FullObject = true, true
+		}
+		// two ways of storing that the server keeps as one algorithm count
+		// as good only if both copied correctly
+		if prev, seen := p.Copies[stored]; seen {
+			ok = ok && prev
+		}
+		p.Copies[stored] = ok
+	}
+	if !p.FullObject {
+		return objstore.ChecksumProbe{}, nil
+	}
+	return p, nil
+}
+
+// probeCopy stores a probe source with alg and copies one byte of it into
+// a FULL_OBJECT upload. It reports the algorithm HEAD shows for the source,
+// whether the copy's CRC was right (and, with complete, whether the server
+// refused a wrong whole-object CRC and accepted the right one), and whether
+// the server refused the full-object upload itself.
+func (s *Store) probeCopy(ctx context.Context, bucket, base string, alg types.ChecksumAlgorithm, complete bool) (stored objstore.ChecksumAlgorithm, ok, refused bool, err error) {
 	src, dst := base+"/src", base+"/dst"
 	body := []byte("ab")
 	defer func() {
@@ -36,16 +77,17 @@ func (s *Store) ProbeChecksum(ctx context.Context, bucket string) (objstore.Chec
 			})
 		}
 	}()
-	err := s.do(ctx, "PutObject", func(ctx context.Context) error {
+	err = s.do(ctx, "PutObject", func(ctx context.Context) error {
 		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
-			Bucket: &bucket, Key: &src, Body: bytes.NewReader(body), ContentLength: aws.Int64(2),
-			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
-			ChecksumCRC32C:    aws.String(objstore.EncodeCRC32C(objstore.CRC32C(body))),
+			Bucket: &bucket, Key: &src, Body: bytes.NewReader(body), ContentLength: aws.Int64(2), ChecksumAlgorithm: alg,
 		})
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("probe checksums in %s: %w", bucket, mapErr(err, nil))
+		return "", false, false, mapErr(err, nil)
+	}
+	if stored, err = s.storedAlgorithm(ctx, bucket, src, ""); err != nil {
+		return "", false, false, err
 	}
 	var uploadID string
 	err = s.do(ctx, "CreateMultipartUpload", func(ctx context.Context) error {
@@ -60,9 +102,9 @@ func (s *Store) ProbeChecksum(ctx context.Context, bucket string) (objstore.Chec
 	})
 	if err != nil {
 		if errorCode(err) != "" {
-			return objstore.ChecksumParts, nil // the server refuses the checksum type
+			return stored, false, true, nil // the server refuses the checksum type
 		}
-		return "", fmt.Errorf("probe checksums in %s: %w", bucket, err)
+		return "", false, false, err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -85,28 +127,39 @@ func (s *Store) ProbeChecksum(ctx context.Context, bucket string) (objstore.Chec
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("probe checksums in %s: %w", bucket, mapErr(err, nil))
+		return "", false, false, mapErr(err, nil)
 	}
 	if part == nil || aws.ToString(part.ChecksumCRC32C) != want {
-		return objstore.ChecksumParts, nil
+		return stored, false, false, nil
 	}
-	err = s.do(ctx, "CompleteMultipartUpload", func(ctx context.Context) error {
-		_, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
-			Bucket: &bucket, Key: &dst, UploadId: &uploadID,
-			MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{
-				{PartNumber: aws.Int32(1), ETag: part.ETag, ChecksumCRC32C: part.ChecksumCRC32C},
-			}},
-			ChecksumType: types.ChecksumTypeFullObject, ChecksumCRC32C: aws.String(want),
+	if !complete {
+		return stored, true, false, nil
+	}
+	completeWith := func(full string) error {
+		return s.do(ctx, "CompleteMultipartUpload", func(ctx context.Context) error {
+			_, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+				Bucket: &bucket, Key: &dst, UploadId: &uploadID,
+				MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{
+					{PartNumber: aws.Int32(1), ETag: part.ETag, ChecksumCRC32C: part.ChecksumCRC32C},
+				}},
+				ChecksumType: types.ChecksumTypeFullObject, ChecksumCRC32C: aws.String(full),
+			})
+			return err
 		})
-		return err
-	})
+	}
 	var te *objstore.TransientError
-	switch {
+	switch err := completeWith(objstore.EncodeCRC32C(objstore.CRC32C(body))); {
 	case err == nil:
-		return objstore.ChecksumFullObject, nil
+		return stored, false, false, nil // a wrong whole-object CRC was accepted: nothing is checked
 	case errors.As(err, &te):
-		return "", fmt.Errorf("probe checksums in %s: %w", bucket, err)
+		return "", false, false, err
+	}
+	switch err := completeWith(want); {
+	case err == nil:
+		return stored, true, false, nil
+	case errors.As(err, &te):
+		return "", false, false, err
 	default:
-		return objstore.ChecksumParts, nil
+		return stored, false, false, nil
 	}
 }

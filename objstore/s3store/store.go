@@ -9,9 +9,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -34,6 +38,7 @@ type Store struct {
 	client *s3.Client
 	cfg    objstore.S3Config
 	limits objstore.Limits
+	algs   *algCache // sources' stored checksum algorithms (ChecksumBySource)
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -83,8 +88,21 @@ func New(ctx context.Context, cfg objstore.S3Config) (*Store, error) {
 				WithTransportOptions(func(t *http.Transport) { t.TLSHandshakeTimeout = cfg.ConnectTimeout })
 		}
 	})
-	return &Store{client: client, cfg: cfg, limits: cfg.Limits()}, nil
+	return &Store{client: client, cfg: cfg, limits: cfg.Limits(), algs: newAlgCache()}, nil
 }
+
+// WithProbe returns a store on the same client whose checksum mode is what
+// the probe allows (objstore.ChecksumProbe.Configure).
+func (s *Store) WithProbe(p objstore.ChecksumProbe) (*Store, error) {
+	cfg := p.Configure(s.cfg)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("s3 config: %w", err)
+	}
+	return &Store{client: s.client, cfg: cfg, limits: s.limits, algs: newAlgCache()}, nil
+}
+
+// Config is the store's configuration, defaults applied.
+func (s *Store) Config() objstore.S3Config { return s.cfg }
 
 // Client is the underlying SDK client, for test setup (CreateBucket).
 func (s *Store) Client() *s3.Client { return s.client }
@@ -274,17 +292,16 @@ func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte
 	if err != nil {
 		return err
 	}
-	crc := objstore.EncodeCRC32C(objstore.CRC32C(data))
 	attempts := 0
 	err = s.do(ctx, "PutObject", func(ctx context.Context) error {
 		attempts++
-		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+		in := &s3.PutObjectInput{
 			Bucket: &bucket, Key: &fk, Body: bytes.NewReader(data),
-			ContentLength:     aws.Int64(int64(len(data))),
-			IfNoneMatch:       aws.String("*"),
-			ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
-			ChecksumCRC32C:    &crc,
-		})
+			ContentLength: aws.Int64(int64(len(data))),
+			IfNoneMatch:   aws.String("*"),
+		}
+		putChecksum(in, s.cfg.PutChecksum, data)
+		_, err := s.client.PutObject(ctx, in)
 		return err
 	})
 	err = mapErr(err, objstore.ErrExists)
@@ -299,6 +316,26 @@ func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte
 		return fmt.Errorf("put %s/%s: %w", bucket, key, err)
 	}
 	return nil
+}
+
+// putChecksum sets the upload checksum of a PutObject: the configured
+// algorithm's, which the server checks and stores; with AlgorithmNone a
+// Content-MD5, checked and not stored (the server stores its default).
+func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []byte) {
+	switch alg {
+	case objstore.AlgorithmCRC32:
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], crc32.ChecksumIEEE(data))
+		in.ChecksumAlgorithm, in.ChecksumCRC32 = types.ChecksumAlgorithmCrc32, aws.String(base64.StdEncoding.EncodeToString(b[:]))
+	case objstore.AlgorithmSHA256:
+		sum := sha256.Sum256(data)
+		in.ChecksumAlgorithm, in.ChecksumSHA256 = types.ChecksumAlgorithmSha256, aws.String(base64.StdEncoding.EncodeToString(sum[:]))
+	case objstore.AlgorithmNone:
+		sum := md5.Sum(data)
+		in.ContentMD5 = aws.String(base64.StdEncoding.EncodeToString(sum[:]))
+	default:
+		in.ChecksumAlgorithm, in.ChecksumCRC32C = types.ChecksumAlgorithmCrc32c, aws.String(objstore.EncodeCRC32C(objstore.CRC32C(data)))
+	}
 }
 
 // deleteBatch is S3's limit of keys per DeleteObjects.
