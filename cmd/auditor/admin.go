@@ -232,7 +232,8 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 	}
 	defer db.Close()
 	dc := daemonConfig(cfg)
-	s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace})
+	s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace,
+		ErasureAlertAfter: cfg.ErasureAlertAfter})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
