@@ -46,6 +46,11 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	if _, err := c.Exec(ctx, `UPDATE nova.erasures SET requested_at = now() - interval '30 hours' WHERE stream_id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
+	// A malformed row another writer stored (the contract checks only
+	// record_count > 0): pending for ever, and said so.
+	if _, err := c.Exec(ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ($1, -5, 2)`, ids[2]); err != nil {
+		t.Fatal(err)
+	}
 	erase := step{name: daemon.EraseStep, run: func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
 		return cycle.Counts{RecordsTombstoned: 3, ObjectsRewritten: 1, ErasuresApplied: 1,
 			BytesCopied: 100, BytesFetched: 10, BytesUploaded: 12}, nil
@@ -64,7 +69,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "erasure gauges and the cycle's counters", func() bool {
-		return testutil.ToFloat64(s.m.ErasuresPending) == 3 && testutil.ToFloat64(s.m.ErasuresQuarantined) == 1 &&
+		return testutil.ToFloat64(s.m.ErasuresPending) == 4 && testutil.ToFloat64(s.m.ErasuresQuarantined) == 1 &&
 			testutil.ToFloat64(s.m.RecordsTombstoned) == 5
 	})
 	if age := testutil.ToFloat64(s.m.ErasureOldestAge); age < 30*3600-60 || age > 30*3600+60 {
@@ -83,7 +88,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	}
 	base := "http://" + s.d.Addr()
 	body := metrics(t, base)
-	for _, want := range []string{`nova_auditor_erasures_pending 3`, `nova_auditor_erasures_pending_quarantined 1`,
+	for _, want := range []string{`nova_auditor_erasures_pending 4`, `nova_auditor_erasures_pending_quarantined 1`,
 		`nova_auditor_erasure_pending_bound_seconds 86400`, `nova_auditor_records_tombstoned_total 5`,
 		`nova_auditor_objects_rewritten_total 1`, `nova_auditor_erasures_applied_total 1`,
 		`nova_auditor_erasure_rewrite_bytes_total{kind="fetched"} 10`, `nova_auditor_erasure_oldest_pending_age_seconds 108`} {
@@ -98,17 +103,21 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := st.Erasures
-	if e.Pending != 3 || e.Quarantined != 1 || e.AlertAfter != 24*3600 || e.OldestRequestedAt == nil ||
-		e.OldestAge < 30*3600-60 || len(e.Oldest) != 3 {
+	if e.Pending != 4 || e.Quarantined != 1 || e.AlertAfter != 24*3600 || e.OldestRequestedAt == nil ||
+		e.OldestAge < 30*3600-60 || len(e.Oldest) != 4 {
 		t.Fatalf("status erasures %+v", e)
 	}
 	want := []struct {
 		id   catalog.StreamID
 		wait string
-	}{{ids[0], daemon.ErasureWaitsSettle}, {ids[1], daemon.ErasureWaitsRelease}, {ids[2], daemon.ErasureWaitsRewrite}}
+	}{{ids[0], daemon.ErasureWaitsSettle}, {ids[1], daemon.ErasureWaitsRelease}, {ids[2], daemon.ErasureWaitsRewrite}, {ids[2], daemon.ErasureWaitsMalformed}}
 	for i, w := range want {
 		o := e.Oldest[i]
-		if o.Stream != daemon.FormatStream(w.id) || o.WaitingFor != w.wait || o.FirstRecord != 2 || o.RecordCount != 3 ||
+		first, count := int64(2), int64(3)
+		if w.wait == daemon.ErasureWaitsMalformed {
+			first, count = -5, 2
+		}
+		if o.Stream != daemon.FormatStream(w.id) || o.WaitingFor != w.wait || o.FirstRecord != first || o.RecordCount != count ||
 			o.Quarantined != (w.wait == daemon.ErasureWaitsRelease) {
 			t.Errorf("pending erasure %d: %+v, want stream %s waiting for %s", i, o, daemon.FormatStream(w.id), w.wait)
 		}
@@ -120,8 +129,8 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	if err := st.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"3 pending, 1 on quarantined streams; oldest 30h0m", "(alert after 24h0m)", "PAST THE ALERT BOUND",
-		"PENDING ERASURE (3)", "[2, 5)", "release: the stream is quarantined", "settle: records still in transit", "rewrite:"} {
+	for _, w := range []string{"4 pending, 1 on quarantined streams; oldest 30h0m", "a malformed row is never applied", "(alert after 24h0m)", "PAST THE ALERT BOUND",
+		"PENDING ERASURE (4)", "[2, 5)", "release: the stream is quarantined", "settle: records still in transit", "rewrite:"} {
 		if !strings.Contains(text.String(), w) {
 			t.Errorf("text status lacks %q:\n%s", w, text.String())
 		}

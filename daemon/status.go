@@ -176,7 +176,8 @@ type PendingErasureStatus struct {
 	RequestedAt time.Time `json:"requested_at"`
 	Age         float64   `json:"age_seconds"`
 	Quarantined bool      `json:"quarantined"`
-	// WaitingFor is why it is not applied yet: release (the stream is
+	// WaitingFor is why it is not applied yet: malformed (a row another
+	// writer stored that can never be applied), release (the stream is
 	// quarantined), write (records past next_record), settle (records not
 	// settled yet: settle writes them as tombstones), rewrite (the erasure
 	// step rewrites the settled objects holding them, or waits for the reap
@@ -186,7 +187,8 @@ type PendingErasureStatus struct {
 
 // Reasons of PendingErasureStatus.WaitingFor.
 const (
-	ErasureWaitsRelease = "release"
+	ErasureWaitsMalformed = "malformed"
+	ErasureWaitsRelease   = "release"
 	ErasureWaitsWrite   = "write"
 	ErasureWaitsSettle  = "settle"
 	ErasureWaitsRewrite = "rewrite"
@@ -195,6 +197,8 @@ const (
 // erasureWait says what a pending erasure waits for.
 func erasureWait(p catalog.PendingErasure) string {
 	switch {
+	case p.Valid() != "":
+		return ErasureWaitsMalformed
 	case p.Quarantined:
 		return ErasureWaitsRelease
 	case p.EndRecord() > p.Stream.NextRecord:
@@ -604,6 +608,8 @@ func (s Status) writeErasures(p func(string, ...any), ago func(time.Time) string
 
 func erasureWaitText(w string) string {
 	switch w {
+	case ErasureWaitsMalformed:
+		return "nothing: a malformed row is never applied (correct or delete it)"
 	case ErasureWaitsRelease:
 		return "release: the stream is quarantined (auditor release --stream)"
 	case ErasureWaitsWrite:
