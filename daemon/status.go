@@ -189,9 +189,9 @@ type PendingErasureStatus struct {
 const (
 	ErasureWaitsMalformed = "malformed"
 	ErasureWaitsRelease   = "release"
-	ErasureWaitsWrite   = "write"
-	ErasureWaitsSettle  = "settle"
-	ErasureWaitsRewrite = "rewrite"
+	ErasureWaitsWrite     = "write"
+	ErasureWaitsSettle    = "settle"
+	ErasureWaitsRewrite   = "rewrite"
 )
 
 // erasureWait says what a pending erasure waits for.
