@@ -40,6 +40,37 @@ type EraseStats struct {
 	Erasures  []catalog.Erasure
 }
 
+// EraseRange records the erasure of [first, first+count) of a stream of
+// the star, refusing (ErrUsage) a stream of another star, an empty or
+// negative range, a range past the stream's next_record (those records do
+// not exist yet) and another range at the same first record; the same
+// range again is a no-op returning the standing row.
+func EraseRange(ctx context.Context, db *catalog.DB, star string, id catalog.StreamID, first, count int64) (catalog.Erasure, error) {
+	e := catalog.Erasure{Stream: id, FirstRecord: first, RecordCount: count}
+	if why := e.Valid(); why != "" {
+		return e, fmt.Errorf("%w: not an erasure: %s", ErrUsage, why)
+	}
+	s, err := db.GetStream(ctx, id)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return e, fmt.Errorf("%w: no stream %x", ErrUsage, id)
+	}
+	if err != nil {
+		return e, err
+	}
+	if s.Star != star {
+		return e, fmt.Errorf("%w: stream %x is in star %q, not %q", ErrUsage, id, s.Star, star)
+	}
+	if e.EndRecord() > s.NextRecord {
+		return e, fmt.Errorf("%w: records [%d, %d) reach past stream %x's next_record %d: they do not exist yet",
+			ErrUsage, first, e.EndRecord(), id, s.NextRecord)
+	}
+	got, err := db.RecordErasure(ctx, id, first, count)
+	if errors.Is(err, catalog.ErrBadErasure) {
+		return got, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return got, err
+}
+
 // Erase records random erasures of a star's records (EraseOptions.Random).
 // A draw whose first record already starts an erasure of another length is
 // skipped (the metastore keys erasures by their first record).
