@@ -66,9 +66,11 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, fmt.Errorf("cycle: %w", err))
 	}
 	fmt.Fprintf(e.stdout, "cycle ok: %d streams settled (%d quarantined), %d objects published, %d adopted; "+
-		"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped\n",
+		"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped; "+
+		"%d records tombstoned, %d objects rewritten, %d erasures applied\n",
 		counts.StreamsSettled, counts.StreamsQuarantined, counts.ObjectsPublished, counts.ObjectsAdopted,
-		counts.BytesCopied, counts.BytesFetched, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped)
+		counts.BytesCopied, counts.BytesFetched, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped,
+		counts.RecordsTombstoned, counts.ObjectsRewritten, counts.ErasuresApplied)
 	return exitOK
 }
 

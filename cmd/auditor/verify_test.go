@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -136,12 +137,14 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	common := []string{"--star", "s1", "--database-url", url, "--fs-root", root, "--data-dir", filepath.Join(root, "data")}
+	var runs strings.Builder
 	cycle := func() {
 		t.Helper()
 		code, stdout, stderr := runCLI(t, append([]string{"run", "--once", "--denorm-linger", "0s", "--reap-grace", "0s", "--log-level", "warn"}, common...)...)
 		if code != 0 {
 			t.Fatalf("run --once: exit %d %q %q", code, stdout, stderr)
 		}
+		runs.WriteString(stdout)
 	}
 	cycle()
 	streams, err := db.StreamsOfStar(ctx, "s1")
@@ -173,6 +176,11 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 	if !applied {
 		t.Fatal("the erasure is not applied after 5 cycles")
 	}
+	if !regexp.MustCompile(`[1-9]\d* records tombstoned, [1-9]\d* objects rewritten`).MatchString(runs.String()) ||
+		!strings.Contains(runs.String(), "1 erasures applied") {
+		t.Fatalf("the cycles do not report the rewrite and the application:\n%s", runs.String())
+	}
+	t.Logf("cycles:\n%s", runs.String())
 	if code, stdout, stderr := runCLI(t, append([]string{"verify"}, common...)...); code != 0 {
 		t.Fatalf("verify after the erasure was applied: exit %d %q %q", code, stdout, stderr)
 	}
