@@ -201,22 +201,31 @@ func (s Sim) EntriesOfStar(ctx context.Context, star string) (map[StreamID][]Ent
 
 // ErasuresOfStar reads the erasures of every stream of a star.
 func (s Sim) ErasuresOfStar(ctx context.Context, star string) (map[StreamID][]Erasure, error) {
-	rows, err := s.db.pool.Query(ctx, `SELECT stream_id, first_record, record_count, applied_at IS NOT NULL FROM nova.erasures
-		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, first_record`, star)
+	rows, err := s.db.pool.Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+		WHERE e.stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY e.stream_id, e.first_record`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read erasures of star %q: %w", star, err)
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Erasure, error) { return scanErasure(r) })
 	if err != nil {
 		return nil, fmt.Errorf("read erasures of star %q: %w", star, err)
 	}
 	out := map[StreamID][]Erasure{}
-	var id StreamID
-	var e Erasure
-	_, err = pgx.ForEachRow(rows, []any{&id, &e.FirstRecord, &e.RecordCount, &e.Applied}, func() error {
-		out[id] = append(out[id], e)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read erasures of star %q: %w", star, err)
+	for _, e := range all {
+		out[e.Stream] = append(out[e.Stream], e)
 	}
 	return out, nil
+}
+
+// InsertErasureRow inserts an erasure row as another writer of the
+// contract may store it, unchecked beyond the table's own constraints
+// (tests of a malformed row: a negative first record, say).
+func (s Sim) InsertErasureRow(ctx context.Context, id StreamID, first, count int64) error {
+	if _, err := s.db.pool.Exec(ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ($1, $2, $3)`,
+		id, first, count); err != nil {
+		return fmt.Errorf("insert erasure row of %x: %w", id, err)
+	}
+	return nil
 }
 
 // DueMarkersOfStar reads the due markers of every stream of a star.

@@ -47,7 +47,10 @@ type Config struct {
 	RunNow          bool   // run one cycle as soon as the lease is first held
 	Policy          catalog.DuePolicy
 	ReapGrace       time.Duration // for the reap backlog of status and gauges
-	Version         string
+	// ErasureAlertAfter is the bound of a pending erasure's age that the
+	// alert compares against (exported as erasure_pending_bound_seconds).
+	ErasureAlertAfter time.Duration
+	Version           string
 	// HistoryKeep is the window of the run ledger and the admin requests:
 	// each cycle prunes what is older (at most PruneBatch rows of each).
 	// Zero keeps everything.
@@ -448,6 +451,9 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		}
 		began := time.Now()
 		c, err := runStep(ctx, s, f, opts)
+		if !opts.DryRun {
+			m.countStep(s.Name(), c)
+		}
 		took := time.Since(began).Seconds()
 		m.StepDuration.WithLabelValues(s.Name()).Observe(took)
 		stepSeconds[s.Name()] += took

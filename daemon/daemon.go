@@ -57,6 +57,7 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 	for _, st := range deps.Steps {
 		d.m.StepDuration.WithLabelValues(st.Name())
 	}
+	d.m.ErasureBound.Set(cfg.ErasureAlertAfter.Seconds())
 	return d, nil
 }
 
@@ -555,6 +556,13 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 	d.m.Quarantined.Set(float64(b.Quarantined))
 	d.m.OpenIntents.WithLabelValues("publish").Set(float64(b.PublishIntents))
 	d.m.OpenIntents.WithLabelValues("reap").Set(float64(b.ReapIntents))
+	eb, err := d.db.GetErasureBacklog(ctx, d.cfg.Star)
+	if err != nil {
+		return err
+	}
+	d.m.ErasuresPending.Set(float64(eb.Pending))
+	d.m.ErasuresQuarantined.Set(float64(eb.Quarantined))
+	d.m.ErasureOldestAge.Set(eb.OldestAge.Seconds())
 	ts, err := trim.ReadStatus(ctx, d.db, d.cfg.Star, reapGrace)
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):

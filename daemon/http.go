@@ -51,7 +51,8 @@ func (d *Daemon) Handler() http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		w.Header().Set("Content-Type", "application/json")
-		s, err := BuildStatus(ctx, d.db, StatusOptions{Star: d.cfg.Star, Policy: d.cfg.Policy, ReapGrace: d.cfg.ReapGrace})
+		s, err := BuildStatus(ctx, d.db, StatusOptions{Star: d.cfg.Star, Policy: d.cfg.Policy, ReapGrace: d.cfg.ReapGrace,
+			ErasureAlertAfter: d.cfg.ErasureAlertAfter})
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})

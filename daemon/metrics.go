@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
 )
 
 // Metrics are the daemon's own series (docs/architecture.md#operator-surface). The steps
@@ -50,6 +51,18 @@ type Metrics struct {
 	TrimLag          prometheus.Gauge
 	HeadEpoch        prometheus.Gauge
 	HeadSeq          prometheus.Gauge
+
+	// Erasure (docs/architecture.md#erasure): the pending erasures from the
+	// metastore, the configured alert bound, and what the cycles' steps
+	// counted (the rewrite bytes are the erasure step's only).
+	ErasuresPending     prometheus.Gauge
+	ErasureOldestAge    prometheus.Gauge
+	ErasureBound        prometheus.Gauge
+	RecordsTombstoned   prometheus.Counter
+	ObjectsRewritten    prometheus.Counter
+	ErasuresApplied     prometheus.Counter
+	ErasureRewriteBytes *prometheus.CounterVec // kind: copied, fetched, uploaded
+	ErasuresQuarantined prometheus.Gauge
 
 	Guard *GuardMetrics // schema and bucket-rule blocks (guard.go)
 }
@@ -110,13 +123,28 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		TrimLag:         g("trim_lag_slots", "Slots between the trim cursor and the absorbed head: transit not yet released (an epoch whose fence is in progress counts nothing)."),
 		HeadEpoch:       g("absorbed_head_epoch", "The star's current writer epoch."),
 		HeadSeq:         g("absorbed_head_seq", "The star's absorbed head seq (next_seq)."),
+
+		ErasuresPending: g("erasures_pending", "Erasures recorded and not yet applied (applied_at null)."),
+		ErasuresQuarantined: g("erasures_pending_quarantined",
+			"Pending erasures of quarantined streams: no rewrite runs on them until auditor release."),
+		ErasureOldestAge: g("erasure_oldest_pending_age_seconds",
+			"Age of the oldest pending erasure (database clock); 0 when none is pending."),
+		ErasureBound: g("erasure_pending_bound_seconds",
+			"The configured --erasure-alert-after: NovaAuditorErasurePending fires when the oldest pending erasure is older."),
+		RecordsTombstoned: c("records_tombstoned_total", "Records replaced by tombstones, by settle or by an erasure rewrite."),
+		ObjectsRewritten:  c("objects_rewritten_total", "Settled objects rewritten at revision + 1 by the erasure step."),
+		ErasuresApplied:   c("erasures_applied_total", "Erasures applied (applied_at set: no settled object holds their bytes)."),
+		ErasureRewriteBytes: cv("erasure_rewrite_bytes_total",
+			"Bytes of the erasure step's rewrites, by kind: copied server side, fetched and uploaded through the auditor.", "kind"),
 	}
 	var errs []error
 	for _, col := range []prometheus.Collector{m.BuildInfo, m.Leader, m.LeaseToken, m.LeaseAcquisitions, m.LeaseLosses,
 		m.Halted, m.Paused, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.StepDuration, m.LastSuccess,
 		m.AdminRequests, m.PGTransactions, m.StatusRefreshes, m.StatusRefreshed, m.DueStreams, m.SettleLag,
 		m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords, m.Quarantined, m.OpenIntents, m.ReapObjects,
-		m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.TrimLag, m.HeadEpoch, m.HeadSeq} {
+		m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.TrimLag, m.HeadEpoch, m.HeadSeq,
+		m.ErasuresPending, m.ErasuresQuarantined, m.ErasureOldestAge, m.ErasureBound, m.RecordsTombstoned,
+		m.ObjectsRewritten, m.ErasuresApplied, m.ErasureRewriteBytes} {
 		errs = append(errs, reg.Register(col))
 	}
 	guard, err := newGuardMetrics(reg)
@@ -138,6 +166,9 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	for _, k := range []string{"due", "waiting"} {
 		m.ReapObjects.WithLabelValues(k)
 	}
+	for _, k := range []string{"copied", "fetched", "uploaded"} {
+		m.ErasureRewriteBytes.WithLabelValues(k)
+	}
 	for _, k := range []string{catalog.AdminTrigger, catalog.AdminPause, catalog.AdminResume, catalog.AdminRelease} {
 		m.AdminRequests.WithLabelValues(k)
 	}
@@ -153,6 +184,23 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// EraseStep is the name of the erasure step (cycle.Step.Name): the
+// rewrite bytes it counts are exported as erasure_rewrite_bytes_total.
+const EraseStep = "erase"
+
+// countStep adds what one step of a cycle counted to the counters that
+// follow the cycles' counts.
+func (m *Metrics) countStep(step string, c cycle.Counts) {
+	m.RecordsTombstoned.Add(float64(c.RecordsTombstoned))
+	m.ObjectsRewritten.Add(float64(c.ObjectsRewritten))
+	m.ErasuresApplied.Add(float64(c.ErasuresApplied))
+	if step == EraseStep {
+		m.ErasureRewriteBytes.WithLabelValues("copied").Add(float64(c.BytesCopied))
+		m.ErasureRewriteBytes.WithLabelValues("fetched").Add(float64(c.BytesFetched))
+		m.ErasureRewriteBytes.WithLabelValues("uploaded").Add(float64(c.BytesUploaded))
+	}
 }
 
 // classVecs are the gauges with a class label.

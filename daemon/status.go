@@ -35,6 +35,7 @@ type Status struct {
 	Trim            TrimStatus         `json:"trim"`
 	Backlog         BacklogStatus      `json:"backlog"`
 	Quarantine      []QuarantineStatus `json:"quarantine"`
+	Erasures        ErasureStatus      `json:"erasures"`
 	PendingRequests []RequestStatus    `json:"pending_requests"`
 	LastSuccess     *RunStatus         `json:"last_success"`
 	LastRuns        []RunStatus        `json:"last_runs"`
@@ -152,6 +153,62 @@ type QuarantineStatus struct {
 	Since      time.Time `json:"since"`
 }
 
+// ErasureStatus is the star's pending erasures (docs/architecture.md#erasure).
+type ErasureStatus struct {
+	Pending int64 `json:"pending"`
+	// Quarantined counts the pending erasures of quarantined streams: they
+	// wait for auditor release.
+	Quarantined       int64      `json:"quarantined"`
+	OldestRequestedAt *time.Time `json:"oldest_requested_at,omitempty"`
+	OldestAge         float64    `json:"oldest_age_seconds"` // database clock; 0 when none
+	// AlertAfter is the bound NovaAuditorErasurePending compares the
+	// oldest age against (this command's or daemon's --erasure-alert-after).
+	AlertAfter float64 `json:"alert_after_seconds"`
+	// Oldest lists the oldest pending erasures (at most StatusOptions.Erasures).
+	Oldest []PendingErasureStatus `json:"oldest"`
+}
+
+// PendingErasureStatus is one pending erasure and what it waits for.
+type PendingErasureStatus struct {
+	Stream      string    `json:"stream"`
+	FirstRecord int64     `json:"first_record"`
+	RecordCount int64     `json:"record_count"`
+	RequestedAt time.Time `json:"requested_at"`
+	Age         float64   `json:"age_seconds"`
+	Quarantined bool      `json:"quarantined"`
+	// WaitingFor is why it is not applied yet: malformed (a row another
+	// writer stored that can never be applied), release (the stream is
+	// quarantined), write (records past next_record), settle (records not
+	// settled yet: settle writes them as tombstones), rewrite (the erasure
+	// step rewrites the settled objects holding them, or waits for the reap
+	// grace of the superseded revisions).
+	WaitingFor string `json:"waiting_for"`
+}
+
+// Reasons of PendingErasureStatus.WaitingFor.
+const (
+	ErasureWaitsMalformed = "malformed"
+	ErasureWaitsRelease   = "release"
+	ErasureWaitsWrite     = "write"
+	ErasureWaitsSettle    = "settle"
+	ErasureWaitsRewrite   = "rewrite"
+)
+
+// erasureWait says what a pending erasure waits for.
+func erasureWait(p catalog.PendingErasure) string {
+	switch {
+	case p.Valid() != "":
+		return ErasureWaitsMalformed
+	case p.Quarantined:
+		return ErasureWaitsRelease
+	case p.EndRecord() > p.Stream.NextRecord:
+		return ErasureWaitsWrite
+	case p.EndRecord() > p.Stream.SettledThrough:
+		return ErasureWaitsSettle
+	}
+	return ErasureWaitsRewrite
+}
+
 // RequestStatus is an operator request not yet consumed.
 type RequestStatus struct {
 	ID          int64     `json:"id"`
@@ -185,6 +242,9 @@ type StatusOptions struct {
 	ReapGrace  time.Duration
 	Runs       int // last runs (default 10)
 	DueStreams int // due streams listed (default 20)
+	Erasures   int // pending erasures listed (default 20)
+	// ErasureAlertAfter is reported as the erasures' alert bound.
+	ErasureAlertAfter time.Duration
 }
 
 // BuildStatus reads a star's status from the metastore.
@@ -195,9 +255,13 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	if o.DueStreams <= 0 {
 		o.DueStreams = 20
 	}
+	if o.Erasures <= 0 {
+		o.Erasures = 20
+	}
 	star := o.Star
 	s := Status{Star: star, Classes: []ClassStatus{}, DueStreams: []DueStatus{}, Quarantine: []QuarantineStatus{},
-		PendingRequests: []RequestStatus{}, LastRuns: []RunStatus{}, Buckets: []BucketStatus{}}
+		PendingRequests: []RequestStatus{}, LastRuns: []RunStatus{}, Buckets: []BucketStatus{},
+		Erasures: ErasureStatus{Oldest: []PendingErasureStatus{}, AlertAfter: o.ErasureAlertAfter.Seconds()}}
 	rt, err := db.GetRuntime(ctx, star)
 	switch {
 	case err == nil:
@@ -292,6 +356,9 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 		}
 		s.Quarantine = append(s.Quarantine, qs)
 	}
+	if err := readErasures(ctx, db, star, o.Erasures, &s); err != nil {
+		return s, err
+	}
 	reqs, err := db.AdminRequests(ctx, star, true, 100)
 	if err != nil {
 		return s, err
@@ -317,6 +384,32 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 		s.LastSuccess = &rs
 	}
 	return s, nil
+}
+
+// readErasures fills s.Erasures: the backlog's counts and the oldest
+// pending erasures with what each waits for.
+func readErasures(ctx context.Context, db *catalog.DB, star string, limit int, s *Status) error {
+	b, err := db.GetErasureBacklog(ctx, star)
+	if err != nil {
+		return err
+	}
+	e := &s.Erasures
+	e.Pending, e.Quarantined, e.OldestAge = b.Pending, b.Quarantined, b.OldestAge.Seconds()
+	if b.Pending == 0 {
+		return nil
+	}
+	at := b.OldestAt
+	e.OldestRequestedAt = &at
+	pend, err := db.PendingErasures(ctx, star, limit)
+	if err != nil {
+		return err
+	}
+	for _, p := range pend {
+		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: FormatStream(p.Erasure.Stream), FirstRecord: p.FirstRecord,
+			RecordCount: p.RecordCount, RequestedAt: p.RequestedAt, Age: max(0, s.Now.Sub(p.RequestedAt).Seconds()),
+			Quarantined: p.Quarantined, WaitingFor: erasureWait(p)})
+	}
+	return nil
 }
 
 func runStatus(r catalog.Run, now time.Time) RunStatus {
@@ -460,6 +553,7 @@ func (s Status) WriteText(w io.Writer) error {
 			p("%s\t%s\t%s\t%s\n", what, q.ErrorClass, ago(q.Since), oneLine(q.Reason))
 		}
 	}
+	s.writeErasures(p, ago)
 	if len(s.PendingRequests) > 0 {
 		p("\nPENDING REQUEST\tKIND\tSTREAM\tBY\tREQUESTED\tATTEMPTS\tLAST ERROR\n")
 		for _, r := range s.PendingRequests {
@@ -484,6 +578,46 @@ func (s Status) WriteText(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeErasures prints the pending erasures: the summary line, and the
+// oldest ones with what each waits for.
+func (s Status) writeErasures(p func(string, ...any), ago func(time.Time) string) {
+	e := s.Erasures
+	bound := ""
+	if e.AlertAfter > 0 {
+		bound = fmt.Sprintf(" (alert after %s)", dur(secs(e.AlertAfter)))
+	}
+	if e.Pending == 0 {
+		p("\nerasures\tnone pending%s\n", bound)
+		return
+	}
+	late := ""
+	if e.AlertAfter > 0 && e.OldestAge > e.AlertAfter {
+		late = " PAST THE ALERT BOUND"
+	}
+	p("\nerasures\t%d pending, %d on quarantined streams; oldest %s%s%s\n", e.Pending, e.Quarantined, dur(secs(e.OldestAge)), bound, late)
+	p("\nPENDING ERASURE (%d)\tRECORDS\tREQUESTED\tWAITING FOR\n", e.Pending)
+	for _, r := range e.Oldest {
+		p("%s\t[%d, %d)\t%s\t%s\n", r.Stream, r.FirstRecord, r.FirstRecord+r.RecordCount, ago(r.RequestedAt), erasureWaitText(r.WaitingFor))
+	}
+	if n := e.Pending - int64(len(e.Oldest)); n > 0 {
+		p("... and %d more\t\t\t\n", n)
+	}
+}
+
+func erasureWaitText(w string) string {
+	switch w {
+	case ErasureWaitsMalformed:
+		return "nothing: a malformed row is never applied (correct or delete it)"
+	case ErasureWaitsRelease:
+		return "release: the stream is quarantined (auditor release --stream)"
+	case ErasureWaitsWrite:
+		return "write: records past next_record do not exist yet"
+	case ErasureWaitsSettle:
+		return "settle: records still in transit (settle writes them as tombstones)"
+	}
+	return "rewrite: the erasure step rewrites its objects, or the reap grace of the old revisions"
 }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

@@ -43,6 +43,8 @@ const (
 	FindingUnsupported = "unsupported_version" // written by a newer format: a deploy problem, not corruption
 	FindingMismatch    = "mismatch"            // it decodes but is not what the catalog says
 	FindingTiling      = "tiling"              // the stream's entries overlap, leave a gap, or miss settled_through
+	// FindingErasure (verify_erasure.go): an applied erasure's record held
+	// as anything but a tombstone.
 )
 
 // Finding is one problem verify found.
@@ -76,7 +78,8 @@ var ErrStoreAccess = errors.New("the object store could not be read")
 // Verify is the fsck of a star's catalog (docs/architecture.md#operator-surface): every
 // entry's object exists, decodes as a settled bundle of its stream that
 // holds exactly the entry's records, bytes, footer window and timestamps,
-// and each stream's entries tile it up to settled_through. Findings are
+// holds the records of applied erasures as tombstones only, and each
+// stream's entries tile it up to settled_through. Findings are
 // reported, not returned as errors; the error is for failures to look
 // (database, a store error other than a missing object).
 func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o VerifyOptions) (VerifyReport, error) {
@@ -95,8 +98,9 @@ func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o VerifyOpt
 		return rep, err
 	}
 	type job struct {
-		stream catalog.Stream
-		entry  catalog.Entry
+		stream  catalog.Stream
+		entry   catalog.Entry
+		applied []catalog.Erasure
 	}
 	var jobs []job
 	for _, s := range streams {
@@ -106,8 +110,14 @@ func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o VerifyOpt
 		}
 		rep.Streams++
 		rep.Findings = append(rep.Findings, checkTiling(s, entries)...)
+		var applied []catalog.Erasure
+		if len(entries) > 0 {
+			if applied, err = appliedErasures(ctx, db, s.ID); err != nil {
+				return rep, err
+			}
+		}
 		for _, e := range entries {
-			jobs = append(jobs, job{s, e})
+			jobs = append(jobs, job{s, e, applied})
 		}
 	}
 	rep.Objects = len(jobs)
@@ -119,7 +129,7 @@ func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o VerifyOpt
 	g.SetLimit(o.Concurrency)
 	for _, j := range jobs {
 		g.Go(func() error {
-			f, n, err := verifyEntry(gctx, store, o, j.stream, j.entry)
+			f, n, err := verifyEntry(gctx, store, o, j.stream, j.entry, j.applied)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -196,7 +206,7 @@ func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 
 // verifyEntry reads an entry's object whole and checks it. It returns a
 // finding (nil when the object is sound) and the bytes read.
-func verifyEntry(ctx context.Context, store ObjectReader, o VerifyOptions, s catalog.Stream, e catalog.Entry) (*Finding, int64, error) {
+func verifyEntry(ctx context.Context, store ObjectReader, o VerifyOptions, s catalog.Stream, e catalog.Entry, applied []catalog.Erasure) (*Finding, int64, error) {
 	key := settledKey(s, e)
 	find := func(kind, format string, args ...any) *Finding {
 		return &Finding{Kind: kind, Stream: FormatStream(s.ID), Key: key, Detail: fmt.Sprintf(format, args...)}
@@ -264,6 +274,9 @@ func verifyEntry(ctx context.Context, store ObjectReader, o VerifyOptions, s cat
 	}
 	if minTS != e.MinTimestamp || maxTS != e.MaxTimestamp {
 		return find(FindingMismatch, "timestamps [%d, %d], the catalog says [%d, %d]", minTS, maxTS, e.MinTimestamp, e.MaxTimestamp), got, nil
+	}
+	if why := checkErased(obj, v.Entries, applied); why != "" {
+		return find(FindingErasure, "%s", why), got, nil
 	}
 	return nil, got, nil
 }

@@ -80,10 +80,17 @@ func checkStar(ctx context.Context, db *catalog.DB, star string, stream *catalog
 	if ok, err = db.StreamOfStar(ctx, star, *stream); err != nil {
 		return err
 	}
-	if !ok {
+	if ok {
+		return nil
+	}
+	other, err := db.GetStream(ctx, *stream)
+	switch {
+	case err == nil:
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", daemon.FormatStream(*stream), other.Star, star)}
+	case errors.Is(err, catalog.ErrNotFound):
 		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", daemon.FormatStream(*stream), star)}
 	}
-	return nil
+	return err
 }
 
 // warnNoLeader tells the operator when no daemon will pick the request up.
@@ -225,7 +232,8 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 	}
 	defer db.Close()
 	dc := daemonConfig(cfg)
-	s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace})
+	s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace,
+		ErasureAlertAfter: cfg.ErasureAlertAfter})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

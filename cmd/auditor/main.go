@@ -43,6 +43,7 @@ func commands() map[string]command {
 		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause},
 		"resume":      {"resume a paused or halted star", cmdResume},
 		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease},
+		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it", cmdErase},
 		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json)", cmdStatus},
 		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream", cmdVerify},
 		"completion":  {"print a shell completion script (completion bash)", cmdCompletion},

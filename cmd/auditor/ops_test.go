@@ -209,7 +209,7 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 		t.Fatalf("--s3-path-style=false: %d %q", code, stderr)
 	}
 
-	for _, cmd := range []string{"serve", "run", "status", "trigger", "pause", "resume", "release", "verify", "migrate"} {
+	for _, cmd := range []string{"serve", "run", "status", "trigger", "pause", "resume", "release", "erase", "verify", "migrate"} {
 		code, out, errs := runCLI(t, cmd, "--help")
 		if code != 0 || errs != "" || !strings.Contains(out, "-holder") && cmd != "migrate" {
 			t.Fatalf("%s --help: exit %d, stdout %q, stderr %q", cmd, code, out, errs)

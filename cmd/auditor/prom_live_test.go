@@ -68,7 +68,9 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 
 	root := t.TempDir()
 	common := []string{"--schedule", "@every 2s", "--denorm-linger", "0s", "--reap-grace", "1s", "--log-level", "info"}
-	s1Flags := append([]string{"--star", "s1", "--fs-root", root}, common...)
+	// s1's erasure alert bound is short, so the erasure recorded on its
+	// quarantined stream below crosses it within the test.
+	s1Flags := append([]string{"--star", "s1", "--fs-root", root, "--erasure-alert-after", "3s"}, common...)
 	s2Flags := append([]string{"--star", "s2", "--s3-endpoint", srv.URL, "--s3-path-style", "--bucket", bucket,
 		"--s3-max-attempts", "6", "--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "64"}, common...)
 	procs := map[string]*proc{
@@ -158,7 +160,8 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	}
 	quiet("healthy", "NovaAuditorHalted", "NovaAuditorNoLeader", "NovaAuditorStarDown", "NovaAuditorStarGone", "NovaAuditorAbsent",
 		"NovaAuditorTwoLeaders", "NovaAuditorQuarantine", "NovaAuditorTrimHeldByQuarantine", "NovaAuditorGaugesStale",
-		"NovaAuditorNoSuccessfulCycle", "NovaAuditorLeaseFlapping", "NovaAuditorS3Errors", "NovaAuditorPausedLong")
+		"NovaAuditorNoSuccessfulCycle", "NovaAuditorLeaseFlapping", "NovaAuditorS3Errors", "NovaAuditorPausedLong",
+		"NovaAuditorErasurePending")
 	// No phantom series: each star reports its own class only.
 	if got := prom.mustQuery(`count by (star, class) (nova_auditor_due_streams)`); len(got) != 2 {
 		t.Errorf("class series: %v, want one class per star", got)
@@ -203,6 +206,49 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	record("s1 quarantined", "NovaAuditorTrimHeldByQuarantine")
 	quiet("s1 quarantined", "NovaAuditorHalted", "NovaAuditorNoLeader")
 
+	// An erasure of a quarantined stream's first record: recorded with a
+	// warning, it stays pending (no rewrite runs on a quarantined stream),
+	// and once it is older than s1's 3s bound NovaAuditorErasurePending
+	// names s1 (and not s2, whose bound is the default 24h). The erasure
+	// panels and series are evaluated with it pending.
+	q, err := db.Quarantined(ctx, "s1")
+	if err != nil || len(q) == 0 || q[0].Stream == nil {
+		t.Fatalf("quarantine %v %v", q, err)
+	}
+	erased := daemon.FormatStream(*q[0].Stream)
+	if code, out, errs := runCLI(t, append([]string{"erase", "--stream", erased, "--from", "0", "--count", "1"}, args...)...); code != 0 ||
+		!strings.Contains(errs, "quarantined") || !strings.Contains(out, "recorded") {
+		t.Fatalf("erase: %d %q %q", code, out, errs)
+	}
+	eventually(t, 30*time.Second, "ErasurePending's expression names s1", func() bool {
+		return prom.byStar(expr["NovaAuditorErasurePending"])["s1"] > 3 &&
+			prom.byStar(`max by (star) (nova_auditor_erasures_pending_quarantined)`)["s1"] == 1
+	})
+	if got := record("s1 erasure pending", "NovaAuditorErasurePending"); len(got) != 1 {
+		t.Errorf("ErasurePending names %v, want s1 only", got)
+	}
+	for _, tg := range loadDashboard(t) {
+		if !strings.Contains(tg.Expr, "erasure") && !strings.Contains(tg.Expr, "tombstoned") && !strings.Contains(tg.Expr, "rewritten") {
+			continue
+		}
+		e := grafanaVars(tg.Expr)
+		c := prom.checkExpr(e, tg.Legend, true)
+		table = append(table, fmt.Sprintf("| dashboard (s1 erasure pending) | %s | `%s` | %v |", tg.Panel, e, prom.byStar(e)))
+		for _, msg := range c.Errs {
+			t.Errorf("dashboard panel %q with an erasure pending: %s: %s", tg.Panel, e, msg)
+		}
+	}
+	if v := prom.byStar(`max by (star) (nova_auditor_erasures_pending)`); v["s1"] != 1 || v["s2"] != 0 {
+		t.Errorf("pending erasures by star %v, want s1 1, s2 0", v)
+	}
+	if v := prom.byStar(`max by (star) (nova_auditor_erasure_pending_bound_seconds)`); v["s1"] != 3 || v["s2"] != 86400 {
+		t.Errorf("erasure bounds by star %v, want s1 3, s2 86400", v)
+	}
+	if code, out, _ := runCLI(t, append([]string{"status"}, args...)...); code != 0 || !strings.Contains(out, "1 pending, 1 on quarantined streams") ||
+		!strings.Contains(out, erased) || !strings.Contains(out, "release: the stream is quarantined") {
+		t.Errorf("status with the erasure pending: %d\n%s", code, out)
+	}
+
 	// A stolen lease: another holder takes s1's lease in the database. The
 	// leader notices, counts the loss and drops its leader-only gauges; the
 	// standby cannot take the lease: no leader.
@@ -236,7 +282,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "nova", slotKey), original, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	q, err := db.Quarantined(ctx, "s1")
+	q, err = db.Quarantined(ctx, "s1")
 	if err != nil || len(q) == 0 {
 		t.Fatalf("quarantine %v %v", q, err)
 	}

@@ -66,9 +66,11 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, fmt.Errorf("cycle: %w", err))
 	}
 	fmt.Fprintf(e.stdout, "cycle ok: %d streams settled (%d quarantined), %d objects published, %d adopted; "+
-		"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped\n",
+		"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped; "+
+		"%d records tombstoned, %d objects rewritten, %d erasures applied\n",
 		counts.StreamsSettled, counts.StreamsQuarantined, counts.ObjectsPublished, counts.ObjectsAdopted,
-		counts.BytesCopied, counts.BytesFetched, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped)
+		counts.BytesCopied, counts.BytesFetched, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped,
+		counts.RecordsTombstoned, counts.ObjectsRewritten, counts.ErasuresApplied)
 	return exitOK
 }
 
@@ -79,6 +81,7 @@ func daemonConfig(cfg config.Config) daemon.Config {
 		Star: cfg.Star, Holder: cfg.Holder, Schedule: sched,
 		LeaseTTL: cfg.LeaseTTL, LeaseRenew: cfg.LeaseRenew, ShutdownTimeout: cfg.ShutdownTimeout,
 		HTTPAddr: cfg.HTTPAddr, Pprof: cfg.Pprof, Version: buildVersion(), ReapGrace: cfg.ReapGrace, HistoryKeep: cfg.HistoryRetention,
+		ErasureAlertAfter: cfg.ErasureAlertAfter,
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
 			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
 	}

@@ -2,14 +2,19 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nova/auditor/bundlefmt"
+
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
@@ -103,5 +108,106 @@ func TestRunOnceThenVerify(t *testing.T) {
 		if !strings.Contains(stdout, k) {
 			t.Errorf("verify does not name %s:\n%s", k, stdout)
 		}
+	}
+}
+
+// TestEraseApplyThenVerifyAndCheck: an erasure recorded with auditor erase
+// over settled records is applied by the cycles (rewrite, reap, apply);
+// then auditor verify and novasim's check pass, the object holding
+// tombstones exactly there. An applied erasure whose records an object
+// still holds (a row doctored to applied) is a verify finding (exit 3,
+// class erasure) and a check failure.
+func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, db := migratedDBNoStar(t)
+	root := t.TempDir()
+	fs, err := filestore.New(objstore.FileConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.CreateBucket("nova"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 3, Content: sim.DefaultContent(5)}); err != nil {
+		t.Fatal(err)
+	}
+	st := sim.Storage{Store: fs, Standard: "nova"}
+	if _, err := sim.Write(ctx, db, st, sim.WriteOptions{Star: "s1", Flights: 6, FlightBytes: 32 << 10, FlightInterval: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--star", "s1", "--database-url", url, "--fs-root", root, "--data-dir", filepath.Join(root, "data")}
+	var runs strings.Builder
+	cycle := func() {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, append([]string{"run", "--once", "--denorm-linger", "0s", "--reap-grace", "0s", "--log-level", "warn"}, common...)...)
+		if code != 0 {
+			t.Fatalf("run --once: exit %d %q %q", code, stdout, stderr)
+		}
+		runs.WriteString(stdout)
+	}
+	cycle()
+	streams, err := db.StreamsOfStar(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s catalog.Stream
+	for _, x := range streams {
+		if x.SettledThrough > s.SettledThrough {
+			s = x
+		}
+	}
+	if s.SettledThrough < 10 {
+		t.Fatalf("streams %+v: none settled 10 records", streams)
+	}
+	id := daemon.FormatStream(s.ID)
+	if code, out, errs := runCLI(t, append([]string{"erase", "--stream", id, "--from", "2", "--count", "3"}, common...)...); code != 0 {
+		t.Fatalf("erase: %d %q %q", code, out, errs)
+	}
+	var applied bool
+	for i := 0; i < 5 && !applied; i++ {
+		cycle()
+		es, err := db.ErasuresOf(ctx, s.ID, 2, 3)
+		if err != nil || len(es) != 1 {
+			t.Fatalf("erasures %+v %v", es, err)
+		}
+		applied = es[0].Applied
+	}
+	if !applied {
+		t.Fatal("the erasure is not applied after 5 cycles")
+	}
+	if !regexp.MustCompile(`[1-9]\d* records tombstoned, [1-9]\d* objects rewritten`).MatchString(runs.String()) ||
+		!strings.Contains(runs.String(), "1 erasures applied") {
+		t.Fatalf("the cycles do not report the rewrite and the application:\n%s", runs.String())
+	}
+	t.Logf("cycles:\n%s", runs.String())
+	if code, stdout, stderr := runCLI(t, append([]string{"verify"}, common...)...); code != 0 {
+		t.Fatalf("verify after the erasure was applied: exit %d %q %q", code, stdout, stderr)
+	}
+	rep, err := sim.Check(ctx, db, st, sim.CheckOptions{SettledOnly: true})
+	if err != nil || !rep.OK() {
+		t.Fatalf("check after the erasure was applied: %v %+v", err, rep.Findings)
+	}
+
+	// Doctored: an erasure of live records marked applied.
+	if _, err := db.RecordErasure(ctx, s.ID, 7, 2); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `UPDATE nova.erasures SET applied_at = now() WHERE stream_id = $1 AND first_record = 7`, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ := runCLI(t, append([]string{"verify"}, common...)...)
+	if code != exitFindings || !strings.Contains(stdout, "erasure: ") || !strings.Contains(stdout, "2 records of applied erasures") ||
+		!strings.Contains(stdout, "the first: record 7 ") {
+		t.Fatalf("verify of an applied erasure holding bytes: exit %d\n%s", code, stdout)
+	}
+	rep, err = sim.Check(ctx, db, st, sim.CheckOptions{SettledOnly: true})
+	if err != nil || rep.OK() || rep.Wrong != 2 || !strings.Contains(fmt.Sprint(rep.Findings), "still holds its bytes") {
+		t.Fatalf("check of an applied erasure holding bytes: %v wrong %d %+v", err, rep.Wrong, rep.Findings)
 	}
 }

@@ -5,6 +5,7 @@
 //	novasim setup   create stars and streams and record the content profile
 //	novasim write   write flights into a star's chain and absorb them
 //	novasim check   verify every record and the contract's invariants
+//	novasim erase   record erasures (one range, or --random N)
 //
 // It takes the auditor's database and storage flags with the same meaning
 // (and the same NOVA_AUDITOR_* environment and --config file), so one
@@ -61,6 +62,7 @@ func commands() map[string]command {
 		"setup": {"create stars and streams and record their content profile (seed, sizes)", cmdSetup},
 		"write": {"write flights into a star's chain and absorb them, with faults on request", cmdWrite},
 		"check": {"verify every record against the generator and the metastore and chains against the contract", cmdCheck},
+		"erase": {"record erasures of a star's records (--stream --from --count, or --random N)", cmdErase},
 	}
 }
 

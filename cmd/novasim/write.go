@@ -34,6 +34,7 @@ func cmdWrite(ctx context.Context, e env, args []string) int {
 	shareVar(fs, &o.Faults.Lost, "fail-lost", 0, "per flight: the flight is written and never absorbed")
 	shareVar(fs, &o.Faults.Crash, "fail-crash", 0, "per flight: the writer crashes between the PUT and its absorb")
 	shareVar(fs, &o.Faults.LostReply, "fail-lost-reply", 0, "per flight: the PUT's reply is lost; the writer knows its slot by the nonce")
+	shareVar(fs, &o.Faults.Erase, "erase-rate", 0, "per flight: once absorbed, record an erasure of 1 to 4 of its records")
 	fs.DurationVar(&o.RetentionEvery, "retention-every", 0, "raise the low_record of a random stream to a random live record this often (0: never)")
 	fs.StringVar(&takeover, "takeover", "auto", "auto (fence unless the star is pristine), always, or never (write at the current epoch: a stale writer)")
 	fs.StringVar(&slotSum, "slot-checksum", "crc32c", "checksum algorithm slots are stored with on S3: crc32c, crc32, sha256 or none (the server's default); "+
@@ -149,9 +150,9 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 func describe(s sim.WriteStats) string {
 	secs := max(s.Elapsed.Seconds(), 1e-9)
 	return fmt.Sprintf("%d flights (%d absorbed in %d transactions, %d never absorbed), %d records, %.1f MiB, %.1f flights/s, %.1f MiB/s; "+
-		"epoch %d, %d fences, %d poisons; faults: %d failovers, %d crashes, %d lost, %d lost replies; %d retention moves; %s (PUTs %s, absorbs %s)",
+		"epoch %d, %d fences, %d poisons; faults: %d failovers, %d crashes, %d lost, %d lost replies; %d retention moves; %d erasures of %d records; %s (PUTs %s, absorbs %s)",
 		s.Flights, s.Absorbed, s.AbsorbTxs, s.Unabsorbed, s.Records, mib(s.FlightBytes), float64(s.Flights)/secs, mib(s.FlightBytes)/secs,
-		s.Epoch, s.Fences, s.Poisons, s.Failovers, s.Crashes, s.LostFaults, s.LostReplies, s.Retention, s.Elapsed.Round(time.Millisecond),
+		s.Epoch, s.Fences, s.Poisons, s.Failovers, s.Crashes, s.LostFaults, s.LostReplies, s.Retention, s.Erasures, s.Erased, s.Elapsed.Round(time.Millisecond),
 		s.PutTime.Round(time.Millisecond), s.AbsorbTime.Round(time.Millisecond))
 }
 

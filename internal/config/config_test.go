@@ -89,6 +89,8 @@ func TestBadConfigurationNamesTheField(t *testing.T) {
 		{"zero attempt timeout", []string{"--s3-attempt-timeout", "0s"}, nil, "", "s3-attempt-timeout"},
 		{"no attempts", nil, map[string]string{"NOVA_AUDITOR_S3_MAX_ATTEMPTS": "0"}, "", "s3-max-attempts"},
 		{"reap batch over the S3 limit", []string{"--reap-batch-size", "1001"}, nil, "", "reap-batch-size"},
+		{"zero erasure alert bound", []string{"--erasure-alert-after", "0s"}, nil, "", "erasure-alert-after"},
+		{"malformed erasure alert bound", nil, map[string]string{"NOVA_AUDITOR_ERASURE_ALERT_AFTER": "a day"}, "", "erasure-alert-after"},
 		{"bad log format", []string{"--log-format", "xml"}, nil, "", "log-format"},
 		{"bad key prefix", []string{"--key-prefix", "nova"}, nil, "", "key-prefix"},
 		{"both stores", []string{"--fs-root", "/tmp/x", "--s3-endpoint", "http://127.0.0.1:1"}, nil, "", "fs-root"},
@@ -211,6 +213,19 @@ func TestBooleanFlagsTakeNoValue(t *testing.T) {
 	}
 	if c, err := load(t, []string{"--s3-path-style=false"}, map[string]string{"NOVA_AUDITOR_S3_PATH_STYLE": "true"}, ""); err != nil || c.S3PathStyle {
 		t.Fatalf("--s3-path-style=false over the environment: %v %v", c.S3PathStyle, err)
+	}
+}
+
+// TestErasureAlertAfter: the erasure alert bound defaults to 24h and is
+// set like every key.
+func TestErasureAlertAfter(t *testing.T) {
+	c, err := load(t, nil, nil, "")
+	if err != nil || c.ErasureAlertAfter != 24*time.Hour {
+		t.Fatalf("default erasure-alert-after: %s %v", c.ErasureAlertAfter, err)
+	}
+	c, err = load(t, nil, map[string]string{"NOVA_AUDITOR_ERASURE_ALERT_AFTER": "2h"}, "erasure-alert-after: 96h\n")
+	if err != nil || c.ErasureAlertAfter != 2*time.Hour {
+		t.Fatalf("env over file: %s %v", c.ErasureAlertAfter, err)
 	}
 }
 

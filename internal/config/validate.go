@@ -91,6 +91,9 @@ func (c Config) Validate() error {
 	if c.HistoryRetention < time.Hour {
 		add("history-retention", "%s must be at least 1h", c.HistoryRetention)
 	}
+	if c.ErasureAlertAfter <= 0 {
+		add("erasure-alert-after", "%s must be positive", c.ErasureAlertAfter)
+	}
 	if c.S3AttemptTimeout <= 0 {
 		add("s3-attempt-timeout", "%s must be positive", c.S3AttemptTimeout)
 	}

@@ -202,7 +202,10 @@ type streamState struct {
 	prof    StreamProfile
 	refs    []catalog.SpanRef
 	entries []catalog.Entry
-	erased  []catalog.Erasure
+	// erased holds the records of the stream's well-formed erasures,
+	// applied the records of its applied ones (a malformed row is never
+	// applied by the auditor, so it erases nothing).
+	erased, applied spanSet
 	// extents[i][j] is the chunk (first, count) that ref i's entry j names,
 	// filled by the slot pass; count 0 when it could not be found.
 	extents [][]extent
@@ -253,15 +256,45 @@ func (s *streamState) note(r int64, ok, settled, inRange bool) {
 	}
 }
 
-// erasedAt reports whether record r is in an erasure, and whether that
-// erasure is applied.
+// erasedAt reports whether record r is in an erasure, and whether it is in
+// an applied one (erasures may overlap: applied wins). What a settled
+// copy of it may be (docs/architecture.md#erasure): a tombstone, and only
+// a tombstone, once an erasure of it is applied; a tombstone or its bytes
+// while one is pending (settle may have written it as a tombstone, and a
+// rewrite may be under way); its bytes otherwise. A slot copy always holds
+// its bytes: the write path never writes tombstones.
 func (s *streamState) erasedAt(r int64) (erased, applied bool) {
-	for _, e := range s.erased {
-		if r >= e.FirstRecord && r < e.FirstRecord+e.RecordCount {
-			return true, e.Applied
+	return s.erased.has(r), s.applied.has(r)
+}
+
+// spanSet is a set of record numbers as sorted, disjoint, non-adjacent
+// spans [from, to).
+type spanSet [][2]int64
+
+// newSpanSet merges the ranges of the erasures keep accepts.
+func newSpanSet(es []catalog.Erasure, keep func(catalog.Erasure) bool) spanSet {
+	var d spanSet
+	for _, e := range es {
+		if keep(e) {
+			d = append(d, [2]int64{e.FirstRecord, e.EndRecord()})
 		}
 	}
-	return false, false
+	sort.Slice(d, func(i, j int) bool { return d[i][0] < d[j][0] })
+	out := d[:0]
+	for _, sp := range d {
+		if n := len(out); n > 0 && sp[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], sp[1])
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// has reports whether r is in the set.
+func (d spanSet) has(r int64) bool {
+	i := sort.Search(len(d), func(i int) bool { return d[i][1] > r })
+	return i < len(d) && d[i][0] <= r
 }
 
 func (c *checker) checkStar(ctx context.Context, name string) error {
@@ -298,7 +331,10 @@ func (c *checker) checkStar(ctx context.Context, name string) error {
 	}
 	streams := make([]*streamState, len(rows))
 	for i, r := range rows {
-		s := &streamState{Stream: r, id: bundlefmt.StreamID(r.ID), entries: entries[r.ID], erased: erasures[r.ID], refs: refs[r.ID]}
+		es := erasures[r.ID]
+		s := &streamState{Stream: r, id: bundlefmt.StreamID(r.ID), entries: entries[r.ID], refs: refs[r.ID],
+			erased:  newSpanSet(es, func(e catalog.Erasure) bool { return e.Valid() == "" }),
+			applied: newSpanSet(es, func(e catalog.Erasure) bool { return e.Valid() == "" && e.Applied })}
 		s.prof = content.Stream(s.id)
 		if !c.opts.SettledOnly {
 			s.extents = make([][]extent, len(s.refs))

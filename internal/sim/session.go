@@ -319,6 +319,9 @@ func (s *session) absorber(ctx context.Context, in <-chan []*flight, out chan<- 
 			w.c.records.Add(recs)
 			w.c.content.Add(content)
 			w.c.txs.Add(1)
+			if eerr := w.eraser.afterAbsorb(ctx, flights); eerr != nil && ctx.Err() == nil {
+				w.log.Warn("recording a write-time erasure failed; writing goes on", "err", eerr)
+			}
 		}
 		out <- absorbResult{n: len(batch), err: err}
 	}

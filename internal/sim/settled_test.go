@@ -16,6 +16,13 @@ import (
 // keys written.
 func naiveSettle(t *testing.T, db *catalog.DB, st Storage, star string, frac float64, chunk int) []string {
 	t.Helper()
+	return naiveSettleErasing(t, db, st, star, frac, chunk, nil)
+}
+
+// naiveSettleErasing is naiveSettle writing the records dead reports true
+// for as tombstones (nil: none).
+func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, frac float64, chunk int, dead func(catalog.StreamID, int64) bool) []string {
+	t.Helper()
 	ctx := context.Background()
 	lease, err := db.AcquireLease(ctx, star, "naive-settler", time.Minute)
 	if err != nil {
@@ -46,7 +53,13 @@ func naiveSettle(t *testing.T, db *catalog.DB, st Storage, star string, frac flo
 			b := bundlefmt.NewChunkBuilder(id, uint64(r))
 			for ; r < to && b.Len() < chunk; r++ {
 				rec, ts := g.Record(p, r)
-				if err := b.Add(rec, ts, false); err != nil {
+				var err error
+				if dead != nil && dead(s.ID, r) {
+					err = b.AddStored([]byte{bundlefmt.TombstoneByte}, ts, false)
+				} else {
+					err = b.Add(rec, ts, false)
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -207,8 +207,11 @@ func (c *checker) verifyChunk(star, key string, job chunkJob, gen *Gen, settled 
 			switch {
 			case v.Timestamp(i) != ts:
 				why = fmt.Sprintf("timestamp %d, want %d", v.Timestamp(i), ts)
-			case len(stored) == 1 && stored[0] == bundlefmt.TombstoneByte:
-				if !settled || !erased {
+			case bundlefmt.IsTombstone(stored):
+				switch {
+				case !settled:
+					why = "a tombstone in a slot (the write path never writes one)"
+				case !erased:
 					why = "a tombstone where no erasure applies"
 				}
 			case settled && applied:

@@ -47,6 +47,10 @@ type Faults struct {
 	// LostReply: the PUT lands but its reply is lost; the writer reads the
 	// slot back, knows it by its nonce and absorbs it once.
 	LostReply float64
+	// Erase: once the flight is absorbed, an erasure of 1 to 4 of its
+	// records (of one stream, drawn at random) is recorded, as a user's
+	// erasure request during traffic (erase.go).
+	Erase float64
 }
 
 // WriteOptions says what Write does. Flights, Bytes and Duration bound the
@@ -102,7 +106,7 @@ func (o *WriteOptions) defaults() error {
 		errs = append(errs, errors.New("absorb-flights, max-batch must be positive; flights, bytes, duration, rate, retention-every not negative"))
 	}
 	for name, p := range map[string]float64{"fail-failover": o.Faults.Failover, "fail-lost": o.Faults.Lost,
-		"fail-crash": o.Faults.Crash, "fail-lost-reply": o.Faults.LostReply} {
+		"fail-crash": o.Faults.Crash, "fail-lost-reply": o.Faults.LostReply, "erase-rate": o.Faults.Erase} {
 		if !(p >= 0 && p <= 1) {
 			errs = append(errs, fmt.Errorf("%s: %v outside [0, 1]", name, p))
 		}
@@ -127,6 +131,8 @@ type WriteStats struct {
 	LostFaults   int64 // lost-flight faults played
 	LostReplies  int64 // lost-reply faults played
 	Retention    int64 // low_record raises (WriteOptions.RetentionEvery)
+	Erasures     int64 // erasures recorded by the erasure fault (Faults.Erase)
+	Erased       int64 // records those erasures cover
 	Epoch        int64 // the writer's epoch at the end
 	Elapsed      time.Duration
 	PutTime      time.Duration // summed over slot PUTs (several run at once)
@@ -152,7 +158,7 @@ var errCrash = errors.New("crash fault")
 type counters struct {
 	flights, flightBytes, absorbed, records, content, txs  atomic.Int64
 	poisons, fences, failovers, crashes, lost, lostReplies atomic.Int64
-	retention                                              atomic.Int64
+	retention, erasures, erased                            atomic.Int64
 	epoch, putNanos, absorbNanos                           atomic.Int64
 }
 
@@ -171,6 +177,7 @@ type writer struct {
 
 	slotsMu sync.Mutex
 	slots   map[[2]int64]*SlotOutcome
+	eraser  *eraser
 }
 
 // Write plays the write path on one star until a bound is reached (see
@@ -205,6 +212,7 @@ func Write(ctx context.Context, db *catalog.DB, st Storage, opts WriteOptions) (
 	if opts.Duration > 0 {
 		w.deadline = w.start.Add(opts.Duration)
 	}
+	w.eraser = newEraser(w)
 	stopProgress := w.progress()
 	stopRetention := w.retention(ctx)
 	stats, err := w.run(ctx)
@@ -284,6 +292,8 @@ func (w *writer) stats() WriteStats {
 		LostFaults:   w.c.lost.Load(),
 		LostReplies:  w.c.lostReplies.Load(),
 		Retention:    w.c.retention.Load(),
+		Erasures:     w.c.erasures.Load(),
+		Erased:       w.c.erased.Load(),
 		Epoch:        w.c.epoch.Load(),
 		Elapsed:      time.Since(w.start),
 		PutTime:      time.Duration(w.c.putNanos.Load()),
