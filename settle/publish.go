@@ -8,7 +8,6 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -59,12 +58,12 @@ type points struct {
 }
 
 var (
-	settlePoints = points{crashpoint.AfterIntent, crashpoint.AfterUploadCreated, crashpoint.AfterSidecarStaged,
-		crashpoint.AfterPartCopied, crashpoint.AfterPartGathered, crashpoint.AfterComplete, crashpoint.AfterAdoptionRead,
-		crashpoint.BeforeCommit, crashpoint.AfterCommit}
-	erasePoints = points{crashpoint.EraseAfterIntent, crashpoint.EraseAfterUploadCreated, crashpoint.EraseAfterSidecarStaged,
-		crashpoint.EraseAfterPartCopied, crashpoint.EraseAfterPartGathered, crashpoint.EraseAfterComplete,
-		crashpoint.EraseAfterAdoptionRead, crashpoint.EraseBeforeCommit, crashpoint.EraseAfterCommit}
+	settlePoints = points{"settle.after-intent", "settle.after-upload-created", "settle.after-sidecar-staged",
+		"settle.after-part-copied", "settle.after-part-gathered", "settle.after-complete", "settle.after-adoption-read",
+		"settle.before-commit", "settle.after-commit"}
+	erasePoints = points{"erase.after-intent", "erase.after-upload-created", "erase.after-sidecar-staged",
+		"erase.after-part-copied", "erase.after-part-gathered", "erase.after-complete", "erase.after-adoption-read",
+		"erase.before-commit", "erase.after-commit"}
 )
 
 // publish carries out steps 1-3 of docs/architecture.md#publish for one
