@@ -40,15 +40,17 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 			return nil, nil, err
 		}
 	}
-	if m := storeMetrics(reg); m != nil {
-		_, s3 := store.(*s3store.Store)
-		var zones []string
-		for _, zb := range cfg.S3ExpressBuckets {
-			zones = append(zones, zb.Zone)
-		}
-		m.InitSeries(s3, zones)
-		store = objstore.Instrument(store, m)
+	sm, err := objstore.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
 	}
+	_, isS3 := store.(*s3store.Store)
+	var zones []string
+	for _, zb := range cfg.S3ExpressBuckets {
+		zones = append(zones, zb.Zone)
+	}
+	sm.InitSeries(isS3, zones)
+	store = objstore.Instrument(store, sm)
 	pending, err := openPending(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -61,10 +63,14 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
+	sem, err := settle.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
 	settler := settle.New(settle.Deps{
 		DB: db, Store: store, Reader: reader,
 		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending, Health: health,
-		Log: log.With("step", "settle"), Metrics: settle.NewMetrics(reg), Crash: crash.Func(),
+		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(),
 	}, settle.Config{
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
 			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
@@ -77,7 +83,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	})
 	tm, err := trim.NewMetrics(reg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("trim metrics: %w", err)
+		return nil, nil, err
 	}
 	td := trim.Deps{DB: db, Store: store, StdBucket: cfg.Bucket, ExpressBuckets: express, Health: health,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
@@ -139,17 +145,6 @@ func probeChecksums(ctx context.Context, cfg config.Config, store objstore.Store
 			"bucket", cfg.Bucket, "mode", string(c.Checksum))
 	}
 	return ns, nil
-}
-
-// storeMetrics registers the object-store metrics (requests, bytes by path,
-// fall-throughs, retries) on reg; a registry that already has them (a second
-// wiring in one process) keeps the first.
-func storeMetrics(reg prometheus.Registerer) *objstore.Metrics {
-	m, err := objstore.NewMetrics(reg)
-	if err != nil {
-		return nil
-	}
-	return m
 }
 
 // openPending opens the pending-part sidecar store under --data-dir
