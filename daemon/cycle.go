@@ -16,6 +16,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -27,6 +28,13 @@ const (
 	TriggerOnce     = "once"     // auditor run --once
 	TriggerRetry    = "retry"    // a failed cycle retried early with backoff
 )
+
+// CrashAfterLeaseRenew is the daemon's crash point
+// (docs/architecture.md#crash-points-and-the-crash-matrix): after a lease renewal.
+const CrashAfterLeaseRenew crashpoint.Point = "lease.after-renew"
+
+// CrashPoints lists the daemon's crash points.
+func CrashPoints() []crashpoint.Point { return []crashpoint.Point{CrashAfterLeaseRenew} }
 
 // ErrPaused is returned by RunOnce while an operator has paused the star.
 var ErrPaused = errors.New("the star is paused (auditor resume lifts it)")
@@ -77,10 +85,10 @@ type Deps struct {
 	DB       *catalog.DB
 	Steps    []cycle.Step // run in order (docs/architecture.md#the-cycle)
 	Log      *slog.Logger
-	Metrics  *Metrics            // nil: metrics kept on a private registry
-	Gatherer prometheus.Gatherer // what /metrics serves (nil: the daemon's own metrics only)
-	Crash    func(string)        // crash points (nil: none)
-	Rules    BucketRulesReader   // the bucket rules (nil: unknown)
+	Metrics  *Metrics               // nil: metrics kept on a private registry
+	Gatherer prometheus.Gatherer    // what /metrics serves (nil: the daemon's own metrics only)
+	Crash    func(crashpoint.Point) // CrashAfterLeaseRenew (nil: none)
+	Rules    BucketRulesReader      // the bucket rules (nil: unknown)
 }
 
 func (c *Config) defaults() {
@@ -342,7 +350,7 @@ func (r *runner) hold(parent context.Context, lease heldLease) *term {
 				deadline = sent.Add(r.cfg.LeaseTTL - r.cfg.LeaseRenew/2)
 				expiry.Reset(time.Until(deadline))
 				if r.deps.Crash != nil {
-					r.deps.Crash("lease.after-renew")
+					r.deps.Crash(CrashAfterLeaseRenew)
 				}
 			case errors.Is(err, catalog.ErrStaleToken):
 				t.lose(err)

@@ -104,7 +104,7 @@ func TestAdoptionVerifiesTheStandingBytes(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, in := crashedPublish(t, b, "settle.after-complete")
+			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
 			key := in.ObjectKey
 			k, _ := bundlefmt.ParseSettledKey(key)
 			refs, _ := e.db.RefsOfStream(e.ctx, catalog.StreamID(k.Stream))

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -283,7 +282,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 		if applied {
 			counts.ErasuresApplied++
 			s.d.Log.Info("erasure applied", "stream", fmt.Sprintf("%x", st.ID), "first_record", er.FirstRecord, "record_count", er.RecordCount)
-			s.crash(crashpoint.EraseAfterApplied)
+			s.crash(CrashEraseAfterApplied)
 		}
 	}
 	return counts, nil

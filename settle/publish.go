@@ -52,19 +52,19 @@ func (p *published) catalogEntry(stream catalog.StreamID, epoch int64) catalog.E
 }
 
 // points names the crash points of one publish path: settle's, or the
-// erasure step's rewrite (same steps, its own names).
+// erasure step's rewrite (same steps, its own names: crash.go).
 type points struct {
 	afterIntent, afterUploadCreated, afterSidecarStaged, afterPartCopied, afterPartGathered,
-	afterComplete, afterAdoptionRead, beforeCommit, afterCommit string
+	afterComplete, afterAdoptionRead, beforeCommit, afterCommit crashpoint.Point
 }
 
 var (
-	settlePoints = points{crashpoint.AfterIntent, crashpoint.AfterUploadCreated, crashpoint.AfterSidecarStaged,
-		crashpoint.AfterPartCopied, crashpoint.AfterPartGathered, crashpoint.AfterComplete, crashpoint.AfterAdoptionRead,
-		crashpoint.BeforeCommit, crashpoint.AfterCommit}
-	erasePoints = points{crashpoint.EraseAfterIntent, crashpoint.EraseAfterUploadCreated, crashpoint.EraseAfterSidecarStaged,
-		crashpoint.EraseAfterPartCopied, crashpoint.EraseAfterPartGathered, crashpoint.EraseAfterComplete,
-		crashpoint.EraseAfterAdoptionRead, crashpoint.EraseBeforeCommit, crashpoint.EraseAfterCommit}
+	settlePoints = points{CrashAfterIntent, CrashAfterUploadCreated, CrashAfterSidecarStaged,
+		CrashAfterPartCopied, CrashAfterPartGathered, CrashAfterComplete, CrashAfterAdoptionRead,
+		CrashBeforeCommit, CrashAfterCommit}
+	erasePoints = points{CrashEraseAfterIntent, CrashEraseAfterUploadCreated, CrashEraseAfterSidecarStaged,
+		CrashEraseAfterPartCopied, CrashEraseAfterPartGathered, CrashEraseAfterComplete,
+		CrashEraseAfterAdoptionRead, CrashEraseBeforeCommit, CrashEraseAfterCommit}
 )
 
 // publish carries out steps 1-3 of docs/architecture.md#publish for one

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/pendingobj"
@@ -41,8 +42,8 @@ type Deps struct {
 	// a record of the settler's own).
 	Health  *objstore.Health
 	Log     *slog.Logger
-	Metrics *Metrics     // nil: none
-	Crash   func(string) // crash points (nil: none)
+	Metrics *Metrics               // nil: none
+	Crash   func(crashpoint.Point) // the crash points of crash.go (nil: none)
 }
 
 // Config is the settle policy.
@@ -119,7 +120,7 @@ func New(d Deps, c Config) *Settler {
 // Name implements cycle.Step.
 func (s *Settler) Name() string { return "settle" }
 
-func (s *Settler) crash(name string) {
+func (s *Settler) crash(name crashpoint.Point) {
 	if s.d.Crash != nil {
 		s.d.Crash(name)
 	}
@@ -472,13 +473,13 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				commit.PrevRevision = int32(o.Rewrite.Revision)
 				commit.OldKey = o.Rewrite.Key
 			}
-			s.crash("settle.before-commit")
+			s.crash(CrashBeforeCommit)
 			if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
 				return nil, err
 			}
-			s.crash("settle.after-commit")
+			s.crash(CrashAfterCommit)
 			if commit.OldKey != "" {
-				s.crash("settle.after-reap-armed") // the rewrite's commit armed the old revision's reap
+				s.crash(CrashAfterReapArmed) // the rewrite's commit armed the old revision's reap
 			}
 			counts.BytesCopied += p.result.BytesCopied
 			counts.BytesFetched += p.result.BytesFetched

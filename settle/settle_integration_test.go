@@ -18,6 +18,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
@@ -169,7 +170,7 @@ const (
 	testTarget = 24 << 10
 )
 
-func (e *env) settler(crash func(string)) *settle.Settler {
+func (e *env) settler(crash func(crashpoint.Point)) *settle.Settler {
 	return settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
 		Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
@@ -378,8 +379,8 @@ func TestSettleGrowsTailsByRevision(t *testing.T) {
 
 // crashAt makes a crash hook that ends the calling goroutine (as a process
 // death ends it) the first time the named point is hit.
-func crashAt(name string, hit *int) func(string) {
-	return func(n string) {
+func crashAt(name crashpoint.Point, hit *int) func(crashpoint.Point) {
+	return func(n crashpoint.Point) {
 		if n == name {
 			*hit++
 			if *hit == 1 {
@@ -391,7 +392,7 @@ func crashAt(name string, hit *int) func(string) {
 
 // crashedPublish writes a one-stream star, runs a settle cycle that dies at
 // the crash point, and returns the one publish intent it left open.
-func crashedPublish(t *testing.T, b backend, point string) (*env, catalog.Intent) {
+func crashedPublish(t *testing.T, b backend, point crashpoint.Point) (*env, catalog.Intent) {
 	t.Helper()
 	e, _ := newEnv(t, b, 1, 0)
 	e.write("s1", 8, sim.Faults{}, 1)
@@ -413,7 +414,7 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, in := crashedPublish(t, b, "settle.after-complete")
+			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
 			key := in.ObjectKey
 			standing := readAll(t, e, key)
 			// More traffic arrives before the restart: the plan for the
@@ -498,7 +499,7 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, in := crashedPublish(t, b, "settle.after-intent")
+			e, in := crashedPublish(t, b, settle.CrashAfterIntent)
 			if in.UploadID != "" {
 				t.Fatalf("an upload recorded before any was created: %+v", in)
 			}
@@ -680,8 +681,8 @@ func TestLeaseLostMidCycle(t *testing.T) {
 			}
 			var mu sync.Mutex
 			taken := false
-			steal := func(point string) {
-				if point != "settle.before-commit" {
+			steal := func(point crashpoint.Point) {
+				if point != settle.CrashBeforeCommit {
 					return
 				}
 				mu.Lock()

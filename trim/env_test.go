@@ -15,6 +15,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
@@ -44,7 +45,7 @@ type env struct {
 	settled map[catalog.StreamID]int64 // settled_through
 	reg     *prometheus.Registry
 	metrics *trim.Metrics
-	crash   func(string)
+	crash   func(crashpoint.Point)
 	plan    bytes.Buffer
 	cfg     trim.Config
 	nonce   uint64

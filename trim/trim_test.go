@@ -17,6 +17,7 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/trim"
@@ -569,9 +570,8 @@ func TestDryRunChangesNothing(t *testing.T) {
 // catalog object still there, nothing left armed.
 func TestCrashPointsConverge(t *testing.T) {
 	t.Parallel()
-	for _, point := range []string{trim.CrashRetentionCommitted, trim.CrashTrimCommitted, trim.CrashSlotsBeforeDelete,
-		trim.CrashSlotsAfterDelete, trim.CrashObjectBeforeDelete, trim.CrashObjectAfterDelete} {
-		t.Run(point, func(t *testing.T) {
+	for _, point := range trim.CrashPoints() {
+		t.Run(string(point), func(t *testing.T) {
 			t.Parallel()
 			a := sid(1)
 			e := newEnv(t, catalog.ClassExpress, 1, a)
@@ -583,7 +583,7 @@ func TestCrashPointsConverge(t *testing.T) {
 				t.Fatal(err)
 			}
 			fired := false
-			e.crash = func(name string) {
+			e.crash = func(name crashpoint.Point) {
 				if name == point && !fired {
 					fired = true
 					panic("crash point " + name)

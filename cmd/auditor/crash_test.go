@@ -22,6 +22,8 @@ import (
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
 	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/trim"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
@@ -37,11 +39,11 @@ import (
 // after the grace, the trim cursor never backwards, convergence within two
 // cycles. At n=1 every point the backend can reach must be reached.
 func TestCrashMatrix(t *testing.T) {
-	crashMatrix(t, "file backend", fileCrashStore, map[string]string{
-		crashpoint.AfterSidecarStaged:      "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
-		crashpoint.AfterPartGathered:       "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
-		crashpoint.EraseAfterSidecarStaged: "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
-		crashpoint.EraseAfterPartGathered:  "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+	crashMatrix(t, "file backend", fileCrashStore, map[crashpoint.Point]string{
+		settle.CrashAfterSidecarStaged:      "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		settle.CrashAfterPartGathered:       "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		settle.CrashEraseAfterSidecarStaged: "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		settle.CrashEraseAfterPartGathered:  "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
 	})
 }
 
@@ -54,15 +56,15 @@ func TestCrashMatrixS3(t *testing.T) {
 
 // preludes: a point reached only after an earlier crash elsewhere. An
 // adoption needs a completed object its commit never recorded.
-var preludes = map[string]string{crashpoint.AfterAdoptionRead: crashpoint.AfterComplete,
-	crashpoint.EraseAfterAdoptionRead: crashpoint.EraseAfterComplete}
+var preludes = map[crashpoint.Point]crashpoint.Point{settle.CrashAfterAdoptionRead: settle.CrashAfterComplete,
+	settle.CrashEraseAfterAdoptionRead: settle.CrashEraseAfterComplete}
 
 // twoRanges: points hit once per released slot range. For them a clean
 // cycle runs before the grace is skipped, so the armed cycle has two
 // ranges due (the previous round's and that cycle's) and n = 2 is reached.
-var twoRanges = map[string]bool{crashpoint.BeforeSlotDelete: true, crashpoint.AfterSlotDelete: true}
+var twoRanges = map[crashpoint.Point]bool{trim.CrashSlotsBeforeDelete: true, trim.CrashSlotsAfterDelete: true}
 
-func crashMatrix(t *testing.T, backend string, open crashStore, notApplicable map[string]string) {
+func crashMatrix(t *testing.T, backend string, open crashStore, notApplicable map[crashpoint.Point]string) {
 	if testing.Short() {
 		t.Skip("crash matrix runs real processes")
 	}
@@ -72,14 +74,14 @@ func crashMatrix(t *testing.T, backend string, open crashStore, notApplicable ma
 	t.Cleanup(func() {
 		var b strings.Builder
 		fmt.Fprintf(&b, "\n%-28s %-2s %s\n", "crash point ("+backend+")", "n", "outcome")
-		for _, p := range crashpoint.All() {
+		for _, p := range crashPoints() {
 			for n := 1; n <= 3; n++ {
 				fmt.Fprintf(&b, "%-28s %-2d %s\n", p, n, table[fmt.Sprintf("%s:%d", p, n)])
 			}
 		}
 		t.Log(b.String())
 	})
-	for _, point := range crashpoint.All() {
+	for _, point := range crashPoints() {
 		for n := 1; n <= 3; n++ {
 			armed := fmt.Sprintf("%s:%d", point, n)
 			why, na := notApplicable[point]
@@ -201,7 +203,7 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 		if round == 2 {
 			e.retentionMove()
 		}
-		base := strings.SplitN(point, ":", 2)[0]
+		base := crashpoint.Point(strings.SplitN(point, ":", 2)[0])
 		if round == 2 && twoRanges[base] {
 			if code, out := e.run(""); code != 0 {
 				t.Fatalf("clean cycle before the armed one, round %d: exit %d: %s", round, code, out)
@@ -215,7 +217,7 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 			e.skipGrace()
 		}
 		if pre, ok := preludes[base]; ok {
-			if code, out := e.run(pre); code != 0 && code != -int(syscall.SIGKILL) {
+			if code, out := e.run(string(pre)); code != 0 && code != -int(syscall.SIGKILL) {
 				t.Fatalf("prelude cycle (%s) of round %d: exit %d: %s", pre, round, code, out)
 			}
 			e.snapshot()

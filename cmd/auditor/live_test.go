@@ -478,7 +478,7 @@ func (r *liveRunEnv) term(d *liveDaemon) {
 func (r *liveRunEnv) restart(d *liveDaemon) {
 	point := ""
 	if r.rnd.Float64() < 0.25 {
-		all := crashpoint.All()
+		all := crashPoints()
 		point = fmt.Sprintf("%s:%d", all[r.rnd.IntN(len(all))], 1+r.rnd.IntN(3))
 	}
 	r.fig.restarts++

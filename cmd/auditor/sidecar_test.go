@@ -12,10 +12,10 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/settle"
 )
 
 // TestCorruptSidecarIsRebuiltNeverUploaded kills the auditor on versitygw
@@ -91,7 +91,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 			"--denorm-linger", "0s", "--holder", "sidecar-test", "--denorm-output-cap-mib", "64",
 			"--s3-endpoint", s3env.Endpoint, "--s3-path-style", "--bucket", bucket,
 			"--settle-concurrency", "1", "--log-format", "json", "--log-level", "warn"}}
-	code, out := e.run(crashpoint.AfterSidecarStaged + ":2")
+	code, out := e.run(string(settle.CrashAfterSidecarStaged) + ":2")
 	if code != -int(syscall.SIGKILL) {
 		t.Fatalf("the armed cycle was not killed at the second staged part: exit %d: %s", code, out)
 	}

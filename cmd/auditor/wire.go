@@ -27,7 +27,7 @@ import (
 // server's checksum support is not probed: the probe writes an object, and
 // a plan assembles nothing.
 func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool) ([]cycle.Step, func(), error) {
-	crash, err := crashpoint.FromEnv(os.Getenv)
+	crash, err := crashpoint.FromEnv(os.Getenv, crashPoints())
 	if err != nil {
 		return nil, nil, &config.Error{Field: crashpoint.EnvVar, Msg: err.Error()}
 	}
@@ -194,7 +194,7 @@ func (r *classReader) GetRange(ctx context.Context, class, key string, off, n in
 
 // leaseCrash is the crash hook of the daemon's lease renewal (the armed
 // point was validated by buildCycle).
-func leaseCrash() func(string) {
-	crash, _ := crashpoint.FromEnv(os.Getenv)
+func leaseCrash() func(crashpoint.Point) {
+	crash, _ := crashpoint.FromEnv(os.Getenv, crashPoints())
 	return crash.Func()
 }
