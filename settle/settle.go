@@ -55,7 +55,7 @@ type Config struct {
 	MaxBytes         int64
 	Concurrency      int
 	ReapGrace        time.Duration
-	FooterCacheBytes int64
+	FooterCacheBytes int64 // --settle-footer-cache-mib in bytes
 	// WindowRefs and WindowRecords bound one window of a stream's backlog:
 	// the refs read at once, and the records resolved and planned at once
 	// (a window holds at least one ref, and the chunks carried into it are
@@ -91,30 +91,18 @@ type Settler struct {
 
 var _ cycle.Step = (*Settler)(nil)
 
-// New returns the settle step.
-func New(d Deps, c Config) *Settler {
+// New returns the settle step for a complete configuration (Validate).
+func New(d Deps, c Config) (*Settler, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if d.Health == nil {
 		d.Health = objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
 	}
-	if c.Concurrency < 1 {
-		c.Concurrency = 1
-	}
-	if c.FooterCacheBytes <= 0 {
-		c.FooterCacheBytes = 256 << 20
-	}
-	if c.WindowRefs <= 0 {
-		c.WindowRefs = DefaultWindowRefs
-	}
-	if c.WindowRecords <= 0 {
-		c.WindowRecords = DefaultWindowRecords
-	}
-	if c.HotStreams <= 0 {
-		c.HotStreams = DefaultHotStreams
-	}
-	return &Settler{d: d, c: c, hot: make(chan struct{}, c.HotStreams)}
+	return &Settler{d: d, c: c, hot: make(chan struct{}, c.HotStreams)}, nil
 }
 
 // Name implements cycle.Step.

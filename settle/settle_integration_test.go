@@ -18,6 +18,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
@@ -170,8 +171,33 @@ const (
 	testTarget = 24 << 10
 )
 
+// newSettler is settle.New for a test: the tunables that have no
+// configuration key (the window bounds, the hot streams) and the footer
+// cache are at their defaults unless c sets them; New itself takes only a
+// complete configuration.
+func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
+	e.t.Helper()
+	if c.FooterCacheBytes == 0 {
+		c.FooterCacheBytes = config.Defaults().SettleFooterCacheMiB << 20
+	}
+	if c.WindowRefs == 0 {
+		c.WindowRefs = settle.DefaultWindowRefs
+	}
+	if c.WindowRecords == 0 {
+		c.WindowRecords = settle.DefaultWindowRecords
+	}
+	if c.HotStreams == 0 {
+		c.HotStreams = settle.DefaultHotStreams
+	}
+	s, err := settle.New(d, c)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
 func (e *env) settler(crash func(crashpoint.Point)) *settle.Settler {
-	return settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
+	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
 		Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour})

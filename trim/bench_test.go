@@ -33,7 +33,7 @@ func BenchmarkReapSlots(b *testing.B) {
 			db, ctx := openDB(b)
 			fs := newFaultStore(ns.store)
 			deps := trim.Deps{DB: db, Store: fs, StdBucket: ns.buckets[0]}
-			cfg := trim.Config{ReapGrace: 0}
+			cfg := trim.Config{ReapGrace: 0, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
 			tr, _ := trim.NewTrim(deps, cfg)
 			rp, _ := trim.NewReap(deps, cfg)
 			var slots int64

@@ -69,7 +69,7 @@ func newEnvOn(t testing.TB, ns namedStore, class string, window int, streams ...
 	db, ctx := openDB(t)
 	e := &env{t: t, ctx: ctx, db: db, store: newFaultStore(ns.store), std: ns.buckets[0], express: ns.buckets[1:4],
 		star: "s1", class: class, window: window, next: map[catalog.StreamID]int64{}, settled: map[catalog.StreamID]int64{},
-		reg: prometheus.NewRegistry(), cfg: trim.Config{ReapGrace: 0, BatchSize: 1000}}
+		reg: prometheus.NewRegistry(), cfg: trim.Config{ReapGrace: 0, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}}
 	var err error
 	if e.metrics, err = trim.NewMetrics(e.reg); err != nil {
 		t.Fatal(err)

@@ -71,11 +71,32 @@ type Config struct {
 	// BatchSize is the most keys per DeleteObjects request and the most
 	// rows per retention or reap transaction (at most 1000, the S3 limit).
 	BatchSize int
-	// Concurrency is how many slot batches are deleted at once.
+	// Concurrency is how many slot batches are deleted at once
+	// (DefaultConcurrency: it has no configuration key).
 	Concurrency int
 }
 
+// DefaultConcurrency is the slot batches deleted at once in production.
+const DefaultConcurrency = 4
+
 const maxBatch = 1000
+
+// Validate checks that the configuration is complete: the constructors
+// refuse a zero or out-of-range field rather than defaulting it (the
+// defaults live in internal/config and DefaultConcurrency).
+func (c Config) Validate() error {
+	var errs []error
+	if c.ReapGrace < 0 {
+		errs = append(errs, fmt.Errorf("trim config: ReapGrace: %s is negative", c.ReapGrace))
+	}
+	if c.BatchSize < 1 || c.BatchSize > maxBatch {
+		errs = append(errs, fmt.Errorf("trim config: BatchSize: %d must be between 1 and %d (the DeleteObjects limit)", c.BatchSize, maxBatch))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("trim config: Concurrency: %d must be at least 1", c.Concurrency))
+	}
+	return errors.Join(errs...)
+}
 
 func (d *Deps) defaults() {
 	if d.Log == nil {
@@ -83,15 +104,6 @@ func (d *Deps) defaults() {
 	}
 	if d.Health == nil {
 		d.Health = objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
-	}
-}
-
-func (c *Config) defaults() {
-	if c.BatchSize <= 0 || c.BatchSize > maxBatch {
-		c.BatchSize = maxBatch
-	}
-	if c.Concurrency < 1 {
-		c.Concurrency = 4
 	}
 }
 
@@ -237,7 +249,9 @@ var _ cycle.Step = (*Trim)(nil)
 // NewTrim returns the trim step.
 func NewTrim(d Deps, c Config) (*Trim, error) {
 	d.defaults()
-	c.defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	if d.DB == nil {
 		return nil, errors.New("trim: no database")
 	}

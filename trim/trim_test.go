@@ -620,10 +620,17 @@ func TestCrashPointsConverge(t *testing.T) {
 }
 
 // TestStepsAndMetricsConstruction: constructors refuse missing
-// dependencies; metrics register once per registry.
+// dependencies and an incomplete configuration (a zero field is an error,
+// not a default); metrics register once per registry.
 func TestStepsAndMetricsConstruction(t *testing.T) {
-	if _, err := trim.NewReap(trim.Deps{}, trim.Config{}); err == nil {
+	full := trim.Config{BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
+	if _, err := trim.NewReap(trim.Deps{}, full); err == nil {
 		t.Fatal("reap without a database")
+	}
+	for _, bad := range []trim.Config{{Concurrency: 1}, {BatchSize: 1001, Concurrency: 1}, {BatchSize: 1}, {BatchSize: 1, Concurrency: 1, ReapGrace: -1}} {
+		if _, err := trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, bad); err == nil {
+			t.Errorf("trim accepted the configuration %+v", bad)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	if _, err := trim.NewMetrics(reg); err != nil {
@@ -641,7 +648,7 @@ func TestStepsAndMetricsConstruction(t *testing.T) {
 		t.Fatalf("trim metrics beside the daemon's: %v", err)
 	}
 	var st cycle.Step
-	st, _ = trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, trim.Config{})
+	st, _ = trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, full)
 	if st.Name() != "trim" {
 		t.Fatal(st.Name())
 	}

@@ -67,7 +67,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	settler := settle.New(settle.Deps{
+	settler, err := settle.New(settle.Deps{
 		DB: db, Store: store, Reader: reader,
 		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending, Health: health,
 		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(),
@@ -80,14 +80,22 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		MaxBytes:    cfg.SettleMaxBytes,
 		Concurrency: int(cfg.SettleConcurrency),
 		ReapGrace:   cfg.ReapGrace,
+
+		FooterCacheBytes: cfg.SettleFooterCacheMiB << 20,
+		WindowRefs:       settle.DefaultWindowRefs,
+		WindowRecords:    settle.DefaultWindowRecords,
+		HotStreams:       settle.DefaultHotStreams,
 	})
+	if err != nil {
+		return nil, nil, err
+	}
 	tm, err := trim.NewMetrics(reg)
 	if err != nil {
 		return nil, nil, err
 	}
 	td := trim.Deps{DB: db, Store: store, StdBucket: cfg.Bucket, ExpressBuckets: express, Health: health,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
-	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize)}
+	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize), Concurrency: trim.DefaultConcurrency}
 	retention, err := trim.NewRetention(td, tc)
 	if err != nil {
 		return nil, nil, err
