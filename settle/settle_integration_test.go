@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
@@ -23,9 +21,8 @@ import (
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/filestore"
-	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/pendingobj"
 	"github.com/nova/auditor/settle"
 )
@@ -44,58 +41,27 @@ type env struct {
 	content sim.Content
 }
 
+// backend is one of the stores the tests run on (teststore), each test's
+// with a standard bucket and an express set of two zones.
 type backend struct {
 	name string
-	open func(t testing.TB) (objstore.Store, string, []string)
+	open func(t testing.TB) teststore.Backend
 }
 
 func backends() []backend {
 	return []backend{
-		{"file", func(t testing.TB) (objstore.Store, string, []string) {
-			fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, b := range []string{"std", "za", "zb"} {
-				if err := fs.CreateBucket(b); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return fs, "std", []string{"za", "zb"}
-		}},
+		{"file", func(t testing.TB) teststore.Backend { return teststore.File(t, teststore.Options{Zones: 2}) }},
 		s3Backend("s3", "settle", nil, nil),
 	}
 }
 
 // s3Backend is versitygw with a standard bucket and two zone buckets named
 // after prefix, through rt when set (a fault-injecting or counting
-// transport), the config tuned by tune when set. versitygw 1.8.0 reports
-// the whole source's CRC for a ranged part copy, so full-object checksums
-// cannot be checked there: per-part checksums and read-back (what the
-// auditor's probe picks on this server).
+// transport), the config tuned by tune when set (teststore.S3: per-part
+// checksums and read-back, what the auditor's probe picks on this server).
 func s3Backend(name, prefix string, rt http.RoundTripper, tune func(*objstore.S3Config)) backend {
-	return backend{name, func(t testing.TB) (objstore.Store, string, []string) {
-		e := testenv.S3(t)
-		ctx := context.Background()
-		cfg := objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
-			AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true}
-		if rt != nil {
-			cfg.HTTPClient = &http.Client{Transport: rt}
-		}
-		if tune != nil {
-			tune(&cfg)
-		}
-		st, err := s3store.New(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		names := []string{testenv.BucketName(prefix), testenv.BucketName(prefix + "-za"), testenv.BucketName(prefix + "-zb")}
-		for _, b := range names {
-			if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
-				t.Fatalf("create bucket %s: %v", b, err)
-			}
-		}
-		return st, names[0], names[1:]
+	return backend{name, func(t testing.TB) teststore.Backend {
+		return teststore.S3(t, teststore.Options{Zones: 2, Prefix: prefix, Transport: rt, Tune: tune})
 	}}
 }
 
@@ -111,7 +77,8 @@ func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, s
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, std, express := b.open(t)
+	be := b.open(t)
+	store, std, express := be.Store, be.Std, be.Express
 	dir := filepath.Join(t.TempDir(), "pending")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // benchStores are the stores the reap benchmark runs against: memory always,
 // the real backends where the environment has them (see backends_test.go).
 func benchStores(b *testing.B) []namedStore {
-	return append([]namedStore{{name: "mem", store: newMemStore(), buckets: []string{"std"}}}, realStores(b)...)
+	return realStores(b)
 }
 
 // BenchmarkReapSlots measures the slot reap alone: a released range of

@@ -58,10 +58,10 @@ func openDB(t testing.TB) (*catalog.DB, context.Context) {
 	return db, context.Background()
 }
 
-// newEnv is newEnvOn the in-memory store.
+// newEnv is newEnvOn the file backend.
 func newEnv(t testing.TB, class string, window int, streams ...catalog.StreamID) *env {
 	t.Helper()
-	return newEnvOn(t, namedStore{name: "mem", store: newMemStore(), buckets: []string{"std", "z1", "z2", "z3"}}, class, window, streams...)
+	return newEnvOn(t, fileStore(t), class, window, streams...)
 }
 
 func newEnvOn(t testing.TB, ns namedStore, class string, window int, streams ...catalog.StreamID) *env {

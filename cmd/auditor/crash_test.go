@@ -19,8 +19,8 @@ import (
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/filestore"
 	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
@@ -113,30 +113,13 @@ func crashMatrix(t *testing.T, backend string, open crashStore, notApplicable ma
 type crashStore func(t *testing.T, root string) (store objstore.Store, flags, env []string, flightBytes int64, capMiB string)
 
 func fileCrashStore(t *testing.T, root string) (objstore.Store, []string, []string, int64, string) {
-	fs, err := filestore.New(objstore.FileConfig{Root: filepath.Join(root, "store")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fs.CreateBucket("nova"); err != nil {
-		t.Fatal(err)
-	}
-	return fs, []string{"--fs-root", filepath.Join(root, "store"), "--bucket", "nova"}, nil, 256 << 10, "1"
+	b := teststore.File(t, teststore.Options{Root: filepath.Join(root, "store")})
+	return b.Store, b.Flags(), b.Env(), 256 << 10, "1"
 }
 
 func s3CrashStore(t *testing.T, _ string) (objstore.Store, []string, []string, int64, string) {
-	e := testenv.S3(t)
-	st, err := s3store.New(context.Background(), objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
-		AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket := testenv.BucketName("crash")
-	if _, err := st.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
-	return st, []string{"--s3-endpoint", e.Endpoint, "--s3-path-style", "--bucket", bucket},
-		[]string{"AWS_ACCESS_KEY_ID=" + e.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.SecretKey, "AWS_REGION=us-east-1"},
-		8 << 20, "16"
+	b := teststore.S3(t, teststore.Options{Prefix: "crash"})
+	return b.Store, b.Flags(), b.Env(), 8 << 20, "16"
 }
 
 type crashEnv struct {
