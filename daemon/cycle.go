@@ -70,7 +70,7 @@ type Config struct {
 	Buckets     []string
 	KeyPrefixes []string
 
-	// Zero means the default.
+	// Required (validated, not defaulted): the Default* constants.
 	AdminPoll        time.Duration // fallback poll of admin requests when a NOTIFY is missed (5s)
 	GaugeInterval    time.Duration // refresh of the metastore gauges and the schema check (15s)
 	RetryMax         time.Duration // longest backoff before retrying a failed cycle (5m)
@@ -91,32 +91,22 @@ type Deps struct {
 	Rules    BucketRulesReader      // the bucket rules (nil: unknown)
 }
 
-func (c *Config) defaults() {
-	if c.AdminPoll <= 0 {
-		c.AdminPoll = 5 * time.Second
-	}
-	if c.GaugeInterval <= 0 {
-		c.GaugeInterval = 15 * time.Second
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = 5 * time.Minute
-	}
-	if c.RulesInterval <= 0 {
-		c.RulesInterval = 24 * time.Hour
-	}
-	if c.DBRetryMax <= 0 {
-		c.DBRetryMax = 30 * time.Second
-	}
-	if c.PruneBatch <= 0 {
-		c.PruneBatch = 1000
-	}
-	if c.LeaseCallTimeout <= 0 {
-		// A third of the ttl: a renewal stuck on a dead connection gives
-		// up in time for the next ones (on fresh connections) to save the
-		// lease, and a standby retries its takeover as often.
-		c.LeaseCallTimeout = c.LeaseTTL / 3
-	}
-}
+// Defaults of the daemon's intervals and bounds, which have no
+// configuration key (cmd/auditor maps them; tests set their own).
+const (
+	DefaultAdminPoll     = 5 * time.Second
+	DefaultGaugeInterval = 15 * time.Second
+	DefaultRetryMax      = 5 * time.Minute
+	DefaultRulesInterval = 24 * time.Hour
+	DefaultDBRetryMax    = 30 * time.Second
+	DefaultPruneBatch    = 1000
+)
+
+// DefaultLeaseCallTimeout bounds one lease acquisition or renewal attempt:
+// a third of the ttl, so a renewal stuck on a dead connection gives up in
+// time for the next ones (on fresh connections) to save the lease, and a
+// standby retries its takeover as often.
+func DefaultLeaseCallTimeout(ttl time.Duration) time.Duration { return ttl / 3 }
 
 func (c Config) validate(needSchedule bool) error {
 	var errs []error
@@ -131,6 +121,15 @@ func (c Config) validate(needSchedule bool) error {
 	}
 	if needSchedule && c.Schedule == nil {
 		errs = append(errs, errors.New("daemon: no schedule"))
+	}
+	for name, d := range map[string]time.Duration{"AdminPoll": c.AdminPoll, "GaugeInterval": c.GaugeInterval,
+		"RetryMax": c.RetryMax, "RulesInterval": c.RulesInterval, "DBRetryMax": c.DBRetryMax, "LeaseCallTimeout": c.LeaseCallTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("daemon: %s: %s must be positive", name, d))
+		}
+	}
+	if c.PruneBatch < 1 {
+		errs = append(errs, fmt.Errorf("daemon: PruneBatch: %d must be at least 1", c.PruneBatch))
 	}
 	return errors.Join(errs...)
 }
@@ -169,7 +168,6 @@ func (d *Deps) defaults(version string) error {
 // The error is the cycle's: test it with cycle.IsHalt and
 // catalog.ErrStaleToken.
 func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cycle.Counts, error) {
-	cfg.defaults()
 	if err := cfg.validate(false); err != nil {
 		return cycle.Counts{}, err
 	}
