@@ -93,7 +93,7 @@ func BenchmarkManySmallStreamsFile(b *testing.B) {
 		b.StopTimer()
 		e, _ := newEnv(b, backends()[0], 0, 0)
 		writeSlots(b, e, streams, 2, 2, 256)
-		s := settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, Pending: e.pending},
+		s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, Pending: e.pending},
 			settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 				Concurrency: 16, ReapGrace: time.Hour})
 		l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
