@@ -16,6 +16,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -27,6 +28,13 @@ const (
 	TriggerOnce     = "once"     // auditor run --once
 	TriggerRetry    = "retry"    // a failed cycle retried early with backoff
 )
+
+// CrashAfterLeaseRenew is the daemon's crash point
+// (docs/architecture.md#crash-points-and-the-crash-matrix): after a lease renewal.
+const CrashAfterLeaseRenew crashpoint.Point = "lease.after-renew"
+
+// CrashPoints lists the daemon's crash points.
+func CrashPoints() []crashpoint.Point { return []crashpoint.Point{CrashAfterLeaseRenew} }
 
 // ErrPaused is returned by RunOnce while an operator has paused the star.
 var ErrPaused = errors.New("the star is paused (auditor resume lifts it)")
@@ -62,7 +70,7 @@ type Config struct {
 	Buckets     []string
 	KeyPrefixes []string
 
-	// Zero means the default.
+	// Required (validated, not defaulted): the Default* constants.
 	AdminPoll        time.Duration // fallback poll of admin requests when a NOTIFY is missed (5s)
 	GaugeInterval    time.Duration // refresh of the metastore gauges and the schema check (15s)
 	RetryMax         time.Duration // longest backoff before retrying a failed cycle (5m)
@@ -77,38 +85,28 @@ type Deps struct {
 	DB       *catalog.DB
 	Steps    []cycle.Step // run in order (docs/architecture.md#the-cycle)
 	Log      *slog.Logger
-	Metrics  *Metrics            // nil: metrics kept on a private registry
-	Gatherer prometheus.Gatherer // what /metrics serves (nil: the daemon's own metrics only)
-	Crash    func(string)        // crash points (nil: none)
-	Rules    BucketRulesReader   // the bucket rules (nil: unknown)
+	Metrics  *Metrics               // nil: metrics kept on a private registry
+	Gatherer prometheus.Gatherer    // what /metrics serves (nil: the daemon's own metrics only)
+	Crash    func(crashpoint.Point) // CrashAfterLeaseRenew (nil: none)
+	Rules    BucketRulesReader      // the bucket rules (nil: unknown)
 }
 
-func (c *Config) defaults() {
-	if c.AdminPoll <= 0 {
-		c.AdminPoll = 5 * time.Second
-	}
-	if c.GaugeInterval <= 0 {
-		c.GaugeInterval = 15 * time.Second
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = 5 * time.Minute
-	}
-	if c.RulesInterval <= 0 {
-		c.RulesInterval = 24 * time.Hour
-	}
-	if c.DBRetryMax <= 0 {
-		c.DBRetryMax = 30 * time.Second
-	}
-	if c.PruneBatch <= 0 {
-		c.PruneBatch = 1000
-	}
-	if c.LeaseCallTimeout <= 0 {
-		// A third of the ttl: a renewal stuck on a dead connection gives
-		// up in time for the next ones (on fresh connections) to save the
-		// lease, and a standby retries its takeover as often.
-		c.LeaseCallTimeout = c.LeaseTTL / 3
-	}
-}
+// Defaults of the daemon's intervals and bounds, which have no
+// configuration key (cmd/auditor maps them; tests set their own).
+const (
+	DefaultAdminPoll     = 5 * time.Second
+	DefaultGaugeInterval = 15 * time.Second
+	DefaultRetryMax      = 5 * time.Minute
+	DefaultRulesInterval = 24 * time.Hour
+	DefaultDBRetryMax    = 30 * time.Second
+	DefaultPruneBatch    = 1000
+)
+
+// DefaultLeaseCallTimeout bounds one lease acquisition or renewal attempt:
+// a third of the ttl, so a renewal stuck on a dead connection gives up in
+// time for the next ones (on fresh connections) to save the lease, and a
+// standby retries its takeover as often.
+func DefaultLeaseCallTimeout(ttl time.Duration) time.Duration { return ttl / 3 }
 
 func (c Config) validate(needSchedule bool) error {
 	var errs []error
@@ -123,6 +121,15 @@ func (c Config) validate(needSchedule bool) error {
 	}
 	if needSchedule && c.Schedule == nil {
 		errs = append(errs, errors.New("daemon: no schedule"))
+	}
+	for name, d := range map[string]time.Duration{"AdminPoll": c.AdminPoll, "GaugeInterval": c.GaugeInterval,
+		"RetryMax": c.RetryMax, "RulesInterval": c.RulesInterval, "DBRetryMax": c.DBRetryMax, "LeaseCallTimeout": c.LeaseCallTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("daemon: %s: %s must be positive", name, d))
+		}
+	}
+	if c.PruneBatch < 1 {
+		errs = append(errs, fmt.Errorf("daemon: PruneBatch: %d must be at least 1", c.PruneBatch))
 	}
 	return errors.Join(errs...)
 }
@@ -161,7 +168,6 @@ func (d *Deps) defaults(version string) error {
 // The error is the cycle's: test it with cycle.IsHalt and
 // catalog.ErrStaleToken.
 func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cycle.Counts, error) {
-	cfg.defaults()
 	if err := cfg.validate(false); err != nil {
 		return cycle.Counts{}, err
 	}
@@ -342,7 +348,7 @@ func (r *runner) hold(parent context.Context, lease heldLease) *term {
 				deadline = sent.Add(r.cfg.LeaseTTL - r.cfg.LeaseRenew/2)
 				expiry.Reset(time.Until(deadline))
 				if r.deps.Crash != nil {
-					r.deps.Crash("lease.after-renew")
+					r.deps.Crash(CrashAfterLeaseRenew)
 				}
 			case errors.Is(err, catalog.ErrStaleToken):
 				t.lose(err)

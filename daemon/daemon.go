@@ -43,7 +43,6 @@ type Daemon struct {
 
 // New checks the configuration and builds a daemon.
 func New(cfg Config, deps Deps) (*Daemon, error) {
-	cfg.defaults()
 	if err := cfg.validate(true); err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -18,8 +17,8 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/s3store"
 )
 
 // lifecycleDoc answers a bucket's GET ?lifecycle with the document it
@@ -64,19 +63,11 @@ const (
 func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := testenv.S3(t)
 	tr := &lifecycleDoc{base: http.DefaultTransport}
 	tr.set(lifecycleExpiring)
-	store, err := s3store.New(ctx, objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
-		AccessKey: env.AccessKey, SecretKey: env.SecretKey, Checksum: objstore.ChecksumParts,
-		HTTPClient: &http.Client{Transport: tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, _ := teststore.S3Store(t, teststore.Options{Transport: tr})
 	bucket := testenv.BucketName("guard")
-	if _, err := store.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	teststore.CreateBucket(t, store, bucket)
 	db, _ := newDB(t)
 	cfg := testConfig(t, "g1")
 	cfg.Buckets, cfg.KeyPrefixes = []string{bucket}, []string{"stars/s1/chain/", "buckets/"}

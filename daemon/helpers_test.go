@@ -44,6 +44,8 @@ func testConfig(t *testing.T, holder string) daemon.Config {
 		Policy: catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: 24 * time.Hour,
 			ExpressLinger: 5 * time.Minute, ExpressAgeCap: time.Hour},
 		AdminPoll: 5 * time.Second, GaugeInterval: 200 * time.Millisecond,
+		RetryMax: daemon.DefaultRetryMax, RulesInterval: daemon.DefaultRulesInterval, DBRetryMax: daemon.DefaultDBRetryMax,
+		PruneBatch: daemon.DefaultPruneBatch, LeaseCallTimeout: daemon.DefaultLeaseCallTimeout(2 * time.Second),
 	}
 }
 

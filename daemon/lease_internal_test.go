@@ -32,8 +32,8 @@ func TestLocalDeadlineCountsFromBeforeTheAcquisition(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	cfg := Config{Star: "s1", Holder: "h", LeaseTTL: 10 * time.Second, LeaseRenew: 2 * time.Second}
-	cfg.defaults()
+	cfg := Config{Star: "s1", Holder: "h", LeaseTTL: 10 * time.Second, LeaseRenew: 2 * time.Second,
+		LeaseCallTimeout: DefaultLeaseCallTimeout(10 * time.Second)}
 	deps := Deps{DB: slow}
 	if err := deps.defaults("test"); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,7 +68,8 @@ type Metrics struct {
 	Guard *GuardMetrics // schema and bucket-rule blocks (guard.go)
 }
 
-// NewMetrics builds the daemon's metrics and registers them on reg.
+// NewMetrics builds the daemon's metrics and registers them on reg (never
+// the default registerer). A name already registered there is an error.
 func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	const ns = "nova_auditor"
 	g := func(name, help string) prometheus.Gauge {
@@ -151,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	errs = append(errs, err)
 	m.Guard = guard
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("daemon metrics: %w", err)
 	}
 	if version == "" {
 		version = "dev"

@@ -35,6 +35,7 @@ func (s *leaderGaugeStep) ResetLeaderGauges() {
 func slowRenewal(t *testing.T) daemon.Config {
 	cfg := withHolder(every(t, "@every 1h"), "d1")
 	cfg.LeaseTTL, cfg.LeaseRenew = time.Hour, 30*time.Minute
+	cfg.LeaseCallTimeout = daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL)
 	cfg.AdminPoll = 100 * time.Millisecond
 	return cfg
 }

@@ -184,6 +184,7 @@ func TestATriggerSurvivesALostLease(t *testing.T) {
 	cfg := withHolder(every(t, "@every 1h"), "d1")
 	cfg.LeaseRenew = 1500 * time.Millisecond // the renewer finds out late: the step's statement first
 	cfg.LeaseTTL = 4 * time.Second
+	cfg.LeaseCallTimeout = daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL)
 	s := serve(t, cfg, db, steal)
 	eventually(t, 5*time.Second, "leads", s.leader)
 	req, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op")

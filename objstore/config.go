@@ -93,8 +93,9 @@ func (p ChecksumProbe) Configure(cfg S3Config) S3Config {
 	return cfg
 }
 
-// S3Config configures the S3 backend. Zero fields take the defaults in
-// WithDefaults; Validate names the offending field.
+// S3Config configures the S3 backend. Start from DefaultS3Config: the
+// backend takes a complete configuration, and Validate names a missing or
+// offending field.
 type S3Config struct {
 	Endpoint  string // "" = AWS's endpoint for Region
 	Region    string
@@ -144,44 +145,44 @@ type S3Config struct {
 	PutChecksum ChecksumAlgorithm
 }
 
-// WithDefaults returns c with zero fields set to their defaults.
-func (c S3Config) WithDefaults() S3Config {
-	if c.Region == "" {
-		c.Region = "us-east-1"
+// Defaults of the S3 backend. The ones an operator sets (region, attempts,
+// attempt timeout, copy concurrency) are the defaults of their
+// internal/config keys, which name these constants; the rest have no key.
+const (
+	DefaultRegion          = "us-east-1"
+	DefaultMaxAttempts     = 6
+	DefaultAttemptTimeout  = 2 * time.Minute
+	DefaultConnectTimeout  = 5 * time.Second
+	DefaultBackoffBase     = 100 * time.Millisecond
+	DefaultBackoffMax      = 10 * time.Second
+	DefaultCopyConcurrency = 4
+)
+
+// DefaultS3Config is a complete configuration with every default and no
+// endpoint, prefix or credentials (AWS's endpoint, the SDK's chain).
+func DefaultS3Config() S3Config {
+	return S3Config{
+		Region:          DefaultRegion,
+		MaxAttempts:     DefaultMaxAttempts,
+		AttemptTimeout:  DefaultAttemptTimeout,
+		ConnectTimeout:  DefaultConnectTimeout,
+		BackoffBase:     DefaultBackoffBase,
+		BackoffMax:      DefaultBackoffMax,
+		PartSize:        DefaultLimits.MaxGathered,
+		CopyConcurrency: DefaultCopyConcurrency,
+		Checksum:        ChecksumFullObject,
+		PutChecksum:     AlgorithmCRC32C,
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 6
-	}
-	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = 2 * time.Minute
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = 5 * time.Second
-	}
-	if c.BackoffBase == 0 {
-		c.BackoffBase = 100 * time.Millisecond
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = 10 * time.Second
-	}
-	if c.PartSize == 0 {
-		c.PartSize = DefaultLimits.MaxGathered
-	}
-	if c.CopyConcurrency == 0 {
-		c.CopyConcurrency = 8
-	}
-	if c.Checksum == "" {
-		c.Checksum = ChecksumFullObject
-	}
-	if c.PutChecksum == "" {
-		c.PutChecksum = AlgorithmCRC32C
-	}
-	return c
 }
 
-// Validate checks a configuration after WithDefaults.
+// Validate checks that a configuration is complete and consistent: the S3
+// backend refuses a zero field rather than defaulting it (start from
+// DefaultS3Config).
 func (c S3Config) Validate() error {
 	var errs []error
+	if c.Region == "" {
+		errs = append(errs, errors.New("Region: must be set"))
+	}
 	if err := validPrefix(c.KeyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("KeyPrefix: %w", err))
 	}
@@ -193,6 +194,9 @@ func (c S3Config) Validate() error {
 	}
 	if c.AttemptTimeout <= 0 || c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
 		errs = append(errs, errors.New("AttemptTimeout, BackoffBase, BackoffMax: must be positive, BackoffMax >= BackoffBase"))
+	}
+	if c.HTTPClient == nil && c.ConnectTimeout <= 0 {
+		errs = append(errs, errors.New("ConnectTimeout: must be positive"))
 	}
 	if c.PartSize < 2*DefaultLimits.MinPart || c.PartSize > DefaultLimits.MaxPart {
 		errs = append(errs, fmt.Errorf("PartSize: %d is outside [%d, %d]", c.PartSize, 2*DefaultLimits.MinPart, DefaultLimits.MaxPart))

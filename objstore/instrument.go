@@ -2,6 +2,8 @@ package objstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +24,8 @@ var Operations = []string{"GetObject", "HeadObject", "PutObject", "DeleteObject"
 	"CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload", "AbortMultipartUpload",
 	"ListParts", "ListMultipartUploads"}
 
-// NewMetrics builds the metrics and registers them on reg.
+// NewMetrics builds the metrics and registers them on reg (never the
+// default registerer). A name already registered there is an error.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -47,10 +50,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"operation"}),
 	}
+	var errs []error
 	for _, c := range []prometheus.Collector{m.requests, m.bytes, m.fallthroughs, m.retries, m.latency} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+		errs = append(errs, reg.Register(c))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("object store metrics: %w", err)
 	}
 	for _, p := range []string{"copied", "fetched", "uploaded"} {
 		m.bytes.WithLabelValues(p)

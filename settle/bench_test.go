@@ -43,8 +43,12 @@ func BenchmarkSettleEndToEnd(b *testing.B) {
 				e := benchEnv(b)
 				slots := writeSlots(b, e, sh.streams, sh.flights, sh.recordsPerChunk, sh.recordBytes)
 				reg := prometheus.NewRegistry()
-				s := settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, Pending: e.pending,
-					Metrics: settle.NewMetrics(reg)},
+				metrics, err := settle.NewMetrics(reg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, Pending: e.pending,
+					Metrics: metrics},
 					settle.Config{CapBytes: sh.capBytes, TargetBytes: sh.targetB, MaxStreams: 100000, MaxBytes: 1 << 50,
 						Concurrency: 4, ReapGrace: time.Hour})
 				l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 10*time.Minute)

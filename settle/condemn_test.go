@@ -22,7 +22,8 @@ import (
 // reap runs the reap step once for star under a fresh lease, with no grace.
 func (e *env) reap(star string) cycle.Counts {
 	e.t.Helper()
-	r, err := trim.NewReap(trim.Deps{DB: e.db, Store: e.store, StdBucket: e.std, ExpressBuckets: e.express}, trim.Config{})
+	r, err := trim.NewReap(trim.Deps{DB: e.db, Store: e.store, StdBucket: e.std, ExpressBuckets: e.express},
+		trim.Config{BatchSize: 1000, Concurrency: trim.DefaultConcurrency})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestAdoptionVerifiesTheStandingBytes(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, in := crashedPublish(t, b, "settle.after-complete")
+			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
 			key := in.ObjectKey
 			k, _ := bundlefmt.ParseSettledKey(key)
 			refs, _ := e.db.RefsOfStream(e.ctx, catalog.StreamID(k.Stream))
@@ -174,7 +175,7 @@ func TestFailedReadBackNeverDeletesDirectly(t *testing.T) {
 	}
 	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 	refs, _ := e.db.RefsOfStream(e.ctx, streams[0].ID)
-	s := settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
+	s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
 		Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 40,
 		Concurrency: 1, ReapGrace: time.Hour})
 	c, err := e.cycle("s1", s)

@@ -282,7 +282,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 		if applied {
 			counts.ErasuresApplied++
 			s.d.Log.Info("erasure applied", "stream", fmt.Sprintf("%x", st.ID), "first_record", er.FirstRecord, "record_count", er.RecordCount)
-			s.crash("erase.after-applied")
+			s.crash(CrashEraseAfterApplied)
 		}
 	}
 	return counts, nil

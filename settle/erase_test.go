@@ -7,6 +7,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/settle"
@@ -17,12 +18,12 @@ import (
 // for).
 // Chunks are not merged (a target of one byte), so objects keep the
 // source chunks' boundaries.
-func (e *env) eraseSettler(crash func(string)) *settle.Settler {
+func (e *env) eraseSettler(crash func(crashpoint.Point)) *settle.Settler {
 	return e.eraseSettlerCap(crash, testCap)
 }
 
-func (e *env) eraseSettlerCap(crash func(string), capBytes int64) *settle.Settler {
-	return settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
+func (e *env) eraseSettlerCap(crash func(crashpoint.Point), capBytes int64) *settle.Settler {
+	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
 		Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: capBytes, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3})
 }
@@ -351,7 +352,7 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 // points of multipart assembly are in the crash matrix (cmd/auditor),
 // with objects big enough for parts.
 func TestEraseCrashPoints(t *testing.T) {
-	points := []struct{ point, prelude string }{
+	points := []struct{ point, prelude crashpoint.Point }{
 		{"erase.after-intent", ""},
 		{"erase.after-complete", ""},
 		{"erase.after-adoption-read", "erase.after-complete"},
@@ -361,7 +362,7 @@ func TestEraseCrashPoints(t *testing.T) {
 	}
 	for _, b := range backends() {
 		for _, p := range points {
-			t.Run(b.name+"/"+p.point, func(t *testing.T) {
+			t.Run(b.name+"/"+string(p.point), func(t *testing.T) {
 				t.Parallel()
 				e, _ := newEnv(t, b, 1, 0)
 				e.write("s1", 6, sim.Faults{}, 1)
@@ -374,7 +375,7 @@ func TestEraseCrashPoints(t *testing.T) {
 					t.Fatalf("want two objects, have %d", len(entries))
 				}
 				e.record(id, entries[0].EndRecord()-2, 4) // across two objects
-				for _, pt := range []string{p.prelude, p.point} {
+				for _, pt := range []crashpoint.Point{p.prelude, p.point} {
 					if pt == "" {
 						continue
 					}

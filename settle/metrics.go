@@ -1,6 +1,11 @@
 package settle
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the settle step's own metrics; a nil *Metrics records nothing.
 type Metrics struct {
@@ -9,8 +14,9 @@ type Metrics struct {
 	footers     prometheus.Counter
 }
 
-// NewMetrics registers the settle metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// NewMetrics builds the settle metrics and registers them on reg (never the
+// default registerer). A name already registered there is an error.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		objects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nova_auditor_settled_objects_total",
@@ -25,7 +31,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Slot footer GETs (one per slot per cycle is the goal).",
 		}),
 	}
-	reg.MustRegister(m.objects, m.quarantines, m.footers)
+	var errs []error
+	for _, c := range []prometheus.Collector{m.objects, m.quarantines, m.footers} {
+		errs = append(errs, reg.Register(c))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("settle metrics: %w", err)
+	}
 	// Every label value is present from the start, so rate() and the
 	// dashboard have a series (at zero) before the first event.
 	for _, o := range []string{"published", "adopted", "failed"} {
@@ -34,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, c := range []string{ClassCorrupt, ClassChecksum, ClassUnsupported, ClassMissing, ClassTiling, ClassAdoption} {
 		m.quarantines.WithLabelValues(c)
 	}
-	return m
+	return m, nil
 }
 
 func (m *Metrics) object(outcome string) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -51,19 +52,19 @@ func (p *published) catalogEntry(stream catalog.StreamID, epoch int64) catalog.E
 }
 
 // points names the crash points of one publish path: settle's, or the
-// erasure step's rewrite (same steps, its own names).
+// erasure step's rewrite (same steps, its own names: crash.go).
 type points struct {
 	afterIntent, afterUploadCreated, afterSidecarStaged, afterPartCopied, afterPartGathered,
-	afterComplete, afterAdoptionRead, beforeCommit, afterCommit string
+	afterComplete, afterAdoptionRead, beforeCommit, afterCommit crashpoint.Point
 }
 
 var (
-	settlePoints = points{"settle.after-intent", "settle.after-upload-created", "settle.after-sidecar-staged",
-		"settle.after-part-copied", "settle.after-part-gathered", "settle.after-complete", "settle.after-adoption-read",
-		"settle.before-commit", "settle.after-commit"}
-	erasePoints = points{"erase.after-intent", "erase.after-upload-created", "erase.after-sidecar-staged",
-		"erase.after-part-copied", "erase.after-part-gathered", "erase.after-complete", "erase.after-adoption-read",
-		"erase.before-commit", "erase.after-commit"}
+	settlePoints = points{CrashAfterIntent, CrashAfterUploadCreated, CrashAfterSidecarStaged,
+		CrashAfterPartCopied, CrashAfterPartGathered, CrashAfterComplete, CrashAfterAdoptionRead,
+		CrashBeforeCommit, CrashAfterCommit}
+	erasePoints = points{CrashEraseAfterIntent, CrashEraseAfterUploadCreated, CrashEraseAfterSidecarStaged,
+		CrashEraseAfterPartCopied, CrashEraseAfterPartGathered, CrashEraseAfterComplete,
+		CrashEraseAfterAdoptionRead, CrashEraseBeforeCommit, CrashEraseAfterCommit}
 )
 
 // publish carries out steps 1-3 of docs/architecture.md#publish for one

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/pendingobj"
@@ -41,8 +42,8 @@ type Deps struct {
 	// a record of the settler's own).
 	Health  *objstore.Health
 	Log     *slog.Logger
-	Metrics *Metrics     // nil: none
-	Crash   func(string) // crash points (nil: none)
+	Metrics *Metrics               // nil: none
+	Crash   func(crashpoint.Point) // the crash points of crash.go (nil: none)
 }
 
 // Config is the settle policy.
@@ -54,7 +55,7 @@ type Config struct {
 	MaxBytes         int64
 	Concurrency      int
 	ReapGrace        time.Duration
-	FooterCacheBytes int64
+	FooterCacheBytes int64 // --settle-footer-cache-mib in bytes
 	// WindowRefs and WindowRecords bound one window of a stream's backlog:
 	// the refs read at once, and the records resolved and planned at once
 	// (a window holds at least one ref, and the chunks carried into it are
@@ -90,36 +91,24 @@ type Settler struct {
 
 var _ cycle.Step = (*Settler)(nil)
 
-// New returns the settle step.
-func New(d Deps, c Config) *Settler {
+// New returns the settle step for a complete configuration (Validate).
+func New(d Deps, c Config) (*Settler, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if d.Health == nil {
 		d.Health = objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
 	}
-	if c.Concurrency < 1 {
-		c.Concurrency = 1
-	}
-	if c.FooterCacheBytes <= 0 {
-		c.FooterCacheBytes = 256 << 20
-	}
-	if c.WindowRefs <= 0 {
-		c.WindowRefs = DefaultWindowRefs
-	}
-	if c.WindowRecords <= 0 {
-		c.WindowRecords = DefaultWindowRecords
-	}
-	if c.HotStreams <= 0 {
-		c.HotStreams = DefaultHotStreams
-	}
-	return &Settler{d: d, c: c, hot: make(chan struct{}, c.HotStreams)}
+	return &Settler{d: d, c: c, hot: make(chan struct{}, c.HotStreams)}, nil
 }
 
 // Name implements cycle.Step.
 func (s *Settler) Name() string { return "settle" }
 
-func (s *Settler) crash(name string) {
+func (s *Settler) crash(name crashpoint.Point) {
 	if s.d.Crash != nil {
 		s.d.Crash(name)
 	}
@@ -472,13 +461,13 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				commit.PrevRevision = int32(o.Rewrite.Revision)
 				commit.OldKey = o.Rewrite.Key
 			}
-			s.crash("settle.before-commit")
+			s.crash(CrashBeforeCommit)
 			if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
 				return nil, err
 			}
-			s.crash("settle.after-commit")
+			s.crash(CrashAfterCommit)
 			if commit.OldKey != "" {
-				s.crash("settle.after-reap-armed") // the rewrite's commit armed the old revision's reap
+				s.crash(CrashAfterReapArmed) // the rewrite's commit armed the old revision's reap
 			}
 			counts.BytesCopied += p.result.BytesCopied
 			counts.BytesFetched += p.result.BytesFetched

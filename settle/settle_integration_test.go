@@ -14,16 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/filestore"
-	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/pendingobj"
 	"github.com/nova/auditor/settle"
 )
@@ -42,58 +41,27 @@ type env struct {
 	content sim.Content
 }
 
+// backend is one of the stores the tests run on (teststore), each test's
+// with a standard bucket and an express set of two zones.
 type backend struct {
 	name string
-	open func(t testing.TB) (objstore.Store, string, []string)
+	open func(t testing.TB) teststore.Backend
 }
 
 func backends() []backend {
 	return []backend{
-		{"file", func(t testing.TB) (objstore.Store, string, []string) {
-			fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, b := range []string{"std", "za", "zb"} {
-				if err := fs.CreateBucket(b); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return fs, "std", []string{"za", "zb"}
-		}},
+		{"file", func(t testing.TB) teststore.Backend { return teststore.File(t, teststore.Options{Zones: 2}) }},
 		s3Backend("s3", "settle", nil, nil),
 	}
 }
 
 // s3Backend is versitygw with a standard bucket and two zone buckets named
 // after prefix, through rt when set (a fault-injecting or counting
-// transport), the config tuned by tune when set. versitygw 1.8.0 reports
-// the whole source's CRC for a ranged part copy, so full-object checksums
-// cannot be checked there: per-part checksums and read-back (what the
-// auditor's probe picks on this server).
+// transport), the config tuned by tune when set (teststore.S3: per-part
+// checksums and read-back, what the auditor's probe picks on this server).
 func s3Backend(name, prefix string, rt http.RoundTripper, tune func(*objstore.S3Config)) backend {
-	return backend{name, func(t testing.TB) (objstore.Store, string, []string) {
-		e := testenv.S3(t)
-		ctx := context.Background()
-		cfg := objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
-			AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts, VerifyReadback: true}
-		if rt != nil {
-			cfg.HTTPClient = &http.Client{Transport: rt}
-		}
-		if tune != nil {
-			tune(&cfg)
-		}
-		st, err := s3store.New(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		names := []string{testenv.BucketName(prefix), testenv.BucketName(prefix + "-za"), testenv.BucketName(prefix + "-zb")}
-		for _, b := range names {
-			if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
-				t.Fatalf("create bucket %s: %v", b, err)
-			}
-		}
-		return st, names[0], names[1:]
+	return backend{name, func(t testing.TB) teststore.Backend {
+		return teststore.S3(t, teststore.Options{Zones: 2, Prefix: prefix, Transport: rt, Tune: tune})
 	}}
 }
 
@@ -109,7 +77,8 @@ func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, s
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, std, express := b.open(t)
+	be := b.open(t)
+	store, std, express := be.Store, be.Std, be.Express
 	dir := filepath.Join(t.TempDir(), "pending")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
@@ -169,8 +138,33 @@ const (
 	testTarget = 24 << 10
 )
 
-func (e *env) settler(crash func(string)) *settle.Settler {
-	return settle.New(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
+// newSettler is settle.New for a test: the tunables that have no
+// configuration key (the window bounds, the hot streams) and the footer
+// cache are at their defaults unless c sets them; New itself takes only a
+// complete configuration.
+func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
+	e.t.Helper()
+	if c.FooterCacheBytes == 0 {
+		c.FooterCacheBytes = config.Defaults().SettleFooterCacheMiB << 20
+	}
+	if c.WindowRefs == 0 {
+		c.WindowRefs = settle.DefaultWindowRefs
+	}
+	if c.WindowRecords == 0 {
+		c.WindowRecords = settle.DefaultWindowRecords
+	}
+	if c.HotStreams == 0 {
+		c.HotStreams = settle.DefaultHotStreams
+	}
+	s, err := settle.New(d, c)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) settler(crash func(crashpoint.Point)) *settle.Settler {
+	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
 		Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour})
@@ -378,8 +372,8 @@ func TestSettleGrowsTailsByRevision(t *testing.T) {
 
 // crashAt makes a crash hook that ends the calling goroutine (as a process
 // death ends it) the first time the named point is hit.
-func crashAt(name string, hit *int) func(string) {
-	return func(n string) {
+func crashAt(name crashpoint.Point, hit *int) func(crashpoint.Point) {
+	return func(n crashpoint.Point) {
 		if n == name {
 			*hit++
 			if *hit == 1 {
@@ -391,7 +385,7 @@ func crashAt(name string, hit *int) func(string) {
 
 // crashedPublish writes a one-stream star, runs a settle cycle that dies at
 // the crash point, and returns the one publish intent it left open.
-func crashedPublish(t *testing.T, b backend, point string) (*env, catalog.Intent) {
+func crashedPublish(t *testing.T, b backend, point crashpoint.Point) (*env, catalog.Intent) {
 	t.Helper()
 	e, _ := newEnv(t, b, 1, 0)
 	e.write("s1", 8, sim.Faults{}, 1)
@@ -413,7 +407,7 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, in := crashedPublish(t, b, "settle.after-complete")
+			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
 			key := in.ObjectKey
 			standing := readAll(t, e, key)
 			// More traffic arrives before the restart: the plan for the
@@ -498,7 +492,7 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, in := crashedPublish(t, b, "settle.after-intent")
+			e, in := crashedPublish(t, b, settle.CrashAfterIntent)
 			if in.UploadID != "" {
 				t.Fatalf("an upload recorded before any was created: %+v", in)
 			}
@@ -680,8 +674,8 @@ func TestLeaseLostMidCycle(t *testing.T) {
 			}
 			var mu sync.Mutex
 			taken := false
-			steal := func(point string) {
-				if point != "settle.before-commit" {
+			steal := func(point crashpoint.Point) {
+				if point != settle.CrashBeforeCommit {
 					return
 				}
 				mu.Lock()

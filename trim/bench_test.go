@@ -18,7 +18,7 @@ import (
 // benchStores are the stores the reap benchmark runs against: memory always,
 // the real backends where the environment has them (see backends_test.go).
 func benchStores(b *testing.B) []namedStore {
-	return append([]namedStore{{name: "mem", store: newMemStore(), buckets: []string{"std"}}}, realStores(b)...)
+	return realStores(b)
 }
 
 // BenchmarkReapSlots measures the slot reap alone: a released range of
@@ -33,7 +33,7 @@ func BenchmarkReapSlots(b *testing.B) {
 			db, ctx := openDB(b)
 			fs := newFaultStore(ns.store)
 			deps := trim.Deps{DB: db, Store: fs, StdBucket: ns.buckets[0]}
-			cfg := trim.Config{ReapGrace: 0}
+			cfg := trim.Config{ReapGrace: 0, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
 			tr, _ := trim.NewTrim(deps, cfg)
 			rp, _ := trim.NewReap(deps, cfg)
 			var slots int64

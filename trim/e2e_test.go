@@ -85,13 +85,17 @@ func endToEnd(t *testing.T, ns namedStore) {
 		t.Fatal(err)
 	}
 	deps := trim.Deps{DB: db, Store: mem, StdBucket: std, ExpressBuckets: express, Metrics: metrics}
-	cfg := trim.Config{ReapGrace: grace}
+	cfg := trim.Config{ReapGrace: grace, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
 	runCycle := func(star string, f catalog.Fence, linger time.Duration) cycle.Counts {
 		t.Helper()
 		pol := catalog.DuePolicy{Linger: linger, AgeCap: 2 * linger, ExpressLinger: linger, ExpressAgeCap: 2 * linger}
-		s := settle.New(settle.Deps{DB: db, Store: mem, Reader: classReader{mem, std, express}, StdBucket: std, ExpressBuckets: express},
+		s, err := settle.New(settle.Deps{DB: db, Store: mem, Reader: classReader{mem, std, express}, StdBucket: std, ExpressBuckets: express},
 			settle.Config{Policy: pol, CapBytes: 64 << 10, TargetBytes: 16 << 10, MaxStreams: 1000, MaxBytes: 1 << 40, Concurrency: 4,
-				ReapGrace: grace})
+				ReapGrace: grace, FooterCacheBytes: 256 << 20, WindowRefs: settle.DefaultWindowRefs,
+				WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams})
+		if err != nil {
+			t.Fatal(err)
+		}
 		ret, _ := trim.NewRetention(deps, cfg)
 		tr, _ := trim.NewTrim(deps, cfg)
 		rp, _ := trim.NewReap(deps, cfg)

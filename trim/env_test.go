@@ -15,6 +15,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
@@ -44,7 +45,7 @@ type env struct {
 	settled map[catalog.StreamID]int64 // settled_through
 	reg     *prometheus.Registry
 	metrics *trim.Metrics
-	crash   func(string)
+	crash   func(crashpoint.Point)
 	plan    bytes.Buffer
 	cfg     trim.Config
 	nonce   uint64
@@ -57,10 +58,10 @@ func openDB(t testing.TB) (*catalog.DB, context.Context) {
 	return db, context.Background()
 }
 
-// newEnv is newEnvOn the in-memory store.
+// newEnv is newEnvOn the file backend.
 func newEnv(t testing.TB, class string, window int, streams ...catalog.StreamID) *env {
 	t.Helper()
-	return newEnvOn(t, namedStore{name: "mem", store: newMemStore(), buckets: []string{"std", "z1", "z2", "z3"}}, class, window, streams...)
+	return newEnvOn(t, fileStore(t), class, window, streams...)
 }
 
 func newEnvOn(t testing.TB, ns namedStore, class string, window int, streams ...catalog.StreamID) *env {
@@ -68,7 +69,7 @@ func newEnvOn(t testing.TB, ns namedStore, class string, window int, streams ...
 	db, ctx := openDB(t)
 	e := &env{t: t, ctx: ctx, db: db, store: newFaultStore(ns.store), std: ns.buckets[0], express: ns.buckets[1:4],
 		star: "s1", class: class, window: window, next: map[catalog.StreamID]int64{}, settled: map[catalog.StreamID]int64{},
-		reg: prometheus.NewRegistry(), cfg: trim.Config{ReapGrace: 0, BatchSize: 1000}}
+		reg: prometheus.NewRegistry(), cfg: trim.Config{ReapGrace: 0, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}}
 	var err error
 	if e.metrics, err = trim.NewMetrics(e.reg); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package trim
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +27,7 @@ type Metrics struct {
 }
 
 // NewMetrics builds the metrics and registers them on reg (never the
-// default registerer). It fails when a name is already registered.
+// default registerer). A name already registered there is an error.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	g := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: "nova_auditor_" + name, Help: help})
@@ -60,12 +62,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"DeleteObjects requests that failed in whole or in part, by bucket (the range stays due).", "bucket"),
 		entriesRetired: c("retention_entries_removed_total", "Catalog entries removed by retention (wholly below low_record)."),
 	}
+	var errs []error
 	for _, col := range []prometheus.Collector{m.released, m.fenceEpoch, m.fenceWait,
 		m.heldByQuarantine, m.heldEpoch, m.heldSeq, m.heldStreams, m.slotsReaped, m.objectsReaped, m.intentsDropped,
 		m.held, m.backlogSlots, m.deleteRequests, m.deleteFailures, m.entriesRetired} {
-		if err := reg.Register(col); err != nil {
-			return nil, err
-		}
+		errs = append(errs, reg.Register(col))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("trim metrics: %w", err)
 	}
 	// Every label value known up front is present from the start (the
 	// buckets when NewReap learns them), so rate() and the alerts have a

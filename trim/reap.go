@@ -51,7 +51,9 @@ var _ cycle.Step = (*Reap)(nil)
 // NewReap returns the reap step.
 func NewReap(d Deps, c Config) (*Reap, error) {
 	d.defaults()
-	c.defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	switch {
 	case d.DB == nil:
 		return nil, errors.New("reap: no database")

@@ -22,7 +22,9 @@ var _ cycle.Step = (*Retention)(nil)
 // NewRetention returns the retention step.
 func NewRetention(d Deps, c Config) (*Retention, error) {
 	d.defaults()
-	c.defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	if d.DB == nil {
 		return nil, errors.New("retention: no database")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
@@ -28,15 +29,23 @@ type Store interface {
 
 var _ Store = objstore.Store(nil)
 
-// Crash points, the names passed to Deps.Crash at each boundary.
+// Crash points of the retention, trim and reap steps
+// (docs/architecture.md#crash-points-and-the-crash-matrix); Deps.Crash is called with each.
 const (
-	CrashRetentionCommitted = "retention-committed"       // after a retention batch commits
-	CrashTrimCommitted      = "trim-cursor-committed"     // after the trim cursor commit
-	CrashSlotsBeforeDelete  = "reap-slots-before-delete"  // before each slot range's deletes
-	CrashSlotsAfterDelete   = "reap-slots-after-delete"   // after them, before the row is finished
-	CrashObjectBeforeDelete = "reap-object-before-delete" // before each batch of object deletes
-	CrashObjectAfterDelete  = "reap-object-after-delete"  // after them, before the intents are finished
+	CrashRetentionCommitted crashpoint.Point = "retention.after-commit"    // after a retention batch commits
+	CrashTrimCommitted      crashpoint.Point = "trim.after-cursor-commit"  // after the trim cursor commit
+	CrashSlotsBeforeDelete  crashpoint.Point = "reap.before-slot-delete"   // before each slot range's deletes
+	CrashSlotsAfterDelete   crashpoint.Point = "reap.after-slot-delete"    // after them, before the row is finished
+	CrashObjectBeforeDelete crashpoint.Point = "reap.before-object-delete" // before each batch of object deletes
+	CrashObjectAfterDelete  crashpoint.Point = "reap.after-object-delete"  // after them, before the intents are finished
 )
+
+// CrashPoints lists the crash points of retention, trim and reap in cycle
+// order.
+func CrashPoints() []crashpoint.Point {
+	return []crashpoint.Point{CrashRetentionCommitted, CrashTrimCommitted, CrashSlotsBeforeDelete, CrashSlotsAfterDelete,
+		CrashObjectBeforeDelete, CrashObjectAfterDelete}
+}
 
 // Deps are the collaborators of the retention, trim and reap steps.
 type Deps struct {
@@ -52,8 +61,8 @@ type Deps struct {
 	// record their failures into it (nil: a record of the step's own).
 	Health  *objstore.Health
 	Log     *slog.Logger
-	Metrics *Metrics     // nil: none
-	Crash   func(string) // crash points (nil: none)
+	Metrics *Metrics               // nil: none
+	Crash   func(crashpoint.Point) // the crash points above (nil: none)
 }
 
 // Config is the trim and reap policy.
@@ -62,11 +71,32 @@ type Config struct {
 	// BatchSize is the most keys per DeleteObjects request and the most
 	// rows per retention or reap transaction (at most 1000, the S3 limit).
 	BatchSize int
-	// Concurrency is how many slot batches are deleted at once.
+	// Concurrency is how many slot batches are deleted at once
+	// (DefaultConcurrency: it has no configuration key).
 	Concurrency int
 }
 
+// DefaultConcurrency is the slot batches deleted at once in production.
+const DefaultConcurrency = 4
+
 const maxBatch = 1000
+
+// Validate checks that the configuration is complete: the constructors
+// refuse a zero or out-of-range field rather than defaulting it (the
+// defaults live in internal/config and DefaultConcurrency).
+func (c Config) Validate() error {
+	var errs []error
+	if c.ReapGrace < 0 {
+		errs = append(errs, fmt.Errorf("trim config: ReapGrace: %s is negative", c.ReapGrace))
+	}
+	if c.BatchSize < 1 || c.BatchSize > maxBatch {
+		errs = append(errs, fmt.Errorf("trim config: BatchSize: %d must be between 1 and %d (the DeleteObjects limit)", c.BatchSize, maxBatch))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("trim config: Concurrency: %d must be at least 1", c.Concurrency))
+	}
+	return errors.Join(errs...)
+}
 
 func (d *Deps) defaults() {
 	if d.Log == nil {
@@ -77,16 +107,7 @@ func (d *Deps) defaults() {
 	}
 }
 
-func (c *Config) defaults() {
-	if c.BatchSize <= 0 || c.BatchSize > maxBatch {
-		c.BatchSize = maxBatch
-	}
-	if c.Concurrency < 1 {
-		c.Concurrency = 4
-	}
-}
-
-func (d Deps) crash(name string) {
+func (d Deps) crash(name crashpoint.Point) {
 	if d.Crash != nil {
 		d.Crash(name)
 	}
@@ -228,7 +249,9 @@ var _ cycle.Step = (*Trim)(nil)
 // NewTrim returns the trim step.
 func NewTrim(d Deps, c Config) (*Trim, error) {
 	d.defaults()
-	c.defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	if d.DB == nil {
 		return nil, errors.New("trim: no database")
 	}

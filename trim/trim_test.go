@@ -17,6 +17,7 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/trim"
@@ -569,9 +570,8 @@ func TestDryRunChangesNothing(t *testing.T) {
 // catalog object still there, nothing left armed.
 func TestCrashPointsConverge(t *testing.T) {
 	t.Parallel()
-	for _, point := range []string{trim.CrashRetentionCommitted, trim.CrashTrimCommitted, trim.CrashSlotsBeforeDelete,
-		trim.CrashSlotsAfterDelete, trim.CrashObjectBeforeDelete, trim.CrashObjectAfterDelete} {
-		t.Run(point, func(t *testing.T) {
+	for _, point := range trim.CrashPoints() {
+		t.Run(string(point), func(t *testing.T) {
 			t.Parallel()
 			a := sid(1)
 			e := newEnv(t, catalog.ClassExpress, 1, a)
@@ -583,7 +583,7 @@ func TestCrashPointsConverge(t *testing.T) {
 				t.Fatal(err)
 			}
 			fired := false
-			e.crash = func(name string) {
+			e.crash = func(name crashpoint.Point) {
 				if name == point && !fired {
 					fired = true
 					panic("crash point " + name)
@@ -620,10 +620,17 @@ func TestCrashPointsConverge(t *testing.T) {
 }
 
 // TestStepsAndMetricsConstruction: constructors refuse missing
-// dependencies; metrics register once per registry.
+// dependencies and an incomplete configuration (a zero field is an error,
+// not a default); metrics register once per registry.
 func TestStepsAndMetricsConstruction(t *testing.T) {
-	if _, err := trim.NewReap(trim.Deps{}, trim.Config{}); err == nil {
+	full := trim.Config{BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
+	if _, err := trim.NewReap(trim.Deps{}, full); err == nil {
 		t.Fatal("reap without a database")
+	}
+	for _, bad := range []trim.Config{{Concurrency: 1}, {BatchSize: 1001, Concurrency: 1}, {BatchSize: 1}, {BatchSize: 1, Concurrency: 1, ReapGrace: -1}} {
+		if _, err := trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, bad); err == nil {
+			t.Errorf("trim accepted the configuration %+v", bad)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	if _, err := trim.NewMetrics(reg); err != nil {
@@ -641,7 +648,7 @@ func TestStepsAndMetricsConstruction(t *testing.T) {
 		t.Fatalf("trim metrics beside the daemon's: %v", err)
 	}
 	var st cycle.Step
-	st, _ = trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, trim.Config{})
+	st, _ = trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, full)
 	if st.Name() != "trim" {
 		t.Fatal(st.Name())
 	}

@@ -19,9 +19,11 @@ import (
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/filestore"
 	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/trim"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
@@ -37,11 +39,11 @@ import (
 // after the grace, the trim cursor never backwards, convergence within two
 // cycles. At n=1 every point the backend can reach must be reached.
 func TestCrashMatrix(t *testing.T) {
-	crashMatrix(t, "file backend", fileCrashStore, map[string]string{
-		crashpoint.AfterSidecarStaged:      "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
-		crashpoint.AfterPartGathered:       "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
-		crashpoint.EraseAfterSidecarStaged: "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
-		crashpoint.EraseAfterPartGathered:  "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+	crashMatrix(t, "file backend", fileCrashStore, map[crashpoint.Point]string{
+		settle.CrashAfterSidecarStaged:      "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		settle.CrashAfterPartGathered:       "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		settle.CrashEraseAfterSidecarStaged: "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
+		settle.CrashEraseAfterPartGathered:  "n/a: the file backend copies every piece locally (nothing is gathered or staged)",
 	})
 }
 
@@ -54,15 +56,15 @@ func TestCrashMatrixS3(t *testing.T) {
 
 // preludes: a point reached only after an earlier crash elsewhere. An
 // adoption needs a completed object its commit never recorded.
-var preludes = map[string]string{crashpoint.AfterAdoptionRead: crashpoint.AfterComplete,
-	crashpoint.EraseAfterAdoptionRead: crashpoint.EraseAfterComplete}
+var preludes = map[crashpoint.Point]crashpoint.Point{settle.CrashAfterAdoptionRead: settle.CrashAfterComplete,
+	settle.CrashEraseAfterAdoptionRead: settle.CrashEraseAfterComplete}
 
 // twoRanges: points hit once per released slot range. For them a clean
 // cycle runs before the grace is skipped, so the armed cycle has two
 // ranges due (the previous round's and that cycle's) and n = 2 is reached.
-var twoRanges = map[string]bool{crashpoint.BeforeSlotDelete: true, crashpoint.AfterSlotDelete: true}
+var twoRanges = map[crashpoint.Point]bool{trim.CrashSlotsBeforeDelete: true, trim.CrashSlotsAfterDelete: true}
 
-func crashMatrix(t *testing.T, backend string, open crashStore, notApplicable map[string]string) {
+func crashMatrix(t *testing.T, backend string, open crashStore, notApplicable map[crashpoint.Point]string) {
 	if testing.Short() {
 		t.Skip("crash matrix runs real processes")
 	}
@@ -72,14 +74,14 @@ func crashMatrix(t *testing.T, backend string, open crashStore, notApplicable ma
 	t.Cleanup(func() {
 		var b strings.Builder
 		fmt.Fprintf(&b, "\n%-28s %-2s %s\n", "crash point ("+backend+")", "n", "outcome")
-		for _, p := range crashpoint.All() {
+		for _, p := range crashPoints() {
 			for n := 1; n <= 3; n++ {
 				fmt.Fprintf(&b, "%-28s %-2d %s\n", p, n, table[fmt.Sprintf("%s:%d", p, n)])
 			}
 		}
 		t.Log(b.String())
 	})
-	for _, point := range crashpoint.All() {
+	for _, point := range crashPoints() {
 		for n := 1; n <= 3; n++ {
 			armed := fmt.Sprintf("%s:%d", point, n)
 			why, na := notApplicable[point]
@@ -111,30 +113,13 @@ func crashMatrix(t *testing.T, backend string, open crashStore, notApplicable ma
 type crashStore func(t *testing.T, root string) (store objstore.Store, flags, env []string, flightBytes int64, capMiB string)
 
 func fileCrashStore(t *testing.T, root string) (objstore.Store, []string, []string, int64, string) {
-	fs, err := filestore.New(objstore.FileConfig{Root: filepath.Join(root, "store")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fs.CreateBucket("nova"); err != nil {
-		t.Fatal(err)
-	}
-	return fs, []string{"--fs-root", filepath.Join(root, "store"), "--bucket", "nova"}, nil, 256 << 10, "1"
+	b := teststore.File(t, teststore.Options{Root: filepath.Join(root, "store")})
+	return b.Store, b.Flags(), b.Env(), 256 << 10, "1"
 }
 
 func s3CrashStore(t *testing.T, _ string) (objstore.Store, []string, []string, int64, string) {
-	e := testenv.S3(t)
-	st, err := s3store.New(context.Background(), objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
-		AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket := testenv.BucketName("crash")
-	if _, err := st.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
-	return st, []string{"--s3-endpoint", e.Endpoint, "--s3-path-style", "--bucket", bucket},
-		[]string{"AWS_ACCESS_KEY_ID=" + e.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.SecretKey, "AWS_REGION=us-east-1"},
-		8 << 20, "16"
+	b := teststore.S3(t, teststore.Options{Prefix: "crash"})
+	return b.Store, b.Flags(), b.Env(), 8 << 20, "16"
 }
 
 type crashEnv struct {
@@ -201,7 +186,7 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 		if round == 2 {
 			e.retentionMove()
 		}
-		base := strings.SplitN(point, ":", 2)[0]
+		base := crashpoint.Point(strings.SplitN(point, ":", 2)[0])
 		if round == 2 && twoRanges[base] {
 			if code, out := e.run(""); code != 0 {
 				t.Fatalf("clean cycle before the armed one, round %d: exit %d: %s", round, code, out)
@@ -215,7 +200,7 @@ func crashRun(t *testing.T, bin, point string, open crashStore) int {
 			e.skipGrace()
 		}
 		if pre, ok := preludes[base]; ok {
-			if code, out := e.run(pre); code != 0 && code != -int(syscall.SIGKILL) {
+			if code, out := e.run(string(pre)); code != 0 && code != -int(syscall.SIGKILL) {
 				t.Fatalf("prelude cycle (%s) of round %d: exit %d: %s", pre, round, code, out)
 			}
 			e.snapshot()

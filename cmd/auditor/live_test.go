@@ -16,16 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/filestore"
-	"github.com/nova/auditor/objstore/s3store"
 )
 
 // The live-traffic test: the real `auditor serve` (a leader and a standby
@@ -108,40 +105,16 @@ type liveBackend struct {
 type liveOpener func(t *testing.T, root string) liveBackend
 
 func liveFileStore(t *testing.T, root string) liveBackend {
-	dir := filepath.Join(root, "store")
-	fs, err := filestore.New(objstore.FileConfig{Root: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range []string{"nova", "nova-za", "nova-zb"} {
-		if err := fs.CreateBucket(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return liveBackend{store: fs, bucket: "nova", express: []string{"nova-za", "nova-zb"},
-		flags:       []string{"--fs-root", dir, "--bucket", "nova", "--s3-express-buckets", "za=nova-za,zb=nova-zb"},
+	b := teststore.File(t, teststore.Options{Zones: 2, Root: filepath.Join(root, "store")})
+	return liveBackend{store: b.Store, bucket: b.Std, express: b.Express, flags: b.Flags(),
 		flightBytes: "64KiB", rate: "1MiB", capMiB: "1"}
 }
 
 func liveS3Store(t *testing.T, _ string) liveBackend {
-	e := testenv.S3(t)
-	st, err := s3store.New(context.Background(), objstore.S3Config{Endpoint: e.Endpoint, Region: e.Region, PathStyle: true,
-		AccessKey: e.AccessKey, SecretKey: e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	std, za, zb := testenv.BucketName("live"), testenv.BucketName("live-za"), testenv.BucketName("live-zb")
-	for _, b := range []string{std, za, zb} {
-		if _, err := st.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &b}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := teststore.S3(t, teststore.Options{Zones: 2, Prefix: "live"})
 	// Objects of up to 8 MiB: tail rewrites copy the standing object's
 	// bytes as server-side parts, the new records are gathered and staged.
-	return liveBackend{store: st, bucket: std, express: []string{za, zb},
-		flags: []string{"--s3-endpoint", e.Endpoint, "--s3-path-style", "--bucket", std,
-			"--s3-express-buckets", "za=" + za + ",zb=" + zb},
-		env:         []string{"AWS_ACCESS_KEY_ID=" + e.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.SecretKey, "AWS_REGION=us-east-1"},
+	return liveBackend{store: b.Store, bucket: b.Std, express: b.Express, flags: b.Flags(), env: b.Env(),
 		flightBytes: "256KiB", rate: "2MiB", capMiB: "8"}
 }
 
@@ -478,7 +451,7 @@ func (r *liveRunEnv) term(d *liveDaemon) {
 func (r *liveRunEnv) restart(d *liveDaemon) {
 	point := ""
 	if r.rnd.Float64() < 0.25 {
-		all := crashpoint.All()
+		all := crashPoints()
 		point = fmt.Sprintf("%s:%d", all[r.rnd.IntN(len(all))], 1+r.rnd.IntN(3))
 	}
 	r.fig.restarts++

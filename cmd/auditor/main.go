@@ -16,7 +16,6 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
-	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/migrations"
 )
 
@@ -101,7 +100,7 @@ func cmdVersion(_ context.Context, e env, args []string) int {
 }
 
 func cmdCrashpoints(_ context.Context, e env, _ []string) int {
-	for _, n := range crashpoint.All() {
+	for _, n := range crashPoints() {
 		fmt.Fprintln(e.stdout, n)
 	}
 	return exitOK

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/bundlefmt"
@@ -21,8 +20,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
-	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/internal/testenv/teststore"
 )
 
 // TestMonitoringAgainstPrometheus is the monitoring's proof: a real
@@ -49,15 +47,9 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 		}
 	}
 	s3e := testenv.S3(t)
-	st, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3e.Endpoint, Region: s3e.Region, PathStyle: true,
-		AccessKey: s3e.AccessKey, SecretKey: s3e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := teststore.S3Store(t, teststore.Options{})
 	bucket := testenv.BucketName("prom")
-	if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	teststore.CreateBucket(t, st, bucket)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3e.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3e.SecretKey)
 	fp := newZoneProxy(t, s3e.Endpoint)

@@ -84,6 +84,10 @@ func daemonConfig(cfg config.Config) daemon.Config {
 		ErasureAlertAfter: cfg.ErasureAlertAfter,
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
 			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
+
+		AdminPoll: daemon.DefaultAdminPoll, GaugeInterval: daemon.DefaultGaugeInterval, RetryMax: daemon.DefaultRetryMax,
+		RulesInterval: daemon.DefaultRulesInterval, DBRetryMax: daemon.DefaultDBRetryMax, PruneBatch: daemon.DefaultPruneBatch,
+		LeaseCallTimeout: daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL),
 	}
 }
 

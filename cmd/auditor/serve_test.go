@@ -8,16 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
-	"github.com/nova/auditor/objstore/s3store"
 )
 
 // Tests that start real `auditor serve` processes against real Postgres.
@@ -435,15 +434,9 @@ func TestServeSignals(t *testing.T) {
 func TestServeOnVersitygw(t *testing.T) {
 	ctx := context.Background()
 	s3e := testenv.S3(t)
-	st, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3e.Endpoint, Region: s3e.Region, PathStyle: true,
-		AccessKey: s3e.AccessKey, SecretKey: s3e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := teststore.S3Store(t, teststore.Options{})
 	bucket := testenv.BucketName("serve")
-	if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	teststore.CreateBucket(t, st, bucket)
 	url, db := migratedDBNoStar(t)
 	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 8, FenceWindow: 2, Content: sim.DefaultContent(13)}); err != nil {
 		t.Fatal(err)

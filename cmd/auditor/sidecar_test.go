@@ -8,14 +8,11 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/testenv"
-	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/internal/testenv/teststore"
+	"github.com/nova/auditor/settle"
 )
 
 // TestCorruptSidecarIsRebuiltNeverUploaded kills the auditor on versitygw
@@ -30,15 +27,9 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 	ctx := context.Background()
 	s3env := testenv.S3(t)
 	db, url := testenv.MigratedDB(t)
-	st, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3env.Endpoint, Region: s3env.Region, PathStyle: true,
-		AccessKey: s3env.AccessKey, SecretKey: s3env.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := teststore.S3Store(t, teststore.Options{})
 	bucket := testenv.BucketName("sidecar")
-	if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	teststore.CreateBucket(t, st, bucket)
 	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +82,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 			"--denorm-linger", "0s", "--holder", "sidecar-test", "--denorm-output-cap-mib", "64",
 			"--s3-endpoint", s3env.Endpoint, "--s3-path-style", "--bucket", bucket,
 			"--settle-concurrency", "1", "--log-format", "json", "--log-level", "warn"}}
-	code, out := e.run(crashpoint.AfterSidecarStaged + ":2")
+	code, out := e.run(string(settle.CrashAfterSidecarStaged) + ":2")
 	if code != -int(syscall.SIGKILL) {
 		t.Fatalf("the armed cycle was not killed at the second staged part: exit %d: %s", code, out)
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/settle"
 )
 
 // TestAStandbyDropsTheSidecarsOfIntentsAnotherLeaderFinished: pod A stages a
@@ -18,7 +18,7 @@ import (
 func TestAStandbyDropsTheSidecarsOfIntentsAnotherLeaderFinished(t *testing.T) {
 	e := newCrashEnv(t, auditorBinary(t), s3CrashStore)
 	e.write(1, sim.Faults{})
-	if code, out := e.run(crashpoint.AfterSidecarStaged); code != -int(syscall.SIGKILL) {
+	if code, out := e.run(string(settle.CrashAfterSidecarStaged)); code != -int(syscall.SIGKILL) {
 		t.Fatalf("armed run: %d %s", code, out)
 	}
 	pa := filepath.Join(e.root, "data", "pending")

@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
-	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/internal/testenv/teststore"
 )
 
 // The bounds of a cycle's Postgres transactions: per settled object, and
@@ -40,15 +38,9 @@ const (
 func cycleTransactions(t *testing.T, s3e testenv.S3Env, streams int) (txs, objects int64) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3e.Endpoint, Region: s3e.Region, PathStyle: true,
-		AccessKey: s3e.AccessKey, SecretKey: s3e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := teststore.S3Store(t, teststore.Options{})
 	bucket := testenv.BucketName("tx")
-	if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	teststore.CreateBucket(t, st, bucket)
 	url := testenv.FreshDatabase(t)
 	if code, out, errs := runCLI(t, "migrate", "--database-url", url); code != 0 {
 		t.Fatalf("migrate: %d %s %s", code, out, errs)

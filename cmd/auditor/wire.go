@@ -27,7 +27,7 @@ import (
 // server's checksum support is not probed: the probe writes an object, and
 // a plan assembles nothing.
 func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool) ([]cycle.Step, func(), error) {
-	crash, err := crashpoint.FromEnv(os.Getenv)
+	crash, err := crashpoint.FromEnv(os.Getenv, crashPoints())
 	if err != nil {
 		return nil, nil, &config.Error{Field: crashpoint.EnvVar, Msg: err.Error()}
 	}
@@ -40,15 +40,17 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 			return nil, nil, err
 		}
 	}
-	if m := storeMetrics(reg); m != nil {
-		_, s3 := store.(*s3store.Store)
-		var zones []string
-		for _, zb := range cfg.S3ExpressBuckets {
-			zones = append(zones, zb.Zone)
-		}
-		m.InitSeries(s3, zones)
-		store = objstore.Instrument(store, m)
+	sm, err := objstore.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
 	}
+	_, isS3 := store.(*s3store.Store)
+	var zones []string
+	for _, zb := range cfg.S3ExpressBuckets {
+		zones = append(zones, zb.Zone)
+	}
+	sm.InitSeries(isS3, zones)
+	store = objstore.Instrument(store, sm)
 	pending, err := openPending(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -61,10 +63,14 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	settler := settle.New(settle.Deps{
+	sem, err := settle.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	settler, err := settle.New(settle.Deps{
 		DB: db, Store: store, Reader: reader,
 		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending, Health: health,
-		Log: log.With("step", "settle"), Metrics: settle.NewMetrics(reg), Crash: crash.Func(),
+		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(),
 	}, settle.Config{
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
 			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
@@ -74,14 +80,22 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		MaxBytes:    cfg.SettleMaxBytes,
 		Concurrency: int(cfg.SettleConcurrency),
 		ReapGrace:   cfg.ReapGrace,
+
+		FooterCacheBytes: cfg.SettleFooterCacheMiB << 20,
+		WindowRefs:       settle.DefaultWindowRefs,
+		WindowRecords:    settle.DefaultWindowRecords,
+		HotStreams:       settle.DefaultHotStreams,
 	})
+	if err != nil {
+		return nil, nil, err
+	}
 	tm, err := trim.NewMetrics(reg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("trim metrics: %w", err)
+		return nil, nil, err
 	}
 	td := trim.Deps{DB: db, Store: store, StdBucket: cfg.Bucket, ExpressBuckets: express, Health: health,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
-	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize)}
+	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize), Concurrency: trim.DefaultConcurrency}
 	retention, err := trim.NewRetention(td, tc)
 	if err != nil {
 		return nil, nil, err
@@ -141,17 +155,6 @@ func probeChecksums(ctx context.Context, cfg config.Config, store objstore.Store
 	return ns, nil
 }
 
-// storeMetrics registers the object-store metrics (requests, bytes by path,
-// fall-throughs, retries) on reg; a registry that already has them (a second
-// wiring in one process) keeps the first.
-func storeMetrics(reg prometheus.Registerer) *objstore.Metrics {
-	m, err := objstore.NewMetrics(reg)
-	if err != nil {
-		return nil
-	}
-	return m
-}
-
 // openPending opens the pending-part sidecar store under --data-dir
 // (docs/architecture.md#local-pending-sidecars: namespace = the star).
 func openPending(cfg config.Config) (*pendingobj.Store, error) {
@@ -199,7 +202,7 @@ func (r *classReader) GetRange(ctx context.Context, class, key string, off, n in
 
 // leaseCrash is the crash hook of the daemon's lease renewal (the armed
 // point was validated by buildCycle).
-func leaseCrash() func(string) {
-	crash, _ := crashpoint.FromEnv(os.Getenv)
+func leaseCrash() func(crashpoint.Point) {
+	crash, _ := crashpoint.FromEnv(os.Getenv, crashPoints())
 	return crash.Func()
 }

@@ -18,11 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
 )
@@ -416,18 +415,10 @@ func TestStallingZoneCostsLittle(t *testing.T) {
 // prefix on the test S3 server, and a store that reaches them directly.
 func zoneBuckets(t *testing.T, prefix string) (testenv.S3Env, *s3store.Store, string, string, string) {
 	t.Helper()
-	ctx := context.Background()
-	s3e := testenv.S3(t)
-	direct, err := s3store.New(ctx, objstore.S3Config{Endpoint: s3e.Endpoint, Region: s3e.Region, PathStyle: true,
-		AccessKey: s3e.AccessKey, SecretKey: s3e.SecretKey, Checksum: objstore.ChecksumParts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	direct, s3e := teststore.S3Store(t, teststore.Options{})
 	std, za, zb := testenv.BucketName(prefix), testenv.BucketName(prefix+"-a"), testenv.BucketName(prefix+"-b")
 	for _, b := range []string{std, za, zb} {
-		if _, err := direct.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
-			t.Fatal(err)
-		}
+		teststore.CreateBucket(t, direct, b)
 	}
 	return s3e, direct, std, za, zb
 }

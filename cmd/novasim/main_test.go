@@ -15,8 +15,7 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/testenv"
-	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/internal/testenv/teststore"
 )
 
 // run runs novasim in-process with the given environment.
@@ -130,14 +129,8 @@ func TestWriteSlotChecksumOnS3(t *testing.T) {
 	env := testenv.S3(t)
 	ctx := context.Background()
 	bucket := testenv.BucketName("nsim")
-	st, err := s3store.New(ctx, objstore.S3Config{Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
-		AccessKey: env.AccessKey, SecretKey: env.SecretKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := teststore.S3Store(t, teststore.Options{})
+	teststore.CreateBucket(t, st, bucket)
 	vars := map[string]string{
 		"NOVA_AUDITOR_DATABASE_URL":  testenv.FreshDatabase(t),
 		"NOVA_AUDITOR_S3_ENDPOINT":   env.Endpoint,

@@ -14,10 +14,13 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nova/auditor/objstore"
 )
 
 // Config is everything the auditor can be told. Keys are the flag names.
@@ -54,6 +57,7 @@ type Config struct {
 	SettleMaxStreams     int64
 	SettleMaxBytes       int64
 	SettleConcurrency    int64
+	SettleFooterCacheMiB int64
 	CopyConcurrency      int64
 	Verify               string
 	ReapGrace            time.Duration
@@ -173,7 +177,19 @@ func parseSize(v string) (int64, error) {
 // --denorm-output-cap-mib alone is valid.
 const chunkTargetDefault = "4096"
 
-// keys is the single table of configuration keys and their defaults.
+// shortDuration is d as a flag value: 2m rather than 2m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	s, _ = strings.CutSuffix(s, "m0s")
+	if len(s) < len(d.String()) {
+		s += "m"
+	}
+	return s
+}
+
+// keys is the single table of configuration keys and their defaults. A
+// default that a library also needs (the S3 backend's) is that library's
+// Default* constant, named here.
 var keys = []key{
 	stringKey("star", "the star (write cell) to work on", "", func(c *Config) *string { return &c.Star }),
 	stringKey("database-url", "Postgres URL of the metastore (postgres://user:pass@host:5432/db)", "", func(c *Config) *string { return &c.DatabaseURL }),
@@ -181,10 +197,10 @@ var keys = []key{
 	stringKey("bucket", "the standard bucket: standard-class slots and every settled object", "nova", func(c *Config) *string { return &c.Bucket }),
 	stringKey("key-prefix", "prefix of every object key: empty or ending in /", "", func(c *Config) *string { return &c.KeyPrefix }),
 	stringKey("s3-endpoint", "S3 endpoint URL (empty: the SDK default for the region)", "", func(c *Config) *string { return &c.S3Endpoint }),
-	stringKey("s3-region", "S3 region", "us-east-1", func(c *Config) *string { return &c.S3Region }),
+	stringKey("s3-region", "S3 region", objstore.DefaultRegion, func(c *Config) *string { return &c.S3Region }),
 	boolKey("s3-path-style", "path-style S3 addressing", "false", func(c *Config) *bool { return &c.S3PathStyle }),
-	durationKey("s3-attempt-timeout", "deadline of one S3 request attempt (a stalled request is retried)", "2m", func(c *Config) *time.Duration { return &c.S3AttemptTimeout }),
-	intKey("s3-max-attempts", "attempts per S3 request before the cycle gives up on it", "6", func(c *Config) *int64 { return &c.S3MaxAttempts }),
+	durationKey("s3-attempt-timeout", "deadline of one S3 request attempt (a stalled request is retried)", shortDuration(objstore.DefaultAttemptTimeout), func(c *Config) *time.Duration { return &c.S3AttemptTimeout }),
+	intKey("s3-max-attempts", "attempts per S3 request before the cycle gives up on it", strconv.Itoa(objstore.DefaultMaxAttempts), func(c *Config) *int64 { return &c.S3MaxAttempts }),
 	{name: "s3-express-buckets", usage: "express bucket set: zone=bucket,... (one directory bucket per zone)", def: "",
 		set: func(c *Config, v string) error {
 			zb, err := ParseExpressBuckets(v)
@@ -213,7 +229,8 @@ var keys = []key{
 	intKey("settle-max-streams", "most streams settled per cycle", "10000", func(c *Config) *int64 { return &c.SettleMaxStreams }),
 	intKey("settle-max-bytes", "most unsettled bytes taken per cycle (KiB/MiB/GiB suffixes)", "64GiB", func(c *Config) *int64 { return &c.SettleMaxBytes }),
 	intKey("settle-concurrency", "streams settled at once (a cycle over many small streams is bound by S3 latency: see the runbook's sizing rule)", "16", func(c *Config) *int64 { return &c.SettleConcurrency }),
-	intKey("copy-concurrency", "parts copied or uploaded at once per object", "4", func(c *Config) *int64 { return &c.CopyConcurrency }),
+	intKey("settle-footer-cache-mib", "memory for the slot footers a settle cycle reads, in MiB (a footer evicted and needed again costs a GET)", "256", func(c *Config) *int64 { return &c.SettleFooterCacheMiB }),
+	intKey("copy-concurrency", "parts copied or uploaded at once per object", strconv.Itoa(objstore.DefaultCopyConcurrency), func(c *Config) *int64 { return &c.CopyConcurrency }),
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),
 	intKey("reap-batch-size", "most keys per DeleteObjects request and rows per retention or reap transaction (1-1000)", "1000", func(c *Config) *int64 { return &c.ReapBatchSize }),

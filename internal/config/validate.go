@@ -80,10 +80,14 @@ func (c Config) Validate() error {
 		add("denorm-chunk-target-kib", "%d must be between 1 and the output cap (%d KiB)", c.DenormChunkTargetKiB, c.DenormOutputCapMiB*1024)
 	}
 	for name, v := range map[string]int64{"settle-max-streams": c.SettleMaxStreams, "settle-max-bytes": c.SettleMaxBytes,
-		"settle-concurrency": c.SettleConcurrency, "copy-concurrency": c.CopyConcurrency, "s3-max-attempts": c.S3MaxAttempts} {
+		"settle-concurrency": c.SettleConcurrency, "settle-footer-cache-mib": c.SettleFooterCacheMiB,
+		"copy-concurrency": c.CopyConcurrency, "s3-max-attempts": c.S3MaxAttempts} {
 		if v < 1 {
 			add(name, "%d must be at least 1", v)
 		}
+	}
+	if c.SettleFooterCacheMiB > 1<<20 {
+		add("settle-footer-cache-mib", "%d must be at most 1048576 (1 TiB)", c.SettleFooterCacheMiB)
 	}
 	if c.ReapBatchSize < 1 || c.ReapBatchSize > 1000 {
 		add("reap-batch-size", "%d must be between 1 and 1000 (the DeleteObjects limit)", c.ReapBatchSize)

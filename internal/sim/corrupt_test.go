@@ -14,7 +14,7 @@ func TestCheckNamedCorruptions(t *testing.T) {
 	t.Parallel()
 	type env struct {
 		db *catalog.DB
-		ms *memStore
+		ms *faultStore
 		st Storage
 	}
 	slot := func(star string, e, s int64) string { return bundlefmt.SlotKey(star, uint64(e), uint64(s)) }
@@ -58,7 +58,7 @@ func TestCheckNamedCorruptions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			e := env{db: newTestDB(t), ms: newMemStore()}
+			e := env{db: newTestDB(t), ms: newFaultStore(t)}
 			e.st = Storage{Store: e.ms, Standard: "std"}
 			if _, err := Setup(ctx, e.db, SetupOptions{Star: "c", Streams: 6, FenceWindow: 2, Content: smallContent(21)}); err != nil {
 				t.Fatal(err)

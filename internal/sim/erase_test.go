@@ -45,10 +45,10 @@ func applyErasure(t *testing.T, db *catalog.DB, star string, e catalog.Erasure) 
 
 // erasureWorld is a written star "er" and its stream with the most
 // records, for the erasure tests of check.
-func erasureWorld(t *testing.T) (*catalog.DB, *memStore, Storage, catalog.Stream) {
+func erasureWorld(t *testing.T) (*catalog.DB, *faultStore, Storage, catalog.Stream) {
 	t.Helper()
 	ctx := context.Background()
-	db, ms := newTestDB(t), newMemStore()
+	db, ms := newTestDB(t), newFaultStore(t)
 	st := Storage{Store: ms, Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "er", Streams: 3, Content: smallContent(9)}); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestCheckExpectsTombstonesWhereErasuresApply(t *testing.T) {
 func TestWriteTimeErasures(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, ms := newTestDB(t), newMemStore()
+	db, ms := newTestDB(t), newFaultStore(t)
 	st := Storage{Store: ms, Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "we", Streams: 5, Content: smallContent(4)}); err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestWriteTimeErasures(t *testing.T) {
 func TestEraseRandom(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, ms := newTestDB(t), newMemStore()
+	db, ms := newTestDB(t), newFaultStore(t)
 	st := Storage{Store: ms, Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "rr", Streams: 4, Content: smallContent(6)}); err != nil {
 		t.Fatal(err)

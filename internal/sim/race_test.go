@@ -215,12 +215,12 @@ func TestWriterRacesMemory(t *testing.T) {
 	t.Parallel()
 	t.Run("stale-epoch", func(t *testing.T) {
 		t.Parallel()
-		testStaleWriterRace(t, newTestDB(t), Storage{Store: newMemStore(), Standard: "std"}, "r1")
+		testStaleWriterRace(t, newTestDB(t), Storage{Store: newFaultStore(t), Standard: "std"}, "r1")
 	})
 	t.Run("same-epoch", func(t *testing.T) {
 		t.Parallel()
 		// PUTs take a little while, so the two writers' windows interleave.
-		ms := newMemStore()
+		ms := newFaultStore(t)
 		ms.beforePut = func(_, _ string) error {
 			time.Sleep(time.Duration(rand.IntN(20000)) * time.Microsecond)
 			return nil
@@ -230,7 +230,7 @@ func TestWriterRacesMemory(t *testing.T) {
 	t.Run("stale-epoch-express", func(t *testing.T) {
 		t.Parallel()
 		db := newTestDB(t)
-		st := Storage{Store: newMemStore(), Standard: "std", Express: []string{"za", "zb", "zc"}}
+		st := Storage{Store: newFaultStore(t), Standard: "std", Express: []string{"za", "zb", "zc"}}
 		ctx := context.Background()
 		// An express star only: all streams on it.
 		if _, err := Setup(ctx, db, SetupOptions{Star: "base", Streams: 1, Content: smallContent(1)}); err != nil {

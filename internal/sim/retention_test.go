@@ -14,7 +14,7 @@ func TestWriteWithRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	st := Storage{Store: newMemStore(), Standard: "std"}
+	st := Storage{Store: newFaultStore(t), Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "r1", Streams: 8, Content: smallContent(3)}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ func TestCrashFaultsUnderDurationBound(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	st := Storage{Store: newMemStore(), Standard: "std"}
+	st := Storage{Store: newFaultStore(t), Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "c1", Streams: 4, Content: smallContent(5)}); err != nil {
 		t.Fatal(err)
 	}

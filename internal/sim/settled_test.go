@@ -101,7 +101,7 @@ func TestCheckSettled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	ms := newMemStore()
+	ms := newFaultStore(t)
 	st := Storage{Store: ms, Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "st1", Streams: 12, Content: smallContent(5), StreamBuckets: []string{"b0", "b1"}}); err != nil {
 		t.Fatal(err)

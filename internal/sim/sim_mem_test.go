@@ -50,7 +50,7 @@ func TestWriteCheckMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	st := Storage{Store: newMemStore(), Standard: "std", Express: []string{"za", "zb"}}
+	st := Storage{Store: newFaultStore(t), Standard: "std", Express: []string{"za", "zb"}}
 	fx, err := Setup(ctx, db, SetupOptions{Star: "s1", Streams: 40, ExpressShare: 0.25, FenceWindow: 3, Content: smallContent(7)})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestCheckFindsDamage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	ms := newMemStore()
+	ms := newFaultStore(t)
 	st := Storage{Store: ms, Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "d1", Streams: 5, Content: smallContent(1)}); err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestAmbiguousPutRetries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	ms := newMemStore()
+	ms := newFaultStore(t)
 	var n atomic.Int64
 	ms.beforePut = func(_, _ string) error {
 		if n.Add(1)%5 == 0 {
@@ -143,7 +143,7 @@ func TestStopDrainsAndCancelAborts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	st := Storage{Store: newMemStore(), Standard: "std"}
+	st := Storage{Store: newFaultStore(t), Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "stop", Streams: 10, Content: smallContent(8)}); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestRateAndInterval(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	st := Storage{Store: newMemStore(), Standard: "std"}
+	st := Storage{Store: newFaultStore(t), Standard: "std"}
 	if _, err := Setup(ctx, db, SetupOptions{Star: "rate", Streams: 10, Content: smallContent(4)}); err != nil {
 		t.Fatal(err)
 	}

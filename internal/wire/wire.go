@@ -42,20 +42,15 @@ func StoreWithPutChecksum(ctx context.Context, cfg config.Config, alg objstore.C
 		}
 		return s, nil
 	}
-	s3cfg := objstore.S3Config{
-		Endpoint:  cfg.S3Endpoint,
-		Region:    cfg.S3Region,
-		PathStyle: cfg.S3PathStyle,
-		KeyPrefix: cfg.KeyPrefix,
-		Checksum:  objstore.ChecksumFullObject,
-
-		PutChecksum: alg,
-
-		AttemptTimeout: cfg.S3AttemptTimeout,
-		MaxAttempts:    int(cfg.S3MaxAttempts),
-	}
-	if cfg.CopyConcurrency > 0 {
-		s3cfg.CopyConcurrency = int(cfg.CopyConcurrency)
+	// The keys the configuration has, over the backend's defaults for the
+	// rest (connect timeout, backoff, part size).
+	s3cfg := objstore.DefaultS3Config()
+	s3cfg.Endpoint, s3cfg.Region, s3cfg.PathStyle, s3cfg.KeyPrefix = cfg.S3Endpoint, cfg.S3Region, cfg.S3PathStyle, cfg.KeyPrefix
+	s3cfg.AttemptTimeout, s3cfg.MaxAttempts = cfg.S3AttemptTimeout, int(cfg.S3MaxAttempts)
+	s3cfg.CopyConcurrency = int(cfg.CopyConcurrency)
+	s3cfg.Checksum = objstore.ChecksumFullObject
+	if alg != "" {
+		s3cfg.PutChecksum = alg
 	}
 	if cfg.Verify == "readback" {
 		s3cfg.Checksum, s3cfg.VerifyReadback = objstore.ChecksumParts, true

@@ -67,3 +67,20 @@ func TestSlotBuckets(t *testing.T) {
 		t.Fatalf("express set: %v %v", set, err)
 	}
 }
+
+// TestStoreTakesTheConfiguredValues: the S3 backend gets the
+// configuration's values, not defaults of its own: a zero copy concurrency
+// is refused (it used to become 8 while the key's default was 4).
+func TestStoreTakesTheConfiguredValues(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	cfg.S3Endpoint, cfg.S3PathStyle = "http://127.0.0.1:1", true
+	if cfg.CopyConcurrency != objstore.DefaultCopyConcurrency || cfg.S3MaxAttempts != objstore.DefaultMaxAttempts ||
+		cfg.S3AttemptTimeout != objstore.DefaultAttemptTimeout || cfg.S3Region != objstore.DefaultRegion {
+		t.Fatalf("the configuration's S3 defaults are not the backend's: %+v", cfg)
+	}
+	cfg.CopyConcurrency = 0
+	if _, err := Store(context.Background(), cfg); err == nil {
+		t.Fatal("a zero copy concurrency was accepted")
+	}
+}

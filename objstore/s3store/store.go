@@ -43,10 +43,9 @@ type Store struct {
 
 var _ objstore.Store = (*Store)(nil)
 
-// New builds a store from cfg (defaults applied, then validated). It sends
-// no request.
+// New builds a store from a complete configuration (objstore.S3Config's
+// Validate; start from objstore.DefaultS3Config). It sends no request.
 func New(ctx context.Context, cfg objstore.S3Config) (*Store, error) {
-	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("s3 config: %w", err)
 	}

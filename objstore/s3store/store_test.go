@@ -4,6 +4,7 @@ import (
 	"context"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -14,8 +15,22 @@ import (
 	"github.com/nova/auditor/objstore/storetest"
 )
 
-// newStore returns a store on the test server; cfg's zero fields default,
-// and the server's endpoint and credentials are filled in.
+// overDefaults is objstore.DefaultS3Config with cfg's non-zero fields
+// over it: the tests name only what they change, and New takes the
+// complete configuration.
+func overDefaults(cfg objstore.S3Config) objstore.S3Config {
+	full := objstore.DefaultS3Config()
+	fv, cv := reflect.ValueOf(&full).Elem(), reflect.ValueOf(cfg)
+	for i := range cv.NumField() {
+		if !cv.Field(i).IsZero() {
+			fv.Field(i).Set(cv.Field(i))
+		}
+	}
+	return full
+}
+
+// newStore returns a store on the test server; cfg's zero fields default
+// (overDefaults), and the server's endpoint and credentials are filled in.
 func newStore(t testing.TB, cfg objstore.S3Config) *Store {
 	t.Helper()
 	env := testenv.S3(t)
@@ -25,7 +40,7 @@ func newStore(t testing.TB, cfg objstore.S3Config) *Store {
 		// versitygw 1.8.0 misreports ranged copies' checksums (TestProbe)
 		cfg.Checksum, cfg.VerifyReadback = objstore.ChecksumParts, true
 	}
-	s, err := New(context.Background(), cfg)
+	s, err := New(context.Background(), overDefaults(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +79,8 @@ func TestContract(t *testing.T) {
 // whole attempt timeout. (This sandbox answers every outbound address, so
 // an unreachable endpoint cannot be dialled for real here.)
 func TestConnectTimeout(t *testing.T) {
-	st, err := New(context.Background(), objstore.S3Config{Endpoint: "http://127.0.0.1:9", Region: "us-east-1",
-		PathStyle: true, AccessKey: "a", SecretKey: "b", ConnectTimeout: 1500 * time.Millisecond})
+	st, err := New(context.Background(), overDefaults(objstore.S3Config{Endpoint: "http://127.0.0.1:9", Region: "us-east-1",
+		PathStyle: true, AccessKey: "a", SecretKey: "b", ConnectTimeout: 1500 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
 	}

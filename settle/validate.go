@@ -1,0 +1,38 @@
+package settle
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Validate checks that the configuration is complete: New refuses a zero or
+// out-of-range field rather than defaulting it. The defaults live in one
+// place each: internal/config for the keys an operator sets (cmd/auditor
+// maps them), the Default* constants of this package for the window
+// bounds, which have no key.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("settle config: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.CapBytes < 1 {
+		bad("CapBytes", "%d must be at least 1", c.CapBytes)
+	}
+	if c.TargetBytes < 1 || c.TargetBytes > c.CapBytes {
+		bad("TargetBytes", "%d must be between 1 and CapBytes (%d)", c.TargetBytes, c.CapBytes)
+	}
+	for field, v := range map[string]int64{"MaxStreams": int64(c.MaxStreams), "MaxBytes": c.MaxBytes,
+		"Concurrency": int64(c.Concurrency), "FooterCacheBytes": c.FooterCacheBytes, "WindowRefs": int64(c.WindowRefs),
+		"WindowRecords": c.WindowRecords, "HotStreams": int64(c.HotStreams)} {
+		if v < 1 {
+			bad(field, "%d must be at least 1", v)
+		}
+	}
+	if c.ReapGrace < 0 {
+		bad("ReapGrace", "%s is negative", c.ReapGrace)
+	}
+	if p := c.Policy; p.Linger < 0 || p.AgeCap < 0 || p.ExpressLinger < 0 || p.ExpressAgeCap < 0 {
+		bad("Policy", "%+v has a negative duration", p)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,41 @@
+package settle_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/settle"
+)
+
+// TestNewRefusesAnIncompleteConfig: New takes a complete configuration and
+// names the field it refuses; a zero field is an error, not a silent
+// default (settle concurrency used to become 1 here while the
+// configuration's default was 16).
+func TestNewRefusesAnIncompleteConfig(t *testing.T) {
+	full := settle.Config{CapBytes: 1 << 20, TargetBytes: 256 << 10, MaxStreams: 10, MaxBytes: 1 << 30, Concurrency: 4,
+		ReapGrace: time.Minute, FooterCacheBytes: 1 << 20, WindowRefs: settle.DefaultWindowRefs,
+		WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams}
+	if _, err := settle.New(settle.Deps{}, full); err != nil {
+		t.Fatalf("a complete configuration: %v", err)
+	}
+	for field, zero := range map[string]func(*settle.Config){
+		"CapBytes":         func(c *settle.Config) { c.CapBytes = 0 },
+		"TargetBytes":      func(c *settle.Config) { c.TargetBytes = c.CapBytes + 1 },
+		"MaxStreams":       func(c *settle.Config) { c.MaxStreams = 0 },
+		"MaxBytes":         func(c *settle.Config) { c.MaxBytes = 0 },
+		"Concurrency":      func(c *settle.Config) { c.Concurrency = 0 },
+		"FooterCacheBytes": func(c *settle.Config) { c.FooterCacheBytes = 0 },
+		"WindowRefs":       func(c *settle.Config) { c.WindowRefs = 0 },
+		"WindowRecords":    func(c *settle.Config) { c.WindowRecords = 0 },
+		"HotStreams":       func(c *settle.Config) { c.HotStreams = 0 },
+		"ReapGrace":        func(c *settle.Config) { c.ReapGrace = -time.Second },
+	} {
+		c := full
+		zero(&c)
+		s, err := settle.New(settle.Deps{}, c)
+		if err == nil || s != nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s broken: settler %v, error %v; want an error naming %s", field, s != nil, err, field)
+		}
+	}
+}
