@@ -70,6 +70,13 @@ func (s *Store) probeCopy(ctx context.Context, bucket, base string, alg types.Ch
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
+		// Every upload of the probe's key, the recorded one and any a lost
+		// reply to CreateMultipartUpload hid from it (a retry made another).
+		if ids, err := s.ListAssemblies(cctx, bucket, dst); err == nil {
+			for _, id := range ids {
+				_ = s.AbortAssembly(cctx, bucket, dst, id)
+			}
+		}
 		for _, k := range []string{src, dst} {
 			_ = s.do(cctx, "DeleteObject", func(ctx context.Context) error {
 				_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: aws.String(k)})
