@@ -55,7 +55,7 @@ func cycleTransactions(t *testing.T, s3e testenv.S3Env, streams int) (txs, objec
 			t.Fatal(err)
 		}
 		if _, err := sim.Write(ctx, db, sim.Storage{Store: st, Standard: bucket}, sim.WriteOptions{Star: "s1",
-			Flights: int64(max(60, streams)), FlightBytes: 64 << 10, FlightInterval: time.Minute, Session: 1}); err != nil {
+			Flights: 60, FlightBytes: 64 << 10, FlightInterval: time.Minute, Session: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}()

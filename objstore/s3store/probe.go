@@ -72,9 +72,21 @@ func (s *Store) probeCopy(ctx context.Context, bucket, base string, alg types.Ch
 		defer cancel()
 		// Every upload of the probe's key, the recorded one and any a lost
 		// reply to CreateMultipartUpload hid from it (a retry made another).
-		if ids, err := s.ListAssemblies(cctx, bucket, dst); err == nil {
-			for _, id := range ids {
-				_ = s.AbortAssembly(cctx, bucket, dst, id)
+		// (The probe's keys are raw, outside the store's key rules.)
+		var out *s3.ListMultipartUploadsOutput
+		if err := s.do(cctx, "ListMultipartUploads", func(ctx context.Context) error {
+			var err error
+			out, err = s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &bucket, Prefix: aws.String(dst)})
+			return err
+		}); err == nil {
+			for _, u := range out.Uploads {
+				if aws.ToString(u.Key) != dst {
+					continue
+				}
+				_ = s.do(cctx, "AbortMultipartUpload", func(ctx context.Context) error {
+					_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &bucket, Key: &dst, UploadId: u.UploadId})
+					return err
+				})
 			}
 		}
 		for _, k := range []string{src, dst} {
