@@ -1,6 +1,7 @@
 package catalog_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"testing"
@@ -11,11 +12,9 @@ import (
 	"github.com/nova/auditor/catalog"
 )
 
-// TestRecordErasureValidates: bad input gets a clear error and records
-// nothing; the same range again is a no-op; another range at the same
-// first record is refused naming the standing one.
-func TestRecordErasureValidates(t *testing.T) {
-	t.Parallel()
+// oneStream is a database with star s1 and its stream sid(1).
+func oneStream(t *testing.T) (*catalog.DB, context.Context) {
+	t.Helper()
 	db, ctx := newDB(t)
 	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
 		t.Fatal(err)
@@ -23,6 +22,15 @@ func TestRecordErasureValidates(t *testing.T) {
 	if err := db.CreateStream(ctx, sid(1), "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
+	return db, ctx
+}
+
+// TestRecordErasureValidates: bad input gets a clear error and records
+// nothing; the same range again is a no-op; another range at the same
+// first record is refused naming the standing one.
+func TestRecordErasureValidates(t *testing.T) {
+	t.Parallel()
+	db, ctx := oneStream(t)
 	for _, c := range []struct{ first, count int64 }{{0, 0}, {0, -3}, {-1, 2}, {math.MaxInt64 - 1, 5}} {
 		if _, err := db.RecordErasure(ctx, sid(1), c.first, c.count); !errors.Is(err, catalog.ErrBadErasure) {
 			t.Errorf("erasure [%d, +%d): %v, want ErrBadErasure", c.first, c.count, err)
@@ -58,13 +66,7 @@ func TestRecordErasureValidates(t *testing.T) {
 // ApplyErasure never applies a range it cannot cover.
 func TestMalformedErasureRowsAreReportedNotApplied(t *testing.T) {
 	t.Parallel()
-	db, ctx := newDB(t)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateStream(ctx, sid(1), "s1", "b1"); err != nil {
-		t.Fatal(err)
-	}
+	db, ctx := oneStream(t)
 	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -96,13 +98,7 @@ func TestMalformedErasureRowsAreReportedNotApplied(t *testing.T) {
 // keys below the end each keep the erasure pending.
 func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	t.Parallel()
-	db, ctx := newDB(t)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateStream(ctx, sid(1), "s1", "b1"); err != nil {
-		t.Fatal(err)
-	}
+	db, ctx := oneStream(t)
 	if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 10, FooterLength: 20,
 		Batches: []catalog.AbsorbBatch{{sid(1), 0, 10}}}}); err != nil {
 		t.Fatal(err)

@@ -104,7 +104,7 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 	}
 	var fetched int64
 	reads := 0
-	out := chunks
+	var out []SourceChunk // a copy, made at the first chunk re-encoded
 	for i, c := range chunks {
 		if c.Data != nil || !dead.intersects(c.Entry.FirstRecord, c.Entry.EndRecord()) {
 			continue
@@ -123,10 +123,13 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 		if n == 0 {
 			continue
 		}
-		if &out[0] == &chunks[0] {
+		if out == nil {
 			out = append([]SourceChunk(nil), chunks...)
 		}
 		out[i] = SourceChunk{Src: c.Src, Entry: e, Data: nd, Tombstoned: n, orig: c.Entry, origData: data}
+	}
+	if out == nil {
+		return chunks, fetched, reads, nil
 	}
 	return out, fetched, reads, nil
 }
@@ -144,7 +147,7 @@ func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, 
 		src[i] = SourceChunk{Src: Source{Key: t.Key, Class: catalog.ClassStandard}, Entry: e}
 	}
 	got, fetched, reads, err := s.scrubChunks(ctx, src, dead)
-	if err != nil || &got[0] == &src[0] {
+	if err != nil {
 		return t, fetched, reads, err
 	}
 	nt := &Tail{Key: t.Key, FirstRecord: t.FirstRecord, Revision: t.Revision, Orig: t.Entries,
@@ -152,6 +155,9 @@ func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, 
 	for i, c := range got {
 		nt.Entries[i], nt.Local[i], nt.OrigData[i] = c.Entry, c.Data, c.origData
 		nt.Tombstoned += c.Tombstoned
+	}
+	if nt.Tombstoned == 0 {
+		return t, fetched, reads, nil
 	}
 	return nt, fetched, reads, nil
 }
@@ -245,6 +251,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 	dead := newDeadSet(ers)
 	var clean []catalog.EntryRevision
 	seen := map[int64]bool{}
+	var dirty []span // entries read this pass and not (yet) clean
 	for _, sp := range dead {
 		to := min(sp.to, uint64(max(st.SettledThrough, 0)))
 		if sp.from >= to {
@@ -265,6 +272,8 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 			}
 			if ok {
 				clean = append(clean, catalog.EntryRevision{FirstRecord: en.FirstRecord, Revision: rev})
+			} else {
+				dirty = append(dirty, span{uint64(en.FirstRecord), uint64(en.EndRecord())})
 			}
 		}
 	}
@@ -274,6 +283,9 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 	zero := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), 0, 0)
 	keyLow := zero[:strings.LastIndexByte(zero, '/')+1] // every settled key of the stream sorts at or after it
 	for _, er := range ers {
+		if er.EndRecord() > st.SettledThrough || overlapsAny(dirty, uint64(er.FirstRecord), uint64(er.EndRecord())) {
+			continue // cannot apply yet: no transaction to find that out (ApplyErasure checks all again)
+		}
 		keyEnd := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), uint64(er.EndRecord()), 0)
 		applied, err := s.d.DB.ApplyErasure(ctx, f, er, clean, keyLow, keyEnd)
 		if err != nil {
@@ -352,4 +364,14 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	// An adopted object may be a rewrite made under fewer erasures: the
 	// next cycle reads it again before the erasure is applied.
 	return int32(p.revision), !p.adopted, nil
+}
+
+// overlapsAny reports whether [from, to) meets any of the spans.
+func overlapsAny(spans []span, from, to uint64) bool {
+	for _, sp := range spans {
+		if sp.from < to && from < sp.to {
+			return true
+		}
+	}
+	return false
 }

@@ -295,19 +295,26 @@ func (e *env) finishErasures(s *settle.Settler, id catalog.StreamID) {
 // rewrite planned, and is re-planned behind), and the erasure step leaves
 // settle's in-flight tail rewrite to settle, which tombstones the records
 // too.
+// erasedTail settles one flight of one stream (its only object, a sub-cap
+// tail) and records an erasure of three of its records.
+func erasedTail(t *testing.T, b backend, capBytes int64) (*env, *settle.Settler, catalog.StreamID) {
+	t.Helper()
+	e, _ := newEnv(t, b, 1, 0)
+	e.write("s1", 1, sim.Faults{}, 1)
+	s := e.eraseSettlerCap(nil, capBytes)
+	e.settleOK(s)
+	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+	id := streams[0].ID
+	e.record(id, e.lastEntry(id).FirstRecord+1, 3)
+	return e, s, id
+}
+
 func TestEraseRacesATailRewrite(t *testing.T) {
 	const capBytes = 1 << 20 // a flight's chunk fits beside the tail: the next settle rewrites it
 	for _, b := range backends() {
 		t.Run(b.name+"/erasure-first", func(t *testing.T) {
 			t.Parallel()
-			e, _ := newEnv(t, b, 1, 0)
-			e.write("s1", 1, sim.Faults{}, 1)
-			s := e.eraseSettlerCap(nil, capBytes)
-			e.settleOK(s)
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			id := streams[0].ID
-			tail := e.lastEntry(id)
-			e.record(id, tail.FirstRecord+1, 3)
+			e, s, id := erasedTail(t, b, capBytes)
 			hits := 0
 			e.erase("s1", e.eraseSettlerCap(crashAt("erase.after-complete", &hits), capBytes))
 			if hits != 1 {
@@ -321,14 +328,7 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 		})
 		t.Run(b.name+"/settle-first", func(t *testing.T) {
 			t.Parallel()
-			e, _ := newEnv(t, b, 1, 0)
-			e.write("s1", 1, sim.Faults{}, 1)
-			s := e.eraseSettlerCap(nil, capBytes)
-			e.settleOK(s)
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			id := streams[0].ID
-			tail := e.lastEntry(id)
-			e.record(id, tail.FirstRecord+1, 3)
+			e, s, id := erasedTail(t, b, capBytes)
 			e.write("s1", 1, sim.Faults{}, 2)
 			hits := 0
 			e.settleOK(e.eraseSettlerCap(crashAt("settle.after-complete", &hits), capBytes))

@@ -161,7 +161,7 @@ func startServeWith(t *testing.T, name, dbURL string, o serveOptions, extra ...s
 	select {
 	case p.addr = <-out.addr:
 	case <-p.done:
-		t.Fatalf("%s exited before listening: %v", name, p.err)
+		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, strings.Join(out.lines(), "\n"))
 	case <-time.After(15 * time.Second):
 		t.Fatalf("%s does not listen", name)
 	}

@@ -109,7 +109,9 @@ func File(tb testing.TB, o Options) Backend {
 		tb.Fatal(err)
 	}
 	b := Backend{Name: "file", Store: fs, Std: "std", Zones: zones(o.Zones), Root: root}
-	b.Express = append(b.Express, b.Zones...) // a bucket is a directory named after its zone
+	for _, z := range b.Zones { // a bucket is a directory; names valid as the auditor's flags require (3+ characters)
+		b.Express = append(b.Express, b.Std+"-"+z)
+	}
 	for _, name := range b.Buckets() {
 		if err := fs.CreateBucket(name); err != nil {
 			tb.Fatal(err)
