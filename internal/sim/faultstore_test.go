@@ -9,7 +9,8 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// faultStore is the file backend (buckets std, za, zb, zc) with fault
+// faultStore is the file backend (bucket std, express buckets std-za,
+// std-zb, std-zc: see express) with fault
 // hooks and direct damage, for tests that need failures the real backends
 // do not produce on demand. It replaced an in-memory copy of a store that
 // the contract suite (objstore/storetest) would not pass.
@@ -20,11 +21,18 @@ type faultStore struct {
 	// afterPut, when set, may fail a PUT after it landed (a lost reply).
 	afterPut func(bucket, key string) error
 	t        testing.TB
+	b        teststore.Backend
 }
 
 func newFaultStore(t testing.TB) *faultStore {
-	return &faultStore{Store: teststore.File(t, teststore.Options{Zones: 3}).Store, t: t}
+	b := teststore.File(t, teststore.Options{Zones: 3})
+	return &faultStore{Store: b.Store, t: t, b: b}
 }
+
+// express is the first n express buckets in zone read order: the names
+// come from the fixture, never from a literal here (a renamed fixture once
+// left two tests writing to buckets that did not exist).
+func (m *faultStore) express(n int) []string { return m.b.Express[:n] }
 
 func (m *faultStore) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
 	if err := ctx.Err(); err != nil {

@@ -87,7 +87,11 @@ func testStaleWriterRace(t *testing.T, db *catalog.DB, st Storage, star string) 
 		if s.NextSeq >= 8 {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case r := <-aDone:
+			t.Fatalf("the first writer ended before its eighth flight: %v", r.err)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	b, err := Write(ctx, db, st, WriteOptions{Star: star, Flights: 40, FlightBytes: 8 << 10, AbsorbFlights: 2,
 		Takeover: TakeoverAlways, RecordSlots: true, Session: 2})
@@ -230,7 +234,8 @@ func TestWriterRacesMemory(t *testing.T) {
 	t.Run("stale-epoch-express", func(t *testing.T) {
 		t.Parallel()
 		db := newTestDB(t)
-		st := Storage{Store: newFaultStore(t), Standard: "std", Express: []string{"za", "zb", "zc"}}
+		fs := newFaultStore(t)
+		st := Storage{Store: fs, Standard: "std", Express: fs.express(3)}
 		ctx := context.Background()
 		// An express star only: all streams on it.
 		if _, err := Setup(ctx, db, SetupOptions{Star: "base", Streams: 1, Content: smallContent(1)}); err != nil {
@@ -250,12 +255,18 @@ func testStaleWriterRaceExpress(t *testing.T, db *catalog.DB, st Storage) {
 		_, err := Write(ctx, db, st, WriteOptions{Star: "rx", Duration: time.Minute, FlightBytes: 8 << 10, AbsorbFlights: 2})
 		a <- err
 	}()
+	// Wait for the first writer to be six flights in; if it ends first
+	// (it failed), say so instead of waiting forever.
 	for {
 		s, _ := db.GetStar(ctx, "rx")
 		if s.NextSeq >= 6 {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case err := <-a:
+			t.Fatalf("the first express writer ended before its sixth flight: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	if _, err := Write(ctx, db, st, WriteOptions{Star: "rx", Flights: 30, FlightBytes: 8 << 10, Takeover: TakeoverAlways}); err != nil {
 		t.Fatal(err)

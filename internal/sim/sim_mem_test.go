@@ -50,7 +50,8 @@ func TestWriteCheckMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newTestDB(t)
-	st := Storage{Store: newFaultStore(t), Standard: "std", Express: []string{"za", "zb"}}
+	fs := newFaultStore(t)
+	st := Storage{Store: fs, Standard: "std", Express: fs.express(2)}
 	fx, err := Setup(ctx, db, SetupOptions{Star: "s1", Streams: 40, ExpressShare: 0.25, FenceWindow: 3, Content: smallContent(7)})
 	if err != nil {
 		t.Fatal(err)
