@@ -79,49 +79,117 @@ type assign struct {
 // past epochs, and then reads every slot a ref names and verifies the
 // records the refs place there.
 func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Content, streams []*streamState) error {
-	name := star.Star
-	buckets := c.st.slotBuckets(star.ChainClass)
-	if len(buckets) == 0 {
-		return fmt.Errorf("%w: express star %q needs s3-express-buckets", ErrUsage, name)
-	}
-	eps, err := c.db.StarEpochs(ctx, name)
+	v, err := c.chainView(ctx, star)
 	if err != nil {
 		return err
 	}
-	endSeq := map[int64]*int64{}
+	if err := c.listChain(ctx, v); err != nil {
+		return err
+	}
+	if err := c.readEnvelopes(ctx, v.name, v.buckets, v.slots); err != nil {
+		return err
+	}
+	c.assignRefs(v, streams)
+	var rep ChainReport
+	c.checkSlotPlaces(v, &rep)
+	c.checkEpochs(v, &rep)
+	c.mu.Lock()
+	c.rep.Chain.Slots += rep.Slots
+	c.rep.Chain.Flights += rep.Flights
+	c.rep.Chain.Poisons += rep.Poisons
+	c.rep.Chain.Released += rep.Released
+	c.rep.Chain.Referenced += rep.Referenced
+	c.rep.Chain.Unreferenced = append(c.rep.Chain.Unreferenced, rep.Unreferenced...)
+	c.mu.Unlock()
+
+	// 5. Read every named slot and verify what the refs place there.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.opts.Concurrency)
+	for _, si := range v.slots {
+		if len(si.named) == 0 {
+			continue
+		}
+		g.Go(func() error { return c.checkNamedSlot(gctx, v.name, v.buckets, content, si) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, s := range streams {
+		c.checkRefExtents(v.name, s)
+	}
+	return nil
+}
+
+// chainState is what checkChain knows of one star: its slot buckets, epochs,
+// trim cursor and, once listed, every slot by (epoch, seq).
+type chainState struct {
+	star      catalog.Star
+	name      string
+	buckets   []string
+	eps       []catalog.StarEpoch
+	endSeq    map[int64]*int64
+	ce, cs    int64 // the trim cursor, when hasCursor
+	hasCursor bool
+	slots     map[[2]int64]*slotInfo
+}
+
+// released reports whether slot (e, s) is behind the trim cursor.
+func (v *chainState) released(e, s int64) bool {
+	return v.hasCursor && (e < v.ce || e == v.ce && s < v.cs)
+}
+
+// slot returns the slot (e, s), adding an empty one when it is not known.
+func (v *chainState) slot(e, s int64) *slotInfo {
+	id := [2]int64{e, s}
+	si := v.slots[id]
+	if si == nil {
+		si = &slotInfo{id: SlotID{Star: v.name, Epoch: e, Seq: s}, copies: make([]slotCopy, len(v.buckets))}
+		v.slots[id] = si
+	}
+	return si
+}
+
+// chainView reads the star's buckets, epochs and trim cursor, and checks
+// that the epochs are dense and end at the star's.
+func (c *checker) chainView(ctx context.Context, star catalog.Star) (*chainState, error) {
+	v := &chainState{star: star, name: star.Star, buckets: c.st.slotBuckets(star.ChainClass), endSeq: map[int64]*int64{}, slots: map[[2]int64]*slotInfo{}}
+	if len(v.buckets) == 0 {
+		return nil, fmt.Errorf("%w: express star %q needs s3-express-buckets", ErrUsage, v.name)
+	}
+	eps, err := c.db.StarEpochs(ctx, v.name)
+	if err != nil {
+		return nil, err
+	}
+	v.eps = eps
 	for i, e := range eps {
-		endSeq[e.Epoch] = e.EndSeq
+		v.endSeq[e.Epoch] = e.EndSeq
 		if e.Epoch != int64(i+1) {
-			c.invariant(name, nil, "", "epochs are not dense: epoch %d at position %d", e.Epoch, i+1)
+			c.invariant(v.name, nil, "", "epochs are not dense: epoch %d at position %d", e.Epoch, i+1)
 		}
 	}
 	if len(eps) == 0 || eps[len(eps)-1].Epoch != star.Epoch {
-		c.invariant(name, nil, "", "the star is at epoch %d, star_epochs ends at %d", star.Epoch, len(eps))
+		c.invariant(v.name, nil, "", "the star is at epoch %d, star_epochs ends at %d", star.Epoch, len(eps))
 	}
-	ce, cs, hasCursor, err := c.db.Sim().TrimCursor(ctx, name)
+	v.ce, v.cs, v.hasCursor, err = c.db.Sim().TrimCursor(ctx, v.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	released := func(e, s int64) bool { return hasCursor && (e < ce || e == ce && s < cs) }
-	window := int64(star.FenceWindow)
+	return v, nil
+}
 
-	// 1. List the chain in each bucket; read every copy's envelope.
-	slots := map[[2]int64]*slotInfo{}
+// listChain is step 1: it lists the chain in each bucket of the star's
+// class, and finds any of its slots in the other class's buckets.
+func (c *checker) listChain(ctx context.Context, v *chainState) error {
+	name := v.name
 	prefix := "stars/" + name + "/chain/"
-	for bi, b := range buckets {
+	for bi, b := range v.buckets {
 		err := c.st.Store.List(ctx, b, prefix, func(key string, size int64) error {
 			kstar, e, s, err := bundlefmt.ParseSlotKey(key)
 			if err != nil || kstar != name {
 				c.invariant(name, nil, key, "a key under the chain is not a slot key of the star: %v", err)
 				return nil
 			}
-			id := [2]int64{int64(e), int64(s)}
-			si := slots[id]
-			if si == nil {
-				si = &slotInfo{id: SlotID{Star: name, Epoch: int64(e), Seq: int64(s)}, copies: make([]slotCopy, len(buckets))}
-				slots[id] = si
-			}
-			si.copies[bi] = slotCopy{present: true, size: size}
+			v.slot(int64(e), int64(s)).copies[bi] = slotCopy{present: true, size: size}
 			return nil
 		})
 		if err != nil {
@@ -130,50 +198,50 @@ func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Con
 	}
 	// An express star's slots never live in the standard bucket, and a
 	// standard star's never in the express set.
-	other := c.st.slotBuckets(map[string]string{catalog.ClassStandard: catalog.ClassExpress, catalog.ClassExpress: catalog.ClassStandard}[star.ChainClass])
+	other := c.st.slotBuckets(map[string]string{catalog.ClassStandard: catalog.ClassExpress, catalog.ClassExpress: catalog.ClassStandard}[v.star.ChainClass])
 	for _, b := range other {
-		if containsString(buckets, b) {
+		if containsString(v.buckets, b) {
 			continue
 		}
 		err := c.st.Store.List(ctx, b, prefix, func(key string, _ int64) error {
-			c.invariant(name, nil, key, "a %s star's slot in bucket %s, outside its class's buckets", star.ChainClass, b)
+			c.invariant(name, nil, key, "a %s star's slot in bucket %s, outside its class's buckets", v.star.ChainClass, b)
 			return nil
 		})
 		if err != nil && !errors.Is(err, objstore.ErrBucketNotFound) {
 			return fmt.Errorf("list bucket %s: %w", b, err)
 		}
 	}
-	if err := c.readEnvelopes(ctx, name, buckets, slots); err != nil {
-		return err
-	}
+	return nil
+}
 
-	// 2. Refs: rows, order, tiling of the metadata, and the slots they name.
+// assignRefs is step 2: refs' rows, order and tiling of the metadata, and
+// which slots they name.
+func (c *checker) assignRefs(v *chainState, streams []*streamState) {
 	for _, s := range streams {
-		if s.Class != star.ChainClass {
-			c.invariant(name, s, "", "stream class %q on a %s star", s.Class, star.ChainClass)
+		if s.Class != v.star.ChainClass {
+			c.invariant(v.name, s, "", "stream class %q on a %s star", s.Class, v.star.ChainClass)
 		}
-		c.checkRefRows(star, s)
+		c.checkRefRows(v.star, s)
 		for i, ref := range s.refs {
 			for j, sl := range ref.Slots {
-				id := [2]int64{sl.Epoch, sl.Seq}
-				si := slots[id]
-				if si == nil {
-					si = &slotInfo{id: SlotID{Star: name, Epoch: sl.Epoch, Seq: sl.Seq}, copies: make([]slotCopy, len(buckets))}
-					slots[id] = si
-				}
+				si := v.slot(sl.Epoch, sl.Seq)
 				si.named = append(si.named, assign{s: s, ref: i, entry: j})
 			}
 		}
 	}
+}
 
-	// 3. Every slot's place in the chain.
-	var rep ChainReport
-	for _, si := range slots {
+// checkSlotPlaces is step 3: every slot's place in the chain. A slot named
+// by a ref is absorbed, so a flight, below the head, in every bucket, and
+// identical everywhere.
+func (c *checker) checkSlotPlaces(v *chainState, rep *ChainReport) {
+	name, star := v.name, v.star
+	for _, si := range v.slots {
 		e, s := si.id.Epoch, si.id.Seq
 		key := bundlefmt.SlotKey(name, uint64(e), uint64(s))
 		if si.presentAnywhere() {
 			rep.Slots++
-			end, known := endSeq[e]
+			end, known := v.endSeq[e]
 			switch {
 			case !known:
 				c.invariant(name, nil, key, "slot of epoch %d, which star_epochs does not have", e)
@@ -198,11 +266,9 @@ func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Con
 		if len(si.named) == 0 {
 			continue
 		}
-		// A slot named by a ref: absorbed, so a flight, below the head, in
-		// every bucket, identical everywhere.
 		switch {
-		case released(e, s):
-			c.invariant(name, nil, key, "a ref names a slot behind the trim cursor (%d, %d)", ce, cs)
+		case v.released(e, s):
+			c.invariant(name, nil, key, "a ref names a slot behind the trim cursor (%d, %d)", v.ce, v.cs)
 		case e > star.Epoch || e == star.Epoch && s >= star.NextSeq:
 			c.invariant(name, nil, key, "a ref names a slot at or past the absorbed head (%d, %d)", star.Epoch, star.NextSeq)
 		}
@@ -212,26 +278,30 @@ func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Con
 		for bi, cpy := range si.copies {
 			switch {
 			case !cpy.present:
-				c.invariant(name, nil, key, "a ref names a slot missing from bucket %s", buckets[bi])
+				c.invariant(name, nil, key, "a ref names a slot missing from bucket %s", v.buckets[bi])
 			case cpy.err != nil:
-				c.invariant(name, nil, key, "envelope in bucket %s: %v", buckets[bi], cpy.err)
+				c.invariant(name, nil, key, "envelope in bucket %s: %v", v.buckets[bi], cpy.err)
 			case cp != nil && (!bytes.Equal(cpy.raw, cp.raw) || cpy.size != cp.size):
-				c.invariant(name, nil, key, "an absorbed slot differs between buckets %s and %s", buckets[0], buckets[bi])
+				c.invariant(name, nil, key, "an absorbed slot differs between buckets %s and %s", v.buckets[0], v.buckets[bi])
 			}
 		}
 	}
+}
 
-	// 4. Past epochs: fenced, with the last W seqs poisons or lost flights;
-	// the current epoch: every slot below the head in place.
-	for _, ep := range eps {
+// checkEpochs is step 4: past epochs are fenced, with their last W seqs
+// poisons or lost flights; in the current epoch every slot below the head
+// is in place.
+func (c *checker) checkEpochs(v *chainState, rep *ChainReport) {
+	name, star, window := v.name, v.star, int64(v.star.FenceWindow)
+	for _, ep := range v.eps {
 		e := ep.Epoch
 		if e == star.Epoch {
 			for s := int64(0); s < star.NextSeq; s++ {
-				if released(e, s) {
+				if v.released(e, s) {
 					rep.Released++
 					continue
 				}
-				if si := slots[[2]int64{e, s}]; si == nil || !si.presentAnywhere() {
+				if si := v.slots[[2]int64{e, s}]; si == nil || !si.presentAnywhere() {
 					c.invariant(name, nil, bundlefmt.SlotKey(name, uint64(e), uint64(s)), "slot below the absorbed head %d is missing", star.NextSeq)
 				}
 			}
@@ -247,11 +317,11 @@ func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Con
 		}
 		for s := max(end-window, 0); s < end; s++ {
 			key := bundlefmt.SlotKey(name, uint64(e), uint64(s))
-			if released(e, s) {
+			if v.released(e, s) {
 				rep.Released++
 				continue
 			}
-			si := slots[[2]int64{e, s}]
+			si := v.slots[[2]int64{e, s}]
 			switch {
 			case si == nil || !si.presentAnywhere():
 				c.invariant(name, nil, key, "fence run slot of epoch %d (end_seq %d) is missing", e, end)
@@ -260,31 +330,6 @@ func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Con
 			}
 		}
 	}
-	c.mu.Lock()
-	c.rep.Chain.Slots += rep.Slots
-	c.rep.Chain.Flights += rep.Flights
-	c.rep.Chain.Poisons += rep.Poisons
-	c.rep.Chain.Released += rep.Released
-	c.rep.Chain.Referenced += rep.Referenced
-	c.rep.Chain.Unreferenced = append(c.rep.Chain.Unreferenced, rep.Unreferenced...)
-	c.mu.Unlock()
-
-	// 5. Read every named slot and verify what the refs place there.
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(c.opts.Concurrency)
-	for _, si := range slots {
-		if len(si.named) == 0 {
-			continue
-		}
-		g.Go(func() error { return c.checkNamedSlot(gctx, name, buckets, content, si) })
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	for _, s := range streams {
-		c.checkRefExtents(name, s)
-	}
-	return nil
 }
 
 func containsString(list []string, s string) bool {
