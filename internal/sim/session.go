@@ -109,123 +109,55 @@ func (w *writer) newSession(ctx context.Context, nonce uint64, epoch int64, idx 
 // written flights go to the absorber in seq order, in absorb batches.
 func (s *session) run(ctx context.Context) outcome {
 	w := s.w
-	window := int64(w.star.FenceWindow)
-	perTx := w.opts.AbsorbFlights
-	maxPending := int64(max(2*perTx, int(window)) + int(window))
-
 	bctx, stopBuild := context.WithCancel(ctx)
 	defer stopBuild()
 	buildCh := make(chan *flight)
 	go s.builder(bctx, buildCh)
-	putCh := make(chan *flight, window)
-	absIn := make(chan []*flight)
-	absOut := make(chan absorbResult)
-	go s.absorber(ctx, absIn, absOut)
+	p := &pipeline{
+		s: s, window: int64(w.star.FenceWindow), perTx: w.opts.AbsorbFlights,
+		putCh: make(chan *flight, w.star.FenceWindow), absIn: make(chan []*flight), absOut: make(chan absorbResult),
+		pending: map[int64]*flight{}, written: map[int64]bool{},
+		low: s.firstSeq, nextAbs: s.firstSeq, nextStart: s.firstSeq, building: true,
+	}
+	p.maxPending = int64(max(2*p.perTx, int(p.window)) + int(p.window))
+	go s.absorber(ctx, p.absIn, p.absOut)
 	tick := time.NewTicker(max(w.opts.FlightInterval/4, 5*time.Millisecond))
 	defer tick.Stop()
 
-	var (
-		pending           = map[int64]*flight{} // PUT started, not yet handed on
-		written           = map[int64]bool{}    // PUT done at or past low
-		low, nextAbs      = s.firstSeq, s.firstSeq
-		nextStart         = s.firstSeq
-		inflight          int64
-		unabsorbed        int64
-		batch             []*flight
-		batchAt           time.Time
-		absBusy, building = false, true
-		halt              error
-		fenceCh           chan fenceResult
-		done              = ctx.Done()
-	)
+	done := ctx.Done()
 	for {
-		// Hand written flights on in seq order.
-		for halt == nil {
-			f := pending[nextAbs]
-			if f == nil || !f.done {
-				break
-			}
-			delete(pending, nextAbs)
-			nextAbs++
-			switch {
-			case f.crash:
-				halt = errCrash
-			case f.lost:
-				unabsorbed--
-			default:
-				if len(batch) == 0 {
-					batchAt = time.Now()
-				}
-				batch = append(batch, f)
-			}
-		}
-		if halt == nil && !absBusy && len(batch) > 0 &&
-			(len(batch) >= perTx || !building || time.Since(batchAt) >= w.opts.FlightInterval) {
-			n := min(len(batch), perTx)
-			absIn <- batch[:n:n]
-			batch = batch[n:]
-			batchAt = time.Now()
-			absBusy = true
-		}
-		if inflight == 0 && !absBusy && (halt != nil || !building && len(pending) == 0 && len(batch) == 0) {
+		p.handOn()
+		p.dispatchBatch()
+		if p.inflight == 0 && !p.absBusy && (p.halt != nil || !p.building && len(p.pending) == 0 && len(p.batch) == 0) {
 			break
 		}
-
 		var recv chan *flight
-		if building && halt == nil && nextStart < low+window && unabsorbed < maxPending {
+		if p.building && p.halt == nil && p.nextStart < p.low+p.window && p.unabsorbed < p.maxPending {
 			recv = buildCh
 		}
 		select {
 		case f, ok := <-recv:
 			if !ok {
-				building = false
+				p.building = false
 				continue
 			}
-			if f.buildErr != nil {
-				halt = f.buildErr
-				break
-			}
-			pending[f.seq] = f
-			nextStart = f.seq + 1
-			inflight++
-			unabsorbed++
-			go s.put(ctx, f, putCh)
-			if f.failover && fenceCh == nil {
-				w.c.failovers.Add(1)
-				fenceCh = make(chan fenceResult, 1)
-				go func(nonce uint64) {
-					e, err := w.fence(ctx, nonce)
-					fenceCh <- fenceResult{nonce: nonce, epoch: e, err: err}
-				}(newNonce())
-			}
-		case f := <-putCh:
-			inflight--
-			f.done = true
-			if f.putErr != nil {
-				if halt == nil {
-					halt = f.putErr
-				}
-				break
-			}
-			written[f.seq] = true
-			for written[low] {
-				delete(written, low)
-				low++
-			}
-		case r := <-absOut:
-			absBusy = false
-			unabsorbed -= int64(r.n)
-			if r.err != nil && halt == nil {
-				halt = r.err
+			p.started(ctx, f)
+		case f := <-p.putCh:
+			p.put(f)
+		case r := <-p.absOut:
+			p.absBusy = false
+			p.unabsorbed -= int64(r.n)
+			if r.err != nil && p.halt == nil {
+				p.halt = r.err
 			}
 		case <-tick.C:
 		case <-done:
 			done = nil // the PUTs and the absorber see it too and end soon
-			if halt == nil {
-				halt = ctx.Err()
+			if p.halt == nil {
+				p.halt = ctx.Err()
 			}
 		}
-		if halt != nil {
+		if p.halt != nil {
 			stopBuild()
 		}
 	}
@@ -233,10 +165,121 @@ func (s *session) run(ctx context.Context) outcome {
 	// before its bottom stops the builder: stop it here, or it would build
 	// flights for nothing until a bound ends the run.
 	stopBuild()
-	close(absIn)
+	close(p.absIn)
 	for range buildCh { // let the builder go
 	}
+	return s.outcome(p.halt, p.fenceCh)
+}
 
+// pipeline is run's state: the flights between the builder, their PUTs and
+// the absorber. Only run's goroutine touches it.
+type pipeline struct {
+	s            *session
+	window       int64
+	perTx        int
+	maxPending   int64
+	putCh        chan *flight
+	absIn        chan []*flight
+	absOut       chan absorbResult
+	pending      map[int64]*flight // PUT started, not yet handed on
+	written      map[int64]bool    // PUT done at or past low
+	low, nextAbs int64
+	nextStart    int64
+	inflight     int64
+	unabsorbed   int64
+	batch        []*flight
+	batchAt      time.Time
+	absBusy      bool
+	building     bool
+	halt         error
+	fenceCh      chan fenceResult
+}
+
+// handOn hands written flights on in seq order: into the absorb batch, or
+// counted off when lost; a crash fault halts.
+func (p *pipeline) handOn() {
+	for p.halt == nil {
+		f := p.pending[p.nextAbs]
+		if f == nil || !f.done {
+			return
+		}
+		delete(p.pending, p.nextAbs)
+		p.nextAbs++
+		switch {
+		case f.crash:
+			p.halt = errCrash
+		case f.lost:
+			p.unabsorbed--
+		default:
+			if len(p.batch) == 0 {
+				p.batchAt = time.Now()
+			}
+			p.batch = append(p.batch, f)
+		}
+	}
+}
+
+// dispatchBatch sends the absorber a batch when it is idle and the batch
+// is full, the builder is done, or the batch has waited a flight interval.
+func (p *pipeline) dispatchBatch() {
+	if p.halt != nil || p.absBusy || len(p.batch) == 0 {
+		return
+	}
+	if len(p.batch) < p.perTx && p.building && time.Since(p.batchAt) < p.s.w.opts.FlightInterval {
+		return
+	}
+	n := min(len(p.batch), p.perTx)
+	p.absIn <- p.batch[:n:n]
+	p.batch = p.batch[n:]
+	p.batchAt = time.Now()
+	p.absBusy = true
+}
+
+// started takes a built flight: its PUT starts, and a failover fault
+// starts the fence of a new writer (once).
+func (p *pipeline) started(ctx context.Context, f *flight) {
+	if f.buildErr != nil {
+		p.halt = f.buildErr
+		return
+	}
+	w := p.s.w
+	p.pending[f.seq] = f
+	p.nextStart = f.seq + 1
+	p.inflight++
+	p.unabsorbed++
+	go p.s.put(ctx, f, p.putCh)
+	if f.failover && p.fenceCh == nil {
+		w.c.failovers.Add(1)
+		p.fenceCh = make(chan fenceResult, 1)
+		go func(nonce uint64) {
+			e, err := w.fence(ctx, nonce)
+			p.fenceCh <- fenceResult{nonce: nonce, epoch: e, err: err}
+		}(newNonce())
+	}
+}
+
+// put takes a finished PUT: a failure halts; a success moves low past
+// every written seq.
+func (p *pipeline) put(f *flight) {
+	p.inflight--
+	f.done = true
+	if f.putErr != nil {
+		if p.halt == nil {
+			p.halt = f.putErr
+		}
+		return
+	}
+	p.written[f.seq] = true
+	for p.written[p.low] {
+		delete(p.written, p.low)
+		p.low++
+	}
+}
+
+// outcome is how the session ended: a failover's new writer, a crash, a
+// fence by another writer, or an error.
+func (s *session) outcome(halt error, fenceCh chan fenceResult) outcome {
+	w := s.w
 	fenced := isTaken(halt) || errors.Is(halt, catalog.ErrFenced)
 	if fenceCh != nil {
 		r := <-fenceCh
