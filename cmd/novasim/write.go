@@ -3,67 +3,29 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/objstore"
 )
 
 func cmdWrite(ctx context.Context, e env, args []string) int {
 	fs, l := newFlags(e, "write")
-	var (
-		o        sim.WriteOptions
-		takeover string
-		progress string
-		slotSum  string
-	)
-	fs.Int64Var(&o.Flights, "flights", 0, "stop after this many flights are written (per star)")
-	sizeVar(fs, &o.Bytes, "bytes", 0, "stop after this many flight bytes are written (per star; KiB/MiB/GiB suffixes)")
-	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (none of flights, bytes, duration: until interrupted)")
-	fs.DurationVar(&o.FlightInterval, "flight-interval", 200*time.Millisecond, "flush a flight at least this often")
-	sizeVar(fs, &o.FlightBytes, "flight-bytes", 1<<20, "or as soon as it holds this many bytes")
-	fs.IntVar(&o.AbsorbFlights, "absorb-flights", 4, "flights absorbed per metastore transaction")
-	fs.IntVar(&o.MaxBatch, "max-batch", 32, "producer batch size of the hottest stream, in records")
-	sizeVar(fs, &o.Rate, "rate", 0, "producer content bytes per second per star (0: as fast as possible)")
-	shareVar(fs, &o.Faults.Failover, "fail-failover", 0, "per flight: a new writer fences this one while its PUTs are in flight")
-	shareVar(fs, &o.Faults.Lost, "fail-lost", 0, "per flight: the flight is written and never absorbed")
-	shareVar(fs, &o.Faults.Crash, "fail-crash", 0, "per flight: the writer crashes between the PUT and its absorb")
-	shareVar(fs, &o.Faults.LostReply, "fail-lost-reply", 0, "per flight: the PUT's reply is lost; the writer knows its slot by the nonce")
-	shareVar(fs, &o.Faults.Erase, "erase-rate", 0, "per flight: once absorbed, record an erasure of 1 to 4 of its records")
-	fs.DurationVar(&o.RetentionEvery, "retention-every", 0, "raise the low_record of a random stream to a random live record this often (0: never)")
-	fs.StringVar(&takeover, "takeover", "auto", "auto (fence unless the star is pristine), always, or never (write at the current epoch: a stale writer)")
-	fs.StringVar(&slotSum, "slot-checksum", "crc32c", "checksum algorithm slots are stored with on S3: crc32c, crc32, sha256 or none (the server's default); "+
-		"versitygw 1.8.0 can check a ranged copy's CRC-32C only from a source not stored with crc32c")
-	fs.StringVar(&progress, "progress", "auto", "auto (a bar on a terminal, else a line every 5s), bar, line or none")
+	var o sim.WriteOptions
+	wf := writeFlags(fs, &o)
 	cfg, err := parse(e, fs, l, args, "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	switch takeover {
-	case "auto":
-		o.Takeover = sim.TakeoverAuto
-	case "always":
-		o.Takeover = sim.TakeoverAlways
-	case "never":
-		o.Takeover = sim.TakeoverNever
-	default:
-		return exitCode(e, cfg, &config.Error{Field: "takeover", Msg: fmt.Sprintf("%q must be auto, always or never", takeover)})
-	}
-	if progress == "auto" {
-		progress = "line"
-		if logging.IsTerminal(e.stderr) {
-			progress = "bar"
-		}
-	}
-	if progress != "bar" && progress != "line" && progress != "none" {
-		return exitCode(e, cfg, &config.Error{Field: "progress", Msg: fmt.Sprintf("%q must be auto, bar, line or none", progress)})
-	}
-	put, err := slotChecksum(slotSum)
+	progress, put, err := wf.resolve(e, &o)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -77,42 +39,13 @@ func cmdWrite(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	defer db.Close()
-
-	stars := []string{cfg.Star}
-	if cfg.Star == "" {
-		profs, err := db.Sim().Stars(ctx)
-		if err != nil {
-			return exitCode(e, cfg, err)
-		}
-		stars = stars[:0]
-		for _, p := range profs {
-			stars = append(stars, p.Star)
-		}
-		if len(stars) == 0 {
-			return exitCode(e, cfg, fmt.Errorf("%w: no star was set up (run novasim setup)", sim.ErrUsage))
-		}
+	stars, err := starsToWrite(ctx, db, cfg.Star)
+	if err != nil {
+		return exitCode(e, cfg, err)
 	}
-
-	// The first interrupt drains (stop producing, absorb what is written);
-	// the second aborts.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := make(chan struct{})
-	o.Stop = stop
-	go func() {
-		select {
-		case <-e.signals:
-		case <-ctx.Done():
-			return
-		}
-		fmt.Fprintln(e.stderr, "\nnovasim: stopping: absorbing what is written (interrupt again to abort)")
-		close(stop)
-		select {
-		case <-e.signals:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	o.Stop = drainOnInterrupt(ctx, e, cancel)
 
 	p := newProgress(e.stderr, progress, o, len(stars))
 	results := make([]sim.WriteStats, len(stars))
@@ -143,6 +76,107 @@ func cmdWrite(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	return exitOK
+}
+
+// writeFlagValues are write's flags that need resolving after parsing.
+type writeFlagValues struct {
+	takeover, progress, slotSum string
+}
+
+// writeFlags defines write's flags: those that are options directly into
+// o, the rest into the returned values.
+func writeFlags(fs *flag.FlagSet, o *sim.WriteOptions) *writeFlagValues {
+	var v writeFlagValues
+	fs.Int64Var(&o.Flights, "flights", 0, "stop after this many flights are written (per star)")
+	sizeVar(fs, &o.Bytes, "bytes", 0, "stop after this many flight bytes are written (per star; KiB/MiB/GiB suffixes)")
+	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (none of flights, bytes, duration: until interrupted)")
+	fs.DurationVar(&o.FlightInterval, "flight-interval", 200*time.Millisecond, "flush a flight at least this often")
+	sizeVar(fs, &o.FlightBytes, "flight-bytes", 1<<20, "or as soon as it holds this many bytes")
+	fs.IntVar(&o.AbsorbFlights, "absorb-flights", 4, "flights absorbed per metastore transaction")
+	fs.IntVar(&o.MaxBatch, "max-batch", 32, "producer batch size of the hottest stream, in records")
+	sizeVar(fs, &o.Rate, "rate", 0, "producer content bytes per second per star (0: as fast as possible)")
+	shareVar(fs, &o.Faults.Failover, "fail-failover", 0, "per flight: a new writer fences this one while its PUTs are in flight")
+	shareVar(fs, &o.Faults.Lost, "fail-lost", 0, "per flight: the flight is written and never absorbed")
+	shareVar(fs, &o.Faults.Crash, "fail-crash", 0, "per flight: the writer crashes between the PUT and its absorb")
+	shareVar(fs, &o.Faults.LostReply, "fail-lost-reply", 0, "per flight: the PUT's reply is lost; the writer knows its slot by the nonce")
+	shareVar(fs, &o.Faults.Erase, "erase-rate", 0, "per flight: once absorbed, record an erasure of 1 to 4 of its records")
+	fs.DurationVar(&o.RetentionEvery, "retention-every", 0, "raise the low_record of a random stream to a random live record this often (0: never)")
+	fs.StringVar(&v.takeover, "takeover", "auto", "auto (fence unless the star is pristine), always, or never (write at the current epoch: a stale writer)")
+	fs.StringVar(&v.slotSum, "slot-checksum", "crc32c", "checksum algorithm slots are stored with on S3: crc32c, crc32, sha256 or none (the server's default); "+
+		"versitygw 1.8.0 can check a ranged copy's CRC-32C only from a source not stored with crc32c")
+	fs.StringVar(&v.progress, "progress", "auto", "auto (a bar on a terminal, else a line every 5s), bar, line or none")
+	return &v
+}
+
+// resolve checks the takeover, progress and slot checksum flags, sets
+// o.Takeover, and returns the progress style and the slot PUT checksum.
+func (v *writeFlagValues) resolve(e env, o *sim.WriteOptions) (string, objstore.ChecksumAlgorithm, error) {
+	var none objstore.ChecksumAlgorithm
+	switch v.takeover {
+	case "auto":
+		o.Takeover = sim.TakeoverAuto
+	case "always":
+		o.Takeover = sim.TakeoverAlways
+	case "never":
+		o.Takeover = sim.TakeoverNever
+	default:
+		return "", none, &config.Error{Field: "takeover", Msg: fmt.Sprintf("%q must be auto, always or never", v.takeover)}
+	}
+	progress := v.progress
+	if progress == "auto" {
+		progress = "line"
+		if logging.IsTerminal(e.stderr) {
+			progress = "bar"
+		}
+	}
+	if progress != "bar" && progress != "line" && progress != "none" {
+		return "", none, &config.Error{Field: "progress", Msg: fmt.Sprintf("%q must be auto, bar, line or none", progress)}
+	}
+	put, err := slotChecksum(v.slotSum)
+	if err != nil {
+		return "", none, err
+	}
+	return progress, put, nil
+}
+
+// starsToWrite is the star the flags name, or every star set up.
+func starsToWrite(ctx context.Context, db *catalog.DB, star string) ([]string, error) {
+	if star != "" {
+		return []string{star}, nil
+	}
+	profs, err := db.Sim().Stars(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var stars []string
+	for _, p := range profs {
+		stars = append(stars, p.Star)
+	}
+	if len(stars) == 0 {
+		return nil, fmt.Errorf("%w: no star was set up (run novasim setup)", sim.ErrUsage)
+	}
+	return stars, nil
+}
+
+// drainOnInterrupt returns the writers' stop channel: the first interrupt
+// closes it (stop producing, absorb what is written); the second cancels.
+func drainOnInterrupt(ctx context.Context, e env, cancel context.CancelFunc) chan struct{} {
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-e.signals:
+		case <-ctx.Done():
+			return
+		}
+		fmt.Fprintln(e.stderr, "\nnovasim: stopping: absorbing what is written (interrupt again to abort)")
+		close(stop)
+		select {
+		case <-e.signals:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return stop
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
