@@ -67,35 +67,7 @@ func (s *Store) ProbeChecksum(ctx context.Context, bucket string) (objstore.Chec
 func (s *Store) probeCopy(ctx context.Context, bucket, base string, alg types.ChecksumAlgorithm, complete bool) (stored objstore.ChecksumAlgorithm, ok, refused bool, err error) {
 	src, dst := base+"/src", base+"/dst"
 	body := []byte("ab")
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		// Every upload of the probe's key, the recorded one and any a lost
-		// reply to CreateMultipartUpload hid from it (a retry made another).
-		// (The probe's keys are raw, outside the store's key rules.)
-		var out *s3.ListMultipartUploadsOutput
-		if err := s.do(cctx, "ListMultipartUploads", func(ctx context.Context) error {
-			var err error
-			out, err = s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &bucket, Prefix: aws.String(dst)})
-			return err
-		}); err == nil {
-			for _, u := range out.Uploads {
-				if aws.ToString(u.Key) != dst {
-					continue
-				}
-				_ = s.do(cctx, "AbortMultipartUpload", func(ctx context.Context) error {
-					_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &bucket, Key: &dst, UploadId: u.UploadId})
-					return err
-				})
-			}
-		}
-		for _, k := range []string{src, dst} {
-			_ = s.do(cctx, "DeleteObject", func(ctx context.Context) error {
-				_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: aws.String(k)})
-				return err
-			})
-		}
-	}()
+	defer s.removeProbe(ctx, bucket, src, dst)
 	err = s.do(ctx, "PutObject", func(ctx context.Context) error {
 		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
 			Bucket: &bucket, Key: &src, Body: bytes.NewReader(body), ContentLength: aws.Int64(2), ChecksumAlgorithm: alg,
@@ -154,6 +126,17 @@ func (s *Store) probeCopy(ctx context.Context, bucket, base string, alg types.Ch
 	if !complete {
 		return stored, true, false, nil
 	}
+	ok, err = s.probeComplete(ctx, bucket, dst, uploadID, part, body, want)
+	if err != nil {
+		return "", false, false, err
+	}
+	return stored, ok, false, nil
+}
+
+// probeComplete completes the probe's upload first with a wrong
+// whole-object CRC-32C, then with the right one: the copy is checked only
+// when the server refuses the wrong one and accepts the right one.
+func (s *Store) probeComplete(ctx context.Context, bucket, dst, uploadID string, part *types.CopyPartResult, body []byte, want string) (bool, error) {
 	completeWith := func(full string) error {
 		return s.do(ctx, "CompleteMultipartUpload", func(ctx context.Context) error {
 			_, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
@@ -169,16 +152,48 @@ func (s *Store) probeCopy(ctx context.Context, bucket, base string, alg types.Ch
 	var te *objstore.TransientError
 	switch err := completeWith(objstore.EncodeCRC32C(objstore.CRC32C(body))); {
 	case err == nil:
-		return stored, false, false, nil // a wrong whole-object CRC was accepted: nothing is checked
+		return false, nil // a wrong whole-object CRC was accepted: nothing is checked
 	case errors.As(err, &te):
-		return "", false, false, err
+		return false, err
 	}
 	switch err := completeWith(want); {
 	case err == nil:
-		return stored, true, false, nil
+		return true, nil
 	case errors.As(err, &te):
-		return "", false, false, err
+		return false, err
 	default:
-		return stored, false, false, nil
+		return false, nil
+	}
+}
+
+// removeProbe deletes a probe's source and destination and aborts every
+// upload of its destination key, past the probe's own cancellation.
+func (s *Store) removeProbe(ctx context.Context, bucket, src, dst string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	// Every upload of the probe's key, the recorded one and any a lost
+	// reply to CreateMultipartUpload hid from it (a retry made another).
+	// (The probe's keys are raw, outside the store's key rules.)
+	var out *s3.ListMultipartUploadsOutput
+	if err := s.do(cctx, "ListMultipartUploads", func(ctx context.Context) error {
+		var err error
+		out, err = s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &bucket, Prefix: aws.String(dst)})
+		return err
+	}); err == nil {
+		for _, u := range out.Uploads {
+			if aws.ToString(u.Key) != dst {
+				continue
+			}
+			_ = s.do(cctx, "AbortMultipartUpload", func(ctx context.Context) error {
+				_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &bucket, Key: &dst, UploadId: u.UploadId})
+				return err
+			})
+		}
+	}
+	for _, k := range []string{src, dst} {
+		_ = s.do(cctx, "DeleteObject", func(ctx context.Context) error {
+			_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: aws.String(k)})
+			return err
+		})
 	}
 }
