@@ -203,21 +203,8 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 	d.recordRuntime(t)
 	defer d.fence.Store(nil)
 
-	tick := make(chan struct{}, 1)
-	sched := cron.New()
-	sched.Schedule(d.cfg.Schedule, cron.FuncJob(func() {
-		if d.running.Load() {
-			d.m.CyclesSkipped.Inc()
-			d.log.Debug("scheduled cycle skipped: one is still running")
-			return
-		}
-		select {
-		case tick <- struct{}{}:
-		default:
-		}
-	}))
-	sched.Start()
-	defer sched.Stop()
+	tick, stopSchedule := d.startSchedule()
+	defer stopSchedule()
 	poll := time.NewTicker(d.cfg.AdminPoll)
 	defer poll.Stop()
 
@@ -262,20 +249,7 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 				if stopped || t.ctx.Err() != nil {
 					return
 				}
-				switch res.outcome {
-				case catalog.RunOK:
-					failures, retry = 0, nil
-					if again {
-						want = TriggerStream
-					}
-				case catalog.RunFailed:
-					failures++
-					wait := backoff(failures, d.cfg.RetryMax)
-					retry = time.After(wait)
-					d.log.Info("retrying the failed cycle", "in", wait.Round(time.Millisecond), "failures", failures)
-				case catalog.RunHalted:
-					retry = nil
-				}
+				want, retry = d.next(res.outcome, again, retry, &failures)
 				d.admin(t, &st)
 				continue
 			}
@@ -300,6 +274,50 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 			d.admin(t, &st)
 		}
 	}
+}
+
+// startSchedule starts the cron schedule: each firing asks for a cycle on
+// the returned channel (one waits at most), or counts a skip while a cycle
+// runs. The returned function stops it.
+func (d *Daemon) startSchedule() (<-chan struct{}, func()) {
+	tick := make(chan struct{}, 1)
+	sched := cron.New()
+	sched.Schedule(d.cfg.Schedule, cron.FuncJob(func() {
+		if d.running.Load() {
+			d.m.CyclesSkipped.Inc()
+			d.log.Debug("scheduled cycle skipped: one is still running")
+			return
+		}
+		select {
+		case tick <- struct{}{}:
+		default:
+		}
+	}))
+	sched.Start()
+	return tick, func() { sched.Stop() }
+}
+
+// next is what a cycle's outcome asks of the lead loop: the trigger of the
+// next cycle ("" for none) and the retry timer (nil for none). A success
+// resets failures and, when streams are still due, wants another cycle at
+// once; a failure retries after a backoff; a halt waits for an operator.
+// Any other outcome (canceled, lost lease: the loop ends) keeps retry.
+func (d *Daemon) next(outcome string, again bool, retry <-chan time.Time, failures *int) (want string, _ <-chan time.Time) {
+	switch outcome {
+	case catalog.RunOK:
+		*failures, retry = 0, nil
+		if again {
+			want = TriggerStream
+		}
+	case catalog.RunFailed:
+		*failures++
+		wait := backoff(*failures, d.cfg.RetryMax)
+		retry = time.After(wait)
+		d.log.Info("retrying the failed cycle", "in", wait.Round(time.Millisecond), "failures", *failures)
+	case catalog.RunHalted:
+		retry = nil
+	}
+	return want, retry
 }
 
 // backoff is the wait before retrying after n failures in a row: 1s
