@@ -113,19 +113,16 @@ func Inspect(obj []byte, opts InspectOptions, stdout, stderr io.Writer) int {
 }
 
 func writeErrorJSON(w io.Writer, err error) {
-	doc := errorJSON{Error: err.Error(), Class: "corrupt"}
+	doc := errorJSON{Error: err.Error(), Class: ClassOf(err)}
+	if doc.Class == "" {
+		doc.Class = ClassCorrupt
+	}
 	var fe *FormatError
 	if errors.As(err, &fe) {
 		doc.Field, doc.Offset = fe.Field, fe.Offset
-	}
-	switch {
-	case errors.Is(err, ErrUnsupportedVersion):
-		doc.Class = "unsupported_version"
-		if fe != nil {
+		if doc.Class == ClassUnsupported {
 			doc.Version = &fe.Version
 		}
-	case errors.Is(err, ErrChecksum):
-		doc.Class = "checksum" // the class name quarantine rows and verify use
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

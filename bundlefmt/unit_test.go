@@ -41,7 +41,7 @@ func TestErrorClasses(t *testing.T) {
 		t.Fatal("sentinel relations")
 	}
 	err := checksumErr("k", 7, "x.crc", 1, 2)
-	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrChecksum) || errors.Is(err, ErrUnsupportedVersion) || Class(err) != ErrChecksum {
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrChecksum) || errors.Is(err, ErrUnsupportedVersion) || ClassOf(err) != ClassChecksum {
 		t.Fatal("checksum error classes")
 	}
 	var fe *FormatError
