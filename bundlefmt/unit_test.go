@@ -48,8 +48,9 @@ func TestErrorClasses(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Offset != 7 || !strings.Contains(err.Error(), "k: x.crc at offset 7") {
 		t.Fatalf("FormatError: %v", err)
 	}
-	if ExitCode(err) != ExitCorrupt || ExitCode(versionErr("", 4, "v", 2, nil)) != ExitUnsupported || ExitCode(nil) != ExitOK {
-		t.Fatal("exit codes")
+	if ClassOf(corruptf("", 4, "v", "bad")) != ClassCorrupt || ClassOf(versionErr("", 4, "v", 2, nil)) != ClassUnsupported ||
+		ClassOf(nil) != "" || ClassOf(ErrInvalid) != "" {
+		t.Fatal("class names")
 	}
 }
 
