@@ -187,20 +187,30 @@ func (e *FormatError) Error() string {
 
 func (e *FormatError) Unwrap() error { return e.Err }
 
-// Class returns the exit-code-worthy class of err: ErrUnsupportedVersion,
-// ErrChecksum, ErrCorrupt, or nil when err is none of them.
-func Class(err error) error {
+// The class names of the three error classes: what a quarantine row, a
+// verify finding and `auditor inspect --json` call them. ClassOf is the one
+// mapping from an error to its name.
+const (
+	ClassCorrupt     = "corrupt"
+	ClassChecksum    = "checksum"
+	ClassUnsupported = "unsupported_version"
+)
+
+// ClassOf names the class of err: ClassUnsupported, ClassChecksum (before
+// corrupt, since a checksum mismatch is corrupt too), ClassCorrupt, or ""
+// when err is none of them (nil included).
+func ClassOf(err error) string {
 	switch {
 	case err == nil:
-		return nil
+		return ""
 	case errors.Is(err, ErrUnsupportedVersion):
-		return ErrUnsupportedVersion
+		return ClassUnsupported
 	case errors.Is(err, ErrChecksum):
-		return ErrChecksum
+		return ClassChecksum
 	case errors.Is(err, ErrCorrupt):
-		return ErrCorrupt
+		return ClassCorrupt
 	}
-	return nil
+	return ""
 }
 
 func corruptf(key string, off uint64, field, format string, args ...any) error {

@@ -41,15 +41,16 @@ func TestErrorClasses(t *testing.T) {
 		t.Fatal("sentinel relations")
 	}
 	err := checksumErr("k", 7, "x.crc", 1, 2)
-	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrChecksum) || errors.Is(err, ErrUnsupportedVersion) || Class(err) != ErrChecksum {
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrChecksum) || errors.Is(err, ErrUnsupportedVersion) || ClassOf(err) != ClassChecksum {
 		t.Fatal("checksum error classes")
 	}
 	var fe *FormatError
 	if !errors.As(err, &fe) || fe.Offset != 7 || !strings.Contains(err.Error(), "k: x.crc at offset 7") {
 		t.Fatalf("FormatError: %v", err)
 	}
-	if ExitCode(err) != ExitCorrupt || ExitCode(versionErr("", 4, "v", 2, nil)) != ExitUnsupported || ExitCode(nil) != ExitOK {
-		t.Fatal("exit codes")
+	if ClassOf(corruptf("", 4, "v", "bad")) != ClassCorrupt || ClassOf(versionErr("", 4, "v", 2, nil)) != ClassUnsupported ||
+		ClassOf(nil) != "" || ClassOf(ErrInvalid) != "" {
+		t.Fatal("class names")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
 )
 
 // ObjectReader is what verify needs of the object store (objstore.Store
@@ -35,14 +36,16 @@ type VerifyOptions struct {
 	Progress func(done, total int)
 }
 
-// Finding kinds.
+// Finding kinds. Those that are also quarantine classes are spelled as
+// quarantine rows spell them (cycle.Class*; the format's three are
+// bundlefmt.ClassOf's names).
 const (
-	FindingMissing     = "missing"             // the entry's object does not exist
-	FindingCorrupt     = "corrupt"             // it does not decode as a settled bundle
-	FindingChecksum    = "checksum"            // a CRC does not match
-	FindingUnsupported = "unsupported_version" // written by a newer format: a deploy problem, not corruption
-	FindingMismatch    = "mismatch"            // it decodes but is not what the catalog says
-	FindingTiling      = "tiling"              // the stream's entries overlap, leave a gap, or miss settled_through
+	FindingMissing     = cycle.ClassMissing     // the entry's object does not exist
+	FindingCorrupt     = cycle.ClassCorrupt     // it does not decode as a settled bundle
+	FindingChecksum    = cycle.ClassChecksum    // a CRC does not match
+	FindingUnsupported = cycle.ClassUnsupported // written by a newer format: a deploy problem, not corruption
+	FindingMismatch    = "mismatch"             // it decodes but is not what the catalog says
+	FindingTiling      = cycle.ClassTiling      // the stream's entries overlap, leave a gap, or miss settled_through
 	// FindingErasure (verify_erasure.go): an applied erasure's record held
 	// as anything but a tombstone.
 )
@@ -235,12 +238,9 @@ func verifyEntry(ctx context.Context, store ObjectReader, o VerifyOptions, s cat
 	}
 	v, err := bundlefmt.ValidateObject(obj, exp)
 	if err != nil {
-		kind := FindingCorrupt
-		switch bundlefmt.Class(err) {
-		case bundlefmt.ErrUnsupportedVersion:
-			kind = FindingUnsupported
-		case bundlefmt.ErrChecksum:
-			kind = FindingChecksum
+		kind := bundlefmt.ClassOf(err)
+		if kind == "" {
+			kind = FindingCorrupt
 		}
 		return find(kind, "%v", err), got, nil
 	}

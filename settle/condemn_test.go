@@ -52,7 +52,7 @@ func condemned(t *testing.T, e *env, key string, refsBefore int) {
 	}
 	id := catalog.StreamID(k.Stream)
 	q, err := e.db.Quarantined(e.ctx, "s1")
-	if err != nil || len(q) != 1 || q[0].ErrorClass != settle.ClassChecksum || !strings.Contains(q[0].Reason, key) {
+	if err != nil || len(q) != 1 || q[0].ErrorClass != cycle.ClassChecksum || !strings.Contains(q[0].Reason, key) {
 		t.Fatalf("want one checksum quarantine naming %s: %+v %v", key, q, err)
 	}
 	entries, _ := e.db.EntriesOfStream(e.ctx, id)

@@ -118,7 +118,7 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 		reads++
 		e, nd, n, err := bundlefmt.EraseRecords(c.Src.Key, c.Entry, data, dead.has)
 		if err != nil {
-			return nil, fetched, reads, &QuarantineError{SlotKey: c.Src.Key, Class: classOf(err), Err: err}
+			return nil, fetched, reads, &cycle.QuarantineError{SlotKey: c.Src.Key, Class: classOf(err), Err: err}
 		}
 		if n == 0 {
 			continue
@@ -343,7 +343,7 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 		return en.Revision, false, err
 	}
 	if p.end() != o.EndRecord() {
-		return en.Revision, false, &QuarantineError{SlotKey: o.Key, Class: ClassAdoption, Condemn: o.Key,
+		return en.Revision, false, &cycle.QuarantineError{SlotKey: o.Key, Class: cycle.ClassAdoption, Condemn: o.Key,
 			Err: fmt.Errorf("standing %s covers records [%d, %d), the rewrite of %s [%d, %d)",
 				o.Key, p.first, p.end(), t.Key, o.FirstRecord, o.EndRecord())}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nova/auditor/internal/cycle"
 )
 
 // Metrics are the settle step's own metrics; a nil *Metrics records nothing.
@@ -43,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, o := range []string{"published", "adopted", "failed"} {
 		m.objects.WithLabelValues(o)
 	}
-	for _, c := range []string{ClassCorrupt, ClassChecksum, ClassUnsupported, ClassMissing, ClassTiling, ClassAdoption} {
+	for _, c := range cycle.QuarantineClasses() {
 		m.quarantines.WithLabelValues(c)
 	}
 	return m, nil

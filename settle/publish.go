@@ -9,6 +9,7 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
+	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -171,7 +172,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		// Never after a checksum failure: those bytes are wrong.
 		if errors.Is(err, objstore.ErrChecksum) {
 			qerr := s.blame(ctx, o, err)
-			var q *QuarantineError
+			var q *cycle.QuarantineError
 			if errors.Is(err, objstore.ErrPublishedBad) && errors.As(qerr, &q) {
 				q.Condemn = o.Key // the key holds the wrong bytes now
 			}
@@ -233,7 +234,7 @@ pieces:
 			crc = crc32.Update(crc, table, data)
 		}
 		if crc != p.CRC32C {
-			return &QuarantineError{SlotKey: p.Src.Key, Class: ClassChecksum,
+			return &cycle.QuarantineError{SlotKey: p.Src.Key, Class: cycle.ClassChecksum,
 				Err: fmt.Errorf("bytes [%d, +%d) of %s: CRC-32C %08x, its entries say %08x (assembling %s: %w)",
 					p.Off, p.Len, p.Src.Key, crc, p.CRC32C, o.Key, err)}
 		}
@@ -270,7 +271,7 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*pub
 	// this window knows, left by an attempt under other settings, would
 	// otherwise be met again on every release).
 	bad := func(err error) error {
-		return &QuarantineError{SlotKey: o.Key, Class: ClassAdoption, Err: err, Condemn: o.Key}
+		return &cycle.QuarantineError{SlotKey: o.Key, Class: cycle.ClassAdoption, Err: err, Condemn: o.Key}
 	}
 	tr, size, err := s.d.Store.GetSuffix(ctx, s.d.StdBucket, o.Key, bundlefmt.TrailerSize)
 	if err != nil {

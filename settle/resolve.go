@@ -9,6 +9,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -20,59 +21,23 @@ type Reader interface {
 	GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error)
 }
 
-// Error classes recorded with a quarantine (and shown by status).
-const (
-	ClassCorrupt     = "corrupt"
-	ClassChecksum    = "checksum"
-	ClassUnsupported = "unsupported_version"
-	ClassMissing     = "missing"
-	ClassTiling      = "tiling"
-	ClassAdoption    = "invalid_standing_object"
-)
-
-// QuarantineError is bad data scoped to one stream: the stream is set aside
-// with the reason and the cycle goes on with the others.
-type QuarantineError struct {
-	SlotKey string
-	Class   string
-	Err     error
-	// Condemn is the key of an uncataloged standing object whose bytes are
-	// known to be wrong (an assembly or adoption that failed its data
-	// check): the quarantine turns its publish intent into a reap, so the
-	// object is deleted while the stream is set aside and the key can be
-	// published again from the sources once it is released.
-	Condemn string
-}
-
-func (e *QuarantineError) Error() string {
-	if e.SlotKey == "" {
-		return fmt.Sprintf("%s: %v", e.Class, e.Err)
-	}
-	return fmt.Sprintf("%s in %s: %v", e.Class, e.SlotKey, e.Err)
-}
-
-func (e *QuarantineError) Unwrap() error { return e.Err }
-
 // classify turns a read or decode error into a quarantine when it is about
 // the data (corrupt, checksum, version, missing); other errors (network,
 // throttling) are returned as they are, for a retry next cycle.
 func classify(key string, err error) error {
-	var q *QuarantineError
-	switch {
-	case errors.As(err, &q):
+	if cycle.IsQuarantine(err) {
 		return err
-	case errors.Is(err, bundlefmt.ErrUnsupportedVersion):
-		return &QuarantineError{SlotKey: key, Class: ClassUnsupported, Err: err}
-	case errors.Is(err, bundlefmt.ErrChecksum):
-		return &QuarantineError{SlotKey: key, Class: ClassChecksum, Err: err}
-	case errors.Is(err, bundlefmt.ErrCorrupt):
-		return &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: err}
+	}
+	if c := bundlefmt.ClassOf(err); c != "" {
+		return &cycle.QuarantineError{SlotKey: key, Class: c, Err: err}
+	}
+	switch {
 	case errors.Is(err, objstore.ErrChecksum):
 		// Source bytes disagree with their DataCRC (found while gathering
 		// or by the server's full-object check): damaged data.
-		return &QuarantineError{SlotKey: key, Class: ClassChecksum, Err: err}
+		return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Err: err}
 	case errors.Is(err, objstore.ErrNotFound):
-		return &QuarantineError{SlotKey: key, Class: ClassMissing, Err: err}
+		return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassMissing, Err: err}
 	}
 	return err
 }
@@ -178,7 +143,7 @@ func (c *footerCache) get(ctx context.Context, class, key string, off, length in
 
 func (ce *cached) check(key string, off, length int64) (*bundlefmt.Footer, error) {
 	if ce.window != [2]int64{off, length} {
-		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt,
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassCorrupt,
 			Err: fmt.Errorf("refs disagree on the footer window: (%d, %d) and (%d, %d)", ce.window[0], ce.window[1], off, length)}
 	}
 	return ce.f, nil
@@ -192,7 +157,7 @@ func (c *footerCache) load(ctx context.Context, class, key string, off, length i
 
 func (c *footerCache) loadInto(ctx context.Context, class, key string, off, length int64, read *int64) (*cached, error) {
 	if off < bundlefmt.EnvelopeSize+1 || length < 1 {
-		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: fmt.Errorf("ref footer window (%d, %d) is out of range", off, length)}
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassCorrupt, Err: fmt.Errorf("ref footer window (%d, %d) is out of range", off, length)}
 	}
 	// The envelope (60 bytes) says the slot is a flight of this key's
 	// epoch and seq, and locates the same footer the ref names: a slot
@@ -212,7 +177,7 @@ func (c *footerCache) loadInto(ctx context.Context, class, key string, off, leng
 		return nil, classify(key, err)
 	}
 	if ev.FooterOffset != uint64(off) || ev.FooterLength != uint64(length) {
-		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt, Err: fmt.Errorf(
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassCorrupt, Err: fmt.Errorf(
 			"ref footer window (%d, %d), envelope says (%d, %d)", off, length, ev.FooterOffset, ev.FooterLength)}
 	}
 	buf, size, err := c.r.GetRange(ctx, class, key, off, length+bundlefmt.TrailerSize)
@@ -225,7 +190,7 @@ func (c *footerCache) loadInto(ctx context.Context, class, key string, off, leng
 		return nil, classify(key, err)
 	}
 	if f.FooterLength() != uint64(length) {
-		return nil, &QuarantineError{SlotKey: key, Class: ClassCorrupt,
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassCorrupt,
 			Err: fmt.Errorf("ref footer length %d, trailer says %d", length, f.FooterLength())}
 	}
 	return &cached{key: key, window: [2]int64{off, length}, f: f, bytes: int64(len(buf))}, nil
@@ -262,7 +227,7 @@ func newResolver(fc *footerCache, star string, st catalog.Stream) *resolver {
 // settled) or below low_record (dead). It stops before a ref once the
 // window holds maxRecords records (a window holds at least one ref), and
 // more says the refs given may not be all that remain below next_record.
-// Any break is a *QuarantineError naming the slot and the error class.
+// Any break is a *cycle.QuarantineError naming the slot and the error class.
 func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecords int64, more bool) (Resolved, error) {
 	var out Resolved
 	stream := bundlefmt.StreamID(r.st.ID)
@@ -284,7 +249,7 @@ func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecord
 			}
 			i, ok := f.Find(stream, rec)
 			if !ok {
-				return out, &QuarantineError{SlotKey: key, Class: ClassTiling,
+				return out, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
 					Err: fmt.Errorf("stream %s has no chunk at record %d", stream, rec)}
 			}
 			e, err := f.Entry(i)
@@ -292,7 +257,7 @@ func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecord
 				return out, classify(key, err)
 			}
 			if e.Stream != stream || e.FirstRecord != rec {
-				return out, &QuarantineError{SlotKey: key, Class: ClassTiling,
+				return out, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
 					Err: fmt.Errorf("chunk [%d, %d) where the ref expects record %d", e.FirstRecord, e.EndRecord(), rec)}
 			}
 			rec = e.EndRecord()
@@ -305,7 +270,7 @@ func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecord
 			// low_record (the catalog then starts above a gap: retention).
 			first := int64(e.FirstRecord)
 			if first != r.at && !(first > r.at && !r.started && first <= r.st.LowRecord) {
-				return out, &QuarantineError{SlotKey: key, Class: ClassTiling,
+				return out, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
 					Err: fmt.Errorf("chunk [%d, %d) does not start at record %d", e.FirstRecord, e.EndRecord(), r.at)}
 			}
 			out.Chunks = append(out.Chunks, SourceChunk{Src: Source{Key: key, Class: ref.Class}, Entry: e})
@@ -314,7 +279,7 @@ func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecord
 			r.at, r.started = end, true
 		}
 		if rec != uint64(ref.EndRecord()) {
-			return out, &QuarantineError{Class: ClassTiling,
+			return out, &cycle.QuarantineError{Class: cycle.ClassTiling,
 				Err: fmt.Errorf("ref [%d, %d) of stream %s: its chunks end at %d", ref.FirstRecord, ref.EndRecord(), stream, rec)}
 		}
 		if ref.EndRecord() > r.at {
@@ -325,7 +290,7 @@ func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecord
 	case r.at == r.st.NextRecord:
 		out.Complete = true
 	case r.at > r.st.NextRecord || !more:
-		return out, &QuarantineError{Class: ClassTiling,
+		return out, &cycle.QuarantineError{Class: cycle.ClassTiling,
 			Err: fmt.Errorf("stream %s: chunks end at %d, next_record is %d", stream, r.at, r.st.NextRecord)}
 	}
 	return out, nil

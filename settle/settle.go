@@ -128,7 +128,7 @@ func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) erro
 		return err
 	}
 	if o != nil {
-		return fmt.Errorf("%w: %s", cycle.ErrHalt, o)
+		return cycle.Haltf("%s", o)
 	}
 	return nil
 }
@@ -239,7 +239,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 // the first such error is kept in *firstErr.
 func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.StreamID, err error, opts cycle.Options,
 	total *cycle.Counts, mu *sync.Mutex, firstErr *error) error {
-	var q *QuarantineError
+	var q *cycle.QuarantineError
 	switch {
 	case err == nil:
 		return nil
@@ -263,9 +263,9 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 		mu.Unlock()
 		s.d.Metrics.quarantined(q.Class)
 		return nil
-	case errors.Is(err, catalog.ErrStaleToken), cycle.IsHalt(err):
+	case cycle.IsLeaseLost(err), cycle.IsHalt(err):
 		return err // stop everything
-	default:
+	default: // cycle.IsRetry
 		s.d.Log.Error("stream failed", "stream", fmt.Sprintf("%x", id), "err", err)
 		mu.Lock()
 		if *firstErr == nil {
@@ -560,8 +560,8 @@ func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog
 	if last.EndRecord() > st.SettledThrough {
 		// The catalog covers records the stream says are unsettled: entries
 		// overlap what settle would publish next. Never guess: halt.
-		return nil, fmt.Errorf("%w: stream %x: catalog entry [%d, %d) ends past settled_through %d",
-			cycle.ErrHalt, st.ID, last.FirstRecord, last.EndRecord(), st.SettledThrough)
+		return nil, cycle.Haltf("stream %x: catalog entry [%d, %d) ends past settled_through %d",
+			st.ID, last.FirstRecord, last.EndRecord(), st.SettledThrough)
 	}
 	if last.EndRecord() != st.SettledThrough {
 		return nil, nil // retention left a gap: the next object starts a new run
@@ -576,27 +576,26 @@ func (s *Settler) readEntry(ctx context.Context, st catalog.Stream, last catalog
 	buf, size, err := s.d.Store.GetRange(ctx, s.d.StdBucket, key, last.FooterOffset, last.FooterLength+bundlefmt.TrailerSize)
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, fmt.Errorf("%w: cataloged object %s is missing", cycle.ErrHalt, key)
+			return nil, cycle.Haltf("cataloged object %s is missing", key)
 		}
 		return nil, fmt.Errorf("read footer of tail %s: %w", key, err)
 	}
 	f, err := bundlefmt.OpenFooter(key, uint64(last.FooterOffset), buf, uint64(size), bundlefmt.SettledBase)
 	if err != nil {
-		return nil, &QuarantineError{SlotKey: key, Class: classOf(err), Err: err}
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: classOf(err), Err: err}
 	}
 	entries, err := f.Entries()
 	if err != nil {
-		return nil, &QuarantineError{SlotKey: key, Class: classOf(err), Err: err}
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: classOf(err), Err: err}
 	}
 	return &Tail{Key: key, FirstRecord: uint64(last.FirstRecord), Revision: uint32(last.Revision), Entries: entries}, nil
 }
 
 func classOf(err error) string {
-	var q *QuarantineError
-	if errors.As(classify("", err), &q) {
+	if q, ok := cycle.AsQuarantine(classify("", err)); ok {
 		return q.Class
 	}
-	return ClassCorrupt
+	return cycle.ClassCorrupt
 }
 
 // printPlan writes a dry run's plan: objects, keys, bytes copied and fetched.

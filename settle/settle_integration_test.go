@@ -732,58 +732,58 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 		class  string
 		damage func(e *env, st catalog.Stream, ref catalog.SpanRef, key string)
 	}{
-		{"flipped byte in a chunk", settle.ClassChecksum, func(e *env, st catalog.Stream, ref catalog.SpanRef, key string) {
+		{"flipped byte in a chunk", cycle.ClassChecksum, func(e *env, st catalog.Stream, ref catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			f, _ := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
 			i, _ := f.Find(bundlefmt.StreamID(st.ID), uint64(ref.FirstRecord))
 			obj[f.DataOffset(i)] ^= 0x40
 			replaceSlot(e, key, obj)
 		}},
-		{"missing slot", settle.ClassMissing, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+		{"missing slot", cycle.ClassMissing, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
 			if err := e.store.Delete(e.ctx, e.std, []string{key}); err != nil {
 				e.t.Fatal(err)
 			}
 		}},
-		{"slot of version 2", settle.ClassUnsupported, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+		{"slot of version 2", cycle.ClassUnsupported, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			obj[len(obj)-bundlefmt.TrailerSize+4] = 2 // trailer format version
 			replaceSlot(e, key, obj)
 		}},
-		{"truncated slot", settle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+		{"truncated slot", cycle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			replaceSlot(e, key, obj[:len(obj)-7])
 		}},
-		{"wrong entry CRC", settle.ClassChecksum, func(e *env, st catalog.Stream, ref catalog.SpanRef, key string) {
+		{"wrong entry CRC", cycle.ClassChecksum, func(e *env, st catalog.Stream, ref catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			f, _ := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
 			i, _ := f.Find(bundlefmt.StreamID(st.ID), uint64(ref.FirstRecord))
 			obj[f.Row(i).EntryOffset+bundlefmt.EntryFixed] ^= 0x01 // the first stored-record length
 			replaceSlot(e, key, obj)
 		}},
-		{"invalid standing object at the key", settle.ClassAdoption, func(e *env, st catalog.Stream, _ catalog.SpanRef, _ string) {
+		{"invalid standing object at the key", cycle.ClassAdoption, func(e *env, st catalog.Stream, _ catalog.SpanRef, _ string) {
 			key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), 0, 0)
 			if err := e.store.PutIfAbsent(e.ctx, e.std, key, []byte("not a settled bundle of this stream, and never replaced")); err != nil {
 				e.t.Fatal(err)
 			}
 		}},
-		{"envelope seq disagrees with the key", settle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+		{"envelope seq disagrees with the key", cycle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			obj[16]++ // envelope seq, then the envelope CRC made right again: a slot written under the wrong key
 			binary.LittleEndian.PutUint32(obj[56:], bundlefmt.CRC32C(obj[:56]))
 			replaceSlot(e, key, obj)
 		}},
-		{"envelope epoch disagrees with the key", settle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
+		{"envelope epoch disagrees with the key", cycle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			obj[8]++ // envelope slot epoch (CRC made right again)
 			binary.LittleEndian.PutUint32(obj[56:], bundlefmt.CRC32C(obj[:56]))
 			replaceSlot(e, key, obj)
 		}},
-		{"overlapping refs", settle.ClassTiling, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
+		{"overlapping refs", cycle.ClassTiling, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
 			if err := e.db.DuplicateRef(e.ctx, st.ID, ref.FirstRecord, ref.FirstRecord+1); err != nil {
 				e.t.Fatal(err)
 			}
 		}},
-		{"wrong footer window in a ref", settle.ClassCorrupt, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
+		{"wrong footer window in a ref", cycle.ClassCorrupt, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
 			if err := e.db.ShiftRefWindow(e.ctx, st.ID, ref.FirstRecord, 8); err != nil {
 				e.t.Fatal(err)
 			}
@@ -827,7 +827,7 @@ func badInputCase(t *testing.T, b backend, name, class string, damage func(e *en
 	// refs name the slot (or, for a flipped chunk or a bad ref, only
 	// the victim).
 	affected := map[catalog.StreamID]bool{victim.ID: true}
-	if tc.class == settle.ClassMissing || tc.class == settle.ClassUnsupported || tc.name == "truncated slot" ||
+	if tc.class == cycle.ClassMissing || tc.class == cycle.ClassUnsupported || tc.name == "truncated slot" ||
 		strings.HasPrefix(tc.name, "envelope") {
 		for _, st := range streams {
 			refs, _ := e.db.RefsOfStream(e.ctx, st.ID)

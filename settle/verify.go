@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -27,7 +28,7 @@ const (
 // into the catalog is lost data. Adoption is rare (a crash between complete
 // and commit), so the read is always made rather than trusting what the
 // server may have checked. It returns the bytes and requests it used, and
-// a *QuarantineError of class checksum naming the key on a mismatch.
+// a *cycle.QuarantineError of class checksum naming the key on a mismatch.
 func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefmt.Entry) (fetched int64, requests int, err error) {
 	type window struct {
 		chunk    int
@@ -51,7 +52,7 @@ func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefm
 				return fmt.Errorf("verify standing %s [%d,+%d): %w", key, w.off, w.len, err)
 			}
 			if uint64(len(data)) != w.len {
-				return &QuarantineError{SlotKey: key, Class: ClassAdoption,
+				return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassAdoption,
 					Err: fmt.Errorf("standing object ends early: [%d,+%d) returned %d bytes", w.off, w.len, len(data))}
 			}
 			w.crc = objstore.CRC32C(data)
@@ -74,7 +75,7 @@ func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefm
 			crc = bundlefmt.CRC32CCombine(crc, wins[at].crc, int64(wins[at].len))
 		}
 		if crc != e.DataCRC {
-			return fetched, requests, &QuarantineError{SlotKey: key, Class: ClassChecksum, Condemn: key,
+			return fetched, requests, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Condemn: key,
 				Err: fmt.Errorf("standing object chunk %d [%d, %d) at offset %d: CRC-32C %08x, its DataCRC (the sources') is %08x",
 					i, e.FirstRecord, e.EndRecord(), e.DataOffset, crc, e.DataCRC)}
 		}

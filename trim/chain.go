@@ -23,32 +23,27 @@ type chain struct {
 	head   Pos                 // the absorbed head (stars.epoch, stars.next_seq)
 }
 
-// halt wraps a broken invariant so the cycle halts.
-func halt(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{cycle.ErrHalt}, args...)...)
-}
-
 // newChain checks the star's epochs: at least one, dense, the last being the
 // star's current epoch.
 func newChain(star catalog.Star, epochs []catalog.StarEpoch) (chain, error) {
 	c := chain{star: star.Star, class: star.ChainClass, epochs: epochs, head: Pos{Epoch: star.Epoch, Seq: star.NextSeq}}
 	if len(epochs) == 0 {
-		return c, halt("star %q has no epochs", star.Star)
+		return c, cycle.Haltf("star %q has no epochs", star.Star)
 	}
 	c.lowest = epochs[0].Epoch
 	for i, e := range epochs {
 		if e.Epoch != c.lowest+int64(i) {
-			return c, halt("star %q: epochs are not dense (%d after %d)", star.Star, e.Epoch, c.lowest+int64(i)-1)
+			return c, cycle.Haltf("star %q: epochs are not dense (%d after %d)", star.Star, e.Epoch, c.lowest+int64(i)-1)
 		}
 		if e.EndSeq != nil && *e.EndSeq < 0 {
-			return c, halt("star %q: epoch %d has end_seq %d", star.Star, e.Epoch, *e.EndSeq)
+			return c, cycle.Haltf("star %q: epoch %d has end_seq %d", star.Star, e.Epoch, *e.EndSeq)
 		}
 	}
 	if last := epochs[len(epochs)-1].Epoch; last != star.Epoch {
-		return c, halt("star %q: current epoch %d but last epoch row %d", star.Star, star.Epoch, last)
+		return c, cycle.Haltf("star %q: current epoch %d but last epoch row %d", star.Star, star.Epoch, last)
 	}
 	if e, ok := c.endSeq(c.head.Epoch); ok && c.head.Seq > e {
-		return c, halt("star %q: head %s past the end %d of its epoch", star.Star, c.head, e)
+		return c, cycle.Haltf("star %q: head %s past the end %d of its epoch", star.Star, c.head, e)
 	}
 	return c, nil
 }
@@ -134,7 +129,7 @@ func (c chain) span(from, to Pos, fn func(epoch, first, end int64) error) error 
 		if e < to.Epoch {
 			var ok bool
 			if end, ok = c.endSeq(e); !ok {
-				return halt("star %q: slot range %s..%s passes epoch %d, which has no end_seq", c.star, from, to, e)
+				return cycle.Haltf("star %q: slot range %s..%s passes epoch %d, which has no end_seq", c.star, from, to, e)
 			}
 		}
 		if first < end {

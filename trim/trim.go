@@ -180,17 +180,17 @@ func Decide(st catalog.TrimState) (Decision, error) {
 		return d, err
 	}
 	if d.Head, err = c.norm(c.head); err != nil {
-		return d, halt("absorbed head: %v", err)
+		return d, cycle.Haltf("absorbed head: %v", err)
 	}
 	d.Cursor = Pos{Epoch: c.lowest}
 	if st.HasCursor {
 		prev := st.Cursor
 		d.prev = &prev
 		if d.Cursor, err = c.norm(st.Cursor); err != nil {
-			return d, halt("trim cursor: %v", err)
+			return d, cycle.Haltf("trim cursor: %v", err)
 		}
 		if d.Head.Less(d.Cursor) {
-			return d, halt("star %q: trim cursor %s is past the absorbed head %s", st.Star.Star, d.Cursor, d.Head)
+			return d, cycle.Haltf("star %q: trim cursor %s is past the absorbed head %s", st.Star.Star, d.Cursor, d.Head)
 		}
 	}
 	d.Bound = d.Head
@@ -201,10 +201,10 @@ func Decide(st catalog.TrimState) (Decision, error) {
 	if st.RefMin != nil {
 		r, err := c.slot(st.RefMin.Slot)
 		if err != nil {
-			return d, halt("ref %x@%d: %v", st.RefMin.Stream, st.RefMin.FirstRecord, err)
+			return d, cycle.Haltf("ref %x@%d: %v", st.RefMin.Stream, st.RefMin.FirstRecord, err)
 		}
 		if r.Less(d.Cursor) {
-			return d, halt("star %q: ref %x@%d names slot %s, behind the trim cursor %s: a released slot is still needed",
+			return d, cycle.Haltf("star %q: ref %x@%d names slot %s, behind the trim cursor %s: a released slot is still needed",
 				st.Star.Star, st.RefMin.Stream, st.RefMin.FirstRecord, r, d.Cursor)
 		}
 		d.Bound = minPos(d.Bound, r)
@@ -212,7 +212,7 @@ func Decide(st catalog.TrimState) (Decision, error) {
 	if q := st.QuarantineMin; q != nil {
 		slot, err := c.slot(q.Slot)
 		if err != nil {
-			return d, halt("ref %x@%d: %v", q.Stream, q.FirstRecord, err)
+			return d, cycle.Haltf("ref %x@%d: %v", q.Stream, q.FirstRecord, err)
 		}
 		d.Quarantine = &QuarantineHold{Slot: slot, Stream: q.Stream, Record: q.FirstRecord, Streams: st.QuarantinedStreams,
 			Bounding: slot == d.Bound}
@@ -323,7 +323,7 @@ func (t *Trim) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cy
 	r, err := t.d.DB.AdvanceTrim(ctx, f, dec.prev, dec.Cursor, dec.Bound, t.c.ReapGrace)
 	if err != nil {
 		if errors.Is(err, catalog.ErrInvariant) {
-			return counts, fmt.Errorf("%w: %w", cycle.ErrHalt, err)
+			return counts, cycle.Haltf("%w", err)
 		}
 		return counts, err
 	}

@@ -16,8 +16,10 @@ const (
 	exitUsage   = cli.ExitUsage
 	// exitFindings is verify's code when the catalog is not sound, the
 	// code inspect gives a corrupt object.
-	exitFindings    = bundlefmt.ExitCorrupt
-	exitUnsupported = bundlefmt.ExitUnsupported
+	exitFindings = 3
+	// exitUnsupported is inspect's code for an object of a format version
+	// this build does not read.
+	exitUnsupported = 4
 	// exitUnreachable is verify's code when it could not read the store
 	// (credentials, access, transport): nothing was judged corrupt.
 	exitUnreachable = 5
@@ -33,6 +35,22 @@ var exitCodes = []struct {
 	{exitFindings, "verify: findings in the catalog; inspect: a corrupt object (checksum mismatch included)"},
 	{exitUnsupported, "inspect: an unsupported format version"},
 	{exitUnreachable, "verify: the store could not be read (credentials, access, transport); nothing was judged"},
+}
+
+// inspectExitCode maps a validation error to the exit code of `auditor
+// inspect`, by its class (bundlefmt.ClassOf): a checksum mismatch is
+// corrupt; an error of no class is a runtime failure.
+func inspectExitCode(err error) int {
+	switch bundlefmt.ClassOf(err) {
+	case bundlefmt.ClassUnsupported:
+		return exitUnsupported
+	case bundlefmt.ClassCorrupt, bundlefmt.ClassChecksum:
+		return exitFindings
+	}
+	if err == nil {
+		return exitOK
+	}
+	return exitFailure
 }
 
 // writeExitCodes prints the table for --help.

@@ -53,18 +53,18 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 
 	if slices.Contains(args, "-h") || slices.Contains(args, "--help") || slices.Contains(args, "-help") {
 		usageTo(stdout) // help asked for is output
-		return bundlefmt.ExitOK
+		return exitOK
 	}
 	files, err := parseInterspersed(fs, args)
 	if err != nil {
-		return bundlefmt.ExitUsage // the flag package has printed why
+		return exitUsage // the flag package has printed why
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "inspect: "+format+"\n", a...)
 		fs.Usage()
-		return bundlefmt.ExitUsage
+		return exitUsage
 	}
 	if len(files) != 1 {
 		return usage("want exactly one FILE, got %d", len(files))
@@ -103,9 +103,9 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	obj, err := os.ReadFile(files[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "inspect: %v\n", err)
-		return bundlefmt.ExitFailure
+		return exitFailure
 	}
-	return bundlefmt.Inspect(obj, bundlefmt.InspectOptions{Expect: exp, File: files[0], JSON: *jsonOut, Records: *records}, stdout, stderr)
+	return inspectObject(obj, inspectOptions{Expect: exp, File: files[0], JSON: *jsonOut, Records: *records}, stdout, stderr)
 }
 
 // parseInterspersed parses flags that may appear before and after the

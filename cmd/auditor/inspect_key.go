@@ -11,7 +11,7 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// cmdInspect is `auditor inspect FILE` (bundlefmt.Inspect via runInspect),
+// cmdInspect is `auditor inspect FILE` (inspectObject via runInspect),
 // or `auditor inspect --key KEY` without FILE, which fetches the object from
 // the configured store (--fs-root or S3, the storage keys of
 // config.example.yaml): the standard bucket first, then the express set.
@@ -59,7 +59,7 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 	}
 	// The bytes are decoded where they are: no temporary file, so a pod
 	// with a read-only root filesystem can inspect.
-	return bundlefmt.Inspect(obj, bundlefmt.InspectOptions{Expect: exp, File: from + "/" + key, JSON: *asJSON, Records: *records},
+	return inspectObject(obj, inspectOptions{Expect: exp, File: from + "/" + key, JSON: *asJSON, Records: *records},
 		e.stdout, e.stderr)
 }
 

@@ -1,11 +1,11 @@
 // Package cycle is the small contract between the daemon, which runs the
 // auditor cycle of docs/architecture.md#the-cycle under a lease, and the packages that
-// do its steps (settle, trim). It holds no logic.
+// do its steps (settle, trim), and the error vocabulary all of them share
+// (errors.go: what halts, what quarantines, what retries). It holds no logic.
 package cycle
 
 import (
 	"context"
-	"errors"
 	"io"
 
 	"github.com/nova/auditor/catalog"
@@ -61,31 +61,6 @@ func (c *Counts) Add(o Counts) {
 type Step interface {
 	Name() string
 	Run(ctx context.Context, f catalog.Fence, opts Options) (Counts, error)
-}
-
-// ErrHalt marks an error that must halt the auditor.
-var ErrHalt = errors.New("halt")
-
-// IsHalt reports whether err must halt the auditor.
-func IsHalt(err error) bool {
-	return errors.Is(err, ErrHalt) || errors.Is(err, catalog.ErrInvariant)
-}
-
-// PartialError is a step's failure that left the rest of the cycle safe to
-// run: the step did what it could (settle finished every other stream), and
-// what failed is retried by a later cycle. The cycle runs its later steps
-// (retention, trim and reap never depend on a failed stream's progress:
-// its refs still hold the trim bound) and then ends failed. Without it, one
-// stream failing every cycle would stop trim and reap for the whole star.
-type PartialError struct{ Err error }
-
-func (e *PartialError) Error() string { return e.Err.Error() }
-func (e *PartialError) Unwrap() error { return e.Err }
-
-// IsPartial reports whether err lets the cycle go on with its later steps.
-func IsPartial(err error) bool {
-	var p *PartialError
-	return errors.As(err, &p) && !IsHalt(err) && !errors.Is(err, catalog.ErrStaleToken)
 }
 
 // Idler is implemented by a step with local work to do while its process

@@ -122,7 +122,7 @@ func (c chain) putOne(ctx context.Context, bucket, key string, epoch, seq int64,
 			return &errTaken{key: key, nonce: env.Nonce, kind: env.Kind}
 		case isNotFound(rerr) && !exists:
 			last = err // the PUT did not land: try again, the same seq
-		case bundlefmt.Class(rerr) != nil:
+		case bundlefmt.ClassOf(rerr) != "":
 			// Something that is not a slot stands at the key: taken all the same.
 			return &errTaken{key: key, kind: bundlefmt.KindUnknown}
 		default:

@@ -395,7 +395,7 @@ func (w *writer) firstWindowFree(ctx context.Context) (bool, error) {
 			_, err := w.chain.readEnvelope(ctx, b, w.chain.key(1, seq))
 			switch {
 			case isNotFound(err):
-			case err == nil || bundlefmt.Class(err) != nil:
+			case err == nil || bundlefmt.ClassOf(err) != "":
 				return false, nil // something stands there
 			default:
 				return false, fmt.Errorf("probe the first slots of star %q: %w", w.opts.Star, err)

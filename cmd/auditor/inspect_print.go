@@ -1,4 +1,4 @@
-package bundlefmt
+package main
 
 import (
 	"encoding/json"
@@ -6,36 +6,19 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	"github.com/nova/auditor/bundlefmt"
 )
 
-// Exit codes of `auditor inspect`.
-const (
-	ExitOK          = 0
-	ExitFailure     = 1 // runtime failure (I/O)
-	ExitUsage       = 2
-	ExitCorrupt     = 3 // corrupt, including checksum mismatch
-	ExitUnsupported = 4 // unsupported version
-)
+// The printer of `auditor inspect`: the format library decodes and
+// validates; how an object is shown, and the exit codes, are the command's.
 
-// InspectOptions select what Inspect expects and prints.
-type InspectOptions struct {
-	Expect  Expect // kind and key expectations; KindUnknown sniffs; Key is printed when set
-	File    string // where the bytes came from, for messages and the summary
-	JSON    bool   // one JSON document instead of the human summary
-	Records bool   // add every record's length, timestamp, batch end, header count and content bytes
-}
-
-// ExitCode maps a validation error to the exit code of `auditor inspect`.
-func ExitCode(err error) int {
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.Is(err, ErrUnsupportedVersion):
-		return ExitUnsupported
-	case errors.Is(err, ErrCorrupt):
-		return ExitCorrupt
-	}
-	return ExitFailure
+// inspectOptions select what inspectObject expects and prints.
+type inspectOptions struct {
+	Expect  bundlefmt.Expect // kind and key expectations; bundlefmt.KindUnknown sniffs; Key is printed when set
+	File    string           // where the bytes came from, for messages and the summary
+	JSON    bool             // one JSON document instead of the human summary
+	Records bool             // add every record's length, timestamp, batch end, header count and content bytes
 }
 
 type inspectJSON struct {
@@ -52,13 +35,13 @@ type inspectJSON struct {
 }
 
 type chunkJSON struct {
-	StreamID    StreamID     `json:"stream_id"`
-	FirstRecord uint64       `json:"first_record"`
-	RecordCount int          `json:"record_count"`
-	DataOffset  uint64       `json:"data_offset"`
-	ChunkBytes  uint64       `json:"chunk_bytes"`
-	DataCRC     uint32       `json:"data_crc"`
-	Records     []recordJSON `json:"records,omitempty"`
+	StreamID    bundlefmt.StreamID `json:"stream_id"`
+	FirstRecord uint64             `json:"first_record"`
+	RecordCount int                `json:"record_count"`
+	DataOffset  uint64             `json:"data_offset"`
+	ChunkBytes  uint64             `json:"chunk_bytes"`
+	DataCRC     uint32             `json:"data_crc"`
+	Records     []recordJSON       `json:"records,omitempty"`
 }
 
 type recordJSON struct {
@@ -79,23 +62,23 @@ type errorJSON struct {
 	Version *int64 `json:"version,omitempty"`
 }
 
-// Inspect validates obj completely (ValidateObject) and prints a summary of
+// inspectObject validates obj completely (bundlefmt.ValidateObject) and prints a summary of
 // it to stdout: human-readable, or JSON with opts.JSON. On failure it prints
 // the error to stderr (and, with JSON, an error document to stdout). It
 // returns the exit code: 0 valid, 3 corrupt, 4 unsupported version, 1 when
 // writing fails.
-func Inspect(obj []byte, opts InspectOptions, stdout, stderr io.Writer) int {
+func inspectObject(obj []byte, opts inspectOptions, stdout, stderr io.Writer) int {
 	exp := opts.Expect
 	if exp.Key == "" {
 		exp.Key = opts.File // errors name the object by whatever we know
 	}
-	o, err := ValidateObject(obj, exp)
+	o, err := bundlefmt.ValidateObject(obj, exp)
 	if err != nil {
 		fmt.Fprintf(stderr, "inspect: %v\n", err)
 		if opts.JSON {
 			writeErrorJSON(stdout, err)
 		}
-		return ExitCode(err)
+		return inspectExitCode(err)
 	}
 	doc := summarize(obj, o, opts)
 	if opts.JSON {
@@ -107,34 +90,31 @@ func Inspect(obj []byte, opts InspectOptions, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "inspect: write: %v\n", err)
-		return ExitFailure
+		return exitFailure
 	}
-	return ExitOK
+	return exitOK
 }
 
 func writeErrorJSON(w io.Writer, err error) {
-	doc := errorJSON{Error: err.Error(), Class: "corrupt"}
-	var fe *FormatError
+	doc := errorJSON{Error: err.Error(), Class: bundlefmt.ClassOf(err)}
+	if doc.Class == "" {
+		doc.Class = bundlefmt.ClassCorrupt
+	}
+	var fe *bundlefmt.FormatError
 	if errors.As(err, &fe) {
 		doc.Field, doc.Offset = fe.Field, fe.Offset
-	}
-	switch {
-	case errors.Is(err, ErrUnsupportedVersion):
-		doc.Class = "unsupported_version"
-		if fe != nil {
+		if doc.Class == bundlefmt.ClassUnsupported {
 			doc.Version = &fe.Version
 		}
-	case errors.Is(err, ErrChecksum):
-		doc.Class = "checksum" // the class name quarantine rows and verify use
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(doc) // the exit code already reports the failure
 }
 
-func summarize(obj []byte, o *Object, opts InspectOptions) inspectJSON {
+func summarize(obj []byte, o *bundlefmt.Object, opts inspectOptions) inspectJSON {
 	doc := inspectJSON{Kind: o.Kind.String(), File: opts.File, Key: opts.Expect.Key, ObjectSize: uint64(len(obj)), Chunks: []chunkJSON{}}
-	if o.Kind != KindSettled {
+	if o.Kind != bundlefmt.KindSettled {
 		env := o.Envelope
 		doc.Epoch, doc.Seq, doc.Nonce = &env.Epoch, &env.Seq, &env.Nonce
 		doc.FooterOffset, doc.FooterLength = env.FooterOffset, env.FooterLength
@@ -158,7 +138,7 @@ func summarize(obj []byte, o *Object, opts InspectOptions) inspectJSON {
 			c.Records = make([]recordJSON, e.Count())
 			var p uint64
 			for j, l := range e.Lengths {
-				info, _ := ParseRecord(data[p : p+uint64(l)]) // validated above
+				info, _ := bundlefmt.ParseRecord(data[p : p+uint64(l)]) // validated above
 				c.Records[j] = recordJSON{
 					Record:       e.FirstRecord + uint64(j),
 					Length:       l,
@@ -191,9 +171,9 @@ func writeHuman(w io.Writer, doc inspectJSON) error {
 		fmt.Fprintf(tw, "seq\t%d\n", *doc.Seq)
 		fmt.Fprintf(tw, "nonce\t0x%016x\n", *doc.Nonce)
 	}
-	if doc.Kind != KindPoison.String() {
+	if doc.Kind != bundlefmt.KindPoison.String() {
 		fmt.Fprintf(tw, "footer\toffset %d, length %d (GET bytes=%d-%d)\n",
-			doc.FooterOffset, doc.FooterLength, doc.FooterOffset, doc.FooterOffset+doc.FooterLength+TrailerSize-1)
+			doc.FooterOffset, doc.FooterLength, doc.FooterOffset, doc.FooterOffset+doc.FooterLength+bundlefmt.TrailerSize-1)
 		var records, data, content uint64
 		streams := 0
 		for i, c := range doc.Chunks {
