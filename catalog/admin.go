@@ -405,6 +405,23 @@ type RunCounts struct {
 	ErasuresApplied    int64 `json:"erasures_applied"`
 }
 
+// Add accumulates o into c.
+func (c *RunCounts) Add(o RunCounts) {
+	c.StreamsSettled += o.StreamsSettled
+	c.StreamsQuarantined += o.StreamsQuarantined
+	c.ObjectsPublished += o.ObjectsPublished
+	c.ObjectsAdopted += o.ObjectsAdopted
+	c.BytesCopied += o.BytesCopied
+	c.BytesFetched += o.BytesFetched
+	c.BytesUploaded += o.BytesUploaded
+	c.S3Requests += o.S3Requests
+	c.SlotsReaped += o.SlotsReaped
+	c.ObjectsReaped += o.ObjectsReaped
+	c.ObjectsRewritten += o.ObjectsRewritten
+	c.RecordsTombstoned += o.RecordsTombstoned
+	c.ErasuresApplied += o.ErasuresApplied
+}
+
 // Run is a row of nova.auditor_runs.
 type Run struct {
 	ID        int64

@@ -484,7 +484,7 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	res.run, err = db.FinishRun(fctx, run.ID, res.outcome, runCounts(res.counts), errText)
+	res.run, err = db.FinishRun(fctx, run.ID, res.outcome, res.counts, errText)
 	m.tx(err)
 	if err != nil {
 		log.Warn("recording the run failed", "run", run.ID, "err", err)
@@ -565,14 +565,4 @@ func classify(ctx context.Context, err error) string {
 		return catalog.RunCanceled
 	}
 	return catalog.RunFailed
-}
-
-func runCounts(c cycle.Counts) catalog.RunCounts {
-	return catalog.RunCounts{
-		StreamsSettled: c.StreamsSettled, StreamsQuarantined: c.StreamsQuarantined,
-		ObjectsPublished: c.ObjectsPublished, ObjectsAdopted: c.ObjectsAdopted,
-		BytesCopied: c.BytesCopied, BytesFetched: c.BytesFetched, BytesUploaded: c.BytesUploaded,
-		S3Requests: c.S3Requests, SlotsReaped: c.SlotsReaped, ObjectsReaped: c.ObjectsReaped,
-		ObjectsRewritten: c.ObjectsRewritten, RecordsTombstoned: c.RecordsTombstoned, ErasuresApplied: c.ErasuresApplied,
-	}
 }

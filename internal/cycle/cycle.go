@@ -19,39 +19,9 @@ type Options struct {
 	Plan    io.Writer          // where a dry run prints its plan (nil: nowhere)
 }
 
-// Counts are a step's contribution to the run ledger (nova.auditor_runs).
-type Counts struct {
-	StreamsSettled     int64
-	StreamsQuarantined int64
-	ObjectsPublished   int64
-	ObjectsAdopted     int64
-	BytesCopied        int64 // server side
-	BytesFetched       int64 // through the auditor
-	BytesUploaded      int64
-	S3Requests         int64
-	SlotsReaped        int64
-	ObjectsReaped      int64
-	ObjectsRewritten   int64 // erasure rewrites committed
-	RecordsTombstoned  int64 // records replaced by tombstones (by settle or a rewrite)
-	ErasuresApplied    int64
-}
-
-// Add accumulates o into c.
-func (c *Counts) Add(o Counts) {
-	c.StreamsSettled += o.StreamsSettled
-	c.StreamsQuarantined += o.StreamsQuarantined
-	c.ObjectsPublished += o.ObjectsPublished
-	c.ObjectsAdopted += o.ObjectsAdopted
-	c.BytesCopied += o.BytesCopied
-	c.BytesFetched += o.BytesFetched
-	c.BytesUploaded += o.BytesUploaded
-	c.S3Requests += o.S3Requests
-	c.SlotsReaped += o.SlotsReaped
-	c.ObjectsReaped += o.ObjectsReaped
-	c.ObjectsRewritten += o.ObjectsRewritten
-	c.RecordsTombstoned += o.RecordsTombstoned
-	c.ErasuresApplied += o.ErasuresApplied
-}
+// Counts are a step's contribution to the run ledger (nova.auditor_runs):
+// the ledger's own counters, so a step's result is recorded as it is.
+type Counts = catalog.RunCounts
 
 // Step is one step of the cycle, run in order by the leader. Each step
 // commits its own progress (fenced by f), so a cycle stopped anywhere loses
