@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/nova/auditor/internal/crc32c"
 )
 
 // Envelope is a decoded slot envelope (docs/format.md#slot-envelope).
@@ -36,7 +38,7 @@ func DecodeEnvelope(key string, b []byte) (Envelope, error) {
 		if e.Version = le.Uint16(b[4:]); e.Version != Version {
 			var match *bool
 			if len(b) >= EnvelopeSize {
-				m := le.Uint32(b[56:]) == CRC32C(b[:56])
+				m := le.Uint32(b[56:]) == crc32c.Checksum(b[:56])
 				match = &m
 			}
 			return e, versionErr(key, 4, "envelope.version", uint64(e.Version), match)
@@ -46,7 +48,7 @@ func DecodeEnvelope(key string, b []byte) (Envelope, error) {
 		return e, corruptf(key, uint64(len(b)), "envelope", "truncated: %d of %d bytes", len(b), EnvelopeSize)
 	}
 	stored := le.Uint32(b[56:])
-	computed := CRC32C(b[:56])
+	computed := crc32c.Checksum(b[:56])
 	if stored != computed {
 		return e, checksumErr(key, 0, "envelope.crc", stored, computed)
 	}
@@ -239,14 +241,14 @@ func openFooter(key string, footerOffset uint64, buf []byte, objectSize uint64, 
 func (f *Footer) idxOffset() uint64 { return f.off + f.trailer.DirLength }
 
 func (f *Footer) checkDirCRC() error {
-	if c := CRC32C(f.dir); c != f.trailer.DirCRC {
+	if c := crc32c.Checksum(f.dir); c != f.trailer.DirCRC {
 		return checksumErr(f.key, f.off, "directory.crc", f.trailer.DirCRC, c)
 	}
 	return nil
 }
 
 func (f *Footer) checkIndexCRC() error {
-	if c := CRC32C(f.idx); c != f.trailer.IndexCRC {
+	if c := crc32c.Checksum(f.idx); c != f.trailer.IndexCRC {
 		return checksumErr(f.key, f.idxOffset(), "index.crc", f.trailer.IndexCRC, c)
 	}
 	return nil
@@ -409,7 +411,7 @@ func (f *Footer) entryRange(i int, r IndexRow) []byte {
 }
 
 func (f *Footer) checkEntryCRC(i int, r IndexRow, eb []byte) error {
-	if c := CRC32C(eb); c != r.EntryCRC {
+	if c := crc32c.Checksum(eb); c != r.EntryCRC {
 		return checksumErr(f.key, r.EntryOffset, fmt.Sprintf("entry[%d].crc", i), r.EntryCRC, c)
 	}
 	return nil

@@ -3,6 +3,8 @@ package bundlefmt
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/nova/auditor/internal/crc32c"
 )
 
 // appendEnvelope appends a 60-byte slot envelope (docs/format.md#slot-envelope).
@@ -17,7 +19,7 @@ func appendEnvelope(dst []byte, kind byte, epoch, seq, nonce, size, footerOff, f
 	dst = binary.LittleEndian.AppendUint64(dst, size)
 	dst = binary.LittleEndian.AppendUint64(dst, footerOff)
 	dst = binary.LittleEndian.AppendUint64(dst, footerLen)
-	return binary.LittleEndian.AppendUint32(dst, CRC32C(dst[start:]))
+	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:]))
 }
 
 // EncodePoison returns the 60-byte poison slot for the slot (epoch, seq),
@@ -103,7 +105,7 @@ func appendFooter(dst []byte, entries []Entry, l layout) []byte {
 		off += entries[i].ChunkBytes()
 		dst = appendEntry(dst, &entries[i])
 	}
-	dirCRC := CRC32C(dst[dirStart:])
+	dirCRC := crc32c.Checksum(dst[dirStart:])
 	idxStart := len(dst)
 	entOff := l.dirOffset
 	p := dirStart
@@ -117,12 +119,12 @@ func appendFooter(dst []byte, entries []Entry, l layout) []byte {
 			ChunkBytes:  e.ChunkBytes(),
 			EntryOffset: entOff,
 			EntryLength: uint32(el),
-			EntryCRC:    CRC32C(dst[p : p+el]),
+			EntryCRC:    crc32c.Checksum(dst[p : p+el]),
 		})
 		entOff += uint64(el)
 		p += el
 	}
-	idxCRC := CRC32C(dst[idxStart:])
+	idxCRC := crc32c.Checksum(dst[idxStart:])
 	dst = append(dst, trailerMagic...)
 	dst = binary.LittleEndian.AppendUint32(dst, Version)
 	dst = binary.LittleEndian.AppendUint64(dst, l.dirOffset)
@@ -149,7 +151,7 @@ func copyChunks(dst []byte, chunks []Chunk, transit bool) ([]byte, error) {
 		for p := 0; p < len(c.Data); p += copyPiece {
 			q := min(p+copyPiece, len(c.Data))
 			dst = append(dst, c.Data[p:q]...)
-			crc = crc32cUpdate(crc, dst[len(dst)-(q-p):])
+			crc = crc32c.Update(crc, dst[len(dst)-(q-p):])
 		}
 		if crc != c.Entry.DataCRC {
 			return dst, invalidf("chunk %d: DataCRC 0x%08x, bytes have 0x%08x", i, c.Entry.DataCRC, crc)
@@ -258,9 +260,9 @@ func BuildSettledFooter(entries []Entry) (SettledFooter, error) {
 	b := appendFooter(make([]byte, 0, l.footerLen()+TrailerSize), own, l)
 	var crc uint32
 	for i := range own {
-		crc = CRC32CCombine(crc, own[i].DataCRC, int64(own[i].ChunkBytes()))
+		crc = crc32c.Combine(crc, own[i].DataCRC, int64(own[i].ChunkBytes()))
 	}
-	crc = CRC32CCombine(crc, CRC32C(b), int64(len(b)))
+	crc = crc32c.Combine(crc, crc32c.Checksum(b), int64(len(b)))
 	return SettledFooter{
 		Bytes:        b,
 		FooterOffset: l.dirOffset,

@@ -1,6 +1,10 @@
 package bundlefmt
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/nova/auditor/internal/crc32c"
+)
 
 // EraseRecords is the GC rewrite of one chunk (docs/format.md#stored-record):
 // every record for which dead reports true becomes the one-byte tombstone
@@ -18,7 +22,7 @@ func EraseRecords(key string, e Entry, data []byte, dead func(record uint64) boo
 	if uint64(len(data)) != e.ChunkBytes() {
 		return e, nil, 0, corruptf(key, e.DataOffset, "chunk.data", "%d bytes, the entry's lengths sum to %d", len(data), e.ChunkBytes())
 	}
-	if got := CRC32C(data); got != e.DataCRC {
+	if got := crc32c.Checksum(data); got != e.DataCRC {
 		return e, nil, 0, checksumErr(key, e.DataOffset, "chunk.data_crc", e.DataCRC, got)
 	}
 	out := Entry{Stream: e.Stream, FirstRecord: e.FirstRecord, DataOffset: e.DataOffset,
@@ -42,7 +46,7 @@ func EraseRecords(key string, e Entry, data []byte, dead func(record uint64) boo
 	if changed == 0 {
 		return e, data, 0, nil
 	}
-	out.DataCRC = CRC32C(buf)
+	out.DataCRC = crc32c.Checksum(buf)
 	return out, buf, changed, nil
 }
 

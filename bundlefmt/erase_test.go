@@ -3,6 +3,8 @@ package bundlefmt
 import (
 	"errors"
 	"testing"
+
+	"github.com/nova/auditor/internal/crc32c"
 )
 
 func TestEraseRecords(t *testing.T) {
@@ -21,7 +23,7 @@ func TestEraseRecords(t *testing.T) {
 	if n != 2 || e.Lengths[1] != 1 || e.Lengths[2] != 1 || e.Lengths[0] != c.Entry.Lengths[0] {
 		t.Fatalf("changed %d, lengths %v", n, e.Lengths)
 	}
-	if e.Timestamps[2] != 102 || !e.IsBatchEnd(2) || e.DataCRC != CRC32C(data) || uint64(len(data)) != e.ChunkBytes() {
+	if e.Timestamps[2] != 102 || !e.IsBatchEnd(2) || e.DataCRC != crc32c.Checksum(data) || uint64(len(data)) != e.ChunkBytes() {
 		t.Fatalf("timestamps %v, batch end lost, or CRC wrong", e.Timestamps)
 	}
 	if !IsTombstone(data[3:4]) || !IsTombstone(data[4:5]) || string(data[0:3]) != string(c.Data[0:3]) {

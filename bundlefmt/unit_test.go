@@ -3,38 +3,9 @@ package bundlefmt
 import (
 	"bytes"
 	"errors"
-	"math/rand/v2"
 	"strings"
 	"testing"
 )
-
-func TestCRC32C(t *testing.T) {
-	if got := CRC32C([]byte("123456789")); got != 0xe3069283 {
-		t.Fatalf("check value 0x%08x", got)
-	}
-	r := rand.New(rand.NewPCG(1, 1))
-	for i := 0; i < 500; i++ {
-		a, b := randBytes(r, r.IntN(3000)), randBytes(r, r.IntN(3000))
-		if i%50 == 0 {
-			b = randBytes(r, 1<<20+r.IntN(100))
-		}
-		want := CRC32C(append(append([]byte(nil), a...), b...))
-		if got := CRC32CCombine(CRC32C(a), CRC32C(b), int64(len(b))); got != want {
-			t.Fatalf("combine(%d, %d bytes) = 0x%08x, want 0x%08x", len(a), len(b), got, want)
-		}
-	}
-	if got := CRC32CCombine(0x12345678, 0, 0); got != 0x12345678 {
-		t.Fatalf("combine with empty = 0x%08x", got)
-	}
-	// A combine over a length no test could hold in memory: associativity.
-	x, y, z := uint32(0xdeadbeef), uint32(0x01020304), uint32(0xcafef00d)
-	const lb, lc = 3 << 40, 5<<33 + 7
-	left := CRC32CCombine(CRC32CCombine(x, y, lb), z, lc)
-	right := CRC32CCombine(x, CRC32CCombine(y, z, lc), lb+lc)
-	if left != right {
-		t.Fatalf("combine not associative: 0x%08x 0x%08x", left, right)
-	}
-}
 
 func TestErrorClasses(t *testing.T) {
 	if !errors.Is(ErrChecksum, ErrCorrupt) || errors.Is(ErrCorrupt, ErrChecksum) || errors.Is(ErrUnsupportedVersion, ErrCorrupt) {

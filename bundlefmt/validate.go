@@ -3,6 +3,8 @@ package bundlefmt
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/nova/auditor/internal/crc32c"
 )
 
 // Expect names what the caller knows about an object from its key. Key is
@@ -196,7 +198,7 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 			}
 			data := obj[pos : pos+r.ChunkBytes]
 			stored := binary.LittleEndian.Uint32(eb[36:])
-			if c := CRC32C(data); c != stored {
+			if c := crc32c.Checksum(data); c != stored {
 				return nil, checksumErr(key, pos, fmt.Sprintf("chunk[%d].data_crc", i), stored, c)
 			}
 			if recErr == nil {

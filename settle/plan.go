@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/internal/crc32c"
 )
 
 // The planner is pure (docs/architecture.md#plan): given the stream's
@@ -214,7 +215,7 @@ func buildOutput(in PlanInput, first uint64, rev uint32, rewrite *Tail, chunks [
 		if n := len(o.Pieces); n > 0 && p.Data == nil && o.Pieces[n-1].Data == nil &&
 			o.Pieces[n-1].Src == p.Src && o.Pieces[n-1].Off+o.Pieces[n-1].Len == p.Off {
 			last := &o.Pieces[n-1]
-			last.CRC32C = bundlefmt.CRC32CCombine(last.CRC32C, p.CRC32C, int64(p.Len))
+			last.CRC32C = crc32c.Combine(last.CRC32C, p.CRC32C, int64(p.Len))
 			last.Len += p.Len
 			return
 		}

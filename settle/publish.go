@@ -9,6 +9,7 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
+	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
@@ -377,14 +378,14 @@ func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) error {
 			}
 			switch {
 			case asPlanned:
-				crc = bundlefmt.CRC32CCombine(crc, kc.e.DataCRC, int64(kc.e.ChunkBytes()))
+				crc = crc32c.Combine(crc, kc.e.DataCRC, int64(kc.e.ChunkBytes()))
 			case asOrig:
-				crc = bundlefmt.CRC32CCombine(crc, kc.orig.DataCRC, int64(kc.orig.ChunkBytes()))
+				crc = crc32c.Combine(crc, kc.orig.DataCRC, int64(kc.orig.ChunkBytes()))
 			default:
 				// Some records as planned, some as the source holds them:
 				// an attempt under other erasures. Its bytes are known.
 				b := mixedBytes(kc, e.Lengths[j:j+n])
-				crc = bundlefmt.CRC32CCombine(crc, bundlefmt.CRC32C(b), int64(len(b)))
+				crc = crc32c.Combine(crc, crc32c.Checksum(b), int64(len(b)))
 			}
 			j += n
 			at += uint64(n)

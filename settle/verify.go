@@ -7,8 +7,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/objstore"
 )
 
 // verifyWindow is the most bytes one ranged GET of a verification holds;
@@ -55,7 +55,7 @@ func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefm
 				return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassAdoption,
 					Err: fmt.Errorf("standing object ends early: [%d,+%d) returned %d bytes", w.off, w.len, len(data))}
 			}
-			w.crc = objstore.CRC32C(data)
+			w.crc = crc32c.Checksum(data)
 			return nil
 		})
 	}
@@ -72,7 +72,7 @@ func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefm
 		e := &entries[i]
 		crc := uint32(0)
 		for ; at < len(wins) && wins[at].chunk == i; at++ {
-			crc = bundlefmt.CRC32CCombine(crc, wins[at].crc, int64(wins[at].len))
+			crc = crc32c.Combine(crc, wins[at].crc, int64(wins[at].len))
 		}
 		if crc != e.DataCRC {
 			return fetched, requests, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Condemn: key,

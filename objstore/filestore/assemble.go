@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -82,7 +83,7 @@ func (s *Store) assemble(ctx context.Context, req objstore.AssembleRequest, res 
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("piece %d: %w", i, err)
 		}
-		if p.SrcKey == "" && p.HasCRC32C && objstore.CRC32C(p.Data) != p.CRC32C {
+		if p.SrcKey == "" && p.HasCRC32C && crc32c.Checksum(p.Data) != p.CRC32C {
 			return fmt.Errorf("piece %d: local bytes: %w", i, objstore.ErrChecksum)
 		}
 	}
@@ -231,7 +232,7 @@ func fileCRC(path string) (uint32, int64, error) {
 		return 0, 0, err
 	}
 	defer f.Close()
-	h := objstore.NewCRC32C()
+	h := crc32c.New()
 	n, err := io.Copy(h, f)
 	return h.Sum32(), n, err
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -87,7 +88,7 @@ func (a *assembly) prepare() error {
 			if err := objstore.ValidKey(p.SrcKey); err != nil {
 				return fmt.Errorf("piece %d: %w", i, err)
 			}
-		} else if p.HasCRC32C && objstore.CRC32C(p.Data) != p.CRC32C {
+		} else if p.HasCRC32C && crc32c.Checksum(p.Data) != p.CRC32C {
 			return fmt.Errorf("piece %d: local bytes: %w", i, objstore.ErrChecksum)
 		}
 		if p.Size() == 0 {
@@ -96,7 +97,7 @@ func (a *assembly) prepare() error {
 		if n := len(a.pieces); n > 0 && p.SrcKey != "" {
 			q := &a.pieces[n-1]
 			if q.SrcKey == p.SrcKey && q.SrcBucket == p.SrcBucket && q.SrcETag == p.SrcETag && q.Off+q.Len == p.Off {
-				q.CRC32C = objstore.CombineCRC32C(q.CRC32C, p.CRC32C, p.Len)
+				q.CRC32C = crc32c.Combine(q.CRC32C, p.CRC32C, p.Len)
 				q.HasCRC32C = q.HasCRC32C && p.HasCRC32C
 				q.Len += p.Len
 				continue
@@ -109,7 +110,7 @@ func (a *assembly) prepare() error {
 	for i, p := range a.pieces {
 		specs[i] = objstore.PieceSpec{Len: p.Size(), Copy: p.SrcKey != ""}
 		if p.SrcKey == "" {
-			a.dataCRC[i] = objstore.CRC32C(p.Data)
+			a.dataCRC[i] = crc32c.Checksum(p.Data)
 		}
 	}
 	a.plan, err = objstore.PlanParts(specs, a.s.limits)
@@ -143,8 +144,8 @@ func (a *assembly) putSingle(ctx context.Context) error {
 			return err
 		}
 	}
-	if a.req.HasExpectedCRC32C && objstore.CRC32C(data) != a.req.ExpectedCRC32C {
-		return fmt.Errorf("object CRC %08x, expected %08x: %w", objstore.CRC32C(data), a.req.ExpectedCRC32C, objstore.ErrChecksum)
+	if a.req.HasExpectedCRC32C && crc32c.Checksum(data) != a.req.ExpectedCRC32C {
+		return fmt.Errorf("object CRC %08x, expected %08x: %w", crc32c.Checksum(data), a.req.ExpectedCRC32C, objstore.ErrChecksum)
 	}
 	if err := a.s.PutIfAbsent(ctx, a.req.Bucket, a.req.Key, data); err != nil {
 		return err
@@ -164,13 +165,13 @@ func (a *assembly) expectedCRC(part objstore.Part) (uint32, bool) {
 		case p.SrcKey == "" && seg.Len == int64(len(p.Data)):
 			c = a.dataCRC[seg.Piece]
 		case p.SrcKey == "":
-			c = objstore.CRC32C(p.Data[seg.Off : seg.Off+seg.Len])
+			c = crc32c.Checksum(p.Data[seg.Off : seg.Off+seg.Len])
 		case seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C:
 			c = p.CRC32C
 		default:
 			return 0, false
 		}
-		crc = objstore.CombineCRC32C(crc, c, seg.Len)
+		crc = crc32c.Combine(crc, c, seg.Len)
 	}
 	return crc, true
 }
@@ -227,7 +228,7 @@ func (a *assembly) multipart(ctx context.Context) error {
 	full, fullKnown := uint32(0), true
 	for i, st := range states {
 		fullKnown = fullKnown && st.hasCRC
-		full = objstore.CombineCRC32C(full, st.crc, a.plan.Parts[i].Size)
+		full = crc32c.Combine(full, st.crc, a.plan.Parts[i].Size)
 	}
 	if a.req.HasExpectedCRC32C {
 		if fullKnown && full != a.req.ExpectedCRC32C {
@@ -333,7 +334,7 @@ func (a *assembly) doPart(ctx context.Context, part objstore.Part, have objstore
 	var data []byte
 	staged := false
 	if a.req.UploadID != "" && a.req.Stager != nil {
-		if d, err := a.req.Stager.Load(part.Number); err == nil && int64(len(d)) == part.Size && (!expKnown || objstore.CRC32C(d) == exp) {
+		if d, err := a.req.Stager.Load(part.Number); err == nil && int64(len(d)) == part.Size && (!expKnown || crc32c.Checksum(d) == exp) {
 			data, staged = d, true
 		}
 	}
@@ -343,7 +344,7 @@ func (a *assembly) doPart(ctx context.Context, part objstore.Part, have objstore
 			return partState{}, err
 		}
 	}
-	crc := objstore.CRC32C(data)
+	crc := crc32c.Checksum(data)
 	if expKnown && crc != exp {
 		return partState{}, fmt.Errorf("gathered CRC %08x, expected %08x: %w", crc, exp, objstore.ErrChecksum)
 	}
@@ -405,9 +406,9 @@ func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, erro
 			if int64(len(got)) != seg.Len {
 				return fmt.Errorf("fetch %s/%s [%d,+%d): source ends early: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.ErrInvalidRange)
 			}
-			if seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C && objstore.CRC32C(got) != p.CRC32C {
+			if seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C && crc32c.Checksum(got) != p.CRC32C {
 				return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
-					Err: fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.CRC32C(got), p.CRC32C, objstore.ErrChecksum)}
+					Err: fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, crc32c.Checksum(got), p.CRC32C, objstore.ErrChecksum)}
 			}
 			return nil
 		})
@@ -583,7 +584,7 @@ func (a *assembly) readBack(ctx context.Context) error {
 				return fmt.Errorf("read back [%d,+%d): object of %d bytes, expected %d: %w (%w)",
 					w.off, w.len, total, n, objstore.ErrChecksum, objstore.ErrPublishedBad)
 			}
-			w.crc = objstore.CRC32C(got)
+			w.crc = crc32c.Checksum(got)
 			return nil
 		})
 	}
@@ -592,7 +593,7 @@ func (a *assembly) readBack(ctx context.Context) error {
 	}
 	var crc uint32
 	for _, w := range wins {
-		crc = objstore.CombineCRC32C(crc, w.crc, w.len)
+		crc = crc32c.Combine(crc, w.crc, w.len)
 	}
 	if crc == a.req.ExpectedCRC32C {
 		a.checked = true

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
 )
@@ -104,7 +105,7 @@ func TestExpressSet(t *testing.T) {
 	}
 	want := append(append(bytes.Clone(data[:8<<20]), data[9<<20:9<<20+1000]...), "footer"...)
 	if _, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: std, Key: "settled/1", Pieces: pieces,
-		ExpectedCRC32C: objstore.CRC32C(want), HasExpectedCRC32C: true}); err != nil {
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}); err != nil {
 		t.Fatal(err)
 	}
 	if got := storetest.ReadAll(t, raw, std, "settled/1"); !bytes.Equal(got, want) {

@@ -30,6 +30,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/logging"
 
+	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -333,7 +334,7 @@ func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []b
 		sum := md5.Sum(data)
 		in.ContentMD5 = aws.String(base64.StdEncoding.EncodeToString(sum[:]))
 	default:
-		in.ChecksumAlgorithm, in.ChecksumCRC32C = types.ChecksumAlgorithmCrc32c, aws.String(objstore.EncodeCRC32C(objstore.CRC32C(data)))
+		in.ChecksumAlgorithm, in.ChecksumCRC32C = types.ChecksumAlgorithmCrc32c, aws.String(objstore.EncodeCRC32C(crc32c.Checksum(data)))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -273,7 +274,7 @@ func build(b string, srcs []source, specs []spec, withCRC bool) ([]objstore.Piec
 		d := srcs[sp.src].data[sp.off : sp.off+sp.len]
 		p := objstore.RangePiece(b, srcs[sp.src].key, int64(sp.off), int64(sp.len))
 		if withCRC {
-			p.CRC32C, p.HasCRC32C = objstore.CRC32C(d), true
+			p.CRC32C, p.HasCRC32C = crc32c.Checksum(d), true
 		}
 		pieces = append(pieces, p)
 		want = append(want, d...)
@@ -304,7 +305,7 @@ func testAssembleMixes(t *testing.T, h Harness) {
 			pieces, want := build(b, srcs, specs, name != "big tail, no crc")
 			key := "out/" + name
 			req := objstore.AssembleRequest{Bucket: b, Key: key, Pieces: pieces, Stager: NewMemStager(),
-				ExpectedCRC32C: objstore.CRC32C(want), HasExpectedCRC32C: name != "big tail, no crc"}
+				ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: name != "big tail, no crc"}
 			res, err := s.Assemble(ctxT(t), req)
 			if err != nil {
 				t.Fatalf("assemble: %v", err)
@@ -383,7 +384,7 @@ func testAssembleRace(t *testing.T, h Harness) {
 			defer wg.Done()
 			var res objstore.AssembleResult
 			res, errs[i] = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "race/out", Pieces: pieces,
-				ExpectedCRC32C: objstore.CRC32C(want), HasExpectedCRC32C: true})
+				ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
 			if errors.Is(errs[i], objstore.ErrExists) && res.UploadID != "" {
 				if err := s.AbortAssembly(ctx, b, "race/out", res.UploadID); err != nil {
 					t.Errorf("racer %d: abort: %v", i, err)
@@ -422,7 +423,7 @@ func testAssembleResume(t *testing.T, h Harness) {
 	var uploadID string
 	done := 0
 	req := objstore.AssembleRequest{Bucket: b, Key: "resumed", Pieces: pieces, Stager: stager,
-		ExpectedCRC32C: objstore.CRC32C(want), HasExpectedCRC32C: true,
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true,
 		Hooks: objstore.Hooks{
 			UploadCreated: func(id string) error { uploadID = id; return nil },
 			PartDone: func(int, bool) error {
@@ -501,7 +502,7 @@ func testListAssemblies(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	req := objstore.AssembleRequest{Bucket: b, Key: "lost", Pieces: pieces, Stager: NewMemStager(), UploadID: a2,
-		ExpectedCRC32C: objstore.CRC32C(want), HasExpectedCRC32C: true}
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}
 	if _, err := s.Assemble(ctx, req); err != nil {
 		t.Fatalf("complete the second upload: %v", err)
 	}
@@ -565,7 +566,7 @@ func testAssembleChecksum(t *testing.T, h Harness) {
 		pieces, want := build(b, srcs, specs, false)
 		key := "badcrc/" + name
 		res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: key, Pieces: pieces,
-			ExpectedCRC32C: objstore.CRC32C(want) ^ 1, HasExpectedCRC32C: true})
+			ExpectedCRC32C: crc32c.Checksum(want) ^ 1, HasExpectedCRC32C: true})
 		if !errors.Is(err, objstore.ErrChecksum) {
 			t.Fatalf("%s: assembly with a wrong expected CRC: %v, want ErrChecksum", name, err)
 		}

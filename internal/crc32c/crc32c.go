@@ -1,16 +1,26 @@
-package bundlefmt
+// Package crc32c is the one CRC-32C (Castagnoli) implementation of the
+// auditor: checksums, streaming updates and the combine that gives the CRC of
+// A‖B from the CRCs of A and B and the length of B, without the bytes
+// (docs/format.md#crc-32c-combine). It imports nothing of ours.
+package crc32c
 
-import "hash/crc32"
+import (
+	"hash"
+	"hash/crc32"
+)
 
-// castagnoli is the standard library's shared CRC-32C table; crc32.Update
-// with it uses SSE4.2 (amd64) or the CRC instructions (arm64).
+// castagnoli is the standard library's CRC-32C table (immutable once made);
+// crc32.Update with it uses SSE4.2 (amd64) or the CRC instructions (arm64).
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// CRC32C returns the CRC-32C (Castagnoli) of b.
-func CRC32C(b []byte) uint32 { return crc32.Update(0, castagnoli, b) }
+// Checksum returns the CRC-32C of b.
+func Checksum(b []byte) uint32 { return crc32.Update(0, castagnoli, b) }
 
-// crc32cUpdate extends crc with b.
-func crc32cUpdate(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+// Update extends crc with b.
+func Update(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+
+// New returns a streaming CRC-32C hash.
+func New() hash.Hash32 { return crc32.New(castagnoli) }
 
 // castagnoliReversed is the Castagnoli polynomial in reflected bit order.
 const castagnoliReversed = 0x82f63b78
@@ -62,11 +72,11 @@ func x2nModP(n uint64, k uint) uint32 {
 	return p
 }
 
-// CRC32CCombine returns the CRC-32C of A‖B given crc1 = CRC32C(A),
-// crc2 = CRC32C(B) and len2 = len(B), without the bytes: zlib's crc32_combine
-// with the Castagnoli polynomial (docs/format.md#crc-32c-combine). A negative len2 is
-// treated as 0.
-func CRC32CCombine(crc1, crc2 uint32, len2 int64) uint32 {
+// Combine returns the CRC-32C of A‖B given crc1 = Checksum(A),
+// crc2 = Checksum(B) and len2 = len(B), without the bytes: zlib's
+// crc32_combine with the Castagnoli polynomial. A negative len2 is treated
+// as 0.
+func Combine(crc1, crc2 uint32, len2 int64) uint32 {
 	if len2 <= 0 {
 		return crc1 ^ crc2
 	}
