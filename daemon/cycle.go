@@ -552,12 +552,13 @@ func runStep(ctx context.Context, s cycle.Step, f catalog.Fence, opts cycle.Opti
 	return s.Run(ctx, f, opts)
 }
 
-// classify maps a cycle's error to its ledger outcome.
+// classify maps a cycle's error to its ledger outcome, by the kinds of
+// internal/cycle/errors.go (a canceled cycle is none of them: ctx ended).
 func classify(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
 		return catalog.RunOK
-	case errors.Is(err, catalog.ErrStaleToken), errors.Is(context.Cause(ctx), catalog.ErrStaleToken):
+	case cycle.IsLeaseLost(err), cycle.IsLeaseLost(context.Cause(ctx)):
 		return catalog.RunLostLease
 	case cycle.IsHalt(err):
 		return catalog.RunHalted
