@@ -55,7 +55,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	express := wire.SlotBuckets(cfg, wire.ClassExpress)
+	express := wire.SlotBuckets(cfg, catalog.ClassExpress)
 	// One record of zone health, shared by slot reads, copy sources and
 	// deletes, for as long as the process runs.
 	health := objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
@@ -178,10 +178,10 @@ type classReader struct {
 
 func newClassReader(store objstore.Store, cfg config.Config, health *objstore.Health) (*classReader, error) {
 	r := &classReader{sets: map[string]*objstore.BucketSet{}}
-	for _, class := range []string{wire.ClassStandard, wire.ClassExpress} {
+	for _, class := range []string{catalog.ClassStandard, catalog.ClassExpress} {
 		set, err := wire.SlotBucketSet(cfg, store, class)
 		if err != nil {
-			if class == wire.ClassExpress {
+			if class == catalog.ClassExpress {
 				continue // no express set configured: express reads fail below
 			}
 			return nil, err
