@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 )
@@ -12,23 +11,6 @@ import (
 // ZoneBucket names the bucket that serves one zone.
 type ZoneBucket struct {
 	Zone, Bucket string
-}
-
-// ParseZoneBuckets parses the --s3-express-buckets value "zone=bucket,...".
-func ParseZoneBuckets(s string) ([]ZoneBucket, error) {
-	var out []ZoneBucket
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		zone, bucket, ok := strings.Cut(item, "=")
-		if !ok || zone == "" || bucket == "" {
-			return nil, fmt.Errorf("express buckets: %q is not zone=bucket", item)
-		}
-		out = append(out, ZoneBucket{Zone: zone, Bucket: bucket})
-	}
-	return out, nil
 }
 
 // BucketSet is where one class of objects lives (docs/architecture.md#buckets-and-zone-health): for

@@ -63,10 +63,7 @@ func TestBucketSet(t *testing.T) {
 	}
 	fl := &flaky{Store: fs, down: map[string]bool{}}
 	store := objstore.Instrument(fl, m)
-	zones, err := objstore.ParseZoneBuckets("use1-az1=ex-a, use1-az2=ex-b,use1-az4=ex-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	zones := []objstore.ZoneBucket{{Zone: "use1-az1", Bucket: "ex-a"}, {Zone: "use1-az2", Bucket: "ex-b"}, {Zone: "use1-az4", Bucket: "ex-c"}}
 	set, err := objstore.NewBucketSet(store, zones, "use1-az2")
 	if err != nil {
 		t.Fatal(err)

@@ -189,3 +189,12 @@ func (s *instrumented) ListAssemblies(ctx context.Context, bucket, key string) (
 
 // Unwrap returns the wrapped store.
 func (s *instrumented) Unwrap() Store { return s.Store }
+
+// Limits are the part-planning limits of the wrapped store (an S3 store's
+// configured ones), DefaultLimits when it plans no parts of its own.
+func (s *instrumented) Limits() Limits {
+	if l, ok := s.Store.(interface{ Limits() Limits }); ok {
+		return l.Limits()
+	}
+	return DefaultLimits
+}

@@ -33,3 +33,33 @@ func TestInstrumentedContract(t *testing.T) {
 		return b
 	}})
 }
+
+// limitedStore is a store that plans parts under its own limits.
+type limitedStore struct {
+	objstore.Store
+	lim objstore.Limits
+}
+
+func (s limitedStore) Limits() objstore.Limits { return s.lim }
+
+// TestInstrumentedLimits: the wrapper reports the wrapped store's planning
+// limits (what a dry run plans with), DefaultLimits for a store without.
+func TestInstrumentedLimits(t *testing.T) {
+	m, err := objstore.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type limiter interface{ Limits() objstore.Limits }
+	own := objstore.DefaultLimits
+	own.MaxGathered *= 2
+	if got := objstore.Instrument(limitedStore{lim: own}, m).(limiter).Limits(); got != own {
+		t.Errorf("limits %+v, want the wrapped store's %+v", got, own)
+	}
+	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := objstore.Instrument(fs, m).(limiter).Limits(); got != objstore.DefaultLimits {
+		t.Errorf("limits %+v, want DefaultLimits", got)
+	}
+}

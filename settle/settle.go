@@ -598,6 +598,15 @@ func classOf(err error) string {
 	return cycle.ClassCorrupt
 }
 
+// planLimits are the part-planning limits the store publishes with (an S3
+// store's configured ones); DefaultLimits for a store that plans no parts.
+func (s *Settler) planLimits() objstore.Limits {
+	if l, ok := s.d.Store.(interface{ Limits() objstore.Limits }); ok {
+		return l.Limits()
+	}
+	return objstore.DefaultLimits
+}
+
 // printPlan writes a dry run's plan: objects, keys, bytes copied and fetched.
 // A dry run plans the stream's first window only.
 func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output, complete bool) {
@@ -614,7 +623,7 @@ func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output, compl
 		}
 		specs = append(specs, objstore.PieceSpec{Len: int64(len(o.Footer.Bytes))})
 		copied, fetched := int64(0), int64(0)
-		if plan, err := objstore.PlanParts(specs, objstore.DefaultLimits); err == nil {
+		if plan, err := objstore.PlanParts(specs, s.planLimits()); err == nil {
 			copied, fetched = plan.Copied(), plan.Fetched()
 		}
 		what := "new"

@@ -115,23 +115,30 @@ func (e *env) write(star string, flights int64, faults sim.Faults, session uint6
 	}
 }
 
-// classReader reads a class's slots from its buckets, express set first zone first.
-type classReader struct{ e *env }
+// reader reads a class's slots from its buckets (objstore.ClassReader):
+// the standard bucket, or the express set first zone first.
+func (e *env) reader() *objstore.ClassReader {
+	e.t.Helper()
+	return classReader(e.t, e.store, e.std, e.express)
+}
 
-func (r classReader) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
-	buckets := []string{r.e.std}
-	if class == catalog.ClassExpress {
-		buckets = r.e.express
-	}
-	var err error
-	for _, b := range buckets {
-		var data []byte
-		var size int64
-		if data, size, err = r.e.store.GetRange(ctx, b, key, off, n); err == nil {
-			return data, size, nil
+// classReader is the objstore.ClassReader over a standard bucket and an
+// express set read in the order given.
+func classReader(t testing.TB, store objstore.Store, std string, express []string) *objstore.ClassReader {
+	t.Helper()
+	sets := map[string]*objstore.BucketSet{catalog.ClassStandard: objstore.SingleBucket(store, std)}
+	if len(express) > 0 {
+		zones := make([]objstore.ZoneBucket, len(express))
+		for i, b := range express {
+			zones[i] = objstore.ZoneBucket{Zone: fmt.Sprintf("zone%d", i), Bucket: b}
 		}
+		set, err := objstore.NewBucketSet(store, zones, zones[0].Zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets[catalog.ClassExpress] = set
 	}
-	return nil, 0, err
+	return objstore.NewClassReader(sets)
 }
 
 const (
@@ -165,7 +172,7 @@ func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
 }
 
 func (e *env) settler(crash func(crashpoint.Point)) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: classReader{e}, StdBucket: e.std, ExpressBuckets: e.express,
+	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: e.reader(), StdBucket: e.std, ExpressBuckets: e.express,
 		Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour})

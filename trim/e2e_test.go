@@ -2,7 +2,7 @@ package trim_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,27 +17,20 @@ import (
 	"github.com/nova/auditor/trim"
 )
 
-// classReader reads slots by class: the standard bucket, or the express set
-// with fall-through on a miss (settle.Reader).
-type classReader struct {
-	store   objstore.Store
-	std     string
-	express []string
-}
-
-func (r classReader) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
-	if class != catalog.ClassExpress {
-		return r.store.GetRange(ctx, r.std, key, off, n)
+// classReader reads slots by class (settle.Reader): the standard bucket,
+// or the express set in the order given with fall-through on a miss.
+func classReader(t testing.TB, store objstore.Store, std string, express []string) *objstore.ClassReader {
+	t.Helper()
+	zones := make([]objstore.ZoneBucket, len(express))
+	for i, b := range express {
+		zones[i] = objstore.ZoneBucket{Zone: fmt.Sprintf("zone%d", i), Bucket: b}
 	}
-	var last error
-	for _, b := range r.express {
-		data, size, err := r.store.GetRange(ctx, b, key, off, n)
-		if err == nil || !errors.Is(err, objstore.ErrNotFound) {
-			return data, size, err
-		}
-		last = err
+	set, err := objstore.NewBucketSet(store, zones, zones[0].Zone)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nil, 0, last
+	return objstore.NewClassReader(map[string]*objstore.BucketSet{
+		catalog.ClassStandard: objstore.SingleBucket(store, std), catalog.ClassExpress: set})
 }
 
 // TestEndToEndNovasimSettleTrimReap: novasim traffic with failover, crashes,
@@ -89,7 +82,7 @@ func endToEnd(t *testing.T, ns namedStore) {
 	runCycle := func(star string, f catalog.Fence, linger time.Duration) cycle.Counts {
 		t.Helper()
 		pol := catalog.DuePolicy{Linger: linger, AgeCap: 2 * linger, ExpressLinger: linger, ExpressAgeCap: 2 * linger}
-		s, err := settle.New(settle.Deps{DB: db, Store: mem, Reader: classReader{mem, std, express}, StdBucket: std, ExpressBuckets: express},
+		s, err := settle.New(settle.Deps{DB: db, Store: mem, Reader: classReader(t, mem, std, express), StdBucket: std, ExpressBuckets: express},
 			settle.Config{Policy: pol, CapBytes: 64 << 10, TargetBytes: 16 << 10, MaxStreams: 1000, MaxBytes: 1 << 40, Concurrency: 4,
 				ReapGrace: grace, FooterCacheBytes: 256 << 20, WindowRefs: settle.DefaultWindowRefs,
 				WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/wire"
 	"github.com/nova/auditor/objstore"
@@ -31,7 +32,7 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	buckets := append([]string{cfg.Bucket}, wire.SlotBuckets(cfg, wire.ClassExpress)...)
+	buckets := append([]string{cfg.Bucket}, wire.SlotBuckets(cfg, catalog.ClassExpress)...)
 	var (
 		obj  []byte
 		from string

@@ -55,7 +55,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	express := wire.SlotBuckets(cfg, wire.ClassExpress)
+	express := wire.SlotBuckets(cfg, catalog.ClassExpress)
 	// One record of zone health, shared by slot reads, copy sources and
 	// deletes, for as long as the process runs.
 	health := objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
@@ -169,35 +169,24 @@ func openPending(cfg config.Config) (*pendingobj.Store, error) {
 	return p, nil
 }
 
-// classReader reads slots of a class from its bucket set
-// (wire.SlotBucketSet): the standard bucket, or the express set in read
-// preference order with fall-through and the hold-off of a down zone.
-type classReader struct {
-	sets map[string]*objstore.BucketSet // by class
-}
-
-func newClassReader(store objstore.Store, cfg config.Config, health *objstore.Health) (*classReader, error) {
-	r := &classReader{sets: map[string]*objstore.BucketSet{}}
-	for _, class := range []string{wire.ClassStandard, wire.ClassExpress} {
+// newClassReader builds the reader of slots by class from the bucket set of
+// each class (wire.SlotBucketSet): the standard bucket, or the express set
+// in read preference order with fall-through and the hold-off of a down
+// zone.
+func newClassReader(store objstore.Store, cfg config.Config, health *objstore.Health) (*objstore.ClassReader, error) {
+	sets := map[string]*objstore.BucketSet{}
+	for _, class := range []string{catalog.ClassStandard, catalog.ClassExpress} {
 		set, err := wire.SlotBucketSet(cfg, store, class)
 		if err != nil {
-			if class == wire.ClassExpress {
-				continue // no express set configured: express reads fail below
+			if class == catalog.ClassExpress {
+				continue // no express set configured: express reads fail
 			}
 			return nil, err
 		}
 		set.SetHealth(health)
-		r.sets[class] = set
+		sets[class] = set
 	}
-	return r, nil
-}
-
-func (r *classReader) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
-	set, ok := r.sets[class]
-	if !ok {
-		return nil, 0, fmt.Errorf("read %s: no bucket configured for class %s", key, class)
-	}
-	return set.GetRange(ctx, key, off, n)
+	return objstore.NewClassReader(sets), nil
 }
 
 // leaseCrash is the crash hook of the daemon's lease renewal (the armed

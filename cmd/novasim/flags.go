@@ -112,7 +112,7 @@ func openWith(ctx context.Context, cfg config.Config, migrate bool, put objstore
 		db.Close()
 		return nil, sim.Storage{}, err
 	}
-	return db, sim.Storage{Store: store, Standard: cfg.Bucket, Express: wire.SlotBuckets(cfg, wire.ClassExpress)}, nil
+	return db, sim.Storage{Store: store, Standard: cfg.Bucket, Express: wire.SlotBuckets(cfg, catalog.ClassExpress)}, nil
 }
 
 // sizeFlag is an int64 flag that takes binary suffixes (KiB, MiB, GiB).

@@ -249,3 +249,13 @@ func TestHistoryRetention(t *testing.T) {
 		t.Fatalf("30m: %v", err)
 	}
 }
+
+func TestParseExpressBucketsSpaces(t *testing.T) {
+	got, err := config.ParseExpressBuckets("use1-az1=ex-a, use1-az2=ex-b,use1-az4=ex-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := config.FormatExpressBuckets(got); s != "use1-az1=ex-a,use1-az2=ex-b,use1-az4=ex-c" {
+		t.Fatalf("parsed %q", s)
+	}
+}

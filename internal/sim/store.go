@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -33,7 +34,7 @@ type Storage struct {
 
 // slotBuckets returns the buckets that hold a chain of the class.
 func (s Storage) slotBuckets(class string) []string {
-	if class == "express" {
+	if class == catalog.ClassExpress {
 		return s.Express
 	}
 	return []string{s.Standard}

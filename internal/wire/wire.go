@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
@@ -62,19 +63,13 @@ func StoreWithPutChecksum(ctx context.Context, cfg config.Config, alg objstore.C
 	return s, nil
 }
 
-// Class names (docs/metastore.md).
-const (
-	ClassStandard = "standard"
-	ClassExpress  = "express"
-)
-
 // SlotBucketSet returns the bucket set that holds the slots of a chain of
 // the class (docs/architecture.md#buckets-and-zone-health): the standard bucket (--bucket) alone for
 // a standard chain; for an express chain every bucket of the express set
 // (--s3-express-buckets), reads preferring the bucket of --location. A
 // configuration error when an express chain has no express set.
 func SlotBucketSet(cfg config.Config, store objstore.Store, class string) (*objstore.BucketSet, error) {
-	if class != ClassExpress {
+	if class != catalog.ClassExpress {
 		return objstore.SingleBucket(store, cfg.Bucket), nil
 	}
 	if len(cfg.S3ExpressBuckets) == 0 {
@@ -119,7 +114,7 @@ func CreateLocalBuckets(cfg config.Config, store objstore.Store) error {
 	if !ok {
 		return nil
 	}
-	buckets := append([]string{cfg.Bucket}, SlotBuckets(cfg, ClassExpress)...)
+	buckets := append([]string{cfg.Bucket}, SlotBuckets(cfg, catalog.ClassExpress)...)
 	for _, b := range buckets {
 		if err := bc.CreateBucket(b); err != nil {
 			return fmt.Errorf("create bucket %s under %s: %w", b, cfg.FSRoot, err)
@@ -137,7 +132,7 @@ func CreateBuckets(ctx context.Context, cfg config.Config, store objstore.Store)
 	if !ok {
 		return CreateLocalBuckets(cfg, store)
 	}
-	for _, b := range append([]string{cfg.Bucket}, SlotBuckets(cfg, ClassExpress)...) {
+	for _, b := range append([]string{cfg.Bucket}, SlotBuckets(cfg, catalog.ClassExpress)...) {
 		_, err := s3s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b)})
 		var apiErr smithy.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode() == "BucketAlreadyOwnedByYou" || apiErr.ErrorCode() == "BucketAlreadyExists") {

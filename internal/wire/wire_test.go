@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
@@ -48,21 +49,21 @@ func TestSlotBuckets(t *testing.T) {
 	t.Parallel()
 	cfg := config.Defaults()
 	cfg.Bucket = "std"
-	if got := SlotBuckets(cfg, ClassStandard); !reflect.DeepEqual(got, []string{"std"}) {
+	if got := SlotBuckets(cfg, catalog.ClassStandard); !reflect.DeepEqual(got, []string{"std"}) {
 		t.Fatalf("standard: %v", got)
 	}
-	if got := SlotBuckets(cfg, ClassExpress); got != nil {
+	if got := SlotBuckets(cfg, catalog.ClassExpress); got != nil {
 		t.Fatalf("express without a set: %v", got)
 	}
-	if _, err := SlotBucketSet(cfg, nil, ClassExpress); !errors.Is(err, config.ErrConfig) {
+	if _, err := SlotBucketSet(cfg, nil, catalog.ClassExpress); !errors.Is(err, config.ErrConfig) {
 		t.Fatalf("express without a set: %v", err)
 	}
 	cfg.S3ExpressBuckets = []config.ZoneBucket{{Zone: "a", Bucket: "xa"}, {Zone: "b", Bucket: "xb"}, {Zone: "c", Bucket: "xc"}}
 	cfg.Location = "b"
-	if got := SlotBuckets(cfg, ClassExpress); !reflect.DeepEqual(got, []string{"xb", "xa", "xc"}) {
+	if got := SlotBuckets(cfg, catalog.ClassExpress); !reflect.DeepEqual(got, []string{"xb", "xa", "xc"}) {
 		t.Fatalf("express: %v (want the location's bucket first)", got)
 	}
-	set, err := SlotBucketSet(cfg, nil, ClassExpress)
+	set, err := SlotBucketSet(cfg, nil, catalog.ClassExpress)
 	if err != nil || set.ReadBuckets()[0] != (objstore.ZoneBucket{Zone: "b", Bucket: "xb"}) {
 		t.Fatalf("express set: %v %v", set, err)
 	}
