@@ -18,6 +18,8 @@ type ZoneBucket struct {
 // standard star, the standard bucket alone (SingleBucket). Callers use one
 // code path for both.
 //
+// A Topology holds one set per class; steps get their sets from it.
+//
 // Reads try the local zone's bucket first and fall through to the others on
 // a miss, a missing bucket or a retryable failure, counting each
 // fall-through when the store is instrumented. Writes and deletes go to
@@ -187,84 +189,127 @@ func (s *BucketSet) Head(ctx context.Context, key string) (Attrs, ZoneBucket, er
 	return a, zb, err
 }
 
-// ResolveSources fills in, for each range piece without a SrcBucket, the
-// bucket of the set that holds its key (and pins that object's ETag when
-// no pin is set), so that an assembly reads its sources from the set and
-// writes into another bucket.
-func (s *BucketSet) ResolveSources(ctx context.Context, pieces []Piece) error {
-	type found struct {
-		bucket, etag string
+// CopySource is the bucket an assembly copies a source of the set from:
+// the first in read order (the local zone first) that the zone health does
+// not hold off.
+func (s *BucketSet) CopySource() string { return s.order()[0].Bucket }
+
+// Has reports whether bucket is one of the set's.
+func (s *BucketSet) Has(bucket string) bool {
+	for _, zb := range s.read {
+		if zb.Bucket == bucket {
+			return true
+		}
 	}
-	seen := map[string]found{}
-	for i := range pieces {
-		p := &pieces[i]
-		if p.SrcKey == "" || p.SrcBucket != "" {
+	return false
+}
+
+// SourceFailed records that bucket failed as a copy source (a down zone,
+// or a missing copy of a slot) and reports whether another bucket of the
+// set is left to copy from, as reads fall through. A set of one bucket, or
+// a bucket not in the set, leaves nothing to try and records nothing.
+//
+// The failure is held off for the minimum hold-off (doubling while it
+// repeats): an assembly's duration says nothing of how long the failure
+// took to detect, and reads, which time each request, record that.
+func (s *BucketSet) SourceFailed(bucket string) bool {
+	if len(s.read) < 2 || s.health == nil || !s.Has(bucket) {
+		return false
+	}
+	s.health.Failed(bucket, 0)
+	for _, zb := range s.read {
+		if !s.health.Down(zb.Bucket) {
+			return true
+		}
+	}
+	return false
+}
+
+// DeleteOutcome is one bucket's answer to a Delete fanned out over a set.
+type DeleteOutcome struct {
+	Bucket string
+	// HeldOff: the zone health held the bucket off, so no request was
+	// sent and none of the keys is confirmed.
+	HeldOff bool
+	// Err is the request's failure (nil: every key is gone from the
+	// bucket). Failed holds the keys it did not confirm; nil with an Err
+	// means none was confirmed.
+	Err    error
+	Failed map[string]bool
+	Took   time.Duration
+}
+
+// Confirmed reports whether the bucket confirmed key deleted.
+func (o DeleteOutcome) Confirmed(key string) bool {
+	switch {
+	case o.HeldOff:
+		return false
+	case o.Err == nil:
+		return true
+	case o.Failed == nil:
+		return false
+	}
+	return !o.Failed[key]
+}
+
+// Delete deletes keys from the given buckets of the set (nil: every
+// bucket) at once, absence being success, and returns each bucket's
+// outcome in the order given. A bucket the zone health holds off is
+// skipped, what it holds staying for a later attempt; a request that fails
+// whole (not a cancellation) holds its bucket off for at least the time it
+// took, and a success clears the hold-off, so one dead zone costs one
+// detection per hold-off, not one per batch. Unlike reads, deletes record
+// health for a set of one bucket too: there is nowhere else to delete
+// from, but nothing gained by asking a dead bucket every batch.
+func (s *BucketSet) Delete(ctx context.Context, keys []string, buckets []string) []DeleteOutcome {
+	if buckets == nil {
+		for _, zb := range s.read {
+			buckets = append(buckets, zb.Bucket)
+		}
+	}
+	out := make([]DeleteOutcome, len(buckets))
+	var asked []*DeleteOutcome
+	for i, b := range buckets {
+		out[i].Bucket = b
+		if s.health.Down(b) {
+			out[i].HeldOff = true
 			continue
 		}
-		f, ok := seen[p.SrcKey]
-		if !ok {
-			a, zb, err := s.Head(ctx, p.SrcKey)
-			if err != nil {
-				return fmt.Errorf("locate source %s: %w", p.SrcKey, err)
+		asked = append(asked, &out[i])
+	}
+	EachBucket(asked, func(o *DeleteOutcome) error {
+		start := s.clock()
+		o.Err = s.store.Delete(ctx, o.Bucket, keys)
+		o.Took = s.clock().Sub(start)
+		var de *DeleteError
+		switch {
+		case o.Err == nil:
+			s.health.Succeeded(o.Bucket)
+		case errors.As(o.Err, &de) && len(de.Failed) < len(keys):
+			o.Failed = make(map[string]bool, len(de.Failed))
+			for k := range de.Failed {
+				o.Failed[k] = true
 			}
-			f = found{zb.Bucket, a.ETag}
-			seen[p.SrcKey] = f
+		case ctx.Err() == nil:
+			s.health.Failed(o.Bucket, o.Took)
 		}
-		p.SrcBucket = f.bucket
-		if p.SrcETag == "" {
-			p.SrcETag = f.etag
-		}
-	}
-	return nil
+		return o.Err
+	})
+	return out
 }
 
-// PutIfAbsentAll writes the object create-once into every bucket at once.
-// ErrExists from any bucket means the key is taken and is returned as
-// such; otherwise the failed zones' errors are returned together.
-func (s *BucketSet) PutIfAbsentAll(ctx context.Context, key string, data []byte) error {
-	errs := s.each(func(zb ZoneBucket) error { return s.store.PutIfAbsent(ctx, zb.Bucket, key, data) })
-	var failed []error
-	for i, err := range errs {
-		if errors.Is(err, ErrExists) {
-			return fmt.Errorf("put %s: zone %q (%s): %w", key, s.read[i].Zone, s.read[i].Bucket, err)
-		}
-		if err != nil {
-			failed = append(failed, fmt.Errorf("zone %q (%s): %w", s.read[i].Zone, s.read[i].Bucket, err))
-		}
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("put %s: %w", key, errors.Join(failed...))
-	}
-	return nil
-}
-
-// DeleteAll deletes the keys from every bucket (absence is success) and
-// returns the zones where some key could not be deleted, for a retry.
-func (s *BucketSet) DeleteAll(ctx context.Context, keys []string) ([]ZoneBucket, error) {
-	errs := s.each(func(zb ZoneBucket) error { return s.store.Delete(ctx, zb.Bucket, keys) })
-	var failedZones []ZoneBucket
-	var failed []error
-	for i, err := range errs {
-		if err != nil {
-			failedZones = append(failedZones, s.read[i])
-			failed = append(failed, fmt.Errorf("zone %q (%s): %w", s.read[i].Zone, s.read[i].Bucket, err))
-		}
-	}
-	if len(failed) > 0 {
-		return failedZones, fmt.Errorf("delete %d keys: %w", len(keys), errors.Join(failed...))
-	}
-	return nil, nil
-}
-
-// each runs f on every bucket concurrently.
-func (s *BucketSet) each(f func(ZoneBucket) error) []error {
-	errs := make([]error, len(s.read))
+// EachBucket runs f on every bucket at once and returns each one's error in
+// the order given: the one fan-out of a write or delete to every bucket of
+// a class (BucketSet.Delete, and novasim's create-once slot writes, which
+// need every zone's own answer to read back the ones whose reply was lost).
+func EachBucket[B any](buckets []B, f func(B) error) []error {
+	errs := make([]error, len(buckets))
 	var wg sync.WaitGroup
-	for i, zb := range s.read {
+	for i, b := range buckets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = f(zb)
+			errs[i] = f(b)
 		}()
 	}
 	wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,11 +73,18 @@ func TestBucketSet(t *testing.T) {
 		t.Fatalf("read order %v, want the local zone first", rb)
 	}
 
-	if err := set.PutIfAbsentAll(ctx, "slot/1", []byte("payload")); err != nil {
-		t.Fatal(err)
+	put := func(data string) []error {
+		return objstore.EachBucket(set.ReadBuckets(), func(zb objstore.ZoneBucket) error {
+			return store.PutIfAbsent(ctx, zb.Bucket, "slot/1", []byte(data))
+		})
 	}
-	if err := set.PutIfAbsentAll(ctx, "slot/1", []byte("other")); !errors.Is(err, objstore.ErrExists) {
-		t.Fatalf("second put: %v, want ErrExists", err)
+	if errs := put("payload"); errors.Join(errs...) != nil || len(errs) != 3 {
+		t.Fatalf("put into every bucket: %v", errs)
+	}
+	for i, err := range put("other") {
+		if !errors.Is(err, objstore.ErrExists) {
+			t.Fatalf("second put into %v: %v, want ErrExists", set.ReadBuckets()[i], err)
+		}
 	}
 	// a slot only in a remote zone: the local miss falls through
 	if err := fs.PutIfAbsent(ctx, "ex-c", "slot/2", []byte("remote")); err != nil {
@@ -95,32 +103,46 @@ func TestBucketSet(t *testing.T) {
 		t.Fatalf("miss with a zone down: %v, want a retryable error, not ErrNotFound", err)
 	}
 	// deletes report the down zone and succeed once it is back
-	failed, err := set.DeleteAll(ctx, []string{"slot/1", "slot/2"})
-	if err == nil || len(failed) != 1 || failed[0].Zone != "use1-az2" || !objstore.IsRetryable(err) {
-		t.Fatalf("delete with a zone down: %v, %v", failed, err)
+	outs := set.Delete(ctx, []string{"slot/1", "slot/2"}, nil)
+	for _, o := range outs {
+		if down := o.Bucket == "ex-b"; down != (o.Err != nil) || o.Confirmed("slot/1") == down || down && !objstore.IsRetryable(o.Err) {
+			t.Fatalf("delete with a zone down: %+v", outs)
+		}
 	}
 	fl.down["ex-b"] = false
-	if failed, err := set.DeleteAll(ctx, []string{"slot/1", "slot/2"}); err != nil || failed != nil {
-		t.Fatalf("delete once the zone is back: %v, %v", failed, err)
+	for _, o := range set.Delete(ctx, []string{"slot/1", "slot/2"}, []string{"ex-b"}) {
+		if o.Bucket != "ex-b" || o.Err != nil || !o.Confirmed("slot/2") {
+			t.Fatalf("delete from the zone once it is back: %+v", o)
+		}
 	}
 	if _, _, err := set.GetRange(ctx, "slot/1", 0, 1); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("read after delete: %v, want ErrNotFound", err)
 	}
 
-	// an assembly reads its sources from the set and writes elsewhere
+	// an assembly copies its sources from the set's copy source and writes
+	// elsewhere; a copy source that failed is held off, the next zone
+	// serves
 	if err := fs.CreateBucket("std"); err != nil {
 		t.Fatal(err)
 	}
 	if err := fs.PutIfAbsent(ctx, "ex-a", "slot/3", []byte("0123456789")); err != nil {
 		t.Fatal(err)
 	}
-	pieces := []objstore.Piece{{SrcKey: "slot/3", Off: 2, Len: 3}, objstore.DataPiece([]byte("!")), {SrcKey: "slot/3", Off: 8, Len: 2}}
-	if err := set.ResolveSources(ctx, pieces); err != nil {
-		t.Fatal(err)
+	set.SetHealth(objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax))
+	if _, zb, err := set.Head(ctx, "slot/3"); err != nil || zb.Bucket != "ex-a" {
+		t.Fatalf("head of a slot in one zone: %v, %v", zb, err)
 	}
-	if pieces[0].SrcBucket != "ex-a" || pieces[0].SrcETag == "" || pieces[2].SrcBucket != "ex-a" {
-		t.Fatalf("resolved pieces %+v", pieces)
+	if src := set.CopySource(); src != "ex-b" {
+		t.Fatalf("copy source %s, want the local zone's bucket", src)
 	}
+	if !set.SourceFailed("ex-b") || set.SourceFailed("std") {
+		t.Fatal("a failed copy source: no other zone left, or a bucket outside the set recorded")
+	}
+	src := set.CopySource()
+	if src != "ex-a" {
+		t.Fatalf("copy source after the local zone failed: %s, want ex-a", src)
+	}
+	pieces := []objstore.Piece{{SrcBucket: src, SrcKey: "slot/3", Off: 2, Len: 3}, objstore.DataPiece([]byte("!")), {SrcBucket: src, SrcKey: "slot/3", Off: 8, Len: 2}}
 	if _, err := store.Assemble(ctx, objstore.AssembleRequest{Bucket: "std", Key: "out", Pieces: pieces}); err != nil {
 		t.Fatal(err)
 	}
@@ -254,8 +276,13 @@ func TestHealthHoldOffCoversDetection(t *testing.T) {
 			t.Fatalf("held off %v, want %v", left, want)
 		}
 	}
-	if got := h.Order([]string{"za", "zb"}); got[0] != "zb" {
-		t.Fatalf("order %v: the held-off bucket must go last", got)
+	set, err := objstore.NewBucketSet(nil, []objstore.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}}, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.SetHealth(h)
+	if got := set.CopySource(); got != "zb" {
+		t.Fatalf("copy source %v: the held-off bucket must go last", got)
 	}
 	h.Succeeded("za")
 	if h.Down("za") {
@@ -269,4 +296,61 @@ func TestHealthHoldOffCoversDetection(t *testing.T) {
 	if h.Down("za") {
 		t.Fatal("held off past its hold-off")
 	}
+}
+
+// TestBucketSetDeletesAndCopiesShareHealth: a bucket whose delete failed
+// whole is held off for the next delete (no request is sent to it) and is
+// not the copy source; a bucket that failed as a copy source is skipped
+// by deletes too; once every zone failed as a copy source none is left.
+func TestBucketSetDeletesAndCopiesShareHealth(t *testing.T) {
+	ctx := context.Background()
+	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"za", "zb", "zc"} {
+		if err := fs.CreateBucket(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := &countingDelete{flaky: flaky{Store: fs, down: map[string]bool{"za": true}}, calls: map[string]int{}}
+	set, err := objstore.NewBucketSet(st, []objstore.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}, {Zone: "c", Bucket: "zc"}}, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
+	set.SetHealth(h)
+	outs := set.Delete(ctx, []string{"k"}, nil)
+	if outs[0].Bucket != "za" || outs[0].Err == nil || outs[0].Confirmed("k") || !outs[1].Confirmed("k") || !outs[2].Confirmed("k") {
+		t.Fatalf("first delete: %+v", outs)
+	}
+	if !h.Down("za") || set.CopySource() != "zb" {
+		t.Fatalf("a bucket whose delete failed: down %v, copy source %s", h.Down("za"), set.CopySource())
+	}
+	outs = set.Delete(ctx, []string{"k"}, nil)
+	if !outs[0].HeldOff || st.calls["za"] != 1 || st.calls["zb"] != 2 {
+		t.Fatalf("second delete: %+v, calls %v; want za held off, not asked", outs, st.calls)
+	}
+	if !set.SourceFailed("zb") || !h.Down("zb") || set.CopySource() != "zc" {
+		t.Fatal("zb failed as a copy source: want zc next")
+	}
+	if outs := set.Delete(ctx, []string{"k"}, []string{"zb", "zc"}); !outs[0].HeldOff || outs[1].HeldOff || st.calls["zb"] != 2 {
+		t.Fatalf("delete after zb failed as a copy source: %+v", outs)
+	}
+	if set.SourceFailed("zc") {
+		t.Fatal("every zone failed as a copy source, and one is said to be left")
+	}
+}
+
+type countingDelete struct {
+	flaky
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *countingDelete) Delete(ctx context.Context, b string, keys []string) error {
+	c.mu.Lock()
+	c.calls[b]++
+	c.mu.Unlock()
+	return c.flaky.Delete(ctx, b, keys)
 }

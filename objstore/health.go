@@ -107,18 +107,3 @@ func (h *Health) HeldOff(bucket string) (time.Duration, int) {
 	}
 	return left, st.fails
 }
-
-// Order returns buckets with the ones held off moved to the back, keeping
-// the given order otherwise (the local zone first).
-func (h *Health) Order(buckets []string) []string {
-	out := make([]string, 0, len(buckets))
-	var held []string
-	for _, b := range buckets {
-		if h.Down(b) {
-			held = append(held, b)
-		} else {
-			out = append(out, b)
-		}
-	}
-	return append(out, held...)
-}

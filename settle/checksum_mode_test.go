@@ -35,7 +35,7 @@ func probedEnv(t *testing.T, put objstore.ChecksumAlgorithm) (*env, *assembleRec
 }
 
 func probedSettler(e *env, rec *assembleRecorder) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: rec, Reader: e.reader(), StdBucket: e.std, Pending: e.pending},
+	return e.newSettler(settle.Deps{DB: e.db, Store: rec, Topology: e.topology(), Pending: e.pending},
 		settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 1000, MaxBytes: 1 << 40,
 			Concurrency: 2, ReapGrace: time.Hour})
 }

@@ -22,7 +22,7 @@ import (
 // reap runs the reap step once for star under a fresh lease, with no grace.
 func (e *env) reap(star string) cycle.Counts {
 	e.t.Helper()
-	r, err := trim.NewReap(trim.Deps{DB: e.db, Store: e.store, StdBucket: e.std, ExpressBuckets: e.express},
+	r, err := trim.NewReap(trim.Deps{DB: e.db, Topology: e.topology()},
 		trim.Config{BatchSize: 1000, Concurrency: trim.DefaultConcurrency})
 	if err != nil {
 		e.t.Fatal(err)
@@ -175,8 +175,7 @@ func TestFailedReadBackNeverDeletesDirectly(t *testing.T) {
 	}
 	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 	refs, _ := e.db.RefsOfStream(e.ctx, streams[0].ID)
-	s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: e.reader(), StdBucket: e.std, ExpressBuckets: e.express,
-		Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 40,
+	s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 40,
 		Concurrency: 1, ReapGrace: time.Hour})
 	c, err := e.cycle("s1", s)
 	if err != nil {

@@ -109,7 +109,7 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 		if c.Data != nil || !dead.intersects(c.Entry.FirstRecord, c.Entry.EndRecord()) {
 			continue
 		}
-		data, _, err := s.d.Reader.GetRange(ctx, c.Src.Class, c.Src.Key, int64(c.Entry.DataOffset), int64(c.Entry.ChunkBytes()))
+		data, _, err := s.d.Topology.GetRange(ctx, c.Src.Class, c.Src.Key, int64(c.Entry.DataOffset), int64(c.Entry.ChunkBytes()))
 		if err != nil {
 			return nil, fetched, reads, classify(c.Src.Key, fmt.Errorf("read chunk [%d, %d) of %s to erase records: %w",
 				c.Entry.FirstRecord, c.Entry.EndRecord(), c.Src.Key, err))

@@ -23,8 +23,7 @@ func (e *env) eraseSettler(crash func(crashpoint.Point)) *settle.Settler {
 }
 
 func (e *env) eraseSettlerCap(crash func(crashpoint.Point), capBytes int64) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: e.reader(), StdBucket: e.std, ExpressBuckets: e.express,
-		Pending: e.pending, Crash: crash},
+	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: capBytes, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3})
 }
 

@@ -89,7 +89,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		}
 	}
 	req := objstore.AssembleRequest{
-		Bucket:            s.d.StdBucket,
+		Bucket:            s.d.Topology.Standard(),
 		Key:               o.Key,
 		ExpectedCRC32C:    o.Footer.ObjectCRC,
 		HasExpectedCRC32C: true,
@@ -123,19 +123,28 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	if s.d.Pending != nil {
 		req.Stager = &partStager{store: s.d.Pending, intent: in.ID, key: o.Key}
 	}
-	pieces := func() []objstore.Piece {
+	// The pieces copy each source from its class's copy source in the
+	// topology: for an express slot, the first zone the shared health
+	// does not hold off.
+	pieces := func() ([]objstore.Piece, error) {
 		out := make([]objstore.Piece, 0, len(o.Pieces)+1)
 		for _, p := range o.Pieces {
 			if p.Data != nil {
 				out = append(out, objstore.DataPiece(p.Data))
 				continue
 			}
-			out = append(out, objstore.Piece{SrcBucket: s.sourceBucket(p.Src.Class), SrcKey: p.Src.Key,
+			src, err := s.d.Topology.CopySource(p.Src.Class)
+			if err != nil {
+				return nil, fmt.Errorf("copy %s into %s: %w", p.Src.Key, o.Key, err)
+			}
+			out = append(out, objstore.Piece{SrcBucket: src, SrcKey: p.Src.Key,
 				Off: int64(p.Off), Len: int64(p.Len), CRC32C: p.CRC32C, HasCRC32C: true})
 		}
-		return append(out, objstore.DataPiece(o.Footer.Bytes))
+		return append(out, objstore.DataPiece(o.Footer.Bytes)), nil
 	}
-	req.Pieces = pieces()
+	if req.Pieces, err = pieces(); err != nil {
+		return nil, in.ID, err
+	}
 	res, err := s.d.Store.Assemble(ctx, req)
 	for again := true; again; {
 		var se *objstore.SourceError
@@ -145,7 +154,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			// stands: the fresh attempt gets 412 and adopts it) or was
 			// aborted.
 			req.UploadID = ""
-		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && ctx.Err() == nil && s.sourceFailed(se.Bucket):
+		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && ctx.Err() == nil && s.d.Topology.SourceFailed(se.Bucket):
 			// An express zone failed as a copy source (down, or missing
 			// its copy of the slot): the same bytes are under the same
 			// key in the next zone. The upload and its parts are kept.
@@ -154,7 +163,9 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			if res.UploadID != "" {
 				req.UploadID = res.UploadID
 			}
-			req.Pieces = pieces()
+			if req.Pieces, err = pieces(); err != nil {
+				return nil, in.ID, err
+			}
 		default:
 			again = false
 			continue
@@ -179,7 +190,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			}
 			return nil, in.ID, qerr
 		}
-		if _, herr := s.d.Store.Head(ctx, s.d.StdBucket, o.Key); herr != nil {
+		if _, herr := s.d.Store.Head(ctx, s.d.Topology.Standard(), o.Key); herr != nil {
 			return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
 		}
 	}
@@ -192,7 +203,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		uploadID = in.UploadID
 	}
 	if uploadID != "" {
-		if err := s.d.Store.AbortAssembly(ctx, s.d.StdBucket, o.Key, uploadID); err != nil {
+		if err := s.d.Store.AbortAssembly(ctx, s.d.Topology.Standard(), o.Key, uploadID); err != nil {
 			return nil, in.ID, fmt.Errorf("abort our upload of %s after 412: %w", o.Key, err)
 		}
 	}
@@ -228,7 +239,7 @@ pieces:
 		var crc uint32
 		for off := uint64(0); off < p.Len; off += blameWindow {
 			n := min(blameWindow, p.Len-off)
-			data, _, rerr := s.d.Reader.GetRange(ctx, p.Src.Class, p.Src.Key, int64(p.Off+off), int64(n))
+			data, _, rerr := s.d.Topology.GetRange(ctx, p.Src.Class, p.Src.Key, int64(p.Off+off), int64(n))
 			if rerr != nil || uint64(len(data)) != n {
 				continue pieces // cannot tell from here
 			}
@@ -245,7 +256,7 @@ pieces:
 
 // abortUploads aborts every open upload building key except keep.
 func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
-	ids, err := s.d.Store.ListAssemblies(ctx, s.d.StdBucket, key)
+	ids, err := s.d.Store.ListAssemblies(ctx, s.d.Topology.Standard(), key)
 	if err != nil {
 		return fmt.Errorf("find unrecorded uploads of %s: %w", key, err)
 	}
@@ -253,7 +264,7 @@ func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
 		if id == keep {
 			continue
 		}
-		if err := s.d.Store.AbortAssembly(ctx, s.d.StdBucket, key, id); err != nil {
+		if err := s.d.Store.AbortAssembly(ctx, s.d.Topology.Standard(), key, id); err != nil {
 			return fmt.Errorf("abort unrecorded upload of %s: %w", key, err)
 		}
 		s.d.Log.Info("aborted an upload a crash kept from being recorded", "key", key, "upload", id)
@@ -274,7 +285,7 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*pub
 	bad := func(err error) error {
 		return &cycle.QuarantineError{SlotKey: o.Key, Class: cycle.ClassAdoption, Err: err, Condemn: o.Key}
 	}
-	tr, size, err := s.d.Store.GetSuffix(ctx, s.d.StdBucket, o.Key, bundlefmt.TrailerSize)
+	tr, size, err := s.d.Store.GetSuffix(ctx, s.d.Topology.Standard(), o.Key, bundlefmt.TrailerSize)
 	if err != nil {
 		return nil, fmt.Errorf("read trailer of standing %s: %w", o.Key, err)
 	}
@@ -282,7 +293,7 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*pub
 	if err != nil {
 		return nil, bad(err)
 	}
-	buf, _, err := s.d.Store.GetRange(ctx, s.d.StdBucket, o.Key, int64(t.FooterOffset()), int64(t.FooterLength())+bundlefmt.TrailerSize)
+	buf, _, err := s.d.Store.GetRange(ctx, s.d.Topology.Standard(), o.Key, int64(t.FooterOffset()), int64(t.FooterLength())+bundlefmt.TrailerSize)
 	if err != nil {
 		return nil, fmt.Errorf("read footer of standing %s: %w", o.Key, err)
 	}

@@ -31,19 +31,16 @@ type Store interface {
 
 // Deps are the settle step's collaborators.
 type Deps struct {
-	DB             *catalog.DB
-	Store          Store
-	Reader         Reader            // slots by class (express set with fall-through)
-	StdBucket      string            // settled objects and standard slots
-	ExpressBuckets []string          // the express set in read order (local zone first)
-	Pending        *pendingobj.Store // staged parts; nil keeps gathered parts in memory
-	// Health is the zone health shared with slot reads and deletes: an
-	// express bucket that fails as a copy source is held off there (nil:
-	// a record of the settler's own).
-	Health  *objstore.Health
-	Log     *slog.Logger
-	Metrics *Metrics               // nil: none
-	Crash   func(crashpoint.Point) // the crash points of crash.go (nil: none)
+	DB    *catalog.DB
+	Store Store
+	// Topology is where everything lives: the standard bucket (settled
+	// objects), the slot buckets of each class, and the zone health that
+	// slot reads and copy sources share with trim's deletes.
+	Topology *objstore.Topology
+	Pending  *pendingobj.Store // staged parts; nil keeps gathered parts in memory
+	Log      *slog.Logger
+	Metrics  *Metrics               // nil: none
+	Crash    func(crashpoint.Point) // the crash points of crash.go (nil: none)
 }
 
 // Config is the settle policy.
@@ -99,9 +96,6 @@ func New(d Deps, c Config) (*Settler, error) {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if d.Health == nil {
-		d.Health = objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
-	}
 	return &Settler{d: d, c: c, hot: make(chan struct{}, c.HotStreams)}, nil
 }
 
@@ -133,41 +127,6 @@ func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) erro
 	return nil
 }
 
-// sourceBucket is the bucket an assembly copies a source of a class from:
-// for an express slot, the first bucket of the express set (the local zone
-// first) that the shared zone health does not hold off.
-func (s *Settler) sourceBucket(class string) string {
-	if class != catalog.ClassExpress || len(s.d.ExpressBuckets) == 0 {
-		return s.d.StdBucket
-	}
-	return s.d.Health.Order(s.d.ExpressBuckets)[0]
-}
-
-// sourceFailed records that an express bucket failed as a copy source (a
-// down zone, or a missing copy of a slot), and reports whether
-// another bucket of the set is left to try, as docs/architecture.md#buckets-and-zone-health reads
-// fall through. A failure of any other bucket leaves nothing to try.
-//
-// The failure is held off for the minimum hold-off (doubling while it
-// repeats): an assembly's duration says nothing of how long the failure
-// took to detect, and slot reads, which time each request, record that.
-func (s *Settler) sourceFailed(bucket string) bool {
-	express := false
-	for _, b := range s.d.ExpressBuckets {
-		express = express || b == bucket
-	}
-	if !express {
-		return false
-	}
-	s.d.Health.Failed(bucket, 0)
-	for _, b := range s.d.ExpressBuckets {
-		if !s.d.Health.Down(b) {
-			return true
-		}
-	}
-	return false
-}
-
 // Run recovers open publish intents, then settles the due streams.
 func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	var total cycle.Counts
@@ -187,7 +146,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	if err != nil {
 		return total, err
 	}
-	fc := newFooterCache(s.d.Reader, s.c.FooterCacheBytes)
+	fc := newFooterCache(s.d.Topology, s.c.FooterCacheBytes)
 	var (
 		mu       sync.Mutex
 		firstErr error
@@ -573,7 +532,7 @@ func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog
 // a rewrite may copy from.
 func (s *Settler) readEntry(ctx context.Context, st catalog.Stream, last catalog.Entry) (*Tail, error) {
 	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(last.Epoch), uint64(last.FirstRecord), uint32(last.Revision))
-	buf, size, err := s.d.Store.GetRange(ctx, s.d.StdBucket, key, last.FooterOffset, last.FooterLength+bundlefmt.TrailerSize)
+	buf, size, err := s.d.Store.GetRange(ctx, s.d.Topology.Standard(), key, last.FooterOffset, last.FooterLength+bundlefmt.TrailerSize)
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil, cycle.Haltf("cataloged object %s is missing", key)

@@ -115,30 +115,12 @@ func (e *env) write(star string, flights int64, faults sim.Faults, session uint6
 	}
 }
 
-// reader reads a class's slots from its buckets (objstore.ClassReader):
-// the standard bucket, or the express set first zone first.
-func (e *env) reader() *objstore.ClassReader {
+// topology is the storage topology over the env's store and buckets
+// (teststore.Topology, what the auditor's wiring builds), with a zone
+// health of its own.
+func (e *env) topology() *objstore.Topology {
 	e.t.Helper()
-	return classReader(e.t, e.store, e.std, e.express)
-}
-
-// classReader is the objstore.ClassReader over a standard bucket and an
-// express set read in the order given.
-func classReader(t testing.TB, store objstore.Store, std string, express []string) *objstore.ClassReader {
-	t.Helper()
-	sets := map[string]*objstore.BucketSet{catalog.ClassStandard: objstore.SingleBucket(store, std)}
-	if len(express) > 0 {
-		zones := make([]objstore.ZoneBucket, len(express))
-		for i, b := range express {
-			zones[i] = objstore.ZoneBucket{Zone: fmt.Sprintf("zone%d", i), Bucket: b}
-		}
-		set, err := objstore.NewBucketSet(store, zones, zones[0].Zone)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sets[catalog.ClassExpress] = set
-	}
-	return objstore.NewClassReader(sets)
+	return teststore.Topology(e.t, e.store, e.std, e.express, nil)
 }
 
 const (
@@ -172,8 +154,7 @@ func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
 }
 
 func (e *env) settler(crash func(crashpoint.Point)) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Reader: e.reader(), StdBucket: e.std, ExpressBuckets: e.express,
-		Pending: e.pending, Crash: crash},
+	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour})
 }

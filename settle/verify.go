@@ -47,7 +47,7 @@ func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefm
 	for i := range wins {
 		w := &wins[i]
 		g.Go(func() error {
-			data, _, err := s.d.Store.GetRange(gctx, s.d.StdBucket, key, int64(w.off), int64(w.len))
+			data, _, err := s.d.Store.GetRange(gctx, s.d.Topology.Standard(), key, int64(w.off), int64(w.len))
 			if err != nil {
 				return fmt.Errorf("verify standing %s [%d,+%d): %w", key, w.off, w.len, err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/trim"
 )
@@ -32,7 +33,7 @@ func BenchmarkReapSlots(b *testing.B) {
 		b.Run(ns.name, func(b *testing.B) {
 			db, ctx := openDB(b)
 			fs := newFaultStore(ns.store)
-			deps := trim.Deps{DB: db, Store: fs, StdBucket: ns.buckets[0]}
+			deps := trim.Deps{DB: db, Topology: teststore.Topology(b, fs, ns.buckets[0], nil, nil)}
 			cfg := trim.Config{ReapGrace: 0, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
 			tr, _ := trim.NewTrim(deps, cfg)
 			rp, _ := trim.NewReap(deps, cfg)

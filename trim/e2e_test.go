@@ -2,7 +2,6 @@ package trim_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -12,26 +11,10 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
-	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
 )
-
-// classReader reads slots by class (settle.Reader): the standard bucket,
-// or the express set in the order given with fall-through on a miss.
-func classReader(t testing.TB, store objstore.Store, std string, express []string) *objstore.ClassReader {
-	t.Helper()
-	zones := make([]objstore.ZoneBucket, len(express))
-	for i, b := range express {
-		zones[i] = objstore.ZoneBucket{Zone: fmt.Sprintf("zone%d", i), Bucket: b}
-	}
-	set, err := objstore.NewBucketSet(store, zones, zones[0].Zone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objstore.NewClassReader(map[string]*objstore.BucketSet{
-		catalog.ClassStandard: objstore.SingleBucket(store, std), catalog.ClassExpress: set})
-}
 
 // TestEndToEndNovasimSettleTrimReap: novasim traffic with failover, crashes,
 // lost flights and lost replies on a standard and an express star; a settle
@@ -77,12 +60,13 @@ func endToEnd(t *testing.T, ns namedStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps := trim.Deps{DB: db, Store: mem, StdBucket: std, ExpressBuckets: express, Metrics: metrics}
+	top := teststore.Topology(t, mem, std, express, nil)
+	deps := trim.Deps{DB: db, Topology: top, Metrics: metrics}
 	cfg := trim.Config{ReapGrace: grace, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
 	runCycle := func(star string, f catalog.Fence, linger time.Duration) cycle.Counts {
 		t.Helper()
 		pol := catalog.DuePolicy{Linger: linger, AgeCap: 2 * linger, ExpressLinger: linger, ExpressAgeCap: 2 * linger}
-		s, err := settle.New(settle.Deps{DB: db, Store: mem, Reader: classReader(t, mem, std, express), StdBucket: std, ExpressBuckets: express},
+		s, err := settle.New(settle.Deps{DB: db, Store: mem, Topology: top},
 			settle.Config{Policy: pol, CapBytes: 64 << 10, TargetBytes: 16 << 10, MaxStreams: 1000, MaxBytes: 1 << 40, Concurrency: 4,
 				ReapGrace: grace, FooterCacheBytes: 256 << 20, WindowRefs: settle.DefaultWindowRefs,
 				WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams})

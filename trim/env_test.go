@@ -18,6 +18,7 @@ import (
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/trim"
 )
@@ -102,8 +103,8 @@ func (e *env) deps() trim.Deps {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return trim.Deps{DB: e.db, Store: e.store, StdBucket: e.std, ExpressBuckets: e.express, Log: log,
-		Metrics: e.metrics, Crash: e.crash, Health: e.health}
+	return trim.Deps{DB: e.db, Topology: teststore.Topology(e.t, e.store, e.std, e.express, e.health), Log: log,
+		Metrics: e.metrics, Crash: e.crash}
 }
 
 // steps returns retention, trim and reap, in cycle order.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -57,12 +56,10 @@ func NewReap(d Deps, c Config) (*Reap, error) {
 	switch {
 	case d.DB == nil:
 		return nil, errors.New("reap: no database")
-	case d.Store == nil:
-		return nil, errors.New("reap: no object store")
-	case d.StdBucket == "":
-		return nil, errors.New("reap: no standard bucket")
+	case d.Topology == nil:
+		return nil, errors.New("reap: no storage topology")
 	}
-	d.Metrics.buckets(append([]string{d.StdBucket}, d.ExpressBuckets...))
+	d.Metrics.buckets(d.Topology.All())
 	return &Reap{d: d, c: c}, nil
 }
 
@@ -95,39 +92,33 @@ func (r *Reap) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cy
 	return counts, nil
 }
 
-// fanout deletes keys from a set of buckets. Which buckets are down is the
-// shared zone health (objstore.Health): a bucket it holds off is skipped
-// (what it holds stays due), and a request that fails whole holds the
-// bucket off there, so one dead zone costs one detection per hold-off, not
-// one per batch or per cycle. failed remembers the buckets that did not
-// confirm some key, so the caller knows which are done.
+// fanout deletes keys from some buckets of a class's set, over the rounds
+// of one reap. Which buckets are down is the shared zone health, recorded
+// and honoured by the set (objstore.BucketSet.Delete): a bucket it holds
+// off is skipped (what it holds stays due), and a request that fails whole
+// holds the bucket off there, so one dead zone costs one detection per
+// hold-off, not one per batch or per cycle. failed remembers the buckets
+// that did not confirm some key, so the caller knows which are done.
 type fanout struct {
 	r        *Reap
+	set      *objstore.BucketSet
 	buckets  []string
 	mu       sync.Mutex
 	failed   map[string]bool
 	requests atomic.Int64
 }
 
-func (r *Reap) newFanout(buckets []string) *fanout {
-	return &fanout{r: r, buckets: buckets, failed: map[string]bool{}}
+func (r *Reap) newFanout(set *objstore.BucketSet, buckets []string) *fanout {
+	return &fanout{r: r, set: set, buckets: buckets, failed: map[string]bool{}}
 }
-
-func (fo *fanout) isDown(b string) bool { return fo.r.d.Health.Down(b) }
 
 func (fo *fanout) allDown() bool {
 	for _, b := range fo.buckets {
-		if !fo.isDown(b) {
+		if !fo.r.d.Topology.Health().Down(b) {
 			return false
 		}
 	}
 	return true
-}
-
-func (fo *fanout) fail(b string) {
-	fo.mu.Lock()
-	defer fo.mu.Unlock()
-	fo.failed[b] = true
 }
 
 // done is the buckets that confirmed every key given to delete so far.
@@ -146,54 +137,37 @@ func (fo *fanout) done() []string {
 // delete removes keys from every bucket; it returns the keys that every
 // bucket confirmed deleted (absence is success).
 func (fo *fanout) delete(ctx context.Context, keys []string) map[string]bool {
-	failed := make([]map[string]bool, len(fo.buckets))
-	var wg sync.WaitGroup
-	for i, b := range fo.buckets {
-		if fo.isDown(b) {
-			fo.fail(b)
-			failed[i] = nil // all of them
+	outs := fo.set.Delete(ctx, keys, fo.buckets)
+	for _, o := range outs {
+		if o.HeldOff {
+			fo.mu.Lock()
+			fo.failed[o.Bucket] = true
+			fo.mu.Unlock()
 			continue
 		}
-		failed[i] = map[string]bool{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			start := time.Now()
-			err := fo.r.d.Store.Delete(ctx, b, keys)
-			fo.requests.Add(1)
-			fo.r.d.Metrics.deleteRequest(b, err != nil)
-			if err == nil {
-				fo.r.d.Health.Succeeded(b)
-				return
-			}
-			fo.fail(b)
-			var de *objstore.DeleteError
-			if errors.As(err, &de) && len(de.Failed) < len(keys) {
-				for k := range de.Failed {
-					failed[i][k] = true
-				}
-				fo.r.d.Log.Warn("reap delete failed for some keys", "bucket", b, "keys", len(de.Failed), "err", err)
-				return
-			}
-			if ctx.Err() == nil {
-				fo.r.d.Health.Failed(b, time.Since(start))
-			}
-			failed[i] = nil
-			held, _ := fo.r.d.Health.HeldOff(b)
-			fo.r.d.Log.Warn("reap delete failed: bucket held off, its deletes stay due", "bucket", b, "for", held, "err", err)
-		}()
+		fo.requests.Add(1)
+		fo.r.d.Metrics.deleteRequest(o.Bucket, o.Err != nil)
+		if o.Err == nil {
+			continue
+		}
+		fo.mu.Lock()
+		fo.failed[o.Bucket] = true
+		fo.mu.Unlock()
+		if o.Failed != nil {
+			fo.r.d.Log.Warn("reap delete failed for some keys", "bucket", o.Bucket, "keys", len(o.Failed), "err", o.Err)
+			continue
+		}
+		held, _ := fo.r.d.Topology.Health().HeldOff(o.Bucket)
+		fo.r.d.Log.Warn("reap delete failed: bucket held off, its deletes stay due", "bucket", o.Bucket, "for", held, "err", o.Err)
 	}
-	wg.Wait()
 	ok := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		ok[k] = true
-	}
-	for _, fk := range failed {
-		if fk == nil {
-			return map[string]bool{}
-		}
-		for k := range fk {
-			delete(ok, k)
+		for _, o := range outs {
+			if !o.Confirmed(k) {
+				delete(ok, k)
+				break
+			}
 		}
 	}
 	return ok
@@ -238,10 +212,11 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 	if err != nil {
 		return err
 	}
-	all, err := r.d.buckets(c.class)
+	set, err := r.d.Topology.Class(c.class)
 	if err != nil {
 		return fmt.Errorf("reap slots of star %q: %w", f.Star, err)
 	}
+	all, _ := r.d.Topology.Buckets(c.class)
 	for _, rp := range due {
 		// The buckets that confirmed the whole range in an earlier round
 		// (a zone was down then) get none of its deletes again.
@@ -254,7 +229,7 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 			}
 			continue
 		}
-		fo := r.newFanout(buckets)
+		fo := r.newFanout(set, buckets)
 		if opts.DryRun {
 			n, err := c.count(rp.From, rp.To)
 			if err != nil {
@@ -369,7 +344,8 @@ func (r *Reap) deleteRange(ctx context.Context, c chain, rp catalog.SlotReap, fo
 type candidate struct {
 	in      catalog.Intent
 	coords  catalog.KeyCoords
-	buckets []string
+	set     *objstore.BucketSet // of the key's class
+	buckets []string            // the set's, in read order
 }
 
 // reapObjects executes the due reap intents and the publish intents older
@@ -399,7 +375,8 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 				plan(opts, "reap: intent #%d names %q, not a settled key: held", in.ID, in.ObjectKey)
 				continue
 			}
-			buckets, err := r.d.buckets(in.Class)
+			set, err := r.d.Topology.Class(in.Class)
+			buckets, _ := r.d.Topology.Buckets(in.Class)
 			if err != nil {
 				held["unknown_class"]++
 				r.d.Log.Warn("reap held: no buckets for its class", "intent", in.ID, "key", in.ObjectKey, "err", err)
@@ -407,7 +384,7 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 			}
 			co := catalog.KeyCoords{Bucket: k.Bucket, Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch),
 				FirstRecord: int64(k.FirstRecord), Revision: int32(k.Revision)}
-			byID[in.ID] = candidate{in: in, coords: co, buckets: buckets}
+			byID[in.ID] = candidate{in: in, coords: co, set: set, buckets: buckets}
 			cands = append(cands, catalog.ReapCandidate{ID: in.ID, Key: in.ObjectKey, Coords: co})
 		}
 		var verdicts map[int64]catalog.KeyVerdict
@@ -492,7 +469,7 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 				}
 				if c.in.Kind == "publish" {
 					counts.S3Requests++
-					found, err := r.d.Store.ListAssemblies(ctx, b, c.in.ObjectKey)
+					found, err := r.d.Topology.Store().ListAssemblies(ctx, b, c.in.ObjectKey)
 					if err != nil {
 						r.d.Log.Warn("listing the uploads of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", b, "err", err)
 						ok = false
@@ -506,7 +483,7 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 				}
 				for _, id := range ids {
 					counts.S3Requests++
-					if err := r.d.Store.AbortAssembly(ctx, b, c.in.ObjectKey, id); err != nil && !errors.Is(err, objstore.ErrNoUpload) {
+					if err := r.d.Topology.Store().AbortAssembly(ctx, b, c.in.ObjectKey, id); err != nil && !errors.Is(err, objstore.ErrNoUpload) {
 						r.d.Log.Warn("abort upload of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", b, "err", err)
 						ok = false
 					}
@@ -530,7 +507,7 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 		groups[g] = append(groups[g], c)
 	}
 	for _, g := range groups {
-		fo := r.newFanout(g[0].buckets)
+		fo := r.newFanout(g[0].set, g[0].buckets)
 		keys := make([]string, 0, len(g))
 		seen := map[string]bool{}
 		for _, c := range g {

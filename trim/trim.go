@@ -16,19 +16,6 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// Store is what reaping needs of object storage; objstore.Store has it.
-type Store interface {
-	// Delete removes keys from one bucket; absence is success. Keys it could
-	// not delete come back in an *objstore.DeleteError.
-	Delete(ctx context.Context, bucket string, keys []string) error
-	// AbortAssembly discards a multipart upload; an absent one is success.
-	AbortAssembly(ctx context.Context, bucket, key, uploadID string) error
-	// ListAssemblies returns the upload IDs of every open assembly of key.
-	ListAssemblies(ctx context.Context, bucket, key string) ([]string, error)
-}
-
-var _ Store = objstore.Store(nil)
-
 // Crash points of the retention, trim and reap steps
 // (docs/architecture.md#crash-points-and-the-crash-matrix); Deps.Crash is called with each.
 const (
@@ -49,20 +36,16 @@ func CrashPoints() []crashpoint.Point {
 
 // Deps are the collaborators of the retention, trim and reap steps.
 type Deps struct {
-	DB    *catalog.DB
-	Store Store // reap only
-	// StdBucket holds standard-class slots and every settled object;
-	// ExpressBuckets is the express set, where every express slot lives
-	// (docs/architecture.md#buckets-and-zone-health). Deletes fan out to every bucket of a class.
-	StdBucket      string
-	ExpressBuckets []string
-	// Health is the zone health shared with slot reads and copy sources:
-	// deletes skip a bucket it holds off (what it holds stays due) and
-	// record their failures into it (nil: a record of the step's own).
-	Health  *objstore.Health
-	Log     *slog.Logger
-	Metrics *Metrics               // nil: none
-	Crash   func(crashpoint.Point) // the crash points above (nil: none)
+	DB *catalog.DB
+	// Topology is where everything lives (reap only): the standard bucket
+	// (settled objects), the slot buckets of each class, and the zone
+	// health shared with slot reads and copy sources. Deletes fan out to
+	// every bucket of a class through its set, which skips a bucket the
+	// health holds off (what it holds stays due) and records failures.
+	Topology *objstore.Topology
+	Log      *slog.Logger
+	Metrics  *Metrics               // nil: none
+	Crash    func(crashpoint.Point) // the crash points above (nil: none)
 }
 
 // Config is the trim and reap policy.
@@ -102,29 +85,12 @@ func (d *Deps) defaults() {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if d.Health == nil {
-		d.Health = objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
-	}
 }
 
 func (d Deps) crash(name crashpoint.Point) {
 	if d.Crash != nil {
 		d.Crash(name)
 	}
-}
-
-// buckets returns every bucket that holds objects of a class.
-func (d Deps) buckets(class string) ([]string, error) {
-	switch class {
-	case catalog.ClassStandard:
-		return []string{d.StdBucket}, nil
-	case catalog.ClassExpress:
-		if len(d.ExpressBuckets) == 0 {
-			return nil, errors.New("express class but no express buckets configured (--s3-express-buckets)")
-		}
-		return d.ExpressBuckets, nil
-	}
-	return nil, fmt.Errorf("unknown class %q", class)
 }
 
 func plan(opts cycle.Options, format string, args ...any) {

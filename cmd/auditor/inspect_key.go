@@ -7,8 +7,8 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/config"
-	"github.com/nova/auditor/internal/wire"
 	"github.com/nova/auditor/objstore"
 )
 

@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/internal/wire"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/pendingobj"
@@ -55,11 +55,9 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	express := wire.SlotBuckets(cfg, catalog.ClassExpress)
-	// One record of zone health, shared by slot reads, copy sources and
-	// deletes, for as long as the process runs.
-	health := objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
-	reader, err := newClassReader(store, cfg, health)
+	// One storage topology, with one record of zone health shared by slot
+	// reads, copy sources and deletes for as long as the process runs.
+	top, err := wire.Topology(cfg, store, objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,8 +66,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		return nil, nil, err
 	}
 	settler, err := settle.New(settle.Deps{
-		DB: db, Store: store, Reader: reader,
-		StdBucket: cfg.Bucket, ExpressBuckets: express, Pending: pending, Health: health,
+		DB: db, Store: store, Topology: top, Pending: pending,
 		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(),
 	}, settle.Config{
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
@@ -93,7 +90,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	td := trim.Deps{DB: db, Store: store, StdBucket: cfg.Bucket, ExpressBuckets: express, Health: health,
+	td := trim.Deps{DB: db, Topology: top,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
 	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize), Concurrency: trim.DefaultConcurrency}
 	retention, err := trim.NewRetention(td, tc)
@@ -167,26 +164,6 @@ func openPending(cfg config.Config) (*pendingobj.Store, error) {
 		return nil, &config.Error{Field: "data-dir", Msg: err.Error()}
 	}
 	return p, nil
-}
-
-// newClassReader builds the reader of slots by class from the bucket set of
-// each class (wire.SlotBucketSet): the standard bucket, or the express set
-// in read preference order with fall-through and the hold-off of a down
-// zone.
-func newClassReader(store objstore.Store, cfg config.Config, health *objstore.Health) (*objstore.ClassReader, error) {
-	sets := map[string]*objstore.BucketSet{}
-	for _, class := range []string{catalog.ClassStandard, catalog.ClassExpress} {
-		set, err := wire.SlotBucketSet(cfg, store, class)
-		if err != nil {
-			if class == catalog.ClassExpress {
-				continue // no express set configured: express reads fail
-			}
-			return nil, err
-		}
-		set.SetHealth(health)
-		sets[class] = set
-	}
-	return objstore.NewClassReader(sets), nil
 }
 
 // leaseCrash is the crash hook of the daemon's lease renewal (the armed

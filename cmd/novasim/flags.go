@@ -14,11 +14,11 @@ import (
 	"syscall"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 	"github.com/nova/auditor/internal/sim"
-	"github.com/nova/auditor/internal/wire"
 	"github.com/nova/auditor/migrations"
 	"github.com/nova/auditor/objstore"
 )

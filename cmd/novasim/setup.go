@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/sim"
-	"github.com/nova/auditor/internal/wire"
 	"github.com/nova/auditor/objstore"
 )
 

@@ -36,7 +36,7 @@ type Config struct {
 	S3PathStyle      bool
 	S3AttemptTimeout time.Duration
 	S3MaxAttempts    int64
-	S3ExpressBuckets []ZoneBucket
+	S3ExpressBuckets []objstore.ZoneBucket
 	Location         string
 	FSRoot           string
 	DataDir          string
@@ -67,9 +67,6 @@ type Config struct {
 	LogFormat            string
 	LogLevel             string
 }
-
-// ZoneBucket is one entry of --s3-express-buckets.
-type ZoneBucket struct{ Zone, Bucket string }
 
 // Error is a configuration error naming the field (the flag name).
 type Error struct {
@@ -414,11 +411,11 @@ func scalar(v any) (string, error) {
 }
 
 // ParseExpressBuckets parses zone=bucket,zone=bucket.
-func ParseExpressBuckets(v string) ([]ZoneBucket, error) {
+func ParseExpressBuckets(v string) ([]objstore.ZoneBucket, error) {
 	if strings.TrimSpace(v) == "" {
 		return nil, nil
 	}
-	var out []ZoneBucket
+	var out []objstore.ZoneBucket
 	seen := map[string]bool{}
 	for _, part := range strings.Split(v, ",") {
 		z, b, ok := strings.Cut(strings.TrimSpace(part), "=")
@@ -432,13 +429,13 @@ func ParseExpressBuckets(v string) ([]ZoneBucket, error) {
 			return nil, fieldErr("s3-express-buckets", "zone %q given twice", z)
 		}
 		seen[z] = true
-		out = append(out, ZoneBucket{Zone: z, Bucket: b})
+		out = append(out, objstore.ZoneBucket{Zone: z, Bucket: b})
 	}
 	return out, nil
 }
 
 // FormatExpressBuckets is the inverse of ParseExpressBuckets.
-func FormatExpressBuckets(zb []ZoneBucket) string {
+func FormatExpressBuckets(zb []objstore.ZoneBucket) string {
 	parts := make([]string, len(zb))
 	for i, x := range zb {
 		parts[i] = x.Zone + "=" + x.Bucket

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/nova/auditor/bundlefmt"
@@ -66,16 +65,10 @@ func (c chain) putSlot(ctx context.Context, epoch, seq int64, nonce uint64, data
 		}
 		return 0, err
 	}
-	errs := make([]error, len(c.buckets))
-	var wg sync.WaitGroup
-	for i, b := range c.buckets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.putOne(ctx, b, key, epoch, seq, nonce, data, loseReply && i == 0)
-		}()
-	}
-	wg.Wait()
+	first := c.buckets[0]
+	errs := objstore.EachBucket(c.buckets, func(b string) error {
+		return c.putOne(ctx, b, key, epoch, seq, nonce, data, loseReply && b == first)
+	})
 	for _, err := range errs {
 		if err == nil {
 			landed++

@@ -72,11 +72,16 @@ func TestExpressSet(t *testing.T) {
 	ctx := context.Background()
 	slot := "stars/s1/chain/00000000000000000001/00000000000000000001"
 	data := storetest.Bytes(9, 12<<20)
-	if err := set.PutIfAbsentAll(ctx, slot, data); err != nil {
+	putAll := func(key string, data []byte) []error {
+		return objstore.EachBucket(set.ReadBuckets(), func(zb objstore.ZoneBucket) error { return s.PutIfAbsent(ctx, zb.Bucket, key, data) })
+	}
+	if err := errors.Join(putAll(slot, data)...); err != nil {
 		t.Fatal(err)
 	}
-	if err := set.PutIfAbsentAll(ctx, slot, data[:10]); !errors.Is(err, objstore.ErrExists) {
-		t.Fatalf("second put: %v, want ErrExists", err)
+	for _, err := range putAll(slot, data[:10]) {
+		if !errors.Is(err, objstore.ErrExists) {
+			t.Fatalf("second put: %v, want ErrExists", err)
+		}
 	}
 
 	cut.set(local, true)
@@ -90,19 +95,23 @@ func TestExpressSet(t *testing.T) {
 	if _, _, err := set.GetSuffix(ctx, "stars/s1/chain/none", 10); errors.Is(err, objstore.ErrNotFound) || !objstore.IsRetryable(err) {
 		t.Errorf("a miss with a zone down: %v, want retryable, not ErrNotFound", err)
 	}
-	if err := set.PutIfAbsentAll(ctx, "stars/s1/chain/x", data[:10]); err == nil || !objstore.IsRetryable(err) || !strings.Contains(err.Error(), "az2") {
-		t.Errorf("put with a zone down: %v, want a retryable error naming az2", err)
+	for i, err := range putAll("stars/s1/chain/x", data[:10]) {
+		if down := set.ReadBuckets()[i].Bucket == local; down != (err != nil) || down && !objstore.IsRetryable(err) {
+			t.Errorf("put into %v with az2 down: %v, want a retryable error from az2 alone", set.ReadBuckets()[i], err)
+		}
 	}
 
-	// an assembly reads its source from the set (not the down zone) and
-	// writes the standard bucket
-	pieces := []objstore.Piece{{SrcKey: slot, Off: 0, Len: 8 << 20}, {SrcKey: slot, Off: 9 << 20, Len: 1000}, objstore.DataPiece([]byte("footer"))}
-	if err := set.ResolveSources(ctx, pieces); err != nil {
-		t.Fatal(err)
+	// an assembly copies its source from the set's copy source: not the
+	// down zone once it failed as one; it writes the standard bucket
+	set.SetHealth(objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax))
+	if !set.SourceFailed(local) {
+		t.Fatal("no zone left after the local zone failed as a copy source")
 	}
-	if pieces[0].SrcBucket == local || pieces[0].SrcETag == "" {
-		t.Fatalf("source resolved to %s (down: %s)", pieces[0].SrcBucket, local)
+	src := set.CopySource()
+	if src == local {
+		t.Fatalf("copy source %s is the down zone", src)
 	}
+	pieces := []objstore.Piece{{SrcBucket: src, SrcKey: slot, Off: 0, Len: 8 << 20}, {SrcBucket: src, SrcKey: slot, Off: 9 << 20, Len: 1000}, objstore.DataPiece([]byte("footer"))}
 	want := append(append(bytes.Clone(data[:8<<20]), data[9<<20:9<<20+1000]...), "footer"...)
 	if _, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: std, Key: "settled/1", Pieces: pieces,
 		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}); err != nil {
@@ -112,13 +121,17 @@ func TestExpressSet(t *testing.T) {
 		t.Fatal("assembled object differs")
 	}
 
-	failed, err := set.DeleteAll(ctx, []string{slot, "stars/s1/chain/absent"})
-	if err == nil || len(failed) != 1 || failed[0].Bucket != local || !objstore.IsRetryable(err) {
-		t.Fatalf("delete with the local zone down: %v, %v; want the local zone reported", failed, err)
+	set.SetHealth(nil) // the deletes ask every zone
+	for _, o := range set.Delete(ctx, []string{slot, "stars/s1/chain/absent"}, nil) {
+		if down := o.Bucket == local; down != (o.Err != nil) || down && !objstore.IsRetryable(o.Err) {
+			t.Fatalf("delete from %s with the local zone down: %v; want the local zone alone reported", o.Bucket, o.Err)
+		}
 	}
 	cut.set(local, false)
-	if failed, err := set.DeleteAll(ctx, []string{slot, "stars/s1/chain/absent"}); err != nil || len(failed) != 0 {
-		t.Fatalf("delete once the zone is back: %v, %v", failed, err)
+	for _, o := range set.Delete(ctx, []string{slot, "stars/s1/chain/absent"}, nil) {
+		if o.Err != nil {
+			t.Fatalf("delete from %s once the zone is back: %v", o.Bucket, o.Err)
+		}
 	}
 	for _, zb := range zones {
 		if _, err := raw.Head(ctx, zb.Bucket, slot); !errors.Is(err, objstore.ErrNotFound) {

@@ -28,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/nova/auditor/internal/crc32c"
@@ -104,8 +105,23 @@ func (s *Store) WithProbe(p objstore.ChecksumProbe) (*Store, error) {
 // Config is the store's configuration, defaults applied.
 func (s *Store) Config() objstore.S3Config { return s.cfg }
 
-// Client is the underlying SDK client, for test setup (CreateBucket).
+// Client is the underlying SDK client, for tests that speak S3 directly.
 func (s *Store) Client() *s3.Client { return s.client }
+
+// CreateBucket creates bucket; one this account already owns is success.
+// Operators create production buckets: this serves the demo, test setup
+// and `novasim setup --create-buckets`.
+func (s *Store) CreateBucket(ctx context.Context, bucket string) error {
+	_, err := s.client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode() == "BucketAlreadyOwnedByYou" || apiErr.ErrorCode() == "BucketAlreadyExists") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create bucket %s: %w", bucket, mapErr(err, nil))
+	}
+	return nil
+}
 
 // Limits are the part-planning limits the store uses.
 func (s *Store) Limits() objstore.Limits { return s.limits }

@@ -10,13 +10,13 @@ package teststore
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
@@ -167,11 +167,10 @@ func S3(tb testing.TB, o Options) Backend {
 	return b
 }
 
-// CreateBucket makes a bucket on the test server (test setup, through the
-// SDK client the backend exposes for it).
+// CreateBucket makes a bucket on the test server.
 func CreateBucket(tb testing.TB, st *s3store.Store, name string) {
 	tb.Helper()
-	if _, err := st.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &name}); err != nil {
+	if err := st.CreateBucket(context.Background(), name); err != nil {
 		tb.Fatalf("create bucket %s: %v", name, err)
 	}
 }
@@ -188,4 +187,36 @@ func All(o Options) []Opener {
 		{"file", func(tb testing.TB) Backend { return File(tb, o) }},
 		{"s3", func(tb testing.TB) Backend { return S3(tb, o) }},
 	}
+}
+
+// Topology is the storage topology over store that the auditor's wiring
+// builds for the buckets given: std holds settled objects and standard
+// slots, express (zones zone0, zone1, ... read in the order given, the
+// first local) the express slots; no express class when express is empty.
+// health nil: a fresh one.
+func Topology(tb testing.TB, store objstore.Store, std string, express []string, health *objstore.Health) *objstore.Topology {
+	tb.Helper()
+	classes := map[string][]objstore.ZoneBucket{catalog.ClassStandard: {{Bucket: std}}}
+	var local string
+	if len(express) > 0 {
+		zones := make([]objstore.ZoneBucket, len(express))
+		for i, b := range express {
+			zones[i] = objstore.ZoneBucket{Zone: fmt.Sprintf("zone%d", i), Bucket: b}
+		}
+		classes[catalog.ClassExpress], local = zones, zones[0].Zone
+	}
+	t, err := objstore.NewTopology(store, std, classes, local, health)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
+// Topology is the backend's storage topology over store (nil: the
+// backend's own store), its express zones read in order.
+func (b Backend) Topology(tb testing.TB, store objstore.Store) *objstore.Topology {
+	if store == nil {
+		store = b.Store
+	}
+	return Topology(tb, store, b.Std, b.Express, nil)
 }

@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"github.com/nova/auditor/objstore/filestore"
 )
 
-// TestClassReader: a class's slots are read from that class's buckets only
+// TestTopologyReads: a class's slots are read from that class's buckets only
 // (the standard bucket, or the express set local zone first with
 // fall-through; the hold-off of a down zone is objstore's
 // TestBucketSetHoldsOffADownZone).
-func TestClassReader(t *testing.T) {
+func TestTopologyReads(t *testing.T) {
 	ctx := context.Background()
 	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
 	if err != nil {
@@ -31,8 +31,8 @@ func TestClassReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := newClassReader(fs, config.Config{Bucket: "std", Location: "b",
-		S3ExpressBuckets: []config.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}}}, objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax))
+	r, err := Topology(config.Config{Bucket: "std", Location: "b",
+		S3ExpressBuckets: []objstore.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}}}, fs, objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestClassReader(t *testing.T) {
 			t.Errorf("%s %s read outside its class's buckets: %v", tc.class, tc.key, err)
 		}
 	}
-	none, err := newClassReader(fs, config.Config{Bucket: "std"}, nil)
+	none, err := Topology(config.Config{Bucket: "std"}, fs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

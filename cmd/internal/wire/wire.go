@@ -1,19 +1,16 @@
-// Package wire builds what the configuration describes and several commands
-// share: the object store (the file backend when fs-root is set, else S3)
-// and the bucket layout of docs/architecture.md#buckets-and-zone-health (which buckets hold a chain of
-// each class, in read-preference order). cmd/auditor and cmd/novasim both use
-// it, so one configuration means the same storage to both. It holds no state
-// and makes no request.
+// Package wire builds what the configuration describes, for the commands
+// (cmd/auditor, cmd/novasim), so that one configuration means the same
+// storage to both: the object store (the file backend when fs-root is set,
+// else S3) and the storage topology of
+// docs/architecture.md#buckets-and-zone-health (the standard bucket, the
+// buckets that hold a chain of each class in read-preference order, and
+// the zone health they share). It holds no state; only CreateBuckets makes
+// requests, through the store.
 package wire
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/smithy-go"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
@@ -63,41 +60,37 @@ func StoreWithPutChecksum(ctx context.Context, cfg config.Config, alg objstore.C
 	return s, nil
 }
 
-// SlotBucketSet returns the bucket set that holds the slots of a chain of
-// the class (docs/architecture.md#buckets-and-zone-health): the standard bucket (--bucket) alone for
-// a standard chain; for an express chain every bucket of the express set
-// (--s3-express-buckets), reads preferring the bucket of --location. A
-// configuration error when an express chain has no express set.
-func SlotBucketSet(cfg config.Config, store objstore.Store, class string) (*objstore.BucketSet, error) {
-	if class != catalog.ClassExpress {
-		return objstore.SingleBucket(store, cfg.Bucket), nil
+// Topology builds the storage topology the steps share
+// (docs/architecture.md#buckets-and-zone-health): the standard bucket
+// (--bucket) holds every settled object and the slots of a standard chain;
+// the slots of an express chain are in every bucket of the express set
+// (--s3-express-buckets), reads preferring the bucket of --location. The
+// express class is absent when no express set is configured: a read, copy
+// or delete of an express slot then fails naming it. health is the zone
+// health every set shares (nil: a fresh one).
+func Topology(cfg config.Config, store objstore.Store, health *objstore.Health) (*objstore.Topology, error) {
+	classes := map[string][]objstore.ZoneBucket{catalog.ClassStandard: {{Bucket: cfg.Bucket}}}
+	if len(cfg.S3ExpressBuckets) > 0 {
+		classes[catalog.ClassExpress] = cfg.S3ExpressBuckets
 	}
-	if len(cfg.S3ExpressBuckets) == 0 {
-		return nil, &config.Error{Field: "s3-express-buckets", Msg: "an express chain needs the express bucket set"}
-	}
-	zbs := make([]objstore.ZoneBucket, len(cfg.S3ExpressBuckets))
-	for i, zb := range cfg.S3ExpressBuckets {
-		zbs[i] = objstore.ZoneBucket{Zone: zb.Zone, Bucket: zb.Bucket}
-	}
-	set, err := objstore.NewBucketSet(store, zbs, cfg.Location)
+	t, err := objstore.NewTopology(store, cfg.Bucket, classes, cfg.Location, health)
 	if err != nil {
 		return nil, &config.Error{Field: "s3-express-buckets", Msg: err.Error()}
 	}
-	return set, nil
+	return t, nil
 }
 
-// SlotBuckets returns the names of SlotBucketSet's buckets in read order
-// (nil when an express chain has no express set), for callers that fan out
-// themselves: novasim's writer needs each bucket's own answer to a PUT.
+// SlotBuckets returns the names of the buckets that hold a chain of the
+// class in read order (nil when the topology has none), for callers that
+// name buckets without reading them: novasim's writer, which fans its
+// create-once PUTs out itself to see each zone's own answer, and the
+// metrics' series.
 func SlotBuckets(cfg config.Config, class string) []string {
-	set, err := SlotBucketSet(cfg, nil, class)
+	t, err := Topology(cfg, nil, nil)
 	if err != nil {
 		return nil
 	}
-	var out []string
-	for _, zb := range set.ReadBuckets() {
-		out = append(out, zb.Bucket)
-	}
+	out, _ := t.Buckets(class)
 	return out
 }
 
@@ -133,13 +126,8 @@ func CreateBuckets(ctx context.Context, cfg config.Config, store objstore.Store)
 		return CreateLocalBuckets(cfg, store)
 	}
 	for _, b := range append([]string{cfg.Bucket}, SlotBuckets(cfg, catalog.ClassExpress)...) {
-		_, err := s3s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b)})
-		var apiErr smithy.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode() == "BucketAlreadyOwnedByYou" || apiErr.ErrorCode() == "BucketAlreadyExists") {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("create bucket %s: %w", b, err)
+		if err := s3s.CreateBucket(ctx, b); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/nova/auditor/catalog"
@@ -55,17 +56,32 @@ func TestSlotBuckets(t *testing.T) {
 	if got := SlotBuckets(cfg, catalog.ClassExpress); got != nil {
 		t.Fatalf("express without a set: %v", got)
 	}
-	if _, err := SlotBucketSet(cfg, nil, catalog.ClassExpress); !errors.Is(err, config.ErrConfig) {
-		t.Fatalf("express without a set: %v", err)
+	top, err := Topology(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	cfg.S3ExpressBuckets = []config.ZoneBucket{{Zone: "a", Bucket: "xa"}, {Zone: "b", Bucket: "xb"}, {Zone: "c", Bucket: "xc"}}
+	if _, err := top.Class(catalog.ClassExpress); err == nil || !strings.Contains(err.Error(), "express") {
+		t.Fatalf("express without a set: %v, want an error naming the class", err)
+	}
+	cfg.S3ExpressBuckets = []objstore.ZoneBucket{{Zone: "a", Bucket: "xa"}, {Zone: "b", Bucket: "xb"}, {Zone: "c", Bucket: "xc"}}
 	cfg.Location = "b"
 	if got := SlotBuckets(cfg, catalog.ClassExpress); !reflect.DeepEqual(got, []string{"xb", "xa", "xc"}) {
 		t.Fatalf("express: %v (want the location's bucket first)", got)
 	}
-	set, err := SlotBucketSet(cfg, nil, catalog.ClassExpress)
+	top, err = Topology(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := top.Class(catalog.ClassExpress)
 	if err != nil || set.ReadBuckets()[0] != (objstore.ZoneBucket{Zone: "b", Bucket: "xb"}) {
 		t.Fatalf("express set: %v %v", set, err)
+	}
+	if got := top.All(); !reflect.DeepEqual(got, []string{"std", "xa", "xb", "xc"}) {
+		t.Fatalf("every bucket: %v", got)
+	}
+	cfg.S3ExpressBuckets = append(cfg.S3ExpressBuckets, objstore.ZoneBucket{Zone: "d", Bucket: "xa"})
+	if _, err := Topology(cfg, nil, nil); !errors.Is(err, config.ErrConfig) {
+		t.Fatalf("a bucket named twice: %v, want a configuration error", err)
 	}
 }
 

@@ -1,0 +1,124 @@
+package objstore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+)
+
+// Topology is the one answer to "which bucket, and which zone is down"
+// (docs/architecture.md#buckets-and-zone-health), built once by the binary
+// and handed to every step: the standard bucket (every settled object),
+// the bucket set that holds the slots of each class, and the zone health
+// that slot reads, copy sources and deletes all record into and order by.
+// The class names are the caller's; objstore does not interpret them.
+type Topology struct {
+	store    Store
+	standard string
+	classes  map[string]*BucketSet
+	health   *Health
+}
+
+// NewTopology returns the topology over store: standard is the standard
+// bucket; classes gives each slot class its buckets (one bucket of zone ""
+// for a class kept in one bucket), reads preferring localZone's. Every set
+// shares health (nil: a record of its own, with HoldOffMin and HoldOffMax).
+func NewTopology(store Store, standard string, classes map[string][]ZoneBucket, localZone string, health *Health) (*Topology, error) {
+	if standard == "" {
+		return nil, fmt.Errorf("topology: no standard bucket")
+	}
+	if health == nil {
+		health = NewHealth(HoldOffMin, HoldOffMax)
+	}
+	t := &Topology{store: store, standard: standard, classes: map[string]*BucketSet{}, health: health}
+	for class, zbs := range classes {
+		set, err := NewBucketSet(store, zbs, localZone)
+		if err != nil {
+			return nil, fmt.Errorf("topology: class %s: %w", class, err)
+		}
+		set.SetHealth(health)
+		t.classes[class] = set
+	}
+	return t, nil
+}
+
+// Store is the store every bucket of the topology is on.
+func (t *Topology) Store() Store { return t.store }
+
+// Standard is the standard bucket: every settled object lives there.
+func (t *Topology) Standard() string { return t.standard }
+
+// Health is the zone health the topology's sets share.
+func (t *Topology) Health() *Health { return t.health }
+
+// Class returns the bucket set of a class's slots; an error names a class
+// the topology has no buckets for.
+func (t *Topology) Class(class string) (*BucketSet, error) {
+	set, ok := t.classes[class]
+	if !ok {
+		return nil, fmt.Errorf("no buckets configured for class %s", class)
+	}
+	return set, nil
+}
+
+// Buckets returns the names of a class's buckets in read order.
+func (t *Topology) Buckets(class string) ([]string, error) {
+	set, err := t.Class(class)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, zb := range set.read {
+		out = append(out, zb.Bucket)
+	}
+	return out, nil
+}
+
+// All returns every bucket of the topology once, the standard bucket
+// first, then the others in name order.
+func (t *Topology) All() []string {
+	seen := map[string]bool{t.standard: true}
+	var rest []string
+	for _, set := range t.classes {
+		for _, zb := range set.read {
+			if !seen[zb.Bucket] {
+				seen[zb.Bucket] = true
+				rest = append(rest, zb.Bucket)
+			}
+		}
+	}
+	sort.Strings(rest)
+	return append([]string{t.standard}, rest...)
+}
+
+// GetRange reads a range of a slot of a class from the first bucket of the
+// class's set that has it.
+func (t *Topology) GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error) {
+	set, err := t.Class(class)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	return set.GetRange(ctx, key, off, n)
+}
+
+// CopySource is the bucket an assembly copies a slot of a class from
+// (BucketSet.CopySource).
+func (t *Topology) CopySource(class string) (string, error) {
+	set, err := t.Class(class)
+	if err != nil {
+		return "", err
+	}
+	return set.CopySource(), nil
+}
+
+// SourceFailed records that bucket failed as a copy source and reports
+// whether another bucket of its set is left to copy from
+// (BucketSet.SourceFailed); a bucket of no set of several leaves nothing.
+func (t *Topology) SourceFailed(bucket string) bool {
+	for _, set := range t.classes {
+		if set.Has(bucket) {
+			return set.SourceFailed(bucket)
+		}
+	}
+	return false
+}
