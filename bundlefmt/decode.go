@@ -21,81 +21,85 @@ type Envelope struct {
 	FooterLength uint64
 }
 
-// DecodeEnvelope decodes and checks the slot envelope in b[:60] on its own
-// (the envelope level of docs/format.md#validation-and-errors): magic, version, CRC, then its
-// fields. b may be longer (the whole object); bytes past 60 are ignored.
+// DecodeEnvelope decodes and checks the slot envelope in b[:EnvelopeSize] on
+// its own (the envelope level of docs/format.md#validation-and-errors): magic, version, CRC,
+// then its fields. b may be longer (the whole object); bytes past the
+// envelope are ignored.
 // Agreement with the key and with the object's real size are checked by
 // ValidateEnvelope and ValidateObject.
 func DecodeEnvelope(key string, b []byte) (Envelope, error) {
 	var e Envelope
-	if len(b) >= 4 && string(b[:4]) != envelopeMagic {
-		return e, corruptf(key, 0, "envelope.magic", "magic %q, want %q", b[:4], envelopeMagic)
+	if len(b) >= magicLen && string(b[envMagicOff:envMagicOff+magicLen]) != envelopeMagic {
+		return e, corruptf(key, envMagicOff, "envelope.magic", "magic %q, want %q", b[envMagicOff:envMagicOff+magicLen], envelopeMagic)
 	}
 	le := binary.LittleEndian
-	// The version is read before the length is held to v1's 60 bytes: another
-	// version may have another size.
-	if len(b) >= 6 {
-		if e.Version = le.Uint16(b[4:]); e.Version != Version {
+	// The version is read before the length is held to v1's EnvelopeSize
+	// bytes: another version may have another size.
+	if len(b) >= envVersionOff+u16Len {
+		if e.Version = le.Uint16(b[envVersionOff:]); e.Version != Version {
 			var match *bool
 			if len(b) >= EnvelopeSize {
-				m := le.Uint32(b[56:]) == crc32c.Checksum(b[:56])
+				m := le.Uint32(b[envCRCOff:]) == crc32c.Checksum(b[:envCRCOff])
 				match = &m
 			}
-			return e, versionErr(key, 4, "envelope.version", uint64(e.Version), match)
+			return e, versionErr(key, envVersionOff, "envelope.version", uint64(e.Version), match)
 		}
 	}
 	if len(b) < EnvelopeSize {
 		return e, corruptf(key, uint64(len(b)), "envelope", "truncated: %d of %d bytes", len(b), EnvelopeSize)
 	}
-	stored := le.Uint32(b[56:])
-	computed := crc32c.Checksum(b[:56])
+	stored := le.Uint32(b[envCRCOff:])
+	computed := crc32c.Checksum(b[:envCRCOff])
 	if stored != computed {
 		return e, checksumErr(key, 0, "envelope.crc", stored, computed)
 	}
-	e.Epoch = le.Uint64(b[8:])
-	e.Seq = le.Uint64(b[16:])
-	e.Nonce = le.Uint64(b[24:])
-	e.ObjectSize = le.Uint64(b[32:])
-	e.FooterOffset = le.Uint64(b[40:])
-	e.FooterLength = le.Uint64(b[48:])
-	switch b[6] {
+	e.Epoch = le.Uint64(b[envEpochOff:])
+	e.Seq = le.Uint64(b[envSeqOff:])
+	e.Nonce = le.Uint64(b[envNonceOff:])
+	e.ObjectSize = le.Uint64(b[envObjectSizeOff:])
+	e.FooterOffset = le.Uint64(b[envFooterOffsetOff:])
+	e.FooterLength = le.Uint64(b[envFooterLengthOff:])
+	switch b[envKindOff] {
 	case kindByteFlight:
 		e.Kind = KindFlight
 	case kindBytePoison:
 		e.Kind = KindPoison
 	default:
-		return e, corruptf(key, 6, "envelope.kind", "unknown kind %d", b[6])
+		return e, corruptf(key, envKindOff, "envelope.kind", "unknown kind %d", b[envKindOff])
 	}
-	if b[7] != 0 {
-		return e, corruptf(key, 7, "envelope.reserved", "reserved byte 0x%02x", b[7])
+	if b[envReservedOff] != 0 {
+		return e, corruptf(key, envReservedOff, "envelope.reserved", "reserved byte 0x%02x", b[envReservedOff])
 	}
 	if e.Epoch == 0 || e.Epoch > MaxNumber {
-		return e, corruptf(key, 8, "envelope.epoch", "slot epoch %d outside [1, 2^63-1]", e.Epoch)
+		return e, corruptf(key, envEpochOff, "envelope.epoch", "slot epoch %d outside [1, 2^63-1]", e.Epoch)
 	}
 	if e.Seq > MaxNumber {
-		return e, corruptf(key, 16, "envelope.seq", "seq %d exceeds 2^63-1", e.Seq)
+		return e, corruptf(key, envSeqOff, "envelope.seq", "seq %d exceeds 2^63-1", e.Seq)
 	}
 	if e.Kind == KindPoison {
 		switch {
 		case e.ObjectSize != EnvelopeSize:
-			return e, corruptf(key, 32, "envelope.object_size", "poison object size %d, want %d", e.ObjectSize, EnvelopeSize)
+			return e, corruptf(key, envObjectSizeOff, "envelope.object_size", "poison object size %d, want %d", e.ObjectSize, EnvelopeSize)
 		case e.FooterOffset != 0:
-			return e, corruptf(key, 40, "envelope.footer_offset", "poison footer offset %d, want 0", e.FooterOffset)
+			return e, corruptf(key, envFooterOffsetOff, "envelope.footer_offset", "poison footer offset %d, want 0", e.FooterOffset)
 		case e.FooterLength != 0:
-			return e, corruptf(key, 48, "envelope.footer_length", "poison footer length %d, want 0", e.FooterLength)
+			return e, corruptf(key, envFooterLengthOff, "envelope.footer_length", "poison footer length %d, want 0", e.FooterLength)
 		}
 		return e, nil
 	}
+	// The smallest flight window: one record of one byte after the
+	// envelope, then one entry of one record and its row.
+	const minFooterOffset, minFooterLength = EnvelopeSize + recFlagsLen, minEntryLen + RowSize
 	switch {
-	case e.FooterOffset < EnvelopeSize+1 || e.FooterOffset > MaxFlightSize:
-		return e, corruptf(key, 40, "envelope.footer_offset", "flight footer offset %d outside [61, 5 GiB]", e.FooterOffset)
-	case e.FooterLength < uint64(EntryLen(1)+RowSize) || e.FooterLength > MaxFlightSize:
-		return e, corruptf(key, 48, "envelope.footer_length", "flight footer length %d outside [105, 5 GiB]", e.FooterLength)
+	case e.FooterOffset < minFooterOffset || e.FooterOffset > MaxFlightSize:
+		return e, corruptf(key, envFooterOffsetOff, "envelope.footer_offset", "flight footer offset %d outside [%d, 5 GiB]", e.FooterOffset, minFooterOffset)
+	case e.FooterLength < minFooterLength || e.FooterLength > MaxFlightSize:
+		return e, corruptf(key, envFooterLengthOff, "envelope.footer_length", "flight footer length %d outside [%d, 5 GiB]", e.FooterLength, minFooterLength)
 	case e.ObjectSize > MaxFlightSize:
-		return e, corruptf(key, 32, "envelope.object_size", "flight of %d bytes exceeds 5 GiB", e.ObjectSize)
+		return e, corruptf(key, envObjectSizeOff, "envelope.object_size", "flight of %d bytes exceeds 5 GiB", e.ObjectSize)
 	case e.FooterOffset+e.FooterLength+TrailerSize != e.ObjectSize:
-		return e, corruptf(key, 32, "envelope.object_size", "object size %d ≠ footer offset %d + footer length %d + 40",
-			e.ObjectSize, e.FooterOffset, e.FooterLength)
+		return e, corruptf(key, envObjectSizeOff, "envelope.object_size", "object size %d ≠ footer offset %d + footer length %d + %d",
+			e.ObjectSize, e.FooterOffset, e.FooterLength, TrailerSize)
 	}
 	return e, nil
 }
@@ -118,9 +122,10 @@ func (t Trailer) FooterLength() uint64 { return t.DirLength + t.IndexLength }
 func (t Trailer) NumChunks() int { return int(t.IndexLength / RowSize) }
 
 // DecodeTrailer decodes the trailer at the end of b (b is at least the last
-// 40 bytes of an object of objectSize bytes): object size ≥ 40, magic,
-// version, then the trailer's own consistency (lengths sum to the object
-// size, index length a positive multiple of 52, room for every entry).
+// TrailerSize bytes of an object of objectSize bytes): object size ≥
+// TrailerSize, magic, version, then the trailer's own consistency (lengths
+// sum to the object size, index length a positive multiple of RowSize, room
+// for every entry).
 // Base-dependent bounds are checked by OpenFooter.
 func DecodeTrailer(key string, b []byte, objectSize uint64) (Trailer, error) {
 	var t Trailer
@@ -132,27 +137,27 @@ func DecodeTrailer(key string, b []byte, objectSize uint64) (Trailer, error) {
 		return t, corruptf(key, off, "trailer", "truncated: %d of %d bytes", len(b), TrailerSize)
 	}
 	b = b[len(b)-TrailerSize:]
-	if string(b[:4]) != trailerMagic {
-		return t, corruptf(key, off, "trailer.magic", "magic %q, want %q", b[:4], trailerMagic)
+	if string(b[trMagicOff:trMagicOff+magicLen]) != trailerMagic {
+		return t, corruptf(key, off+trMagicOff, "trailer.magic", "magic %q, want %q", b[trMagicOff:trMagicOff+magicLen], trailerMagic)
 	}
 	le := binary.LittleEndian
-	t.Version = le.Uint32(b[4:])
+	t.Version = le.Uint32(b[trVersionOff:])
 	if t.Version != Version {
-		return t, versionErr(key, off+4, "trailer.version", uint64(t.Version), nil)
+		return t, versionErr(key, off+trVersionOff, "trailer.version", uint64(t.Version), nil)
 	}
-	t.DirOffset = le.Uint64(b[8:])
-	t.DirLength = le.Uint64(b[16:])
-	t.DirCRC = le.Uint32(b[24:])
-	t.IndexLength = le.Uint64(b[28:])
-	t.IndexCRC = le.Uint32(b[36:])
+	t.DirOffset = le.Uint64(b[trDirOffsetOff:])
+	t.DirLength = le.Uint64(b[trDirLengthOff:])
+	t.DirCRC = le.Uint32(b[trDirCRCOff:])
+	t.IndexLength = le.Uint64(b[trIndexLengthOff:])
+	t.IndexCRC = le.Uint32(b[trIndexCRCOff:])
 	switch {
 	case t.IndexLength == 0 || t.IndexLength%RowSize != 0 || t.IndexLength > off:
-		return t, corruptf(key, off+28, "trailer.index_length", "index length %d is not a positive multiple of 52 within the object", t.IndexLength)
-	case t.DirLength > off-t.IndexLength || t.DirLength/uint64(EntryLen(1)) < t.IndexLength/RowSize:
-		return t, corruptf(key, off+16, "trailer.dir_length", "directory length %d out of range for %d entries", t.DirLength, t.IndexLength/RowSize)
+		return t, corruptf(key, off+trIndexLengthOff, "trailer.index_length", "index length %d is not a positive multiple of %d within the object", t.IndexLength, RowSize)
+	case t.DirLength > off-t.IndexLength || t.DirLength/minEntryLen < t.IndexLength/RowSize:
+		return t, corruptf(key, off+trDirLengthOff, "trailer.dir_length", "directory length %d out of range for %d entries", t.DirLength, t.IndexLength/RowSize)
 	case t.DirOffset != off-t.IndexLength-t.DirLength:
-		return t, corruptf(key, off+8, "trailer.dir_offset", "directory offset %d + lengths %d + %d + 40 ≠ object size %d",
-			t.DirOffset, t.DirLength, t.IndexLength, objectSize)
+		return t, corruptf(key, off+trDirOffsetOff, "trailer.dir_offset", "directory offset %d + lengths %d + %d + %d ≠ object size %d",
+			t.DirOffset, t.DirLength, t.IndexLength, TrailerSize, objectSize)
 	}
 	return t, nil
 }
@@ -174,9 +179,9 @@ type Footer struct {
 // OpenFooter opens a footer window: buf holds [footerOffset, objectSize),
 // i.e. footer + trailer as one ranged GET returns it (a caller holding a
 // window (offset, length) from a ref or an envelope passes exactly
-// length + 40 bytes, so the trailer is checked against that window), objectSize is the
-// object's total size (the Content-Range total), base is 60 for a slot and
-// 0 for a settled object. It checks the trailer, the window's agreement with
+// length + TrailerSize bytes, so the trailer is checked against that window), objectSize is the
+// object's total size (the Content-Range total), base is TransitBase for a slot and
+// SettledBase for a settled object. It checks the trailer, the window's agreement with
 // it, the footer bounds, the index CRC and every row rule; it does not decode
 // or verify entries (see Entry and VerifyDirectory). buf is aliased.
 func OpenFooter(key string, footerOffset uint64, buf []byte, objectSize uint64, base uint64) (*Footer, error) {
@@ -221,9 +226,9 @@ func openFooter(key string, footerOffset uint64, buf []byte, objectSize uint64, 
 	case footerOffset > math.MaxUint64-uint64(len(buf)) || footerOffset+uint64(len(buf)) != objectSize:
 		return nil, corruptf(key, footerOffset, "footer", "window [%d, +%d) does not end at object size %d", footerOffset, len(buf), objectSize)
 	case t.DirOffset != footerOffset:
-		return nil, corruptf(key, toff+8, "trailer.dir_offset", "directory offset %d ≠ footer offset %d", t.DirOffset, footerOffset)
+		return nil, corruptf(key, toff+trDirOffsetOff, "trailer.dir_offset", "directory offset %d ≠ footer offset %d", t.DirOffset, footerOffset)
 	case t.DirOffset < base || t.DirOffset-base < rows:
-		return nil, corruptf(key, toff+8, "trailer.dir_offset", "directory offset %d leaves no room for %d chunks after base %d", t.DirOffset, rows, base)
+		return nil, corruptf(key, toff+trDirOffsetOff, "trailer.dir_offset", "directory offset %d leaves no room for %d chunks after base %d", t.DirOffset, rows, base)
 	}
 	f := &Footer{
 		key:     key,
@@ -271,45 +276,45 @@ func (f *Footer) checkRows() error {
 		r := f.Row(i)
 		switch {
 		case r.Count == 0 || r.Count > MaxRecordCount:
-			return f.rowErr(i, 24, "count", "record count %d outside [1, %d]", r.Count, MaxRecordCount)
+			return f.rowErr(i, rowCountOff, "count", "record count %d outside [1, %d]", r.Count, MaxRecordCount)
 		case r.FirstRecord > MaxNumber || uint64(r.Count-1) > MaxNumber-r.FirstRecord:
-			return f.rowErr(i, 16, "first_record", "records [%d, +%d) exceed 2^63-1", r.FirstRecord, r.Count)
+			return f.rowErr(i, rowFirstRecordOff, "first_record", "records [%d, +%d) exceed 2^63-1", r.FirstRecord, r.Count)
 		case r.ChunkBytes < uint64(r.Count) || r.ChunkBytes > uint64(r.Count)*math.MaxUint32:
-			return f.rowErr(i, 28, "chunk_bytes", "%d bytes for %d records", r.ChunkBytes, r.Count)
+			return f.rowErr(i, rowChunkBytesOff, "chunk_bytes", "%d bytes for %d records", r.ChunkBytes, r.Count)
 		case r.EntryOffset != entOff:
-			return f.rowErr(i, 36, "entry_offset", "entry offset %d, want %d (gap or overlap)", r.EntryOffset, entOff)
+			return f.rowErr(i, rowEntryOffsetOff, "entry_offset", "entry offset %d, want %d (gap or overlap)", r.EntryOffset, entOff)
 		case r.EntryLength != uint32(EntryLen(int(r.Count))):
-			return f.rowErr(i, 44, "entry_length", "entry length %d, want %d for %d records", r.EntryLength, EntryLen(int(r.Count)), r.Count)
+			return f.rowErr(i, rowEntryLengthOff, "entry_length", "entry length %d, want %d for %d records", r.EntryLength, EntryLen(int(r.Count)), r.Count)
 		case r.ChunkBytes > f.off-dataPos:
-			return f.rowErr(i, 28, "chunk_bytes", "chunk [%d, +%d) runs past the directory at %d", dataPos, r.ChunkBytes, f.off)
+			return f.rowErr(i, rowChunkBytesOff, "chunk_bytes", "chunk [%d, +%d) runs past the directory at %d", dataPos, r.ChunkBytes, f.off)
 		}
 		if i > 0 {
 			c := r.Stream.Compare(prev.Stream)
 			switch {
 			case c < 0 || c == 0 && r.FirstRecord <= prev.FirstRecord:
-				return f.rowErr(i, 0, "stream", "rows not sorted by (stream, first record) strictly ascending")
+				return f.rowErr(i, rowStreamOff, "stream", "rows not sorted by (stream, first record) strictly ascending")
 			case f.base == TransitBase && c == 0:
-				return f.rowErr(i, 0, "stream", "second chunk of stream %s in a transit bundle", r.Stream)
+				return f.rowErr(i, rowStreamOff, "stream", "second chunk of stream %s in a transit bundle", r.Stream)
 			case f.base == SettledBase && c != 0:
-				return f.rowErr(i, 0, "stream", "stream %s in a settled object of stream %s", r.Stream, prev.Stream)
+				return f.rowErr(i, rowStreamOff, "stream", "stream %s in a settled object of stream %s", r.Stream, prev.Stream)
 			case f.base == SettledBase && r.FirstRecord != prev.EndRecord():
-				return f.rowErr(i, 16, "first_record", "first record %d, want %d (records not contiguous)", r.FirstRecord, prev.EndRecord())
+				return f.rowErr(i, rowFirstRecordOff, "first_record", "first record %d, want %d (records not contiguous)", r.FirstRecord, prev.EndRecord())
 			}
 		}
 		dataOff[i] = dataPos
 		dataPos += r.ChunkBytes
 		entOff += uint64(r.EntryLength)
 		if entOff > f.off+f.trailer.DirLength {
-			return f.rowErr(i, 44, "entry_length", "entry [%d, +%d) runs past the directory end %d", r.EntryOffset, r.EntryLength, f.off+f.trailer.DirLength)
+			return f.rowErr(i, rowEntryLengthOff, "entry_length", "entry [%d, +%d) runs past the directory end %d", r.EntryOffset, r.EntryLength, f.off+f.trailer.DirLength)
 		}
 		prev = r
 	}
 	toff := f.size - TrailerSize
 	if entOff != f.off+f.trailer.DirLength {
-		return corruptf(f.key, toff+16, "trailer.dir_length", "Σ entry lengths %d ≠ directory length %d", entOff-f.off, f.trailer.DirLength)
+		return corruptf(f.key, toff+trDirLengthOff, "trailer.dir_length", "Σ entry lengths %d ≠ directory length %d", entOff-f.off, f.trailer.DirLength)
 	}
 	if dataPos != f.off {
-		return corruptf(f.key, toff+8, "trailer.dir_offset", "base %d + Σ chunk bytes %d ≠ directory offset %d", f.base, dataPos-f.base, f.off)
+		return corruptf(f.key, toff+trDirOffsetOff, "trailer.dir_offset", "base %d + Σ chunk bytes %d ≠ directory offset %d", f.base, dataPos-f.base, f.off)
 	}
 	f.dataOff = dataOff
 	return nil
@@ -321,7 +326,7 @@ func (f *Footer) NumChunks() int { return f.n }
 // Trailer returns the decoded trailer.
 func (f *Footer) Trailer() Trailer { return f.trailer }
 
-// Base is the base offset (60 for a slot, 0 for a settled object).
+// Base is the base offset (TransitBase for a slot, SettledBase for a settled object).
 func (f *Footer) Base() uint64 { return f.base }
 
 // FooterOffset and FooterLength are the footer window.
@@ -341,11 +346,11 @@ func (f *Footer) DataOffset(i int) uint64 { return f.dataOff[i] }
 
 // cmpRow compares row i's (stream, first record) with (stream, record).
 func (f *Footer) cmpRow(i int, stream *StreamID, record uint64) int {
-	r := f.idx[i*RowSize : i*RowSize+24]
-	if c := bytes.Compare(r[:16], stream[:]); c != 0 {
+	r := f.idx[i*RowSize : i*RowSize+rowCountOff]
+	if c := bytes.Compare(r[rowStreamOff:rowFirstRecordOff], stream[:]); c != 0 {
 		return c
 	}
-	first := binary.LittleEndian.Uint64(r[16:])
+	first := binary.LittleEndian.Uint64(r[rowFirstRecordOff:])
 	switch {
 	case first < record:
 		return -1
@@ -373,9 +378,9 @@ func (f *Footer) Find(stream StreamID, record uint64) (int, bool) {
 	}
 	if lo > 0 {
 		r := f.idx[(lo-1)*RowSize:]
-		if bytes.Equal(r[:16], stream[:]) {
-			first := binary.LittleEndian.Uint64(r[16:])
-			if record-first < uint64(binary.LittleEndian.Uint32(r[24:])) {
+		if bytes.Equal(r[rowStreamOff:rowFirstRecordOff], stream[:]) {
+			first := binary.LittleEndian.Uint64(r[rowFirstRecordOff:])
+			if record-first < uint64(binary.LittleEndian.Uint32(r[rowCountOff:])) {
 				return lo - 1, true
 			}
 		}
@@ -394,7 +399,7 @@ func (f *Footer) searchStream(stream *StreamID, upper bool) int {
 	lo, hi := 0, f.n
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		c := bytes.Compare(f.idx[m*RowSize:m*RowSize+16], stream[:])
+		c := bytes.Compare(f.idx[m*RowSize+rowStreamOff:m*RowSize+rowFirstRecordOff], stream[:])
 		if c < 0 || upper && c == 0 {
 			lo = m + 1
 		} else {
@@ -424,17 +429,17 @@ func (f *Footer) entryErr(i int, r IndexRow, field uint64, name, format string, 
 // checkEntry checks a CRC-verified entry against its row and docs/format.md#directory-entry.
 func (f *Footer) checkEntry(i int, r IndexRow, eb []byte) (EntryView, error) {
 	le := binary.LittleEndian
-	n := le.Uint32(eb[24:])
+	n := le.Uint32(eb[entCountOff:])
 	v := EntryView{b: eb, n: int(n)}
 	switch {
-	case !bytes.Equal(eb[:16], r.Stream[:]):
-		return v, f.entryErr(i, r, 0, "stream", "stream %x ≠ row's %s", eb[:16], r.Stream)
-	case le.Uint64(eb[16:]) != r.FirstRecord:
-		return v, f.entryErr(i, r, 16, "first_record", "first record %d ≠ row's %d", le.Uint64(eb[16:]), r.FirstRecord)
+	case !bytes.Equal(eb[entStreamOff:entFirstRecordOff], r.Stream[:]):
+		return v, f.entryErr(i, r, entStreamOff, "stream", "stream %x ≠ row's %s", eb[entStreamOff:entFirstRecordOff], r.Stream)
+	case v.FirstRecord() != r.FirstRecord:
+		return v, f.entryErr(i, r, entFirstRecordOff, "first_record", "first record %d ≠ row's %d", v.FirstRecord(), r.FirstRecord)
 	case n != r.Count:
-		return v, f.entryErr(i, r, 24, "count", "record count %d ≠ row's %d", n, r.Count)
+		return v, f.entryErr(i, r, entCountOff, "count", "record count %d ≠ row's %d", n, r.Count)
 	case v.DataOffset() != f.dataOff[i]:
-		return v, f.entryErr(i, r, 28, "data_offset", "data offset %d, want %d (gap or overlap)", v.DataOffset(), f.dataOff[i])
+		return v, f.entryErr(i, r, entDataOffsetOff, "data_offset", "data offset %d, want %d (gap or overlap)", v.DataOffset(), f.dataOff[i])
 	}
 	// The row's entry length equals EntryLen(count) (checkRows), so the
 	// tables below are in range.
@@ -442,14 +447,14 @@ func (f *Footer) checkEntry(i int, r IndexRow, eb []byte) (EntryView, error) {
 	for j := 0; j < v.n; j++ {
 		l := v.Length(j)
 		if l == 0 {
-			return v, f.entryErr(i, r, uint64(EntryFixed+4*j), fmt.Sprintf("length[%d]", j), "stored-record length 0")
+			return v, f.entryErr(i, r, uint64(entLengthOff(j)), fmt.Sprintf("length[%d]", j), "stored-record length 0")
 		}
 		sum += uint64(l)
 	}
 	if sum != r.ChunkBytes {
-		return v, f.entryErr(i, r, EntryFixed, "lengths", "Σ lengths %d ≠ row's chunk bytes %d", sum, r.ChunkBytes)
+		return v, f.entryErr(i, r, uint64(entLengthOff(0)), "lengths", "Σ lengths %d ≠ row's chunk bytes %d", sum, r.ChunkBytes)
 	}
-	be := uint64(EntryFixed + 12*v.n)
+	be := uint64(entBatchEndOff(v.n))
 	last := eb[len(eb)-1]
 	if k := v.n & 7; k != 0 && last>>k != 0 {
 		return v, f.entryErr(i, r, uint64(len(eb)-1), "batch_end", "unused batch-end bits set: 0x%02x", last)

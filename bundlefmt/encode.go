@@ -7,22 +7,25 @@ import (
 	"github.com/nova/auditor/internal/crc32c"
 )
 
-// appendEnvelope appends a 60-byte slot envelope (docs/format.md#slot-envelope).
+// appendEnvelope appends a slot envelope (docs/format.md#slot-envelope).
 func appendEnvelope(dst []byte, kind byte, epoch, seq, nonce, size, footerOff, footerLen uint64) []byte {
-	start := len(dst)
-	dst = append(dst, envelopeMagic...)
-	dst = binary.LittleEndian.AppendUint16(dst, Version)
-	dst = append(dst, kind, 0)
-	dst = binary.LittleEndian.AppendUint64(dst, epoch)
-	dst = binary.LittleEndian.AppendUint64(dst, seq)
-	dst = binary.LittleEndian.AppendUint64(dst, nonce)
-	dst = binary.LittleEndian.AppendUint64(dst, size)
-	dst = binary.LittleEndian.AppendUint64(dst, footerOff)
-	dst = binary.LittleEndian.AppendUint64(dst, footerLen)
-	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:]))
+	dst, b := extend(dst, EnvelopeSize)
+	le := binary.LittleEndian
+	copy(b[envMagicOff:], envelopeMagic)
+	le.PutUint16(b[envVersionOff:], Version)
+	b[envKindOff] = kind
+	b[envReservedOff] = 0
+	le.PutUint64(b[envEpochOff:], epoch)
+	le.PutUint64(b[envSeqOff:], seq)
+	le.PutUint64(b[envNonceOff:], nonce)
+	le.PutUint64(b[envObjectSizeOff:], size)
+	le.PutUint64(b[envFooterOffsetOff:], footerOff)
+	le.PutUint64(b[envFooterLengthOff:], footerLen)
+	le.PutUint32(b[envCRCOff:], crc32c.Checksum(b[:envCRCOff]))
+	return dst
 }
 
-// EncodePoison returns the 60-byte poison slot for the slot (epoch, seq),
+// EncodePoison returns the EnvelopeSize-byte poison slot for the slot (epoch, seq),
 // with the fencing writer's nonce. epoch must be in [1, 2^63-1] and seq in
 // [0, 2^63-1], as for every slot key; other values give an envelope that
 // DecodeEnvelope rejects.
@@ -125,13 +128,16 @@ func appendFooter(dst []byte, entries []Entry, l layout) []byte {
 		p += el
 	}
 	idxCRC := crc32c.Checksum(dst[idxStart:])
-	dst = append(dst, trailerMagic...)
-	dst = binary.LittleEndian.AppendUint32(dst, Version)
-	dst = binary.LittleEndian.AppendUint64(dst, l.dirOffset)
-	dst = binary.LittleEndian.AppendUint64(dst, l.dirLen)
-	dst = binary.LittleEndian.AppendUint32(dst, dirCRC)
-	dst = binary.LittleEndian.AppendUint64(dst, l.indexLen)
-	return binary.LittleEndian.AppendUint32(dst, idxCRC)
+	dst, b := extend(dst, TrailerSize)
+	le := binary.LittleEndian
+	copy(b[trMagicOff:], trailerMagic)
+	le.PutUint32(b[trVersionOff:], Version)
+	le.PutUint64(b[trDirOffsetOff:], l.dirOffset)
+	le.PutUint64(b[trDirLengthOff:], l.dirLen)
+	le.PutUint32(b[trDirCRCOff:], dirCRC)
+	le.PutUint64(b[trIndexLengthOff:], l.indexLen)
+	le.PutUint32(b[trIndexCRCOff:], idxCRC)
+	return dst
 }
 
 const copyPiece = 64 << 10
@@ -158,7 +164,7 @@ func copyChunks(dst []byte, chunks []Chunk, transit bool) ([]byte, error) {
 		}
 		p := 0
 		for j, ln := range c.Entry.Lengths {
-			if c.Data[p] != 0 { // flags 0: no headers, always valid
+			if c.Data[p+recFlagsOff] != 0 { // flags 0: no headers, always valid
 				if _, fe := parseRecord(c.Data[p:p+int(ln)], !transit); fe != nil {
 					return dst, invalidf("chunk %d record %d: %s: %s", i, c.Entry.FirstRecord+uint64(j), fe.Field, fe.Detail)
 				}
@@ -178,7 +184,7 @@ func chunkEntries(chunks []Chunk) []Entry {
 }
 
 // EncodeFlight encodes a transit bundle: envelope, chunks back to back from
-// offset 60, footer, trailer. It sorts nothing: chunks must be in strictly
+// TransitBase, footer, trailer. It sorts nothing: chunks must be in strictly
 // ascending stream order (at most one per stream). Each chunk's DataCRC must
 // match its bytes (it is checked while copying); DataOffset is ignored and
 // assigned.

@@ -15,7 +15,7 @@ type Entry struct {
 	DataCRC     uint32 // CRC-32C of the chunk's bytes
 	Lengths     []uint32
 	Timestamps  []int64 // Unix milliseconds, any values, no order required
-	BatchEnd    []byte  // ⌈n/8⌉ bytes: bit i%8 of byte i/8 set when record i ends a producer batch
+	BatchEnd    []byte  // batchEndLen(n) = ⌈n/8⌉ bytes: bit i%8 of byte i/8 set when record i ends a producer batch
 }
 
 // Count is the record count n.
@@ -46,7 +46,7 @@ func (e *Entry) RecordOffset(i int) uint64 {
 }
 
 // EntryLen is the encoded length of an entry of n records: 40 + 12n + ⌈n/8⌉.
-func EntryLen(n int) int { return EntryFixed + 12*n + (n+7)/8 }
+func EntryLen(n int) int { return entBatchEndOff(n) + batchEndLen(n) }
 
 // validate checks an entry handed to an encoder: every docs/format.md#directory-entry rule that
 // does not need the chunk's bytes.
@@ -59,7 +59,7 @@ func (e *Entry) validate() error {
 		return invalidf("chunk of %d records exceeds %d", n, MaxRecordCount)
 	case len(e.Timestamps) != n:
 		return invalidf("chunk has %d lengths but %d timestamps", n, len(e.Timestamps))
-	case len(e.BatchEnd) != (n+7)/8:
+	case len(e.BatchEnd) != batchEndLen(n):
 		return invalidf("chunk of %d records has %d batch-end bytes", n, len(e.BatchEnd))
 	case e.FirstRecord > MaxNumber || uint64(n-1) > MaxNumber-e.FirstRecord:
 		return invalidf("records [%d, +%d) exceed 2^63-1", e.FirstRecord, n)
@@ -79,21 +79,25 @@ func (e *Entry) validate() error {
 
 // appendEntry appends e's encoded form.
 func appendEntry(dst []byte, e *Entry) []byte {
-	dst = append(dst, e.Stream[:]...)
-	dst = binary.LittleEndian.AppendUint64(dst, e.FirstRecord)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.Lengths)))
-	dst = binary.LittleEndian.AppendUint64(dst, e.DataOffset)
-	dst = binary.LittleEndian.AppendUint32(dst, e.DataCRC)
-	for _, l := range e.Lengths {
-		dst = binary.LittleEndian.AppendUint32(dst, l)
+	n := len(e.Lengths)
+	dst, b := extend(dst, EntryLen(n))
+	le := binary.LittleEndian
+	copy(b[entStreamOff:], e.Stream[:])
+	le.PutUint64(b[entFirstRecordOff:], e.FirstRecord)
+	le.PutUint32(b[entCountOff:], uint32(n))
+	le.PutUint64(b[entDataOffsetOff:], e.DataOffset)
+	le.PutUint32(b[entDataCRCOff:], e.DataCRC)
+	for i, l := range e.Lengths {
+		le.PutUint32(b[entLengthOff(i):], l)
 	}
-	for _, t := range e.Timestamps {
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(t))
+	for i, t := range e.Timestamps {
+		le.PutUint64(b[entTimestampOff(n, i):], uint64(t))
 	}
-	return append(dst, e.BatchEnd...)
+	copy(b[entBatchEndOff(n):], e.BatchEnd)
+	return dst
 }
 
-// IndexRow is one 52-byte chunk index row (docs/format.md#chunk-index-row).
+// IndexRow is one RowSize-byte chunk index row (docs/format.md#chunk-index-row).
 type IndexRow struct {
 	Stream      StreamID
 	FirstRecord uint64
@@ -109,25 +113,29 @@ func (r IndexRow) EndRecord() uint64 { return r.FirstRecord + uint64(r.Count) }
 
 func decodeRow(b []byte) IndexRow {
 	_ = b[RowSize-1]
+	le := binary.LittleEndian
 	var r IndexRow
-	copy(r.Stream[:], b[0:16])
-	r.FirstRecord = binary.LittleEndian.Uint64(b[16:])
-	r.Count = binary.LittleEndian.Uint32(b[24:])
-	r.ChunkBytes = binary.LittleEndian.Uint64(b[28:])
-	r.EntryOffset = binary.LittleEndian.Uint64(b[36:])
-	r.EntryLength = binary.LittleEndian.Uint32(b[44:])
-	r.EntryCRC = binary.LittleEndian.Uint32(b[48:])
+	copy(r.Stream[:], b[rowStreamOff:rowFirstRecordOff])
+	r.FirstRecord = le.Uint64(b[rowFirstRecordOff:])
+	r.Count = le.Uint32(b[rowCountOff:])
+	r.ChunkBytes = le.Uint64(b[rowChunkBytesOff:])
+	r.EntryOffset = le.Uint64(b[rowEntryOffsetOff:])
+	r.EntryLength = le.Uint32(b[rowEntryLengthOff:])
+	r.EntryCRC = le.Uint32(b[rowEntryCRCOff:])
 	return r
 }
 
 func appendRow(dst []byte, r IndexRow) []byte {
-	dst = append(dst, r.Stream[:]...)
-	dst = binary.LittleEndian.AppendUint64(dst, r.FirstRecord)
-	dst = binary.LittleEndian.AppendUint32(dst, r.Count)
-	dst = binary.LittleEndian.AppendUint64(dst, r.ChunkBytes)
-	dst = binary.LittleEndian.AppendUint64(dst, r.EntryOffset)
-	dst = binary.LittleEndian.AppendUint32(dst, r.EntryLength)
-	return binary.LittleEndian.AppendUint32(dst, r.EntryCRC)
+	dst, b := extend(dst, RowSize)
+	le := binary.LittleEndian
+	copy(b[rowStreamOff:], r.Stream[:])
+	le.PutUint64(b[rowFirstRecordOff:], r.FirstRecord)
+	le.PutUint32(b[rowCountOff:], r.Count)
+	le.PutUint64(b[rowChunkBytesOff:], r.ChunkBytes)
+	le.PutUint64(b[rowEntryOffsetOff:], r.EntryOffset)
+	le.PutUint32(b[rowEntryLengthOff:], r.EntryLength)
+	le.PutUint32(b[rowEntryCRCOff:], r.EntryCRC)
+	return dst
 }
 
 // EntryView is one verified directory entry read in place, without
@@ -137,17 +145,20 @@ type EntryView struct {
 	n int
 }
 
-func (v EntryView) Stream() (s StreamID) { copy(s[:], v.b[0:16]); return s }
-func (v EntryView) FirstRecord() uint64  { return binary.LittleEndian.Uint64(v.b[16:]) }
-func (v EntryView) Count() int           { return v.n }
-func (v EntryView) EndRecord() uint64    { return v.FirstRecord() + uint64(v.n) }
-func (v EntryView) DataOffset() uint64   { return binary.LittleEndian.Uint64(v.b[28:]) }
-func (v EntryView) DataCRC() uint32      { return binary.LittleEndian.Uint32(v.b[36:]) }
-func (v EntryView) Length(i int) uint32  { return binary.LittleEndian.Uint32(v.b[EntryFixed+4*i:]) }
-func (v EntryView) Timestamp(i int) int64 {
-	return int64(binary.LittleEndian.Uint64(v.b[EntryFixed+4*v.n+8*i:]))
+func (v EntryView) Stream() (s StreamID) {
+	copy(s[:], v.b[entStreamOff:entFirstRecordOff])
+	return s
 }
-func (v EntryView) IsBatchEnd(i int) bool { return v.b[EntryFixed+12*v.n+(i>>3)]&(1<<(i&7)) != 0 }
+func (v EntryView) FirstRecord() uint64 { return binary.LittleEndian.Uint64(v.b[entFirstRecordOff:]) }
+func (v EntryView) Count() int          { return v.n }
+func (v EntryView) EndRecord() uint64   { return v.FirstRecord() + uint64(v.n) }
+func (v EntryView) DataOffset() uint64  { return binary.LittleEndian.Uint64(v.b[entDataOffsetOff:]) }
+func (v EntryView) DataCRC() uint32     { return binary.LittleEndian.Uint32(v.b[entDataCRCOff:]) }
+func (v EntryView) Length(i int) uint32 { return binary.LittleEndian.Uint32(v.b[entLengthOff(i):]) }
+func (v EntryView) Timestamp(i int) int64 {
+	return int64(binary.LittleEndian.Uint64(v.b[entTimestampOff(v.n, i):]))
+}
+func (v EntryView) IsBatchEnd(i int) bool { return v.b[entBatchEndOff(v.n)+(i>>3)]&(1<<(i&7)) != 0 }
 
 // Bytes returns the entry's encoded bytes (aliasing the footer).
 func (v EntryView) Bytes() []byte { return v.b }
@@ -186,7 +197,7 @@ func (v EntryView) Entry() Entry {
 	for i := range e.Timestamps {
 		e.Timestamps[i] = v.Timestamp(i)
 	}
-	be := v.b[EntryFixed+12*v.n:]
+	be := v.b[entBatchEndOff(v.n):]
 	e.BatchEnd = append([]byte(nil), be...)
 	return e
 }
@@ -222,7 +233,7 @@ func MergeEntries(a, b Entry) (Entry, error) {
 		DataCRC:     crc32c.Combine(a.DataCRC, b.DataCRC, int64(bBytes)),
 		Lengths:     make([]uint32, 0, na+nb),
 		Timestamps:  make([]int64, 0, na+nb),
-		BatchEnd:    make([]byte, (na+nb+7)/8),
+		BatchEnd:    make([]byte, batchEndLen(na+nb)),
 	}
 	m.Lengths = append(append(m.Lengths, a.Lengths...), b.Lengths...)
 	m.Timestamps = append(append(m.Timestamps, a.Timestamps...), b.Timestamps...)
@@ -330,7 +341,7 @@ func (b *ChunkBuilder) Grow(records, bytes int) {
 		n := len(b.e.Lengths) + records
 		b.e.Lengths = append(make([]uint32, 0, n), b.e.Lengths...)
 		b.e.Timestamps = append(make([]int64, 0, n), b.e.Timestamps...)
-		b.e.BatchEnd = append(make([]byte, 0, (n+7)/8), b.e.BatchEnd...)
+		b.e.BatchEnd = append(make([]byte, 0, batchEndLen(n)), b.e.BatchEnd...)
 	}
 }
 

@@ -37,10 +37,10 @@ func EraseRecords(key string, e Entry, data []byte, dead func(record uint64) boo
 			buf = append(buf, rec...)
 			continue
 		}
-		if l != 1 || rec[0] != TombstoneByte {
+		if !IsTombstone(rec) {
 			changed++
 		}
-		out.Lengths[i] = 1
+		out.Lengths[i] = recFlagsLen
 		buf = append(buf, TombstoneByte)
 	}
 	if changed == 0 {
@@ -51,4 +51,6 @@ func EraseRecords(key string, e Entry, data []byte, dead func(record uint64) boo
 }
 
 // IsTombstone reports whether a stored record is a tombstone.
-func IsTombstone(stored []byte) bool { return len(stored) == 1 && stored[0] == TombstoneByte }
+func IsTombstone(stored []byte) bool {
+	return len(stored) == recFlagsLen && stored[recFlagsOff] == TombstoneByte
+}

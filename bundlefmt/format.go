@@ -14,10 +14,8 @@ const (
 	// the slot envelope and the trailer.
 	Version = 1
 
-	EnvelopeSize = 60 // slot envelope, transit only
-	TrailerSize  = 40
-	RowSize      = 52 // chunk index row
-	EntryFixed   = 40 // directory entry bytes before the per-record tables
+	// EnvelopeSize, TrailerSize, RowSize and EntryFixed are in layout.go,
+	// with every field's offset.
 
 	// TransitBase and SettledBase are the base offsets of chunk 0.
 	TransitBase = EnvelopeSize
@@ -39,8 +37,8 @@ const (
 
 	// MinFlightSize and MinSettledSize are the smallest valid objects
 	// (one chunk of one empty record).
-	MinFlightSize  = EnvelopeSize + 1 + (EntryFixed + 12 + 1) + RowSize + TrailerSize
-	MinSettledSize = 1 + (EntryFixed + 12 + 1) + RowSize + TrailerSize
+	MinFlightSize  = EnvelopeSize + recFlagsLen + minEntryLen + RowSize + TrailerSize
+	MinSettledSize = recFlagsLen + minEntryLen + RowSize + TrailerSize
 
 	envelopeMagic = "CHNE"
 	trailerMagic  = "CBDL"
@@ -86,7 +84,7 @@ func (k Kind) Base() uint64 {
 
 // StreamID is a stream's 16 opaque bytes (a Postgres uuid). Stream IDs sort in
 // unsigned byte order.
-type StreamID [16]byte
+type StreamID [streamIDLen]byte
 
 // String returns 32 lowercase hex digits, the form used in keys.
 func (s StreamID) String() string { return hex.EncodeToString(s[:]) }

@@ -66,13 +66,13 @@ func (r Record) StoredLen() (int, error) {
 		if len(r.Headers) != 0 || len(r.Body) != 0 {
 			return 0, invalidf("a tombstone has no headers and no body")
 		}
-		return 1, nil
+		return recFlagsLen, nil
 	}
 	if len(r.Headers) == 0 {
-		return 1 + len(r.Body), nil
+		return recFlagsLen + len(r.Body), nil
 	}
 	maxv := uint64(len(r.Headers))
-	n := 1 + len(r.Body)
+	n := recFlagsLen + len(r.Body)
 	for _, h := range r.Headers {
 		maxv = max(maxv, uint64(len(h.Name)), uint64(len(h.Value)))
 		n += len(h.Name) + len(h.Value)
@@ -81,7 +81,7 @@ func (r Record) StoredLen() (int, error) {
 		return 0, invalidf("header count or length %d does not fit u32", maxv)
 	}
 	w := 1 << widthCode(maxv)
-	return n + w*(1+2*len(r.Headers)), nil
+	return n + w*(1+2*len(r.Headers)), nil // the count, then two lengths per header
 }
 
 // AppendRecord appends r's stored form to dst, with the canonical width code.
@@ -168,51 +168,51 @@ func parseRecord(b []byte, allowTombstone bool) (RecordInfo, *FormatError) {
 	if len(b) == 0 {
 		return info, recFault(0, "record.length", "stored record of length 0")
 	}
-	f := b[0]
+	f := b[recFlagsOff]
 	if f&flagReserved != 0 {
-		return info, recFault(0, "record.flags", fmt.Sprintf("reserved bits set in flags 0x%02x", f))
+		return info, recFault(recFlagsOff, "record.flags", fmt.Sprintf("reserved bits set in flags 0x%02x", f))
 	}
 	if f&flagTombstone != 0 {
 		if f != TombstoneByte {
-			return info, recFault(0, "record.flags", fmt.Sprintf("tombstone flags 0x%02x, want exactly 0x08", f))
+			return info, recFault(recFlagsOff, "record.flags", fmt.Sprintf("tombstone flags 0x%02x, want exactly 0x08", f))
 		}
-		if len(b) != 1 {
+		if len(b) != recFlagsLen {
 			return info, recFault(0, "record.length", fmt.Sprintf("tombstone of stored length %d, want 1", len(b)))
 		}
 		if !allowTombstone {
-			return info, recFault(0, "record.flags", "tombstone in a transit bundle")
+			return info, recFault(recFlagsOff, "record.flags", "tombstone in a transit bundle")
 		}
 		info.Tombstone = true
-		info.BodyOffset = 1
+		info.BodyOffset = recPlainBodyOff
 		return info, nil
 	}
 	w := int(f&flagWidthMask) >> 1
 	if f&flagHasHeaders == 0 {
 		if w != 0 {
-			return info, recFault(0, "record.flags", fmt.Sprintf("width code %d without headers", w))
+			return info, recFault(recFlagsOff, "record.flags", fmt.Sprintf("width code %d without headers", w))
 		}
 		info.Width = 1
-		info.BodyOffset = 1
-		info.ContentBytes = int64(len(b) - 1)
+		info.BodyOffset = recPlainBodyOff
+		info.ContentBytes = int64(len(b) - recPlainBodyOff)
 		return info, nil
 	}
 	if w == 3 {
-		return info, recFault(0, "record.flags", "width code 3")
+		return info, recFault(recFlagsOff, "record.flags", "width code 3")
 	}
 	width := 1 << w
-	rest := uint64(len(b) - 1)
+	rest := uint64(len(b) - recHeaderCountOff)
 	if rest < uint64(width) {
-		return info, recFault(1, "record.header_count", "header count past the end of the record")
+		return info, recFault(recHeaderCountOff, "record.header_count", "header count past the end of the record")
 	}
-	count := readWidth(b[1:], width)
+	count := readWidth(b[recHeaderCountOff:], width)
 	if count == 0 {
-		return info, recFault(1, "record.header_count", "has-headers with a header count of 0")
+		return info, recFault(recHeaderCountOff, "record.header_count", "has-headers with a header count of 0")
 	}
 	// count ≤ rest bounds the product below (no overflow, no big loop).
 	if count > rest || 2*count*uint64(width) > rest-uint64(width) {
-		return info, recFault(1+width, "record.header_lengths", fmt.Sprintf("%d headers do not fit a record of %d bytes", count, len(b)))
+		return info, recFault(recTableOff(width), "record.header_lengths", fmt.Sprintf("%d headers do not fit a record of %d bytes", count, len(b)))
 	}
-	table := 1 + width
+	table := recTableOff(width)
 	hdr := table + 2*int(count)*width
 	maxv := count
 	var sum uint64
@@ -225,7 +225,7 @@ func parseRecord(b []byte, allowTombstone bool) (RecordInfo, *FormatError) {
 		return info, recFault(table, "record.header_lengths", fmt.Sprintf("header bytes (%d) run past the end of the record", sum))
 	}
 	if want := int(widthCode(maxv)); w != want {
-		return info, recFault(0, "record.flags", fmt.Sprintf("width code %d is not canonical (want %d)", w, want))
+		return info, recFault(recFlagsOff, "record.flags", fmt.Sprintf("width code %d is not canonical (want %d)", w, want))
 	}
 	info.Headers = int(count)
 	info.Width = width
@@ -255,7 +255,7 @@ func DecodeRecord(b []byte) (Record, error) {
 	}
 	r.Headers = make([]Header, info.Headers)
 	w := info.Width
-	p := 1 + w
+	p := recTableOff(w)
 	q := p + 2*info.Headers*w
 	for i := range r.Headers {
 		nl := int(readWidth(b[p:], w))

@@ -39,9 +39,9 @@ func (o *Object) ChunkData(obj []byte, i int) []byte {
 // sniff returns the kind a bare object's first bytes announce.
 func sniff(key string, obj []byte) (Kind, error) {
 	switch {
-	case len(obj) >= 4 && string(obj[:4]) == envelopeMagic:
+	case len(obj) >= magicLen && string(obj[envMagicOff:envMagicOff+magicLen]) == envelopeMagic:
 		return KindSlot, nil
-	case len(obj) >= 1 && obj[0] <= 0x0f:
+	case len(obj) >= 1 && obj[recFlagsOff]&flagReserved == 0: // chunk 0's first record at SettledBase
 		return KindSettled, nil
 	}
 	return KindUnknown, corruptf(key, 0, "object", "neither a slot (CHNE) nor a settled object (first byte ≤ 0x0f)")
@@ -55,14 +55,14 @@ func ValidateEnvelope(b []byte, exp Expect) (Envelope, error) {
 		return env, err
 	}
 	if (exp.Kind == KindFlight || exp.Kind == KindPoison) && env.Kind != exp.Kind {
-		return env, corruptf(exp.Key, 6, "envelope.kind", "a %s where a %s was expected", env.Kind, exp.Kind)
+		return env, corruptf(exp.Key, envKindOff, "envelope.kind", "a %s where a %s was expected", env.Kind, exp.Kind)
 	}
 	if exp.CheckKey {
 		if env.Epoch != exp.Epoch {
-			return env, corruptf(exp.Key, 8, "envelope.epoch", "slot epoch %d ≠ key's %d", env.Epoch, exp.Epoch)
+			return env, corruptf(exp.Key, envEpochOff, "envelope.epoch", "slot epoch %d ≠ key's %d", env.Epoch, exp.Epoch)
 		}
 		if env.Seq != exp.Seq {
-			return env, corruptf(exp.Key, 16, "envelope.seq", "seq %d ≠ key's %d", env.Seq, exp.Seq)
+			return env, corruptf(exp.Key, envSeqOff, "envelope.seq", "seq %d ≠ key's %d", env.Seq, exp.Seq)
 		}
 	}
 	return env, nil
@@ -91,7 +91,7 @@ func ValidateObject(obj []byte, exp Expect) (*Object, error) {
 			return nil, err
 		}
 		if env.ObjectSize != uint64(len(obj)) {
-			return nil, corruptf(key, 32, "envelope.object_size", "object size %d ≠ real size %d", env.ObjectSize, len(obj))
+			return nil, corruptf(key, envObjectSizeOff, "envelope.object_size", "object size %d ≠ real size %d", env.ObjectSize, len(obj))
 		}
 		o.Kind, o.Envelope = env.Kind, env
 		if env.Kind == KindPoison {
@@ -109,10 +109,10 @@ func ValidateObject(obj []byte, exp Expect) (*Object, error) {
 	}
 	if base == TransitBase {
 		if o.Envelope.FooterOffset != t.FooterOffset() {
-			return nil, corruptf(key, 40, "envelope.footer_offset", "envelope footer offset %d ≠ trailer's %d", o.Envelope.FooterOffset, t.FooterOffset())
+			return nil, corruptf(key, envFooterOffsetOff, "envelope.footer_offset", "envelope footer offset %d ≠ trailer's %d", o.Envelope.FooterOffset, t.FooterOffset())
 		}
 		if o.Envelope.FooterLength != t.FooterLength() {
-			return nil, corruptf(key, 48, "envelope.footer_length", "envelope footer length %d ≠ trailer's %d", o.Envelope.FooterLength, t.FooterLength())
+			return nil, corruptf(key, envFooterLengthOff, "envelope.footer_length", "envelope footer length %d ≠ trailer's %d", o.Envelope.FooterLength, t.FooterLength())
 		}
 	}
 	views, err := f.verify(obj, exp)
@@ -129,7 +129,8 @@ func ValidateObject(obj []byte, exp Expect) (*Object, error) {
 
 // ValidateFooter checks a footer window (buf = [footerOffset, objectSize))
 // at the footer + trailer level, in docs/format.md#validation-and-errors order: everything but the
-// chunk bytes. exp.Kind selects the base (KindSettled: 0; a slot kind: 60).
+// chunk bytes. exp.Kind selects the base (KindSettled: SettledBase; a slot
+// kind: TransitBase).
 func ValidateFooter(footerOffset uint64, buf []byte, objectSize uint64, exp Expect) (*Footer, error) {
 	base := uint64(TransitBase)
 	switch exp.Kind {
@@ -166,11 +167,11 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 	for i := 0; i < f.n; i++ {
 		r := f.Row(i)
 		if r.EntryOffset != entOff {
-			return nil, f.rowErr(i, 36, "entry_offset", "entry offset %d, want %d (gap or overlap)", r.EntryOffset, entOff)
+			return nil, f.rowErr(i, rowEntryOffsetOff, "entry_offset", "entry offset %d, want %d (gap or overlap)", r.EntryOffset, entOff)
 		}
-		if uint64(r.EntryLength) > dirEnd-entOff || r.EntryLength < uint32(EntryLen(1)) {
-			return nil, f.rowErr(i, 44, "entry_length", "entry [%d, +%d) outside the directory [%d, %d) or shorter than %d",
-				r.EntryOffset, r.EntryLength, f.off, dirEnd, EntryLen(1))
+		if uint64(r.EntryLength) > dirEnd-entOff || r.EntryLength < minEntryLen {
+			return nil, f.rowErr(i, rowEntryLengthOff, "entry_length", "entry [%d, +%d) outside the directory [%d, %d) or shorter than %d",
+				r.EntryOffset, r.EntryLength, f.off, dirEnd, minEntryLen)
 		}
 		if err := f.checkEntryCRC(i, r, f.dir[entOff-f.off:entOff-f.off+uint64(r.EntryLength)]); err != nil {
 			return nil, err
@@ -178,7 +179,7 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 		entOff += uint64(r.EntryLength)
 	}
 	if entOff != dirEnd {
-		return nil, corruptf(key, f.size-TrailerSize+16, "trailer.dir_length", "Σ entry lengths %d ≠ directory length %d", entOff-f.off, f.trailer.DirLength)
+		return nil, corruptf(key, f.size-TrailerSize+trDirLengthOff, "trailer.dir_length", "Σ entry lengths %d ≠ directory length %d", entOff-f.off, f.trailer.DirLength)
 	}
 	// (6) per chunk: its range (tiling the data region), then its DataCRC.
 	// Record rules belong to step 7; they are checked here while the chunk is
@@ -189,15 +190,15 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 		for i := 0; i < f.n; i++ {
 			r := f.Row(i)
 			eb := f.entryRange(i, r)
-			do := binary.LittleEndian.Uint64(eb[28:])
+			do := binary.LittleEndian.Uint64(eb[entDataOffsetOff:])
 			if do != pos {
-				return nil, f.entryErr(i, r, 28, "data_offset", "data offset %d, want %d (gap or overlap)", do, pos)
+				return nil, f.entryErr(i, r, entDataOffsetOff, "data_offset", "data offset %d, want %d (gap or overlap)", do, pos)
 			}
 			if r.ChunkBytes > f.off-pos {
-				return nil, f.rowErr(i, 28, "chunk_bytes", "chunk [%d, +%d) runs past the directory at %d", pos, r.ChunkBytes, f.off)
+				return nil, f.rowErr(i, rowChunkBytesOff, "chunk_bytes", "chunk [%d, +%d) runs past the directory at %d", pos, r.ChunkBytes, f.off)
 			}
 			data := obj[pos : pos+r.ChunkBytes]
-			stored := binary.LittleEndian.Uint32(eb[36:])
+			stored := binary.LittleEndian.Uint32(eb[entDataCRCOff:])
 			if c := crc32c.Checksum(data); c != stored {
 				return nil, checksumErr(key, pos, fmt.Sprintf("chunk[%d].data_crc", i), stored, c)
 			}
@@ -207,7 +208,7 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 			pos += r.ChunkBytes
 		}
 		if pos != f.off {
-			return nil, corruptf(key, f.size-TrailerSize+8, "trailer.dir_offset", "base %d + Σ chunk bytes %d ≠ directory offset %d", f.base, pos-f.base, f.off)
+			return nil, corruptf(key, f.size-TrailerSize+trDirOffsetOff, "trailer.dir_offset", "base %d + Σ chunk bytes %d ≠ directory offset %d", f.base, pos-f.base, f.off)
 		}
 	}
 	// (7) every remaining rule.
@@ -226,10 +227,10 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 	if exp.CheckKey && f.base == SettledBase {
 		r := f.Row(0)
 		if r.Stream != exp.Stream {
-			return nil, f.rowErr(0, 0, "stream", "stream %s ≠ key's %s", r.Stream, exp.Stream)
+			return nil, f.rowErr(0, rowStreamOff, "stream", "stream %s ≠ key's %s", r.Stream, exp.Stream)
 		}
 		if r.FirstRecord != exp.FirstRecord {
-			return nil, f.rowErr(0, 16, "first_record", "first record %d ≠ key's %d", r.FirstRecord, exp.FirstRecord)
+			return nil, f.rowErr(0, rowFirstRecordOff, "first_record", "first record %d ≠ key's %d", r.FirstRecord, exp.FirstRecord)
 		}
 	}
 	if recErr != nil {
@@ -244,14 +245,14 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 // so it steps aside (returns nil) when the tables do not frame the chunk:
 // step 7 reports that.
 func (f *Footer) checkRecords(i int, eb, data []byte, pos uint64) error {
-	n := uint64(binary.LittleEndian.Uint32(eb[24:]))
-	if n == 0 || uint64(len(eb)) < EntryFixed+4*n {
+	n := uint64(binary.LittleEndian.Uint32(eb[entCountOff:]))
+	if n == 0 || uint64(len(eb)) < EntryFixed+entLengthLen*n {
 		return nil
 	}
-	lens := eb[EntryFixed : EntryFixed+4*n]
+	lens := eb[EntryFixed : EntryFixed+entLengthLen*n]
 	var sum uint64
 	for j := uint64(0); j < n; j++ {
-		sum += uint64(binary.LittleEndian.Uint32(lens[4*j:]))
+		sum += uint64(binary.LittleEndian.Uint32(lens[entLengthLen*j:]))
 	}
 	if sum != uint64(len(data)) {
 		return nil
@@ -259,13 +260,13 @@ func (f *Footer) checkRecords(i int, eb, data []byte, pos uint64) error {
 	transit := f.base == TransitBase
 	p := 0
 	for j := 0; j < int(n); j++ {
-		l := int(binary.LittleEndian.Uint32(lens[4*j:]))
+		l := int(binary.LittleEndian.Uint32(lens[entLengthLen*j:]))
 		if l == 0 {
 			return nil
 		}
 		rec := data[p : p+l]
 		// Fast path: a record without headers is valid iff its flags are 0.
-		if rec[0] != 0 {
+		if rec[recFlagsOff] != 0 {
 			if _, fe := parseRecord(rec, !transit); fe != nil {
 				fe.Key = f.key
 				fe.Offset += int64(pos) + int64(p)
