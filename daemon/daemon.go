@@ -630,5 +630,5 @@ func streamAttr(id *catalog.StreamID) string {
 	if id == nil {
 		return ""
 	}
-	return FormatStream(*id)
+	return catalog.FormatStream(*id)
 }

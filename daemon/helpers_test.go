@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -180,17 +179,6 @@ func (s *served) stop(t *testing.T, within time.Duration) {
 }
 
 func (s *served) leader() bool { return testutil.ToFloat64(s.m.Leader) == 1 }
-
-// conn is a direct connection for what no API does (stealing a lease).
-func conn(t *testing.T, url string) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(context.Background()) })
-	return c
-}
 
 func lease(t *testing.T, db *catalog.DB) (catalog.Lease, bool) {
 	t.Helper()

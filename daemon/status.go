@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -316,7 +315,7 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 		return s, err
 	}
 	for _, d := range due {
-		s.DueStreams = append(s.DueStreams, DueStatus{Stream: FormatStream(d.Stream), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
+		s.DueStreams = append(s.DueStreams, DueStatus{Stream: catalog.FormatStream(d.Stream), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
 	}
 	b, err := db.GetBacklog(ctx, star)
 	if err != nil {
@@ -332,7 +331,7 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 			s.Trim.FenceWait = &FenceWaitStatus{Epoch: w.Epoch, Since: w.Since}
 		}
 		if q := ts.Quarantine; q != nil {
-			s.Trim.QuarantineHold = &HoldStatus{Epoch: q.Slot.Epoch, Seq: q.Slot.Seq, Stream: FormatStream(q.Stream),
+			s.Trim.QuarantineHold = &HoldStatus{Epoch: q.Slot.Epoch, Seq: q.Slot.Seq, Stream: catalog.FormatStream(q.Stream),
 				Record: q.Record, Streams: q.Streams, Bounding: q.Bounding}
 		}
 		s.Backlog.ObjectsDue, s.Backlog.ObjectsWaiting = ts.Backlog.ObjectsDue, ts.Backlog.ObjectsWaiting
@@ -352,7 +351,7 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	for _, r := range q {
 		qs := QuarantineStatus{SlotKey: r.SlotKey, ErrorClass: r.ErrorClass, Reason: r.Reason, Since: r.Since}
 		if r.Stream != nil {
-			qs.Stream = FormatStream(*r.Stream)
+			qs.Stream = catalog.FormatStream(*r.Stream)
 		}
 		s.Quarantine = append(s.Quarantine, qs)
 	}
@@ -405,7 +404,7 @@ func readErasures(ctx context.Context, db *catalog.DB, star string, limit int, s
 		return err
 	}
 	for _, p := range pend {
-		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: FormatStream(p.Erasure.Stream), FirstRecord: p.FirstRecord,
+		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: catalog.FormatStream(p.Erasure.Stream), FirstRecord: p.FirstRecord,
 			RecordCount: p.RecordCount, RequestedAt: p.RequestedAt, Age: max(0, s.Now.Sub(p.RequestedAt).Seconds()),
 			Quarantined: p.Quarantined, WaitingFor: erasureWait(p)})
 	}
@@ -429,12 +428,6 @@ func linger(p catalog.DuePolicy, class string) time.Duration {
 		return p.ExpressLinger
 	}
 	return p.Linger
-}
-
-// FormatStream formats a stream ID as a uuid (8-4-4-4-12).
-func FormatStream(id catalog.StreamID) string {
-	h := hex.EncodeToString(id[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
 // WriteText prints the status as tables for a person.
