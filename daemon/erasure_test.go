@@ -145,7 +145,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	eventually(t, 5*time.Second, "no pending erasure", func() bool {
 		return testutil.ToFloat64(s.m.ErasuresPending) == 0 && testutil.ToFloat64(s.m.ErasureOldestAge) == 0
 	})
-	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy})
+	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, Trim: trimReader(db)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,8 @@ func TestGaugesOfTheStarsClassFreshnessStepsAndPool(t *testing.T) {
 	if err := reg.Register(daemon.NewPoolCollector(db.PoolStats)); err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}, Log: tlog(t, "d1"), Metrics: m, Gatherer: reg})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}, Log: tlog(t, "d1"), Metrics: m, Gatherer: reg,
+		Trim: trimReader(db)})
 	if err != nil {
 		t.Fatal(err)
 	}
