@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,6 +17,13 @@ import (
 
 // StreamID is a stream's 16-byte identity (Postgres uuid).
 type StreamID = [16]byte
+
+// FormatStream formats a stream ID as Postgres prints a uuid
+// (8-4-4-4-12), the form status, logs and findings show.
+func FormatStream(id StreamID) string {
+	h := hex.EncodeToString(id[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
 
 // DB is the metastore.
 type DB struct {

@@ -89,6 +89,7 @@ type Deps struct {
 	Gatherer prometheus.Gatherer    // what /metrics serves (nil: the daemon's own metrics only)
 	Crash    func(crashpoint.Point) // CrashAfterLeaseRenew (nil: none)
 	Rules    BucketRulesReader      // the bucket rules (nil: unknown)
+	Trim     TrimReader             // trim's view for the gauges and /status (nil: none shown)
 }
 
 // Defaults of the daemon's intervals and bounds, which have no

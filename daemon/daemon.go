@@ -16,7 +16,6 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/trim"
 )
 
 // Daemon is `auditor serve` for one star: a standby until it holds the
@@ -38,6 +37,7 @@ type Daemon struct {
 	addr    atomic.Value  // string: the HTTP listener's address
 
 	guard *guard                        // schema and bucket-rule blocks (guard.go)
+	trim  TrimReader                    // trim's view for the gauges and /status (nil: none)
 	fence atomic.Pointer[catalog.Fence] // the lease held now (nil on standby)
 }
 
@@ -50,7 +50,7 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, r: newRunner(cfg, deps), db: deps.DB, m: deps.Metrics, log: deps.Log,
-		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1), guard: newGuard()}
+		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1), guard: newGuard(), trim: deps.Trim}
 	d.role.Store("standby")
 	d.addr.Store("")
 	for _, st := range deps.Steps {
@@ -580,20 +580,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 	d.m.ErasuresPending.Set(float64(eb.Pending))
 	d.m.ErasuresQuarantined.Set(float64(eb.Quarantined))
 	d.m.ErasureOldestAge.Set(eb.OldestAge.Seconds())
-	ts, err := trim.ReadStatus(ctx, d.db, d.cfg.Star, reapGrace)
-	switch {
-	case errors.Is(err, catalog.ErrNotFound):
-	case err != nil:
-		return fmt.Errorf("trim status: %w", err)
-	default:
-		d.m.TrimCursorEpoch.Set(float64(ts.Cursor.Epoch))
-		d.m.TrimCursorSeq.Set(float64(ts.Cursor.Seq))
-		d.m.TrimReleasable.Set(float64(ts.Slots))
-		d.m.TrimLag.Set(float64(ts.Lag))
-		d.m.HeadEpoch.Set(float64(ts.Head.Epoch))
-		d.m.HeadSeq.Set(float64(ts.Head.Seq))
-		d.m.ReapObjects.WithLabelValues("due").Set(float64(ts.Backlog.ObjectsDue))
-		d.m.ReapObjects.WithLabelValues("waiting").Set(float64(ts.Backlog.ObjectsWaiting))
+	if err := d.refreshTrimGauges(ctx, reapGrace); err != nil {
+		return err
 	}
 	st, err := d.db.GetDaemonState(ctx, d.cfg.Star)
 	if err != nil {
@@ -608,6 +596,30 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 	if ok && last.EndedAt != nil {
 		d.m.LastSuccess.Set(float64(last.EndedAt.UnixNano()) / 1e9)
 	}
+	return nil
+}
+
+// refreshTrimGauges sets the trim and reap gauges from trim's view (none
+// without Deps.Trim, or before the star has trim state).
+func (d *Daemon) refreshTrimGauges(ctx context.Context, reapGrace time.Duration) error {
+	if d.trim == nil {
+		return nil
+	}
+	tv, err := d.trim(ctx, d.cfg.Star, reapGrace)
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("trim status: %w", err)
+	}
+	d.m.TrimCursorEpoch.Set(float64(tv.Cursor.Epoch))
+	d.m.TrimCursorSeq.Set(float64(tv.Cursor.Seq))
+	d.m.TrimReleasable.Set(float64(tv.Releasable))
+	d.m.TrimLag.Set(float64(tv.Lag))
+	d.m.HeadEpoch.Set(float64(tv.Head.Epoch))
+	d.m.HeadSeq.Set(float64(tv.Head.Seq))
+	d.m.ReapObjects.WithLabelValues("due").Set(float64(tv.ObjectsDue))
+	d.m.ReapObjects.WithLabelValues("waiting").Set(float64(tv.ObjectsWaiting))
 	return nil
 }
 
@@ -630,5 +642,5 @@ func streamAttr(id *catalog.StreamID) string {
 	if id == nil {
 		return ""
 	}
-	return FormatStream(*id)
+	return catalog.FormatStream(*id)
 }

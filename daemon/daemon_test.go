@@ -20,6 +20,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
 )
 
 func every(t *testing.T, spec string) daemon.Config {
@@ -181,7 +182,7 @@ func fencedLoop(db *catalog.DB, started chan<- struct{}) cycle.Step {
 func TestALostLeaseStopsTheCycleAndReturnsToStandby(t *testing.T) {
 	t.Parallel()
 	db, url := newDB(t)
-	c := conn(t, url)
+	c := testenv.Conn(t, url)
 	started := make(chan struct{}, 10)
 	cfg := withHolder(every(t, "@every 1h"), "d1")
 	cfg.RunNow = true
@@ -357,7 +358,7 @@ func TestMetastoreGaugesAndStatus(t *testing.T) {
 	t.Parallel()
 	db, url := newDB(t)
 	ctx := context.Background()
-	c := conn(t, url)
+	c := testenv.Conn(t, url)
 	for i := byte(1); i <= 3; i++ {
 		if err := db.CreateStream(ctx, catalog.StreamID{15: i}, "s1", "b1"); err != nil {
 			t.Fatal(err)

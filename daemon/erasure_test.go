@@ -12,6 +12,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
 )
 
 // TestErasureGaugesCountersAndStatus: the pending erasures (one waiting
@@ -24,7 +25,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	t.Parallel()
 	db, url := newDB(t)
 	ctx := context.Background()
-	c := conn(t, url)
+	c := testenv.Conn(t, url)
 	ids := []catalog.StreamID{{15: 1}, {15: 2}, {15: 3}}
 	for i, id := range ids {
 		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
@@ -117,9 +118,9 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 		if w.wait == daemon.ErasureWaitsMalformed {
 			first, count = -5, 2
 		}
-		if o.Stream != daemon.FormatStream(w.id) || o.WaitingFor != w.wait || o.FirstRecord != first || o.RecordCount != count ||
+		if o.Stream != catalog.FormatStream(w.id) || o.WaitingFor != w.wait || o.FirstRecord != first || o.RecordCount != count ||
 			o.Quarantined != (w.wait == daemon.ErasureWaitsRelease) {
-			t.Errorf("pending erasure %d: %+v, want stream %s waiting for %s", i, o, daemon.FormatStream(w.id), w.wait)
+			t.Errorf("pending erasure %d: %+v, want stream %s waiting for %s", i, o, catalog.FormatStream(w.id), w.wait)
 		}
 	}
 	if e.Oldest[0].Age < 30*3600-60 || e.Oldest[1].Age > 60 {
@@ -144,7 +145,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	eventually(t, 5*time.Second, "no pending erasure", func() bool {
 		return testutil.ToFloat64(s.m.ErasuresPending) == 0 && testutil.ToFloat64(s.m.ErasureOldestAge) == 0
 	})
-	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy})
+	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, Trim: trimReader(db)})
 	if err != nil {
 		t.Fatal(err)
 	}

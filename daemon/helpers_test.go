@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/trim"
 )
 
 // newDB opens a fresh, migrated metastore with one star, "s1".
@@ -143,6 +143,27 @@ type served struct {
 	err    error
 }
 
+// trimReader is cmd/auditor's wiring of trim.ReadStatus to the daemon (its
+// trimstatus.go), which the tests cannot import.
+func trimReader(db *catalog.DB) daemon.TrimReader {
+	return func(ctx context.Context, star string, reapGrace time.Duration) (daemon.TrimView, error) {
+		ts, err := trim.ReadStatus(ctx, db, star, reapGrace)
+		if err != nil {
+			return daemon.TrimView{}, err
+		}
+		v := daemon.TrimView{Cursor: ts.Cursor, Bound: ts.Bound, Head: ts.Head, Releasable: ts.Slots, Lag: ts.Lag,
+			SlotsDue: ts.Backlog.SlotsDue, SlotsWaiting: ts.Backlog.SlotsWaiting,
+			ObjectsDue: ts.Backlog.ObjectsDue, ObjectsWaiting: ts.Backlog.ObjectsWaiting}
+		if w := ts.FenceWait; w != nil {
+			v.FenceWait = &daemon.FenceWaitStatus{Epoch: w.Epoch, Since: w.Since}
+		}
+		if q := ts.Quarantine; q != nil {
+			v.Hold = &daemon.TrimHold{Slot: q.Slot, Stream: q.Stream, Record: q.Record, Streams: q.Streams, Bounding: q.Bounding}
+		}
+		return v, nil
+	}
+}
+
 // serve starts a daemon; it is stopped when the test ends.
 func serve(t *testing.T, cfg daemon.Config, db *catalog.DB, steps ...cycle.Step) *served {
 	t.Helper()
@@ -151,7 +172,7 @@ func serve(t *testing.T, cfg daemon.Config, db *catalog.DB, steps ...cycle.Step)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: steps, Log: tlog(t, cfg.Holder), Metrics: m, Gatherer: reg})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: steps, Log: tlog(t, cfg.Holder), Metrics: m, Gatherer: reg, Trim: trimReader(db)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,17 +201,6 @@ func (s *served) stop(t *testing.T, within time.Duration) {
 }
 
 func (s *served) leader() bool { return testutil.ToFloat64(s.m.Leader) == 1 }
-
-// conn is a direct connection for what no API does (stealing a lease).
-func conn(t *testing.T, url string) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(context.Background()) })
-	return c
-}
 
 func lease(t *testing.T, db *catalog.DB) (catalog.Lease, bool) {
 	t.Helper()

@@ -14,6 +14,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
 )
 
 // leaderGaugeStep is a step whose gauge only the leader computes: it sets
@@ -42,7 +43,7 @@ func slowRenewal(t *testing.T) daemon.Config {
 
 func stealLease(t *testing.T, url string) {
 	t.Helper()
-	if _, err := conn(t, url).Exec(context.Background(), `UPDATE nova.auditor_leases SET holder = 'thief', token = token + 1,
+	if _, err := testenv.Conn(t, url).Exec(context.Background(), `UPDATE nova.auditor_leases SET holder = 'thief', token = token + 1,
 		expires_at = now() + interval '1 hour' WHERE star = 's1'`); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,8 @@ func TestGaugesOfTheStarsClassFreshnessStepsAndPool(t *testing.T) {
 	if err := reg.Register(daemon.NewPoolCollector(db.PoolStats)); err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}, Log: tlog(t, "d1"), Metrics: m, Gatherer: reg})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}, Log: tlog(t, "d1"), Metrics: m, Gatherer: reg,
+		Trim: trimReader(db)})
 	if err != nil {
 		t.Fatal(err)
 	}

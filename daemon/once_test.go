@@ -11,6 +11,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
 )
 
 func TestRunOnceRecordsTheRunAndReleasesTheLease(t *testing.T) {
@@ -201,7 +202,7 @@ func TestCyclePrunesHistory(t *testing.T) {
 	t.Parallel()
 	db, url := newDB(t)
 	ctx := context.Background()
-	c := conn(t, url)
+	c := testenv.Conn(t, url)
 	// 5 finished runs and 5 consumed requests from 40 days ago.
 	if _, err := c.Exec(ctx, `INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at, ended_at, outcome)
 		SELECT 's1', 'old', 1, 'schedule', now() - interval '40 days', now() - interval '40 days', 'ok' FROM generate_series(1, 5)`); err != nil {

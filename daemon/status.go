@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/trim"
 )
 
 // Status is what `auditor status --json` prints and /status serves: the
@@ -245,6 +243,39 @@ type StatusOptions struct {
 	Erasures   int // pending erasures listed (default 20)
 	// ErasureAlertAfter is reported as the erasures' alert bound.
 	ErasureAlertAfter time.Duration
+	// Trim reads trim's view of the star (nil: no trim section).
+	Trim TrimReader
+}
+
+// TrimReader reads trim's view of a star for status and the gauges, read
+// only and without the lease. The decisions are trim's (trim.ReadStatus);
+// the daemon only shows them, so it does not import trim: cmd/auditor
+// wires the one to the other. An error wrapping catalog.ErrNotFound means
+// the star has no trim state yet.
+type TrimReader func(ctx context.Context, star string, reapGrace time.Duration) (TrimView, error)
+
+// TrimView is trim's decision for a star (docs/architecture.md#trim) and
+// what is armed for reaping (docs/architecture.md#reap).
+type TrimView struct {
+	Cursor, Bound, Head catalog.SlotPos // the cursor, min(earliest ref, head, first fence in progress), the absorbed head
+	Releasable          int64           // slots between cursor and bound
+	// Lag is the slots between the cursor and the head; an epoch whose
+	// fence is in progress counts nothing.
+	Lag       int64
+	FenceWait *FenceWaitStatus // a past epoch without end_seq that trim waits at
+	Hold      *TrimHold        // the oldest slot a quarantined stream's refs hold
+	// Armed reaps: slots and objects past their reap_after (due) or not.
+	SlotsDue, SlotsWaiting     int64
+	ObjectsDue, ObjectsWaiting int64
+}
+
+// TrimHold is the oldest slot held by a quarantined stream's refs.
+type TrimHold struct {
+	Slot     catalog.SlotPos
+	Stream   catalog.StreamID
+	Record   int64 // the holding ref's first record
+	Streams  int64 // quarantined streams with refs
+	Bounding bool  // this slot is the trim bound: trim is held by quarantine
 }
 
 // BuildStatus reads a star's status from the metastore.
@@ -316,34 +347,15 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 		return s, err
 	}
 	for _, d := range due {
-		s.DueStreams = append(s.DueStreams, DueStatus{Stream: FormatStream(d.Stream), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
+		s.DueStreams = append(s.DueStreams, DueStatus{Stream: catalog.FormatStream(d.Stream), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
 	}
 	b, err := db.GetBacklog(ctx, star)
 	if err != nil {
 		return s, err
 	}
 	s.Backlog = BacklogStatus{PublishIntents: b.PublishIntents, OldestPublish: b.OldestPublish, ReapIntents: b.ReapIntents}
-	ts, err := trim.ReadStatus(ctx, db, star, o.ReapGrace)
-	switch {
-	case err == nil:
-		s.Trim = TrimStatus{CursorEpoch: ts.Cursor.Epoch, CursorSeq: ts.Cursor.Seq, BoundEpoch: ts.Bound.Epoch,
-			BoundSeq: ts.Bound.Seq, HeadEpoch: ts.Head.Epoch, HeadSeq: ts.Head.Seq, Releasable: ts.Slots}
-		if w := ts.FenceWait; w != nil {
-			s.Trim.FenceWait = &FenceWaitStatus{Epoch: w.Epoch, Since: w.Since}
-		}
-		if q := ts.Quarantine; q != nil {
-			s.Trim.QuarantineHold = &HoldStatus{Epoch: q.Slot.Epoch, Seq: q.Slot.Seq, Stream: FormatStream(q.Stream),
-				Record: q.Record, Streams: q.Streams, Bounding: q.Bounding}
-		}
-		s.Backlog.ObjectsDue, s.Backlog.ObjectsWaiting = ts.Backlog.ObjectsDue, ts.Backlog.ObjectsWaiting
-		s.Backlog.SlotsDue, s.Backlog.SlotsWaiting = ts.Backlog.SlotsDue, ts.Backlog.SlotsWaiting
-	case isNotFound(err):
-	case ctx.Err() != nil:
+	if err := readTrim(ctx, o, &s); err != nil {
 		return s, err
-	default:
-		// A chain trim cannot decide on is a halt of trim, not a reason to
-		// hide everything else.
-		s.Trim.Error = err.Error()
 	}
 	q, err := db.Quarantined(ctx, star)
 	if err != nil {
@@ -352,7 +364,7 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	for _, r := range q {
 		qs := QuarantineStatus{SlotKey: r.SlotKey, ErrorClass: r.ErrorClass, Reason: r.Reason, Since: r.Since}
 		if r.Stream != nil {
-			qs.Stream = FormatStream(*r.Stream)
+			qs.Stream = catalog.FormatStream(*r.Stream)
 		}
 		s.Quarantine = append(s.Quarantine, qs)
 	}
@@ -405,7 +417,7 @@ func readErasures(ctx context.Context, db *catalog.DB, star string, limit int, s
 		return err
 	}
 	for _, p := range pend {
-		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: FormatStream(p.Erasure.Stream), FirstRecord: p.FirstRecord,
+		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: catalog.FormatStream(p.Erasure.Stream), FirstRecord: p.FirstRecord,
 			RecordCount: p.RecordCount, RequestedAt: p.RequestedAt, Age: max(0, s.Now.Sub(p.RequestedAt).Seconds()),
 			Quarantined: p.Quarantined, WaitingFor: erasureWait(p)})
 	}
@@ -422,6 +434,39 @@ func runStatus(r catalog.Run, now time.Time) RunStatus {
 		Counts: r.Counts, Error: r.Error}
 }
 
+// readTrim fills the status's trim section and reap backlog from trim's
+// view (none without o.Trim, or before the star has trim state).
+func readTrim(ctx context.Context, o StatusOptions, s *Status) error {
+	if o.Trim == nil {
+		return nil
+	}
+	tv, err := o.Trim(ctx, o.Star, o.ReapGrace)
+	switch {
+	case err == nil:
+	case isNotFound(err):
+		return nil
+	case ctx.Err() != nil:
+		return err
+	default:
+		// A chain trim cannot decide on is a halt of trim, not a reason to
+		// hide everything else.
+		s.Trim.Error = err.Error()
+		return nil
+	}
+	s.Trim = TrimStatus{CursorEpoch: tv.Cursor.Epoch, CursorSeq: tv.Cursor.Seq, BoundEpoch: tv.Bound.Epoch,
+		BoundSeq: tv.Bound.Seq, HeadEpoch: tv.Head.Epoch, HeadSeq: tv.Head.Seq, Releasable: tv.Releasable}
+	if w := tv.FenceWait; w != nil {
+		s.Trim.FenceWait = &FenceWaitStatus{Epoch: w.Epoch, Since: w.Since}
+	}
+	if q := tv.Hold; q != nil {
+		s.Trim.QuarantineHold = &HoldStatus{Epoch: q.Slot.Epoch, Seq: q.Slot.Seq, Stream: catalog.FormatStream(q.Stream),
+			Record: q.Record, Streams: q.Streams, Bounding: q.Bounding}
+	}
+	s.Backlog.ObjectsDue, s.Backlog.ObjectsWaiting = tv.ObjectsDue, tv.ObjectsWaiting
+	s.Backlog.SlotsDue, s.Backlog.SlotsWaiting = tv.SlotsDue, tv.SlotsWaiting
+	return nil
+}
+
 func isNotFound(err error) bool { return errors.Is(err, catalog.ErrNotFound) }
 
 func linger(p catalog.DuePolicy, class string) time.Duration {
@@ -429,12 +474,6 @@ func linger(p catalog.DuePolicy, class string) time.Duration {
 		return p.ExpressLinger
 	}
 	return p.Linger
-}
-
-// FormatStream formats a stream ID as a uuid (8-4-4-4-12).
-func FormatStream(id catalog.StreamID) string {
-	h := hex.EncodeToString(id[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
 // WriteText prints the status as tables for a person.

@@ -207,18 +207,18 @@ func triggerResults(reqs []catalog.AdminRequest, before, after map[catalog.Strea
 		}
 		switch {
 		case !a.Found:
-			fail("stream %s is not a stream of this star", FormatStream(*r.Stream))
+			fail("stream %s is not a stream of this star", catalog.FormatStream(*r.Stream))
 		case a.Quarantine != "":
-			fail("stream %s is quarantined (%s); auditor release lifts it", FormatStream(*r.Stream), a.Quarantine)
+			fail("stream %s is quarantined (%s); auditor release lifts it", catalog.FormatStream(*r.Stream), a.Quarantine)
 		case a.SettledThrough >= target:
 			results = append(results, catalog.TriggerResult{ID: r.ID, Outcome: catalog.TriggerDone})
 		case a.SettledThrough > b.SettledThrough:
 			open = append(open, r.ID)
 			why = fmt.Sprintf("partly settled: stream %s settled through %d of %d; the next cycle goes on",
-				FormatStream(*r.Stream), a.SettledThrough, target)
+				catalog.FormatStream(*r.Stream), a.SettledThrough, target)
 		default:
 			fail("the cycle settled nothing of stream %s: settled through %d, asked through %d",
-				FormatStream(*r.Stream), a.SettledThrough, target)
+				catalog.FormatStream(*r.Stream), a.SettledThrough, target)
 		}
 	}
 	return results, open, why

@@ -15,6 +15,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
 )
 
 // absorbed creates stream id in s1 with records [0, n) absorbed (one flight).
@@ -169,7 +170,7 @@ func TestTriggersSurviveAFailedCycle(t *testing.T) {
 func TestATriggerSurvivesALostLease(t *testing.T) {
 	t.Parallel()
 	db, url := newDB(t)
-	c := conn(t, url)
+	c := testenv.Conn(t, url)
 	ctx := context.Background()
 	var calls atomic.Int32
 	steal := step{"steal", func(ctx context.Context, f catalog.Fence, _ cycle.Options) (cycle.Counts, error) {
@@ -215,7 +216,7 @@ func TestATriggerSurvivesALostLease(t *testing.T) {
 func TestRunOnceCountsALeaseLossFoundByAFencedStatement(t *testing.T) {
 	t.Parallel()
 	db, url := newDB(t)
-	c := conn(t, url)
+	c := testenv.Conn(t, url)
 	steal := step{"steal", func(ctx context.Context, f catalog.Fence, _ cycle.Options) (cycle.Counts, error) {
 		if _, err := c.Exec(ctx, `UPDATE nova.auditor_leases SET holder = 'thief', token = token + 1 WHERE star = 's1'`); err != nil {
 			return cycle.Counts{}, err

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/verify"
 )
 
 // probedEnv is an env on versitygw whose store is configured as the
@@ -71,7 +71,7 @@ func TestServerCheckedBySlotChecksum(t *testing.T) {
 			if got := rec.readBack.Load() > 0; got != c.readBack {
 				t.Errorf("slots stored with %s: read back %d bytes, want read-back %v", c.put, rec.readBack.Load(), c.readBack)
 			}
-			rep, err := daemon.Verify(e.ctx, e.db, e.store, daemon.VerifyOptions{Star: "s1", Bucket: e.std})
+			rep, err := verify.Verify(e.ctx, e.db, e.store, verify.Options{Star: "s1", Bucket: e.std})
 			if err != nil || len(rep.Findings) != 0 || rep.Objects < 4 {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}
@@ -114,7 +114,7 @@ func TestServerCheckedCatchesDamagedSlot(t *testing.T) {
 			if (rec.readBack.Load() > 0) != (put == objstore.AlgorithmCRC32C) {
 				t.Errorf("slot stored with %s: read back %d bytes", put, rec.readBack.Load())
 			}
-			rep, err := daemon.Verify(e.ctx, e.db, e.store, daemon.VerifyOptions{Star: "s1", Bucket: e.std})
+			rep, err := verify.Verify(e.ctx, e.db, e.store, verify.Options{Star: "s1", Bucket: e.std})
 			if err != nil || len(rep.Findings) != 0 {
 				t.Fatalf("verify after the damage: %+v %v", rep, err)
 			}

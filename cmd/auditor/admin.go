@@ -14,7 +14,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
-	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/verify"
 )
 
 // The operator commands that talk to a running daemon through the
@@ -86,9 +86,9 @@ func checkStar(ctx context.Context, db *catalog.DB, star string, stream *catalog
 	other, err := db.GetStream(ctx, *stream)
 	switch {
 	case err == nil:
-		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", daemon.FormatStream(*stream), other.Star, star)}
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", catalog.FormatStream(*stream), other.Star, star)}
 	case errors.Is(err, catalog.ErrNotFound):
-		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", daemon.FormatStream(*stream), star)}
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", catalog.FormatStream(*stream), star)}
 	}
 	return err
 }
@@ -119,7 +119,7 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 	}
 	what := "a cycle"
 	if stream != nil {
-		what = "a cycle settling stream " + daemon.FormatStream(*stream) + " regardless of linger"
+		what = "a cycle settling stream " + catalog.FormatStream(*stream) + " regardless of linger"
 	}
 	fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
 	warnNoLeader(ctx, e, db, cfg.Star)
@@ -211,14 +211,14 @@ func cmdRelease(ctx context.Context, e env, args []string) int {
 	}
 	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
 	if errors.Is(err, catalog.ErrNotFound) {
-		fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", daemon.FormatStream(*stream), cfg.Star)
+		fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", catalog.FormatStream(*stream), cfg.Star)
 		return exitFailure
 	}
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
 	fmt.Fprintf(e.stdout, "stream %s released from quarantine (request %d): the next cycle settles it again\n",
-		daemon.FormatStream(*stream), req.ID)
+		catalog.FormatStream(*stream), req.ID)
 	return exitOK
 }
 
@@ -233,7 +233,7 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 	defer db.Close()
 	dc := daemonConfig(cfg)
 	s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace,
-		ErasureAlertAfter: cfg.ErasureAlertAfter})
+		ErasureAlertAfter: cfg.ErasureAlertAfter, Trim: trimReader(db)})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -249,18 +249,6 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	return exitOK
-}
-
-// verifyStore opens the object store that verify reads (the same store the
-// cycle uses) and says which of its errors mean a missing or empty object.
-func verifyStore(ctx context.Context, cfg config.Config, o *daemon.VerifyOptions) (daemon.ObjectReader, error) {
-	store, err := openStore(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	o.IsNotFound = func(err error) bool { return errors.Is(err, objstore.ErrNotFound) }
-	o.IsShort = func(err error) bool { return errors.Is(err, objstore.ErrInvalidRange) }
-	return store, nil
 }
 
 // cmdVerify is `auditor verify`: the fsck of the star's catalog. Exit 0 when
@@ -279,8 +267,9 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 		return code
 	}
 	defer db.Close()
-	opts := daemon.VerifyOptions{Star: cfg.Star, Bucket: cfg.Bucket, Concurrency: *concurrency}
-	store, err := verifyStore(ctx, cfg, &opts)
+	opts := verify.Options{Star: cfg.Star, Bucket: cfg.Bucket, Concurrency: *concurrency}
+	// The same store the cycle uses.
+	store, err := openStore(ctx, cfg)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -288,11 +277,11 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 	if tty {
 		opts.Progress = func(done, total int) { fmt.Fprintf(e.stderr, "\r%s", progressBar(done, total, 40)) }
 	}
-	rep, err := daemon.Verify(ctx, db, store, opts)
+	rep, err := verify.Verify(ctx, db, store, opts)
 	if tty {
 		fmt.Fprintln(e.stderr)
 	}
-	if errors.Is(err, daemon.ErrStoreAccess) {
+	if errors.Is(err, verify.ErrStoreAccess) {
 		fmt.Fprintf(e.stderr, "auditor: verify: %s\nauditor: nothing was judged: check the S3 credentials, permissions and endpoint\n", cfg.Scrub(err.Error()))
 		return exitUnreachable
 	}

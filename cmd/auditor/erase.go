@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 )
 
@@ -90,7 +89,7 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 // records it. Its refusals are configuration errors (exit 2) naming the
 // flag.
 func recordErasure(ctx context.Context, db *catalog.DB, st catalog.Stream, from, count int64) (ErasureReport, error) {
-	id := daemon.FormatStream(st.ID)
+	id := catalog.FormatStream(st.ID)
 	rep := ErasureReport{Stream: id, FirstRecord: from, RecordCount: count, Warnings: []string{}}
 	if why := (catalog.Erasure{Stream: st.ID, FirstRecord: from, RecordCount: count}).Valid(); why != "" {
 		field := "count"

@@ -17,7 +17,6 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
@@ -207,7 +206,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	if err != nil || len(q) == 0 || q[0].Stream == nil {
 		t.Fatalf("quarantine %v %v", q, err)
 	}
-	erased := daemon.FormatStream(*q[0].Stream)
+	erased := catalog.FormatStream(*q[0].Stream)
 	if code, out, errs := runCLI(t, append([]string{"erase", "--stream", erased, "--from", "0", "--count", "1"}, args...)...); code != 0 ||
 		!strings.Contains(errs, "quarantined") || !strings.Contains(out, "recorded") {
 		t.Fatalf("erase: %d %q %q", code, out, errs)
@@ -282,7 +281,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 		if row.Stream == nil {
 			continue
 		}
-		if code, out, errs := runCLI(t, append([]string{"release", "--stream", daemon.FormatStream(*row.Stream)}, args...)...); code != 0 {
+		if code, out, errs := runCLI(t, append([]string{"release", "--stream", catalog.FormatStream(*row.Stream)}, args...)...); code != 0 {
 			t.Fatalf("release: %d %s %s", code, out, errs)
 		}
 	}

@@ -103,7 +103,7 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	dc := daemonConfig(cfg)
 	dc.RunNow = *runNow
 	dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
-	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules})
+	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db)})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

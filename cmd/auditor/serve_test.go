@@ -161,7 +161,7 @@ func TestServeTriggerPauseResume(t *testing.T) {
 	if withData < 2 {
 		t.Fatalf("only %d streams got records", withData)
 	}
-	id := daemon.FormatStream(target.ID)
+	id := catalog.FormatStream(target.ID)
 	if code, out, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--stream", id, "--wait", "5s"); code != 0 {
 		t.Fatalf("trigger --stream: %d %q %q", code, out, errs)
 	}

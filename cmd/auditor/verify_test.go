@@ -14,7 +14,6 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
@@ -160,7 +159,7 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 	if s.SettledThrough < 10 {
 		t.Fatalf("streams %+v: none settled 10 records", streams)
 	}
-	id := daemon.FormatStream(s.ID)
+	id := catalog.FormatStream(s.ID)
 	if code, out, errs := runCLI(t, append([]string{"erase", "--stream", id, "--from", "2", "--count", "3"}, common...)...); code != 0 {
 		t.Fatalf("erase: %d %q %q", code, out, errs)
 	}

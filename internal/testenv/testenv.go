@@ -143,6 +143,18 @@ func MigratedDB(t testing.TB) (*catalog.DB, string) {
 	return db, url
 }
 
+// Conn is a direct connection to the database at url (closed when the test
+// ends), for tests that set up or damage rows the catalog has no call for.
+func Conn(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
 // VersitygwObjectPath is the file that holds bucket/key on the test
 // versitygw's posix backend (its data directory is the last argument of
 // the process scripts/services.sh started), for tests that damage an

@@ -1,8 +1,7 @@
-package daemon_test
+package verify_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,7 +10,9 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/verify"
 )
 
 // memStore is an in-memory ObjectReader for the fsck logic; the command's
@@ -21,14 +22,12 @@ type memStore struct {
 	objects map[string][]byte // bucket/key
 }
 
-var errNoObject = errors.New("no such object")
-
 func (m *memStore) GetRange(_ context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, ok := m.objects[bucket+"/"+key]
 	if !ok {
-		return nil, 0, fmt.Errorf("%s/%s: %w", bucket, key, errNoObject)
+		return nil, 0, fmt.Errorf("%s/%s: %w", bucket, key, objstore.ErrNotFound)
 	}
 	end := min(off+n, int64(len(b)))
 	return append([]byte(nil), b[off:end]...), int64(len(b)), nil
@@ -99,8 +98,18 @@ func healthyCatalog(t *testing.T, db *catalog.DB) (*memStore, []string) {
 	return store, keys
 }
 
-func verifyOpts() daemon.VerifyOptions {
-	return daemon.VerifyOptions{Star: "s1", Bucket: "nova", IsNotFound: func(err error) bool { return errors.Is(err, errNoObject) }}
+func verifyOpts() verify.Options {
+	return verify.Options{Star: "s1", Bucket: "nova"}
+}
+
+// newDB opens a fresh, migrated metastore with one star, "s1".
+func newDB(t *testing.T) (*catalog.DB, string) {
+	t.Helper()
+	db, url := testenv.MigratedDB(t)
+	if err := db.CreateStar(context.Background(), "s1", catalog.ClassStandard, 1); err != nil {
+		t.Fatal(err)
+	}
+	return db, url
 }
 
 func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
@@ -112,7 +121,7 @@ func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
 	opts := verifyOpts()
 	opts.Progress = func(done, total int) { progress = append(progress, done*100+total) }
 	opts.Concurrency = 1
-	rep, err := daemon.Verify(ctx, db, store, opts)
+	rep, err := verify.Verify(ctx, db, store, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,12 +137,12 @@ func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
 	bad := store.objects["nova/"+keys[2]]
 	bad[3] ^= 0x40
 	// And an entry of stream 2 that overlaps its neighbour.
-	c := conn(t, url)
+	c := testenv.Conn(t, url)
 	if _, err := c.Exec(ctx, `INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
 		footer_offset, footer_length, min_timestamp, max_timestamp) VALUES ($1, 1, 5, 0, 5, 1, 0, 1, 0, 0)`, catalog.StreamID{15: 2}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = daemon.Verify(ctx, db, store, verifyOpts())
+	rep, err = verify.Verify(ctx, db, store, verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,13 +150,13 @@ func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
 	for _, f := range rep.Findings {
 		got[f.Kind] += f.Key + "|" + f.Detail + ";"
 	}
-	if !strings.Contains(got[daemon.FindingMissing], keys[1]) {
+	if !strings.Contains(got[verify.FindingMissing], keys[1]) {
 		t.Fatalf("missing object %s not reported: %+v", keys[1], rep.Findings)
 	}
-	if !strings.Contains(got[daemon.FindingChecksum], keys[2]) {
+	if !strings.Contains(got[verify.FindingChecksum], keys[2]) {
 		t.Fatalf("corrupt object %s not reported: %+v", keys[2], rep.Findings)
 	}
-	if !strings.Contains(got[daemon.FindingTiling], "overlap") {
+	if !strings.Contains(got[verify.FindingTiling], "overlap") {
 		t.Fatalf("overlap not reported: %+v", rep.Findings)
 	}
 	if strings.Contains(fmt.Sprint(rep.Findings), keys[0]+"|") {
@@ -160,7 +169,7 @@ func TestVerifyMismatchAgainstTheCatalog(t *testing.T) {
 	db, url := newDB(t)
 	ctx := context.Background()
 	store, keys := healthyCatalog(t, db)
-	c := conn(t, url)
+	c := testenv.Conn(t, url)
 	// The catalog claims other timestamps for the first object, and the
 	// second stream's settled_through runs past its last entry.
 	if _, err := c.Exec(ctx, `UPDATE nova.catalog SET max_timestamp = 99 WHERE stream_id = $1 AND first_record = 0`, catalog.StreamID{15: 1}); err != nil {
@@ -169,7 +178,7 @@ func TestVerifyMismatchAgainstTheCatalog(t *testing.T) {
 	if _, err := c.Exec(ctx, `UPDATE nova.streams SET next_record = 9, settled_through = 9 WHERE stream_id = $1`, catalog.StreamID{15: 2}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := daemon.Verify(ctx, db, store, verifyOpts())
+	rep, err := verify.Verify(ctx, db, store, verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,13 +221,13 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 	if o, err := db.FirstOverlap(ctx, []catalog.StreamID{id}); err != nil || o != nil {
 		t.Fatalf("the cycle's check reads only the tail: %v %v", o, err)
 	}
-	rep, err := daemon.Verify(ctx, db, store, verifyOpts())
+	rep, err := verify.Verify(ctx, db, store, verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := false
 	for _, f := range rep.Findings {
-		found = found || f.Kind == daemon.FindingTiling && strings.Contains(f.Detail, "[10, 21) and [20, 30) overlap")
+		found = found || f.Kind == verify.FindingTiling && strings.Contains(f.Detail, "[10, 21) and [20, 30) overlap")
 	}
 	if !found {
 		t.Fatalf("verify missed the overlap 10 entries back: %+v", rep.Findings)

@@ -1,4 +1,4 @@
-package daemon
+package verify
 
 import (
 	"context"
@@ -12,24 +12,22 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
 )
 
 // ObjectReader is what verify needs of the object store (objstore.Store
-// has it): the bytes [off, off+n) of an object and its size.
+// has it): the bytes [off, off+n) of an object and its size. A missing
+// object is objstore.ErrNotFound; an empty object read from offset 0 is
+// objstore.ErrInvalidRange (both findings). Every other read error is a
+// failure to look (ErrStoreAccess).
 type ObjectReader interface {
 	GetRange(ctx context.Context, bucket, key string, off, n int64) (data []byte, size int64, err error)
 }
 
-// VerifyOptions configure Verify.
-type VerifyOptions struct {
+// Options configure Verify.
+type Options struct {
 	Star   string
 	Bucket string // the standard bucket, where every settled object lives
-	// IsNotFound reports a missing object (objstore.ErrNotFound).
-	IsNotFound func(error) bool
-	// IsShort reports a read the object itself failed (an empty object
-	// read from offset 0: objstore.ErrInvalidRange): a finding. Every
-	// other read error is a failure to look (ErrStoreAccess).
-	IsShort func(error) bool
 	// Concurrency bounds objects read at once (default 4).
 	Concurrency int
 	// Progress, when set, is called after each object with (done, total).
@@ -46,7 +44,7 @@ const (
 	FindingUnsupported = cycle.ClassUnsupported // written by a newer format: a deploy problem, not corruption
 	FindingMismatch    = "mismatch"             // it decodes but is not what the catalog says
 	FindingTiling      = cycle.ClassTiling      // the stream's entries overlap, leave a gap, or miss settled_through
-	// FindingErasure (verify_erasure.go): an applied erasure's record held
+	// FindingErasure (erasure.go): an applied erasure's record held
 	// as anything but a tombstone.
 )
 
@@ -65,8 +63,8 @@ func (f Finding) String() string {
 	return fmt.Sprintf("%s: stream %s: %s", f.Kind, f.Stream, f.Detail)
 }
 
-// VerifyReport is what Verify checked and found.
-type VerifyReport struct {
+// Report is what Verify checked and found.
+type Report struct {
 	Streams  int       `json:"streams"`
 	Objects  int       `json:"objects"`
 	Bytes    int64     `json:"bytes"`
@@ -85,16 +83,10 @@ var ErrStoreAccess = errors.New("the object store could not be read")
 // stream's entries tile it up to settled_through. Findings are
 // reported, not returned as errors; the error is for failures to look
 // (database, a store error other than a missing object).
-func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o VerifyOptions) (VerifyReport, error) {
-	rep := VerifyReport{Findings: []Finding{}}
+func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o Options) (Report, error) {
+	rep := Report{Findings: []Finding{}}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 4
-	}
-	if o.IsNotFound == nil {
-		o.IsNotFound = func(error) bool { return false }
-	}
-	if o.IsShort == nil {
-		o.IsShort = func(error) bool { return false }
 	}
 	streams, err := db.StreamsOfStar(ctx, o.Star)
 	if err != nil {
@@ -182,7 +174,7 @@ func settledKey(s catalog.Stream, e catalog.Entry) string {
 // stream's epoch.
 func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 	var out []Finding
-	id := FormatStream(s.ID)
+	id := catalog.FormatStream(s.ID)
 	add := func(format string, args ...any) {
 		out = append(out, Finding{Kind: FindingTiling, Stream: id, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -209,19 +201,19 @@ func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 
 // verifyEntry reads an entry's object whole and checks it. It returns a
 // finding (nil when the object is sound) and the bytes read.
-func verifyEntry(ctx context.Context, store ObjectReader, o VerifyOptions, s catalog.Stream, e catalog.Entry, applied []catalog.Erasure) (*Finding, int64, error) {
+func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.Stream, e catalog.Entry, applied []catalog.Erasure) (*Finding, int64, error) {
 	key := settledKey(s, e)
 	find := func(kind, format string, args ...any) *Finding {
-		return &Finding{Kind: kind, Stream: FormatStream(s.ID), Key: key, Detail: fmt.Sprintf(format, args...)}
+		return &Finding{Kind: kind, Stream: catalog.FormatStream(s.ID), Key: key, Detail: fmt.Sprintf(format, args...)}
 	}
 	n := max(e.ObjectBytes, 1)
 	obj, size, err := store.GetRange(ctx, o.Bucket, key, 0, n)
 	switch {
-	case err != nil && o.IsNotFound(err):
+	case errors.Is(err, objstore.ErrNotFound):
 		return find(FindingMissing, "no object at %s/%s", o.Bucket, key), 0, nil
 	case err != nil && ctx.Err() != nil:
 		return nil, 0, err
-	case err != nil && o.IsShort(err):
+	case errors.Is(err, objstore.ErrInvalidRange):
 		return find(FindingMismatch, "object is empty, the catalog says %d bytes: %v", e.ObjectBytes, err), 0, nil
 	case err != nil:
 		// Access denied, bad credentials, a server down: a failure to look,

@@ -1,4 +1,4 @@
-package daemon_test
+package verify_test
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/verify"
 )
 
 // settleTombstoned is settleObject with the records dead reports true for
@@ -92,12 +93,12 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if e.markApplied {
-			if _, err := conn(t, url).Exec(ctx, `UPDATE nova.erasures SET applied_at = now() WHERE stream_id = $1 AND first_record = $2`, e.id, e.first); err != nil {
+			if _, err := testenv.Conn(t, url).Exec(ctx, `UPDATE nova.erasures SET applied_at = now() WHERE stream_id = $1 AND first_record = $2`, e.id, e.first); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	rep, err := daemon.Verify(ctx, db, store, verifyOpts())
+	rep, err := verify.Verify(ctx, db, store, verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 		t.Fatalf("findings %+v (want one, of %s)", rep.Findings, keys[0])
 	}
 	f := rep.Findings[0]
-	if f.Kind != daemon.FindingErasure || f.Key != keys[0] || !strings.Contains(f.Detail, "2 records of applied erasures") ||
+	if f.Kind != verify.FindingErasure || f.Key != keys[0] || !strings.Contains(f.Detail, "2 records of applied erasures") ||
 		!strings.Contains(f.Detail, "the first: record 3 ") || !strings.Contains(f.Detail, "[3, 5)") {
 		t.Fatalf("finding %+v", f)
 	}
@@ -119,7 +120,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 		ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err = daemon.Verify(ctx, db, store, verifyOpts()); err != nil || len(rep.Findings) != 0 {
+	if rep, err = verify.Verify(ctx, db, store, verifyOpts()); err != nil || len(rep.Findings) != 0 {
 		t.Fatalf("after the rewrite: %+v %v", rep.Findings, err)
 	}
 }
