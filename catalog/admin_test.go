@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -19,7 +20,7 @@ func newAdminDB(t *testing.T) (*catalog.DB, *pgx.Conn, context.Context) {
 	t.Helper()
 	ctx := context.Background()
 	db, url := testenv.MigratedDB(t)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, url)
@@ -119,7 +120,7 @@ func TestAdminRequestsStateAndNotify(t *testing.T) {
 	}
 
 	// release lifts a quarantine and records the request.
-	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Quarantine(ctx, lease.Fence, id, "", "corrupt", "bad crc"); err != nil {
@@ -191,7 +192,7 @@ func TestRunLedger(t *testing.T) {
 func TestTransitAndBacklog(t *testing.T) {
 	t.Parallel()
 	db, conn, ctx := newAdminDB(t)
-	if err := db.CreateStar(ctx, "x1", catalog.ClassExpress, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "x1", catalog.ClassExpress, 1); err != nil {
 		t.Fatal(err)
 	}
 	p := catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: 10 * time.Minute}
@@ -210,11 +211,11 @@ func TestTransitAndBacklog(t *testing.T) {
 		id   byte
 		star string
 	}{{1, "s1"}, {2, "s1"}, {3, "s1"}, {4, "x1"}} {
-		if err := db.CreateStream(ctx, sid(s.id), s.star, "b1"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, sid(s.id), s.star, "b1"); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Absorb(ctx, s.star, []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
-			Batches: []catalog.AbsorbBatch{{Stream: sid(s.id), FirstRecord: 0, Count: 1}}}}); err != nil {
+		if err := writepath.New(db).Absorb(ctx, s.star, []writepath.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
+			Batches: []writepath.AbsorbBatch{{Stream: sid(s.id), FirstRecord: 0, Count: 1}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -22,19 +23,19 @@ func sid(b byte) catalog.StreamID { return catalog.StreamID{15: b} }
 func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []catalog.StreamID{sid(2), sid(1)} {
-		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	flights := []catalog.AbsorbFlight{
-		{Epoch: 1, Seq: 0, FooterOffset: 100, FooterLength: 200, Batches: []catalog.AbsorbBatch{{sid(1), 0, 5}, {sid(2), 0, 3}}},
-		{Epoch: 1, Seq: 1, FooterOffset: 70, FooterLength: 117, Batches: []catalog.AbsorbBatch{{sid(1), 5, 2}}},
+	flights := []writepath.AbsorbFlight{
+		{Epoch: 1, Seq: 0, FooterOffset: 100, FooterLength: 200, Batches: []writepath.AbsorbBatch{{Stream: sid(1), FirstRecord: 0, Count: 5}, {Stream: sid(2), FirstRecord: 0, Count: 3}}},
+		{Epoch: 1, Seq: 1, FooterOffset: 70, FooterLength: 117, Batches: []writepath.AbsorbBatch{{Stream: sid(1), FirstRecord: 5, Count: 2}}},
 	}
-	if err := db.Absorb(ctx, "s1", flights); err != nil {
+	if err := writepath.New(db).Absorb(ctx, "s1", flights); err != nil {
 		t.Fatal(err)
 	}
 	star, err := db.GetStar(ctx, "s1")
@@ -72,25 +73,25 @@ func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
 	}
 
 	// A batch that does not start at next_record is refused and changes nothing.
-	bad := []catalog.AbsorbFlight{{Epoch: 1, Seq: 2, FooterOffset: 1, FooterLength: 1, Batches: []catalog.AbsorbBatch{{sid(2), 9, 1}}}}
-	if err := db.Absorb(ctx, "s1", bad); !errors.Is(err, catalog.ErrOutOfOrder) {
+	bad := []writepath.AbsorbFlight{{Epoch: 1, Seq: 2, FooterOffset: 1, FooterLength: 1, Batches: []writepath.AbsorbBatch{{Stream: sid(2), FirstRecord: 9, Count: 1}}}}
+	if err := writepath.New(db).Absorb(ctx, "s1", bad); !errors.Is(err, writepath.ErrOutOfOrder) {
 		t.Fatalf("out-of-order absorb: %v", err)
 	}
 	// A seq behind the head is refused.
-	behind := []catalog.AbsorbFlight{{Epoch: 1, Seq: 1, FooterOffset: 1, FooterLength: 1, Batches: []catalog.AbsorbBatch{{sid(2), 3, 1}}}}
-	if err := db.Absorb(ctx, "s1", behind); !errors.Is(err, catalog.ErrOutOfOrder) {
+	behind := []writepath.AbsorbFlight{{Epoch: 1, Seq: 1, FooterOffset: 1, FooterLength: 1, Batches: []writepath.AbsorbBatch{{Stream: sid(2), FirstRecord: 3, Count: 1}}}}
+	if err := writepath.New(db).Absorb(ctx, "s1", behind); !errors.Is(err, writepath.ErrOutOfOrder) {
 		t.Fatalf("absorb behind head: %v", err)
 	}
 	// Fencing: after BeginFence an absorb of the old epoch fails its epoch check.
-	e, h, err := db.BeginFence(ctx, "s1")
+	e, h, err := writepath.New(db).BeginFence(ctx, "s1")
 	if err != nil || e != 1 || h != 2 {
 		t.Fatalf("BeginFence = %d, %d, %v", e, h, err)
 	}
-	stale := []catalog.AbsorbFlight{{Epoch: 1, Seq: 2, FooterOffset: 1, FooterLength: 1, Batches: []catalog.AbsorbBatch{{sid(2), 3, 1}}}}
-	if err := db.Absorb(ctx, "s1", stale); !errors.Is(err, catalog.ErrFenced) {
+	stale := []writepath.AbsorbFlight{{Epoch: 1, Seq: 2, FooterOffset: 1, FooterLength: 1, Batches: []writepath.AbsorbBatch{{Stream: sid(2), FirstRecord: 3, Count: 1}}}}
+	if err := writepath.New(db).Absorb(ctx, "s1", stale); !errors.Is(err, writepath.ErrFenced) {
 		t.Fatalf("absorb of a fenced epoch: %v", err)
 	}
-	if err := db.EndFence(ctx, "s1", 1, 4); err != nil {
+	if err := writepath.New(db).EndFence(ctx, "s1", 1, 4); err != nil {
 		t.Fatal(err)
 	}
 	eps, err := db.StarEpochs(ctx, "s1")

@@ -98,6 +98,11 @@ func scrub(msg, url string) string {
 	return msg
 }
 
+// Pool is the connection pool, for catalog/writepath: the write path's side
+// of the contract runs its statements over the same connections. Every
+// other package reaches the database through catalog's accessors.
+func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+
 // Close releases every connection.
 func (db *DB) Close() { db.pool.Close() }
 

@@ -10,16 +10,17 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // oneStream is a database with star s1 and its stream sid(1).
 func oneStream(t *testing.T) (*catalog.DB, context.Context) {
 	t.Helper()
 	db, ctx := newDB(t)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CreateStream(ctx, sid(1), "s1", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, sid(1), "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
 	return db, ctx
@@ -99,8 +100,8 @@ func TestMalformedErasureRowsAreReportedNotApplied(t *testing.T) {
 func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	t.Parallel()
 	db, ctx := oneStream(t)
-	if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 10, FooterLength: 20,
-		Batches: []catalog.AbsorbBatch{{sid(1), 0, 10}}}}); err != nil {
+	if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 10, FooterLength: 20,
+		Batches: []writepath.AbsorbBatch{{Stream: sid(1), FirstRecord: 0, Count: 10}}}}); err != nil {
 		t.Fatal(err)
 	}
 	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -93,7 +94,7 @@ func TestRenewalIsNotStarvedByFencedTransactions(t *testing.T) {
 func TestTakeoverWaitsForAnOpenFencedTransaction(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	a, err := db.AcquireLease(ctx, "s1", "a", time.Minute)

@@ -7,21 +7,22 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 func TestSettleCommitLifecycle(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	id := sid(1)
-	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
 	for seq := int64(0); seq < 3; seq++ { // three refs: [0,10) [10,20) [20,30)
-		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 61, FooterLength: 200,
-			Batches: []catalog.AbsorbBatch{{id, seq * 10, 10}}}}); err != nil {
+		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 61, FooterLength: 200,
+			Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: seq * 10, Count: 10}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,25 +153,25 @@ func TestFirstOverlapChecksWhereACycleWrites(t *testing.T) {
 		t.Fatalf("a tiled catalog: %v %v", o, err)
 	}
 	// Deep in the history: [10, 21) overlaps [20, 30). Not the cycle's.
-	if err := db.StretchEntry(ctx, sid(1), 10, 1); err != nil {
+	if err := writepath.New(db).StretchEntry(ctx, sid(1), 10, 1); err != nil {
 		t.Fatal(err)
 	}
 	if o, err := db.FirstOverlap(ctx, ids); err != nil || o != nil {
 		t.Fatalf("an overlap eight entries back is verify's: %v %v", o, err)
 	}
 	// Next to the tail: [80, 91) overlaps [90, 100).
-	if err := db.StretchEntry(ctx, sid(1), 80, 1); err != nil {
+	if err := writepath.New(db).StretchEntry(ctx, sid(1), 80, 1); err != nil {
 		t.Fatal(err)
 	}
 	o, err := db.FirstOverlap(ctx, ids)
 	if err != nil || o == nil || o.Stream != sid(1) || o.PrevFirst != 80 || o.PrevEnd != 91 || o.First != 90 || o.End != 100 {
 		t.Fatalf("overlap before the last entry: %+v %v", o, err)
 	}
-	if err := db.StretchEntry(ctx, sid(1), 80, -1); err != nil {
+	if err := writepath.New(db).StretchEntry(ctx, sid(1), 80, -1); err != nil {
 		t.Fatal(err)
 	}
 	// The last entry reaching past settled_through.
-	if err := db.StretchEntry(ctx, sid(1), 90, 1); err != nil {
+	if err := writepath.New(db).StretchEntry(ctx, sid(1), 90, 1); err != nil {
 		t.Fatal(err)
 	}
 	o, err = db.FirstOverlap(ctx, ids)

@@ -648,13 +648,3 @@ func (db *DB) FinishReaps(ctx context.Context, f Fence, ids []int64) error {
 		return nil
 	})
 }
-
-// RaiseLowRecord is the write path's retention statement: it raises a
-// stream's low_record (it never lowers it). The auditor never calls it;
-// novasim and the tests do.
-func (db *DB) RaiseLowRecord(ctx context.Context, id StreamID, low int64) error {
-	if _, err := db.pool.Exec(ctx, `UPDATE nova.streams SET low_record = greatest(low_record, $2) WHERE stream_id = $1`, id, low); err != nil {
-		return fmt.Errorf("raise low_record of stream %x to %d: %w", id, low, err)
-	}
-	return nil
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -18,20 +19,20 @@ import (
 func trimFixture(t *testing.T) (*catalog.DB, context.Context, catalog.Fence) {
 	t.Helper()
 	db, ctx := newDB(t)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []catalog.StreamID{sid(1), sid(2)} {
-		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, fl := range []catalog.AbsorbFlight{
-		{Epoch: 1, Seq: 0, FooterOffset: 61, FooterLength: 100, Batches: []catalog.AbsorbBatch{{sid(1), 0, 10}}},
-		{Epoch: 1, Seq: 1, FooterOffset: 61, FooterLength: 100, Batches: []catalog.AbsorbBatch{{sid(1), 10, 10}}},
-		{Epoch: 1, Seq: 2, FooterOffset: 61, FooterLength: 100, Batches: []catalog.AbsorbBatch{{sid(2), 0, 5}}},
+	for _, fl := range []writepath.AbsorbFlight{
+		{Epoch: 1, Seq: 0, FooterOffset: 61, FooterLength: 100, Batches: []writepath.AbsorbBatch{{Stream: sid(1), FirstRecord: 0, Count: 10}}},
+		{Epoch: 1, Seq: 1, FooterOffset: 61, FooterLength: 100, Batches: []writepath.AbsorbBatch{{Stream: sid(1), FirstRecord: 10, Count: 10}}},
+		{Epoch: 1, Seq: 2, FooterOffset: 61, FooterLength: 100, Batches: []writepath.AbsorbBatch{{Stream: sid(2), FirstRecord: 0, Count: 5}}},
 	} {
-		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{fl}); err != nil {
+		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{fl}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,10 +135,10 @@ func TestRetentionRemovesWhollyBelowLow(t *testing.T) {
 	db, ctx, f := trimFixture(t)
 	settleEntry(t, ctx, db, f, sid(1), 0, 10, 0, -1, "k0", "")
 	settleEntry(t, ctx, db, f, sid(1), 10, 10, 0, -1, "k1", "")
-	if err := db.RaiseLowRecord(ctx, sid(1), 15); err != nil {
+	if err := writepath.New(db).RaiseLowRecord(ctx, sid(1), 15); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RaiseLowRecord(ctx, sid(1), 3); err != nil { // never lowers
+	if err := writepath.New(db).RaiseLowRecord(ctx, sid(1), 3); err != nil { // never lowers
 		t.Fatal(err)
 	}
 	cands, err := db.RetentionCandidates(ctx, "s1", 10)
@@ -163,7 +164,7 @@ func TestRetentionRemovesWhollyBelowLow(t *testing.T) {
 	// low_record rising again puts the stream back in retention's index.
 	absorb(t, ctx, db, 3, sid(1), 20, 10)
 	settleEntry(t, ctx, db, f, sid(1), 20, 10, 0, -1, "k2", "")
-	if err := db.RaiseLowRecord(ctx, sid(1), 30); err != nil {
+	if err := writepath.New(db).RaiseLowRecord(ctx, sid(1), 30); err != nil {
 		t.Fatal(err)
 	}
 	if again, _, err := db.ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 2 ||
@@ -181,11 +182,11 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 	t.Parallel()
 	db, url := testenv.MigratedDB(t)
 	ctx := context.Background()
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []catalog.StreamID{sid(1), sid(2), sid(3), sid(4)} {
-		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,7 +203,7 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 	}
 	settleEntry(t, ctx, db, f, sid(2), 0, 10, 0, -1, "b0", "")
 	for _, id := range []catalog.StreamID{sid(1), sid(2), sid(3), sid(4)} {
-		if err := db.RaiseLowRecord(ctx, id, 40); err != nil {
+		if err := writepath.New(db).RaiseLowRecord(ctx, id, 40); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,8 +250,8 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 // absorb absorbs one flight (seq) of count records of one stream.
 func absorb(t *testing.T, ctx context.Context, db *catalog.DB, seq int64, id catalog.StreamID, first, count int64) {
 	t.Helper()
-	if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 61, FooterLength: 100,
-		Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: first, Count: count}}}}); err != nil {
+	if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 61, FooterLength: 100,
+		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: first, Count: count}}}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
@@ -78,7 +79,7 @@ func TestTriggerWakesTheLeaderAndForcesStreams(t *testing.T) {
 	eventually(t, 5*time.Second, "leads", s.leader)
 
 	id := catalog.StreamID{0: 0xab, 15: 1}
-	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
 	req, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "op")
@@ -360,11 +361,11 @@ func TestMetastoreGaugesAndStatus(t *testing.T) {
 	ctx := context.Background()
 	c := testenv.Conn(t, url)
 	for i := byte(1); i <= 3; i++ {
-		if err := db.CreateStream(ctx, catalog.StreamID{15: i}, "s1", "b1"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, catalog.StreamID{15: i}, "s1", "b1"); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
-			Batches: []catalog.AbsorbBatch{{Stream: catalog.StreamID{15: i}, FirstRecord: 0, Count: 5}}}}); err != nil {
+		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
+			Batches: []writepath.AbsorbBatch{{Stream: catalog.StreamID{15: i}, FirstRecord: 0, Count: 5}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

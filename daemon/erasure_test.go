@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
@@ -28,11 +29,11 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	c := testenv.Conn(t, url)
 	ids := []catalog.StreamID{{15: 1}, {15: 2}, {15: 3}}
 	for i, id := range ids {
-		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
-			Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 10}}}}); err != nil {
+		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
+			Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 10}}}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := db.RecordErasure(ctx, id, 2, 3); err != nil {

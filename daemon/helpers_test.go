@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
@@ -25,7 +26,7 @@ func newDB(t *testing.T) (*catalog.DB, string) {
 	t.Helper()
 	db, url := testenv.MigratedDB(t)
 	ctx := context.Background()
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	return db, url

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -19,7 +20,7 @@ func TestLocalDeadlineCountsFromBeforeTheAcquisition(t *testing.T) {
 	t.Parallel()
 	db, rawURL := testenv.MigratedDB(t)
 	ctx := context.Background()
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	u, err := url.Parse(rawURL)

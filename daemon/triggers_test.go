@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
@@ -22,15 +23,15 @@ import (
 func absorbed(t *testing.T, db *catalog.DB, id catalog.StreamID, seq, n int64) {
 	t.Helper()
 	ctx := context.Background()
-	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
 	if n == 0 {
 		return
 	}
-	f := catalog.AbsorbFlight{Epoch: 1, Seq: seq, FooterOffset: 1, FooterLength: 1,
-		Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: n}}}
-	if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{f}); err != nil {
+	f := writepath.AbsorbFlight{Epoch: 1, Seq: seq, FooterOffset: 1, FooterLength: 1,
+		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: n}}}
+	if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{f}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -60,7 +61,7 @@ func TestTriggersSurviveAFailedCycle(t *testing.T) {
 	absorbed(t, db, held, 1, 4)
 	// Retention made all of settled's records dead, so the step below
 	// "settles" it with SkipBelowLow, a real fenced settle statement.
-	if err := db.RaiseLowRecord(ctx, settled, 10); err != nil {
+	if err := writepath.New(db).RaiseLowRecord(ctx, settled, 10); err != nil {
 		t.Fatal(err)
 	}
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
@@ -184,7 +185,7 @@ func writeFairSlots(b testing.TB, e *env, sh fairShape) ([]bundlefmt.StreamID, [
 	ids := make([]bundlefmt.StreamID, sh.hot+sh.cold)
 	for i := range ids {
 		ids[i] = bundlefmt.StreamID{0: 0xfa, 14: byte(i >> 8), 15: byte(i)}
-		if err := e.db.CreateStream(e.ctx, catalog.StreamID(ids[i]), "s1", "b0"); err != nil {
+		if err := writepath.New(e.db).CreateStream(e.ctx, catalog.StreamID(ids[i]), "s1", "b0"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -205,7 +206,7 @@ func writeFairSlots(b testing.TB, e *env, sh fairShape) ([]bundlefmt.StreamID, [
 func writeFairFlight(b testing.TB, e *env, seq int, ids []bundlefmt.StreamID, next []uint64, size func(i int) (int, int)) {
 	r := rand.New(rand.NewPCG(uint64(seq), 5))
 	var chunks []bundlefmt.Chunk
-	var batches []catalog.AbsorbBatch
+	var batches []writepath.AbsorbBatch
 	for i, id := range ids {
 		n, rb := size(i)
 		body := make([]byte, rb)
@@ -220,7 +221,7 @@ func writeFairFlight(b testing.TB, e *env, seq int, ids []bundlefmt.StreamID, ne
 			}
 		}
 		chunks = append(chunks, cb.Chunk())
-		batches = append(batches, catalog.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(next[i]), Count: int64(n)})
+		batches = append(batches, writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(next[i]), Count: int64(n)})
 		next[i] += uint64(n)
 	}
 	putFlight(b, e, seq, chunks, batches)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
@@ -114,7 +115,7 @@ func writeSlots(b *testing.B, e *env, streams, flights, perChunk, recBytes int) 
 	ids := make([]bundlefmt.StreamID, streams)
 	for i := range ids {
 		ids[i] = bundlefmt.StreamID{0: 0xbe, 14: byte(i >> 8), 15: byte(i)}
-		if err := e.db.CreateStream(e.ctx, catalog.StreamID(ids[i]), "s1", "b0"); err != nil {
+		if err := writepath.New(e.db).CreateStream(e.ctx, catalog.StreamID(ids[i]), "s1", "b0"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -125,7 +126,7 @@ func writeSlots(b *testing.B, e *env, streams, flights, perChunk, recBytes int) 
 	}
 	for seq := 0; seq < flights; seq++ {
 		var chunks []bundlefmt.Chunk
-		var batches []catalog.AbsorbBatch
+		var batches []writepath.AbsorbBatch
 		for i, id := range ids {
 			cb := bundlefmt.NewChunkBuilder(id, uint64(seq*perChunk))
 			for j := 0; j < perChunk; j++ {
@@ -135,7 +136,7 @@ func writeSlots(b *testing.B, e *env, streams, flights, perChunk, recBytes int) 
 				}
 			}
 			chunks = append(chunks, cb.Chunk())
-			batches = append(batches, catalog.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(seq * perChunk), Count: int64(perChunk)})
+			batches = append(batches, writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(seq * perChunk), Count: int64(perChunk)})
 		}
 		putFlight(b, e, seq, chunks, batches)
 	}
@@ -144,7 +145,7 @@ func writeSlots(b *testing.B, e *env, streams, flights, perChunk, recBytes int) 
 
 // putFlight writes slot 1/seq of star s1 holding chunks into the standard
 // bucket and absorbs it with batches.
-func putFlight(b testing.TB, e *env, seq int, chunks []bundlefmt.Chunk, batches []catalog.AbsorbBatch) {
+func putFlight(b testing.TB, e *env, seq int, chunks []bundlefmt.Chunk, batches []writepath.AbsorbBatch) {
 	b.Helper()
 	obj, err := bundlefmt.EncodeFlight(1, uint64(seq), 7, chunks)
 	if err != nil {
@@ -158,7 +159,7 @@ func putFlight(b testing.TB, e *env, seq int, chunks []bundlefmt.Chunk, batches 
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := e.db.Absorb(e.ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(seq),
+	if err := writepath.New(e.db).Absorb(e.ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: int64(seq),
 		FooterOffset: int64(f.FooterOffset()), FooterLength: int64(f.FooterLength()), Batches: batches}}); err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
 )
@@ -36,7 +37,7 @@ func TestAbsorbCommittingDuringTheStreamRead(t *testing.T) {
 			}
 			// Retention inside the unsettled range: the cycle's retention
 			// step locks the stream row (and waits behind the held absorb).
-			if err := e.db.RaiseLowRecord(e.ctx, st.ID, st.SettledThrough+1); err != nil {
+			if err := writepath.New(e.db).RaiseLowRecord(e.ctx, st.ID, st.SettledThrough+1); err != nil {
 				t.Fatal(err)
 			}
 
@@ -72,7 +73,7 @@ func TestAbsorbCommittingDuringTheStreamRead(t *testing.T) {
 			// Let the absorb commit only once the cycle waits behind it.
 			deadline := time.Now().Add(30 * time.Second)
 			for {
-				n, err := e.db.Sim().LockWaiters(e.ctx)
+				n, err := writepath.New(e.db).LockWaiters(e.ctx)
 				if err != nil {
 					t.Fatal(err)
 				}

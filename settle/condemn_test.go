@@ -12,6 +12,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/objstore"
@@ -78,7 +79,7 @@ func condemned(t *testing.T, e *env, key string, refsBefore int) {
 	if _, err := e.store.Head(e.ctx, e.std, key); err != nil {
 		t.Fatalf("the damaged object must stand until the reap: %v", err)
 	}
-	if err := e.db.SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
+	if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if c := e.reap("s1"); c.ObjectsReaped != 1 {

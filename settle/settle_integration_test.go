@@ -16,6 +16,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/crc32c"
@@ -90,7 +91,7 @@ func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, s
 	}
 	e := &env{t: t, ctx: ctx, db: db, url: url, store: store, std: std, express: express, pending: pending, content: sim.DefaultContent(7)}
 	if streams == 0 { // the caller writes its own slots
-		if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
+		if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
 			t.Fatal(err)
 		}
 		return e, sim.Fixture{}
@@ -575,7 +576,7 @@ func TestRetentionGapBehindTheTail(t *testing.T) {
 				t.Fatal(err)
 			}
 			low := int64(first.EndRecord()) + 1
-			if err := e.db.RaiseLowRecord(e.ctx, st.ID, low); err != nil {
+			if err := writepath.New(e.db).RaiseLowRecord(e.ctx, st.ID, low); err != nil {
 				t.Fatal(err)
 			}
 			c, err := e.cycle("s1", e.settler(nil))
@@ -768,12 +769,12 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 			replaceSlot(e, key, obj)
 		}},
 		{"overlapping refs", cycle.ClassTiling, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
-			if err := e.db.DuplicateRef(e.ctx, st.ID, ref.FirstRecord, ref.FirstRecord+1); err != nil {
+			if err := writepath.New(e.db).DuplicateRef(e.ctx, st.ID, ref.FirstRecord, ref.FirstRecord+1); err != nil {
 				e.t.Fatal(err)
 			}
 		}},
 		{"wrong footer window in a ref", cycle.ClassCorrupt, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
-			if err := e.db.ShiftRefWindow(e.ctx, st.ID, ref.FirstRecord, 8); err != nil {
+			if err := writepath.New(e.db).ShiftRefWindow(e.ctx, st.ID, ref.FirstRecord, 8); err != nil {
 				e.t.Fatal(err)
 			}
 		}},
@@ -945,7 +946,7 @@ func TestOverlappingCatalogHalts(t *testing.T) {
 			if where == "before-tail" {
 				stretch = entries[len(entries)-2]
 			}
-			if err := e.db.StretchEntry(e.ctx, victim.ID, stretch.FirstRecord, 1); err != nil {
+			if err := writepath.New(e.db).StretchEntry(e.ctx, victim.ID, stretch.FirstRecord, 1); err != nil {
 				t.Fatal(err)
 			}
 			before := listKeys(e)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
@@ -64,20 +65,20 @@ func BenchmarkReapSlots(b *testing.B) {
 // stream, settled at once, so that trim releases them all.
 func benchChain(b *testing.B, ctx context.Context, db *catalog.DB, s objstore.Store, bucket, star string, n int) catalog.Fence {
 	b.Helper()
-	if err := db.CreateStar(ctx, star, catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, star, catalog.ClassStandard, 1); err != nil {
 		b.Fatal(err)
 	}
 	id := catalog.StreamID{1, byte(len(star)), star[len(star)-1]}
 	copy(id[4:], star)
-	if err := db.CreateStream(ctx, id, star, "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, id, star, "b1"); err != nil {
 		b.Fatal(err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
-	flights := make([]catalog.AbsorbFlight, n)
+	flights := make([]writepath.AbsorbFlight, n)
 	for seq := range n {
-		flights[seq] = catalog.AbsorbFlight{Epoch: 1, Seq: int64(seq), FooterOffset: 61, FooterLength: 1,
-			Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: int64(seq), Count: 1}}}
+		flights[seq] = writepath.AbsorbFlight{Epoch: 1, Seq: int64(seq), FooterOffset: 61, FooterLength: 1,
+			Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: int64(seq), Count: 1}}}
 		g.Go(func() error {
 			return s.PutIfAbsent(gctx, bucket, bundlefmt.SlotKey(star, 1, uint64(seq)), bundlefmt.EncodePoison(1, uint64(seq), 1))
 		})
@@ -85,7 +86,7 @@ func benchChain(b *testing.B, ctx context.Context, db *catalog.DB, s objstore.St
 	if err := g.Wait(); err != nil {
 		b.Fatal(err)
 	}
-	if err := db.Absorb(ctx, star, flights); err != nil {
+	if err := writepath.New(db).Absorb(ctx, star, flights); err != nil {
 		b.Fatal(err)
 	}
 	lease, err := db.AcquireLease(ctx, star, "bench", time.Hour)

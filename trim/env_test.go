@@ -15,6 +15,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
@@ -75,11 +76,11 @@ func newEnvOn(t testing.TB, ns namedStore, class string, window int, streams ...
 	if e.metrics, err = trim.NewMetrics(e.reg); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CreateStar(ctx, e.star, class, window); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, e.star, class, window); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range streams {
-		if err := db.CreateStream(ctx, id, e.star, "b1"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, id, e.star, "b1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -206,11 +207,11 @@ func (e *env) flight(epoch, seq int64, batches ...batch) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	fl := catalog.AbsorbFlight{Epoch: epoch, Seq: seq, FooterOffset: int64(env.FooterOffset), FooterLength: int64(env.FooterLength)}
+	fl := writepath.AbsorbFlight{Epoch: epoch, Seq: seq, FooterOffset: int64(env.FooterOffset), FooterLength: int64(env.FooterLength)}
 	for _, b := range batches {
-		fl.Batches = append(fl.Batches, catalog.AbsorbBatch{Stream: b.stream, FirstRecord: e.next[b.stream], Count: b.count})
+		fl.Batches = append(fl.Batches, writepath.AbsorbBatch{Stream: b.stream, FirstRecord: e.next[b.stream], Count: b.count})
 	}
-	if err := e.db.Absorb(e.ctx, e.star, []catalog.AbsorbFlight{fl}); err != nil {
+	if err := writepath.New(e.db).Absorb(e.ctx, e.star, []writepath.AbsorbFlight{fl}); err != nil {
 		e.t.Fatal(err)
 	}
 	for _, b := range batches {
@@ -233,7 +234,7 @@ func (e *env) lost(epoch, seq int64, batches ...batch) {
 // end_seq.
 func (e *env) failover(finish bool) (int64, int64) {
 	e.t.Helper()
-	old, h, err := e.db.BeginFence(e.ctx, e.star)
+	old, h, err := writepath.New(e.db).BeginFence(e.ctx, e.star)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -245,7 +246,7 @@ func (e *env) failover(finish bool) (int64, int64) {
 		e.put(old, s, e.slotBytes(old, s, nil))
 	}
 	if finish {
-		if err := e.db.EndFence(e.ctx, e.star, old, k+int64(e.window)); err != nil {
+		if err := writepath.New(e.db).EndFence(e.ctx, e.star, old, k+int64(e.window)); err != nil {
 			e.t.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/trim"
 )
 
@@ -151,7 +152,7 @@ func (m *model) endFence() {
 	}
 	i := m.rnd.IntN(len(m.fences))
 	ep := m.fences[i]
-	if err := m.e.db.EndFence(m.e.ctx, m.e.star, ep, m.ends[ep]); err != nil {
+	if err := writepath.New(m.e.db).EndFence(m.e.ctx, m.e.star, ep, m.ends[ep]); err != nil {
 		m.e.t.Fatal(err)
 	}
 	m.fences = append(m.fences[:i], m.fences[i+1:]...)
@@ -273,7 +274,7 @@ func (m *model) openList() []*mopen {
 func (m *model) retention() {
 	s := m.streams[m.rnd.IntN(len(m.streams))]
 	low := s.low + m.rnd.Int64N(s.next-s.low+1)
-	if err := m.e.db.RaiseLowRecord(m.e.ctx, s.id, low); err != nil {
+	if err := writepath.New(m.e.db).RaiseLowRecord(m.e.ctx, s.id, low); err != nil {
 		m.e.t.Fatal(err)
 	}
 	s.low = low

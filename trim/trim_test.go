@@ -16,6 +16,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
@@ -164,7 +165,7 @@ func TestFenceInProgressHoldsTrim(t *testing.T) {
 		t.Fatalf("plan does not show the fence:\n%s", e.plan.String())
 	}
 
-	if err := e.db.EndFence(e.ctx, e.star, old, end); err != nil {
+	if err := writepath.New(e.db).EndFence(e.ctx, e.star, old, end); err != nil {
 		t.Fatal(err)
 	}
 	e.mustCycle()
@@ -385,7 +386,7 @@ func nothingDeletedBeforeReapAfter(t *testing.T, ns namedStore) {
 		e.flight(1, s, batch{a, 2})
 		e.settle(a)
 	}
-	if err := e.db.RaiseLowRecord(e.ctx, a, 4); err != nil { // retires [0,2) and [2,4)
+	if err := writepath.New(e.db).RaiseLowRecord(e.ctx, a, 4); err != nil { // retires [0,2) and [2,4)
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
@@ -412,7 +413,7 @@ func nothingDeletedBeforeReapAfter(t *testing.T, ns namedStore) {
 	e.cfg.ReapGrace = 2 * time.Second
 	e.flight(1, 3, batch{a, 1})
 	e.settle(a)
-	if err := e.db.RaiseLowRecord(e.ctx, a, 6); err != nil {
+	if err := writepath.New(e.db).RaiseLowRecord(e.ctx, a, 6); err != nil {
 		t.Fatal(err)
 	}
 	e.mustCycle()
@@ -485,7 +486,7 @@ func retentionAndObjectReaps(t *testing.T, ns namedStore) {
 	if err := e.db.AbandonPublish(e.ctx, e.fence, ref.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.db.RaiseLowRecord(e.ctx, a, 15); err != nil { // [0,10) retired, [10,20) straddles
+	if err := writepath.New(e.db).RaiseLowRecord(e.ctx, a, 15); err != nil { // [0,10) retired, [10,20) straddles
 		t.Fatal(err)
 	}
 	n := e.mustCycle()
@@ -534,7 +535,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	}
 	e.flight(1, 3, batch{a, 1})
 	e.settle(a)
-	if err := e.db.RaiseLowRecord(e.ctx, a, 20); err != nil {
+	if err := writepath.New(e.db).RaiseLowRecord(e.ctx, a, 20); err != nil {
 		t.Fatal(err)
 	}
 	snap := func() string {
@@ -579,7 +580,7 @@ func TestCrashPointsConverge(t *testing.T) {
 				e.flight(1, s, batch{a, 5})
 				e.settle(a)
 			}
-			if err := e.db.RaiseLowRecord(e.ctx, a, 10); err != nil {
+			if err := writepath.New(e.db).RaiseLowRecord(e.ctx, a, 10); err != nil {
 				t.Fatal(err)
 			}
 			fired := false
@@ -666,7 +667,7 @@ func TestStaleLeaderIsFenced(t *testing.T) {
 		e.flight(1, s, batch{a, 10})
 		e.settle(a)
 	}
-	if err := e.db.RaiseLowRecord(e.ctx, a, 10); err != nil {
+	if err := writepath.New(e.db).RaiseLowRecord(e.ctx, a, 10); err != nil {
 		t.Fatal(err)
 	}
 	good := e.fence

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/verify"
@@ -76,15 +77,15 @@ func healthyCatalog(t *testing.T, db *catalog.DB) (*memStore, []string) {
 		counts []int64
 	}{{1, []int64{10, 5}}, {2, []int64{7}}} {
 		id := catalog.StreamID{15: s.id}
-		if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 			t.Fatal(err)
 		}
 		var total int64
 		for _, c := range s.counts {
 			total += c
 		}
-		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
-			Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: total}}}}); err != nil {
+		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
+			Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: total}}}}); err != nil {
 			t.Fatal(err)
 		}
 		var first int64
@@ -106,7 +107,7 @@ func verifyOpts() verify.Options {
 func newDB(t *testing.T) (*catalog.DB, string) {
 	t.Helper()
 	db, url := testenv.MigratedDB(t)
-	if err := db.CreateStar(context.Background(), "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(context.Background(), "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	return db, url
@@ -203,11 +204,11 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := catalog.StreamID{15: 3}
-	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 1, FooterLength: 1,
-		Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 120}}}}); err != nil {
+	if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 1, FooterLength: 1,
+		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 120}}}}); err != nil {
 		t.Fatal(err)
 	}
 	store := &memStore{objects: map[string][]byte{}}
@@ -215,7 +216,7 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 		key, obj := settleObject(t, db, lease.Fence, id, first, 10)
 		store.objects["nova/"+key] = obj
 	}
-	if err := db.StretchEntry(ctx, id, 10, 1); err != nil { // [10, 21) over [20, 30)
+	if err := writepath.New(db).StretchEntry(ctx, id, 10, 1); err != nil { // [10, 21) over [20, 30)
 		t.Fatal(err)
 	}
 	if o, err := db.FirstOverlap(ctx, []catalog.StreamID{id}); err != nil || o != nil {

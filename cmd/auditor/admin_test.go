@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/daemon"
 )
 
@@ -16,7 +17,7 @@ func TestReleaseAndStatus(t *testing.T) {
 	url, db := migratedDB(t)
 	ctx := context.Background()
 	id := catalog.StreamID{0: 0x12, 15: 0x34}
-	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
 	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)

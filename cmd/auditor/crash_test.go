@@ -16,6 +16,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
@@ -297,7 +298,7 @@ func (e *crashEnv) retentionMove() {
 		// low: retire the whole stream so that retention surely runs.
 		low = hot.NextRecord
 	}
-	if err := e.db.RaiseLowRecord(e.ctx, hot.ID, low); err != nil {
+	if err := writepath.New(e.db).RaiseLowRecord(e.ctx, hot.ID, low); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -377,7 +378,7 @@ func (e *crashEnv) checkErasuresApplied() {
 }
 
 func (e *crashEnv) skipGrace() {
-	if err := e.db.SkipGrace(e.ctx, "s1", time.Hour); err != nil {
+	if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", time.Hour); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // absorbRecords gives stream id of star s1 n records (one flight at seq),
@@ -15,8 +16,8 @@ import (
 // the stream row.
 func absorbRecords(t *testing.T, db *catalog.DB, id catalog.StreamID, seq, first, n int64) {
 	t.Helper()
-	if err := db.Absorb(context.Background(), "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 100, FooterLength: 50,
-		Batches: []catalog.AbsorbBatch{{Stream: id, FirstRecord: first, Count: n}}}}); err != nil {
+	if err := writepath.New(db).Absorb(context.Background(), "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 100, FooterLength: 50,
+		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: first, Count: n}}}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -33,13 +34,13 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 	ctx := context.Background()
 	id := catalog.StreamID{0: 0xe1, 15: 0x01}
 	other := catalog.StreamID{0: 0xe1, 15: 0x02}
-	if err := db.CreateStream(ctx, id, "s1", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CreateStar(ctx, "s2", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s2", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CreateStream(ctx, other, "s2", "b1"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, other, "s2", "b1"); err != nil {
 		t.Fatal(err)
 	}
 	absorbRecords(t, db, id, 0, 0, 100)

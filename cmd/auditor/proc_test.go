@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -82,7 +83,7 @@ func novasimBinary(t *testing.T) string { return novasimBuild.get(t, "novasim", 
 func migratedDB(t *testing.T) (string, *catalog.DB) {
 	t.Helper()
 	url, db := migratedDBNoStar(t)
-	if err := db.CreateStar(context.Background(), "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(context.Background(), "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	return url, db

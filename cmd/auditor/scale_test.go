@@ -18,6 +18,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
@@ -65,7 +66,7 @@ func TestScaleStar(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	built := time.Now()
@@ -101,7 +102,7 @@ func TestScaleStar(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := 0
-	flight := func(chunks []bundlefmt.Chunk, batches []catalog.AbsorbBatch) {
+	flight := func(chunks []bundlefmt.Chunk, batches []writepath.AbsorbBatch) {
 		t.Helper()
 		obj, err := bundlefmt.EncodeFlight(1, uint64(seq), 3, chunks)
 		if err != nil {
@@ -115,7 +116,7 @@ func TestScaleStar(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(seq),
+		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: int64(seq),
 			FooterOffset: int64(f.FooterOffset()), FooterLength: int64(f.FooterLength()), Batches: batches}}); err != nil {
 			t.Fatal(err)
 		}
@@ -130,13 +131,13 @@ func TestScaleStar(t *testing.T) {
 	small := make([]bundlefmt.StreamID, due)
 	for i := range small {
 		small[i] = bundlefmt.StreamID{0: 0x5a, 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}
-		if err := db.CreateStream(ctx, catalog.StreamID(small[i]), "s1", "b0"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, catalog.StreamID(small[i]), "s1", "b0"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for f := 0; f < 2; f++ {
 		var chunks []bundlefmt.Chunk
-		var batches []catalog.AbsorbBatch
+		var batches []writepath.AbsorbBatch
 		for _, id := range small {
 			cb := bundlefmt.NewChunkBuilder(id, uint64(2*f))
 			for j := 0; j < 2; j++ {
@@ -145,13 +146,13 @@ func TestScaleStar(t *testing.T) {
 				}
 			}
 			chunks = append(chunks, cb.Chunk())
-			batches = append(batches, catalog.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(2 * f), Count: 2})
+			batches = append(batches, writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(2 * f), Count: 2})
 		}
 		flight(chunks, batches)
 	}
 	// The hot stream's backlog.
 	hot := bundlefmt.StreamID{0: 0x40, 15: 1}
-	if err := db.CreateStream(ctx, catalog.StreamID(hot), "s1", "b0"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, catalog.StreamID(hot), "s1", "b0"); err != nil {
 		t.Fatal(err)
 	}
 	for first := 0; first < backlog; {
@@ -163,7 +164,7 @@ func TestScaleStar(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		flight([]bundlefmt.Chunk{cb.Chunk()}, []catalog.AbsorbBatch{{Stream: catalog.StreamID(hot), FirstRecord: int64(first), Count: int64(n)}})
+		flight([]bundlefmt.Chunk{cb.Chunk()}, []writepath.AbsorbBatch{{Stream: catalog.StreamID(hot), FirstRecord: int64(first), Count: int64(n)}})
 		first += n
 	}
 	t.Logf("built: %d idle streams, %d catalog entries in one stream, %d ledger rows, %d due small streams, a %d-record backlog in %d slots, in %s",

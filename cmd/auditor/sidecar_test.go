@@ -10,6 +10,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/settle"
@@ -30,7 +31,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 	st, _ := teststore.S3Store(t, teststore.Options{})
 	bucket := testenv.BucketName("sidecar")
 	teststore.CreateBucket(t, st, bucket)
-	if err := db.CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
 	// Two streams, twelve flights, 2 MiB chunks each: every stream's object
@@ -43,11 +44,11 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 	}
 	for seq := 0; seq < flights; seq++ {
 		var chunks []bundlefmt.Chunk
-		var batches []catalog.AbsorbBatch
+		var batches []writepath.AbsorbBatch
 		for i := 0; i < streams; i++ {
 			id := bundlefmt.StreamID{0: 0x5c, 15: byte(i)}
 			if seq == 0 {
-				if err := db.CreateStream(ctx, catalog.StreamID(id), "s1", "b0"); err != nil {
+				if err := writepath.New(db).CreateStream(ctx, catalog.StreamID(id), "s1", "b0"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -59,7 +60,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 				}
 			}
 			chunks = append(chunks, cb.Chunk())
-			batches = append(batches, catalog.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(seq * perChunk), Count: perChunk})
+			batches = append(batches, writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(seq * perChunk), Count: perChunk})
 		}
 		obj, err := bundlefmt.EncodeFlight(1, uint64(seq), 1, chunks)
 		if err != nil {
@@ -70,7 +71,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 			t.Fatal(err)
 		}
 		f, _ := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
-		if err := db.Absorb(ctx, "s1", []catalog.AbsorbFlight{{Epoch: 1, Seq: int64(seq), FooterOffset: int64(f.FooterOffset()),
+		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: int64(seq), FooterOffset: int64(f.FooterOffset()),
 			FooterLength: int64(f.FooterLength()), Batches: batches}}); err != nil {
 			t.Fatal(err)
 		}

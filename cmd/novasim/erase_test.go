@@ -47,7 +47,7 @@ func TestEraseAndEraseRate(t *testing.T) {
 	if err != nil || len(others) != 1 {
 		t.Fatal(others, err)
 	}
-	before, err := db.Sim().ErasuresOfStar(ctx, "e1")
+	before, err := db.ErasuresOfStar(ctx, "e1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestEraseAndEraseRate(t *testing.T) {
 			t.Errorf("erase %v: exit %d %q %q (want 2 naming %q)", tc.args, code, out, errs, tc.want)
 		}
 	}
-	after, err := db.Sim().ErasuresOfStar(ctx, "e1")
+	after, err := db.ErasuresOfStar(ctx, "e1")
 	if err != nil || len(after[s.ID]) != len(before[s.ID])+1 {
 		t.Fatalf("erasures of the stream: %d before, %d after the refusals (want one more) %v", len(before[s.ID]), len(after[s.ID]), err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 	"github.com/nova/auditor/internal/sim"
@@ -144,7 +145,7 @@ func starsToWrite(ctx context.Context, db *catalog.DB, star string) ([]string, e
 	if star != "" {
 		return []string{star}, nil
 	}
-	profs, err := db.Sim().Stars(ctx)
+	profs, err := writepath.New(db).Stars(ctx)
 	if err != nil {
 		return nil, err
 	}

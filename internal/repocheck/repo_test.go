@@ -128,7 +128,10 @@ func slug(h string) string {
 // TestImportsPointOneWay: the storage and format libraries depend on
 // nothing of ours but each other as DESIGN lays out; the steps do not
 // import the daemon or the binary, nor the daemon the steps; verify (the
-// offline fsck) imports no step and not the daemon; nothing imports cmd/.
+// offline fsck) imports no step and not the daemon; nothing imports cmd/;
+// and nothing the auditor is built from reaches catalog/writepath, the
+// write path's statements (novasim's and the tests'), directly or through
+// another package.
 func TestImportsPointOneWay(t *testing.T) {
 	root := repoRoot(t)
 	cmd := exec.Command("go", "list", "-json", "./...")
@@ -150,11 +153,18 @@ func TestImportsPointOneWay(t *testing.T) {
 		// internal/crc32c is a leaf: everything may import it, it imports nothing of ours.
 		"internal/crc32c": {"bundlefmt", "pendingobj", "objstore", "catalog", "settle", "trim", "daemon", "internal/", "cmd/"},
 	}
+	// The production packages, subpackages included, and the auditor's
+	// binary (its non-test files: go list's Deps is the closure of Imports,
+	// test imports apart) never reach the write path's statements.
+	const writePath = "catalog/writepath"
+	production := []string{"bundlefmt", "pendingobj", "objstore", "catalog", "settle", "trim", "daemon", "migrations", "internal/cycle", "cmd/auditor"}
+	seen := map[string]bool{}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	for {
 		var p struct {
 			ImportPath string
 			Imports    []string
+			Deps       []string
 		}
 		if err := dec.Decode(&p); err == io.EOF {
 			break
@@ -162,6 +172,17 @@ func TestImportsPointOneWay(t *testing.T) {
 			t.Fatal(err)
 		}
 		rel := strings.TrimPrefix(p.ImportPath, mod)
+		for _, pkg := range production {
+			if rel == writePath || rel != pkg && !strings.HasPrefix(rel, pkg+"/") {
+				continue
+			}
+			seen[pkg] = true
+			for _, d := range p.Deps {
+				if d == mod+writePath {
+					t.Errorf("%s depends on %s: the write path's statements are for novasim and the tests", rel, writePath)
+				}
+			}
+		}
 		for pkg, bad := range forbidden {
 			if rel != pkg && !strings.HasPrefix(rel, pkg+"/") {
 				continue
@@ -177,6 +198,11 @@ func TestImportsPointOneWay(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+	for _, pkg := range production {
+		if !seen[pkg] {
+			t.Errorf("go list found no package %s: the write-path rule checks nothing there", pkg)
 		}
 	}
 }

@@ -119,7 +119,7 @@ func TestSameResultsAcrossBackends(t *testing.T) {
 		rep := mustCheck(t, db, st, CheckOptions{})
 		refs := map[catalog.StreamID][]catalog.SpanRef{}
 		for _, star := range []string{"same", "same-x"} {
-			rs, err := db.Sim().RefsOfStar(ctx, star)
+			rs, err := db.RefsOfStar(ctx, star)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -170,7 +170,7 @@ func (c *checker) chainView(ctx context.Context, star catalog.Star) (*chainState
 	if len(eps) == 0 || eps[len(eps)-1].Epoch != star.Epoch {
 		c.invariant(v.name, nil, "", "the star is at epoch %d, star_epochs ends at %d", star.Epoch, len(eps))
 	}
-	v.ce, v.cs, v.hasCursor, err = c.db.Sim().TrimCursor(ctx, v.name)
+	v.ce, v.cs, v.hasCursor, err = c.db.TrimCursor(ctx, v.name)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // CheckOptions says what Check looks at.
@@ -129,6 +130,7 @@ func (f Finding) String() string {
 // checker is one Check call.
 type checker struct {
 	db   *catalog.DB
+	wp   *writepath.DB // novasim's content profiles
 	st   Storage
 	opts CheckOptions
 	mu   sync.Mutex
@@ -171,10 +173,10 @@ func Check(ctx context.Context, db *catalog.DB, st Storage, opts CheckOptions) (
 	if opts.MaxFindings <= 0 {
 		opts.MaxFindings = 100
 	}
-	c := &checker{db: db, st: st, opts: opts}
+	c := &checker{db: db, wp: writepath.New(db), st: st, opts: opts}
 	stars := opts.Stars
 	if len(stars) == 0 {
-		profs, err := db.Sim().Stars(ctx)
+		profs, err := c.wp.Stars(ctx)
 		if err != nil {
 			return c.rep, err
 		}
@@ -298,7 +300,7 @@ func (d spanSet) has(r int64) bool {
 }
 
 func (c *checker) checkStar(ctx context.Context, name string) error {
-	prof, err := c.db.Sim().Star(ctx, name)
+	prof, err := c.wp.Star(ctx, name)
 	if err != nil {
 		return fmt.Errorf("check star %q: %w", name, err)
 	}
@@ -311,21 +313,21 @@ func (c *checker) checkStar(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	entries, err := c.db.Sim().EntriesOfStar(ctx, name)
+	entries, err := c.db.EntriesOfStar(ctx, name)
 	if err != nil {
 		return err
 	}
-	erasures, err := c.db.Sim().ErasuresOfStar(ctx, name)
+	erasures, err := c.db.ErasuresOfStar(ctx, name)
 	if err != nil {
 		return err
 	}
 	var refs map[catalog.StreamID][]catalog.SpanRef
 	var marks map[catalog.StreamID]catalog.DueMarker
 	if !c.opts.SettledOnly {
-		if refs, err = c.db.Sim().RefsOfStar(ctx, name); err != nil {
+		if refs, err = c.db.RefsOfStar(ctx, name); err != nil {
 			return err
 		}
-		if marks, err = c.db.Sim().DueMarkersOfStar(ctx, name); err != nil {
+		if marks, err = c.db.DueMarkersOfStar(ctx, name); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // TestCheckNamedCorruptions damages a clean written state in one named way
@@ -134,9 +135,9 @@ func absorbForeign(t *testing.T, db *catalog.DB, st Storage, star string) {
 		t.Fatal(err)
 	}
 	env, _ := bundlefmt.DecodeEnvelope("", data)
-	if err := db.Absorb(ctx, star, []catalog.AbsorbFlight{{Epoch: s.Epoch, Seq: s.NextSeq + 20,
+	if err := writepath.New(db).Absorb(ctx, star, []writepath.AbsorbFlight{{Epoch: s.Epoch, Seq: s.NextSeq + 20,
 		FooterOffset: int64(env.FooterOffset), FooterLength: int64(env.FooterLength),
-		Batches: []catalog.AbsorbBatch{{Stream: str.ID, FirstRecord: str.NextRecord, Count: 5}}}}); err != nil {
+		Batches: []writepath.AbsorbBatch{{Stream: str.ID, FirstRecord: str.NextRecord, Count: 5}}}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -19,6 +19,6 @@
 //
 // A record's content is a pure function of (seed, stream, record number)
 // (Gen), so nothing written is stored and a lost flight's reused record
-// numbers regenerate identically. Package sim owns no SQL (catalog does) and
-// makes no S3 call (objstore does).
+// numbers regenerate identically. Package sim owns no SQL (catalog and
+// catalog/writepath do) and makes no S3 call (objstore does).
 package sim

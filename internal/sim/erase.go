@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // Erasures as the write path's users request them
@@ -148,7 +149,7 @@ func newEraser(w *writer) *eraser {
 // afterAbsorb plays the erasure fault on the flights of one absorb batch.
 // A failure to record one is returned (the writer logs it and goes on: the
 // absorb it follows is done).
-func (e *eraser) afterAbsorb(ctx context.Context, flights []catalog.AbsorbFlight) error {
+func (e *eraser) afterAbsorb(ctx context.Context, flights []writepath.AbsorbFlight) error {
 	p := e.w.opts.Faults.Erase
 	if p <= 0 {
 		return nil
@@ -156,7 +157,7 @@ func (e *eraser) afterAbsorb(ctx context.Context, flights []catalog.AbsorbFlight
 	for _, f := range flights {
 		e.mu.Lock()
 		hit := e.rnd.Float64() < p && len(f.Batches) > 0
-		var b catalog.AbsorbBatch
+		var b writepath.AbsorbBatch
 		var first, count int64
 		if hit {
 			b = f.Batches[e.rnd.IntN(len(f.Batches))]

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // applyErasure marks e applied through the auditor's own transaction
@@ -122,7 +123,7 @@ func TestCheckExpectsTombstonesWhereErasuresApply(t *testing.T) {
 				record(t, db, s.ID, x[0], x[1])
 			}
 			if tc.name == "tombstone_under_a_malformed_row" {
-				if err := db.Sim().InsertErasureRow(ctx, s.ID, -5, 36); err != nil {
+				if err := writepath.New(db).InsertErasureRow(ctx, s.ID, -5, 36); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -180,7 +181,7 @@ func TestWriteTimeErasures(t *testing.T) {
 	if ws.Erasures < 5 || ws.Erased < ws.Erasures || ws.Erased > 4*ws.Erasures {
 		t.Fatalf("write stats: %d erasures of %d records over %d flights", ws.Erasures, ws.Erased, ws.Absorbed)
 	}
-	all, err := db.Sim().ErasuresOfStar(ctx, "we")
+	all, err := db.ErasuresOfStar(ctx, "we")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // slotNonces reads the nonce of every slot a ref names.
@@ -191,7 +192,7 @@ func testSameEpochRace(t *testing.T, db *catalog.DB, st Storage, star string) {
 	close(start)
 	r1, r2 := <-done, <-done
 	for _, r := range []result{r1, r2} {
-		if r.err != nil && !errors.Is(r.err, ErrFenced) && !errors.Is(r.err, catalog.ErrOutOfOrder) {
+		if r.err != nil && !errors.Is(r.err, ErrFenced) && !errors.Is(r.err, writepath.ErrOutOfOrder) {
 			t.Fatalf("writer ended with %v", r.err)
 		}
 	}

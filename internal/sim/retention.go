@@ -66,7 +66,7 @@ func (w *writer) retentionMove(ctx context.Context, rnd *rand.Rand) error {
 		return nil // nothing live to retire
 	}
 	low := st.LowRecord + 1 + rnd.Int64N(st.NextRecord-st.LowRecord)
-	if err := w.db.RaiseLowRecord(ctx, st.ID, low); err != nil {
+	if err := w.wp.RaiseLowRecord(ctx, st.ID, low); err != nil {
 		return fmt.Errorf("retention on star %q: %w", w.opts.Star, err)
 	}
 	w.c.retention.Add(1)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // session is one writer incarnation: one nonce, one epoch, seqs from the
@@ -36,7 +37,7 @@ type flight struct {
 	seq      int64
 	data     []byte // dropped once written
 	size     int64
-	meta     catalog.AbsorbFlight
+	meta     writepath.AbsorbFlight
 	records  int64
 	content  int64
 	lost     bool // fault: never absorb
@@ -280,7 +281,7 @@ func (p *pipeline) put(f *flight) {
 // fence by another writer, or an error.
 func (s *session) outcome(halt error, fenceCh chan fenceResult) outcome {
 	w := s.w
-	fenced := isTaken(halt) || errors.Is(halt, catalog.ErrFenced)
+	fenced := isTaken(halt) || errors.Is(halt, writepath.ErrFenced)
 	if fenceCh != nil {
 		r := <-fenceCh
 		switch {
@@ -344,7 +345,7 @@ type absorbResult struct {
 func (s *session) absorber(ctx context.Context, in <-chan []*flight, out chan<- absorbResult) {
 	w := s.w
 	for batch := range in {
-		flights := make([]catalog.AbsorbFlight, len(batch))
+		flights := make([]writepath.AbsorbFlight, len(batch))
 		for i, f := range batch {
 			flights[i] = f.meta
 		}
@@ -373,7 +374,7 @@ func (s *session) absorber(ctx context.Context, in <-chan []*flight, out chan<- 
 // absorb runs one absorb transaction, retrying transient failures. A retry
 // that finds the head already past the batch (the commit landed, its reply
 // did not) counts as done.
-func (s *session) absorb(ctx context.Context, flights []catalog.AbsorbFlight) error {
+func (s *session) absorb(ctx context.Context, flights []writepath.AbsorbFlight) error {
 	w := s.w
 	last := flights[len(flights)-1]
 	var err error
@@ -383,11 +384,11 @@ func (s *session) absorb(ctx context.Context, flights []catalog.AbsorbFlight) er
 				return serr
 			}
 		}
-		err = w.db.AbsorbHeld(ctx, w.opts.Star, flights, w.opts.BeforeAbsorbCommit)
+		err = w.wp.AbsorbHeld(ctx, w.opts.Star, flights, w.opts.BeforeAbsorbCommit)
 		switch {
 		case err == nil:
 			return nil
-		case attempt > 0 && errors.Is(err, catalog.ErrOutOfOrder):
+		case attempt > 0 && errors.Is(err, writepath.ErrOutOfOrder):
 			st, gerr := w.db.GetStar(ctx, w.opts.Star)
 			if gerr == nil && st.Epoch == last.Epoch && st.NextSeq == last.Seq+1 {
 				return nil
@@ -508,11 +509,11 @@ func (s *session) build(ctx context.Context) *flight {
 	sortIDs(order)
 	f := &flight{seq: s.seq}
 	chunks := make([]bundlefmt.Chunk, len(order))
-	f.meta = catalog.AbsorbFlight{Epoch: s.epoch, Seq: s.seq, Batches: make([]catalog.AbsorbBatch, len(order))}
+	f.meta = writepath.AbsorbFlight{Epoch: s.epoch, Seq: s.seq, Batches: make([]writepath.AbsorbBatch, len(order))}
 	for i, id := range order {
 		a := accs[id]
 		chunks[i] = a.cb.Chunk()
-		f.meta.Batches[i] = catalog.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: a.first, Count: a.count}
+		f.meta.Batches[i] = writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: a.first, Count: a.count}
 		f.records += a.count
 		f.content += a.content
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // naiveSettle settles records [settled_through, upTo) of every stream of
@@ -29,7 +30,7 @@ func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, f
 		t.Fatal(err)
 	}
 	defer db.ReleaseLease(ctx, lease.Fence)
-	prof, err := db.Sim().Star(ctx, star)
+	prof, err := writepath.New(db).Star(ctx, star)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // SetupOptions says what Setup creates.
@@ -93,24 +94,28 @@ func Setup(ctx context.Context, db *catalog.DB, opts SetupOptions) (Fixture, err
 		{opts.Star, catalog.ClassStandard, opts.Streams - nExpress},
 		{opts.ExpressStar, catalog.ClassExpress, nExpress},
 	}
+	wp := writepath.New(db)
+	if err := wp.Setup(ctx); err != nil {
+		return Fixture{}, err
+	}
 	var fx Fixture
 	for _, p := range plan {
 		if p.n == 0 && p.class == catalog.ClassExpress {
 			continue
 		}
 		fs := FixtureStar{Star: p.star, Class: p.class}
-		streams := make([]catalog.NewStream, p.n)
+		streams := make([]writepath.NewStream, p.n)
 		for i := range streams {
 			id := streamID(opts.Content.Seed, p.star, i)
-			streams[i] = catalog.NewStream{ID: id, Bucket: opts.StreamBuckets[i%len(opts.StreamBuckets)]}
+			streams[i] = writepath.NewStream{ID: id, Bucket: opts.StreamBuckets[i%len(opts.StreamBuckets)]}
 			fs.Streams = append(fs.Streams, id)
 		}
-		prof := catalog.SimStar{
+		prof := writepath.SimStar{
 			Star: p.star, Seed: int64(opts.Content.Seed),
 			MinBytes: int64(opts.Content.MinBytes), MaxBytes: int64(opts.Content.MaxBytes),
 			HeaderShare: opts.Content.HeaderShare, EmptyShare: opts.Content.EmptyShare,
 		}
-		if err := db.Sim().SetupStar(ctx, p.class, opts.FenceWindow, prof, streams); err != nil {
+		if err := wp.SetupStar(ctx, p.class, opts.FenceWindow, prof, streams); err != nil {
 			return fx, fmt.Errorf("set up star %q: %w", p.star, err)
 		}
 		sortIDs(fs.Streams)
@@ -135,7 +140,7 @@ func streamID(seed uint64, star string, i int) bundlefmt.StreamID {
 }
 
 // contentOf turns a recorded profile back into a Content.
-func contentOf(p catalog.SimStar) Content {
+func contentOf(p writepath.SimStar) Content {
 	return Content{Seed: uint64(p.Seed), MinBytes: int(p.MinBytes), MaxBytes: int(p.MaxBytes),
 		HeaderShare: p.HeaderShare, EmptyShare: p.EmptyShare}
 }

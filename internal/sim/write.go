@@ -14,6 +14,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // Takeover says how a Write call becomes the star's writer.
@@ -165,6 +166,7 @@ type counters struct {
 // writer is one Write call: one star, one or more sessions.
 type writer struct {
 	db       *catalog.DB
+	wp       *writepath.DB // the write path's statements
 	chain    chain
 	opts     WriteOptions
 	star     catalog.Star // static fields: ChainClass, FenceWindow
@@ -190,7 +192,8 @@ func Write(ctx context.Context, db *catalog.DB, st Storage, opts WriteOptions) (
 	if err != nil {
 		return WriteStats{Star: opts.Star}, err
 	}
-	prof, err := db.Sim().Star(ctx, opts.Star)
+	wp := writepath.New(db)
+	prof, err := wp.Star(ctx, opts.Star)
 	if err != nil {
 		return WriteStats{Star: opts.Star}, fmt.Errorf("star %q was not set up by novasim setup: %w", opts.Star, err)
 	}
@@ -200,6 +203,7 @@ func Write(ctx context.Context, db *catalog.DB, st Storage, opts WriteOptions) (
 	}
 	w := &writer{
 		db:       db,
+		wp:       wp,
 		chain:    chain{store: st.Store, star: opts.Star, buckets: buckets},
 		opts:     opts,
 		star:     star,
@@ -425,7 +429,7 @@ func (w *writer) fence(ctx context.Context, nonce uint64) (int64, error) {
 		// nothing of an epoch being fenced) or at 0; the slots below the
 		// first free seq answer 412 and are passed.
 		from := int64(0)
-		if ce, cs, ok, err := w.db.Sim().TrimCursor(ctx, star); err != nil {
+		if ce, cs, ok, err := w.db.TrimCursor(ctx, star); err != nil {
 			return 0, err
 		} else if ok && ce == e.Epoch {
 			from = cs
@@ -434,12 +438,12 @@ func (w *writer) fence(ctx context.Context, nonce uint64) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := w.db.EndFence(ctx, star, e.Epoch, k+int64(w.star.FenceWindow)); err != nil {
+		if err := w.wp.EndFence(ctx, star, e.Epoch, k+int64(w.star.FenceWindow)); err != nil {
 			return 0, err
 		}
 		w.log.Info("finished an interrupted fence", "epoch", e.Epoch, "end_seq", k+int64(w.star.FenceWindow))
 	}
-	e, h, err := w.db.BeginFence(ctx, star)
+	e, h, err := w.wp.BeginFence(ctx, star)
 	if err != nil {
 		return 0, err
 	}
@@ -448,7 +452,7 @@ func (w *writer) fence(ctx context.Context, nonce uint64) (int64, error) {
 		return 0, fmt.Errorf("fence epoch %d of star %q: %w", e, star, err)
 	}
 	end := k + int64(w.star.FenceWindow)
-	if err := w.db.EndFence(ctx, star, e, end); err != nil {
+	if err := w.wp.EndFence(ctx, star, e, end); err != nil {
 		return 0, err
 	}
 	w.c.fences.Add(1)

@@ -1,4 +1,4 @@
-package catalog
+package writepath
 
 import (
 	"bytes"
@@ -6,13 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nova/auditor/catalog"
 )
 
-// The write path's statements (docs/metastore.md#tables-the-write-path-owns). The auditor never
-// calls these; novasim and the tests do, exactly as a Nova writer would.
+// DB runs the write path's statements over the metastore's pool.
+type DB struct {
+	pool *pgxpool.Pool
+}
+
+// New returns the write path's statements over db's connections.
+func New(db *catalog.DB) *DB { return &DB{pool: db.Pool()} }
+
+// tx runs fn in a transaction, committing when fn returns nil.
+func (db *DB) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, db.pool, fn)
+}
 
 // ErrFenced means the writer's epoch is no longer the star's: it was fenced.
 var ErrFenced = errors.New("writer epoch fenced")
@@ -36,7 +48,7 @@ func (db *DB) CreateStar(ctx context.Context, star, chainClass string, fenceWind
 }
 
 // CreateStream creates a stream on a star; its class is the star's chain class.
-func (db *DB) CreateStream(ctx context.Context, id StreamID, star, bucket string) error {
+func (db *DB) CreateStream(ctx context.Context, id catalog.StreamID, star, bucket string) error {
 	_, err := db.pool.Exec(ctx, `INSERT INTO nova.streams (stream_id, star, bucket, class)
 		SELECT $1, star, $3, chain_class FROM nova.stars WHERE star = $2`, id, star, bucket)
 	if err != nil {
@@ -47,7 +59,7 @@ func (db *DB) CreateStream(ctx context.Context, id StreamID, star, bucket string
 
 // AbsorbBatch is one stream's batch in one flight.
 type AbsorbBatch struct {
-	Stream      StreamID
+	Stream      catalog.StreamID
 	FirstRecord int64
 	Count       int64
 }
@@ -90,24 +102,24 @@ func (db *DB) AbsorbHeld(ctx context.Context, star string, flights []AbsorbFligh
 			}
 		}
 		type part struct {
-			slot  SlotRef
+			slot  catalog.SlotRef
 			first int64
 			count int64
 		}
-		byStream := map[StreamID][]part{}
+		byStream := map[catalog.StreamID][]part{}
 		for _, f := range flights {
-			inFlight := map[StreamID]bool{}
+			inFlight := map[catalog.StreamID]bool{}
 			for _, b := range f.Batches {
 				if inFlight[b.Stream] { // a flight holds at most one chunk per stream
 					return fmt.Errorf("slot %d/%d: stream %x twice: %w", f.Epoch, f.Seq, b.Stream, ErrOutOfOrder)
 				}
 				inFlight[b.Stream] = true
 				byStream[b.Stream] = append(byStream[b.Stream], part{
-					slot:  SlotRef{Epoch: f.Epoch, Seq: f.Seq, FooterOffset: f.FooterOffset, FooterLength: f.FooterLength},
+					slot:  catalog.SlotRef{Epoch: f.Epoch, Seq: f.Seq, FooterOffset: f.FooterOffset, FooterLength: f.FooterLength},
 					first: b.FirstRecord, count: b.Count})
 			}
 		}
-		ids := make([]StreamID, 0, len(byStream))
+		ids := make([]catalog.StreamID, 0, len(byStream))
 		for id := range byStream {
 			ids = append(ids, id)
 		}
@@ -190,73 +202,11 @@ func (db *DB) EndFence(ctx context.Context, star string, epoch, endSeq int64) er
 	return nil
 }
 
-// ShiftRefWindow moves the footer offset of the first slot entry of a span
-// ref by delta: damage that only a broken writer would do, for tests of the
-// auditor's quarantine path and for fault-injection tools.
-func (db *DB) ShiftRefWindow(ctx context.Context, id StreamID, firstRecord, delta int64) error {
-	tag, err := db.pool.Exec(ctx, `UPDATE nova.span_refs SET footer_offsets[1] = footer_offsets[1] + $3
-		WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, delta)
-	if err != nil {
-		return fmt.Errorf("shift ref window of %x@%d: %w", id, firstRecord, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("shift ref window of %x@%d: %w", id, firstRecord, ErrNotFound)
-	}
-	return nil
-}
-
-// DuplicateRef inserts a copy of a span ref at another first record (its
-// slots and windows unchanged): overlapping refs, damage only a broken writer
-// would do, for tests of the auditor's quarantine path.
-func (db *DB) DuplicateRef(ctx context.Context, id StreamID, firstRecord, newFirst int64) error {
-	tag, err := db.pool.Exec(ctx, `INSERT INTO nova.span_refs (stream_id, first_record, record_count, star, class,
-			slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at)
-		SELECT stream_id, $3, record_count, star, class, slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at
-		FROM nova.span_refs WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, newFirst)
-	if err != nil {
-		return fmt.Errorf("duplicate ref %x@%d at %d: %w", id, firstRecord, newFirst, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("duplicate ref %x@%d: %w", id, firstRecord, ErrNotFound)
-	}
-	return nil
-}
-
-// StretchEntry adds delta to a catalog entry's record count, making it
-// overlap what follows it: a broken invariant, for tests of the halt path.
-func (db *DB) StretchEntry(ctx context.Context, id StreamID, firstRecord, delta int64) error {
-	tag, err := db.pool.Exec(ctx, `UPDATE nova.catalog SET record_count = record_count + $3
-		WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, delta)
-	if err != nil {
-		return fmt.Errorf("stretch catalog entry %x@%d: %w", id, firstRecord, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("stretch catalog entry %x@%d: %w", id, firstRecord, ErrNotFound)
-	}
-	return nil
-}
-
-// SkipGrace moves a star's reap clocks back by d, as if d had passed: slot
-// reaps and reap intents fall due d earlier, and publish intents look d
-// older. Tests use it to make the grace end exactly between two cycles,
-// whatever the cycles' own speed; the auditor never calls it.
-func (db *DB) SkipGrace(ctx context.Context, star string, d time.Duration) error {
-	tx, err := db.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("skip grace of star %q: %w", star, err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	for _, q := range []string{
-		`UPDATE nova.slot_reaps SET reap_after = reap_after - $2::interval WHERE star = $1`,
-		`UPDATE nova.orphan_intents SET reap_after = reap_after - $2::interval WHERE star = $1 AND reap_after IS NOT NULL`,
-		`UPDATE nova.orphan_intents SET created_at = created_at - $2::interval WHERE star = $1`,
-	} {
-		if _, err := tx.Exec(ctx, q, star, d); err != nil {
-			return fmt.Errorf("skip grace of star %q: %w", star, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("skip grace of star %q: %w", star, err)
+// RaiseLowRecord is the write path's retention statement: it raises a
+// stream's low_record (it never lowers it).
+func (db *DB) RaiseLowRecord(ctx context.Context, id catalog.StreamID, low int64) error {
+	if _, err := db.pool.Exec(ctx, `UPDATE nova.streams SET low_record = greatest(low_record, $2) WHERE stream_id = $1`, id, low); err != nil {
+		return fmt.Errorf("raise low_record of stream %x to %d: %w", id, low, err)
 	}
 	return nil
 }

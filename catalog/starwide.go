@@ -1,0 +1,96 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Star-wide reads over the contract's tables, for `novasim check` and the
+// tests: every stream of a star in one statement, where the auditor's own
+// accessors read one stream or one window at a time. They only read.
+
+// TrimCursor reads a star's trim cursor: the first slot trim has not yet
+// released. ok is false when trim has released nothing yet.
+func (db *DB) TrimCursor(ctx context.Context, star string) (epoch, seq int64, ok bool, err error) {
+	err = db.pool.QueryRow(ctx, `SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1`, star).Scan(&epoch, &seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("read trim cursor of star %q: %w", star, err)
+	}
+	return epoch, seq, true, nil
+}
+
+// RefsOfStar reads the span refs of every stream of a star (by the streams'
+// star, whatever the refs say), each stream's in record order.
+func (db *DB) RefsOfStar(ctx context.Context, star string) (map[StreamID][]SpanRef, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
+		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, first_record`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read refs of star %q: %w", star, err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read refs of star %q: %w", star, err)
+	}
+	out := map[StreamID][]SpanRef{}
+	for _, r := range refs {
+		out[r.Stream] = append(out[r.Stream], r)
+	}
+	return out, nil
+}
+
+// EntriesOfStar reads the catalog entries of every stream of a star, each
+// stream's in (epoch, first record) order.
+func (db *DB) EntriesOfStar(ctx context.Context, star string) (map[StreamID][]Entry, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+entryCols+` FROM nova.catalog
+		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, epoch, first_record`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read catalog of star %q: %w", star, err)
+	}
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read catalog of star %q: %w", star, err)
+	}
+	out := map[StreamID][]Entry{}
+	for _, e := range entries {
+		out[e.Stream] = append(out[e.Stream], e)
+	}
+	return out, nil
+}
+
+// ErasuresOfStar reads the erasures of every stream of a star.
+func (db *DB) ErasuresOfStar(ctx context.Context, star string) (map[StreamID][]Erasure, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+		WHERE e.stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY e.stream_id, e.first_record`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read erasures of star %q: %w", star, err)
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Erasure, error) { return scanErasure(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read erasures of star %q: %w", star, err)
+	}
+	out := map[StreamID][]Erasure{}
+	for _, e := range all {
+		out[e.Stream] = append(out[e.Stream], e)
+	}
+	return out, nil
+}
+
+// DueMarkersOfStar reads the due markers of every stream of a star, by
+// stream.
+func (db *DB) DueMarkersOfStar(ctx context.Context, star string) (map[StreamID]DueMarker, error) {
+	marks, err := db.DueMarkers(ctx, star)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[StreamID]DueMarker, len(marks))
+	for _, m := range marks {
+		out[m.Stream] = m
+	}
+	return out, nil
+}
