@@ -1,5 +1,7 @@
 // Package storetest is the contract suite every objstore.Store backend
-// passes (the file backend and the S3 backend against a real server alike).
+// passes (the file backend and the S3 backend against a real server alike,
+// and the instrumenting wrapper over them), including the storage topology
+// over the backend (topology.go).
 package storetest
 
 import (
@@ -40,6 +42,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ListAssemblies", func(t *testing.T) { t.Parallel(); testListAssemblies(t, h) })
 	t.Run("AssembleSourceChanged", func(t *testing.T) { t.Parallel(); testSourceChanged(t, h) })
 	t.Run("AssembleChecksum", func(t *testing.T) { t.Parallel(); testAssembleChecksum(t, h) })
+	t.Run("Topology", func(t *testing.T) { t.Parallel(); testTopology(t, h) })
 }
 
 func ctxT(t *testing.T) context.Context {
