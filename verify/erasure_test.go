@@ -80,7 +80,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	k3, obj3 := settleTombstoned(t, db, lease.Fence, s3, 0, 8, func(r int64) bool { return r == 2 || r == 3 })
-	store.objects["nova/"+k3] = obj3
+	store.put(k3, obj3)
 	for _, e := range []struct {
 		id          catalog.StreamID
 		first, n    int64
@@ -116,7 +116,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 	// The object rewritten at revision 1 with the erasure's tombstones and
 	// repointed: sound.
 	k, obj, e := tombstonedObject(t, catalog.StreamID{15: 1}, 0, 10, 1, func(r int64) bool { return r >= 3 && r < 5 })
-	store.objects["nova/"+k] = obj
+	store.put(k, obj)
 	if err := db.CommitRewrite(ctx, lease.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, ObjectKey: k, OldKey: keys[0],
 		ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,25 +12,56 @@ import (
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
 	"github.com/nova/auditor/verify"
 )
 
-// memStore is an in-memory ObjectReader for the fsck logic; the command's
-// test runs verify against the real S3 server.
-type memStore struct {
-	mu      sync.Mutex
-	objects map[string][]byte // bucket/key
+// objects is the file backend (a store the objstore contract suite
+// proves) with one bucket, "nova", and the test's own ways to put, drop
+// and damage an object; the command's test runs verify against the real
+// S3 server.
+type objects struct {
+	*filestore.Store
+	t *testing.T
 }
 
-func (m *memStore) GetRange(_ context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, ok := m.objects[bucket+"/"+key]
-	if !ok {
-		return nil, 0, fmt.Errorf("%s/%s: %w", bucket, key, objstore.ErrNotFound)
+func newObjects(t *testing.T) *objects {
+	t.Helper()
+	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	end := min(off+n, int64(len(b)))
-	return append([]byte(nil), b[off:end]...), int64(len(b)), nil
+	if err := fs.CreateBucket("nova"); err != nil {
+		t.Fatal(err)
+	}
+	return &objects{Store: fs, t: t}
+}
+
+// put stores data at key, replacing what was there.
+func (o *objects) put(key string, data []byte) {
+	o.t.Helper()
+	o.remove(key)
+	if err := o.PutIfAbsent(context.Background(), "nova", key, data); err != nil {
+		o.t.Fatal(err)
+	}
+}
+
+func (o *objects) remove(key string) {
+	o.t.Helper()
+	if err := o.Delete(context.Background(), "nova", []string{key}); err != nil {
+		o.t.Fatal(err)
+	}
+}
+
+// flip flips a bit of the byte at off of the object at key.
+func (o *objects) flip(key string, off int) {
+	o.t.Helper()
+	data, _, err := o.GetRange(context.Background(), "nova", key, 0, 1<<30)
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	data[off] ^= 0x40
+	o.put(key, data)
 }
 
 // settleObject encodes a settled object of records [first, first+count) of
@@ -63,14 +93,14 @@ func settleObject(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.Stre
 }
 
 // healthyCatalog settles two streams into three objects.
-func healthyCatalog(t *testing.T, db *catalog.DB) (*memStore, []string) {
+func healthyCatalog(t *testing.T, db *catalog.DB) (*objects, []string) {
 	t.Helper()
 	ctx := context.Background()
 	lease, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &memStore{objects: map[string][]byte{}}
+	store := newObjects(t)
 	var keys []string
 	for i, s := range []struct {
 		id     byte
@@ -91,7 +121,7 @@ func healthyCatalog(t *testing.T, db *catalog.DB) (*memStore, []string) {
 		var first int64
 		for _, c := range s.counts {
 			key, obj := settleObject(t, db, lease.Fence, id, first, c)
-			store.objects["nova/"+key] = obj
+			store.put(key, obj)
 			keys = append(keys, key)
 			first += c
 		}
@@ -134,9 +164,8 @@ func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
 	}
 
 	// A deleted object and a flipped byte in another's chunk data.
-	delete(store.objects, "nova/"+keys[1])
-	bad := store.objects["nova/"+keys[2]]
-	bad[3] ^= 0x40
+	store.remove(keys[1])
+	store.flip(keys[2], 3)
 	// And an entry of stream 2 that overlaps its neighbour.
 	c := testenv.Conn(t, url)
 	if _, err := c.Exec(ctx, `INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
@@ -211,10 +240,10 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 120}}}}); err != nil {
 		t.Fatal(err)
 	}
-	store := &memStore{objects: map[string][]byte{}}
+	store := newObjects(t)
 	for first := int64(0); first < 120; first += 10 {
 		key, obj := settleObject(t, db, lease.Fence, id, first, 10)
-		store.objects["nova/"+key] = obj
+		store.put(key, obj)
 	}
 	if err := writepath.New(db).StretchEntry(ctx, id, 10, 1); err != nil { // [10, 21) over [20, 30)
 		t.Fatal(err)
