@@ -605,7 +605,7 @@ func (d *Daemon) refreshTrimGauges(ctx context.Context, reapGrace time.Duration)
 	if d.trim == nil {
 		return nil
 	}
-	tv, err := d.trim(ctx, d.cfg.Star, reapGrace)
+	tv, err := d.trim.View(ctx, d.cfg.Star, reapGrace)
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
 		return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/trim"
 )
 
 // TestErasureGaugesCountersAndStatus: the pending erasures (one waiting
@@ -146,7 +147,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	eventually(t, 5*time.Second, "no pending erasure", func() bool {
 		return testutil.ToFloat64(s.m.ErasuresPending) == 0 && testutil.ToFloat64(s.m.ErasureOldestAge) == 0
 	})
-	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, Trim: trimReader(db)})
+	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, Trim: trim.Viewer{DB: db}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/trim"
 )
 
 // lifecycleDoc answers a bucket's GET ?lifecycle with the document it
@@ -78,7 +79,7 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{rec}, Log: tlog(t, "g1"), Metrics: m, Gatherer: reg, Rules: store, Trim: trimReader(db)})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{rec}, Log: tlog(t, "g1"), Metrics: m, Gatherer: reg, Rules: store, Trim: trim.Viewer{DB: db}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	}
 	var st daemon.Status
 	eventually(t, 5*time.Second, "status names the rule", func() bool {
-		st, err = daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Trim: trimReader(db)})
+		st, err = daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Trim: trim.Viewer{DB: db}})
 		return err == nil && strings.Contains(st.Blocked, "expire-old-chains") && len(st.Buckets) == 1 &&
 			len(st.Buckets[0].Expiring) == 1
 	})
@@ -148,7 +149,7 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	}
 	rec.wait(t, 10*time.Second)
 	eventually(t, 5*time.Second, "status says unknown", func() bool {
-		st, err = daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Trim: trimReader(db)})
+		st, err = daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Trim: trim.Viewer{DB: db}})
 		return err == nil && st.Blocked == "" && len(st.Buckets) == 1 && st.Buckets[0].AbortIncomplete == objstore.VerdictUnknown &&
 			strings.Contains(st.Buckets[0].Note, "501")
 	})

@@ -144,27 +144,6 @@ type served struct {
 	err    error
 }
 
-// trimReader is cmd/auditor's wiring of trim.ReadStatus to the daemon (its
-// trimstatus.go), which the tests cannot import.
-func trimReader(db *catalog.DB) daemon.TrimReader {
-	return func(ctx context.Context, star string, reapGrace time.Duration) (daemon.TrimView, error) {
-		ts, err := trim.ReadStatus(ctx, db, star, reapGrace)
-		if err != nil {
-			return daemon.TrimView{}, err
-		}
-		v := daemon.TrimView{Cursor: ts.Cursor, Bound: ts.Bound, Head: ts.Head, Releasable: ts.Slots, Lag: ts.Lag,
-			SlotsDue: ts.Backlog.SlotsDue, SlotsWaiting: ts.Backlog.SlotsWaiting,
-			ObjectsDue: ts.Backlog.ObjectsDue, ObjectsWaiting: ts.Backlog.ObjectsWaiting}
-		if w := ts.FenceWait; w != nil {
-			v.FenceWait = &daemon.FenceWaitStatus{Epoch: w.Epoch, Since: w.Since}
-		}
-		if q := ts.Quarantine; q != nil {
-			v.Hold = &daemon.TrimHold{Slot: q.Slot, Stream: q.Stream, Record: q.Record, Streams: q.Streams, Bounding: q.Bounding}
-		}
-		return v, nil
-	}
-}
-
 // serve starts a daemon; it is stopped when the test ends.
 func serve(t *testing.T, cfg daemon.Config, db *catalog.DB, steps ...cycle.Step) *served {
 	t.Helper()
@@ -173,7 +152,7 @@ func serve(t *testing.T, cfg daemon.Config, db *catalog.DB, steps ...cycle.Step)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: steps, Log: tlog(t, cfg.Holder), Metrics: m, Gatherer: reg, Trim: trimReader(db)})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: steps, Log: tlog(t, cfg.Holder), Metrics: m, Gatherer: reg, Trim: trim.Viewer{DB: db}})
 	if err != nil {
 		t.Fatal(err)
 	}

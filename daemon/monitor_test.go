@@ -15,6 +15,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/trim"
 )
 
 // leaderGaugeStep is a step whose gauge only the leader computes: it sets
@@ -117,7 +118,7 @@ func TestGaugesOfTheStarsClassFreshnessStepsAndPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}, Log: tlog(t, "d1"), Metrics: m, Gatherer: reg,
-		Trim: trimReader(db)})
+		Trim: trim.Viewer{DB: db}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -248,34 +248,12 @@ type StatusOptions struct {
 }
 
 // TrimReader reads trim's view of a star for status and the gauges, read
-// only and without the lease. The decisions are trim's (trim.ReadStatus);
-// the daemon only shows them, so it does not import trim: cmd/auditor
-// wires the one to the other. An error wrapping catalog.ErrNotFound means
-// the star has no trim state yet.
-type TrimReader func(ctx context.Context, star string, reapGrace time.Duration) (TrimView, error)
-
-// TrimView is trim's decision for a star (docs/architecture.md#trim) and
-// what is armed for reaping (docs/architecture.md#reap).
-type TrimView struct {
-	Cursor, Bound, Head catalog.SlotPos // the cursor, min(earliest ref, head, first fence in progress), the absorbed head
-	Releasable          int64           // slots between cursor and bound
-	// Lag is the slots between the cursor and the head; an epoch whose
-	// fence is in progress counts nothing.
-	Lag       int64
-	FenceWait *FenceWaitStatus // a past epoch without end_seq that trim waits at
-	Hold      *TrimHold        // the oldest slot a quarantined stream's refs hold
-	// Armed reaps: slots and objects past their reap_after (due) or not.
-	SlotsDue, SlotsWaiting     int64
-	ObjectsDue, ObjectsWaiting int64
-}
-
-// TrimHold is the oldest slot held by a quarantined stream's refs.
-type TrimHold struct {
-	Slot     catalog.SlotPos
-	Stream   catalog.StreamID
-	Record   int64 // the holding ref's first record
-	Streams  int64 // quarantined streams with refs
-	Bounding bool  // this slot is the trim bound: trim is held by quarantine
+// only and without the lease. The decisions are trim's (trim.Viewer); the
+// daemon only shows them, so it does not import trim: cmd/auditor wires
+// the one to the other. An error wrapping catalog.ErrNotFound means the
+// star has no trim state yet.
+type TrimReader interface {
+	View(ctx context.Context, star string, reapGrace time.Duration) (catalog.TrimView, error)
 }
 
 // BuildStatus reads a star's status from the metastore.
@@ -440,7 +418,7 @@ func readTrim(ctx context.Context, o StatusOptions, s *Status) error {
 	if o.Trim == nil {
 		return nil
 	}
-	tv, err := o.Trim(ctx, o.Star, o.ReapGrace)
+	tv, err := o.Trim.View(ctx, o.Star, o.ReapGrace)
 	switch {
 	case err == nil:
 	case isNotFound(err):

@@ -123,55 +123,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	if s.d.Pending != nil {
 		req.Stager = &partStager{store: s.d.Pending, intent: in.ID, key: o.Key}
 	}
-	// The pieces copy each source from its class's copy source in the
-	// topology: for an express slot, the first zone the shared health
-	// does not hold off.
-	pieces := func() ([]objstore.Piece, error) {
-		out := make([]objstore.Piece, 0, len(o.Pieces)+1)
-		for _, p := range o.Pieces {
-			if p.Data != nil {
-				out = append(out, objstore.DataPiece(p.Data))
-				continue
-			}
-			src, err := s.d.Topology.CopySource(p.Src.Class)
-			if err != nil {
-				return nil, fmt.Errorf("copy %s into %s: %w", p.Src.Key, o.Key, err)
-			}
-			out = append(out, objstore.Piece{SrcBucket: src, SrcKey: p.Src.Key,
-				Off: int64(p.Off), Len: int64(p.Len), CRC32C: p.CRC32C, HasCRC32C: true})
-		}
-		return append(out, objstore.DataPiece(o.Footer.Bytes)), nil
-	}
-	if req.Pieces, err = pieces(); err != nil {
-		return nil, in.ID, err
-	}
-	res, err := s.d.Store.Assemble(ctx, req)
-	for again := true; again; {
-		var se *objstore.SourceError
-		switch {
-		case errors.Is(err, objstore.ErrNoUpload) && req.UploadID != "":
-			// The recorded upload is gone: it completed (and the object
-			// stands: the fresh attempt gets 412 and adopts it) or was
-			// aborted.
-			req.UploadID = ""
-		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && ctx.Err() == nil && s.d.Topology.SourceFailed(se.Bucket):
-			// An express zone failed as a copy source (down, or missing
-			// its copy of the slot): the same bytes are under the same
-			// key in the next zone. The upload and its parts are kept.
-			s.d.Log.Warn("express zone failed as a copy source; assembling from the next zone",
-				"key", o.Key, "bucket", se.Bucket, "err", err)
-			if res.UploadID != "" {
-				req.UploadID = res.UploadID
-			}
-			if req.Pieces, err = pieces(); err != nil {
-				return nil, in.ID, err
-			}
-		default:
-			again = false
-			continue
-		}
-		res, err = s.d.Store.Assemble(ctx, req)
-	}
+	res, err := s.assemble(ctx, o, req)
 	if err == nil {
 		return &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
 			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}, in.ID, nil
@@ -429,4 +381,61 @@ func mixedBytes(kc *knownChunk, lengths []uint32) []byte {
 		oo += ol
 	}
 	return out
+}
+
+// assemble runs the publish's assembly of o. The pieces copy each source
+// from its class's copy source in the topology (for an express slot, the
+// first zone the shared health does not hold off); when a copy source
+// fails (down, or missing its copy of the slot) the topology holds it off
+// and the assembly runs again from the next zone, keeping the upload and
+// its parts. A recorded upload that is gone is started afresh.
+func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
+	pieces := func() ([]objstore.Piece, error) {
+		out := make([]objstore.Piece, 0, len(o.Pieces)+1)
+		for _, p := range o.Pieces {
+			if p.Data != nil {
+				out = append(out, objstore.DataPiece(p.Data))
+				continue
+			}
+			src, err := s.d.Topology.CopySource(p.Src.Class)
+			if err != nil {
+				return nil, fmt.Errorf("copy %s into %s: %w", p.Src.Key, o.Key, err)
+			}
+			out = append(out, objstore.Piece{SrcBucket: src, SrcKey: p.Src.Key,
+				Off: int64(p.Off), Len: int64(p.Len), CRC32C: p.CRC32C, HasCRC32C: true})
+		}
+		return append(out, objstore.DataPiece(o.Footer.Bytes)), nil
+	}
+	var err error
+	if req.Pieces, err = pieces(); err != nil {
+		return objstore.AssembleResult{}, err
+	}
+	res, err := s.d.Store.Assemble(ctx, req)
+	for again := true; again; {
+		var se *objstore.SourceError
+		switch {
+		case errors.Is(err, objstore.ErrNoUpload) && req.UploadID != "":
+			// The recorded upload is gone: it completed (and the object
+			// stands: the fresh attempt gets 412 and adopts it) or was
+			// aborted.
+			req.UploadID = ""
+		case errors.As(err, &se) && !errors.Is(err, objstore.ErrChecksum) && ctx.Err() == nil && s.d.Topology.SourceFailed(se.Bucket):
+			// An express zone failed as a copy source (down, or missing
+			// its copy of the slot): the same bytes are under the same
+			// key in the next zone. The upload and its parts are kept.
+			s.d.Log.Warn("express zone failed as a copy source; assembling from the next zone",
+				"key", o.Key, "bucket", se.Bucket, "err", err)
+			if res.UploadID != "" {
+				req.UploadID = res.UploadID
+			}
+			if req.Pieces, err = pieces(); err != nil {
+				return res, err
+			}
+		default:
+			again = false
+			continue
+		}
+		res, err = s.d.Store.Assemble(ctx, req)
+	}
+	return res, err
 }

@@ -374,6 +374,29 @@ func (c chain) lag(from, to Pos) int64 {
 	return n
 }
 
+// Viewer is trim's view of a star for status and the daemon's gauges
+// (catalog.TrimView): ReadStatus, shown as it decides.
+type Viewer struct{ DB *catalog.DB }
+
+// View reads the star's trim view (read only, no lease). An error wrapping
+// catalog.ErrNotFound means the star has no trim state yet.
+func (v Viewer) View(ctx context.Context, star string, reapGrace time.Duration) (catalog.TrimView, error) {
+	ts, err := ReadStatus(ctx, v.DB, star, reapGrace)
+	if err != nil {
+		return catalog.TrimView{}, err
+	}
+	out := catalog.TrimView{Cursor: ts.Cursor, Bound: ts.Bound, Head: ts.Head, Releasable: ts.Slots, Lag: ts.Lag,
+		SlotsDue: ts.Backlog.SlotsDue, SlotsWaiting: ts.Backlog.SlotsWaiting,
+		ObjectsDue: ts.Backlog.ObjectsDue, ObjectsWaiting: ts.Backlog.ObjectsWaiting}
+	if w := ts.FenceWait; w != nil {
+		out.FenceWait = &catalog.TrimFenceWait{Epoch: w.Epoch, Since: w.Since}
+	}
+	if q := ts.Quarantine; q != nil {
+		out.Hold = &catalog.TrimHold{Slot: q.Slot, Stream: q.Stream, Record: q.Record, Streams: q.Streams, Bounding: q.Bounding}
+	}
+	return out, nil
+}
+
 func readBacklog(ctx context.Context, db *catalog.DB, star string, grace time.Duration) (Backlog, error) {
 	var b Backlog
 	c, err := loadChain(ctx, db, star)
