@@ -1,0 +1,76 @@
+package repocheck
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestReadmeLayoutMatchesFolders: the README's Layout table names only
+// folders that exist, and every Go package is in it: as a row of its own,
+// or named (`name` or `name/`) in the row of the folder it is under.
+func TestReadmeLayoutMatchesFolders(t *testing.T) {
+	root := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "\n## Layout\n")
+	if start < 0 {
+		t.Fatal("README has no Layout section")
+	}
+	section := text[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	row := regexp.MustCompile("(?m)^\\| `([^`]+/)` \\|(.*)\\|$")
+	rows := map[string]string{} // folder/ -> what the row says
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		rows[m[1]] = m[2]
+		if st, err := os.Stat(filepath.Join(root, m[1])); err != nil || !st.IsDir() {
+			t.Errorf("the Layout table names %s, which is not a folder", m[1])
+		}
+	}
+	if len(rows) < 5 {
+		t.Fatalf("the Layout table has %d rows", len(rows))
+	}
+	cmd := exec.Command("go", "list", "-f", "{{.Dir}}", "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var folders []string
+	for _, dir := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(root, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		folders = append(folders, filepath.ToSlash(rel)+"/")
+	}
+	sort.Strings(folders)
+	for _, f := range folders {
+		if _, ok := rows[f]; ok {
+			continue
+		}
+		parent := ""
+		for p := range rows {
+			if strings.HasPrefix(f, p) && len(p) > len(parent) {
+				parent = p
+			}
+		}
+		if parent == "" {
+			t.Errorf("package folder %s is in no row of the README's Layout table", f)
+			continue
+		}
+		rest := strings.TrimSuffix(strings.TrimPrefix(f, parent), "/")
+		if !strings.Contains(rows[parent], "`"+rest+"`") && !strings.Contains(rows[parent], "`"+rest+"/`") {
+			t.Errorf("package folder %s: the Layout row of %s does not name `%s`", f, parent, rest)
+		}
+	}
+}
