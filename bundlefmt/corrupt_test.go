@@ -61,7 +61,7 @@ func fieldsOf(t *testing.T, o testObject) []field {
 	add := func(name string, off, size int, class string) { fs = append(fs, field{name, off, size, class}) }
 	if o.base == TransitBase {
 		add("envelope.magic", 0, 4, "corrupt")
-		add("envelope.version", 4, 2, "unsupported")
+		add("envelope.version", 4, 2, ClassUnsupported)
 		for _, f := range []struct {
 			n       string
 			off, sz int
@@ -101,7 +101,7 @@ func fieldsOf(t *testing.T, o testObject) []field {
 	}
 	tr := len(o.obj) - TrailerSize
 	add("trailer.magic", tr, 4, "corrupt")
-	add("trailer.version", tr+4, 4, "unsupported")
+	add("trailer.version", tr+4, 4, ClassUnsupported)
 	add("trailer.dir_offset", tr+8, 8, "corrupt")
 	add("trailer.dir_length", tr+16, 8, "corrupt")
 	add("trailer.dir_crc", tr+24, 4, "checksum")
@@ -128,7 +128,7 @@ func TestBitRotEveryField(t *testing.T) {
 					if !errors.As(err, &fe) || fe.Key != o.exp.Key || fe.Offset > int64(b) || fe.Offset < 0 {
 						t.Fatalf("%s: %s byte %d: error %#v does not say where", o.name, f.name, b-f.off, err)
 					}
-					if f.class == "unsupported" && (fe.Version == Version) {
+					if f.class == ClassUnsupported && (fe.Version == Version) {
 						t.Fatalf("%s: %s: version %d reported", o.name, f.name, fe.Version)
 					}
 				}
@@ -197,10 +197,10 @@ func TestNamedCorruptions(t *testing.T) {
 	cases := []mutation{
 		// Envelope.
 		{name: "envelope_bad_magic", object: "example1", edit: at(0, setByte('X')), class: "corrupt", field: "envelope.magic"},
-		{name: "envelope_version_0", object: "example1", edit: at(4, set16(0)), class: "unsupported", field: "envelope.version"},
-		{name: "envelope_version_2", object: "example1", edit: at(4, set16(2)), class: "unsupported", field: "envelope.version"},
-		{name: "envelope_version_2_resealed", object: "example1", edit: at(4, set16(2)), reseal: true, class: "unsupported", field: "envelope.version"},
-		{name: "poison_version_0", object: "example3", edit: at(4, set16(0)), class: "unsupported", field: "envelope.version"},
+		{name: "envelope_version_0", object: "example1", edit: at(4, set16(0)), class: ClassUnsupported, field: "envelope.version"},
+		{name: "envelope_version_2", object: "example1", edit: at(4, set16(2)), class: ClassUnsupported, field: "envelope.version"},
+		{name: "envelope_version_2_resealed", object: "example1", edit: at(4, set16(2)), reseal: true, class: ClassUnsupported, field: "envelope.version"},
+		{name: "poison_version_0", object: "example3", edit: at(4, set16(0)), class: ClassUnsupported, field: "envelope.version"},
 		{name: "envelope_crc", object: "example1", edit: at(56, add32(1)), class: "checksum", field: "envelope.crc"},
 		{name: "envelope_kind_0", object: "example1", edit: at(6, setByte(0)), reseal: true, class: "corrupt", field: "envelope.kind"},
 		{name: "envelope_kind_3", object: "example1", edit: at(6, setByte(3)), reseal: true, class: "corrupt", field: "envelope.kind"},
@@ -228,8 +228,8 @@ func TestNamedCorruptions(t *testing.T) {
 		{name: "flight_trailing_byte", object: "example1", edit: func(_ *testing.T, b []byte, _ *Footer) []byte { return append(b, 0) }, class: "corrupt", field: "envelope.object_size"},
 		// Trailer.
 		{name: "trailer_bad_magic", object: "example2", edit: trailer(0, setByte('X')), class: "corrupt", field: "trailer.magic"},
-		{name: "trailer_version_0", object: "example2", edit: trailer(4, set32(0)), class: "unsupported", field: "trailer.version"},
-		{name: "trailer_version_2", object: "example1", edit: trailer(4, set32(2)), class: "unsupported", field: "trailer.version"},
+		{name: "trailer_version_0", object: "example2", edit: trailer(4, set32(0)), class: ClassUnsupported, field: "trailer.version"},
+		{name: "trailer_version_2", object: "example1", edit: trailer(4, set32(2)), class: ClassUnsupported, field: "trailer.version"},
 		{name: "trailer_index_length_0", object: "example2", edit: trailer(28, set64(0)), reseal: true, class: "corrupt", field: "trailer.index_length"},
 		{name: "trailer_index_length_51", object: "example2", edit: func(t *testing.T, b []byte, f *Footer) []byte {
 			trailer(28, set64(51))(t, b, f)
@@ -315,7 +315,7 @@ func TestNamedCorruptions(t *testing.T) {
 			if !errors.As(err, &fe) || !strings.Contains(fe.Field, tc.field) || fe.Key != exp.Key {
 				t.Fatalf("error %v: field %q, want %q", err, fe.Field, tc.field)
 			}
-			if tc.class == "unsupported" {
+			if tc.class == ClassUnsupported {
 				if fe.Version == Version {
 					t.Fatalf("version %d", fe.Version)
 				}

@@ -2,7 +2,6 @@ package bundlefmt
 
 import (
 	"encoding/binary"
-	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,18 +10,15 @@ import (
 	"github.com/nova/auditor/internal/crc32c"
 )
 
-// classOf names the exact class of err: checksum before corrupt, since a
-// checksum mismatch is also corrupt.
+// classOf names the exact class of err as the package does (ClassOf:
+// checksum before corrupt, since a checksum mismatch is also corrupt), "ok"
+// for none and "other: ..." for an error of no class.
 func classOf(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return "ok"
-	case errors.Is(err, ErrUnsupportedVersion):
-		return "unsupported"
-	case errors.Is(err, ErrChecksum):
-		return "checksum"
-	case errors.Is(err, ErrCorrupt):
-		return "corrupt"
+	}
+	if c := ClassOf(err); c != "" {
+		return c
 	}
 	return "other: " + err.Error()
 }

@@ -174,7 +174,7 @@ func TestEnvelopeLevel(t *testing.T) {
 	short[4] = 2
 	_, err = DecodeEnvelope("k", short)
 	var fe *FormatError
-	if classOf(err) != "unsupported" || !errors.As(err, &fe) || fe.Version != 2 || fe.V1CRCMatches != nil {
+	if classOf(err) != ClassUnsupported || !errors.As(err, &fe) || fe.Version != 2 || fe.V1CRCMatches != nil {
 		t.Fatalf("short v2 envelope: %#v", err)
 	}
 	if _, err := DecodeEnvelope("k", obj[:59]); classOf(err) != "corrupt" {
