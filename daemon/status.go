@@ -460,7 +460,19 @@ func (s Status) WriteText(w io.Writer) error {
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 	ts := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 	ago := func(t time.Time) string { return dur(s.Now.Sub(t)) + " ago" }
+	s.writeLeadership(p, ts, ago)
+	s.writeBuckets(p)
+	s.writeSettle(p, ts, ago)
+	s.writeTrim(p, ago)
+	s.writeErasures(p, ago)
+	s.writeRequests(p, ago)
+	s.writeRuns(p, ago)
+	return tw.Flush()
+}
 
+// writeLeadership prints the star, its leader, its state (paused, halted,
+// blocked) and the policy in force.
+func (s Status) writeLeadership(p func(string, ...any), ts, ago func(time.Time) string) {
 	p("star\t%s\t(database clock %s)\n", s.Star, ts(s.Now))
 	switch {
 	case s.Leader.Live:
@@ -499,6 +511,10 @@ func (s Status) WriteText(w io.Writer) error {
 	p("policy\tlinger %s, age cap %s; express linger %s, age cap %s; reap grace %s\t(from %s)\n",
 		dur(secs(pol.Linger)), dur(secs(pol.AgeCap)), dur(secs(pol.ExpressLinger)), dur(secs(pol.ExpressAgeCap)),
 		dur(secs(pol.ReapGrace)), from)
+}
+
+// writeBuckets prints each bucket's rules as the auditor checked them.
+func (s Status) writeBuckets(p func(string, ...any)) {
 	for _, b := range s.Buckets {
 		for _, r := range b.Expiring {
 			p("bucket %s\tEXPIRATION %s: no work while it is there\n", b.Bucket, r)
@@ -516,6 +532,11 @@ func (s Status) WriteText(w io.Writer) error {
 			p("bucket %s\tok: no expiration, incomplete uploads aborted, encrypted by default\n", b.Bucket)
 		}
 	}
+}
+
+// writeSettle prints the settle lag, the last success, the classes and the
+// due streams.
+func (s Status) writeSettle(p func(string, ...any), ts, ago func(time.Time) string) {
 	p("settle lag\t%s\n", dur(secs(s.SettleLag)))
 	if s.LastSuccess != nil && s.LastSuccess.EndedAt != nil {
 		p("last success\trun %d, %s\n", s.LastSuccess.ID, ago(*s.LastSuccess.EndedAt))
@@ -533,6 +554,11 @@ func (s Status) WriteText(w io.Writer) error {
 			p("%s\t%s\t%s\t%s\n", d.Stream, d.Class, dur(s.Now.Sub(d.Since)), ts(d.Deadline))
 		}
 	}
+}
+
+// writeTrim prints trim's cursor and what holds it, the open publishes, the
+// reap backlog and the quarantined streams.
+func (s Status) writeTrim(p func(string, ...any), ago func(time.Time) string) {
 	t := s.Trim
 	if t.Error != "" {
 		p("\ntrim\tERROR %s\n", oneLine(t.Error))
@@ -570,7 +596,10 @@ func (s Status) WriteText(w io.Writer) error {
 			p("%s\t%s\t%s\t%s\n", what, q.ErrorClass, ago(q.Since), oneLine(q.Reason))
 		}
 	}
-	s.writeErasures(p, ago)
+}
+
+// writeRequests prints the admin requests not yet consumed.
+func (s Status) writeRequests(p func(string, ...any), ago func(time.Time) string) {
 	if len(s.PendingRequests) > 0 {
 		p("\nPENDING REQUEST\tKIND\tSTREAM\tBY\tREQUESTED\tATTEMPTS\tLAST ERROR\n")
 		for _, r := range s.PendingRequests {
@@ -578,6 +607,10 @@ func (s Status) WriteText(w io.Writer) error {
 				clip(oneLine(r.LastError), 80))
 		}
 	}
+}
+
+// writeRuns prints the last runs.
+func (s Status) writeRuns(p func(string, ...any), ago func(time.Time) string) {
 	if len(s.LastRuns) > 0 {
 		p("\nRUN\tTRIGGER\tSTARTED\tDURATION\tOUTCOME\tSETTLED\tPUBLISHED\tADOPTED\tCOPIED\tFETCHED\tREAPED\tERROR\n")
 		for _, r := range s.LastRuns {
@@ -594,7 +627,6 @@ func (s Status) WriteText(w io.Writer) error {
 				c.SlotsReaped+c.ObjectsReaped, clip(oneLine(r.Error), 80))
 		}
 	}
-	return tw.Flush()
 }
 
 // writeErasures prints the pending erasures: the summary line, and the
