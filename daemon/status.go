@@ -271,6 +271,23 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	s := Status{Star: star, Classes: []ClassStatus{}, DueStreams: []DueStatus{}, Quarantine: []QuarantineStatus{},
 		PendingRequests: []RequestStatus{}, LastRuns: []RunStatus{}, Buckets: []BucketStatus{},
 		Erasures: ErasureStatus{Oldest: []PendingErasureStatus{}, AlertAfter: o.ErasureAlertAfter.Seconds()}}
+	if err := readPolicy(ctx, db, &o, &s); err != nil {
+		return s, err
+	}
+	steps := []func(context.Context, *catalog.DB, StatusOptions, *Status) error{
+		readClasses, readLeadership, readDue, readTrim, readQuarantine, readErasures, readRequestsAndRuns}
+	for _, step := range steps {
+		if err := step(ctx, db, o, &s); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// readPolicy reads the policy the leader recorded (it replaces the
+// options' own when there is one), the blocked reason and the bucket rules.
+func readPolicy(ctx context.Context, db *catalog.DB, o *StatusOptions, s *Status) error {
+	star := o.Star
 	rt, err := db.GetRuntime(ctx, star)
 	switch {
 	case err == nil:
@@ -280,21 +297,27 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 		s.Blocked = rt.BlockedReason
 		if len(rt.BucketRules) > 0 {
 			if err := json.Unmarshal(rt.BucketRules, &s.Buckets); err != nil {
-				return s, fmt.Errorf("decode the recorded bucket rules: %w", err)
+				return fmt.Errorf("decode the recorded bucket rules: %w", err)
 			}
 		}
 	case isNotFound(err):
 		s.Policy.Source = "flags"
 	default:
-		return s, err
+		return err
 	}
 	p := o.Policy
 	s.Policy.Linger, s.Policy.AgeCap = p.Linger.Seconds(), p.AgeCap.Seconds()
 	s.Policy.ExpressLinger, s.Policy.ExpressAgeCap = p.ExpressLinger.Seconds(), p.ExpressAgeCap.Seconds()
 	s.Policy.ReapGrace = o.ReapGrace.Seconds()
+	return nil
+}
+
+// readClasses reads the database clock and each class's transit.
+func readClasses(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+	star, p := o.Star, o.Policy
 	now, classes, err := db.TransitByClass(ctx, star, p)
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.Now = now
 	for _, c := range classes {
@@ -306,38 +329,53 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 		s.DueTotal += c.Due
 		s.SettleLag = max(s.SettleLag, cs.SettleLag)
 	}
+	return nil
+}
+
+// readLeadership reads the lease and the daemon's state (paused, halted).
+func readLeadership(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+	star := o.Star
 	lease, live, err := db.CurrentLease(ctx, star)
 	switch {
 	case err == nil:
 		exp := lease.ExpiresAt
 		s.Leader = LeaderStatus{Live: live, Holder: lease.Holder, Token: lease.Token, ExpiresAt: &exp}
 	case !isNotFound(err):
-		return s, err
+		return err
 	}
 	st, err := db.GetDaemonState(ctx, star)
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.Paused, s.PausedAt = st.Paused, st.PausedAt
 	s.Halted, s.HaltedReason, s.HaltedAt = st.Halted(), st.HaltedReason, st.HaltedAt
+	return nil
+}
+
+// readDue reads the first due streams and the publish backlog.
+func readDue(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+	star, p := o.Star, o.Policy
 	due, err := db.DueStreams(ctx, star, p, nil, o.DueStreams)
 	if err != nil {
-		return s, err
+		return err
 	}
 	for _, d := range due {
 		s.DueStreams = append(s.DueStreams, DueStatus{Stream: catalog.FormatStream(d.Stream), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
 	}
 	b, err := db.GetBacklog(ctx, star)
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.Backlog = BacklogStatus{PublishIntents: b.PublishIntents, OldestPublish: b.OldestPublish, ReapIntents: b.ReapIntents}
-	if err := readTrim(ctx, o, &s); err != nil {
-		return s, err
-	}
+	return nil
+}
+
+// readQuarantine reads the quarantined streams and slots.
+func readQuarantine(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+	star := o.Star
 	q, err := db.Quarantined(ctx, star)
 	if err != nil {
-		return s, err
+		return err
 	}
 	for _, r := range q {
 		qs := QuarantineStatus{SlotKey: r.SlotKey, ErrorClass: r.ErrorClass, Reason: r.Reason, Since: r.Since}
@@ -346,12 +384,16 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 		}
 		s.Quarantine = append(s.Quarantine, qs)
 	}
-	if err := readErasures(ctx, db, star, o.Erasures, &s); err != nil {
-		return s, err
-	}
+	return nil
+}
+
+// readRequestsAndRuns reads the pending admin requests, the last runs and
+// the last success.
+func readRequestsAndRuns(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+	star, now := o.Star, s.Now
 	reqs, err := db.AdminRequests(ctx, star, true, 100)
 	if err != nil {
-		return s, err
+		return err
 	}
 	for i := len(reqs) - 1; i >= 0; i-- { // oldest first
 		r := reqs[i]
@@ -360,25 +402,26 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	}
 	runs, err := db.LastRuns(ctx, star, o.Runs)
 	if err != nil {
-		return s, err
+		return err
 	}
 	for _, r := range runs {
 		s.LastRuns = append(s.LastRuns, runStatus(r, now))
 	}
 	last, ok, err := db.LastRunWithOutcome(ctx, star, catalog.RunOK)
 	if err != nil {
-		return s, err
+		return err
 	}
 	if ok {
 		rs := runStatus(last, now)
 		s.LastSuccess = &rs
 	}
-	return s, nil
+	return nil
 }
 
 // readErasures fills s.Erasures: the backlog's counts and the oldest
 // pending erasures with what each waits for.
-func readErasures(ctx context.Context, db *catalog.DB, star string, limit int, s *Status) error {
+func readErasures(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+	star, limit := o.Star, o.Erasures
 	b, err := db.GetErasureBacklog(ctx, star)
 	if err != nil {
 		return err
@@ -414,7 +457,7 @@ func runStatus(r catalog.Run, now time.Time) RunStatus {
 
 // readTrim fills the status's trim section and reap backlog from trim's
 // view (none without o.Trim, or before the star has trim state).
-func readTrim(ctx context.Context, o StatusOptions, s *Status) error {
+func readTrim(ctx context.Context, _ *catalog.DB, o StatusOptions, s *Status) error {
 	if o.Trim == nil {
 		return nil
 	}
