@@ -219,10 +219,29 @@ func (s *BucketSet) SourceFailed(bucket string) bool {
 	s.health.Failed(bucket, 0)
 	for _, zb := range s.read {
 		if !s.health.Down(zb.Bucket) {
-			return true
+			// Another zone, not the one that failed: a health that never
+			// holds off (HoldOffMin 0) must not send the caller back to it
+			// for ever.
+			return s.CopySource() != bucket
 		}
 	}
 	return false
+}
+
+// AllHeldOff reports whether the zone health holds off every one of
+// buckets (nil: the set's), so that a delete would send nothing.
+func (s *BucketSet) AllHeldOff(buckets []string) bool {
+	if buckets == nil {
+		for _, zb := range s.read {
+			buckets = append(buckets, zb.Bucket)
+		}
+	}
+	for _, b := range buckets {
+		if !s.health.Down(b) {
+			return false
+		}
+	}
+	return true
 }
 
 // DeleteOutcome is one bucket's answer to a Delete fanned out over a set.
@@ -271,6 +290,10 @@ func (s *BucketSet) Delete(ctx context.Context, keys []string, buckets []string)
 	var asked []*DeleteOutcome
 	for i, b := range buckets {
 		out[i].Bucket = b
+		if !s.Has(b) {
+			out[i].Err = fmt.Errorf("delete from bucket %s: not a bucket of the set", b)
+			continue
+		}
 		if s.health.Down(b) {
 			out[i].HeldOff = true
 			continue

@@ -354,3 +354,20 @@ func (c *countingDelete) Delete(ctx context.Context, b string, keys []string) er
 	c.mu.Unlock()
 	return c.flaky.Delete(ctx, b, keys)
 }
+
+// TestCopySourceFailoverEnds: with a health that never holds off, a failed
+// copy source is not offered again as "another zone": the failover ends.
+func TestCopySourceFailoverEnds(t *testing.T) {
+	set, err := objstore.NewBucketSet(nil, []objstore.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}}, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.SetHealth(objstore.NewHealth(0, 0))
+	if set.SourceFailed(set.CopySource()) {
+		t.Fatal("a health that never holds off: the same copy source offered again")
+	}
+	if _, err := objstore.NewTopology(nil, "std", map[string][]objstore.ZoneBucket{
+		"one": {{Bucket: "std"}}, "zonal": {{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "std"}}}, "a", nil); err == nil {
+		t.Fatal("a bucket in two classes accepted")
+	}
+}

@@ -17,6 +17,9 @@ type Topology struct {
 	standard string
 	classes  map[string]*BucketSet
 	health   *Health
+	// unset names the classes the caller knows but gave no buckets, with
+	// how to configure them (Unconfigured).
+	unset map[string]string
 }
 
 // NewTopology returns the topology over store: standard is the standard
@@ -30,16 +33,39 @@ func NewTopology(store Store, standard string, classes map[string][]ZoneBucket, 
 	if health == nil {
 		health = NewHealth(HoldOffMin, HoldOffMax)
 	}
-	t := &Topology{store: store, standard: standard, classes: map[string]*BucketSet{}, health: health}
-	for class, zbs := range classes {
-		set, err := NewBucketSet(store, zbs, localZone)
+	t := &Topology{store: store, standard: standard, classes: map[string]*BucketSet{}, health: health, unset: map[string]string{}}
+	owner := map[string]string{} // bucket -> class
+	for _, class := range sortedKeys(classes) {
+		set, err := NewBucketSet(store, classes[class], localZone)
 		if err != nil {
 			return nil, fmt.Errorf("topology: class %s: %w", class, err)
+		}
+		// A bucket holds the slots of one class: which set a failed copy
+		// source or a delete belongs to must have one answer.
+		for _, zb := range set.read {
+			if other, ok := owner[zb.Bucket]; ok {
+				return nil, fmt.Errorf("topology: bucket %s holds both class %s and class %s", zb.Bucket, other, class)
+			}
+			owner[zb.Bucket] = class
 		}
 		set.SetHealth(health)
 		t.classes[class] = set
 	}
 	return t, nil
+}
+
+// Unconfigured names a class the caller knows of but gave no buckets, and
+// how an operator gives it some (a flag): a read, copy or delete of that
+// class fails saying so, where an unknown class fails as unknown.
+func (t *Topology) Unconfigured(class, how string) { t.unset[class] = how }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // Store is the store every bucket of the topology is on.
@@ -55,10 +81,13 @@ func (t *Topology) Health() *Health { return t.health }
 // the topology has no buckets for.
 func (t *Topology) Class(class string) (*BucketSet, error) {
 	set, ok := t.classes[class]
-	if !ok {
-		return nil, fmt.Errorf("no buckets configured for class %s", class)
+	if ok {
+		return set, nil
 	}
-	return set, nil
+	if how, known := t.unset[class]; known {
+		return nil, fmt.Errorf("%s class but no %s buckets configured (%s)", class, class, how)
+	}
+	return nil, fmt.Errorf("unknown class %q", class)
 }
 
 // Buckets returns the names of a class's buckets in read order.
@@ -74,21 +103,18 @@ func (t *Topology) Buckets(class string) ([]string, error) {
 	return out, nil
 }
 
-// All returns every bucket of the topology once, the standard bucket
-// first, then the others in name order.
+// All returns every bucket of the topology once: the standard bucket
+// first, then each class's (classes in name order) in read order.
 func (t *Topology) All() []string {
-	seen := map[string]bool{t.standard: true}
-	var rest []string
-	for _, set := range t.classes {
-		for _, zb := range set.read {
-			if !seen[zb.Bucket] {
-				seen[zb.Bucket] = true
-				rest = append(rest, zb.Bucket)
+	out := []string{t.standard}
+	for _, class := range sortedKeys(t.classes) {
+		for _, zb := range t.classes[class].read {
+			if zb.Bucket != t.standard {
+				out = append(out, zb.Bucket)
 			}
 		}
 	}
-	sort.Strings(rest)
-	return append([]string{t.standard}, rest...)
+	return out
 }
 
 // GetRange reads a range of a slot of a class from the first bucket of the
@@ -117,7 +143,7 @@ func (t *Topology) CopySource(class string) (string, error) {
 func (t *Topology) SourceFailed(bucket string) bool {
 	for _, set := range t.classes {
 		if set.Has(bucket) {
-			return set.SourceFailed(bucket)
+			return set.SourceFailed(bucket) // a bucket is in one class's set
 		}
 	}
 	return false

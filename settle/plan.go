@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crc32c"
 )
 
@@ -224,7 +225,7 @@ func buildOutput(in PlanInput, first uint64, rev uint32, rewrite *Tail, chunks [
 	if rewrite != nil {
 		// The standing object's data region, copied; a chunk re-encoded
 		// with tombstones is uploaded in its place.
-		src := Source{Key: rewrite.Key, Class: "standard"}
+		src := Source{Key: rewrite.Key, Class: catalog.ClassStandard}
 		for i := range rewrite.Entries {
 			e := rewrite.Entries[i]
 			if d := rewrite.local(i); d != nil {

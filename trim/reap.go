@@ -58,6 +58,8 @@ func NewReap(d Deps, c Config) (*Reap, error) {
 		return nil, errors.New("reap: no database")
 	case d.Topology == nil:
 		return nil, errors.New("reap: no storage topology")
+	case d.Topology.Store() == nil:
+		return nil, errors.New("reap: no object store")
 	}
 	d.Metrics.buckets(d.Topology.All())
 	return &Reap{d: d, c: c}, nil
@@ -112,14 +114,7 @@ func (r *Reap) newFanout(set *objstore.BucketSet, buckets []string) *fanout {
 	return &fanout{r: r, set: set, buckets: buckets, failed: map[string]bool{}}
 }
 
-func (fo *fanout) allDown() bool {
-	for _, b := range fo.buckets {
-		if !fo.r.d.Topology.Health().Down(b) {
-			return false
-		}
-	}
-	return true
-}
+func (fo *fanout) allDown() bool { return fo.set.AllHeldOff(fo.buckets) }
 
 // done is the buckets that confirmed every key given to delete so far.
 func (fo *fanout) done() []string {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/objstore"
@@ -32,7 +31,7 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	buckets := append([]string{cfg.Bucket}, wire.SlotBuckets(cfg, catalog.ClassExpress)...)
+	buckets := wire.Buckets(cfg)
 	var (
 		obj  []byte
 		from string

@@ -73,11 +73,28 @@ func Topology(cfg config.Config, store objstore.Store, health *objstore.Health) 
 	if len(cfg.S3ExpressBuckets) > 0 {
 		classes[catalog.ClassExpress] = cfg.S3ExpressBuckets
 	}
+	if cfg.Bucket == "" {
+		return nil, &config.Error{Field: "bucket", Msg: "no standard bucket"}
+	}
 	t, err := objstore.NewTopology(store, cfg.Bucket, classes, cfg.Location, health)
 	if err != nil {
 		return nil, &config.Error{Field: "s3-express-buckets", Msg: err.Error()}
 	}
+	if len(cfg.S3ExpressBuckets) == 0 {
+		t.Unconfigured(catalog.ClassExpress, "--s3-express-buckets")
+	}
 	return t, nil
+}
+
+// Buckets returns every bucket of the configuration's topology once: the
+// standard bucket, then the express set in read order (nil when the
+// configuration is not a topology).
+func Buckets(cfg config.Config) []string {
+	t, err := Topology(cfg, nil, nil)
+	if err != nil {
+		return nil
+	}
+	return t.All()
 }
 
 // SlotBuckets returns the names of the buckets that hold a chain of the
@@ -107,8 +124,7 @@ func CreateLocalBuckets(cfg config.Config, store objstore.Store) error {
 	if !ok {
 		return nil
 	}
-	buckets := append([]string{cfg.Bucket}, SlotBuckets(cfg, catalog.ClassExpress)...)
-	for _, b := range buckets {
+	for _, b := range Buckets(cfg) {
 		if err := bc.CreateBucket(b); err != nil {
 			return fmt.Errorf("create bucket %s under %s: %w", b, cfg.FSRoot, err)
 		}
@@ -125,7 +141,7 @@ func CreateBuckets(ctx context.Context, cfg config.Config, store objstore.Store)
 	if !ok {
 		return CreateLocalBuckets(cfg, store)
 	}
-	for _, b := range append([]string{cfg.Bucket}, SlotBuckets(cfg, catalog.ClassExpress)...) {
+	for _, b := range Buckets(cfg) {
 		if err := s3s.CreateBucket(ctx, b); err != nil {
 			return err
 		}

@@ -60,8 +60,11 @@ func TestSlotBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := top.Class(catalog.ClassExpress); err == nil || !strings.Contains(err.Error(), "express") {
-		t.Fatalf("express without a set: %v, want an error naming the class", err)
+	if _, err := top.Class(catalog.ClassExpress); err == nil || !strings.Contains(err.Error(), "--s3-express-buckets") {
+		t.Fatalf("express without a set: %v, want an error naming the flag", err)
+	}
+	if _, err := top.Class("glacier"); err == nil || !strings.Contains(err.Error(), `unknown class "glacier"`) {
+		t.Fatalf("an unknown class: %v", err)
 	}
 	cfg.S3ExpressBuckets = []objstore.ZoneBucket{{Zone: "a", Bucket: "xa"}, {Zone: "b", Bucket: "xb"}, {Zone: "c", Bucket: "xc"}}
 	cfg.Location = "b"
@@ -76,12 +79,17 @@ func TestSlotBuckets(t *testing.T) {
 	if err != nil || set.ReadBuckets()[0] != (objstore.ZoneBucket{Zone: "b", Bucket: "xb"}) {
 		t.Fatalf("express set: %v %v", set, err)
 	}
-	if got := top.All(); !reflect.DeepEqual(got, []string{"std", "xa", "xb", "xc"}) {
+	if got := top.All(); !reflect.DeepEqual(got, []string{"std", "xb", "xa", "xc"}) || !reflect.DeepEqual(Buckets(cfg), got) {
 		t.Fatalf("every bucket: %v", got)
 	}
-	cfg.S3ExpressBuckets = append(cfg.S3ExpressBuckets, objstore.ZoneBucket{Zone: "d", Bucket: "xa"})
-	if _, err := Topology(cfg, nil, nil); !errors.Is(err, config.ErrConfig) {
+	twice := cfg
+	twice.S3ExpressBuckets = append(append([]objstore.ZoneBucket(nil), cfg.S3ExpressBuckets...), objstore.ZoneBucket{Zone: "d", Bucket: "xa"})
+	if _, err := Topology(twice, nil, nil); !errors.Is(err, config.ErrConfig) {
 		t.Fatalf("a bucket named twice: %v, want a configuration error", err)
+	}
+	twice.S3ExpressBuckets = append(append([]objstore.ZoneBucket(nil), cfg.S3ExpressBuckets...), objstore.ZoneBucket{Zone: "d", Bucket: "std"})
+	if _, err := Topology(twice, nil, nil); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "both class") {
+		t.Fatalf("the standard bucket in the express set: %v, want a configuration error", err)
 	}
 }
 

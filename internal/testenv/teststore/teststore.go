@@ -196,27 +196,27 @@ func All(o Options) []Opener {
 // health nil: a fresh one.
 func Topology(tb testing.TB, store objstore.Store, std string, express []string, health *objstore.Health) *objstore.Topology {
 	tb.Helper()
+	zones := make([]string, len(express))
+	for i := range express {
+		zones[i] = fmt.Sprintf("zone%d", i)
+	}
+	return topology(tb, store, std, express, zones, health)
+}
+
+func topology(tb testing.TB, store objstore.Store, std string, express, zones []string, health *objstore.Health) *objstore.Topology {
+	tb.Helper()
 	classes := map[string][]objstore.ZoneBucket{catalog.ClassStandard: {{Bucket: std}}}
 	var local string
 	if len(express) > 0 {
-		zones := make([]objstore.ZoneBucket, len(express))
+		zbs := make([]objstore.ZoneBucket, len(express))
 		for i, b := range express {
-			zones[i] = objstore.ZoneBucket{Zone: fmt.Sprintf("zone%d", i), Bucket: b}
+			zbs[i] = objstore.ZoneBucket{Zone: zones[i], Bucket: b}
 		}
-		classes[catalog.ClassExpress], local = zones, zones[0].Zone
+		classes[catalog.ClassExpress], local = zbs, zones[0]
 	}
 	t, err := objstore.NewTopology(store, std, classes, local, health)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return t
-}
-
-// Topology is the backend's storage topology over store (nil: the
-// backend's own store), its express zones read in order.
-func (b Backend) Topology(tb testing.TB, store objstore.Store) *objstore.Topology {
-	if store == nil {
-		store = b.Store
-	}
-	return Topology(tb, store, b.Std, b.Express, nil)
 }
