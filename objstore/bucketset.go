@@ -100,16 +100,15 @@ func NewBucketSet(store Store, buckets []ZoneBucket, localZone string) (*BucketS
 	return &BucketSet{store: store, read: read}, nil
 }
 
-// SingleBucket is the set of one bucket (zone "").
-func SingleBucket(store Store, bucket string) *BucketSet {
-	return &BucketSet{store: store, read: []ZoneBucket{{Bucket: bucket}}}
+// Buckets returns the names of the set's buckets in read order, the local
+// zone's first.
+func (s *BucketSet) Buckets() []string {
+	out := make([]string, len(s.read))
+	for i, zb := range s.read {
+		out[i] = zb.Bucket
+	}
+	return out
 }
-
-// ReadBuckets returns the buckets in read order, local zone first.
-func (s *BucketSet) ReadBuckets() []ZoneBucket { return append([]ZoneBucket(nil), s.read...) }
-
-// Store returns the store the set reads and writes.
-func (s *BucketSet) Store() Store { return s.store }
 
 // FallThroughCounter is implemented by stores that count read
 // fall-throughs (the Instrument wrapper).
@@ -194,8 +193,8 @@ func (s *BucketSet) Head(ctx context.Context, key string) (Attrs, ZoneBucket, er
 // not hold off.
 func (s *BucketSet) CopySource() string { return s.order()[0].Bucket }
 
-// Has reports whether bucket is one of the set's.
-func (s *BucketSet) Has(bucket string) bool {
+// has reports whether bucket is one of the set's.
+func (s *BucketSet) has(bucket string) bool {
 	for _, zb := range s.read {
 		if zb.Bucket == bucket {
 			return true
@@ -213,7 +212,7 @@ func (s *BucketSet) Has(bucket string) bool {
 // repeats): an assembly's duration says nothing of how long the failure
 // took to detect, and reads, which time each request, record that.
 func (s *BucketSet) SourceFailed(bucket string) bool {
-	if len(s.read) < 2 || s.health == nil || !s.Has(bucket) {
+	if len(s.read) < 2 || s.health == nil || !s.has(bucket) {
 		return false
 	}
 	s.health.Failed(bucket, 0)
@@ -232,9 +231,7 @@ func (s *BucketSet) SourceFailed(bucket string) bool {
 // buckets (nil: the set's), so that a delete would send nothing.
 func (s *BucketSet) AllHeldOff(buckets []string) bool {
 	if buckets == nil {
-		for _, zb := range s.read {
-			buckets = append(buckets, zb.Bucket)
-		}
+		buckets = s.Buckets()
 	}
 	for _, b := range buckets {
 		if !s.health.Down(b) {
@@ -255,7 +252,6 @@ type DeleteOutcome struct {
 	// means none was confirmed.
 	Err    error
 	Failed map[string]bool
-	Took   time.Duration
 }
 
 // Confirmed reports whether the bucket confirmed key deleted.
@@ -282,15 +278,13 @@ func (o DeleteOutcome) Confirmed(key string) bool {
 // from, but nothing gained by asking a dead bucket every batch.
 func (s *BucketSet) Delete(ctx context.Context, keys []string, buckets []string) []DeleteOutcome {
 	if buckets == nil {
-		for _, zb := range s.read {
-			buckets = append(buckets, zb.Bucket)
-		}
+		buckets = s.Buckets()
 	}
 	out := make([]DeleteOutcome, len(buckets))
 	var asked []*DeleteOutcome
 	for i, b := range buckets {
 		out[i].Bucket = b
-		if !s.Has(b) {
+		if !s.has(b) {
 			out[i].Err = fmt.Errorf("delete from bucket %s: not a bucket of the set", b)
 			continue
 		}
@@ -303,7 +297,7 @@ func (s *BucketSet) Delete(ctx context.Context, keys []string, buckets []string)
 	EachBucket(asked, func(o *DeleteOutcome) error {
 		start := s.clock()
 		o.Err = s.store.Delete(ctx, o.Bucket, keys)
-		o.Took = s.clock().Sub(start)
+		took := s.clock().Sub(start)
 		var de *DeleteError
 		switch {
 		case o.Err == nil:
@@ -314,7 +308,7 @@ func (s *BucketSet) Delete(ctx context.Context, keys []string, buckets []string)
 				o.Failed[k] = true
 			}
 		case ctx.Err() == nil:
-			s.health.Failed(o.Bucket, o.Took)
+			s.health.Failed(o.Bucket, took)
 		}
 		return o.Err
 	})

@@ -46,17 +46,24 @@ func (f *flaky) PutIfAbsent(ctx context.Context, b, k string, d []byte) error {
 	return f.Store.PutIfAbsent(ctx, b, k, d)
 }
 
-func TestBucketSet(t *testing.T) {
-	ctx := context.Background()
+// fileBuckets is a file backend with the buckets named.
+func fileBuckets(t *testing.T, buckets ...string) *filestore.Store {
+	t.Helper()
 	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{"ex-a", "ex-b", "ex-c"} {
+	for _, b := range buckets {
 		if err := fs.CreateBucket(b); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return fs
+}
+
+func TestBucketSet(t *testing.T) {
+	ctx := context.Background()
+	fs := fileBuckets(t, "ex-a", "ex-b", "ex-c")
 	reg := prometheus.NewRegistry()
 	m, err := objstore.NewMetrics(reg)
 	if err != nil {
@@ -69,13 +76,13 @@ func TestBucketSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rb := set.ReadBuckets(); rb[0].Bucket != "ex-b" || len(rb) != 3 {
+	if rb := set.Buckets(); rb[0] != "ex-b" || len(rb) != 3 {
 		t.Fatalf("read order %v, want the local zone first", rb)
 	}
 
 	put := func(data string) []error {
-		return objstore.EachBucket(set.ReadBuckets(), func(zb objstore.ZoneBucket) error {
-			return store.PutIfAbsent(ctx, zb.Bucket, "slot/1", []byte(data))
+		return objstore.EachBucket(set.Buckets(), func(b string) error {
+			return store.PutIfAbsent(ctx, b, "slot/1", []byte(data))
 		})
 	}
 	if errs := put("payload"); errors.Join(errs...) != nil || len(errs) != 3 {
@@ -83,7 +90,7 @@ func TestBucketSet(t *testing.T) {
 	}
 	for i, err := range put("other") {
 		if !errors.Is(err, objstore.ErrExists) {
-			t.Fatalf("second put into %v: %v, want ErrExists", set.ReadBuckets()[i], err)
+			t.Fatalf("second put into %s: %v, want ErrExists", set.Buckets()[i], err)
 		}
 	}
 	// a slot only in a remote zone: the local miss falls through
@@ -160,7 +167,10 @@ func TestBucketSet(t *testing.T) {
 		t.Errorf("gather: %d, %v", n, err)
 	}
 	// standard star: the same code path over one bucket
-	std := objstore.SingleBucket(store, "std")
+	std, err := objstore.NewBucketSet(store, []objstore.ZoneBucket{{Bucket: "std"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d, _, err := std.GetSuffix(ctx, "out", 2); err != nil || string(d) != "89" {
 		t.Fatalf("single bucket read: %q, %v", d, err)
 	}
@@ -304,15 +314,7 @@ func TestHealthHoldOffCoversDetection(t *testing.T) {
 // by deletes too; once every zone failed as a copy source none is left.
 func TestBucketSetDeletesAndCopiesShareHealth(t *testing.T) {
 	ctx := context.Background()
-	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range []string{"za", "zb", "zc"} {
-		if err := fs.CreateBucket(b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fs := fileBuckets(t, "za", "zb", "zc")
 	st := &countingDelete{flaky: flaky{Store: fs, down: map[string]bool{"za": true}}, calls: map[string]int{}}
 	set, err := objstore.NewBucketSet(st, []objstore.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}, {Zone: "c", Bucket: "zc"}}, "a")
 	if err != nil {

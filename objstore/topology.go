@@ -96,11 +96,7 @@ func (t *Topology) Buckets(class string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, zb := range set.read {
-		out = append(out, zb.Bucket)
-	}
-	return out, nil
+	return set.Buckets(), nil
 }
 
 // All returns every bucket of the topology once: the standard bucket
@@ -142,7 +138,7 @@ func (t *Topology) CopySource(class string) (string, error) {
 // (BucketSet.SourceFailed); a bucket of no set of several leaves nothing.
 func (t *Topology) SourceFailed(bucket string) bool {
 	for _, set := range t.classes {
-		if set.Has(bucket) {
+		if set.has(bucket) {
 			return set.SourceFailed(bucket) // a bucket is in one class's set
 		}
 	}

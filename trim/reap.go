@@ -211,7 +211,7 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 	if err != nil {
 		return fmt.Errorf("reap slots of star %q: %w", f.Star, err)
 	}
-	all, _ := r.d.Topology.Buckets(c.class)
+	all := set.Buckets()
 	for _, rp := range due {
 		// The buckets that confirmed the whole range in an earlier round
 		// (a zone was down then) get none of its deletes again.
@@ -337,10 +337,9 @@ func (r *Reap) deleteRange(ctx context.Context, c chain, rp catalog.SlotReap, fo
 
 // candidate is a due intent with what reaping it takes.
 type candidate struct {
-	in      catalog.Intent
-	coords  catalog.KeyCoords
-	set     *objstore.BucketSet // of the key's class
-	buckets []string            // the set's, in read order
+	in     catalog.Intent
+	coords catalog.KeyCoords
+	set    *objstore.BucketSet // of the key's class
 }
 
 // reapObjects executes the due reap intents and the publish intents older
@@ -371,7 +370,6 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 				continue
 			}
 			set, err := r.d.Topology.Class(in.Class)
-			buckets, _ := r.d.Topology.Buckets(in.Class)
 			if err != nil {
 				held["unknown_class"]++
 				r.d.Log.Warn("reap held: no buckets for its class", "intent", in.ID, "key", in.ObjectKey, "err", err)
@@ -379,7 +377,7 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 			}
 			co := catalog.KeyCoords{Bucket: k.Bucket, Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch),
 				FirstRecord: int64(k.FirstRecord), Revision: int32(k.Revision)}
-			byID[in.ID] = candidate{in: in, coords: co, set: set, buckets: buckets}
+			byID[in.ID] = candidate{in: in, coords: co, set: set}
 			cands = append(cands, catalog.ReapCandidate{ID: in.ID, Key: in.ObjectKey, Coords: co})
 		}
 		var verdicts map[int64]catalog.KeyVerdict
@@ -399,7 +397,7 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 			switch {
 			case v.Deletable():
 				act = append(act, c)
-				plan(opts, "reap: would delete %s (%s intent #%d) from %v", c.in.ObjectKey, c.in.Kind, c.in.ID, c.buckets)
+				plan(opts, "reap: would delete %s (%s intent #%d) from %v", c.in.ObjectKey, c.in.Kind, c.in.ID, c.set.Buckets())
 			case v == catalog.KeyReferenced && c.in.Kind == "publish":
 				act = append(act, c)
 				plan(opts, "reap: %s is in the catalog: would drop publish intent #%d (abort its upload, keep the object)", c.in.ObjectKey, c.in.ID)
@@ -457,7 +455,7 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 			// nothing would ever abort it. The key is never published
 			// again (dead, condemned or already cataloged), so no upload
 			// of it is anyone's.
-			for _, b := range c.buckets {
+			for _, b := range c.set.Buckets() {
 				ids := []string{}
 				if c.in.UploadID != "" {
 					ids = append(ids, c.in.UploadID)
@@ -496,13 +494,12 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 	}
 	// Settled objects are one class (standard), but group by bucket set all
 	// the same.
-	groups := map[string][]candidate{}
+	groups := map[*objstore.BucketSet][]candidate{}
 	for _, c := range ready {
-		g := fmt.Sprint(c.buckets)
-		groups[g] = append(groups[g], c)
+		groups[c.set] = append(groups[c.set], c)
 	}
-	for _, g := range groups {
-		fo := r.newFanout(g[0].set, g[0].buckets)
+	for set, g := range groups {
+		fo := r.newFanout(set, set.Buckets())
 		keys := make([]string, 0, len(g))
 		seen := map[string]bool{}
 		for _, c := range g {

@@ -73,7 +73,7 @@ func TestExpressSet(t *testing.T) {
 	slot := "stars/s1/chain/00000000000000000001/00000000000000000001"
 	data := storetest.Bytes(9, 12<<20)
 	putAll := func(key string, data []byte) []error {
-		return objstore.EachBucket(set.ReadBuckets(), func(zb objstore.ZoneBucket) error { return s.PutIfAbsent(ctx, zb.Bucket, key, data) })
+		return objstore.EachBucket(set.Buckets(), func(b string) error { return s.PutIfAbsent(ctx, b, key, data) })
 	}
 	if err := errors.Join(putAll(slot, data)...); err != nil {
 		t.Fatal(err)
@@ -96,8 +96,8 @@ func TestExpressSet(t *testing.T) {
 		t.Errorf("a miss with a zone down: %v, want retryable, not ErrNotFound", err)
 	}
 	for i, err := range putAll("stars/s1/chain/x", data[:10]) {
-		if down := set.ReadBuckets()[i].Bucket == local; down != (err != nil) || down && !objstore.IsRetryable(err) {
-			t.Errorf("put into %v with az2 down: %v, want a retryable error from az2 alone", set.ReadBuckets()[i], err)
+		if down := set.Buckets()[i] == local; down != (err != nil) || down && !objstore.IsRetryable(err) {
+			t.Errorf("put into %s with az2 down: %v, want a retryable error from az2 alone", set.Buckets()[i], err)
 		}
 	}
 

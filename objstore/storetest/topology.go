@@ -89,11 +89,11 @@ func testTopology(t *testing.T, h Harness) {
 	// A slot in every zone, written create-once through the one fan-out.
 	const slot = "stars/s1/chain/00000000000000000001/00000000000000000001"
 	data := Bytes(21, 6*mib)
-	for i, err := range objstore.EachBucket(set.ReadBuckets(), func(z objstore.ZoneBucket) error {
-		return store.PutIfAbsent(ctx, z.Bucket, slot, data)
+	for i, err := range objstore.EachBucket(set.Buckets(), func(b string) error {
+		return store.PutIfAbsent(ctx, b, slot, data)
 	}) {
 		if err != nil {
-			t.Fatalf("put into %v: %v", set.ReadBuckets()[i], err)
+			t.Fatalf("put into %s: %v", set.Buckets()[i], err)
 		}
 	}
 	if err := store.PutIfAbsent(ctx, zc, "stars/s1/chain/remote", []byte("remote")); err != nil {

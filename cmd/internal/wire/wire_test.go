@@ -76,7 +76,7 @@ func TestSlotBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	set, err := top.Class(catalog.ClassExpress)
-	if err != nil || set.ReadBuckets()[0] != (objstore.ZoneBucket{Zone: "b", Bucket: "xb"}) {
+	if err != nil || set.Buckets()[0] != "xb" {
 		t.Fatalf("express set: %v %v", set, err)
 	}
 	if got := top.All(); !reflect.DeepEqual(got, []string{"std", "xb", "xa", "xc"}) || !reflect.DeepEqual(Buckets(cfg), got) {
