@@ -9,7 +9,6 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/verify"
 )
@@ -72,13 +71,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s3 := catalog.StreamID{15: 3}
-	if err := writepath.New(db).CreateStream(ctx, s3, "s1", "b1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 9, FooterOffset: 1, FooterLength: 1,
-		Batches: []writepath.AbsorbBatch{{Stream: s3, FirstRecord: 0, Count: 8}}}}); err != nil {
-		t.Fatal(err)
-	}
+	absorbStream(t, db, s3, 9, 8)
 	k3, obj3 := settleTombstoned(t, db, lease.Fence, s3, 0, 8, func(r int64) bool { return r == 2 || r == 3 })
 	store.put(k3, obj3)
 	for _, e := range []struct {

@@ -92,6 +92,20 @@ func settleObject(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.Stre
 	return key, obj
 }
 
+// absorbStream creates stream id of star s1 and absorbs its records
+// [0, count) in the flight at seq of epoch 1.
+func absorbStream(t *testing.T, db *catalog.DB, id catalog.StreamID, seq, count int64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 1, FooterLength: 1,
+		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: count}}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // healthyCatalog settles two streams into three objects.
 func healthyCatalog(t *testing.T, db *catalog.DB) (*objects, []string) {
 	t.Helper()
@@ -107,17 +121,11 @@ func healthyCatalog(t *testing.T, db *catalog.DB) (*objects, []string) {
 		counts []int64
 	}{{1, []int64{10, 5}}, {2, []int64{7}}} {
 		id := catalog.StreamID{15: s.id}
-		if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
-			t.Fatal(err)
-		}
 		var total int64
 		for _, c := range s.counts {
 			total += c
 		}
-		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: int64(i), FooterOffset: 1, FooterLength: 1,
-			Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: total}}}}); err != nil {
-			t.Fatal(err)
-		}
+		absorbStream(t, db, id, int64(i), total)
 		var first int64
 		for _, c := range s.counts {
 			key, obj := settleObject(t, db, lease.Fence, id, first, c)
@@ -233,13 +241,7 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := catalog.StreamID{15: 3}
-	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 1, FooterLength: 1,
-		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 120}}}}); err != nil {
-		t.Fatal(err)
-	}
+	absorbStream(t, db, id, 0, 120)
 	store := newObjects(t)
 	for first := int64(0); first < 120; first += 10 {
 		key, obj := settleObject(t, db, lease.Fence, id, first, 10)
