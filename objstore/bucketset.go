@@ -15,8 +15,8 @@ type ZoneBucket struct {
 
 // BucketSet is where one class of objects lives (docs/architecture.md#buckets-and-zone-health): for
 // an express star, the same key in every zone's directory bucket; for a
-// standard star, the standard bucket alone (SingleBucket). Callers use one
-// code path for both.
+// standard star, the standard bucket alone (a set of one bucket of zone
+// ""). Callers use one code path for both.
 //
 // A Topology holds one set per class; steps get their sets from it.
 //

@@ -1,20 +1,23 @@
 // Package objstore is the only place that talks to object storage. It defines
 // the Store contract used by settle, trim and novasim, and implements it on S3
 // (aws-sdk-go-v2, with server-side copy planning) and on a local directory
-// (the file backend), plus the express bucket set. It knows nothing of the
-// bundle format or the metastore.
+// (the file backend), plus the storage topology every step is handed. It
+// knows nothing of the bundle format or the metastore.
 //
 // Layout:
 //
 //   - this package: the Store interface and its errors, the pure part
 //     planner (PlanParts, property-tested against an exhaustive search),
-//     CRC-32C helpers (combine, S3 encoding), the express BucketSet, the
-//     Instrument wrapper and its Metrics, and the backends' configurations;
+//     S3 encoding of CRC-32C, the storage Topology (topology.go: the
+//     standard bucket, a BucketSet per slot class, the zone Health they
+//     share for reads, copy sources and deletes), the Instrument wrapper
+//     and its Metrics, and the backends' configurations;
 //   - s3store: the S3 backend (retry policy, plan execution, resume, the
 //     checksum probe);
 //   - filestore: the file backend (create-once by hard link, assembly by
 //     reflink or copy_file_range), the demo's embedded default;
-//   - storetest: the contract suite both backends pass.
+//   - storetest: the contract suite both backends pass, the topology over
+//     them included.
 //
 // Choices beyond docs/architecture.md (#publish, #reap, #buckets-and-zone-health):
 //

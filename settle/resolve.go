@@ -15,8 +15,9 @@ import (
 
 // Reader reads a byte range of a slot of a class from the class's buckets
 // (objstore.Topology: standard slots from the standard bucket, express
-// slots from the express set, local zone first). It returns the object's total size too (Content-Range), and an
-// error matching objstore.ErrNotFound when no bucket has the object.
+// slots from the express set, local zone first). It returns the object's
+// total size too (Content-Range), and an error matching
+// objstore.ErrNotFound when no bucket has the object.
 type Reader interface {
 	GetRange(ctx context.Context, class, key string, off, n int64) ([]byte, int64, error)
 }

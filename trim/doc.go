@@ -13,7 +13,8 @@
 //     why every such delete is safe even when it lands late.
 //
 // Slots are enumerated from star_epochs.end_seq, never by listing. Every SQL
-// statement is in package catalog (catalog/trim.go); every S3 call is behind
-// Store (objstore). Settling, recovery of publish intents and erasure are not
+// statement is in package catalog (catalog/trim.go); every S3 call goes
+// through the storage topology (objstore.Topology), whose bucket sets fan
+// deletes out and share the zone health. Settling, recovery of publish intents and erasure are not
 // here. Only this package deletes objects.
 package trim
