@@ -3,7 +3,8 @@ package objstore
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // Topology is the one answer to "which bucket, and which zone is down"
@@ -35,7 +36,7 @@ func NewTopology(store Store, standard string, classes map[string][]ZoneBucket, 
 	}
 	t := &Topology{store: store, standard: standard, classes: map[string]*BucketSet{}, health: health, unset: map[string]string{}}
 	owner := map[string]string{} // bucket -> class
-	for _, class := range sortedKeys(classes) {
+	for _, class := range slices.Sorted(maps.Keys(classes)) {
 		set, err := NewBucketSet(store, classes[class], localZone)
 		if err != nil {
 			return nil, fmt.Errorf("topology: class %s: %w", class, err)
@@ -58,15 +59,6 @@ func NewTopology(store Store, standard string, classes map[string][]ZoneBucket, 
 // how an operator gives it some (a flag): a read, copy or delete of that
 // class fails saying so, where an unknown class fails as unknown.
 func (t *Topology) Unconfigured(class, how string) { t.unset[class] = how }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
 
 // Store is the store every bucket of the topology is on.
 func (t *Topology) Store() Store { return t.store }
@@ -103,7 +95,7 @@ func (t *Topology) Buckets(class string) ([]string, error) {
 // first, then each class's (classes in name order) in read order.
 func (t *Topology) All() []string {
 	out := []string{t.standard}
-	for _, class := range sortedKeys(t.classes) {
+	for _, class := range slices.Sorted(maps.Keys(t.classes)) {
 		for _, zb := range t.classes[class].read {
 			if zb.Bucket != t.standard {
 				out = append(out, zb.Bucket)
