@@ -74,3 +74,35 @@ func TestReadmeLayoutMatchesFolders(t *testing.T) {
 		}
 	}
 }
+
+// TestOneTopology: the storage topology (which buckets hold a class, and
+// the zone health they share) is built in one place, cmd/internal/wire,
+// and handed to the steps; test support and objstore's own contract suite
+// build theirs from it, and only the binary makes the health it shares.
+func TestOneTopology(t *testing.T) {
+	root := repoRoot(t)
+	allowed := map[string][]string{
+		"objstore.NewTopology(":  {"cmd/internal/wire/", "internal/testenv/teststore/", "objstore/storetest/"},
+		"objstore.NewBucketSet(": {},
+		"objstore.NewHealth(":    {"cmd/auditor/"},
+	}
+	sources(t, root, func(p, text string) {
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") || strings.HasPrefix(rel, "internal/repocheck/") {
+			return
+		}
+		for call, dirs := range allowed {
+			if !strings.Contains(text, call) {
+				continue
+			}
+			ok := false
+			for _, d := range dirs {
+				ok = ok || strings.HasPrefix(rel, d)
+			}
+			if !ok {
+				t.Errorf("%s calls %s: the topology is built by cmd/internal/wire and handed on", rel, call)
+			}
+		}
+	})
+}
