@@ -31,7 +31,10 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	buckets := wire.Buckets(cfg)
+	buckets, err := wire.Buckets(cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
 	var (
 		obj  []byte
 		from string

@@ -132,7 +132,8 @@ func bucketRules(ctx context.Context, cfg config.Config) (daemon.BucketRulesRead
 // prefixes it writes under there (its star's chain and the settled
 // objects), which no expiration rule may reach.
 func checkedBuckets(cfg config.Config) (buckets, prefixes []string) {
-	buckets = wire.Buckets(cfg)
+	// buildCycle refused a configuration that is not a topology.
+	buckets, _ = wire.Buckets(cfg)
 	slot := bundlefmt.SlotKey(cfg.Star, 1, 0)
 	chain := slot[:strings.Index(slot, "/chain/")+len("/chain/")]
 	settled := bundlefmt.SettledKey("b", bundlefmt.StreamID{}, 1, 0, 0)

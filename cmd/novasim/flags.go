@@ -112,7 +112,15 @@ func openWith(ctx context.Context, cfg config.Config, migrate bool, put objstore
 		db.Close()
 		return nil, sim.Storage{}, err
 	}
-	return db, sim.Storage{Store: store, Standard: cfg.Bucket, Express: wire.SlotBuckets(cfg, catalog.ClassExpress)}, nil
+	// The auditor's topology names the buckets novasim writes (a
+	// configuration that is not one is refused here as there).
+	top, err := wire.Topology(cfg, store, nil)
+	if err != nil {
+		db.Close()
+		return nil, sim.Storage{}, err
+	}
+	express, _ := top.Buckets(catalog.ClassExpress) // none configured: no express set
+	return db, sim.Storage{Store: store, Standard: top.Standard(), Express: express}, nil
 }
 
 // sizeFlag is an int64 flag that takes binary suffixes (KiB, MiB, GiB).

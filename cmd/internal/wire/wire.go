@@ -87,28 +87,14 @@ func Topology(cfg config.Config, store objstore.Store, health *objstore.Health) 
 }
 
 // Buckets returns every bucket of the configuration's topology once: the
-// standard bucket, then the express set in read order (nil when the
-// configuration is not a topology).
-func Buckets(cfg config.Config) []string {
+// standard bucket, then the express set in read order; a configuration
+// error when the configuration is not a topology.
+func Buckets(cfg config.Config) ([]string, error) {
 	t, err := Topology(cfg, nil, nil)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	return t.All()
-}
-
-// SlotBuckets returns the names of the buckets that hold a chain of the
-// class in read order (nil when the topology has none), for callers that
-// name buckets without reading them: novasim's writer, which fans its
-// create-once PUTs out itself to see each zone's own answer, and the
-// metrics' series.
-func SlotBuckets(cfg config.Config, class string) []string {
-	t, err := Topology(cfg, nil, nil)
-	if err != nil {
-		return nil
-	}
-	out, _ := t.Buckets(class)
-	return out
+	return t.All(), nil
 }
 
 // bucketCreator is a store that can make buckets itself (the file backend).
@@ -124,7 +110,11 @@ func CreateLocalBuckets(cfg config.Config, store objstore.Store) error {
 	if !ok {
 		return nil
 	}
-	for _, b := range Buckets(cfg) {
+	buckets, err := Buckets(cfg)
+	if err != nil {
+		return err
+	}
+	for _, b := range buckets {
 		if err := bc.CreateBucket(b); err != nil {
 			return fmt.Errorf("create bucket %s under %s: %w", b, cfg.FSRoot, err)
 		}
@@ -141,7 +131,11 @@ func CreateBuckets(ctx context.Context, cfg config.Config, store objstore.Store)
 	if !ok {
 		return CreateLocalBuckets(cfg, store)
 	}
-	for _, b := range Buckets(cfg) {
+	buckets, err := Buckets(cfg)
+	if err != nil {
+		return err
+	}
+	for _, b := range buckets {
 		if err := s3s.CreateBucket(ctx, b); err != nil {
 			return err
 		}

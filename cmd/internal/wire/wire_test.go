@@ -46,19 +46,19 @@ func TestStorePicksTheBackend(t *testing.T) {
 	}
 }
 
-func TestSlotBuckets(t *testing.T) {
+func TestTopologyBuckets(t *testing.T) {
 	t.Parallel()
 	cfg := config.Defaults()
 	cfg.Bucket = "std"
-	if got := SlotBuckets(cfg, catalog.ClassStandard); !reflect.DeepEqual(got, []string{"std"}) {
-		t.Fatalf("standard: %v", got)
-	}
-	if got := SlotBuckets(cfg, catalog.ClassExpress); got != nil {
-		t.Fatalf("express without a set: %v", got)
-	}
 	top, err := Topology(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, err := top.Buckets(catalog.ClassStandard); err != nil || !reflect.DeepEqual(got, []string{"std"}) {
+		t.Fatalf("standard: %v %v", got, err)
+	}
+	if got, err := top.Buckets(catalog.ClassExpress); got != nil || err == nil {
+		t.Fatalf("express without a set: %v %v", got, err)
 	}
 	if _, err := top.Class(catalog.ClassExpress); err == nil || !strings.Contains(err.Error(), "--s3-express-buckets") {
 		t.Fatalf("express without a set: %v, want an error naming the flag", err)
@@ -68,18 +68,18 @@ func TestSlotBuckets(t *testing.T) {
 	}
 	cfg.S3ExpressBuckets = []objstore.ZoneBucket{{Zone: "a", Bucket: "xa"}, {Zone: "b", Bucket: "xb"}, {Zone: "c", Bucket: "xc"}}
 	cfg.Location = "b"
-	if got := SlotBuckets(cfg, catalog.ClassExpress); !reflect.DeepEqual(got, []string{"xb", "xa", "xc"}) {
-		t.Fatalf("express: %v (want the location's bucket first)", got)
-	}
 	top, err = Topology(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, _ := top.Buckets(catalog.ClassExpress); !reflect.DeepEqual(got, []string{"xb", "xa", "xc"}) {
+		t.Fatalf("express: %v (want the location's bucket first)", got)
 	}
 	set, err := top.Class(catalog.ClassExpress)
 	if err != nil || set.Buckets()[0] != "xb" {
 		t.Fatalf("express set: %v %v", set, err)
 	}
-	if got := top.All(); !reflect.DeepEqual(got, []string{"std", "xb", "xa", "xc"}) || !reflect.DeepEqual(Buckets(cfg), got) {
+	if got := top.All(); !reflect.DeepEqual(got, []string{"std", "xb", "xa", "xc"}) || !reflect.DeepEqual(must(Buckets(cfg)), got) {
 		t.Fatalf("every bucket: %v", got)
 	}
 	twice := cfg
@@ -108,4 +108,11 @@ func TestStoreTakesTheConfiguredValues(t *testing.T) {
 	if _, err := Store(context.Background(), cfg); err == nil {
 		t.Fatal("a zero copy concurrency was accepted")
 	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
