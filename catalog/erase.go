@@ -263,13 +263,8 @@ func (db *DB) CommitRewrite(ctx context.Context, f Fence, c RewriteCommit) error
 			e.FooterOffset, e.FooterLength, e.MinTimestamp, e.MaxTimestamp); err != nil {
 			return fmt.Errorf("repoint catalog entry %x@%d: %w", e.Stream, e.FirstRecord, err)
 		}
-		if c.IntentID != 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1`, c.IntentID); err != nil {
-				return fmt.Errorf("delete publish intent %d: %w", c.IntentID, err)
-			}
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE kind = 'reap' AND object_key = $1`, c.ObjectKey); err != nil {
-			return fmt.Errorf("delete reap intents of %s: %w", c.ObjectKey, err)
+		if err := closePublishIntent(ctx, tx, c.IntentID, c.ObjectKey); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)
 			VALUES ($1, 'reap', $2, 'standard', now() + $3::interval)`, f.Star, c.OldKey, c.ReapGrace); err != nil {

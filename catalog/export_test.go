@@ -38,3 +38,31 @@ func (db *DB) LockWaiters(ctx context.Context) (int, error) {
 		WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 	return n, err
 }
+
+// ExactTarget is a publish target for a test's own key (not a settled
+// key): its base is the key itself, first record first; revisions above
+// the planned one append "@rev".
+func ExactTarget(key string, first int64) PublishTarget {
+	return PublishTarget{
+		Base: KeyBase{Stream: StreamID(fnvStream(key)), Epoch: 1, FirstRecord: first},
+		Key: func(rev int32) string {
+			if rev == 0 {
+				return key
+			}
+			return fmt.Sprintf("%s@%d", key, rev)
+		},
+	}
+}
+
+// fnvStream spreads test keys over stream IDs, one base per key.
+func fnvStream(key string) [16]byte {
+	var id [16]byte
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * 1099511628211
+	}
+	for i := 0; i < 8; i++ {
+		id[i], id[15-i] = byte(h>>(8*i)), byte(h>>(8*i))^0x5a
+	}
+	return id
+}

@@ -294,7 +294,10 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	})
 	call("RefsWindow", func() error { _, err := db.RefsWindow(ctx, hot, st.SettledThrough, st.NextRecord, 1000); return err })
 	key := fmt.Sprintf("bench/%d", st.SettledThrough)
-	call("OpenPublishIntent", func() (err error) { in, err = db.OpenPublishIntent(ctx, f, key, catalog.ClassStandard); return err })
+	call("OpenPublishIntent", func() (err error) {
+		in, err = db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key, st.SettledThrough), catalog.ClassStandard)
+		return err
+	})
 	call("CommitSettle", func() error {
 		e := catalog.Entry{Stream: hot, Epoch: 1, FirstRecord: st.SettledThrough, RecordCount: 10, ObjectBytes: 1000,
 			FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}

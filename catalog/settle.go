@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,32 @@ import (
 // example a catalog entry that no longer ends where the stream's
 // settled_through says): the cycle halts rather than guess.
 var ErrInvariant = errors.New("metastore invariant broken")
+
+// ErrIntentGone: a commit's publish intent is no longer open on its key
+// (the reap step classified the key deletable, or recovery gave it up):
+// the key is never cataloged, and the stream's next settle publishes the
+// same records at a higher revision (docs/architecture.md#no-late-delete).
+var ErrIntentGone = errors.New("publish intent is no longer open")
+
+// closePublishIntent deletes the publish intent a commit carries out,
+// which must still be open on the committed key (ErrIntentGone otherwise:
+// a key whose intent was given up may already be deleted, late or not,
+// and is never cataloged), and any reap intent on the key.
+func closePublishIntent(ctx context.Context, tx pgx.Tx, id int64, key string) error {
+	if id != 0 {
+		tag, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1 AND kind = 'publish' AND object_key = $2`, id, key)
+		if err != nil {
+			return fmt.Errorf("delete publish intent %d: %w", id, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("commit %s: intent %d: %w", key, id, ErrIntentGone)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE kind = 'reap' AND object_key = $1`, key); err != nil {
+		return fmt.Errorf("delete reap intents of %s: %w", key, err)
+	}
+	return nil
+}
 
 // DueStream is a stream selected for settling.
 type DueStream struct {
@@ -75,31 +102,123 @@ type Intent struct {
 	CreatedAt   time.Time
 	ReapAfter   *time.Time
 	Due         bool // reap_after <= now() (reap) or created_at <= now() - grace (publish), by the database clock
+	// Revision: the revision OpenPublishIntent opened (or took up) the
+	// intent at; its ObjectKey is the target's key at that revision.
+	Revision int32
 	// Reopened: OpenPublishIntent found the intent already open (an
 	// earlier attempt crashed or failed); that attempt may have created an
 	// upload it could not record.
 	Reopened bool
 }
 
-// OpenPublishIntent commits a publish intent for key before its first byte
-// is written. If one is already open for the key (a crashed earlier
-// attempt), it is returned as it is, marked Reopened.
-func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, key, class string) (Intent, error) {
+// KeyBase names the settled keys of one catalog position: a stream, its
+// epoch and a first record. Its revisions are the keys' last coordinate.
+type KeyBase struct {
+	Stream      StreamID
+	Epoch       int64
+	FirstRecord int64
+}
+
+// PublishTarget is the next object a plan publishes at a key base: the
+// revision the plan asks for, and the key of the base at any revision.
+type PublishTarget struct {
+	Base     KeyBase
+	Revision int32
+	Key      func(revision int32) string
+}
+
+// OpenPublishIntent commits a publish intent for the target before its
+// first byte is written (docs/architecture.md#no-late-delete). Under the
+// base's high-water revision (nova.auditor_key_revisions, locked):
+//
+//   - an intent still open at the base's high-water revision, at or above
+//     the planned one, is taken up again as it is, marked Reopened (a
+//     crashed or failed earlier attempt of the same object);
+//   - otherwise a new intent is opened at the planned revision or, when the
+//     base has used that revision already, one above the high-water, and
+//     the high-water is raised to it.
+//
+// So no intent ever names a key that an earlier intent named and gave up,
+// or that the reap step classified deletable: a DELETE of such a key, however
+// late it lands, cannot remove what the catalog references. The returned
+// intent's Revision and ObjectKey are the ones to publish.
+func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, class string) (Intent, error) {
 	var in Intent
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ($1, 'publish', $2, $3)
-			ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING RETURNING id`, f.Star, key, class).Scan(&in.ID)
-		reopened := errors.Is(err, pgx.ErrNoRows)
-		if err != nil && !reopened {
+		high, err := lockHighRevision(ctx, tx, t.Base)
+		if err != nil {
+			return err
+		}
+		rev := t.Revision
+		if high >= rev {
+			if high < math.MaxInt32 {
+				rev = high + 1
+			}
+			err := scanIntent(tx.QueryRow(ctx, `SELECT `+intentCols+`, false FROM nova.orphan_intents
+				WHERE kind = 'publish' AND object_key = $1`, t.Key(high)), &in)
+			if err == nil {
+				in.Revision, in.Reopened = high, true
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("read publish intent of %s: %w", t.Key(high), err)
+			}
+			if high == math.MaxInt32 {
+				return fmt.Errorf("%w: %s: every revision is used", ErrInvariant, t.Key(high))
+			}
+		}
+		key := t.Key(rev)
+		if err := tx.QueryRow(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ($1, 'publish', $2, $3)
+			RETURNING `+intentCols+`, false`, f.Star, key, class).
+			Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due); err != nil {
 			return fmt.Errorf("open publish intent for %s: %w", key, err)
 		}
-		err = tx.QueryRow(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, false
-			FROM nova.orphan_intents WHERE kind = 'publish' AND object_key = $1`, key).
-			Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
-		in.Reopened = reopened
-		return err
+		in.Revision = rev
+		return raiseHighRevision(ctx, tx, t.Base, rev)
 	})
 	return in, err
+}
+
+// intentCols are the columns scanIntent reads, but Due.
+const intentCols = `id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after`
+
+func scanIntent(r pgx.Row, in *Intent) error {
+	return r.Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
+}
+
+// lockHighRevision locks the base's high-water row (creating it) and
+// returns its revision, -1 when no revision of the base was used yet.
+func lockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) {
+	var high int32
+	err := tx.QueryRow(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
+		VALUES ($1, $2, $3, 0) ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = k.high_revision
+		RETURNING CASE WHEN xmax = 0 THEN -1 ELSE high_revision END`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
+	if err != nil {
+		return 0, fmt.Errorf("lock the revisions of %x/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
+	}
+	return high, nil
+}
+
+// raiseHighRevision raises the base's high-water revision to at least rev.
+func raiseHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase, rev int32) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
+		VALUES ($1, $2, $3, $4) ON CONFLICT (stream_id, epoch, first_record)
+		DO UPDATE SET high_revision = greatest(k.high_revision, EXCLUDED.high_revision)`,
+		b.Stream, b.Epoch, b.FirstRecord, rev); err != nil {
+		return fmt.Errorf("raise the revisions of %x/%d/%d to %d: %w", b.Stream, b.Epoch, b.FirstRecord, rev, err)
+	}
+	return nil
+}
+
+// HighRevision is the base's high-water revision, -1 when none was used.
+func (db *DB) HighRevision(ctx context.Context, b KeyBase) (int32, error) {
+	high := int32(-1)
+	err := db.pool.QueryRow(ctx, `SELECT high_revision FROM nova.auditor_key_revisions
+		WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("read the revisions of %x/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
+	}
+	return high, nil
 }
 
 // SetIntentUpload records the multipart upload of a publish intent.
@@ -244,13 +363,8 @@ func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
 		if err := refreshRefsAndMarker(ctx, tx, e.Stream, end); err != nil {
 			return err
 		}
-		if c.IntentID != 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1`, c.IntentID); err != nil {
-				return fmt.Errorf("delete publish intent %d: %w", c.IntentID, err)
-			}
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE kind = 'reap' AND object_key = $1`, c.ObjectKey); err != nil {
-			return fmt.Errorf("delete reap intents of %s: %w", c.ObjectKey, err)
+		if err := closePublishIntent(ctx, tx, c.IntentID, c.ObjectKey); err != nil {
+			return err
 		}
 		if c.OldKey != "" {
 			if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)

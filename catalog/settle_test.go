@@ -45,11 +45,11 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	}
 
 	key0 := "buckets/b1/streams/x/1/0~0"
-	in, err := db.OpenPublishIntent(ctx, f, key0, "standard")
+	in, err := db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key0, 0), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := db.OpenPublishIntent(ctx, f, key0, "standard")
+	again, err := db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key0, 0), "standard")
 	if err != nil || again.ID != in.ID {
 		t.Fatalf("second open of the same key: %+v %v", again, err)
 	}

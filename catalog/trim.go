@@ -462,36 +462,32 @@ type ReapCandidate struct {
 type KeyVerdict int
 
 const (
-	// KeyDead: no catalog row has the key's coordinates and no future state
-	// can publish it: its stream's settled_through is past its first record
-	// and no catalog entry at that first record has a lower revision (both
-	// only grow), or its stream or bucket is not the key's. Deleting it is
-	// safe at any time, late or not.
+	// KeyDead: no catalog row has the key's coordinates, no other open
+	// publish intent names it, and (for a publish intent) no settle would
+	// take the intent up again. ClassifyReaps makes it dead for good in the
+	// same transaction: the base's high-water revision is raised to the
+	// key's and a publish intent becomes a reap intent, so no intent can
+	// name the key again (docs/architecture.md#no-late-delete). Deleting it
+	// is safe at any time, late or not.
 	KeyDead KeyVerdict = iota
 	// KeyReferenced: a catalog row has the key's coordinates (and the
 	// stream's bucket is the key's). The reap intent is dropped, never
 	// executed.
 	KeyReferenced
-	// KeyPublishable: unreferenced now, but a settle could still publish
-	// it (first record at or past settled_through, or an entry at that
-	// first record with a lower revision): held, not deleted.
+	// KeyPublishable: a publish intent older than the grace that a settle
+	// would still take up (its key is its stream's next object at
+	// settled_through, or the next revision of an entry that a tail rewrite
+	// or a pending erasure rewrites): held, not deleted.
 	KeyPublishable
 	// KeyPublishing: another open publish intent names the key: held.
 	KeyPublishing
-	// KeyCondemned: a reap intent on a key a settle could still publish,
-	// while the key's stream is in quarantine: the object there failed its
-	// data check (QuarantineCondemning armed the reap), and no settle of a
-	// quarantined stream runs, so nothing publishes the key while it is
-	// deleted; the sources stay (trim is held by the quarantine), so once
-	// released the stream publishes the key again from them. Deletable.
-	KeyCondemned
 	// KeyGone: the intent is gone or no longer due; nothing to do.
 	KeyGone
 )
 
 // Deletable reports whether the reap step deletes the object of a candidate
 // with this verdict.
-func (v KeyVerdict) Deletable() bool { return v == KeyDead || v == KeyCondemned }
+func (v KeyVerdict) Deletable() bool { return v == KeyDead }
 
 func (v KeyVerdict) String() string {
 	switch v {
@@ -503,8 +499,6 @@ func (v KeyVerdict) String() string {
 		return "publishable"
 	case KeyPublishing:
 		return "publishing"
-	case KeyCondemned:
-		return "condemned"
 	case KeyGone:
 		return "gone"
 	}
@@ -515,8 +509,11 @@ func (v KeyVerdict) String() string {
 // that first locks the candidates' intent rows still due (database clock;
 // publish intents older than grace): the rest are KeyGone. Reap intents
 // whose key is referenced are deleted (dropped) in the same transaction.
-// The caller deletes the objects of KeyDead candidates, then calls
-// FinishReaps.
+// Every dead key is buried there too: its base's high-water revision is
+// raised to the key's, and a dead publish intent becomes a reap intent, so
+// from this commit on no publish intent can name the key
+// (docs/architecture.md#no-late-delete). The caller deletes the objects of
+// KeyDead candidates, then calls FinishReaps.
 func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, cands []ReapCandidate) (map[int64]KeyVerdict, error) {
 	var out map[int64]KeyVerdict
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
@@ -525,16 +522,39 @@ func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, c
 		if err != nil {
 			return err
 		}
-		var drop []int64
+		var drop, dead []int64
+		var streams []StreamID
+		var epochs, firsts []int64
+		var revs []int32
 		for _, c := range cands {
-			if out[c.ID] == KeyReferenced {
+			switch out[c.ID] {
+			case KeyReferenced:
 				drop = append(drop, c.ID)
+			case KeyDead:
+				dead = append(dead, c.ID)
+				streams, epochs = append(streams, c.Coords.Stream), append(epochs, c.Coords.Epoch)
+				firsts, revs = append(firsts, c.Coords.FirstRecord), append(revs, c.Coords.Revision)
 			}
 		}
 		if len(drop) > 0 {
 			if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = ANY($1) AND kind = 'reap'`, drop); err != nil {
 				return fmt.Errorf("drop %d reap intents of referenced keys: %w", len(drop), err)
 			}
+		}
+		if len(dead) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET kind = 'reap', reap_after = now()
+			WHERE id = ANY($1) AND kind = 'publish'`, dead); err != nil {
+			return fmt.Errorf("turn %d dead publish intents into reaps: %w", len(dead), err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
+			SELECT stream_id, epoch, first_record, max(rev) FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[])
+				AS d(stream_id, epoch, first_record, rev) GROUP BY 1, 2, 3
+			ORDER BY 1, 2, 3
+			ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = greatest(k.high_revision, EXCLUDED.high_revision)`,
+			streams, epochs, firsts, revs); err != nil {
+			return fmt.Errorf("bury %d dead keys: %w", len(dead), err)
 		}
 		return nil
 	})
@@ -575,14 +595,15 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 	}
 	// The verdict is one statement over the candidates: referenced (the
 	// catalog row exists with the stream's bucket), publishing (another
-	// open publish intent on the key), publishable (the key's stream and
-	// bucket, and a first record at or past settled_through, or a higher
-	// revision of the stream's last entry, which a tail rewrite may still
-	// publish, or of an entry a pending erasure intersects, which the
-	// erasure's rewrite may still publish; a higher revision of any other
-	// entry is garbage, as no rewrite reaches it again; a higher stream epoch is reserved for a
-	// future reset, so it counts as publishable too), condemned (a reap of
-	// a publishable key while its stream is in quarantine).
+	// open publish intent on the key), publishable (only a publish intent
+	// can be: a settle would take it up again, as recovery's live rule
+	// says: the key's stream and bucket, and a first record at or past
+	// settled_through, or a higher revision of the stream's last entry,
+	// which a tail rewrite may still publish, or of an entry a pending
+	// erasure intersects, which the erasure's rewrite may still publish; a
+	// higher stream epoch is reserved for a future reset, so it counts as
+	// publishable too). Everything else is dead. A reap intent is never
+	// publishable: no publish intent can name its key again.
 	rows, err := tx.Query(ctx, `
 		WITH k AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::uuid[], $6::bigint[], $7::bigint[], $8::int[])
 			AS k(id, key, bucket, stream_id, epoch, first, rev)),
@@ -594,15 +615,14 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 				WHERE c.stream_id = k.stream_id AND c.epoch = k.epoch AND c.first_record = k.first
 				  AND c.revision = k.rev AND s.bucket = k.bucket),
 			EXISTS (SELECT 1 FROM nova.orphan_intents p WHERE p.kind = 'publish' AND p.object_key = k.key AND p.id <> k.id),
-			EXISTS (SELECT 1 FROM nova.streams s WHERE s.stream_id = k.stream_id AND s.bucket = k.bucket
+			due.kind = 'publish' AND EXISTS (SELECT 1 FROM nova.streams s WHERE s.stream_id = k.stream_id AND s.bucket = k.bucket
 				AND (k.epoch > s.epoch OR k.epoch = s.epoch AND (k.first >= s.settled_through
 					OR EXISTS (SELECT 1 FROM nova.catalog c WHERE c.stream_id = k.stream_id AND c.epoch = k.epoch
 						AND c.first_record = k.first AND c.revision < k.rev
 						AND (c.first_record + c.record_count = s.settled_through
 							OR EXISTS (SELECT 1 FROM nova.erasures er WHERE er.stream_id = c.stream_id AND er.applied_at IS NULL
 								AND er.first_record < c.first_record + c.record_count
-								AND er.first_record + er.record_count > c.first_record)))))),
-			due.kind = 'reap' AND EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = k.stream_id)
+								AND er.first_record + er.record_count > c.first_record))))))
 		FROM k JOIN due ON due.id = k.id`,
 		star, ids, keys, buckets, streams, epochs, firsts, revs, grace)
 	if err != nil {
@@ -611,10 +631,10 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			id                                             int64
-			referenced, publishing, publishable, condemned bool
+			id                                  int64
+			referenced, publishing, publishable bool
 		)
-		if err := rows.Scan(&id, &referenced, &publishing, &publishable, &condemned); err != nil {
+		if err := rows.Scan(&id, &referenced, &publishing, &publishable); err != nil {
 			return nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
 		}
 		switch {
@@ -622,8 +642,6 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 			out[id] = KeyReferenced
 		case publishing:
 			out[id] = KeyPublishing
-		case publishable && condemned:
-			out[id] = KeyCondemned
 		case publishable:
 			out[id] = KeyPublishable
 		default:

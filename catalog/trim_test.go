@@ -271,7 +271,10 @@ func TestClassifyReaps(t *testing.T) {
 	idPub := arm("a10~0")  // a new entry at settled_through could still be published
 	idRw := arm("a0~2")    // a rewrite of [0,10) to ~2 could still be published
 	idOther := arm("a0~0c")
-	if _, err := db.OpenPublishIntent(ctx, f, "a0~0c", "standard"); err != nil { // republishing
+	// An open publish intent on a reap intent's key: a state no intent
+	// opened since migration 0007 can make (the intent goes above the
+	// key), kept from before it.
+	if _, err := db.Pool().Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ('s1', 'publish', 'a0~0c', 'standard')`); err != nil {
 		t.Fatal(err)
 	}
 	idBucket := arm("x0~1")
@@ -284,8 +287,11 @@ func TestClassifyReaps(t *testing.T) {
 		{ID: idBucket, Key: "x0~1", Coords: catalog.KeyCoords{Bucket: "other", Stream: a, Epoch: 1, Revision: 1}},
 		{ID: 999999, Key: "nope", Coords: co(0, 0)},
 	}
-	want := map[int64]catalog.KeyVerdict{idRef: catalog.KeyReferenced, idDead: catalog.KeyDead, idPub: catalog.KeyPublishable,
-		idRw: catalog.KeyPublishable, idOther: catalog.KeyPublishing, idBucket: catalog.KeyDead, 999999: catalog.KeyGone}
+	// A reap intent is never publishable: whatever key a settle would
+	// publish next at [10, ...) or as the next revision of [0, 10), its
+	// intent opens above the revisions these keys buried.
+	want := map[int64]catalog.KeyVerdict{idRef: catalog.KeyReferenced, idDead: catalog.KeyDead, idPub: catalog.KeyDead,
+		idRw: catalog.KeyDead, idOther: catalog.KeyPublishing, idBucket: catalog.KeyDead, 999999: catalog.KeyGone}
 	pre, err := db.PreviewReaps(ctx, "s1", time.Hour, cands)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +318,7 @@ func TestClassifyReaps(t *testing.T) {
 		t.Fatalf("due after classify: %+v", due)
 	}
 	// Not yet due (armed with a grace): gone to the classifier.
-	in, _ := db.OpenPublishIntent(ctx, f, "late", "standard")
+	in, _ := db.OpenPublishIntent(ctx, f, catalog.ExactTarget("late", 0), "standard")
 	_ = db.AbandonPublish(ctx, f, in.ID, time.Hour)
 	v, _ := db.ClassifyReaps(ctx, f, time.Hour, []catalog.ReapCandidate{{ID: in.ID, Key: "late", Coords: co(0, 0)}})
 	if v[in.ID] != catalog.KeyGone {
@@ -327,37 +333,49 @@ func TestClassifyReaps(t *testing.T) {
 	}
 }
 
-// TestClassifyReapsTailRewriteAndCondemned: a higher revision of an entry
-// is publishable only while that entry is the stream's last (a tail rewrite
-// may still land there); once the stream moved on it is garbage, reaped.
-// A publishable key of a quarantined stream whose reap was armed by a
-// condemning quarantine is deletable.
-func TestClassifyReapsTailRewriteAndCondemned(t *testing.T) {
+// TestClassifyReapsBuriesDeadKeys: every key classified dead is buried in
+// the classifying transaction (docs/architecture.md#no-late-delete): its
+// base's high-water revision covers it and a dead publish intent becomes a
+// reap, so no later intent names the key, whatever was reaped, condemned
+// or released since. A publish intent a settle would take up again (a new
+// entry at settled_through) is held, and keeps its key.
+func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	t.Parallel()
 	db, ctx, f := trimFixture(t)
 	a, b := sid(1), sid(2)
 	settleEntry(t, ctx, db, f, a, 0, 10, 0, -1, "a0~0", "")
 	settleEntry(t, ctx, db, f, a, 10, 10, 0, -1, "a10~0", "") // [0,10) is no longer the last entry
-	arm := func(key string) int64 { return armReap(t, ctx, db, f, key) }
+	base := func(id catalog.StreamID, first int64) catalog.KeyBase {
+		return catalog.KeyBase{Stream: id, Epoch: 1, FirstRecord: first}
+	}
+	target := func(id catalog.StreamID, first int64, rev int32, name string) catalog.PublishTarget {
+		return catalog.PublishTarget{Base: base(id, first), Revision: rev, Key: func(r int32) string { return fmt.Sprintf("%s~%d", name, r) }}
+	}
 	co := func(id catalog.StreamID, first int64, rev int32) catalog.KeyCoords {
 		return catalog.KeyCoords{Bucket: "b1", Stream: id, Epoch: 1, FirstRecord: first, Revision: rev}
 	}
-	idOld := arm("a0~1")   // a rewrite of a full, non-last entry: never published again
-	idTail := arm("a10~1") // a rewrite of the last entry: may still be published
-	idNew := arm("a20~0")  // a new entry at settled_through: may still be published
-	// b: its open publish intent's standing object failed its data check.
-	pub, err := db.OpenPublishIntent(ctx, f, "b0~0", "standard")
-	if err != nil {
+	open := func(tg catalog.PublishTarget) catalog.Intent {
+		t.Helper()
+		in, err := db.OpenPublishIntent(ctx, f, tg, "standard")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	// A publish of a rewrite of [0,10) that recovery would give up (the
+	// entry is not the last), one of the tail [10,20) abandoned, and a
+	// new entry at settled_through that a settle would take up again.
+	stale := open(target(a, 0, 1, "a0"))
+	tail := open(target(a, 10, 1, "a10"))
+	if err := db.AbandonPublish(ctx, f, tail.ID, 0); err != nil {
 		t.Fatal(err)
 	}
+	live := open(target(a, 20, 0, "a20"))
+	// b: its open publish intent's standing object failed its data check.
+	pub := open(target(b, 0, 0, "b0"))
 	if err := db.QuarantineCondemning(ctx, f, b, "", "checksum", "bad bytes in b0~0", "b0~0", 0); err != nil {
 		t.Fatal(err)
 	}
-	if open, _ := db.Intents(ctx, "s1", "publish", 0); len(open) != 0 {
-		t.Fatalf("the condemned key's publish intent is still open: %+v", open)
-	}
-	// Condemning twice (the stream released too early and the standing
-	// object met again) arms no second reap.
 	if err := db.QuarantineCondemning(ctx, f, b, "", "checksum", "again", "b0~0", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -372,17 +390,17 @@ func TestClassifyReapsTailRewriteAndCondemned(t *testing.T) {
 		}
 	}
 	if n != 1 {
-		t.Fatalf("%d reaps of the condemned key", n)
+		t.Fatalf("%d reaps of the condemned key (condemning twice arms one)", n)
 	}
 	cands := []catalog.ReapCandidate{
-		{ID: idOld, Key: "a0~1", Coords: co(a, 0, 1)},
-		{ID: idTail, Key: "a10~1", Coords: co(a, 10, 1)},
-		{ID: idNew, Key: "a20~0", Coords: co(a, 20, 0)},
+		{ID: stale.ID, Key: "a0~1", Coords: co(a, 0, 1)},
+		{ID: tail.ID, Key: "a10~1", Coords: co(a, 10, 1)},
+		{ID: live.ID, Key: "a20~0", Coords: co(a, 20, 0)},
 		{ID: pub.ID, Key: "b0~0", Coords: co(b, 0, 0)},
 	}
-	want := map[int64]catalog.KeyVerdict{idOld: catalog.KeyDead, idTail: catalog.KeyPublishable, idNew: catalog.KeyPublishable,
-		pub.ID: catalog.KeyCondemned}
-	got, err := db.ClassifyReaps(ctx, f, time.Hour, cands)
+	want := map[int64]catalog.KeyVerdict{stale.ID: catalog.KeyDead, tail.ID: catalog.KeyDead, live.ID: catalog.KeyPublishable,
+		pub.ID: catalog.KeyDead}
+	got, err := db.ClassifyReaps(ctx, f, 0, cands)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,13 +409,31 @@ func TestClassifyReapsTailRewriteAndCondemned(t *testing.T) {
 			t.Errorf("intent %d: %v, want %v", id, got[id], w)
 		}
 	}
-	// Released, the same key is only publishable again: held.
+	// The dead publish intent is a reap now; the held one is still open.
+	pubs, _ := db.Intents(ctx, "s1", "publish", 0)
+	if len(pubs) != 1 || pubs[0].ID != live.ID {
+		t.Fatalf("open publish intents after classify: %+v", pubs)
+	}
+	// Released, or not: every next intent of a buried base goes above it.
 	if _, err := db.ReleaseQuarantine(ctx, "s1", b); err != nil {
 		t.Fatal(err)
 	}
-	got, err = db.ClassifyReaps(ctx, f, time.Hour, cands[3:])
-	if err != nil || got[pub.ID] != catalog.KeyPublishable {
-		t.Fatalf("after release: %v %v", got[pub.ID], err)
+	for _, c := range []struct {
+		tg   catalog.PublishTarget
+		want string
+	}{
+		{target(b, 0, 0, "b0"), "b0~1"},    // the condemned key, after release
+		{target(a, 10, 1, "a10"), "a10~2"}, // the abandoned tail rewrite
+		{target(a, 0, 1, "a0"), "a0~2"},    // the given-up rewrite
+		{target(a, 20, 0, "a20"), "a20~0"}, // the held intent, taken up again
+	} {
+		in := open(c.tg)
+		if in.ObjectKey != c.want || in.Reopened != (c.want == "a20~0") {
+			t.Errorf("intent for %s: %s reopened %v, want %s", c.tg.Key(c.tg.Revision), in.ObjectKey, in.Reopened, c.want)
+		}
+	}
+	if h, err := db.HighRevision(ctx, base(b, 0)); err != nil || h != 1 {
+		t.Fatalf("high revision of b0: %d %v", h, err)
 	}
 }
 
@@ -405,7 +441,7 @@ func TestClassifyReapsTailRewriteAndCondemned(t *testing.T) {
 // due at once, returning its ID.
 func armReap(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence, key string) int64 {
 	t.Helper()
-	in, err := db.OpenPublishIntent(ctx, f, key, "standard")
+	in, err := db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key, 0), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,9 +190,9 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 	if err != nil {
 		return total, err
 	}
-	open := make(map[string]bool, len(intents))
+	open := make(map[string]bool, len(intents)) // the key bases of the open publish intents
 	for _, in := range intents {
-		open[in.ObjectKey] = true
+		open[keyBase(in.ObjectKey)] = true
 	}
 	var order []catalog.StreamID
 	by := map[catalog.StreamID][]catalog.PendingErasure{}
@@ -310,8 +310,8 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	open map[string]bool, opts cycle.Options, counts *cycle.Counts) (int32, bool, error) {
 	s := e.s
 	sid := bundlefmt.StreamID(st.ID)
-	next := bundlefmt.SettledKey(st.Bucket, sid, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision)+1)
-	if open[next] && en.EndRecord() == st.SettledThrough && st.SettledThrough < st.NextRecord {
+	base := keyBase(bundlefmt.SettledKey(st.Bucket, sid, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision)))
+	if open[base] && en.EndRecord() == st.SettledThrough && st.SettledThrough < st.NextRecord {
 		// Settle's tail rewrite of this entry is in flight (it honours the
 		// erasure): it adopts or abandons that key; this waits for it.
 		return en.Revision, false, nil
@@ -343,9 +343,9 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 		return en.Revision, false, err
 	}
 	if p.end() != o.EndRecord() {
-		return en.Revision, false, &cycle.QuarantineError{SlotKey: o.Key, Class: cycle.ClassAdoption, Condemn: o.Key,
+		return en.Revision, false, &cycle.QuarantineError{SlotKey: p.key, Class: cycle.ClassAdoption, Condemn: p.key,
 			Err: fmt.Errorf("standing %s covers records [%d, %d), the rewrite of %s [%d, %d)",
-				o.Key, p.first, p.end(), t.Key, o.FirstRecord, o.EndRecord())}
+				p.key, p.first, p.end(), t.Key, o.FirstRecord, o.EndRecord())}
 	}
 	commit := catalog.RewriteCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: en.Revision, IntentID: intentID,
 		ObjectKey: p.key, OldKey: t.Key, ReapGrace: s.c.ReapGrace}
@@ -364,6 +364,15 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	// An adopted object may be a rewrite made under fewer erasures: the
 	// next cycle reads it again before the erasure is applied.
 	return int32(p.revision), !p.adopted, nil
+}
+
+// keyBase is a settled key without its revision: every revision of one
+// catalog position has the same base.
+func keyBase(key string) string {
+	if i := strings.LastIndexByte(key, '~'); i >= 0 {
+		return key[:i]
+	}
+	return key
 }
 
 // overlapsAny reports whether [from, to) meets any of the spans.

@@ -75,10 +75,19 @@ var (
 // object. known lists every chunk the stream has in this plan (standing tail
 // first), to check a standing object against.
 func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known []knownChunk, pt points) (*published, int64, error) {
-	in, err := s.d.DB.OpenPublishIntent(ctx, f, o.Key, catalog.ClassStandard)
+	target, err := Target(o.Key)
 	if err != nil {
 		return nil, 0, err
 	}
+	in, err := s.d.DB.OpenPublishIntent(ctx, f, target, catalog.ClassStandard)
+	if err != nil {
+		return nil, 0, err
+	}
+	// The intent may be above the planned revision: the base used that
+	// one before, and its key may be deleted, late, at any time
+	// (docs/architecture.md#no-late-delete). The bytes do not name their
+	// revision; only the key changes.
+	o.Key, o.Revision = in.ObjectKey, uint32(in.Revision)
 	s.crash(pt.afterIntent)
 	if in.Reopened {
 		// The attempt that opened this intent may have created an upload
@@ -166,6 +175,24 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	p.result.BytesFetched += p.verifyFetched
 	p.result.Requests += p.verifyRequests
 	return p, in.ID, nil
+}
+
+// Target is the publish target of a settled key: its base, its revision
+// as planned, and the base's key at any revision.
+func Target(key string) (catalog.PublishTarget, error) {
+	k, err := bundlefmt.ParseSettledKey(key)
+	if err != nil {
+		return catalog.PublishTarget{}, fmt.Errorf("publish %s: %w", key, err)
+	}
+	return catalog.PublishTarget{
+		Base:     catalog.KeyBase{Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)},
+		Revision: int32(k.Revision),
+		Key: func(rev int32) string {
+			at := k
+			at.Revision = uint32(rev)
+			return at.Key()
+		},
+	}, nil
 }
 
 // blameWindow bounds the bytes blame holds at once.

@@ -66,20 +66,25 @@ func (s *Settler) intentLive(ctx context.Context, in catalog.Intent) (bool, erro
 		return false, nil
 	}
 	waiting := st.SettledThrough < st.NextRecord
-	if k.Revision == 0 {
+	// The entry at the key's first record, if any, decides what the key
+	// would be: a rewrite of that entry, or a new run. Revisions above the
+	// planned one are normal: an intent opens above every revision its base
+	// used before (docs/architecture.md#no-late-delete).
+	ens, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, int64(k.FirstRecord), int64(k.FirstRecord)+1)
+	if err != nil {
+		return false, err
+	}
+	if len(ens) == 0 {
 		// a new run at settled_through, or above it up to low_record where
 		// retention left a gap (what resolve and CommitSettle allow)
 		return waiting && (uint64(st.SettledThrough) == k.FirstRecord ||
 			(k.FirstRecord > uint64(st.SettledThrough) && k.FirstRecord <= uint64(st.LowRecord))), nil
 	}
-	// A rewrite at revision + 1: settle's tail rewrite of the stream's last
-	// entry (it ends at settled_through) while records wait to settle, or
-	// the erasure step's rewrite of an entry a pending erasure intersects.
-	ens, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, int64(k.FirstRecord), int64(k.FirstRecord)+1)
-	if err != nil {
-		return false, err
-	}
-	if len(ens) != 1 || uint64(ens[0].FirstRecord) != k.FirstRecord || uint32(ens[0].Revision)+1 != k.Revision {
+	// A rewrite above the entry's revision: settle's tail rewrite of the
+	// stream's last entry (it ends at settled_through) while records wait
+	// to settle, or the erasure step's rewrite of an entry a pending
+	// erasure intersects.
+	if len(ens) != 1 || uint64(ens[0].FirstRecord) != k.FirstRecord || uint32(ens[0].Revision) >= k.Revision {
 		return false, nil
 	}
 	en := ens[0]

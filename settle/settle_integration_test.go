@@ -498,7 +498,7 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.db.OpenPublishIntent(e.ctx, l.Fence, stale, catalog.ClassStandard); err != nil {
+			if _, err := e.db.OpenPublishIntent(e.ctx, l.Fence, target(t, stale), catalog.ClassStandard); err != nil {
 				t.Fatal(err)
 			}
 			if err := e.db.ReleaseLease(e.ctx, l.Fence); err != nil {
@@ -977,4 +977,14 @@ func TestOverlappingCatalogHalts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// target is the publish target of a settled key.
+func target(t testing.TB, key string) catalog.PublishTarget {
+	t.Helper()
+	tg, err := settle.Target(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
 )
 
@@ -335,4 +336,14 @@ func (e *env) checkChain(cursor trim.Pos, want ...trim.Pos) {
 	if len(have) != len(want) {
 		e.t.Errorf("slots present: %v, want %v", have, want)
 	}
+}
+
+// target is the publish target of a settled key.
+func target(t testing.TB, key string) catalog.PublishTarget {
+	t.Helper()
+	tg, err := settle.Target(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg
 }

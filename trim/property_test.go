@@ -190,7 +190,7 @@ func (m *model) settleOne(s *mstream) {
 		o.first, o.rev, o.prev, o.count = f, last.rev+1, last.rev, s.next-f
 	}
 	o.key = m.key(s, o.first, o.rev)
-	in, err := e.db.OpenPublishIntent(e.ctx, e.fence, o.key, catalog.ClassStandard)
+	in, err := e.db.OpenPublishIntent(e.ctx, e.fence, target(e.t, o.key), catalog.ClassStandard)
 	if err != nil {
 		e.t.Fatal(err)
 	}

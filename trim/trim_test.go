@@ -474,15 +474,15 @@ func retentionAndObjectReaps(t *testing.T, ns namedStore) {
 	// An abandoned publish of a key no settle can publish again, with an
 	// upload and a completed object; a live publish at settled_through; a
 	// recovery's reap intent on the key the catalog now holds.
-	dead, err := e.db.OpenPublishIntent(e.ctx, e.fence, key(0, 7), "standard")
+	dead, err := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key(0, 7)), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = e.db.SetIntentUpload(e.ctx, e.fence, dead.ID, "up-dead")
 	_ = e.store.PutIfAbsent(e.ctx, e.std, key(0, 7), []byte("orphan"))
-	live, _ := e.db.OpenPublishIntent(e.ctx, e.fence, key(35, 0), "standard")
+	live, _ := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key(35, 0)), "standard")
 	_ = e.store.PutIfAbsent(e.ctx, e.std, key(35, 0), []byte("in flight"))
-	ref, _ := e.db.OpenPublishIntent(e.ctx, e.fence, key(10, 0), "standard")
+	ref, _ := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key(10, 0)), "standard")
 	if err := e.db.AbandonPublish(e.ctx, e.fence, ref.ID, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +726,7 @@ func TestReapAbortsUnrecordedUploadsOfAFinishedPublish(t *testing.T) {
 				e.settle(a)
 			}
 			key := bundlefmt.SettledKey("b1", bundlefmt.StreamID(a), 1, 0, 7) // no settle publishes (0, 7) again
-			if _, err := e.db.OpenPublishIntent(e.ctx, e.fence, key, "standard"); err != nil {
+			if _, err := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key), "standard"); err != nil {
 				t.Fatal(err)
 			}
 			// The process dies inside the upload-created hook: the upload

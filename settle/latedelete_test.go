@@ -1,0 +1,246 @@
+package settle_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
+	"github.com/nova/auditor/internal/crashpoint"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/trim"
+)
+
+// pausePoint is a crash hook that, instead of dying, blocks the calling
+// goroutine the first time the named point is hit, until released: a
+// leader frozen (GC, SIGSTOP, a frozen VM) at that step.
+type pausePoint struct {
+	name    crashpoint.Point
+	once    sync.Once
+	reached chan struct{}
+	release chan struct{}
+}
+
+func newPause(name crashpoint.Point) *pausePoint {
+	return &pausePoint{name: name, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (p *pausePoint) hook(n crashpoint.Point) {
+	if n != p.name {
+		return
+	}
+	p.once.Do(func() {
+		close(p.reached)
+		<-p.release
+	})
+}
+
+// leaderA is a leader of star with a lease of its own, whose lease the
+// test lets run out while A is paused.
+type leaderA struct {
+	e     *env
+	star  string
+	fence catalog.Fence
+}
+
+func newLeaderA(t *testing.T, e *env, star string) *leaderA {
+	t.Helper()
+	l, err := e.db.AcquireLease(e.ctx, star, "leader-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &leaderA{e: e, star: star, fence: l.Fence}
+}
+
+// reapPaused runs A's reap in the background; it pauses at the point and
+// returns once A is paused there, with the channel A's outcome arrives on.
+func (a *leaderA) reapPaused(t *testing.T, p *pausePoint) <-chan error {
+	t.Helper()
+	r, err := trim.NewReap(trim.Deps{DB: a.e.db, Topology: a.e.topology(), Crash: p.hook},
+		trim.Config{BatchSize: 1000, Concurrency: trim.DefaultConcurrency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(context.Background(), a.fence, cycle.Options{Trigger: "once"})
+		done <- err
+	}()
+	select {
+	case <-p.reached:
+	case err := <-done:
+		t.Fatalf("leader A's reap ended before its delete (%v)", err)
+	case <-time.After(time.Minute):
+		t.Fatal("leader A's reap never reached its delete")
+	}
+	return done
+}
+
+// expire ends A's lease (its renewals stopped while it was paused).
+func (a *leaderA) expire(t *testing.T) {
+	t.Helper()
+	if _, err := a.e.db.Pool().Exec(a.e.ctx, `UPDATE nova.auditor_leases SET expires_at = now() WHERE star = $1`, a.star); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resume lets A's held DELETE go, and checks that A then finds its lease
+// lost (its metadata writes are fenced; its S3 requests were not).
+func (a *leaderA) resume(t *testing.T, p *pausePoint, done <-chan error) {
+	t.Helper()
+	close(p.release)
+	select {
+	case err := <-done:
+		if !cycle.IsLeaseLost(err) {
+			t.Fatalf("leader A after its late delete: %v, want its lease lost", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("leader A never finished its reap")
+	}
+}
+
+// checkCatalogReadable asserts that every cataloged object of the star
+// exists, and that novasim check reads every record back from them.
+func (e *env) checkCatalogReadable(star string) {
+	e.t.Helper()
+	streams, err := e.db.StreamsOfStar(e.ctx, star)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, st := range streams {
+		entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, en := range entries {
+			key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+			if _, err := e.store.Head(e.ctx, e.std, key); err != nil {
+				e.t.Errorf("cataloged %s: %v", key, err)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		e.t.Fatal("nothing cataloged")
+	}
+	e.checkSettled(star)
+}
+
+// TestLateDeleteAfterRelease is issue 24's reproduction, made
+// deterministic: a standing object is found damaged and its key
+// condemned; leader A's reap classifies the key dead and freezes before
+// its DELETE; A's lease runs out; leader B reaps the key itself, the
+// operator releases the stream, and B publishes the stream's records
+// again. Then A's DELETE lands. Every cataloged key must still exist and
+// read back: B's publish went to a revision above the condemned key.
+func TestLateDeleteAfterRelease(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
+			key := in.ObjectKey
+			obj := readAll(t, e, key)
+			obj[len(obj)/3] ^= 0x40 // a data byte: adoption's data check fails
+			replaceSlot(e, key, obj)
+
+			a := newLeaderA(t, e, "s1")
+			c, err := e.settler(nil).Run(e.ctx, a.fence, cycle.Options{Trigger: "once"})
+			if err != nil || c.StreamsQuarantined != 1 {
+				t.Fatalf("leader A's settle: %+v %v, want the stream quarantined", c, err)
+			}
+			if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			p := newPause(trim.CrashObjectBeforeDelete)
+			done := a.reapPaused(t, p)
+			a.expire(t)
+
+			// Leader B: reaps the condemned key, the operator releases
+			// the stream, B settles it again.
+			if c := e.reap("s1"); c.ObjectsReaped != 1 {
+				t.Fatalf("leader B's reap: %+v", c)
+			}
+			k, _ := bundlefmt.ParseSettledKey(key)
+			if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", catalog.StreamID(k.Stream)); err != nil || !ok {
+				t.Fatalf("release: %v %v", ok, err)
+			}
+			c, err = e.cycle("s1", e.settler(nil))
+			if err != nil || c.StreamsQuarantined != 0 || c.ObjectsPublished == 0 {
+				t.Fatalf("leader B's settle after the release: %+v %v", c, err)
+			}
+			a.resume(t, p, done)
+			e.checkCatalogReadable("s1")
+		})
+	}
+}
+
+// TestLateDeleteAfterNewErasure: an erasure rewrite of a settled object
+// dies after its complete; the erasure is withdrawn, so recovery gives
+// the rewrite up and leader A's reap classifies its key dead, then freezes
+// before its DELETE. A's lease runs out; a new erasure of the same object
+// arrives, and leader B rewrites the object and applies the erasure. Then
+// A's DELETE lands: B's rewrite must not have gone to A's key.
+func TestLateDeleteAfterNewErasure(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 8, sim.Faults{}, 1)
+			e.settleOK(e.settler(nil))
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			id := streams[0].ID
+			first := e.lastEntry(id)
+			e.record(id, first.FirstRecord+1, 1)
+			hits := 0
+			if c := e.erase("s1", e.eraseSettler(crashAt(settle.CrashEraseAfterComplete, &hits))); hits != 1 {
+				t.Fatalf("erasure rewrite did not reach its complete: %+v", c)
+			}
+			open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
+			if len(open) != 1 {
+				t.Fatalf("open publish intents after the crash: %+v", open)
+			}
+			abandoned := open[0].ObjectKey
+			// The erasure is withdrawn: the rewrite's intent is stale.
+			if _, err := e.db.Pool().Exec(e.ctx, `DELETE FROM nova.erasures WHERE stream_id = $1`, id); err != nil {
+				t.Fatal(err)
+			}
+			a := newLeaderA(t, e, "s1")
+			if _, err := e.settler(nil).Run(e.ctx, a.fence, cycle.Options{Trigger: "once"}); err != nil {
+				t.Fatal(err)
+			}
+			if reaps, _ := e.db.Intents(e.ctx, "s1", "reap", 0); len(reaps) != 1 || reaps[0].ObjectKey != abandoned {
+				t.Fatalf("recovery did not give up the withdrawn rewrite %s: %+v", abandoned, reaps)
+			}
+			if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			p := newPause(trim.CrashObjectBeforeDelete)
+			done := a.reapPaused(t, p)
+			a.expire(t)
+
+			// Leader B: reaps the abandoned key itself, then a new erasure
+			// of the same object, rewritten and applied.
+			if c := e.reap("s1"); c.ObjectsReaped != 1 {
+				t.Fatalf("leader B's reap: %+v", c)
+			}
+			e.record(id, first.FirstRecord+2, 1)
+			e.finishErasures(e.eraseSettler(nil), id)
+			if got := e.lastEntry(id); got.FirstRecord != first.FirstRecord || got.Revision <= first.Revision {
+				t.Fatalf("the object was not rewritten: %+v, before %+v", got, first)
+			}
+			a.resume(t, p, done)
+			e.checkCatalogReadable("s1")
+			if _, err := e.store.Head(e.ctx, e.std, abandoned); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("the abandoned rewrite %s still stands: %v", abandoned, err)
+			}
+		})
+	}
+}
