@@ -1,8 +1,12 @@
 package settle_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -241,6 +245,127 @@ func TestLateDeleteAfterNewErasure(t *testing.T) {
 			if _, err := e.store.Head(e.ctx, e.std, abandoned); !errors.Is(err, objstore.ErrNotFound) {
 				t.Fatalf("the abandoned rewrite %s still stands: %v", abandoned, err)
 			}
+		})
+	}
+}
+
+// replayDeletes records every DeleteObjects request it carries, to send
+// one again later: the first attempt of a request the SDK retried, held
+// in the network and delivered after the retry succeeded.
+type replayDeletes struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	held []*http.Request
+}
+
+func (r *replayDeletes) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.Contains(req.URL.RawQuery, "delete") && req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		late := req.Clone(context.Background())
+		late.Body = io.NopCloser(bytes.NewReader(body))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		r.mu.Lock()
+		r.held = append(r.held, late)
+		r.mu.Unlock()
+	}
+	return r.next.RoundTrip(req)
+}
+
+// deliver sends every held request again, as it was signed.
+func (r *replayDeletes) deliver(t *testing.T) int {
+	t.Helper()
+	r.mu.Lock()
+	held := r.held
+	r.held = nil
+	r.mu.Unlock()
+	for _, req := range held {
+		resp, err := r.next.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("late delete: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("late delete: %s", resp.Status)
+		}
+	}
+	return len(held)
+}
+
+// TestLateDeleteReplayedBySDKRetry: a delete need not come from a paused
+// process. The reap's DeleteObjects of a condemned key is delivered
+// again, byte for byte as it was signed, after the stream was released
+// and its records published again: the late copy must find nothing the
+// catalog references.
+func TestLateDeleteReplayedBySDKRetry(t *testing.T) {
+	rp := &replayDeletes{next: http.DefaultTransport}
+	e, in := crashedPublish(t, s3Backend("s3-replay", "replay", rp, nil), settle.CrashAfterComplete)
+	key := in.ObjectKey
+	obj := readAll(t, e, key)
+	obj[len(obj)/3] ^= 0x40
+	replaceSlot(e, key, obj)
+	if c, err := e.cycle("s1", e.settler(nil)); err != nil || c.StreamsQuarantined != 1 {
+		t.Fatalf("settle of the damaged object: %+v %v", c, err)
+	}
+	if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.reap("s1"); c.ObjectsReaped != 1 {
+		t.Fatalf("reap of the condemned key: %+v", c)
+	}
+	k, _ := bundlefmt.ParseSettledKey(key)
+	if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", catalog.StreamID(k.Stream)); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if c, err := e.cycle("s1", e.settler(nil)); err != nil || c.StreamsQuarantined != 0 || c.ObjectsPublished == 0 {
+		t.Fatalf("settle after the release: %+v %v", c, err)
+	}
+	if n := rp.deliver(t); n == 0 {
+		t.Fatal("no delete was held to deliver late")
+	}
+	e.checkCatalogReadable("s1")
+}
+
+// TestReleaseBeforeTheReap: the operator releases a stream whose
+// condemned object still stands (its reap not yet due). The next settle
+// publishes the records at a revision above the condemned key, so it
+// neither meets the damaged object again (no second quarantine) nor can
+// the condemned key's reap, later, touch what it publishes.
+func TestReleaseBeforeTheReap(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
+			key := in.ObjectKey
+			obj := readAll(t, e, key)
+			obj[len(obj)/3] ^= 0x40
+			replaceSlot(e, key, obj)
+			if c, err := e.cycle("s1", e.settler(nil)); err != nil || c.StreamsQuarantined != 1 {
+				t.Fatalf("settle of the damaged object: %+v %v", c, err)
+			}
+			k, _ := bundlefmt.ParseSettledKey(key)
+			if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", catalog.StreamID(k.Stream)); err != nil || !ok {
+				t.Fatalf("release: %v %v", ok, err)
+			}
+			c, err := e.cycle("s1", e.settler(nil))
+			if err != nil || c.StreamsQuarantined != 0 || c.ObjectsPublished == 0 {
+				q, _ := e.db.Quarantined(e.ctx, "s1")
+				t.Fatalf("settle after the release: %+v %v; quarantine %+v", c, err, q)
+			}
+			if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if c := e.reap("s1"); c.ObjectsReaped != 1 {
+				t.Fatalf("reap of the condemned key: %+v", c)
+			}
+			if _, err := e.store.Head(e.ctx, e.std, key); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("condemned %s still stands: %v", key, err)
+			}
+			e.checkCatalogReadable("s1")
 		})
 	}
 }
