@@ -1,7 +1,11 @@
 // Package crashpoint places named crash points at every boundary of the
 // auditor cycle (issue "Prove it"): NOVA_AUDITOR_CRASHPOINT=name[:n] makes
 // the process kill itself with SIGKILL at the n-th hit of that point (n
-// defaults to 1). With the variable unset, a point is a nil check.
+// defaults to 1). NOVA_AUDITOR_PAUSEPOINT=name[:n] makes it stop itself
+// with SIGSTOP there instead, until a SIGCONT: a leader frozen at that step
+// (GC, a frozen VM), whose requests may then land late
+// (docs/architecture.md#no-late-delete). With neither variable set, a point
+// is a nil check.
 package crashpoint
 
 import (
@@ -17,6 +21,9 @@ import (
 // EnvVar arms one crash point.
 const EnvVar = "NOVA_AUDITOR_CRASHPOINT"
 
+// PauseVar arms one pause point: the same names as the crash points.
+const PauseVar = "NOVA_AUDITOR_PAUSEPOINT"
+
 // Point names a crash point. Each package that places points declares
 // them as Point constants beside the code and lists them in its
 // CrashPoints function; cmd/auditor concatenates those lists in cycle
@@ -24,48 +31,76 @@ const EnvVar = "NOVA_AUDITOR_CRASHPOINT"
 // Names are <step>.<when>, like settle.after-intent.
 type Point string
 
-// Set is an armed crash point; a nil *Set never crashes.
+// Set is the armed points (a crash, a pause, or both); a nil *Set never
+// acts.
 type Set struct {
-	name  Point
-	n     int64
-	hits  atomic.Int64
-	crash func()
+	arms []*arm
 }
 
-// FromEnv arms the crash point named by NOVA_AUDITOR_CRASHPOINT, or returns
-// nil when it is unset. A name not in known or a bad count is an error.
+// arm is one armed point and what happens at its n-th hit.
+type arm struct {
+	name Point
+	n    int64
+	hits atomic.Int64
+	act  func()
+}
+
+// FromEnv arms the crash point named by NOVA_AUDITOR_CRASHPOINT and the
+// pause point named by NOVA_AUDITOR_PAUSEPOINT, or returns nil when
+// neither is set. A name not in known or a bad count is an error.
 func FromEnv(getenv func(string) string, known []Point) (*Set, error) {
-	v := getenv(EnvVar)
-	if v == "" {
-		return nil, nil
+	var s *Set
+	for _, v := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{EnvVar, syscall.SIGKILL}, {PauseVar, syscall.SIGSTOP}} {
+		val := getenv(v.name)
+		if val == "" {
+			continue
+		}
+		one, err := parse(v.name, val, known, func() { _ = syscall.Kill(os.Getpid(), v.sig) })
+		if err != nil {
+			return nil, err
+		}
+		if s == nil {
+			s = one
+		} else {
+			s.arms = append(s.arms, one.arms...)
+		}
 	}
-	return Parse(v, known, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+	return s, nil
 }
 
 // Parse arms name[:n], name one of known, with the given crash action
 // (tests pass their own).
 func Parse(v string, known []Point, crash func()) (*Set, error) {
+	return parse(EnvVar, v, known, crash)
+}
+
+func parse(variable, v string, known []Point, act func()) (*Set, error) {
 	name, count, hasCount := strings.Cut(v, ":")
 	n := int64(1)
 	if hasCount {
 		var err error
 		if n, err = strconv.ParseInt(count, 10, 64); err != nil || n < 1 {
-			return nil, fmt.Errorf("%s=%q: the count must be a positive integer", EnvVar, v)
+			return nil, fmt.Errorf("%s=%q: the count must be a positive integer", variable, v)
 		}
 	}
 	if !slices.Contains(known, Point(name)) {
-		return nil, fmt.Errorf("%s=%q: unknown crash point (auditor crashpoints lists them)", EnvVar, v)
+		return nil, fmt.Errorf("%s=%q: unknown crash point (auditor crashpoints lists them)", variable, v)
 	}
-	return &Set{name: Point(name), n: n, crash: crash}, nil
+	return &Set{arms: []*arm{{name: Point(name), n: n, act: act}}}, nil
 }
 
-// Hit marks one pass through the named point and crashes at the n-th.
+// Hit marks one pass through the named point and acts at the n-th.
 func (s *Set) Hit(name Point) {
-	if s == nil || name != s.name {
+	if s == nil {
 		return
 	}
-	if s.hits.Add(1) == s.n {
-		s.crash()
+	for _, a := range s.arms {
+		if name == a.name && a.hits.Add(1) == a.n {
+			a.act()
+		}
 	}
 }
 

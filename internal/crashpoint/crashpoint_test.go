@@ -1,6 +1,9 @@
 package crashpoint
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseAndHit(t *testing.T) {
 	const a, b Point = "test.a", "test.b"
@@ -30,5 +33,22 @@ func TestParseAndHit(t *testing.T) {
 	none.Hit(b) // a nil set is a no-op
 	if got, _ := FromEnv(func(string) string { return "" }, known); got != nil {
 		t.Fatal("armed without the variable")
+	}
+}
+
+func TestFromEnvArmsCrashAndPause(t *testing.T) {
+	const a, b Point = "test.a", "test.b"
+	known := []Point{a, b}
+	env := map[string]string{EnvVar: "test.a:2", PauseVar: "test.b"}
+	s, err := FromEnv(func(k string) string { return env[k] }, known)
+	if err != nil || s == nil || len(s.arms) != 2 {
+		t.Fatalf("FromEnv: %+v %v", s, err)
+	}
+	if s.arms[0].name != a || s.arms[0].n != 2 || s.arms[1].name != b || s.arms[1].n != 1 {
+		t.Fatalf("armed %+v %+v", s.arms[0], s.arms[1])
+	}
+	env[PauseVar] = "nope"
+	if _, err := FromEnv(func(k string) string { return env[k] }, known); err == nil || !strings.Contains(err.Error(), PauseVar) {
+		t.Fatalf("an unknown pause point: %v", err)
 	}
 }
