@@ -15,28 +15,19 @@ import (
 
 // Reap is step 6 of the cycle: it deletes what is armed and past its grace.
 //
-// Why a late delete is harmless. Only the auditor deletes, and every delete
-// here is of an object that no future state of the metastore can reference,
-// so it may land at any time, even from a leader that has since lost its
-// lease (its metadata writes are fenced; its S3 requests cannot be):
+// Every delete here may land at any later time, even from a leader that has
+// since lost its lease (its metadata writes are fenced; its S3 requests
+// cannot be), or as the first attempt of a request the SDK retried. It is
+// harmless all the same (docs/architecture.md#no-late-delete):
 //
-//   - A slot behind the trim cursor. The cursor never passes the earliest
-//     slot named by a remaining span ref, nor the absorbed head; refs only
-//     ever disappear (settled), and an absorb names only slots at or past
-//     the head, which only moves forward. So once behind the cursor, no ref
-//     names the slot, now or later (a ref that does is a halt, not a read).
-//     The grace lets readers holding an old ref finish first.
-//   - An object armed by a reap or publish intent, executed only when
-//     catalog.ClassifyReaps finds its key dead in a fenced transaction: no
-//     catalog row has its coordinates, and no settle can publish it again,
-//     because the stream's settled_through is already past its first record
-//     and no catalog entry there has a lower revision. A new entry starts at
-//     or past settled_through and a rewrite raises an entry's revision, and
-//     both settled_through and revisions only grow, so a key that is dead
-//     stays dead. That covers superseded revisions, entries dropped by
-//     retention, and abandoned publishes alike. A key still publishable, or
-//     named by an open publish intent, is held, never deleted; a key the
-//     catalog references has its reap intent dropped, never executed.
+//   - A slot behind the trim cursor: no ref names it, and none ever will
+//     (absorbs name only slots at or past the head, which only moves
+//     forward; a past epoch is closed by its end_seq).
+//   - An object armed by a reap or publish intent is deleted only after
+//     catalog.ClassifyReaps found its key dead, in a fenced transaction
+//     that also buried it (the base's high-water revision raised to it, a
+//     publish intent turned into a reap): no publish intent can name the
+//     key again, so no commit can catalog it, now or later.
 //
 // Aborting a multipart upload never removes a completed object, so it is
 // harmless whatever the key's state.
