@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -215,5 +216,77 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 	}
 	if n != migrations.Latest() {
 		t.Fatalf("%d version rows, want %d", n, migrations.Latest())
+	}
+}
+
+// TestKeyRevisionsBackfill: migration 0007 starts every key base's
+// high-water revision at the highest revision in use: the catalog's and
+// every intent's whose key is a settled key (of any kind), and nothing for
+// keys that are not settled keys.
+func TestKeyRevisionsBackfill(t *testing.T) {
+	conn, ctx := connect(t)
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m7 migrations.Migration
+	for _, m := range all {
+		if m.Version == 7 {
+			m7 = m
+			break
+		}
+		if _, err := conn.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("migration %d: %v", m.Version, err)
+		}
+	}
+	const (
+		a = "0123456789abcdef0123456789abcdef"
+		b = "fedcba9876543210fedcba9876543210"
+	)
+	key := func(stream string, first, rev int) string {
+		return fmt.Sprintf("buckets/b1/streams/%s/%020d/%020d~%d", stream, 1, first, rev)
+	}
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO nova.stars (star, chain_class) VALUES ('s1', 'standard');
+		INSERT INTO nova.streams (stream_id, star, bucket, class) VALUES ('`+a+`', 's1', 'b1', 'standard'), ('`+b+`', 's1', 'b1', 'standard');
+		INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes, footer_offset, footer_length, min_timestamp, max_timestamp)
+		VALUES ('`+a+`', 1, 0, 2, 10, 1, 1, 1, 0, 0), ('`+a+`', 1, 10, 0, 10, 1, 1, 1, 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []struct{ kind, key string }{
+		{"reap", key(a, 0, 1)},    // below the catalog's revision
+		{"publish", key(a, 0, 3)}, // a rewrite in flight above it
+		{"reap", key(a, 20, 0)},   // an abandoned new entry
+		{"publish", key(b, 5, 4)}, // another stream
+		{"reap", "not/a/settled/key~9"},
+	} {
+		if _, err := conn.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ('s1', $1, $2, 'standard')`, in.kind, in.key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, m7.SQL); err != nil {
+		t.Fatalf("migration 7: %v", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT replace(stream_id::text, '-', ''), epoch, first_record, high_revision
+		FROM nova.auditor_key_revisions ORDER BY 1, 3`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var s string
+		var e, f int64
+		var r int32
+		if err := rows.Scan(&s, &e, &f, &r); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s/%d/%d~%d", s[:4], e, f, r))
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	want := []string{"0123/1/0~3", "0123/1/10~0", "0123/1/20~0", "fedc/1/5~4"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("high-water revisions %v, want %v", got, want)
 	}
 }
