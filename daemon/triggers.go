@@ -19,19 +19,19 @@ import (
 // nothing is lost. A cycle that fails or halts notes its error on the
 // requests, which stay open for the retry (or the cycle after a resume); a
 // lost lease or a canceled cycle leaves them for the next leader.
+//
+// Which requests wait for a cycle is read from nova.admin_requests each
+// time the leader looks (on a NOTIFY, on the poll, after every cycle): an
+// open request on which no attempt is recorded is new, whatever its id.
+// Ids are drawn at insert, and transactions commit in any order, so a
+// request may commit after a higher id was run; it is still consumed by the
+// first cycle that starts after it commits.
 
 // pending is the trigger requests a cycle runs.
 type pending struct {
 	reqs   []catalog.AdminRequest // in request order
 	before map[catalog.StreamID]catalog.StreamProgress
-}
-
-// maxID is the newest request's ID (0 when none).
-func (p pending) maxID() int64 {
-	if len(p.reqs) == 0 {
-		return 0
-	}
-	return p.reqs[len(p.reqs)-1].ID
+	read   bool // the open requests were read: reqs is all of them
 }
 
 func (p pending) ids() []int64 {
@@ -55,6 +55,7 @@ func (d *Daemon) openTriggers(t *term, want string) (cycle.Options, pending, boo
 		d.log.Warn("reading trigger requests failed", "err", err)
 		return opts, p, want != ""
 	}
+	p.read = true
 	for _, r := range open {
 		if r.Kind == catalog.AdminTrigger {
 			p.reqs = append(p.reqs, r)
