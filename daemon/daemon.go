@@ -241,7 +241,7 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 				if res.outcome == catalog.RunLostLease {
 					t.lose(res.err) // a step found the token stale before the renewer did
 				}
-				recorded, again := d.finishTriggers(t, res, p)
+				recorded, again := d.finishTriggers(t, res, opts, p)
 				// Unless the cycle ran every open trigger and recorded what
 				// came of each, those it tried run again at once.
 				st.rerun = !recorded || !p.read
