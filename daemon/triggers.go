@@ -107,7 +107,8 @@ func (d *Daemon) takeTriggers(t *term, p pending) {
 // finishTriggers records what the cycle res made of the trigger requests it
 // ran. recorded reports that every request got its outcome or its note (so
 // the leader need not run them again at once); again, that a forced stream
-// was partly settled and the next cycle should follow now.
+// was partly settled, or not reached because the cycle's budget ran out,
+// and the next cycle should follow now.
 func (d *Daemon) finishTriggers(t *term, res result, opts cycle.Options, p pending) (recorded, again bool) {
 	if len(p.reqs) == 0 {
 		return true, false
