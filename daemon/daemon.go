@@ -216,7 +216,7 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 	if d.cfg.RunNow && !d.ranNow {
 		want, d.ranNow = TriggerManual, true
 	}
-	var st adminState
+	st := adminState{rerun: true} // a new term runs the triggers earlier terms left open
 	d.admin(t, &st)
 	for {
 		if t.ctx.Err() != nil {
@@ -241,10 +241,10 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 				if res.outcome == catalog.RunLostLease {
 					t.lose(res.err) // a step found the token stale before the renewer did
 				}
-				recorded, again := d.finishTriggers(t, res, p)
-				if recorded {
-					st.tried = max(st.tried, p.maxID())
-				}
+				recorded, again := d.finishTriggers(t, res, opts, p)
+				// Unless the cycle ran every open trigger and recorded what
+				// came of each, those it tried run again at once.
+				st.rerun = !recorded || !p.read
 				d.poke()
 				if stopped || t.ctx.Err() != nil {
 					return
@@ -333,10 +333,13 @@ func backoff(n int, max time.Duration) time.Duration {
 
 // adminState is what the leader knows of the persisted state.
 type adminState struct {
-	loaded      bool
-	state       catalog.DaemonState
-	tried       int64 // the newest trigger request a cycle has run (and recorded what came of it)
-	newTriggers bool  // trigger requests newer than tried wait
+	loaded bool
+	state  catalog.DaemonState
+	// rerun: the open trigger requests a cycle already tried run at once
+	// too (the term just began, the star is runnable again, or the last
+	// cycle did not record what came of its triggers).
+	rerun       bool
+	newTriggers bool // open trigger requests wait for a cycle now
 }
 
 func (s adminState) runnable() bool { return s.loaded && !s.state.Paused && !s.state.Halted() }
@@ -344,9 +347,13 @@ func (s adminState) runnable() bool { return s.loaded && !s.state.Paused && !s.s
 // admin consumes the open pause, resume and release requests (their
 // effect is already persisted; consuming records that the leader saw
 // them), reloads the pause and halt, and notes trigger requests no cycle
-// has run yet (they are consumed by the cycle that runs them). Triggers a
-// cycle already tried (it failed, or the star halted or was paused) wait
-// for the retry, or run at once when the star becomes runnable again.
+// has run yet (they are consumed by the cycle that runs them). Which those
+// are is read from the requests themselves each time (open, and no
+// attempt recorded), not from the ids seen so far: ids are drawn at insert
+// and commit in any order, and a request that commits after a higher id
+// was run is as new as any. Triggers a cycle already tried (it failed, or
+// the star halted or was paused) wait for the retry, or run at once when
+// the star becomes runnable again.
 func (d *Daemon) admin(t *term, st *adminState) {
 	ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
 	defer cancel()
@@ -355,11 +362,11 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		d.log.Warn("reading admin requests failed", "err", err)
 		return
 	}
-	others := false
-	var newest int64
+	others, untried, triggers := false, false, false
 	for _, r := range open {
 		if r.Kind == catalog.AdminTrigger {
-			newest = max(newest, r.ID)
+			triggers = true
+			untried = untried || r.Attempts == 0
 		} else {
 			others = true
 		}
@@ -397,10 +404,10 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		d.log.Info("halt cleared by resume")
 	}
 	if st.loaded && !st.runnable() && !state.Paused && !state.Halted() {
-		st.tried = 0 // runnable again: the triggers a cycle left open run now
+		st.rerun = true // runnable again: the triggers a cycle left open run now
 	}
 	st.loaded, st.state = true, state
-	st.newTriggers = newest > st.tried
+	st.newTriggers = untried || (st.rerun && triggers)
 	d.m.Paused.Set(b2f(state.Paused))
 	d.m.Halted.Set(b2f(state.Halted()))
 }

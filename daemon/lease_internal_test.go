@@ -9,6 +9,7 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
+	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -70,7 +71,9 @@ func TestLocalDeadlineCountsFromBeforeTheAcquisition(t *testing.T) {
 	}
 }
 
-// TestTriggerResults: what an OK cycle makes of each trigger request.
+// TestTriggerResults: what an OK cycle makes of each trigger request. A
+// stream it settled nothing of fails, unless the cycle's budget ran out
+// before it reached the stream (deferred): then the request stays open.
 func TestTriggerResults(t *testing.T) {
 	s := func(b byte) *catalog.StreamID { id := catalog.StreamID{15: b}; return &id }
 	target := func(n int64) *int64 { return &n }
@@ -82,6 +85,7 @@ func TestTriggerResults(t *testing.T) {
 		{ID: 5, Stream: s(4), TargetRecord: target(10)}, // quarantined
 		{ID: 6, Stream: s(5)},                           // unknown
 		{ID: 7, Stream: s(6)},                           // created after the request: target from the cycle's start
+		{ID: 8, Stream: s(7), TargetRecord: target(10)}, // not reached: the budget ran out
 	}
 	before := map[catalog.StreamID]catalog.StreamProgress{
 		*s(1): {Found: true, SettledThrough: 0, NextRecord: 12},
@@ -89,6 +93,7 @@ func TestTriggerResults(t *testing.T) {
 		*s(3): {Found: true, SettledThrough: 4, NextRecord: 12},
 		*s(4): {Found: true, NextRecord: 12},
 		*s(6): {Found: true, NextRecord: 3},
+		*s(7): {Found: true, SettledThrough: 4, NextRecord: 12},
 	}
 	after := map[catalog.StreamID]catalog.StreamProgress{
 		*s(1): {Found: true, SettledThrough: 10, NextRecord: 15}, // absorbs since do not matter
@@ -96,8 +101,11 @@ func TestTriggerResults(t *testing.T) {
 		*s(3): {Found: true, SettledThrough: 4, NextRecord: 12},
 		*s(4): {Found: true, NextRecord: 12, Quarantine: "corrupt: bad crc"},
 		*s(6): {Found: true, SettledThrough: 3, NextRecord: 3},
+		*s(7): {Found: true, SettledThrough: 4, NextRecord: 12},
 	}
-	results, open, why := triggerResults(reqs, before, after)
+	var deferred cycle.Deferred
+	deferred.Add(*s(7))
+	results, open := triggerResults(reqs, before, after, &deferred)
 	got := map[int64]catalog.TriggerResult{}
 	for _, r := range results {
 		got[r.ID] = r
@@ -117,7 +125,8 @@ func TestTriggerResults(t *testing.T) {
 			t.Errorf("request %d reason %q, want %q", id, got[id].Reason, sub)
 		}
 	}
-	if len(open) != 1 || open[0] != 3 || !strings.Contains(why, "settled through 6 of 10") {
-		t.Fatalf("open %v (%q)", open, why)
+	if len(open) != 2 || open[0].id != 3 || !strings.Contains(open[0].why, "settled through 6 of 10") ||
+		open[1].id != 8 || !strings.Contains(open[1].why, "budget") {
+		t.Fatalf("open %+v", open)
 	}
 }

@@ -19,19 +19,19 @@ import (
 // nothing is lost. A cycle that fails or halts notes its error on the
 // requests, which stay open for the retry (or the cycle after a resume); a
 // lost lease or a canceled cycle leaves them for the next leader.
+//
+// Which requests wait for a cycle is read from nova.admin_requests each
+// time the leader looks (on a NOTIFY, on the poll, after every cycle): an
+// open request on which no attempt is recorded is new, whatever its id.
+// Ids are drawn at insert, and transactions commit in any order, so a
+// request may commit after a higher id was run; it is still consumed by the
+// first cycle that starts after it commits.
 
 // pending is the trigger requests a cycle runs.
 type pending struct {
 	reqs   []catalog.AdminRequest // in request order
 	before map[catalog.StreamID]catalog.StreamProgress
-}
-
-// maxID is the newest request's ID (0 when none).
-func (p pending) maxID() int64 {
-	if len(p.reqs) == 0 {
-		return 0
-	}
-	return p.reqs[len(p.reqs)-1].ID
+	read   bool // the open requests were read: reqs is all of them
 }
 
 func (p pending) ids() []int64 {
@@ -55,6 +55,7 @@ func (d *Daemon) openTriggers(t *term, want string) (cycle.Options, pending, boo
 		d.log.Warn("reading trigger requests failed", "err", err)
 		return opts, p, want != ""
 	}
+	p.read = true
 	for _, r := range open {
 		if r.Kind == catalog.AdminTrigger {
 			p.reqs = append(p.reqs, r)
@@ -69,6 +70,7 @@ func (d *Daemon) openTriggers(t *term, want string) (cycle.Options, pending, boo
 	}
 	if len(opts.Streams) > 0 {
 		opts.Trigger = TriggerStream
+		opts.Deferred = &cycle.Deferred{}
 		p.before, err = d.db.ForcedProgress(ctx, d.cfg.Star, opts.Streams)
 		if err != nil {
 			// Run without the streams' starting point: finishTriggers then
@@ -105,8 +107,9 @@ func (d *Daemon) takeTriggers(t *term, p pending) {
 // finishTriggers records what the cycle res made of the trigger requests it
 // ran. recorded reports that every request got its outcome or its note (so
 // the leader need not run them again at once); again, that a forced stream
-// was partly settled and the next cycle should follow now.
-func (d *Daemon) finishTriggers(t *term, res result, p pending) (recorded, again bool) {
+// was partly settled, or not reached because the cycle's budget ran out,
+// and the next cycle should follow now.
+func (d *Daemon) finishTriggers(t *term, res result, opts cycle.Options, p pending) (recorded, again bool) {
 	if len(p.reqs) == 0 {
 		return true, false
 	}
@@ -138,7 +141,7 @@ func (d *Daemon) finishTriggers(t *term, res result, p pending) (recorded, again
 			return false, false
 		}
 	}
-	results, open, why := triggerResults(p.reqs, p.before, after)
+	results, open := triggerResults(p.reqs, p.before, after, opts.Deferred)
 	done, err := d.db.FinishTriggers(ctx, t.lease.Fence, res.run.ID, results)
 	if !d.triggerWrite(t, err) {
 		return false, false
@@ -155,8 +158,22 @@ func (d *Daemon) finishTriggers(t *term, res result, p pending) (recorded, again
 	if len(open) == 0 {
 		return true, false
 	}
-	err = d.db.NoteTriggerAttempt(ctx, t.lease.Fence, res.run.ID, open, why)
-	return d.triggerWrite(t, err), true
+	// One write per reason: the requests a budget left share one.
+	var whys []string
+	ids := map[string][]int64{}
+	for _, o := range open {
+		if ids[o.why] == nil {
+			whys = append(whys, o.why)
+		}
+		ids[o.why] = append(ids[o.why], o.id)
+	}
+	for _, why := range whys {
+		d.log.Info("trigger request stays open", "ids", ids[why], "run", res.run.ID, "why", why)
+		if err := d.db.NoteTriggerAttempt(ctx, t.lease.Fence, res.run.ID, ids[why], why); !d.triggerWrite(t, err) {
+			return false, true
+		}
+	}
+	return true, true
 }
 
 // triggerWrite handles the error of recording a trigger outcome.
@@ -183,14 +200,23 @@ func streamsOf(reqs []catalog.AdminRequest) []catalog.StreamID {
 	return out
 }
 
+// stillOpen is a trigger request that a cycle which ran OK leaves open for
+// the next cycle, and why.
+type stillOpen struct {
+	id  int64
+	why string
+}
+
 // triggerResults decides, after a cycle that ran OK, each request's
 // outcome: a plain trigger is done; a trigger --stream is done once its
-// stream is settled through the next_record it was asked at, failed (with
-// the reason) when the stream is unknown or quarantined or the cycle
-// settled nothing of it, and left open (listed in open, with why) when the
-// cycle settled part of it, for the next cycle to go on.
-func triggerResults(reqs []catalog.AdminRequest, before, after map[catalog.StreamID]catalog.StreamProgress) (
-	results []catalog.TriggerResult, open []int64, why string) {
+// stream is settled through the next_record it was asked at, and failed
+// (with the reason) when the stream is unknown or quarantined. It is left
+// open, for the next cycle to go on, when the cycle settled part of it, or
+// none of it because the cycle's budget ran out before the stream was
+// reached (deferred: settle's --settle-max-bytes or --settle-max-streams).
+// A stream the cycle settled nothing of for no such reason fails.
+func triggerResults(reqs []catalog.AdminRequest, before, after map[catalog.StreamID]catalog.StreamProgress,
+	deferred *cycle.Deferred) (results []catalog.TriggerResult, open []stillOpen) {
 	for _, r := range reqs {
 		if r.Stream == nil {
 			results = append(results, catalog.TriggerResult{ID: r.ID, Outcome: catalog.TriggerDone})
@@ -213,13 +239,15 @@ func triggerResults(reqs []catalog.AdminRequest, before, after map[catalog.Strea
 		case a.SettledThrough >= target:
 			results = append(results, catalog.TriggerResult{ID: r.ID, Outcome: catalog.TriggerDone})
 		case a.SettledThrough > b.SettledThrough:
-			open = append(open, r.ID)
-			why = fmt.Sprintf("partly settled: stream %s settled through %d of %d; the next cycle goes on",
-				catalog.FormatStream(*r.Stream), a.SettledThrough, target)
+			open = append(open, stillOpen{r.ID, fmt.Sprintf("partly settled: stream %s settled through %d of %d; the next cycle goes on",
+				catalog.FormatStream(*r.Stream), a.SettledThrough, target)})
+		case deferred.Has(*r.Stream):
+			open = append(open, stillOpen{r.ID,
+				"not reached: the cycle's settle budget (--settle-max-bytes, --settle-max-streams) ran out first; the next cycle goes on"})
 		default:
 			fail("the cycle settled nothing of stream %s: settled through %d, asked through %d",
 				catalog.FormatStream(*r.Stream), a.SettledThrough, target)
 		}
 	}
-	return results, open, why
+	return results, open
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -160,6 +161,67 @@ func TestTriggersSurviveAFailedCycle(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(s.m.AdminRequests.WithLabelValues("trigger")); v != 4 {
 		t.Fatalf("admin_requests_total{kind=trigger} = %v", v)
+	}
+}
+
+// TestTriggersRunInCommitOrder: request ids are drawn when a transaction
+// inserts, not when it commits. Two operators' trigger transactions commit
+// out of id order: the higher id first, which a cycle runs and consumes,
+// then the lower one. No cycle has run the lower one yet, so the next cycle
+// starts at once and consumes it: not the scheduled cycle an hour away.
+func TestTriggersRunInCommitOrder(t *testing.T) {
+	t.Parallel()
+	db, url := newDB(t)
+	ctx := context.Background()
+	rec := newRecorder()
+	s := serve(t, withHolder(every(t, "@every 1h"), "d1"), db, rec)
+	eventually(t, 5*time.Second, "leads", s.leader)
+
+	// What catalog.RequestAdmin does, held open before the commit.
+	begin := func() (pgx.Tx, int64) {
+		tx, err := testenv.Conn(t, url).Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		var id int64
+		if err := tx.QueryRow(ctx, `INSERT INTO nova.admin_requests (star, kind, requested_by)
+			VALUES ('s1', 'trigger', 'op') RETURNING id`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, 's1')`, catalog.AdminChannel); err != nil {
+			t.Fatal(err)
+		}
+		return tx, id
+	}
+	lowTx, low := begin()
+	highTx, high := begin()
+	if low >= high {
+		t.Fatalf("ids %d then %d", low, high)
+	}
+	consumed := func(id int64) func() bool {
+		return func() bool { return request(t, db, id).ConsumedAt != nil }
+	}
+	if err := highTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the higher id consumed", consumed(high))
+	if err := lowTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the lower id, committed last, consumed", consumed(low))
+	runs := lastRuns(t, db, 5)
+	if len(runs) != 2 || runs[0].Trigger != daemon.TriggerManual || runs[1].Trigger != daemon.TriggerManual {
+		t.Fatalf("runs: %+v", runs)
+	}
+	for id, run := range map[int64]catalog.Run{high: runs[1], low: runs[0]} {
+		got := request(t, db, id)
+		if got.Outcome != catalog.TriggerDone || got.RunID == nil || *got.RunID != run.ID || got.Attempts != 1 {
+			t.Fatalf("request %d: %+v, want done by run %d", id, got, run.ID)
+		}
+	}
+	if n := len(rec.snapshot()); n != 2 {
+		t.Fatalf("%d cycles, want 2", n)
 	}
 }
 

@@ -139,6 +139,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	if err != nil {
 		return total, err
 	}
+	deferCapped(opts, due, s.c.MaxStreams)
 	if err := s.checkTiling(ctx, due); err != nil {
 		return total, err
 	}
@@ -189,6 +190,26 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 		return total, &cycle.PartialError{Err: firstErr}
 	}
 	return total, nil
+}
+
+// deferCapped notes in opts.Deferred the forced streams that
+// --settle-max-streams (limit) left out of due. Forced streams are taken
+// first, so they are left out only when due is full of them; one absent
+// for another reason (quarantined, nothing to settle) is noted too, which
+// only matters to a caller that has not settled it.
+func deferCapped(opts cycle.Options, due []catalog.DueStream, limit int) {
+	if len(due) < limit {
+		return
+	}
+	taken := make(map[catalog.StreamID]bool, len(due))
+	for _, ds := range due {
+		taken[ds.Stream] = true
+	}
+	for _, id := range opts.Streams {
+		if !taken[id] {
+			opts.Deferred.Add(id)
+		}
+	}
 }
 
 // streamFailed handles the error of one stream's settle or rewrite: a
@@ -314,6 +335,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 			return counts, err
 		}
 		if len(res.Chunks) > 0 && !take(res.Bytes) {
+			opts.Deferred.Add(ds.Stream)
 			return counts, nil // the cycle's byte budget is spent: the next cycle goes on
 		}
 		scrubbed, fetched, reads, err := s.scrubChunks(ctx, res.Chunks, dead)

@@ -7,6 +7,7 @@ package cycle
 import (
 	"context"
 	"io"
+	"sync"
 
 	"github.com/nova/auditor/catalog"
 )
@@ -17,6 +18,42 @@ type Options struct {
 	DryRun  bool               // plan and print, change nothing
 	Streams []catalog.StreamID // streams forced due regardless of linger
 	Plan    io.Writer          // where a dry run prints its plan (nil: nowhere)
+	// Deferred, when set, is where the steps note the streams they left
+	// for the next cycle because the cycle's budget ran out (nil: nowhere).
+	Deferred *Deferred
+}
+
+// Deferred is the set of streams a cycle left, in whole or in part, for
+// the next cycle because its budget ran out (--settle-max-bytes,
+// --settle-max-streams): the settle step adds them, and the daemon keeps
+// a trigger --stream request of one open for the next cycle rather than
+// failing it. Safe for concurrent use; a nil *Deferred notes nothing.
+type Deferred struct {
+	mu  sync.Mutex
+	ids map[catalog.StreamID]bool
+}
+
+// Add notes that the cycle left stream id for the next one.
+func (d *Deferred) Add(id catalog.StreamID) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ids == nil {
+		d.ids = map[catalog.StreamID]bool{}
+	}
+	d.ids[id] = true
+}
+
+// Has reports whether the cycle left stream id for the next one.
+func (d *Deferred) Has(id catalog.StreamID) bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ids[id]
 }
 
 // Counts are a step's contribution to the run ledger (nova.auditor_runs):

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
+)
+
+// TestServeTriggerStreamOutlastsTheBudget: two trigger --stream requests
+// wait when the leader starts, so its first cycle forces both streams. The
+// cycle's budget (one stream's window of bytes, or one stream) runs out
+// before it reaches the second stream. That request is no failure: it
+// stays open, forced, and the next cycle (at once, not the hourly
+// schedule) settles its stream through the next_record it was asked at.
+func TestServeTriggerStreamOutlastsTheBudget(t *testing.T) {
+	t.Parallel()
+	for name, budget := range map[string][]string{
+		"bytes":   {"--settle-max-bytes", "1"},
+		"streams": {"--settle-max-streams", "1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			url, db := migratedDBNoStar(t)
+			ctx := context.Background()
+			if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 4, Content: sim.DefaultContent(11)}); err != nil {
+				t.Fatal(err)
+			}
+			root := t.TempDir()
+			fs, err := filestore.New(objstore.FileConfig{Root: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fs.CreateBucket("nova"); err != nil { // what serve creates as it starts
+				t.Fatal(err)
+			}
+			if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 4,
+				FlightBytes: 64 << 10, FlightInterval: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			streams, err := db.StreamsOfStar(ctx, "s1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reqs []catalog.AdminRequest
+			for _, st := range streams {
+				if st.NextRecord == 0 || len(reqs) == 2 {
+					continue
+				}
+				r, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, &st.ID, "op")
+				if err != nil {
+					t.Fatal(err)
+				}
+				reqs = append(reqs, r)
+			}
+			if len(reqs) != 2 {
+				t.Fatalf("only %d streams got records", len(reqs))
+			}
+			// One stream at a time, so the budget runs out in the order
+			// the streams are taken.
+			startServe(t, "d1", url, append([]string{"--fs-root", root, "--settle-concurrency", "1"}, budget...)...)
+			eventually(t, 30*time.Second, "both requests consumed", func() bool {
+				for _, r := range reqs {
+					got, err := db.GetAdminRequest(ctx, r.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got.ConsumedAt == nil {
+						return false
+					}
+				}
+				return true
+			})
+			deferred := 0
+			for _, r := range reqs {
+				got, err := db.GetAdminRequest(ctx, r.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Outcome != catalog.TriggerDone {
+					t.Fatalf("request %d: %s %q", got.ID, got.Outcome, got.Reason)
+				}
+				st, err := db.GetStream(ctx, *got.Stream)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.SettledThrough < *got.TargetRecord {
+					t.Fatalf("stream %x settled through %d, asked through %d", st.ID, st.SettledThrough, *got.TargetRecord)
+				}
+				if got.Attempts > 1 {
+					deferred++
+					if !strings.Contains(got.LastError, "budget") {
+						t.Fatalf("request %d left open by its first cycle with %q", got.ID, got.LastError)
+					}
+				}
+				t.Logf("request %d: %s after %d cycles (%s)", got.ID, got.Outcome, got.Attempts, got.LastError)
+			}
+			if deferred != 1 {
+				t.Fatalf("%d requests waited for a second cycle, want 1: the budget did not bind", deferred)
+			}
+		})
+	}
+}
