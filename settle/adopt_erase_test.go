@@ -123,3 +123,93 @@ func TestAdoptionTellsAnEmptyRecordFromATombstone(t *testing.T) {
 		})
 	}
 }
+
+// TestAdoptedEraseRewriteIsScrubbed: the erasure step's rewrite of a
+// stream's sub-cap tail crashes after its completion; then a second
+// erasure names another record of the tail, and more records arrive.
+// Settle's tail rewrite meets the standing rewrite, adopts and commits it,
+// and plans the new chunks behind it at the next revision: that revision
+// must hold the second erasure's record as a tombstone too (the adopted
+// rewrite, made before that erasure, still holds its bytes), not copy it.
+func TestAdoptedEraseRewriteIsScrubbed(t *testing.T) {
+	const capBytes = 1 << 20 // a flight's chunk fits beside the tail: the next settle rewrites it
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, s, id := erasedTail(t, b, capBytes) // records first+1 .. first+3 erased
+			hits := 0
+			e.erase("s1", e.eraseSettlerCap(crashAt("erase.after-complete", &hits), capBytes))
+			if hits != 1 {
+				t.Fatalf("erase.after-complete hit %d times", hits)
+			}
+			st, _ := e.db.GetStream(e.ctx, id)
+			tail := e.lastEntry(id)
+			late := uint64(tail.FirstRecord) + 5
+			if late >= uint64(tail.EndRecord()) || len(e.storedRecords(st, tail)[late]) < 2 {
+				t.Fatalf("record %d is not a record with content in the tail [%d, %d)", late, tail.FirstRecord, tail.EndRecord())
+			}
+			e.record(id, int64(late), 1)
+			e.write("s1", 1, sim.Faults{}, 2)
+			c := e.settleOK(s)
+			if c.ObjectsAdopted != 1 {
+				t.Fatalf("settle after the crashed rewrite: %+v (want the rewrite adopted)", c)
+			}
+			en := e.lastEntry(id)
+			if en.FirstRecord != tail.FirstRecord || en.Revision != tail.Revision+2 {
+				t.Fatalf("last entry %+v, want the tail at revision %d (the adopted rewrite's next)", en, tail.Revision+2)
+			}
+			recs := e.storedRecords(st, en)
+			for r := uint64(tail.FirstRecord) + 1; r < uint64(tail.FirstRecord)+4; r++ {
+				if !bytes.Equal(recs[r], tombstone) {
+					t.Fatalf("record %d of the first erasure stored as %x", r, recs[r])
+				}
+			}
+			if !bytes.Equal(recs[late], tombstone) {
+				t.Fatalf("record %d of the second erasure stored as %d bytes in %s revision %d: the adopted rewrite was copied unscrubbed",
+					late, len(recs[late]), "the new tail", en.Revision)
+			}
+			e.finishErasures(s, id)
+		})
+	}
+}
+
+// TestAdoptedSettleObjectIsScrubbed: settle crashes after completing a
+// stream's sub-cap object; then an erasure names one of its records, and
+// more records arrive. The restart adopts the standing object (it covers
+// fewer records than planned), commits it, and plans the rest behind it as
+// a tail rewrite: that rewrite must hold the erased record as a tombstone,
+// not copy the adopted object's bytes of it.
+func TestAdoptedSettleObjectIsScrubbed(t *testing.T) {
+	const capBytes = 1 << 20 // a flight's chunk fits beside the tail: the next settle rewrites it
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 1, sim.Faults{}, 1)
+			hits := 0
+			e.settleOK(e.eraseSettlerCap(crashAt("settle.after-complete", &hits), capBytes))
+			if hits != 1 {
+				t.Fatalf("settle.after-complete hit %d times", hits)
+			}
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			st := streams[0]
+			if st.NextRecord < 4 {
+				t.Fatalf("stream of %d records", st.NextRecord)
+			}
+			e.record(st.ID, 2, 1)
+			e.write("s1", 1, sim.Faults{}, 2)
+			s := e.eraseSettlerCap(nil, capBytes)
+			if c := e.settleOK(s); c.ObjectsAdopted != 1 {
+				t.Fatalf("settle after the crash: %+v (want the standing object adopted)", c)
+			}
+			en := e.lastEntry(st.ID)
+			if en.FirstRecord != 0 || en.Revision != 1 {
+				t.Fatalf("last entry %+v, want the adopted object's tail rewrite at revision 1", en)
+			}
+			if recs := e.storedRecords(st, en); !bytes.Equal(recs[2], tombstone) {
+				t.Fatalf("erased record 2 stored as %d bytes in the tail rewrite of the adopted object", len(recs[2]))
+			}
+			e.finishErasures(s, st.ID)
+		})
+	}
+}
