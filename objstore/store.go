@@ -140,7 +140,11 @@ type Stager interface {
 	// then replace the bad copy.
 	Stage(part int, data []byte) error
 	// Load returns a staged part's bytes after verifying them; an error if
-	// the part is absent or corrupt (the assembler then rebuilds it).
+	// the part is absent or corrupt (the assembler then rebuilds it). The
+	// assembler uploads loaded bytes only when their length and CRC-32C
+	// are the part plan's (a part staged for another plan of the key is
+	// rebuilt), so it loads none for a part whose CRC the pieces do not
+	// tell (a source range split between parts, or pieces without CRCs).
 	Load(part int) ([]byte, error)
 }
 
@@ -175,7 +179,11 @@ type AssembleRequest struct {
 	// (then a resumed assembly refetches them).
 	Stager Stager
 	// UploadID, when set, resumes that upload instead of creating one. The
-	// pieces must be those of the interrupted call.
+	// pieces may differ from the interrupted call's (another plan of the
+	// same key): a part the upload holds, or the Stager has, is used only
+	// when it is shown to be this request's part (its CRC-32C is the one
+	// the pieces give, or its bytes are those gathered for it), never on
+	// its size alone; any other is rebuilt from the pieces.
 	UploadID string
 	Hooks    Hooks
 }

@@ -1,6 +1,7 @@
 package settle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -253,17 +254,15 @@ func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
 
 // adopt reads the standing object's trailer and footer and checks it is a
 // valid settled bundle of this stream starting at this record whose records
-// agree with the sources: per-record lengths and timestamps, and DataCRCs
-// wherever chunk boundaries coincide (docs/architecture.md#adoption).
+// agree with the sources: per-record lengths and timestamps, chunks on
+// source chunk boundaries, and then every data byte (docs/architecture.md#adoption).
 func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*published, error) {
 	// A standing object that does not match is never cataloged; it is
 	// condemned too, so that once the stream is released the key can be
 	// published again from the sources (an object that is only longer than
 	// this window knows, left by an attempt under other settings, would
 	// otherwise be met again on every release).
-	bad := func(err error) error {
-		return &cycle.QuarantineError{SlotKey: o.Key, Class: cycle.ClassAdoption, Err: err, Condemn: o.Key}
-	}
+	bad := func(err error) error { return notTheSources(o.Key, err) }
 	tr, size, err := s.d.Store.GetSuffix(ctx, s.d.Topology.Standard(), o.Key, bundlefmt.TrailerSize)
 	if err != nil {
 		return nil, fmt.Errorf("read trailer of standing %s: %w", o.Key, err)
@@ -287,12 +286,14 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*pub
 	if err != nil {
 		return nil, bad(err)
 	}
-	if err := matchSources(o, entries, known); err != nil {
+	expect, err := matchSources(o, entries, known)
+	if err != nil {
 		return nil, bad(err)
 	}
 	// The footer agrees with the sources; now the bytes must agree with
-	// the footer, before anything is committed.
-	fetched, requests, err := s.verifyData(ctx, o.Key, entries)
+	// the footer and, record by record, with the sources, before anything
+	// is committed.
+	fetched, requests, err := s.verifyData(ctx, o.Key, entries, expect)
 	if err != nil {
 		return nil, err
 	}
@@ -300,6 +301,12 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*pub
 		footOff: f.FooterOffset(), footLen: f.FooterLength(), adopted: true}
 	p.verifyFetched, p.verifyRequests = fetched, requests
 	return p, nil
+}
+
+// notTheSources is the quarantine of a standing object at key that is not
+// what the sources make: class adoption, the key condemned.
+func notTheSources(key string, err error) error {
+	return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassAdoption, Err: err, Condemn: key}
 }
 
 // knownChunk is one chunk a plan knows of, to check a standing object
@@ -313,45 +320,64 @@ type knownChunk struct {
 	origData, data []byte
 }
 
+// expectPart is what one stretch of a standing object's settled chunk must
+// hold, as the sources say: a known chunk the plan copies as its source
+// holds it (its DataCRC, crc), or a known chunk the plan re-encodes (kc),
+// whose records adoption reads and compares byte for byte, each with the
+// source's record and the planned one (sameRecords).
+type expectPart struct {
+	off, n  uint64 // object-absolute
+	crc     uint32
+	kc      *knownChunk
+	lengths []uint32 // the standing object's lengths of kc's records
+}
+
 // matchSources checks a standing object's entries against the stream's
 // known chunks (the plan's sources, standing tail first): every record's
 // timestamp, and its length as planned or, for a re-encoded chunk, as its
-// source holds it; every settled chunk a run of whole known chunks whose
-// bytes combine to its DataCRC.
-func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) error {
+// source holds it; every settled chunk a run of whole known chunks. It
+// returns, for each settled chunk, what its bytes must be (expectPart).
+// A chunk made of chunks the plan copies as they are has its DataCRC
+// checked here against their combine; one that holds a re-encoded chunk
+// is checked when its bytes are read (verifyData): an empty record (0x00)
+// and a tombstone (0x08) are both one byte long, so the lengths cannot
+// tell which one an attempt under other erasures wrote.
+func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) ([][]expectPart, error) {
 	stream := o.Footer.Entries[0].Stream
 	if len(got) == 0 {
-		return errors.New("standing object has no chunks")
+		return nil, errors.New("standing object has no chunks")
 	}
 	bounds := map[uint64]int{} // chunk start record -> index in known
 	for i := range known {
 		bounds[known[i].e.FirstRecord] = i
 	}
+	expect := make([][]expectPart, len(got))
 	next := o.FirstRecord
 	for ci := range got {
 		e := &got[ci]
 		if e.Stream != stream {
-			return fmt.Errorf("chunk %d belongs to stream %s", ci, e.Stream)
+			return nil, fmt.Errorf("chunk %d belongs to stream %s", ci, e.Stream)
 		}
 		if e.FirstRecord != next {
-			return fmt.Errorf("chunk %d starts at record %d, expected %d", ci, e.FirstRecord, next)
+			return nil, fmt.Errorf("chunk %d starts at record %d, expected %d", ci, e.FirstRecord, next)
 		}
 		// Every settled chunk is a run of whole source chunks (sources are
 		// never split), so its DataCRC is their combine: with it checked
-		// here, the data read that follows checks the bytes against the
-		// sources', not merely against themselves.
+		// against the sources, the data read that follows checks the bytes
+		// against the sources', not merely against themselves.
 		i, ok := bounds[e.FirstRecord]
 		if !ok {
-			return fmt.Errorf("chunk %d starts at record %d, inside a source chunk or beyond the known records", ci, e.FirstRecord)
+			return nil, fmt.Errorf("chunk %d starts at record %d, inside a source chunk or beyond the known records", ci, e.FirstRecord)
 		}
-		crc, at, j := uint32(0), e.FirstRecord, 0
+		crc, at, j, off, reencoded := uint32(0), e.FirstRecord, 0, e.DataOffset, false
+		var parts []expectPart
 		for k := i; k < len(known) && at < e.EndRecord(); k++ {
 			kc := &known[k]
 			n := kc.e.Count()
 			if at+uint64(n) > e.EndRecord() {
-				return fmt.Errorf("chunk %d [%d, %d) ends inside a source chunk", ci, e.FirstRecord, e.EndRecord())
+				return nil, fmt.Errorf("chunk %d [%d, %d) ends inside a source chunk", ci, e.FirstRecord, e.EndRecord())
 			}
-			asPlanned, asOrig := true, kc.orig != nil
+			var size uint64
 			for r := 0; r < n; r++ {
 				l, ts := e.Lengths[j+r], e.Timestamps[j+r]
 				planned := kc.e.Lengths[r]
@@ -360,54 +386,51 @@ func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) error {
 					orig = kc.orig.Lengths[r]
 				}
 				if ts != kc.e.Timestamps[r] || (l != planned && l != orig) {
-					return fmt.Errorf("record %d: length %d ts %d, sources say %d and %d",
-						at+uint64(r), l, ts, planned, kc.e.Timestamps[r])
+					return nil, fmt.Errorf("record %d: length %d ts %d; the sources say length %d as planned or %d as the source holds it, ts %d",
+						at+uint64(r), l, ts, planned, orig, kc.e.Timestamps[r])
 				}
-				asPlanned = asPlanned && l == planned
-				asOrig = asOrig && l == orig
+				size += uint64(l)
 			}
-			switch {
-			case asPlanned:
-				crc = crc32c.Combine(crc, kc.e.DataCRC, int64(kc.e.ChunkBytes()))
-			case asOrig:
-				crc = crc32c.Combine(crc, kc.orig.DataCRC, int64(kc.orig.ChunkBytes()))
-			default:
-				// Some records as planned, some as the source holds them:
-				// an attempt under other erasures. Its bytes are known.
-				b := mixedBytes(kc, e.Lengths[j:j+n])
-				crc = crc32c.Combine(crc, crc32c.Checksum(b), int64(len(b)))
+			part := expectPart{off: off, n: size, crc: kc.e.DataCRC}
+			if kc.orig != nil {
+				part.kc, part.lengths, reencoded = kc, e.Lengths[j:j+n], true
 			}
+			parts = append(parts, part)
+			crc = crc32c.Combine(crc, kc.e.DataCRC, int64(size))
 			j += n
 			at += uint64(n)
+			off += size
 		}
 		if at != e.EndRecord() {
-			return fmt.Errorf("chunk %d [%d, %d) reaches beyond the stream's known records", ci, e.FirstRecord, e.EndRecord())
+			return nil, fmt.Errorf("chunk %d [%d, %d) reaches beyond the stream's known records", ci, e.FirstRecord, e.EndRecord())
 		}
-		if crc != e.DataCRC {
-			return fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)
+		if !reencoded && crc != e.DataCRC {
+			return nil, fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)
 		}
+		expect[ci] = parts
 		next = e.EndRecord()
 	}
-	return nil
+	return expect, nil
 }
 
-// mixedBytes is a re-encoded chunk's bytes with each record as the lengths
-// say: the planned record where its length is the planned one, else the
-// source's.
-func mixedBytes(kc *knownChunk, lengths []uint32) []byte {
-	var out []byte
-	var po, oo uint64
+// sameRecords checks the standing bytes of a re-encoded known chunk, whose
+// records have the given lengths, record by record: each must be byte for
+// byte the source's record or the planned one (the tombstone of an erased
+// record). Lengths alone cannot tell an empty record from a tombstone.
+func sameRecords(kc *knownChunk, lengths []uint32, data []byte) error {
+	var po, oo, so uint64
 	for r, l := range lengths {
 		pl, ol := uint64(kc.e.Lengths[r]), uint64(kc.orig.Lengths[r])
-		if uint64(l) == pl {
-			out = append(out, kc.data[po:po+pl]...)
-		} else {
-			out = append(out, kc.origData[oo:oo+ol]...)
+		rec := data[so : so+uint64(l)]
+		if !bytes.Equal(rec, kc.data[po:po+pl]) && !bytes.Equal(rec, kc.origData[oo:oo+ol]) {
+			return fmt.Errorf("record %d (%d bytes) is neither the source's record (%d bytes) nor the planned one (%d bytes)",
+				kc.e.FirstRecord+uint64(r), l, ol, pl)
 		}
 		po += pl
 		oo += ol
+		so += uint64(l)
 	}
-	return out
+	return nil
 }
 
 // assemble runs the publish's assembly of o. The pieces copy each source

@@ -364,7 +364,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 				s.printPlan(opts.Plan, st, outs, res.Complete)
 				return counts, nil
 			}
-			if carry, err = s.publishWindow(ctx, f, st, &tail, chunks, res.Complete, &counts); err != nil {
+			if carry, err = s.publishWindow(ctx, f, st, &tail, chunks, dead, res.Complete, &counts); err != nil {
 				return counts, err
 			}
 		}
@@ -397,7 +397,24 @@ func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]O
 // publishes and commits the outputs in record order. When the window is
 // not the stream's last (final false), its last output is kept back unless
 // it is full: its chunks are returned, to be planned with the next window.
-func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog.Stream, tail **Tail, chunks []SourceChunk, final bool, counts *cycle.Counts) ([]SourceChunk, error) {
+// An adopted object that becomes the tail is scrubbed against dead (the
+// stream's pending erasures) first, as the standing tail is.
+func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog.Stream, tail **Tail, chunks []SourceChunk,
+	dead deadSet, final bool, counts *cycle.Counts) ([]SourceChunk, error) {
+	// adoptedTail makes the adopted object p the tail. It was written by
+	// an earlier attempt, under the erasures pending then: records of an
+	// erasure recorded since still hold their bytes, and a tail rewrite
+	// copies what it is not told to re-encode.
+	adoptedTail := func(p *published) error {
+		t, fetched, reads, err := s.scrubTail(ctx, &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}, dead)
+		counts.BytesFetched += fetched
+		counts.S3Requests += int64(reads)
+		if err != nil {
+			return err
+		}
+		*tail = t
+		return nil
+	}
 	for len(chunks) > 0 {
 		outs, err := s.plan(st, *tail, chunks)
 		if err != nil {
@@ -432,7 +449,9 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				}
 				counts.ObjectsAdopted++
 				s.d.Metrics.object("adopted")
-				*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
+				if err := adoptedTail(p); err != nil {
+					return nil, err
+				}
 				replan = true
 				break
 			}
@@ -469,6 +488,10 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				// rewritten: the next output starts a new one, so its
 				// entries (up to a cap's worth of records) need not be held.
 				*tail = nil
+			} else if p.adopted {
+				if err := adoptedTail(p); err != nil {
+					return nil, err
+				}
 			}
 			if p.end() != o.EndRecord() {
 				// The adopted object covers other records than planned:

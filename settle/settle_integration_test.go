@@ -69,6 +69,13 @@ func s3Backend(name, prefix string, rt http.RoundTripper, tune func(*objstore.S3
 
 func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, sim.Fixture) {
 	t.Helper()
+	return newEnvContent(t, b, streams, expressShare, sim.DefaultContent(7))
+}
+
+// newEnvContent is newEnv with the stars' records made to the content
+// profile.
+func newEnvContent(t testing.TB, b backend, streams int, expressShare float64, content sim.Content) (*env, sim.Fixture) {
+	t.Helper()
 	ctx := context.Background()
 	url := testenv.FreshDatabase(t)
 	db, err := catalog.Open(ctx, url)
@@ -89,7 +96,7 @@ func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, db: db, url: url, store: store, std: std, express: express, pending: pending, content: sim.DefaultContent(7)}
+	e := &env{t: t, ctx: ctx, db: db, url: url, store: store, std: std, express: express, pending: pending, content: content}
 	if streams == 0 { // the caller writes its own slots
 		if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
 			t.Fatal(err)

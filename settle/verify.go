@@ -13,41 +13,83 @@ import (
 
 // verifyWindow is the most bytes one ranged GET of a verification holds;
 // verifyConcurrency windows are in flight at once, so a verification holds
-// at most verifyWindow*verifyConcurrency bytes whatever the object's size.
+// at most verifyWindow*verifyConcurrency bytes whatever the object's size
+// (a window that holds a re-encoded chunk is that chunk, whose source and
+// planned bytes the plan holds already).
 const (
 	verifyWindow      = 8 << 20
 	verifyConcurrency = 4
 )
 
-// verifyData reads the data region of the object at key and checks every
-// chunk's bytes against its entry's DataCRC. Adoption calls it: a standing
-// object that a crash kept from being committed may never have been checked
-// (the read-back that checks an assembly the server could not verify runs
-// after CompleteMultipartUpload, and a kill, a lost lease or a 503 storm
-// can cut it short), and once trim reaps the sources a wrong byte adopted
-// into the catalog is lost data. Adoption is rare (a crash between complete
-// and commit), so the read is always made rather than trusting what the
-// server may have checked. It returns the bytes and requests it used, and
-// a *cycle.QuarantineError of class checksum naming the key on a mismatch.
-func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefmt.Entry) (fetched int64, requests int, err error) {
+// verifyData reads the data region of the standing object at key and checks
+// every chunk's bytes against its entry's DataCRC and against the sources
+// (expect, from matchSources). Adoption calls it: a standing object that a
+// crash kept from being committed may never have been checked (the
+// read-back that checks an assembly the server could not verify runs after
+// CompleteMultipartUpload, and a kill, a lost lease or a 503 storm can cut
+// it short), and once trim reaps the sources a wrong byte adopted into the
+// catalog is lost data. Adoption is rare (a crash between complete and
+// commit), so the read is always made rather than trusting what the server
+// may have checked. It returns the bytes and requests it used, and a
+// *cycle.QuarantineError naming the key on a mismatch.
+func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefmt.Entry, expect [][]expectPart) (fetched int64, requests int, err error) {
+	get := func(ctx context.Context, off, n int64) ([]byte, error) {
+		data, _, err := s.d.Store.GetRange(ctx, s.d.Topology.Standard(), key, off, n)
+		return data, err
+	}
+	return checkStanding(ctx, key, entries, expect, get)
+}
+
+// checkStanding is verifyData over get, which reads bytes [off, off+n) of
+// the standing object. The data region is read in windows, verifyConcurrency
+// at a time: runs of chunks the plan copies as they are in windows of up
+// to verifyWindow, each re-encoded known chunk in one window of its own,
+// whose records are compared byte for byte with the source's and the
+// planned ones (sameRecords). Then, for each chunk:
+//
+//   - its bytes must have its DataCRC (else class checksum: the object
+//     disagrees with its own footer);
+//   - its DataCRC must be the combine of the sources' (the copied chunks'
+//     DataCRCs, and the CRCs of re-encoded chunks whose every record is the
+//     source's or the planned one), else class adoption: a consistent
+//     object that is not what the sources make.
+//
+// Either condemns the key.
+func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, expect [][]expectPart,
+	get func(ctx context.Context, off, n int64) ([]byte, error)) (fetched int64, requests int, err error) {
 	type window struct {
 		chunk    int
 		off, len uint64
+		part     *expectPart // a re-encoded known chunk's records (nil: bytes copied as they are)
 		crc      uint32
+		mismatch error // from sameRecords
 	}
 	var wins []window
+	runs := func(chunk int, from, to uint64) {
+		for off := from; off < to; off += verifyWindow {
+			wins = append(wins, window{chunk: chunk, off: off, len: min(verifyWindow, to-off)})
+		}
+	}
 	for i := range entries {
 		e := &entries[i]
-		for off := uint64(0); off < e.ChunkBytes(); off += verifyWindow {
-			wins = append(wins, window{chunk: i, off: e.DataOffset + off, len: min(verifyWindow, e.ChunkBytes()-off)})
+		at := e.DataOffset
+		for j := range expect[i] {
+			p := &expect[i][j]
+			if p.kc == nil {
+				continue
+			}
+			runs(i, at, p.off)
+			wins = append(wins, window{chunk: i, off: p.off, len: p.n, part: p})
+			at = p.off + p.n
 		}
+		runs(i, at, e.DataOffset+e.ChunkBytes())
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(verifyConcurrency)
 	for i := range wins {
 		w := &wins[i]
 		g.Go(func() error {
-			data, _, err := s.d.Store.GetRange(gctx, s.d.Topology.Standard(), key, int64(w.off), int64(w.len))
+			data, err := get(gctx, int64(w.off), int64(w.len))
 			if err != nil {
 				return fmt.Errorf("verify standing %s [%d,+%d): %w", key, w.off, w.len, err)
 			}
@@ -56,28 +98,57 @@ func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefm
 					Err: fmt.Errorf("standing object ends early: [%d,+%d) returned %d bytes", w.off, w.len, len(data))}
 			}
 			w.crc = crc32c.Checksum(data)
+			if w.part != nil {
+				w.mismatch = sameRecords(w.part.kc, w.part.lengths, data)
+			}
 			return nil
 		})
-	}
-	err = g.Wait()
-	requests = len(wins)
-	for _, w := range wins {
+		requests++
 		fetched += int64(w.len)
 	}
-	if err != nil {
+	if err := g.Wait(); err != nil {
 		return fetched, requests, err
 	}
 	at := 0
 	for i := range entries {
 		e := &entries[i]
 		crc := uint32(0)
+		var mismatch error
+		byPart := map[*expectPart]uint32{}
 		for ; at < len(wins) && wins[at].chunk == i; at++ {
-			crc = crc32c.Combine(crc, wins[at].crc, int64(wins[at].len))
+			w := &wins[at]
+			crc = crc32c.Combine(crc, w.crc, int64(w.len))
+			if w.part != nil {
+				byPart[w.part] = w.crc
+				if mismatch == nil {
+					mismatch = w.mismatch
+				}
+			}
 		}
 		if crc != e.DataCRC {
 			return fetched, requests, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Condemn: key,
 				Err: fmt.Errorf("standing object chunk %d [%d, %d) at offset %d: CRC-32C %08x, its DataCRC (the sources') is %08x",
 					i, e.FirstRecord, e.EndRecord(), e.DataOffset, crc, e.DataCRC)}
+		}
+		if len(byPart) == 0 {
+			continue // matchSources checked the DataCRC against the sources'
+		}
+		if mismatch != nil {
+			return fetched, requests, notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): %w",
+				i, e.FirstRecord, e.EndRecord(), mismatch))
+		}
+		want := uint32(0)
+		for j := range expect[i] {
+			p := &expect[i][j]
+			c := p.crc
+			if p.kc != nil {
+				c = byPart[p]
+			}
+			want = crc32c.Combine(want, c, int64(p.n))
+		}
+		if want != e.DataCRC {
+			return fetched, requests, notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): DataCRC %08x, sources combine to %08x",
+				i, e.FirstRecord, e.EndRecord(), e.DataCRC, want))
 		}
 	}
 	return fetched, requests, nil

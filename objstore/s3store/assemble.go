@@ -305,12 +305,23 @@ func (a *assembly) create(ctx context.Context) error {
 // doPart makes one part present in the upload: kept if a resumed upload
 // already holds it with the planned size and checksum, else copied,
 // uploaded from the stager, or rebuilt from source.
+//
+// A resumed upload may have been built, and its parts staged, for another
+// plan of the same key (a publish intent reopened after more was absorbed,
+// or under other erasures): a part of the right size is not proof. So a
+// part the upload holds is kept only when its bytes are shown to be this
+// plan's part (its CRC-32C, as the server reports it, is the one the plan
+// expects, or it matches the bytes gathered for it), and a staged part is
+// used only when its length and CRC-32C are the plan's. A part the plan
+// knows no CRC for without its bytes (a source range split between
+// parts) is copied again, or gathered again from source; a stale sidecar
+// is replaced, never uploaded.
 func (a *assembly) doPart(ctx context.Context, part objstore.Part, have objstore.PartInfo, resumed bool, gatherSem chan struct{}) (partState, error) {
 	exp, expKnown := a.expectedCRC(part)
 	fits := resumed && have.Size == part.Size
 	keep := partState{etag: have.ETag, crc: have.CRC32C, hasCRC: have.HasCRC32C}
 	if part.Copy {
-		if fits && (!expKnown || !have.HasCRC32C || have.CRC32C == exp) {
+		if fits && expKnown && have.HasCRC32C && have.CRC32C == exp {
 			return keep, nil
 		}
 		st, err := a.copyPart(ctx, part)
@@ -333,8 +344,8 @@ func (a *assembly) doPart(ctx context.Context, part objstore.Part, have objstore
 	defer func() { <-gatherSem }()
 	var data []byte
 	staged := false
-	if a.req.UploadID != "" && a.req.Stager != nil {
-		if d, err := a.req.Stager.Load(part.Number); err == nil && int64(len(d)) == part.Size && (!expKnown || crc32c.Checksum(d) == exp) {
+	if a.req.UploadID != "" && a.req.Stager != nil && expKnown {
+		if d, err := a.req.Stager.Load(part.Number); err == nil && int64(len(d)) == part.Size && crc32c.Checksum(d) == exp {
 			data, staged = d, true
 		}
 	}

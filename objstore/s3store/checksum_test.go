@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"testing"
@@ -245,8 +246,21 @@ func TestFullObjectMode(t *testing.T) {
 
 // TestResumeKeepsParts: a resumed upload keeps the parts it holds, uploads
 // staged parts from the stager, and rebuilds a staged part that fails to
-// load from source.
+// load from source. The pieces carry their CRCs, as settle's do: a part
+// the upload holds or the stager has is used only when its CRC-32C is the
+// one the plan expects. Without the pieces' CRCs the plan knows none, and
+// every part is rebuilt from source (the parts the upload holds are kept
+// when the rebuilt bytes are theirs): nothing unchecked is uploaded.
 func TestResumeKeepsParts(t *testing.T) {
+	for _, withCRC := range []bool{true, false} {
+		t.Run(fmt.Sprintf("crc=%v", withCRC), func(t *testing.T) {
+			t.Parallel()
+			resumeKeepsParts(t, withCRC)
+		})
+	}
+}
+
+func resumeKeepsParts(t *testing.T, withCRC bool) {
 	s := newStore(t, objstore.S3Config{CopyConcurrency: 1, PartSize: 10 << 20})
 	b := newBucket(t, s, "resume")
 	ctx := context.Background()
@@ -256,13 +270,16 @@ func TestResumeKeepsParts(t *testing.T) {
 	}
 	var pieces []objstore.Piece
 	var want []byte
-	for i := 0; i < 40; i++ { // 40 ranges of 600 KiB: gathered into 10 MiB parts
-		off := int64(i) * (1 << 20)
-		pieces = append(pieces, objstore.RangePiece(b, "src", off, 600<<10))
-		want = append(want, src[off:off+600<<10]...)
+	add := func(off, n int64) {
+		p := objstore.RangePiece(b, "src", off, n)
+		p.CRC32C, p.HasCRC32C = crc32c.Checksum(src[off:off+n]), withCRC
+		pieces = append(pieces, p)
+		want = append(want, src[off:off+n]...)
 	}
-	pieces = append(pieces, objstore.RangePiece(b, "src", 40<<20, 8<<20)) // copied
-	want = append(want, src[40<<20:]...)
+	for i := 0; i < 40; i++ { // 40 ranges of 600 KiB: gathered into 10 MiB parts
+		add(int64(i)*(1<<20), 600<<10)
+	}
+	add(40<<20, 8<<20) // copied
 	stager := storetest.NewMemStager()
 	var uploadID string
 	done := 0
@@ -292,7 +309,7 @@ func TestResumeKeepsParts(t *testing.T) {
 	}
 	delete(stager.Parts, 1) // a sidecar lost: the part is still in the upload
 	req.UploadID, req.Hooks = uploadID, objstore.Hooks{}
-	loads := stager.Loaded
+	loads, staged := stager.Loaded, stager.Staged
 	res, err := s.Assemble(ctx, req)
 	if err != nil {
 		t.Fatalf("resume: %v", err)
@@ -300,14 +317,19 @@ func TestResumeKeepsParts(t *testing.T) {
 	if got := storetest.ReadAll(t, s, b, "out"); !bytes.Equal(got, want) {
 		t.Fatal("resumed object differs")
 	}
-	t.Logf("resume: %+v, %d loads", res, stager.Loaded-loads)
-	if stager.Loaded == loads {
-		t.Error("the staged part was not loaded")
+	t.Logf("resume: %+v, %d loads, %d staged", res, stager.Loaded-loads, stager.Staged-staged)
+	// Parts 1 and 2 are kept (1 rebuilt from source to check it, 2 checked
+	// from its sidecar, or by the CRC the server reports for it where it
+	// does; without the pieces' CRCs both are rebuilt from source), 3 is
+	// uploaded (from its sidecar when its CRC is known, else rebuilt and
+	// staged again), 4 copied; the other fetched bytes are the read-back.
+	if res.BytesUploaded >= int64(len(want))-8<<20 {
+		t.Errorf("resume uploaded %d bytes: kept parts were redone", res.BytesUploaded)
 	}
-	// parts 1 and 2 are kept (1 rebuilt from source to check it, 2 checked
-	// from its sidecar), 3 is uploaded from its sidecar, 4 copied; the other
-	// fetched bytes are the read-back
-	if res.BytesUploaded >= int64(len(want))-8<<20 || stager.Loaded-loads != 2 {
-		t.Errorf("resume uploaded %d bytes with %d loads: kept parts were redone", res.BytesUploaded, stager.Loaded-loads)
+	switch n := stager.Loaded - loads; {
+	case withCRC && (n < 1 || n > 2 || stager.Staged != staged):
+		t.Errorf("%d loads, %d parts staged again: want part 3 uploaded from its sidecar", stager.Loaded-loads, stager.Staged-staged)
+	case !withCRC && (stager.Loaded != loads || stager.Staged-staged != 1):
+		t.Errorf("%d loads, %d parts staged again: want no sidecar used unchecked, part 3 rebuilt", stager.Loaded-loads, stager.Staged-staged)
 	}
 }

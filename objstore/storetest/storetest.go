@@ -39,6 +39,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AssembleOntoExisting", func(t *testing.T) { t.Parallel(); testAssembleOntoExisting(t, h) })
 	t.Run("AssembleRace", func(t *testing.T) { t.Parallel(); testAssembleRace(t, h) })
 	t.Run("AssembleResume", func(t *testing.T) { t.Parallel(); testAssembleResume(t, h) })
+	t.Run("AssembleResumeOtherPlan", func(t *testing.T) { t.Parallel(); testAssembleResumeOtherPlan(t, h) })
 	t.Run("ListAssemblies", func(t *testing.T) { t.Parallel(); testListAssemblies(t, h) })
 	t.Run("AssembleSourceChanged", func(t *testing.T) { t.Parallel(); testSourceChanged(t, h) })
 	t.Run("AssembleChecksum", func(t *testing.T) { t.Parallel(); testAssembleChecksum(t, h) })
@@ -464,6 +465,56 @@ func testAssembleResume(t *testing.T, h Harness) {
 	t.Logf("kept %d parts; resume %+v", len(parts), res)
 	if _, err := s.ListParts(ctx, b, "resumed", uploadID); !errors.Is(err, objstore.ErrNoUpload) {
 		t.Errorf("list parts after completion: %v, want ErrNoUpload", err)
+	}
+}
+
+// testAssembleResumeOtherPlan: an upload interrupted once every part of
+// one plan was in it (and staged) is resumed with other pieces for the same
+// key, laid out in parts of the same sizes with other bytes (a publish
+// intent reopened after more was absorbed, or under other erasures). The
+// store publishes exactly the new pieces' object: no part of the earlier
+// plan is kept or uploaded on size alone.
+func testAssembleResumeOtherPlan(t *testing.T, h Harness) {
+	s, b, ctx := h.Store, h.NewBucket(t), ctxT(t)
+	srcs := putSources(t, s, b, 16*mib, 6*mib)
+	// 3 MiB gathered with the 2 MiB head of a 12 MiB range (split between
+	// a gathered and a copied part on S3), then local bytes.
+	first, wantFirst := build(b, srcs, []spec{{1, 0, 3 * mib}, {0, 0, 12 * mib}, {-1, 0, 5000}}, true)
+	other, want := build(b, srcs, []spec{{1, mib, 3 * mib}, {0, 4 * mib, 12 * mib}, {-1, 0, 5000}}, true)
+	other[2] = objstore.DataPiece(Bytes(77, 5000))
+	want = append(want[:len(want)-5000], other[2].Data...)
+	// How many parts the first plan makes (PartDone calls), on a key of its own.
+	parts := 0
+	count := objstore.AssembleRequest{Bucket: b, Key: "replan/count", Pieces: first, Stager: NewMemStager(),
+		ExpectedCRC32C: crc32c.Checksum(wantFirst), HasExpectedCRC32C: true,
+		Hooks: objstore.Hooks{PartDone: func(int, bool) error { parts++; return nil }}}
+	if _, err := s.Assemble(ctx, count); err != nil {
+		t.Fatal(err)
+	}
+	stager := NewMemStager()
+	var uploadID string
+	done := 0
+	req := objstore.AssembleRequest{Bucket: b, Key: "replan/out", Pieces: first, Stager: stager,
+		ExpectedCRC32C: crc32c.Checksum(wantFirst), HasExpectedCRC32C: true,
+		Hooks: objstore.Hooks{
+			UploadCreated: func(id string) error { uploadID = id; return nil },
+			PartDone: func(int, bool) error {
+				if done++; done == parts {
+					return errCrash
+				}
+				return nil
+			},
+		}}
+	if _, err := s.Assemble(ctx, req); !errors.Is(err, errCrash) {
+		t.Fatalf("interrupted assembly: %v, want the crash", err)
+	}
+	req = objstore.AssembleRequest{Bucket: b, Key: "replan/out", Pieces: other, Stager: stager,
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true, UploadID: uploadID}
+	if _, err := s.Assemble(ctx, req); err != nil {
+		t.Fatalf("resume with the other plan: %v", err)
+	}
+	if got := ReadAll(t, s, b, "replan/out"); !bytes.Equal(got, want) {
+		t.Fatalf("resumed assembly is not the other plan's object: differs at %d", firstDiff(got, want))
 	}
 }
 
