@@ -32,11 +32,6 @@ import (
 // that cycle's (or the next one's) erasure step: the object settled
 // meanwhile is rewritten.
 
-// MaxPendingErasures bounds the pending erasures of a star one cycle reads
-// (oldest first). Beyond it the rest wait for later cycles: settle then may
-// write records those would erase, and a later rewrite tombstones them.
-const MaxPendingErasures = 100000
-
 // span is a range of record numbers [from, to).
 type span struct{ from, to uint64 }
 
@@ -77,7 +72,7 @@ func (d deadSet) intersects(from, to uint64) bool {
 
 // pendingErasures reads the star's pending erasures by stream (nil: none).
 func (s *Settler) pendingErasures(ctx context.Context, star string) (map[catalog.StreamID]deadSet, error) {
-	pend, err := s.d.DB.PendingErasures(ctx, star, MaxPendingErasures)
+	pend, err := s.d.DB.PendingErasures(ctx, star, s.c.MaxPendingErasures)
 	if err != nil || len(pend) == 0 {
 		return nil, err
 	}
@@ -182,7 +177,7 @@ func (e *Eraser) Name() string { return "erase" }
 func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var total cycle.Counts
-	pend, err := s.d.DB.PendingErasures(ctx, f.Star, MaxPendingErasures)
+	pend, err := s.d.DB.PendingErasures(ctx, f.Star, s.c.MaxPendingErasures)
 	if err != nil || len(pend) == 0 {
 		return total, err
 	}

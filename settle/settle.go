@@ -62,6 +62,11 @@ type Config struct {
 	// HotStreams bounds the streams settled at once whose backlog takes
 	// more than one window.
 	HotStreams int
+	// MaxPendingErasures bounds the pending erasures of a star one cycle
+	// reads (oldest first; docs/architecture.md#erasure). Beyond it the rest
+	// wait for later cycles: settle then may write records those would
+	// erase, and a later rewrite tombstones them.
+	MaxPendingErasures int
 }
 
 // Default window bounds: about 37 bytes of heap per resolved record, so a
@@ -77,6 +82,10 @@ const (
 	DefaultWindowRecords = 1 << 18
 	DefaultHotStreams    = 2
 )
+
+// DefaultMaxPendingErasures is MaxPendingErasures in the daemon (it has no
+// configuration key; a test may set less).
+const DefaultMaxPendingErasures = 100000
 
 // Settler is the recover-and-settle step of the cycle (docs/architecture.md#the-cycle,
 // steps 1 and 2).
