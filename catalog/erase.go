@@ -95,6 +95,61 @@ func (db *DB) PendingErasures(ctx context.Context, star string, limit int) ([]Pe
 	return out, nil
 }
 
+// WithPendingErasures reports which of the streams have a pending
+// erasure (one probe of erasures_pending_idx each): settle reads the
+// erasures of those only (PendingErasuresIn).
+func (db *DB) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT u.stream_id FROM unnest($1::uuid[]) AS u(stream_id)
+		WHERE EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = u.stream_id AND e.applied_at IS NULL)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[StreamID])
+	if err != nil {
+		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
+	}
+	out := make(map[StreamID]bool, len(got))
+	for _, id := range got {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// PendingErasuresIn reads the stream's pending erasures that hold a record
+// of [from, to) and start at or after below (below <= from): every one
+// that starts inside the range and, of those that start below from, the
+// one that reaches farthest past it (the others' records in the range are
+// among its). So, with below at math.MinInt64, the records of [from, to)
+// they name are exactly those every pending erasure names there; a caller
+// that read the ranges below already passes the end of the last one. The
+// cost follows the range's pending erasures and, for the part below from,
+// the stream's pending erasures there (erasures_pending_idx), never the
+// applied ones. Malformed rows come back too (Valid).
+func (db *DB) PendingErasuresIn(ctx context.Context, id StreamID, below, from, to int64) ([]Erasure, error) {
+	if from < 0 || below > from || to < from {
+		return nil, fmt.Errorf("%w: pending erasures of %s from %d in [%d, %d)", ErrInvariant, id, below, from, to)
+	}
+	rows, err := db.pool.Query(ctx, `(SELECT `+erasureCols+` FROM nova.erasures e
+			WHERE e.stream_id = $1 AND e.applied_at IS NULL AND e.first_record >= $2 AND e.first_record < $3
+			  AND e.first_record > $3 - e.record_count
+			ORDER BY e.first_record::numeric + e.record_count DESC LIMIT 1)
+		UNION ALL
+		(SELECT `+erasureCols+` FROM nova.erasures e
+			WHERE e.stream_id = $1 AND e.applied_at IS NULL AND e.first_record >= $3 AND e.first_record < $4)`,
+		id, below, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("read pending erasures of %s in [%d, %d): %w", id, from, to, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Erasure, error) { return scanErasure(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read pending erasures of %s in [%d, %d): %w", id, from, to, err)
+	}
+	return out, nil
+}
+
 // ErasureBacklog is what waits: the star's pending erasures and when the
 // oldest was requested (zero when none).
 type ErasureBacklog struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -157,5 +158,82 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	}
 	if ers, _ := db.ErasuresOf(ctx, sid(1), 0, 10); len(ers) != 1 || !ers[0].Applied {
 		t.Fatalf("erasures: %+v", ers)
+	}
+}
+
+// erasures inserts pending erasures of sid(id) as (first, count) pairs
+// and sets applied_at of those at the given first records.
+func erasures(t *testing.T, db *catalog.DB, ctx context.Context, id byte, pending [][2]int64, applied ...int64) {
+	t.Helper()
+	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.ReleaseLease(ctx, l.Fence) }()
+	if err := db.Fenced(ctx, l.Fence, func(tx pgx.Tx) error {
+		for _, p := range pending {
+			if _, err := tx.Exec(ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ($1, $2, $3)`,
+				sid(id), p[0], p[1]); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `UPDATE nova.erasures SET applied_at = now() WHERE stream_id = $1 AND first_record = ANY($2)`,
+			sid(id), applied)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPendingErasuresIn: over a range, every pending erasure that starts
+// inside it and, of those starting below it, only the one reaching
+// farthest into it; applied ones never; below bounds where they start.
+func TestPendingErasuresIn(t *testing.T) {
+	t.Parallel()
+	db, ctx := oneStream(t)
+	for _, id := range []byte{2, 3} {
+		if err := writepath.New(db).CreateStream(ctx, sid(id), "s1", "b1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	erasures(t, db, ctx, 1, [][2]int64{{0, 100}, {10, 10}, {30, 30}, {45, 10}, {50, 5}, {52, 1}, {70, 10}}, 45, 50)
+	erasures(t, db, ctx, 2, [][2]int64{{5, 1}}, 5)
+	firsts := func(below, from, to int64) []int64 {
+		t.Helper()
+		ers, err := db.PendingErasuresIn(ctx, sid(1), below, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, e := range ers {
+			if e.Applied || e.Stream != sid(1) {
+				t.Errorf("read %+v", e)
+			}
+			out = append(out, e.FirstRecord)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, c := range []struct {
+		below, from, to int64
+		want            []int64
+	}{
+		{math.MinInt64, 50, 70, []int64{0, 52}}, // [0, 100) reaches farthest; [30, 60) is among it, [45, 55) and [50, 55) applied
+		{20, 50, 70, []int64{30, 52}},           // starting at 20 or later: [30, 60) reaches farthest
+		{60, 60, 70, nil},
+		{60, 60, 80, []int64{70}},
+		{math.MinInt64, 100, 200, nil},
+		{0, 0, 11, []int64{0, 10}},
+	} {
+		if got := firsts(c.below, c.from, c.to); !slices.Equal(got, c.want) {
+			t.Errorf("PendingErasuresIn(%d, %d, %d) = %v, want %v", c.below, c.from, c.to, got, c.want)
+		}
+	}
+	if _, err := db.PendingErasuresIn(ctx, sid(1), 10, 5, 20); !errors.Is(err, catalog.ErrInvariant) {
+		t.Errorf("below past from: %v", err)
+	}
+	with, err := db.WithPendingErasures(ctx, []catalog.StreamID{sid(1), sid(2), sid(3)})
+	if err != nil || len(with) != 1 || !with[sid(1)] {
+		t.Fatalf("streams with pending erasures: %v %v, want only the first (the second's is applied)", with, err)
 	}
 }

@@ -3,6 +3,7 @@ package settle
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -40,12 +41,17 @@ type span struct{ from, to uint64 }
 type deadSet []span
 
 func newDeadSet(es []catalog.Erasure) deadSet {
-	var d deadSet
+	var d []span
 	for _, e := range es {
 		if e.Valid() == "" {
 			d = append(d, span{uint64(e.FirstRecord), uint64(e.EndRecord())})
 		}
 	}
+	return mergeSpans(d)
+}
+
+// mergeSpans sorts spans (in place) and merges those that overlap or touch.
+func mergeSpans(d []span) deadSet {
 	sort.Slice(d, func(i, j int) bool { return d[i].from < d[j].from })
 	out := d[:0]
 	for _, sp := range d {
@@ -55,7 +61,7 @@ func newDeadSet(es []catalog.Erasure) deadSet {
 		}
 		out = append(out, sp)
 	}
-	return out
+	return deadSet(out)
 }
 
 // has reports whether record r is dead.
@@ -70,23 +76,51 @@ func (d deadSet) intersects(from, to uint64) bool {
 	return i < len(d) && d[i].from < to
 }
 
-// pendingErasures reads the star's pending erasures by stream (nil: none).
-func (s *Settler) pendingErasures(ctx context.Context, star string) (map[catalog.StreamID]deadSet, error) {
-	pend, err := s.d.DB.PendingErasures(ctx, star, s.c.MaxPendingErasures)
-	if err != nil || len(pend) == 0 {
+// deadReader reads, for settle, the records of one stream's pending
+// erasures over the ranges it is about to write, in record order (the
+// standing tail, then each window): for each range exactly the records
+// that the stream's pending erasures name there, however many erasures
+// the stream has (docs/architecture.md#erasure). What it reads is bounded
+// by the range (catalog.PendingErasuresIn); between ranges it keeps only
+// the spans that reach past the last one. A nil reader reads nothing (a
+// stream with no pending erasure).
+type deadReader struct {
+	db    *catalog.DB
+	id    catalog.StreamID
+	below int64   // the next range's erasures start at or after it: the last range's end
+	reach deadSet // the spans read so far that reach past below
+}
+
+func newDeadReader(db *catalog.DB, id catalog.StreamID) *deadReader {
+	return &deadReader{db: db, id: id, below: math.MinInt64}
+}
+
+// over reads the dead records of [from, to).
+func (r *deadReader) over(ctx context.Context, from, to uint64) (deadSet, error) {
+	if r == nil || from >= to {
+		return nil, nil
+	}
+	if int64(from) < r.below { // below a range read before: read it afresh
+		r.below, r.reach = math.MinInt64, nil
+	}
+	ers, err := r.db.PendingErasuresIn(ctx, r.id, r.below, int64(from), int64(to))
+	if err != nil {
 		return nil, err
 	}
-	by := map[catalog.StreamID][]catalog.Erasure{}
-	for _, p := range pend {
-		by[p.Stream.ID] = append(by[p.Stream.ID], p.Erasure)
-	}
-	out := make(map[catalog.StreamID]deadSet, len(by))
-	for id, es := range by {
-		if d := newDeadSet(es); len(d) > 0 {
-			out[id] = d
+	d := newDeadSet(ers)
+	for _, sp := range r.reach {
+		if sp.to > from {
+			d = append(d, sp)
 		}
 	}
-	return out, nil
+	d = mergeSpans(d)
+	r.below, r.reach = int64(to), nil
+	for _, sp := range d {
+		if sp.to > to {
+			r.reach = append(r.reach, sp)
+		}
+	}
+	return d, nil
 }
 
 // scrubChunks re-encodes with tombstones the chunks that hold dead records:
