@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -235,5 +236,72 @@ func TestPendingErasuresIn(t *testing.T) {
 	with, err := db.WithPendingErasures(ctx, []catalog.StreamID{sid(1), sid(2), sid(3)})
 	if err != nil || len(with) != 1 || !with[sid(1)] {
 		t.Fatalf("streams with pending erasures: %v %v, want only the first (the second's is applied)", with, err)
+	}
+}
+
+// TestPendingErasureWindowsDealRoundRobin: the bound is dealt one erasure
+// a stream at a time, lowest record first, the streams by their oldest
+// pending request; applied erasures, quarantined streams and other stars
+// are left out; a window knows whether it holds all of its stream's.
+func TestPendingErasureWindowsDealRoundRobin(t *testing.T) {
+	t.Parallel()
+	db, ctx := oneStream(t)
+	w := writepath.New(db)
+	if err := w.CreateStar(ctx, "s2", catalog.ClassStandard, 2); err != nil {
+		t.Fatal(err)
+	}
+	for id, star := range map[byte]string{2: "s1", 3: "s1", 4: "s1", 5: "s2"} {
+		if err := w.CreateStream(ctx, sid(id), star, "b1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// In request order: 1 (the oldest), 2, 3, then the quarantined 4 and
+	// star s2's 5.
+	erasures(t, db, ctx, 1, [][2]int64{{50, 1}, {10, 1}, {40, 1}, {30, 1}, {20, 1}, {5, 1}}, 5)
+	erasures(t, db, ctx, 2, [][2]int64{{7, 2}})
+	erasures(t, db, ctx, 3, [][2]int64{{300, 1}, {100, 1}, {200, 1}})
+	erasures(t, db, ctx, 4, [][2]int64{{1, 1}})
+	erasures(t, db, ctx, 5, [][2]int64{{1, 1}})
+	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Quarantine(ctx, l.Fence, sid(4), "", "corrupt", "set aside by the test"); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.ReleaseLease(ctx, l.Fence)
+	type window struct {
+		id       byte
+		firsts   []int64
+		complete bool
+		exact    int64
+	}
+	for _, c := range []struct {
+		limit int
+		want  []window
+	}{
+		{6, []window{{1, []int64{10, 20, 30}, false, 31}, {2, []int64{7}, true, math.MaxInt64}, {3, []int64{100, 200}, false, 201}}},
+		{2, []window{{1, []int64{10}, false, 11}, {2, []int64{7}, true, math.MaxInt64}}},
+		{100, []window{{1, []int64{10, 20, 30, 40, 50}, true, math.MaxInt64}, {2, []int64{7}, true, math.MaxInt64},
+			{3, []int64{100, 200, 300}, true, math.MaxInt64}}},
+	} {
+		wins, err := db.PendingErasureWindows(ctx, "s1", c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []window
+		for _, w := range wins {
+			g := window{id: w.Stream[15], complete: w.Complete(), exact: w.ExactBelow()}
+			for _, e := range w.Erasures {
+				if e.Stream != w.Stream || e.Applied {
+					t.Errorf("window of %x holds %+v", w.Stream, e)
+				}
+				g.firsts = append(g.firsts, e.FirstRecord)
+			}
+			got = append(got, g)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("limit %d: windows %v, want %v", c.limit, got, c.want)
+		}
 	}
 }

@@ -62,10 +62,14 @@ type Config struct {
 	// HotStreams bounds the streams settled at once whose backlog takes
 	// more than one window.
 	HotStreams int
-	// MaxPendingErasures bounds the pending erasures of a star one cycle
-	// reads (oldest first; docs/architecture.md#erasure). Beyond it the rest
-	// wait for later cycles: settle then may write records those would
-	// erase, and a later rewrite tombstones them.
+	// MaxPendingErasures bounds the pending erasures of a star the erasure
+	// step reads in one cycle (docs/architecture.md#erasure), dealt
+	// round-robin over the streams that have some: each stream's window is
+	// its lowest pending erasures in record order, every stream's first
+	// before any stream's second, the streams with the oldest requests
+	// first. A stream whose erasures did not all fit goes on next cycle.
+	// Settle is not bounded by it: it reads a stream's erasures over the
+	// records it writes, all of them.
 	MaxPendingErasures int
 }
 
@@ -84,7 +88,8 @@ const (
 )
 
 // DefaultMaxPendingErasures is MaxPendingErasures in the daemon (it has no
-// configuration key; a test may set less).
+// configuration key; a test may set less): at some 100 bytes of heap an
+// erasure, about 10 MB a cycle.
 const DefaultMaxPendingErasures = 100000
 
 // Settler is the recover-and-settle step of the cycle (docs/architecture.md#the-cycle,
