@@ -332,7 +332,9 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 			seen[en.FirstRecord] = true
 			if uint64(en.EndRecord()) > limit {
 				// Holds records past what the window knows all erasures of
-				// (settled_through moved on: a later cycle).
+				// (the cut is at an entry's end, so only if the catalog
+				// moved meanwhile): not rewritten under part of them; a
+				// later cycle's.
 				dirty = append(dirty, span{uint64(en.FirstRecord), uint64(en.EndRecord())})
 				continue
 			}
