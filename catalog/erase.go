@@ -66,9 +66,10 @@ type PendingErasure struct {
 }
 
 // PendingErasures reads the star's erasures whose applied_at is null,
-// oldest request first, at most limit (the partial index
-// erasures_pending_idx: the cost follows the pending erasures, not the
-// applied ones).
+// oldest request first, at most limit (the partial indexes on the pending
+// erasures: the cost follows the pending erasures, not the applied ones):
+// what `auditor status` lists. The erasure step reads
+// PendingErasureWindows instead.
 func (db *DB) PendingErasures(ctx context.Context, star string, limit int) ([]PendingErasure, error) {
 	rows, err := db.pool.Query(ctx, `SELECT `+erasureCols+`, `+prefixed("s.", streamCols)+`,
 			EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = e.stream_id)
@@ -91,6 +92,136 @@ func (db *DB) PendingErasures(ctx context.Context, star string, limit int) ([]Pe
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read pending erasures of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// ErasureWindow is one stream's turn in a cycle's erasure step: its lowest
+// pending erasures in record order (PendingErasureWindows).
+type ErasureWindow struct {
+	Stream   StreamID
+	Erasures []Erasure // in record order: every pending erasure below ExactBelow
+	Pending  int64     // the stream's pending erasures, read or not
+}
+
+// Complete reports whether the window holds every pending erasure of its
+// stream.
+func (w ErasureWindow) Complete() bool { return int64(len(w.Erasures)) >= w.Pending }
+
+// ExactBelow is a record number below which the window holds every pending
+// erasure of its stream that starts there (the first records are unique
+// per stream): one past its last erasure's first record, or
+// math.MaxInt64 when the window is complete.
+func (w ErasureWindow) ExactBelow() int64 {
+	if w.Complete() || len(w.Erasures) == 0 {
+		return math.MaxInt64
+	}
+	last := w.Erasures[len(w.Erasures)-1].FirstRecord
+	if last == math.MaxInt64 {
+		return last
+	}
+	return last + 1
+}
+
+// PendingErasureWindows reads at most limit pending erasures of the star's
+// streams that are not quarantined, dealt round-robin: every stream's
+// lowest pending erasure (in record order) before any stream's second, and
+// so on, the streams in order of their oldest pending request. So each
+// stream with pending erasures gets its turn while the total stays
+// bounded: a stream with a flood of erasures takes what the others leave,
+// and the others are never hidden behind it (until more than limit
+// streams have pending erasures: then the limit oldest get one each). The
+// windows come in that stream order. The cost follows the star's pending
+// erasures (erasures_pending_idx: all of them are ranked), never the
+// applied ones; what comes back is at most limit.
+func (db *DB) PendingErasureWindows(ctx context.Context, star string, limit int) ([]ErasureWindow, error) {
+	rows, err := db.pool.Query(ctx, `SELECT stream_id, first_record, record_count, requested_at, applied_at, pending FROM (
+			SELECT `+erasureCols+`,
+				row_number() OVER (PARTITION BY e.stream_id ORDER BY e.first_record) AS turn,
+				count(*) OVER (PARTITION BY e.stream_id) AS pending,
+				min(e.requested_at) OVER (PARTITION BY e.stream_id) AS oldest
+			FROM nova.erasures e JOIN nova.streams s USING (stream_id)
+			WHERE e.applied_at IS NULL AND s.star = $1
+			  AND NOT EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = e.stream_id)) p
+		ORDER BY turn, oldest, stream_id LIMIT $2`, star, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read pending erasure windows of star %q: %w", star, err)
+	}
+	defer rows.Close()
+	var out []ErasureWindow
+	at := map[StreamID]int{}
+	for rows.Next() {
+		var e Erasure
+		var pending int64
+		if err := rows.Scan(&e.Stream, &e.FirstRecord, &e.RecordCount, &e.RequestedAt, &e.AppliedAt, &pending); err != nil {
+			return nil, fmt.Errorf("read pending erasure windows of star %q: %w", star, err)
+		}
+		i, ok := at[e.Stream]
+		if !ok {
+			i = len(out)
+			at[e.Stream] = i
+			out = append(out, ErasureWindow{Stream: e.Stream, Pending: pending})
+		}
+		out[i].Erasures = append(out[i].Erasures, e) // in turn order: by first record
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read pending erasure windows of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// WithPendingErasures reports which of the streams have a pending
+// erasure (one probe of erasures_pending_idx each): settle reads the
+// erasures of those only (PendingErasuresIn).
+func (db *DB) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT u.stream_id FROM unnest($1::uuid[]) AS u(stream_id)
+		WHERE EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = u.stream_id AND e.applied_at IS NULL)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[StreamID])
+	if err != nil {
+		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
+	}
+	out := make(map[StreamID]bool, len(got))
+	for _, id := range got {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// PendingErasuresIn reads the stream's pending erasures that hold a record
+// of [from, to) and start at or after below (below <= from): every one
+// that starts inside the range and, of those that start below from, the
+// one that reaches farthest past it (the others' records in the range are
+// among its). So, with below at math.MinInt64, the records of [from, to)
+// they name are exactly those every pending erasure names there; a caller
+// that read the ranges below already passes the end of the last one. The
+// cost follows the range (its erasures, at most one a record, through the
+// primary key) and, for the part below from, the stream's pending erasures
+// there (through the partial indexes on the pending erasures), never the
+// applied ones below. Malformed rows come back too (Valid).
+func (db *DB) PendingErasuresIn(ctx context.Context, id StreamID, below, from, to int64) ([]Erasure, error) {
+	if from < 0 || below > from || to < from {
+		return nil, fmt.Errorf("%w: pending erasures of %s from %d in [%d, %d)", ErrInvariant, id, below, from, to)
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+			WHERE e.stream_id = $1 AND e.applied_at IS NULL AND e.first_record >= $3 AND e.first_record < $4
+		UNION ALL
+		(SELECT `+erasureCols+` FROM nova.erasures e
+			WHERE e.stream_id = $1 AND e.applied_at IS NULL AND e.first_record >= $2 AND e.first_record < $3
+			  AND e.first_record > $3 - e.record_count
+			ORDER BY e.first_record::numeric + e.record_count DESC LIMIT 1)`,
+		id, below, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("read pending erasures of %s in [%d, %d): %w", id, from, to, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Erasure, error) { return scanErasure(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read pending erasures of %s in [%d, %d): %w", id, from, to, err)
 	}
 	return out, nil
 }

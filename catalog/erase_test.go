@@ -3,7 +3,9 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -157,5 +159,149 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	}
 	if ers, _ := db.ErasuresOf(ctx, sid(1), 0, 10); len(ers) != 1 || !ers[0].Applied {
 		t.Fatalf("erasures: %+v", ers)
+	}
+}
+
+// erasures inserts pending erasures of sid(id) as (first, count) pairs
+// and sets applied_at of those at the given first records.
+func erasures(t *testing.T, db *catalog.DB, ctx context.Context, id byte, pending [][2]int64, applied ...int64) {
+	t.Helper()
+	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.ReleaseLease(ctx, l.Fence) }()
+	if err := db.Fenced(ctx, l.Fence, func(tx pgx.Tx) error {
+		for _, p := range pending {
+			if _, err := tx.Exec(ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ($1, $2, $3)`,
+				sid(id), p[0], p[1]); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `UPDATE nova.erasures SET applied_at = now() WHERE stream_id = $1 AND first_record = ANY($2)`,
+			sid(id), applied)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPendingErasuresIn: over a range, every pending erasure that starts
+// inside it and, of those starting below it, only the one reaching
+// farthest into it; applied ones never; below bounds where they start.
+func TestPendingErasuresIn(t *testing.T) {
+	t.Parallel()
+	db, ctx := oneStream(t)
+	for _, id := range []byte{2, 3} {
+		if err := writepath.New(db).CreateStream(ctx, sid(id), "s1", "b1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	erasures(t, db, ctx, 1, [][2]int64{{0, 100}, {10, 10}, {30, 30}, {45, 10}, {50, 5}, {52, 1}, {70, 10}}, 45, 50)
+	erasures(t, db, ctx, 2, [][2]int64{{5, 1}}, 5)
+	firsts := func(below, from, to int64) []int64 {
+		t.Helper()
+		ers, err := db.PendingErasuresIn(ctx, sid(1), below, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, e := range ers {
+			if e.Applied || e.Stream != sid(1) {
+				t.Errorf("read %+v", e)
+			}
+			out = append(out, e.FirstRecord)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, c := range []struct {
+		below, from, to int64
+		want            []int64
+	}{
+		{math.MinInt64, 50, 70, []int64{0, 52}}, // [0, 100) reaches farthest; [30, 60) is among it, [45, 55) and [50, 55) applied
+		{20, 50, 70, []int64{30, 52}},           // starting at 20 or later: [30, 60) reaches farthest
+		{60, 60, 70, nil},
+		{60, 60, 80, []int64{70}},
+		{math.MinInt64, 100, 200, nil},
+		{0, 0, 11, []int64{0, 10}},
+	} {
+		if got := firsts(c.below, c.from, c.to); !slices.Equal(got, c.want) {
+			t.Errorf("PendingErasuresIn(%d, %d, %d) = %v, want %v", c.below, c.from, c.to, got, c.want)
+		}
+	}
+	if _, err := db.PendingErasuresIn(ctx, sid(1), 10, 5, 20); !errors.Is(err, catalog.ErrInvariant) {
+		t.Errorf("below past from: %v", err)
+	}
+	with, err := db.WithPendingErasures(ctx, []catalog.StreamID{sid(1), sid(2), sid(3)})
+	if err != nil || len(with) != 1 || !with[sid(1)] {
+		t.Fatalf("streams with pending erasures: %v %v, want only the first (the second's is applied)", with, err)
+	}
+}
+
+// TestPendingErasureWindowsDealRoundRobin: the bound is dealt one erasure
+// a stream at a time, lowest record first, the streams by their oldest
+// pending request; applied erasures, quarantined streams and other stars
+// are left out; a window knows whether it holds all of its stream's.
+func TestPendingErasureWindowsDealRoundRobin(t *testing.T) {
+	t.Parallel()
+	db, ctx := oneStream(t)
+	w := writepath.New(db)
+	if err := w.CreateStar(ctx, "s2", catalog.ClassStandard, 2); err != nil {
+		t.Fatal(err)
+	}
+	for id, star := range map[byte]string{2: "s1", 3: "s1", 4: "s1", 5: "s2"} {
+		if err := w.CreateStream(ctx, sid(id), star, "b1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// In request order: 1 (the oldest), 2, 3, then the quarantined 4 and
+	// star s2's 5.
+	erasures(t, db, ctx, 1, [][2]int64{{50, 1}, {10, 1}, {40, 1}, {30, 1}, {20, 1}, {5, 1}}, 5)
+	erasures(t, db, ctx, 2, [][2]int64{{7, 2}})
+	erasures(t, db, ctx, 3, [][2]int64{{300, 1}, {100, 1}, {200, 1}})
+	erasures(t, db, ctx, 4, [][2]int64{{1, 1}})
+	erasures(t, db, ctx, 5, [][2]int64{{1, 1}})
+	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Quarantine(ctx, l.Fence, sid(4), "", "corrupt", "set aside by the test"); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.ReleaseLease(ctx, l.Fence)
+	type window struct {
+		id       byte
+		firsts   []int64
+		complete bool
+		exact    int64
+	}
+	for _, c := range []struct {
+		limit int
+		want  []window
+	}{
+		{6, []window{{1, []int64{10, 20, 30}, false, 31}, {2, []int64{7}, true, math.MaxInt64}, {3, []int64{100, 200}, false, 201}}},
+		{2, []window{{1, []int64{10}, false, 11}, {2, []int64{7}, true, math.MaxInt64}}},
+		{100, []window{{1, []int64{10, 20, 30, 40, 50}, true, math.MaxInt64}, {2, []int64{7}, true, math.MaxInt64},
+			{3, []int64{100, 200, 300}, true, math.MaxInt64}}},
+	} {
+		wins, err := db.PendingErasureWindows(ctx, "s1", c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []window
+		for _, w := range wins {
+			g := window{id: w.Stream[15], complete: w.Complete(), exact: w.ExactBelow()}
+			for _, e := range w.Erasures {
+				if e.Stream != w.Stream || e.Applied {
+					t.Errorf("window of %x holds %+v", w.Stream, e)
+				}
+				g.firsts = append(g.firsts, e.FirstRecord)
+			}
+			got = append(got, g)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("limit %d: windows %v, want %v", c.limit, got, c.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -153,7 +154,7 @@ const (
 // stream, n entries spread over retention-enabled streams, n finished runs
 // and n consumed admin requests within the last 29 days (plus 10 of each
 // past 30 days), two runs an earlier holder left open, three open trigger
-// requests.
+// requests, n applied erasures of the hot stream and three pending ones.
 func buildHistory(t testing.TB, ctx context.Context, conn *pgx.Conn, n int) {
 	t.Helper()
 	m := n / entriesPerRetained
@@ -200,6 +201,16 @@ func buildHistory(t testing.TB, ctx context.Context, conn *pgx.Conn, n int) {
 			SELECT 's1', 'pause', 'op', t - interval '1 second', t, 'earlier'
 			FROM (SELECT now() - interval '31 days' - i * interval '1 minute' AS t FROM generate_series(1, 10) i) x`,
 		`INSERT INTO nova.admin_requests (star, kind, requested_by) SELECT 's1', 'trigger', 'op' FROM generate_series(1, 3)`,
+		// Erasures: n applied over the hot stream's settled records, and
+		// three pending: one in its last entry, one in transit, one of the
+		// last retention-enabled stream.
+		fmt.Sprintf(`INSERT INTO nova.erasures (stream_id, first_record, record_count, requested_at, applied_at)
+			SELECT '%s', i * 10 + 3, 1, now() - interval '2 days', now() - interval '1 day' FROM generate_series(0, %d) i`,
+			uuidOf(hot), n-2),
+		fmt.Sprintf(`INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ('%s', %d, 2), ('%s', %d, 1)`,
+			uuidOf(hot), 10*n-5, uuidOf(hot), 10*n+2),
+		fmt.Sprintf(`INSERT INTO nova.erasures (stream_id, first_record, record_count)
+			VALUES (('00000000-0000-0000-0001-' || lpad(to_hex(%d), 12, '0'))::uuid, 5000, 3)`, m),
 	}
 	// Retention already applied up to low_record 1000 (a schema without
 	// retained_through has nothing to record it in).
@@ -277,6 +288,13 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		}
 		return err
 	})
+	call("WithPendingErasures", func() error {
+		w, err := db.WithPendingErasures(ctx, []catalog.StreamID{hot})
+		if err == nil && !w[hot] {
+			err = fmt.Errorf("pending erasures of %v, want the hot stream's", w)
+		}
+		return err
+	})
 	call("FirstOverlap", func() error {
 		o, err := db.FirstOverlap(ctx, []catalog.StreamID{hot})
 		if err == nil && o != nil {
@@ -293,6 +311,18 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		return err
 	})
 	call("RefsWindow", func() error { _, err := db.RefsWindow(ctx, hot, st.SettledThrough, st.NextRecord, 1000); return err })
+	// Settle's erasures of the hot stream: its tail's, then its window's.
+	pendingIn := func(below, from, to int64, want int64) func() error {
+		return func() error {
+			ers, err := db.PendingErasuresIn(ctx, hot, below, from, to)
+			if err == nil && (len(ers) != 1 || ers[0].FirstRecord != want) {
+				err = fmt.Errorf("pending erasures in [%d, %d): %+v, want the one at %d", from, to, ers, want)
+			}
+			return err
+		}
+	}
+	call("PendingErasuresIn/tail", pendingIn(math.MinInt64, st.SettledThrough-10, st.SettledThrough, st.SettledThrough-5))
+	call("PendingErasuresIn/window", pendingIn(st.SettledThrough, st.SettledThrough, st.NextRecord, st.SettledThrough+2))
 	key := fmt.Sprintf("bench/%d", st.SettledThrough)
 	call("OpenPublishIntent", func() (err error) {
 		in, err = db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key, st.SettledThrough), catalog.ClassStandard)
@@ -310,6 +340,13 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		coords[k] = catalog.KeyCoords{Bucket: e.Bucket, Stream: e.Stream, Epoch: e.Epoch, FirstRecord: e.FirstRecord, Revision: e.Revision}
 		return k
 	}
+	call("PendingErasureWindows", func() error {
+		wins, err := db.PendingErasureWindows(ctx, "s1", 100000)
+		if err == nil && (len(wins) != 2 || len(wins[0].Erasures)+len(wins[1].Erasures) != 3) {
+			err = fmt.Errorf("erasure windows %+v, want the 3 pending erasures of 2 streams", wins)
+		}
+		return err
+	})
 	call("RetentionCandidates", func() error {
 		c, err := db.RetentionCandidates(ctx, "s1", 1001)
 		if err == nil && len(c) != retentionMoved*retiredPerMoved {
@@ -413,7 +450,7 @@ func TestPerCycleStatementsFlat(t *testing.T) {
 	fmt.Fprintf(&report, "  %8s  plan\n", "ms@1e4")
 	// (streams is left out: a planner may scan the few pages of a small
 	// streams table; the buffers bound covers it.)
-	history := []string{"catalog", "auditor_runs", "admin_requests"}
+	history := []string{"catalog", "auditor_runs", "admin_requests", "erasures"}
 	for i, b := range base {
 		fmt.Fprintf(&report, "%-24s", b.Label)
 		for _, r := range runs {

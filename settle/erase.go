@@ -3,6 +3,7 @@ package settle
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -21,21 +22,23 @@ import (
 //   - settle re-encodes, with tombstones, every chunk it is about to write
 //     that holds a pending erasure's records (new chunks from transit, and
 //     the standing tail a tail rewrite copies), so no object it publishes
-//     carries their bytes;
+//     carries their bytes: it reads the erasures of each stream over the
+//     records it writes (deadReader), all of them;
 //   - the erasure step (Eraser) rewrites every cataloged object that still
 //     holds them at revision + 1, copying the clean chunks server side and
 //     uploading the re-encoded ones, repoints the catalog entry with the
 //     revision check, arms the old revision's reap, and sets applied_at
-//     once nothing settled can hold the bytes (catalog.ApplyErasure).
+//     once nothing settled can hold the bytes (catalog.ApplyErasure). It
+//     reads a bounded window of each stream's erasures a cycle
+//     (Config.MaxPendingErasures, dealt round-robin over the streams), and
+//     rewrites an object only under all the erasures that name its records.
 //
-// Erasures recorded after a cycle's settle step read them are honoured by
-// that cycle's (or the next one's) erasure step: the object settled
-// meanwhile is rewritten.
-
-// MaxPendingErasures bounds the pending erasures of a star one cycle reads
-// (oldest first). Beyond it the rest wait for later cycles: settle then may
-// write records those would erase, and a later rewrite tombstones them.
-const MaxPendingErasures = 100000
+// Both copiers write an object under every erasure pending when they read
+// them, so a second attempt at the same key plans at least the tombstones
+// the first did: adoption accepts a standing object made under fewer
+// erasures, not one made under more. Erasures recorded after a cycle's
+// settle step read them are honoured by that cycle's (or a later one's)
+// erasure step: the object settled meanwhile is rewritten.
 
 // span is a range of record numbers [from, to).
 type span struct{ from, to uint64 }
@@ -45,12 +48,17 @@ type span struct{ from, to uint64 }
 type deadSet []span
 
 func newDeadSet(es []catalog.Erasure) deadSet {
-	var d deadSet
+	var d []span
 	for _, e := range es {
 		if e.Valid() == "" {
 			d = append(d, span{uint64(e.FirstRecord), uint64(e.EndRecord())})
 		}
 	}
+	return mergeSpans(d)
+}
+
+// mergeSpans sorts spans (in place) and merges those that overlap or touch.
+func mergeSpans(d []span) deadSet {
 	sort.Slice(d, func(i, j int) bool { return d[i].from < d[j].from })
 	out := d[:0]
 	for _, sp := range d {
@@ -60,7 +68,7 @@ func newDeadSet(es []catalog.Erasure) deadSet {
 		}
 		out = append(out, sp)
 	}
-	return out
+	return deadSet(out)
 }
 
 // has reports whether record r is dead.
@@ -75,23 +83,51 @@ func (d deadSet) intersects(from, to uint64) bool {
 	return i < len(d) && d[i].from < to
 }
 
-// pendingErasures reads the star's pending erasures by stream (nil: none).
-func (s *Settler) pendingErasures(ctx context.Context, star string) (map[catalog.StreamID]deadSet, error) {
-	pend, err := s.d.DB.PendingErasures(ctx, star, MaxPendingErasures)
-	if err != nil || len(pend) == 0 {
+// deadReader reads, for settle, the records of one stream's pending
+// erasures over the ranges it is about to write, in record order (the
+// standing tail, then each window): for each range exactly the records
+// that the stream's pending erasures name there, however many erasures
+// the stream has (docs/architecture.md#erasure). What it reads is bounded
+// by the range (catalog.PendingErasuresIn); between ranges it keeps only
+// the spans that reach past the last one. A nil reader reads nothing (a
+// stream with no pending erasure).
+type deadReader struct {
+	db    *catalog.DB
+	id    catalog.StreamID
+	below int64   // the next range's erasures start at or after it: the last range's end
+	reach deadSet // the spans read so far that reach past below
+}
+
+func newDeadReader(db *catalog.DB, id catalog.StreamID) *deadReader {
+	return &deadReader{db: db, id: id, below: math.MinInt64}
+}
+
+// over reads the dead records of [from, to).
+func (r *deadReader) over(ctx context.Context, from, to uint64) (deadSet, error) {
+	if r == nil || from >= to {
+		return nil, nil
+	}
+	if int64(from) < r.below { // below a range read before: read it afresh
+		r.below, r.reach = math.MinInt64, nil
+	}
+	ers, err := r.db.PendingErasuresIn(ctx, r.id, r.below, int64(from), int64(to))
+	if err != nil {
 		return nil, err
 	}
-	by := map[catalog.StreamID][]catalog.Erasure{}
-	for _, p := range pend {
-		by[p.Stream.ID] = append(by[p.Stream.ID], p.Erasure)
-	}
-	out := make(map[catalog.StreamID]deadSet, len(by))
-	for id, es := range by {
-		if d := newDeadSet(es); len(d) > 0 {
-			out[id] = d
+	d := newDeadSet(ers)
+	for _, sp := range r.reach {
+		if sp.to > from {
+			d = append(d, sp)
 		}
 	}
-	return out, nil
+	d = mergeSpans(d)
+	r.below, r.reach = int64(to), nil
+	for _, sp := range d {
+		if sp.to > to {
+			r.reach = append(r.reach, sp)
+		}
+	}
+	return d, nil
 }
 
 // scrubChunks re-encodes with tombstones the chunks that hold dead records:
@@ -175,15 +211,19 @@ func (s *Settler) Eraser() *Eraser { return &Eraser{s: s} }
 // Name implements cycle.Step.
 func (e *Eraser) Name() string { return "erase" }
 
-// Run rewrites, for every pending erasure of the star, each cataloged
-// object that holds its records, then applies the erasures nothing holds
-// any more. A stream in quarantine is left alone (its erasures wait for
-// the release); a malformed erasure row is reported and skipped.
+// Run rewrites, for the pending erasures of the star it reads this cycle,
+// each cataloged object that holds their records, then applies those
+// nothing holds any more. It reads at most MaxPendingErasures, dealt
+// round-robin over the streams (catalog.PendingErasureWindows), so a
+// stream with a flood of erasures never hides the others'; a stream whose
+// erasures did not all fit goes on next cycle. A stream in quarantine is
+// left alone (its erasures wait for the release); a malformed erasure row
+// is reported and skipped.
 func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var total cycle.Counts
-	pend, err := s.d.DB.PendingErasures(ctx, f.Star, MaxPendingErasures)
-	if err != nil || len(pend) == 0 {
+	wins, err := s.d.DB.PendingErasureWindows(ctx, f.Star, s.c.MaxPendingErasures)
+	if err != nil || len(wins) == 0 {
 		return total, err
 	}
 	intents, err := s.d.DB.Intents(ctx, f.Star, "publish", s.c.ReapGrace)
@@ -194,35 +234,19 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 	for _, in := range intents {
 		open[keyBase(in.ObjectKey)] = true
 	}
-	var order []catalog.StreamID
-	by := map[catalog.StreamID][]catalog.PendingErasure{}
-	for _, p := range pend {
-		if why := p.Valid(); why != "" {
-			s.d.Log.Error("malformed erasure row: never applied; correct or delete it",
-				"stream", fmt.Sprintf("%x", p.Stream.ID), "first_record", p.FirstRecord, "record_count", p.RecordCount, "why", why)
-			continue
-		}
-		if p.Quarantined {
-			continue // status and the pending-age alert show it; applies after a release
-		}
-		if _, ok := by[p.Stream.ID]; !ok {
-			order = append(order, p.Stream.ID)
-		}
-		by[p.Stream.ID] = append(by[p.Stream.ID], p)
-	}
 	var (
 		mu       sync.Mutex
 		firstErr error
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.c.Concurrency)
-	for _, id := range order {
+	for _, w := range wins {
 		g.Go(func() error {
-			c, err := e.eraseStream(gctx, f, id, by[id], open, opts)
+			c, err := e.eraseStream(gctx, f, w, open, opts)
 			mu.Lock()
 			total.Add(c)
 			mu.Unlock()
-			return s.streamFailed(gctx, f, id, err, opts, &total, &mu, &firstErr)
+			return s.streamFailed(gctx, f, w.Stream, err, opts, &total, &mu, &firstErr)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -235,27 +259,67 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 }
 
 // eraseStream rewrites the stream's cataloged objects that hold records of
-// its pending erasures and applies those nothing holds any more.
-func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.StreamID, pend []catalog.PendingErasure,
+// the pending erasures of its window and applies those nothing holds any
+// more.
+//
+// An object is rewritten only under every pending erasure that names its
+// records, never a part cut off by the window: so it is rewritten once for
+// them all, and an attempt made again after a crash plans at least the
+// tombstones the first did (what adoption accepts). The window holds every
+// pending erasure that starts below its ExactBelow; when that falls inside
+// a settled object, the rest of that object's erasures are read too
+// (bounded by the object's records), and the records from there on wait
+// for a later window: nothing there is rewritten or applied this cycle.
+func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.ErasureWindow,
 	open map[string]bool, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var counts cycle.Counts
-	st, err := s.d.DB.GetStream(ctx, id)
+	valid := func(es []catalog.Erasure, into []catalog.Erasure) []catalog.Erasure {
+		for _, er := range es {
+			if why := er.Valid(); why != "" {
+				s.d.Log.Error("malformed erasure row: never applied; correct or delete it",
+					"stream", fmt.Sprintf("%x", er.Stream), "first_record", er.FirstRecord, "record_count", er.RecordCount, "why", why)
+				continue
+			}
+			into = append(into, er)
+		}
+		return into
+	}
+	ers := valid(w.Erasures, nil)
+	st, err := s.d.DB.GetStream(ctx, w.Stream)
 	if err != nil {
 		return counts, err
 	}
-	ers := make([]catalog.Erasure, len(pend))
-	for i, p := range pend {
-		ers[i] = p.Erasure
+	exact := w.ExactBelow()
+	if exact > 0 && exact < st.SettledThrough {
+		// The window ends inside the stream's settled records: the object
+		// holding its last first record is rewritten with all of its
+		// erasures, or not at all.
+		ens, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, exact-1, exact)
+		if err != nil {
+			return counts, err
+		}
+		if len(ens) == 1 && ens[0].EndRecord() > exact {
+			more, err := s.d.DB.PendingErasuresIn(ctx, st.ID, exact, exact, ens[0].EndRecord())
+			if err != nil {
+				return counts, err
+			}
+			ers, exact = valid(more, ers), ens[0].EndRecord()
+		}
 	}
+	if len(ers) == 0 {
+		return counts, nil
+	}
+	// Below limit, dead is every record a pending erasure names (as read).
+	limit := uint64(max(min(st.SettledThrough, exact), 0))
 	dead := newDeadSet(ers)
 	var clean []catalog.EntryRevision
 	seen := map[int64]bool{}
 	var dirty []span // entries read this pass and not (yet) clean
 	for _, sp := range dead {
-		to := min(sp.to, uint64(max(st.SettledThrough, 0)))
+		to := min(sp.to, limit)
 		if sp.from >= to {
-			continue // not settled yet: settle tombstones these records when it writes them
+			continue // not settled yet (settle tombstones these records when it writes them), or a later window's
 		}
 		entries, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, int64(sp.from), int64(to))
 		if err != nil {
@@ -266,6 +330,14 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 				continue
 			}
 			seen[en.FirstRecord] = true
+			if uint64(en.EndRecord()) > limit {
+				// Holds records past what the window knows all erasures of
+				// (the cut is at an entry's end, so only if the catalog
+				// moved meanwhile): not rewritten under part of them; a
+				// later cycle's.
+				dirty = append(dirty, span{uint64(en.FirstRecord), uint64(en.EndRecord())})
+				continue
+			}
 			rev, ok, err := e.rewriteEntry(ctx, f, st, en, dead, open, opts, &counts)
 			if err != nil {
 				return counts, err
@@ -283,7 +355,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 	zero := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), 0, 0)
 	keyLow := zero[:strings.LastIndexByte(zero, '/')+1] // every settled key of the stream sorts at or after it
 	for _, er := range ers {
-		if er.EndRecord() > st.SettledThrough || overlapsAny(dirty, uint64(er.FirstRecord), uint64(er.EndRecord())) {
+		if uint64(er.EndRecord()) > limit || overlapsAny(dirty, uint64(er.FirstRecord), uint64(er.EndRecord())) {
 			continue // cannot apply yet: no transaction to find that out (ApplyErasure checks all again)
 		}
 		keyEnd := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), uint64(er.EndRecord()), 0)

@@ -444,3 +444,157 @@ func TestEraseWaitsForAQuarantinedStream(t *testing.T) {
 		})
 	}
 }
+
+// boundedEraseSettler is eraseSettler reading at most bound pending
+// erasures a cycle.
+func (e *env) boundedEraseSettler(crash func(crashpoint.Point), bound int) *settle.Settler {
+	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending, Crash: crash},
+		settle.Config{CapBytes: testCap, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
+			MaxPendingErasures: bound})
+}
+
+// TestEraseFloodDoesNotStarveOtherStreams: one stream has far more pending
+// erasures than a cycle reads (MaxPendingErasures), all recorded before
+// another stream's single erasure of records still in transit. The other
+// stream's turn comes in the first cycle: settle writes its records as
+// tombstones and the erasure step applies it. The flood goes on a window
+// at a time, lowest records first, each object rewritten once (with all
+// of its erasures, though a window ends inside it), until every erasure
+// is applied, exactly.
+func TestEraseFloodDoesNotStarveOtherStreams(t *testing.T) {
+	const bound, floodSize = 6, 40
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 2, 0)
+			e.write("s1", 10, sim.Faults{}, 1)
+			s := e.boundedEraseSettler(nil, bound)
+			e.settleOK(s)
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			if len(streams) != 2 {
+				t.Fatalf("want two streams, have %d", len(streams))
+			}
+			flood, other := streams[0], streams[1]
+			// The flood: records spread over the stream's objects but its
+			// last (whose rewrite behind new records would be settle's).
+			entries, _ := e.db.EntriesOfStream(e.ctx, flood.ID)
+			if len(entries) < 4 || entries[len(entries)-1].FirstRecord < 2*floodSize {
+				t.Fatalf("flood stream: %d records settled in %d objects, too few", flood.SettledThrough, len(entries))
+			}
+			step := entries[len(entries)-1].FirstRecord / floodSize
+			for i := range int64(floodSize) {
+				e.record(flood.ID, i*step, 1)
+			}
+			e.write("s1", 1, sim.Faults{}, 2)
+			st, err := e.db.GetStream(e.ctx, other.ID)
+			if err != nil || st.NextRecord < st.SettledThrough+3 {
+				t.Fatalf("other stream: %+v %v (want records in transit)", st, err)
+			}
+			e.record(other.ID, st.SettledThrough+1, 2)
+
+			// The first cycle (settle, erase, reap): the other stream's
+			// records are written as tombstones, and the erasure step reads
+			// its erasure beside the flood's first window. The second
+			// cycle's erasure step applies it (it waited only for the reap
+			// of the tail revision settle superseded, if any), long before
+			// the flood is done.
+			if c := e.settleOK(s); c.RecordsTombstoned != 2 {
+				t.Fatalf("settle: %+v (want the other stream's 2 records tombstoned)", c)
+			}
+			c := e.erase("s1", s)
+			if c.ObjectsRewritten == 0 || c.StreamsQuarantined != 0 {
+				t.Fatalf("first erase: %+v (want flood objects rewritten)", c)
+			}
+			rewritten := c.ObjectsRewritten
+			e.reap("s1")
+			c = e.erase("s1", s)
+			rewritten += c.ObjectsRewritten
+			if ers := e.checkErased(other.ID); len(ers) != 1 || !ers[0].Applied {
+				t.Fatalf("the other stream's erasure after two cycles: %+v (starved by the flood)", ers)
+			}
+			if n := applied(e.checkErased(flood.ID)); n >= floodSize-bound {
+				t.Fatalf("%d of the flood's %d erasures applied in two cycles of at most %d", n, floodSize, bound)
+			}
+
+			// The flood: a window at a time, each object rewritten once.
+			for round := 0; ; round++ {
+				if round > 4*floodSize/(bound-1)+4 {
+					t.Fatalf("the flood is not done after %d rounds: %d of %d applied", round, applied(e.checkErased(flood.ID)), floodSize)
+				}
+				e.reap("s1")
+				c := e.erase("s1", s)
+				rewritten += c.ObjectsRewritten
+				if c.StreamsQuarantined != 0 {
+					t.Fatalf("erase quarantined: %+v", c)
+				}
+				if applied(e.checkErased(flood.ID)) == floodSize {
+					t.Logf("the flood's %d erasures applied after %d more rounds, %d objects rewritten", floodSize, round+1, rewritten)
+					break
+				}
+			}
+			after, _ := e.db.EntriesOfStream(e.ctx, flood.ID)
+			for i, en := range after[:len(entries)] {
+				if en.Revision > entries[i].Revision+1 {
+					t.Errorf("entry %d rewritten %d times", en.FirstRecord, en.Revision-entries[i].Revision)
+				}
+			}
+			if c := e.erase("s1", s); c != (cycle.Counts{}) {
+				t.Fatalf("nothing pending, yet: %+v", c)
+			}
+			e.checkSettled("s1")
+		})
+	}
+}
+
+// TestEraseWindowEndsInsideAnObject: a stream's window of erasures ends
+// inside an object; the object is rewritten with all of its erasures, not
+// only the window's, and the rewrite dies before its commit. Another
+// stream's erasure then shrinks the window (the bound is shared): the
+// retry still plans every tombstone the standing rewrite holds, adopts it
+// instead of condemning it, and every erasure applies.
+func TestEraseWindowEndsInsideAnObject(t *testing.T) {
+	const bound = 2
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 2, 0)
+			e.write("s1", 6, sim.Faults{}, 1)
+			s := e.boundedEraseSettler(nil, bound)
+			e.settleOK(s)
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			a, other := streams[0].ID, streams[1].ID
+			entries, _ := e.db.EntriesOfStream(e.ctx, a)
+			if len(entries) < 2 || entries[0].RecordCount < 8 {
+				t.Fatalf("want two objects of 8 records or more: %+v", entries)
+			}
+			for _, r := range []int64{1, 3, 5, 7} {
+				e.record(a, entries[0].FirstRecord+r, 1)
+			}
+			hits := 0
+			e.erase("s1", e.boundedEraseSettler(crashAt("erase.after-complete", &hits), bound))
+			if hits != 1 {
+				t.Fatalf("erase.after-complete hit %d times", hits)
+			}
+			oe, _ := e.db.EntriesOfStream(e.ctx, other)
+			e.record(other, oe[0].FirstRecord+1, 1)
+			c := e.erase("s1", s)
+			if c.StreamsQuarantined != 0 || c.ObjectsRewritten != 2 || c.RecordsTombstoned != 4+1 {
+				q, _ := e.db.Quarantined(e.ctx, "s1")
+				t.Fatalf("erase after the crash: %+v, quarantined %+v (want the standing rewrite adopted with its 4 tombstones, the other stream's rewritten)", c, q)
+			}
+			for round := 0; applied(e.checkErased(a))+applied(e.checkErased(other)) < 5; round++ {
+				if round > 6 {
+					t.Fatalf("erasures not all applied: %+v %+v", e.checkErased(a), e.checkErased(other))
+				}
+				e.reap("s1")
+				if c := e.erase("s1", s); c.StreamsQuarantined != 0 || c.ObjectsRewritten != 0 {
+					t.Fatalf("erase: %+v (want nothing more rewritten)", c)
+				}
+			}
+			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+				t.Fatalf("publish intents left: %+v", open)
+			}
+			e.checkSettled("s1")
+		})
+	}
+}

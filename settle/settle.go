@@ -62,6 +62,15 @@ type Config struct {
 	// HotStreams bounds the streams settled at once whose backlog takes
 	// more than one window.
 	HotStreams int
+	// MaxPendingErasures bounds the pending erasures of a star the erasure
+	// step reads in one cycle (docs/architecture.md#erasure), dealt
+	// round-robin over the streams that have some: each stream's window is
+	// its lowest pending erasures in record order, every stream's first
+	// before any stream's second, the streams with the oldest requests
+	// first. A stream whose erasures did not all fit goes on next cycle.
+	// Settle is not bounded by it: it reads a stream's erasures over the
+	// records it writes, all of them.
+	MaxPendingErasures int
 }
 
 // Default window bounds: about 37 bytes of heap per resolved record, so a
@@ -77,6 +86,11 @@ const (
 	DefaultWindowRecords = 1 << 18
 	DefaultHotStreams    = 2
 )
+
+// DefaultMaxPendingErasures is MaxPendingErasures in the daemon (it has no
+// configuration key; a test may set less): at some 100 bytes of heap an
+// erasure, about 10 MB a cycle.
+const DefaultMaxPendingErasures = 100000
 
 // Settler is the recover-and-settle step of the cycle (docs/architecture.md#the-cycle,
 // steps 1 and 2).
@@ -113,11 +127,7 @@ func (s *Settler) crash(name crashpoint.Point) {
 // writes, at its last entries (docs/architecture.md#singleton-lease-and-fencing): settle never guesses
 // which entry is right. `auditor verify` checks the whole catalog.
 func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) error {
-	ids := make([]catalog.StreamID, len(due))
-	for i, ds := range due {
-		ids[i] = ds.Stream
-	}
-	o, err := s.d.DB.FirstOverlap(ctx, ids)
+	o, err := s.d.DB.FirstOverlap(ctx, dueIDs(due))
 	if err != nil {
 		return err
 	}
@@ -125,6 +135,14 @@ func (s *Settler) checkTiling(ctx context.Context, due []catalog.DueStream) erro
 		return cycle.Haltf("%s", o)
 	}
 	return nil
+}
+
+func dueIDs(due []catalog.DueStream) []catalog.StreamID {
+	ids := make([]catalog.StreamID, len(due))
+	for i, ds := range due {
+		ids[i] = ds.Stream
+	}
+	return ids
 }
 
 // Run recovers open publish intents, then settles the due streams.
@@ -143,7 +161,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	if err := s.checkTiling(ctx, due); err != nil {
 		return total, err
 	}
-	erased, err := s.pendingErasures(ctx, f.Star)
+	erasing, err := s.d.DB.WithPendingErasures(ctx, dueIDs(due))
 	if err != nil {
 		return total, err
 	}
@@ -166,7 +184,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	g.SetLimit(s.c.Concurrency)
 	for _, ds := range due {
 		g.Go(func() error {
-			c, err := s.settleStream(gctx, f, fc, ds, erased[ds.Stream], opts, take)
+			c, err := s.settleStream(gctx, f, fc, ds, erasing[ds.Stream], opts, take)
 			mu.Lock()
 			total.Add(c)
 			mu.Unlock()
@@ -264,10 +282,14 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 // output waits for the next window's chunks, so windows add no tail
 // rewrites: only the stream's true end leaves a sub-cap tail.
 //
-// Records of the stream's pending erasures (dead) are written as
-// tombstones: the chunks holding them, new or in the standing tail, are
-// read, checked and re-encoded instead of copied.
-func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, dead deadSet, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
+// Records of the stream's pending erasures (erasing: it has some) are
+// written as tombstones: the chunks holding them, new or in the standing
+// tail, are read, checked and re-encoded instead of copied. The erasures
+// are read range by range (deadReader), all of those over the records
+// written, so an object is never written without a tombstone a pending
+// erasure asks for, and an attempt made again after a crash plans at least
+// the tombstones the first did (what adoption accepts).
+func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, erasing bool, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
 	var counts cycle.Counts
 	// The stream row and its first refs come from one snapshot: the write
 	// path keeps absorbing while this runs, and refs read after
@@ -296,7 +318,17 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 	if err != nil {
 		return counts, err
 	}
-	tail, fetched, reads, err := s.scrubTail(ctx, tail, dead)
+	var dead *deadReader
+	if erasing {
+		dead = newDeadReader(s.d.DB, st.ID)
+	}
+	var tailDead deadSet
+	if tail != nil {
+		if tailDead, err = dead.over(ctx, tail.FirstRecord, tail.end()); err != nil {
+			return counts, err
+		}
+	}
+	tail, fetched, reads, err := s.scrubTail(ctx, tail, tailDead)
 	counts.BytesFetched += fetched
 	counts.S3Requests += int64(reads)
 	if err != nil {
@@ -338,7 +370,12 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 			opts.Deferred.Add(ds.Stream)
 			return counts, nil // the cycle's byte budget is spent: the next cycle goes on
 		}
-		scrubbed, fetched, reads, err := s.scrubChunks(ctx, res.Chunks, dead)
+		from, to := chunkRange(res.Chunks)
+		windowDead, err := dead.over(ctx, from, to)
+		if err != nil {
+			return counts, err
+		}
+		scrubbed, fetched, reads, err := s.scrubChunks(ctx, res.Chunks, windowDead)
 		counts.BytesFetched += fetched
 		counts.S3Requests += int64(reads)
 		if err != nil {
@@ -505,6 +542,17 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 		}
 	}
 	return nil, nil
+}
+
+// chunkRange is the records the chunks span, [from, to) (empty: none).
+func chunkRange(chunks []SourceChunk) (from, to uint64) {
+	for i, c := range chunks {
+		if i == 0 || c.Entry.FirstRecord < from {
+			from = c.Entry.FirstRecord
+		}
+		to = max(to, c.Entry.EndRecord())
+	}
+	return from, to
 }
 
 // backlogRecords is the records the refs hold past settled.

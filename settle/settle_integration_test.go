@@ -137,7 +137,8 @@ const (
 )
 
 // newSettler is settle.New for a test: the tunables that have no
-// configuration key (the window bounds, the hot streams) and the footer
+// configuration key (the window bounds, the hot streams, the pending
+// erasures a cycle reads) and the footer
 // cache are at their defaults unless c sets them; New itself takes only a
 // complete configuration.
 func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
@@ -153,6 +154,9 @@ func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
 	}
 	if c.HotStreams == 0 {
 		c.HotStreams = settle.DefaultHotStreams
+	}
+	if c.MaxPendingErasures == 0 {
+		c.MaxPendingErasures = settle.DefaultMaxPendingErasures
 	}
 	s, err := settle.New(d, c)
 	if err != nil {

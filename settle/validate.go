@@ -23,7 +23,8 @@ func (c Config) Validate() error {
 	}
 	for field, v := range map[string]int64{"MaxStreams": int64(c.MaxStreams), "MaxBytes": c.MaxBytes,
 		"Concurrency": int64(c.Concurrency), "FooterCacheBytes": c.FooterCacheBytes, "WindowRefs": int64(c.WindowRefs),
-		"WindowRecords": c.WindowRecords, "HotStreams": int64(c.HotStreams)} {
+		"WindowRecords": c.WindowRecords, "HotStreams": int64(c.HotStreams),
+		"MaxPendingErasures": int64(c.MaxPendingErasures)} {
 		if v < 1 {
 			bad(field, "%d must be at least 1", v)
 		}

@@ -15,21 +15,23 @@ import (
 func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 	full := settle.Config{CapBytes: 1 << 20, TargetBytes: 256 << 10, MaxStreams: 10, MaxBytes: 1 << 30, Concurrency: 4,
 		ReapGrace: time.Minute, FooterCacheBytes: 1 << 20, WindowRefs: settle.DefaultWindowRefs,
-		WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams}
+		WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams,
+		MaxPendingErasures: settle.DefaultMaxPendingErasures}
 	if _, err := settle.New(settle.Deps{}, full); err != nil {
 		t.Fatalf("a complete configuration: %v", err)
 	}
 	for field, zero := range map[string]func(*settle.Config){
-		"CapBytes":         func(c *settle.Config) { c.CapBytes = 0 },
-		"TargetBytes":      func(c *settle.Config) { c.TargetBytes = c.CapBytes + 1 },
-		"MaxStreams":       func(c *settle.Config) { c.MaxStreams = 0 },
-		"MaxBytes":         func(c *settle.Config) { c.MaxBytes = 0 },
-		"Concurrency":      func(c *settle.Config) { c.Concurrency = 0 },
-		"FooterCacheBytes": func(c *settle.Config) { c.FooterCacheBytes = 0 },
-		"WindowRefs":       func(c *settle.Config) { c.WindowRefs = 0 },
-		"WindowRecords":    func(c *settle.Config) { c.WindowRecords = 0 },
-		"HotStreams":       func(c *settle.Config) { c.HotStreams = 0 },
-		"ReapGrace":        func(c *settle.Config) { c.ReapGrace = -time.Second },
+		"CapBytes":           func(c *settle.Config) { c.CapBytes = 0 },
+		"TargetBytes":        func(c *settle.Config) { c.TargetBytes = c.CapBytes + 1 },
+		"MaxStreams":         func(c *settle.Config) { c.MaxStreams = 0 },
+		"MaxBytes":           func(c *settle.Config) { c.MaxBytes = 0 },
+		"Concurrency":        func(c *settle.Config) { c.Concurrency = 0 },
+		"FooterCacheBytes":   func(c *settle.Config) { c.FooterCacheBytes = 0 },
+		"WindowRefs":         func(c *settle.Config) { c.WindowRefs = 0 },
+		"WindowRecords":      func(c *settle.Config) { c.WindowRecords = 0 },
+		"HotStreams":         func(c *settle.Config) { c.HotStreams = 0 },
+		"MaxPendingErasures": func(c *settle.Config) { c.MaxPendingErasures = 0 },
+		"ReapGrace":          func(c *settle.Config) { c.ReapGrace = -time.Second },
 	} {
 		c := full
 		zero(&c)

@@ -69,7 +69,8 @@ func endToEnd(t *testing.T, ns namedStore) {
 		s, err := settle.New(settle.Deps{DB: db, Store: mem, Topology: top},
 			settle.Config{Policy: pol, CapBytes: 64 << 10, TargetBytes: 16 << 10, MaxStreams: 1000, MaxBytes: 1 << 40, Concurrency: 4,
 				ReapGrace: grace, FooterCacheBytes: 256 << 20, WindowRefs: settle.DefaultWindowRefs,
-				WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams})
+				WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams,
+				MaxPendingErasures: settle.DefaultMaxPendingErasures})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,6 +82,8 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		WindowRefs:       settle.DefaultWindowRefs,
 		WindowRecords:    settle.DefaultWindowRecords,
 		HotStreams:       settle.DefaultHotStreams,
+
+		MaxPendingErasures: settle.DefaultMaxPendingErasures,
 	})
 	if err != nil {
 		return nil, nil, err
