@@ -437,13 +437,17 @@ func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]O
 // An adopted object that becomes the tail is scrubbed against dead (the
 // stream's pending erasures) first, as the standing tail is.
 func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog.Stream, tail **Tail, chunks []SourceChunk,
-	dead deadSet, final bool, counts *cycle.Counts) ([]SourceChunk, error) {
+	dead *deadReader, final bool, counts *cycle.Counts) ([]SourceChunk, error) {
 	// adoptedTail makes the adopted object p the tail. It was written by
 	// an earlier attempt, under the erasures pending then: records of an
 	// erasure recorded since still hold their bytes, and a tail rewrite
 	// copies what it is not told to re-encode.
 	adoptedTail := func(p *published) error {
-		t, fetched, reads, err := s.scrubTail(ctx, &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}, dead)
+		d, err := dead.over(ctx, p.first, p.end())
+		if err != nil {
+			return err
+		}
+		t, fetched, reads, err := s.scrubTail(ctx, &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}, d)
 		counts.BytesFetched += fetched
 		counts.S3Requests += int64(reads)
 		if err != nil {
