@@ -36,9 +36,10 @@ type Daemon struct {
 	ranNow  bool          // --run-now has been honoured
 	addr    atomic.Value  // string: the HTTP listener's address
 
-	guard *guard                        // schema and bucket-rule blocks (guard.go)
-	trim  TrimReader                    // trim's view for the gauges and /status (nil: none)
-	fence atomic.Pointer[catalog.Fence] // the lease held now (nil on standby)
+	guard   *guard                        // schema and bucket-rule blocks (guard.go)
+	rulesMu sync.Mutex                    // one check of the bucket rules at a time
+	trim    TrimReader                    // trim's view for the gauges and /status (nil: none)
+	fence   atomic.Pointer[catalog.Fence] // the lease held now (nil on standby)
 }
 
 // New checks the configuration and builds a daemon.
@@ -235,6 +236,7 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 			}
 			opts, p, ok := d.openTriggers(t, want)
 			want, st.newTriggers = "", false
+			opts.ErasureHold = d.erasureHold
 			if ok {
 				d.takeTriggers(t, p)
 				res, stopped := d.runCycle(ctx, t, opts)

@@ -164,6 +164,10 @@ type ErasureStatus struct {
 	AlertAfter float64 `json:"alert_after_seconds"`
 	// Oldest lists the oldest pending erasures (at most StatusOptions.Erasures).
 	Oldest []PendingErasureStatus `json:"oldest"`
+	// HeldBy is why no erasure is marked applied, from the leader's last
+	// check of the bucket rules: the buckets that keep what a DELETE
+	// removes (versioning, Object Lock); "" when none does.
+	HeldBy string `json:"held_by,omitempty"`
 }
 
 // PendingErasureStatus is one pending erasure and what it waits for.
@@ -179,7 +183,9 @@ type PendingErasureStatus struct {
 	// quarantined), write (records past next_record), settle (records not
 	// settled yet: settle writes them as tombstones), rewrite (the erasure
 	// step rewrites the settled objects holding them, or waits for the reap
-	// grace of the superseded revisions).
+	// grace of the superseded revisions), bucket (settled and rewritten as
+	// far as the catalog knows, but a bucket keeps what a DELETE removes:
+	// ErasureStatus.HeldBy).
 	WaitingFor string `json:"waiting_for"`
 }
 
@@ -190,10 +196,12 @@ const (
 	ErasureWaitsWrite     = "write"
 	ErasureWaitsSettle    = "settle"
 	ErasureWaitsRewrite   = "rewrite"
+	ErasureWaitsBucket    = "bucket"
 )
 
-// erasureWait says what a pending erasure waits for.
-func erasureWait(p catalog.PendingErasure) string {
+// erasureWait says what a pending erasure waits for; held says a bucket
+// keeps what a DELETE removes.
+func erasureWait(p catalog.PendingErasure, held bool) string {
 	switch {
 	case p.Valid() != "":
 		return ErasureWaitsMalformed
@@ -203,8 +211,22 @@ func erasureWait(p catalog.PendingErasure) string {
 		return ErasureWaitsWrite
 	case p.EndRecord() > p.Stream.SettledThrough:
 		return ErasureWaitsSettle
+	case held:
+		return ErasureWaitsBucket
 	}
 	return ErasureWaitsRewrite
+}
+
+// keepsDeletedBy names the buckets whose verdict says a DELETE leaves the
+// bytes, and why ("" when none does).
+func keepsDeletedBy(buckets []BucketStatus) string {
+	var why []string
+	for _, b := range buckets {
+		if b.KeepsDeleted() == objstore.VerdictYes {
+			why = append(why, fmt.Sprintf("bucket %s (%s)", b.Bucket, b.KeepsDeletedWhy()))
+		}
+	}
+	return strings.Join(why, ", ")
 }
 
 // RequestStatus is an operator request not yet consumed.
@@ -428,6 +450,7 @@ func readErasures(ctx context.Context, db *catalog.DB, o StatusOptions, s *Statu
 	}
 	e := &s.Erasures
 	e.Pending, e.Quarantined, e.OldestAge = b.Pending, b.Quarantined, b.OldestAge.Seconds()
+	e.HeldBy = keepsDeletedBy(s.Buckets)
 	if b.Pending == 0 {
 		return nil
 	}
@@ -440,7 +463,7 @@ func readErasures(ctx context.Context, db *catalog.DB, o StatusOptions, s *Statu
 	for _, p := range pend {
 		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: catalog.FormatStream(p.Erasure.Stream), FirstRecord: p.FirstRecord,
 			RecordCount: p.RecordCount, RequestedAt: p.RequestedAt, Age: max(0, s.Now.Sub(p.RequestedAt).Seconds()),
-			Quarantined: p.Quarantined, WaitingFor: erasureWait(p)})
+			Quarantined: p.Quarantined, WaitingFor: erasureWait(p, e.HeldBy != "")})
 	}
 	return nil
 }
@@ -568,13 +591,30 @@ func (s Status) writeBuckets(p func(string, ...any)) {
 		if b.Encryption == objstore.VerdictNo {
 			p("bucket %s\twarning: no default server-side encryption\n", b.Bucket)
 		}
-		if b.AbortIncomplete == objstore.VerdictUnknown || b.Encryption == objstore.VerdictUnknown {
-			p("bucket %s\trules unknown (lifecycle %s, encryption %s): %s\n", b.Bucket, b.AbortIncomplete, b.Encryption, b.Note)
+		switch b.KeepsDeleted() {
+		case objstore.VerdictYes:
+			p("bucket %s\tKEEPS DELETED BYTES (%s): no erasure is marked applied while it does\n", b.Bucket, b.KeepsDeletedWhy())
+		case objstore.VerdictUnknown:
+			p("bucket %s\tversioning unknown: erasures are marked applied without knowing that a DELETE removes the bytes\n", b.Bucket)
 		}
-		if len(b.Expiring) == 0 && b.AbortIncomplete == objstore.VerdictYes && b.Encryption == objstore.VerdictYes {
-			p("bucket %s\tok: no expiration, incomplete uploads aborted, encrypted by default\n", b.Bucket)
+		if b.AbortIncomplete == objstore.VerdictUnknown || b.Encryption == objstore.VerdictUnknown || b.KeepsDeleted() == objstore.VerdictUnknown {
+			p("bucket %s\trules unknown (lifecycle %s, encryption %s, versioning %s, object lock %s): %s\n", b.Bucket,
+				b.AbortIncomplete, b.Encryption, orUnknown(b.Versioning), orUnknown(b.ObjectLock), b.Note)
+		}
+		if len(b.Expiring) == 0 && b.AbortIncomplete == objstore.VerdictYes && b.Encryption == objstore.VerdictYes &&
+			b.KeepsDeleted() == objstore.VerdictNo {
+			p("bucket %s\tok: no expiration, incomplete uploads aborted, encrypted by default, unversioned\n", b.Bucket)
 		}
 	}
+}
+
+// orUnknown is a verdict's state, "unknown" when it has none (recorded by
+// a binary that did not check it).
+func orUnknown(v string) string {
+	if v == "" {
+		return objstore.VerdictUnknown
+	}
+	return v
 }
 
 // writeSettle prints the settle lag, the last success, the classes and the
@@ -680,8 +720,14 @@ func (s Status) writeErasures(p func(string, ...any), ago func(time.Time) string
 	if e.AlertAfter > 0 {
 		bound = fmt.Sprintf(" (alert after %s)", dur(secs(e.AlertAfter)))
 	}
+	held := func() {
+		if e.HeldBy != "" {
+			p("erasures HELD\tnone is marked applied while %s keeps what a DELETE removes\n", e.HeldBy)
+		}
+	}
 	if e.Pending == 0 {
 		p("\nerasures\tnone pending%s\n", bound)
+		held()
 		return
 	}
 	late := ""
@@ -689,6 +735,7 @@ func (s Status) writeErasures(p func(string, ...any), ago func(time.Time) string
 		late = " PAST THE ALERT BOUND"
 	}
 	p("\nerasures\t%d pending, %d on quarantined streams; oldest %s%s%s\n", e.Pending, e.Quarantined, dur(secs(e.OldestAge)), bound, late)
+	held()
 	p("\nPENDING ERASURE (%d)\tRECORDS\tREQUESTED\tWAITING FOR\n", e.Pending)
 	for _, r := range e.Oldest {
 		p("%s\t[%d, %d)\t%s\t%s\n", r.Stream, r.FirstRecord, r.FirstRecord+r.RecordCount, ago(r.RequestedAt), erasureWaitText(r.WaitingFor))
@@ -708,6 +755,8 @@ func erasureWaitText(w string) string {
 		return "write: records past next_record do not exist yet"
 	case ErasureWaitsSettle:
 		return "settle: records still in transit (settle writes them as tombstones)"
+	case ErasureWaitsBucket:
+		return "bucket: a bucket keeps what a DELETE removes (versioning, Object Lock)"
 	}
 	return "rewrite: the erasure step rewrites its objects, or the reap grace of the old revisions"
 }

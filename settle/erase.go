@@ -26,7 +26,8 @@ import (
 //     holds them at revision + 1, copying the clean chunks server side and
 //     uploading the re-encoded ones, repoints the catalog entry with the
 //     revision check, arms the old revision's reap, and sets applied_at
-//     once nothing settled can hold the bytes (catalog.ApplyErasure).
+//     once nothing settled can hold the bytes (catalog.ApplyErasure) and
+//     no bucket keeps what a DELETE removes (cycle.Options.ErasureHold).
 //
 // Erasures recorded after a cycle's settle step read them are honoured by
 // that cycle's (or the next one's) erasure step: the object settled
@@ -214,11 +215,12 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 		mu       sync.Mutex
 		firstErr error
 	)
+	hold := newHoldGate(opts.ErasureHold)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.c.Concurrency)
 	for _, id := range order {
 		g.Go(func() error {
-			c, err := e.eraseStream(gctx, f, id, by[id], open, opts)
+			c, err := e.eraseStream(gctx, f, id, by[id], open, hold, opts)
 			mu.Lock()
 			total.Add(c)
 			mu.Unlock()
@@ -228,16 +230,44 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 	if err := g.Wait(); err != nil {
 		return total, err
 	}
+	if why := hold.held(); why != "" {
+		s.d.Log.Warn("erasures not marked applied: a bucket keeps what a DELETE removes", "why", why)
+	}
 	if firstErr != nil {
 		return total, &cycle.PartialError{Err: firstErr}
 	}
 	return total, nil
 }
 
+// holdGate asks cycle.Options.ErasureHold once per run, when the first
+// erasure is about to be marked applied, and keeps the answer for the
+// run's other streams.
+type holdGate struct {
+	ask  func(context.Context) string
+	once sync.Once
+	why  string
+}
+
+func newHoldGate(ask func(context.Context) string) *holdGate { return &holdGate{ask: ask} }
+
+// check is why no erasure may be marked applied ("" when they may).
+func (h *holdGate) check(ctx context.Context) string {
+	h.once.Do(func() {
+		if h.ask != nil {
+			h.why = h.ask(ctx)
+		}
+	})
+	return h.why
+}
+
+// held is the answer once the run's streams are done: "" when it was
+// never asked or nothing holds.
+func (h *holdGate) held() string { return h.why }
+
 // eraseStream rewrites the stream's cataloged objects that hold records of
 // its pending erasures and applies those nothing holds any more.
 func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.StreamID, pend []catalog.PendingErasure,
-	open map[string]bool, opts cycle.Options) (cycle.Counts, error) {
+	open map[string]bool, hold *holdGate, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var counts cycle.Counts
 	st, err := s.d.DB.GetStream(ctx, id)
@@ -285,6 +315,9 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, id catalog.St
 	for _, er := range ers {
 		if er.EndRecord() > st.SettledThrough || overlapsAny(dirty, uint64(er.FirstRecord), uint64(er.EndRecord())) {
 			continue // cannot apply yet: no transaction to find that out (ApplyErasure checks all again)
+		}
+		if hold.check(ctx) != "" {
+			continue // the deletes may have left the bytes: never applied while a bucket keeps them
 		}
 		keyEnd := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), uint64(er.EndRecord()), 0)
 		applied, err := s.d.DB.ApplyErasure(ctx, f, er, clean, keyLow, keyEnd)

@@ -17,6 +17,14 @@ type Options struct {
 	DryRun  bool               // plan and print, change nothing
 	Streams []catalog.StreamID // streams forced due regardless of linger
 	Plan    io.Writer          // where a dry run prints its plan (nil: nowhere)
+	// ErasureHold is asked by the erase step once per run, just before it
+	// would first mark an erasure applied (after the deletes of every
+	// revision that held the erased bytes, all made by earlier cycles): a
+	// non-empty answer says why no erasure may be marked applied (a bucket
+	// keeps what a DELETE removes: versioning or Object Lock;
+	// docs/architecture.md#erasure), and the erasures stay pending. nil
+	// holds nothing.
+	ErasureHold func(ctx context.Context) string
 }
 
 // Counts are a step's contribution to the run ledger (nova.auditor_runs):
