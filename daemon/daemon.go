@@ -559,6 +559,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		return err
 	}
 	d.m.UnsettledRecords.WithLabelValues(star.ChainClass).Set(float64(unsettled[star.ChainClass]))
+	var oldestTransit time.Duration
 	for _, c := range classes {
 		if c.Class != star.ChainClass {
 			continue
@@ -567,7 +568,15 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		d.m.SettleLag.WithLabelValues(c.Class).Set(c.Lag.Seconds())
 		d.m.OldestTransitAge.WithLabelValues(c.Class).Set(c.OldestAge.Seconds())
 		d.m.AgeCapBreached.WithLabelValues(c.Class).Set(float64(c.OverAgeCap))
+		oldestTransit = c.OldestAge
 	}
+	window := transitWindow(ageCap(policy, star.ChainClass), reapGrace, CycleInterval(d.cfg.Schedule, time.Now()), oldestTransit)
+	inTransit, err := d.db.ErasuresAppliedWithin(ctx, d.cfg.Star, window)
+	if err != nil {
+		return err
+	}
+	d.m.ErasureTransitWindow.Set(window.Seconds())
+	d.m.ErasuresInTransit.Set(float64(inTransit))
 	b, err := d.db.GetBacklog(ctx, d.cfg.Star)
 	if err != nil {
 		return err
