@@ -231,7 +231,7 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 		return total, err
 	}
 	if why := hold.held(); why != "" {
-		s.d.Log.Warn("erasures not marked applied: a bucket keeps what a DELETE removes", "why", why)
+		s.d.Log.Warn("erasures not marked applied: a DELETE may leave the bytes", "why", why)
 	}
 	if firstErr != nil {
 		return total, &cycle.PartialError{Err: firstErr}
