@@ -259,6 +259,27 @@ func (db *DB) GetErasureBacklog(ctx context.Context, star string) (ErasureBacklo
 	return b, nil
 }
 
+// ErasuresAppliedWithin is how many erasures the star's cycles applied in
+// the last window (by the database's clock), as the run ledger counted
+// them: the runs from the last one started before the window on (that
+// one may have applied some inside it). A run still going has not
+// recorded its counts yet, and one killed before it did never will; runs
+// pruned by --history-retention are gone. It reads the runs of the window
+// through auditor_runs_star_idx: its cost follows the window, never the
+// erasures applied before it (there is no index on applied_at to scan
+// them by).
+func (db *DB) ErasuresAppliedWithin(ctx context.Context, star string, window time.Duration) (int64, error) {
+	var n int64
+	err := db.pool.QueryRow(ctx, `SELECT coalesce(sum(erasures_applied), 0)::bigint FROM nova.auditor_runs
+		WHERE star = $1 AND started_at >= coalesce(
+			(SELECT max(started_at) FROM nova.auditor_runs WHERE star = $1 AND started_at < now() - $2::interval),
+			'-infinity')`, star, window).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count erasures applied by star %q in the last %s: %w", star, window, err)
+	}
+	return n, nil
+}
+
 // RecordErasure records an erasure of count records of a stream from
 // first (what `auditor erase` does; the write path may insert rows
 // itself). It is not fenced: anyone may declare records dead. An empty or

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
+	"github.com/nova/auditor/internal/testenv"
 )
 
 // oneStream is a database with star s1 and its stream sid(1).
@@ -303,5 +304,46 @@ func TestPendingErasureWindowsDealRoundRobin(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("limit %d: windows %v, want %v", c.limit, got, c.want)
 		}
+	}
+}
+
+// TestErasuresAppliedWithin: the erasures the star's runs applied in the
+// window, by the ledger: a run started inside it counts, so does the last
+// run started before it (it may have applied some inside), earlier ones
+// and other stars' do not.
+func TestErasuresAppliedWithin(t *testing.T) {
+	t.Parallel()
+	db, url := testenv.MigratedDB(t)
+	ctx := context.Background()
+	c := testenv.Conn(t, url)
+	for _, r := range []struct {
+		star    string
+		ago     string // started this long ago
+		applied int64
+	}{
+		{"s1", "50 hours", 100}, // before the straddling run: out
+		{"s1", "27 hours", 20},  // the last run started before a 26 h window: in
+		{"s1", "25 hours", 3},
+		{"s1", "1 hour", 4},
+		{"s1", "1 minute", 0},
+		{"s2", "1 hour", 1000}, // another star
+	} {
+		if _, err := c.Exec(ctx, `INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at, ended_at, outcome, erasures_applied)
+			VALUES ($1, 'h', 1, 'schedule', now() - $2::interval, now() - $2::interval + interval '1 second', 'ok', $3)`,
+			r.star, r.ago, r.applied); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		window time.Duration
+		want   int64
+	}{{26 * time.Hour, 27}, {2 * time.Hour, 7}, {100 * time.Hour, 127}, {30 * time.Second, 0}} {
+		n, err := db.ErasuresAppliedWithin(ctx, "s1", tc.window)
+		if err != nil || n != tc.want {
+			t.Errorf("window %s: %d %v, want %d", tc.window, n, err, tc.want)
+		}
+	}
+	if n, err := db.ErasuresAppliedWithin(ctx, "s3", time.Hour); err != nil || n != 0 {
+		t.Errorf("a star with no runs: %d %v", n, err)
 	}
 }

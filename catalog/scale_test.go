@@ -378,6 +378,9 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	// The periodic reads of the leader and every standby (GaugeInterval).
 	call("TransitByClass", func() error { _, _, err := db.TransitByClass(ctx, "s1", policy); return err })
 	call("GetBacklog", func() error { _, err := db.GetBacklog(ctx, "s1"); return err })
+	// The window's runs: the transit window of applied erasures is the age
+	// cap plus the reap grace and two cycles (here an hour), not the ledger.
+	call("ErasuresAppliedWithin", func() error { _, err := db.ErasuresAppliedWithin(ctx, "s1", time.Hour); return err })
 	call("ObjectReapBacklog", func() error { _, err := db.ObjectReapBacklog(ctx, "s1", time.Hour); return err })
 	call("LastRunWithOutcome", func() error {
 		r, ok, err := db.LastRunWithOutcome(ctx, "s1", catalog.RunOK)

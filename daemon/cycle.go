@@ -64,9 +64,11 @@ type Config struct {
 	// Zero keeps everything.
 	HistoryKeep time.Duration
 
-	// Buckets are the buckets whose lifecycle rules and encryption the
-	// daemon checks; KeyPrefixes, the full key prefixes it writes under in
-	// them (an expiration rule reaching one stops all work).
+	// Buckets are the buckets whose lifecycle rules, encryption,
+	// versioning and Object Lock the daemon checks (RunOnce: versioning
+	// and Object Lock, for the erasure hold); KeyPrefixes, the full key
+	// prefixes it writes under in them (an expiration rule reaching one
+	// stops all work).
 	Buckets     []string
 	KeyPrefixes []string
 
@@ -161,7 +163,9 @@ func (d *Deps) defaults(version string) error {
 
 // RunOnce is `auditor run --once`: it takes the star's lease (a
 // *catalog.LeaseHeldError when another auditor holds it), runs the steps
-// once as one ledger run while renewing the lease, and releases it. A
+// once as one ledger run while renewing the lease, and releases it. Its
+// erase step marks no erasure applied while a bucket of cfg.Buckets keeps
+// what a DELETE removes (read through deps.Rules, as the daemon does). A
 // paused or halted star is refused (ErrPaused, ErrHalted). A halt found by
 // the run is persisted like the daemon's. A dry run (opts.DryRun) changes
 // nothing, so it takes no lease and records no run: it works beside a
@@ -180,6 +184,14 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 	}
 	if opts.DryRun {
 		return dryRun(ctx, cfg, deps, opts)
+	}
+	if opts.ErasureHold == nil {
+		// As the daemon's: a fresh read of the buckets' rules when the
+		// erase step is about to mark an erasure applied.
+		opts.ErasureHold = func(ctx context.Context) string {
+			verdicts, failed := readRules(ctx, deps.Rules, cfg.Buckets, cfg.KeyPrefixes)
+			return erasureHoldReason(cfg.Buckets, verdicts, failed)
+		}
 	}
 	r := newRunner(cfg, deps)
 	lease, sent, err := r.acquire(ctx)

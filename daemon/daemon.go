@@ -36,9 +36,10 @@ type Daemon struct {
 	ranNow  bool          // --run-now has been honoured
 	addr    atomic.Value  // string: the HTTP listener's address
 
-	guard *guard                        // schema and bucket-rule blocks (guard.go)
-	trim  TrimReader                    // trim's view for the gauges and /status (nil: none)
-	fence atomic.Pointer[catalog.Fence] // the lease held now (nil on standby)
+	guard   *guard                        // schema and bucket-rule blocks (guard.go)
+	rulesMu sync.Mutex                    // one check of the bucket rules at a time
+	trim    TrimReader                    // trim's view for the gauges and /status (nil: none)
+	fence   atomic.Pointer[catalog.Fence] // the lease held now (nil on standby)
 }
 
 // New checks the configuration and builds a daemon.
@@ -235,6 +236,7 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 			}
 			opts, p, ok := d.openTriggers(t, want)
 			want, st.newTriggers = "", false
+			opts.ErasureHold = d.erasureHold
 			if ok {
 				d.takeTriggers(t, p)
 				res, stopped := d.runCycle(ctx, t, opts)
@@ -564,6 +566,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		return err
 	}
 	d.m.UnsettledRecords.WithLabelValues(star.ChainClass).Set(float64(unsettled[star.ChainClass]))
+	var oldestTransit time.Duration
 	for _, c := range classes {
 		if c.Class != star.ChainClass {
 			continue
@@ -572,7 +575,15 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		d.m.SettleLag.WithLabelValues(c.Class).Set(c.Lag.Seconds())
 		d.m.OldestTransitAge.WithLabelValues(c.Class).Set(c.OldestAge.Seconds())
 		d.m.AgeCapBreached.WithLabelValues(c.Class).Set(float64(c.OverAgeCap))
+		oldestTransit = c.OldestAge
 	}
+	window := transitWindow(ageCap(policy, star.ChainClass), reapGrace, CycleInterval(d.cfg.Schedule, time.Now()), oldestTransit)
+	inTransit, err := d.db.ErasuresAppliedWithin(ctx, d.cfg.Star, window)
+	if err != nil {
+		return err
+	}
+	d.m.ErasureTransitWindow.Set(window.Seconds())
+	d.m.ErasuresInTransit.Set(float64(inTransit))
 	b, err := d.db.GetBacklog(ctx, d.cfg.Star)
 	if err != nil {
 		return err

@@ -160,3 +160,72 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 		t.Fatalf("status with nothing pending: %+v\n%s", st.Erasures, text.String())
 	}
 }
+
+// TestTransitWindowOfAppliedErasures: applied erasures may keep copies of
+// their records in transit slots until trim reaps them; the gauges and
+// status give the window (age cap + reap grace + two cycle intervals, or
+// back to the oldest transit data still referenced when that is older)
+// and how many erasures the ledger says were applied within it.
+func TestTransitWindowOfAppliedErasures(t *testing.T) {
+	t.Parallel()
+	db, url := newDB(t)
+	ctx := context.Background()
+	c := testenv.Conn(t, url)
+	id := catalog.StreamID{15: 7}
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 1, FooterLength: 1,
+		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 10}}}}); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier leader's runs: one applied 5 erasures 30 hours ago, the
+	// next one, 27 hours ago, none (it starts before the window and may
+	// have run into it, so it counts).
+	if _, err := c.Exec(ctx, `INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at, ended_at, outcome, erasures_applied)
+		VALUES ('s1', 'earlier', 1, 'schedule', now() - interval '30 hours', now() - interval '30 hours' + interval '1 second', 'ok', 5),
+		('s1', 'earlier', 1, 'schedule', now() - interval '27 hours', now() - interval '27 hours' + interval '1 second', 'ok', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	erase := step{name: daemon.EraseStep, run: func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
+		return cycle.Counts{ErasuresApplied: 2}, nil
+	}}
+	cfg := withHolder(every(t, "@every 1h"), "t1")
+	cfg.RunNow = true
+	cfg.ReapGrace = 10 * time.Minute
+	s := serve(t, cfg, db, erase)
+	// 24h age cap + 10m grace + two 1h cycles.
+	const bound = 26*3600 + 600
+	eventually(t, 5*time.Second, "the cycle's 2 erasures in a window of the bound", func() bool {
+		return testutil.ToFloat64(s.m.ErasureTransitWindow) == bound && testutil.ToFloat64(s.m.ErasuresInTransit) == 2
+	})
+
+	// The stream's data is 40 hours old (a quarantine held it, or the age
+	// cap was breached): trim cannot pass its slot, so the window reaches
+	// back to it, and the earlier run's erasures are in it.
+	if _, err := c.Exec(ctx, `UPDATE nova.due_markers SET since = now() - interval '40 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a window of 40 hours with 7 erasures", func() bool {
+		w := testutil.ToFloat64(s.m.ErasureTransitWindow)
+		return w >= 40*3600 && w < 40*3600+60 && testutil.ToFloat64(s.m.ErasuresInTransit) == 7
+	})
+	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, ReapGrace: cfg.ReapGrace, CycleInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := st.Erasures
+	if e.TransitBound != bound || e.TransitWindow < 40*3600 || e.AppliedInTransitWindow != 7 {
+		t.Fatalf("status erasures: %+v", e)
+	}
+	var text strings.Builder
+	if err := st.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"erasures in transit", "7 applied in the last 40h0m", "may still have copies in transit slots until trim reaps them",
+		"at most age cap + reap grace + two cycles after the slot's absorb: 26h10m", "now 40h0m: transit data that old is still referenced"} {
+		if !strings.Contains(text.String(), w) {
+			t.Errorf("status text lacks %q:\n%s", w, text.String())
+		}
+	}
+}

@@ -27,6 +27,12 @@ import (
 // work like a halt but clear themselves: the schema check runs every
 // GaugeInterval, the bucket rules at start and every RulesInterval (every
 // minute while they block).
+//
+// The bucket rules also say whether a DELETE removes the bytes: versioning
+// (enabled or suspended) or Object Lock keeps them. That blocks no work,
+// but no erasure may be marked applied then (docs/architecture.md#erasure):
+// the erase step asks (cycle.Options.ErasureHold), and the daemon answers
+// from a fresh read of the rules (erasureHold).
 
 // BucketRulesReader is what the guard needs of the object store:
 // s3store.Store and filestore.Store have it.
@@ -44,16 +50,20 @@ const (
 type GuardMetrics struct {
 	WorkBlocked   *prometheus.GaugeVec // reason
 	ExpiringRules *prometheus.GaugeVec // bucket
+	KeepsDeleted  *prometheus.GaugeVec // bucket, check
 	SetupMissing  *prometheus.GaugeVec // bucket, check
 	SetupUnknown  *prometheus.GaugeVec // bucket, check
 	RulesChecked  prometheus.Gauge
 }
 
-// Checks of nova_auditor_bucket_setup_missing and _unknown.
+// Checks of nova_auditor_bucket_setup_missing, _unknown and
+// _keeps_deleted.
 const (
 	checkLifecycle       = "lifecycle"
 	checkAbortIncomplete = "abort_incomplete_multipart"
 	checkEncryption      = "default_encryption"
+	checkVersioning      = "versioning"
+	checkObjectLock      = "object_lock"
 )
 
 func newGuardMetrics(reg prometheus.Registerer) (*GuardMetrics, error) {
@@ -63,15 +73,17 @@ func newGuardMetrics(reg prometheus.Registerer) (*GuardMetrics, error) {
 			Help: "1 while this instance refuses to run cycles, by reason: schema (the database is newer than the binary), bucket_rules (an expiration rule can reach the auditor's keys)."}, []string{"reason"}),
 		ExpiringRules: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "bucket_expiration_rules",
 			Help: "Enabled lifecycle expiration rules of the bucket that can reach the auditor's keys (more than 0 stops all work)."}, []string{"bucket"}),
+		KeepsDeleted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "bucket_keeps_deleted",
+			Help: "1 when a DELETE on the bucket leaves the bytes (check: versioning, enabled or suspended; object_lock, a configuration): no erasure is marked applied while any is 1."}, []string{"bucket", "check"}),
 		SetupMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "bucket_setup_missing",
 			Help: "1 when the bucket lacks a part of the required setup (check: abort_incomplete_multipart, default_encryption)."}, []string{"bucket", "check"}),
 		SetupUnknown: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "bucket_setup_unknown",
-			Help: "1 when the server does not say (check: lifecycle, default_encryption): not implemented, not permitted, or the file backend."}, []string{"bucket", "check"}),
+			Help: "1 when the server does not say (check: lifecycle, default_encryption, versioning, object_lock): not implemented, not permitted, or the file backend."}, []string{"bucket", "check"}),
 		RulesChecked: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "bucket_rules_checked_timestamp_seconds",
 			Help: "When the bucket rules were last read successfully (Unix seconds)."}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.WorkBlocked, m.ExpiringRules, m.SetupMissing, m.SetupUnknown, m.RulesChecked} {
+	for _, c := range []prometheus.Collector{m.WorkBlocked, m.ExpiringRules, m.KeepsDeleted, m.SetupMissing, m.SetupUnknown, m.RulesChecked} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, r := range []string{BlockSchema, BlockBucketRules} {
@@ -120,6 +132,47 @@ func (g *guard) rulesReasonLocked() string {
 	}
 	return "an expiration rule can delete the auditor's data (" + strings.Join(rules, "; ") +
 		"); remove it: the bucket may hold exactly one rule, AbortIncompleteMultipartUpload"
+}
+
+// erasureHoldReason is why no erasure may be marked applied ("" when
+// they may): a bucket whose rules could not be read (failed), or whose
+// verdict says a DELETE leaves the bytes. An unknown answer (the server
+// does not implement or refuses the versioning read) holds nothing: it is
+// reported (bucket_setup_unknown, status) as the other unknowns are.
+func erasureHoldReason(buckets []string, verdicts map[string]objstore.RulesVerdict, failed map[string]error) string {
+	var why []string
+	for _, b := range buckets {
+		if err, ok := failed[b]; ok {
+			why = append(why, fmt.Sprintf("bucket %s: its rules could not be read (%v)", b, err))
+			continue
+		}
+		if v, ok := verdicts[b]; ok && v.KeepsDeleted() == objstore.VerdictYes {
+			why = append(why, fmt.Sprintf("bucket %s: %s: a DELETE leaves the bytes", b, v.KeepsDeletedWhy()))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// readRules reads and judges the rules of each bucket; a bucket whose read
+// failed is in failed, not in verdicts. A nil reader says nothing of any
+// bucket (all unknown).
+func readRules(ctx context.Context, r BucketRulesReader, buckets, prefixes []string) (map[string]objstore.RulesVerdict, map[string]error) {
+	verdicts, failed := map[string]objstore.RulesVerdict{}, map[string]error{}
+	for _, b := range buckets {
+		rules := objstore.UnknownRules(b, "the store has no bucket rules")
+		if r != nil {
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			var err error
+			rules, err = r.BucketRules(cctx, b)
+			cancel()
+			if err != nil {
+				failed[b] = err
+				continue
+			}
+		}
+		verdicts[b] = rules.Judge(prefixes)
+	}
+	return verdicts, failed
 }
 
 // document is the JSON recorded for status: the verdict of every bucket.
@@ -174,7 +227,7 @@ func (d *Daemon) waitForDatabase(ctx context.Context) error {
 // guardLoop until ctx ends.
 func (d *Daemon) startGuard(ctx context.Context, wg *sync.WaitGroup) {
 	d.checkSchema(ctx)
-	rulesDue := time.Now().Add(d.rulesWait(d.checkRules(ctx)))
+	rulesDue := time.Now().Add(d.rulesWait(len(d.checkRules(ctx)) == 0))
 	wg.Go(func() { d.guardLoop(ctx, rulesDue) })
 }
 
@@ -198,7 +251,7 @@ func (d *Daemon) guardLoop(ctx context.Context, rulesDue time.Time) {
 		}
 		d.checkSchema(ctx)
 		if !time.Now().Before(rulesDue) {
-			rulesDue = time.Now().Add(d.rulesWait(d.checkRules(ctx)))
+			rulesDue = time.Now().Add(d.rulesWait(len(d.checkRules(ctx)) == 0))
 		}
 	}
 }
@@ -238,43 +291,62 @@ func (d *Daemon) checkSchema(ctx context.Context) {
 	}
 }
 
-// checkRules reads every bucket's rules. It returns false when a read
-// failed (that bucket keeps its last verdict).
-func (d *Daemon) checkRules(ctx context.Context) bool {
+// erasureHold is cycle.Options.ErasureHold of the daemon's cycles: it
+// reads every bucket's rules afresh (the deletes that matter were made by
+// earlier cycles, and versioning once enabled never goes back to never
+// enabled, so a read now covers them) and says why no erasure may be
+// marked applied, "" when they may.
+func (d *Daemon) erasureHold(ctx context.Context) string {
+	failed := d.checkRules(ctx)
+	d.guard.mu.Lock()
+	defer d.guard.mu.Unlock()
+	return erasureHoldReason(d.cfg.Buckets, d.guard.verdicts, failed)
+}
+
+// checkRules reads every bucket's rules. It returns the buckets whose
+// read failed (each keeps its last verdict). Checks do not overlap: the
+// guard's schedule and the erase step's hold may ask at once.
+func (d *Daemon) checkRules(ctx context.Context) map[string]error {
 	if len(d.cfg.Buckets) == 0 {
-		return true
+		return nil
 	}
+	d.rulesMu.Lock()
+	defer d.rulesMu.Unlock()
 	m := d.m.Guard
 	before := d.guardRulesBlock()
-	ok := true
+	verdicts, failed := readRules(ctx, d.r.deps.Rules, d.cfg.Buckets, d.cfg.KeyPrefixes)
 	for _, b := range d.cfg.Buckets {
-		var rules objstore.BucketRules
-		var err error
-		if d.r.deps.Rules == nil {
-			rules = objstore.UnknownRules(b, "the store has no bucket rules")
-		} else {
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			rules, err = d.r.deps.Rules.BucketRules(cctx, b)
-			cancel()
-		}
-		if err != nil {
+		if err, ok := failed[b]; ok {
 			if ctx.Err() == nil {
 				d.log.Warn("reading the bucket rules failed; retrying in a minute", "bucket", b, "err", err)
 			}
-			ok = false
 			continue
 		}
-		v := rules.Judge(d.cfg.KeyPrefixes)
+		v := verdicts[b]
 		d.guard.mu.Lock()
 		prev, seen := d.guard.verdicts[b]
 		d.guard.verdicts[b] = v
 		d.guard.checked[b] = time.Now()
 		d.guard.mu.Unlock()
 		m.ExpiringRules.WithLabelValues(b).Set(float64(len(v.Expiring)))
+		m.KeepsDeleted.WithLabelValues(b, checkVersioning).Set(b2f(v.Versioning == objstore.VersioningEnabled || v.Versioning == objstore.VersioningSuspended))
+		m.KeepsDeleted.WithLabelValues(b, checkObjectLock).Set(b2f(v.ObjectLock == objstore.VerdictYes))
 		m.SetupMissing.WithLabelValues(b, checkAbortIncomplete).Set(b2f(v.AbortIncomplete == objstore.VerdictNo))
 		m.SetupMissing.WithLabelValues(b, checkEncryption).Set(b2f(v.Encryption == objstore.VerdictNo))
 		m.SetupUnknown.WithLabelValues(b, checkLifecycle).Set(b2f(v.AbortIncomplete == objstore.VerdictUnknown))
 		m.SetupUnknown.WithLabelValues(b, checkEncryption).Set(b2f(v.Encryption == objstore.VerdictUnknown))
+		m.SetupUnknown.WithLabelValues(b, checkVersioning).Set(b2f(v.Versioning == objstore.VerdictUnknown))
+		m.SetupUnknown.WithLabelValues(b, checkObjectLock).Set(b2f(v.ObjectLock == objstore.VerdictUnknown))
+		if keeps := v.KeepsDeleted(); !seen || prev.KeepsDeleted() != keeps || prev.KeepsDeletedWhy() != v.KeepsDeletedWhy() {
+			switch keeps {
+			case objstore.VerdictYes:
+				d.log.Error("the bucket keeps what a DELETE removes: no erasure is marked applied while it does", "bucket", b,
+					"why", v.KeepsDeletedWhy())
+			case objstore.VerdictUnknown:
+				d.log.Warn("the server does not say whether a DELETE on the bucket removes the bytes (versioning unknown); erasures are marked applied all the same",
+					"bucket", b, "note", v.Note)
+			}
+		}
 		if !seen || prev.AbortIncomplete != v.AbortIncomplete || prev.Encryption != v.Encryption {
 			switch {
 			case v.AbortIncomplete == objstore.VerdictNo || v.Encryption == objstore.VerdictNo:
@@ -298,7 +370,7 @@ func (d *Daemon) checkRules(ctx context.Context) bool {
 		d.signal()
 	}
 	d.recordRules(ctx)
-	return ok
+	return failed
 }
 
 func (d *Daemon) guardReasonRules() string {

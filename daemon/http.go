@@ -52,7 +52,7 @@ func (d *Daemon) Handler() http.Handler {
 		defer cancel()
 		w.Header().Set("Content-Type", "application/json")
 		s, err := BuildStatus(ctx, d.db, StatusOptions{Star: d.cfg.Star, Policy: d.cfg.Policy, ReapGrace: d.cfg.ReapGrace,
-			ErasureAlertAfter: d.cfg.ErasureAlertAfter, Trim: d.trim})
+			ErasureAlertAfter: d.cfg.ErasureAlertAfter, Trim: d.trim, CycleInterval: CycleInterval(d.cfg.Schedule, time.Now())})
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})

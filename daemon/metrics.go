@@ -64,6 +64,11 @@ type Metrics struct {
 	ErasuresApplied     prometheus.Counter
 	ErasureRewriteBytes *prometheus.CounterVec // kind: copied, fetched, uploaded
 	ErasuresQuarantined prometheus.Gauge
+	// Applied erasures whose records may still have copies in transit
+	// slots: the window back to which they may (transitWindow), and how
+	// many the run ledger says were applied in it.
+	ErasureTransitWindow prometheus.Gauge
+	ErasuresInTransit    prometheus.Gauge
 
 	Guard *GuardMetrics // schema and bucket-rule blocks (guard.go)
 }
@@ -138,6 +143,10 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		ErasuresApplied:   c("erasures_applied_total", "Erasures applied (applied_at set: no settled object holds their bytes)."),
 		ErasureRewriteBytes: cv("erasure_rewrite_bytes_total",
 			"Bytes of the erasure step's rewrites, by kind: copied server side, fetched and uploaded through the auditor.", "kind"),
+		ErasureTransitWindow: g("erasure_transit_window_seconds",
+			"An erasure applied less than this long ago may still have copies of its records in transit slots, until trim reaps them: age cap + reap grace + two cycle intervals, or the age of the oldest transit data still referenced when that is longer (a quarantine or a breached age cap holds trim back)."),
+		ErasuresInTransit: g("erasures_applied_in_transit_window",
+			"Erasures applied within erasure_transit_window_seconds, as the run ledger counts them: their records may still have copies in transit slots."),
 	}
 	var errs []error
 	for _, col := range []prometheus.Collector{m.BuildInfo, m.Leader, m.LeaseToken, m.LeaseAcquisitions, m.LeaseLosses,
@@ -146,7 +155,7 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords, m.Quarantined, m.OpenIntents, m.ReapObjects,
 		m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.TrimLag, m.HeadEpoch, m.HeadSeq,
 		m.ErasuresPending, m.ErasuresQuarantined, m.ErasureOldestAge, m.ErasureBound, m.RecordsTombstoned,
-		m.ObjectsRewritten, m.ErasuresApplied, m.ErasureRewriteBytes} {
+		m.ObjectsRewritten, m.ErasuresApplied, m.ErasureRewriteBytes, m.ErasureTransitWindow, m.ErasuresInTransit} {
 		errs = append(errs, reg.Register(col))
 	}
 	guard, err := newGuardMetrics(reg)

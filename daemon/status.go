@@ -151,62 +151,6 @@ type QuarantineStatus struct {
 	Since      time.Time `json:"since"`
 }
 
-// ErasureStatus is the star's pending erasures (docs/architecture.md#erasure).
-type ErasureStatus struct {
-	Pending int64 `json:"pending"`
-	// Quarantined counts the pending erasures of quarantined streams: they
-	// wait for auditor release.
-	Quarantined       int64      `json:"quarantined"`
-	OldestRequestedAt *time.Time `json:"oldest_requested_at,omitempty"`
-	OldestAge         float64    `json:"oldest_age_seconds"` // database clock; 0 when none
-	// AlertAfter is the bound NovaAuditorErasurePending compares the
-	// oldest age against (this command's or daemon's --erasure-alert-after).
-	AlertAfter float64 `json:"alert_after_seconds"`
-	// Oldest lists the oldest pending erasures (at most StatusOptions.Erasures).
-	Oldest []PendingErasureStatus `json:"oldest"`
-}
-
-// PendingErasureStatus is one pending erasure and what it waits for.
-type PendingErasureStatus struct {
-	Stream      string    `json:"stream"`
-	FirstRecord int64     `json:"first_record"`
-	RecordCount int64     `json:"record_count"`
-	RequestedAt time.Time `json:"requested_at"`
-	Age         float64   `json:"age_seconds"`
-	Quarantined bool      `json:"quarantined"`
-	// WaitingFor is why it is not applied yet: malformed (a row another
-	// writer stored that can never be applied), release (the stream is
-	// quarantined), write (records past next_record), settle (records not
-	// settled yet: settle writes them as tombstones), rewrite (the erasure
-	// step rewrites the settled objects holding them, or waits for the reap
-	// grace of the superseded revisions).
-	WaitingFor string `json:"waiting_for"`
-}
-
-// Reasons of PendingErasureStatus.WaitingFor.
-const (
-	ErasureWaitsMalformed = "malformed"
-	ErasureWaitsRelease   = "release"
-	ErasureWaitsWrite     = "write"
-	ErasureWaitsSettle    = "settle"
-	ErasureWaitsRewrite   = "rewrite"
-)
-
-// erasureWait says what a pending erasure waits for.
-func erasureWait(p catalog.PendingErasure) string {
-	switch {
-	case p.Valid() != "":
-		return ErasureWaitsMalformed
-	case p.Quarantined:
-		return ErasureWaitsRelease
-	case p.EndRecord() > p.Stream.NextRecord:
-		return ErasureWaitsWrite
-	case p.EndRecord() > p.Stream.SettledThrough:
-		return ErasureWaitsSettle
-	}
-	return ErasureWaitsRewrite
-}
-
 // RequestStatus is an operator request not yet consumed.
 type RequestStatus struct {
 	ID          int64     `json:"id"`
@@ -245,6 +189,9 @@ type StatusOptions struct {
 	ErasureAlertAfter time.Duration
 	// Trim reads trim's view of the star (nil: no trim section).
 	Trim TrimReader
+	// CycleInterval is the time between two cycles of the schedule, for
+	// the transit window of applied erasures (CycleInterval).
+	CycleInterval time.Duration
 }
 
 // TrimReader reads trim's view of a star for status and the gauges, read
@@ -418,33 +365,6 @@ func readRequestsAndRuns(ctx context.Context, db *catalog.DB, o StatusOptions, s
 	return nil
 }
 
-// readErasures fills s.Erasures: the backlog's counts and the oldest
-// pending erasures with what each waits for.
-func readErasures(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
-	star, limit := o.Star, o.Erasures
-	b, err := db.GetErasureBacklog(ctx, star)
-	if err != nil {
-		return err
-	}
-	e := &s.Erasures
-	e.Pending, e.Quarantined, e.OldestAge = b.Pending, b.Quarantined, b.OldestAge.Seconds()
-	if b.Pending == 0 {
-		return nil
-	}
-	at := b.OldestAt
-	e.OldestRequestedAt = &at
-	pend, err := db.PendingErasures(ctx, star, limit)
-	if err != nil {
-		return err
-	}
-	for _, p := range pend {
-		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: catalog.FormatStream(p.Erasure.Stream), FirstRecord: p.FirstRecord,
-			RecordCount: p.RecordCount, RequestedAt: p.RequestedAt, Age: max(0, s.Now.Sub(p.RequestedAt).Seconds()),
-			Quarantined: p.Quarantined, WaitingFor: erasureWait(p)})
-	}
-	return nil
-}
-
 func runStatus(r catalog.Run, now time.Time) RunStatus {
 	end := now
 	if r.EndedAt != nil {
@@ -568,13 +488,30 @@ func (s Status) writeBuckets(p func(string, ...any)) {
 		if b.Encryption == objstore.VerdictNo {
 			p("bucket %s\twarning: no default server-side encryption\n", b.Bucket)
 		}
-		if b.AbortIncomplete == objstore.VerdictUnknown || b.Encryption == objstore.VerdictUnknown {
-			p("bucket %s\trules unknown (lifecycle %s, encryption %s): %s\n", b.Bucket, b.AbortIncomplete, b.Encryption, b.Note)
+		switch b.KeepsDeleted() {
+		case objstore.VerdictYes:
+			p("bucket %s\tKEEPS DELETED BYTES (%s): no erasure is marked applied while it does\n", b.Bucket, b.KeepsDeletedWhy())
+		case objstore.VerdictUnknown:
+			p("bucket %s\tversioning unknown: erasures are marked applied without knowing that a DELETE removes the bytes\n", b.Bucket)
 		}
-		if len(b.Expiring) == 0 && b.AbortIncomplete == objstore.VerdictYes && b.Encryption == objstore.VerdictYes {
-			p("bucket %s\tok: no expiration, incomplete uploads aborted, encrypted by default\n", b.Bucket)
+		if b.AbortIncomplete == objstore.VerdictUnknown || b.Encryption == objstore.VerdictUnknown || b.KeepsDeleted() == objstore.VerdictUnknown {
+			p("bucket %s\trules unknown (lifecycle %s, encryption %s, versioning %s, object lock %s): %s\n", b.Bucket,
+				b.AbortIncomplete, b.Encryption, orUnknown(b.Versioning), orUnknown(b.ObjectLock), b.Note)
+		}
+		if len(b.Expiring) == 0 && b.AbortIncomplete == objstore.VerdictYes && b.Encryption == objstore.VerdictYes &&
+			b.KeepsDeleted() == objstore.VerdictNo {
+			p("bucket %s\tok: no expiration, incomplete uploads aborted, encrypted by default, unversioned\n", b.Bucket)
 		}
 	}
+}
+
+// orUnknown is a verdict's state, "unknown" when it has none (recorded by
+// a binary that did not check it).
+func orUnknown(v string) string {
+	if v == "" {
+		return objstore.VerdictUnknown
+	}
+	return v
 }
 
 // writeSettle prints the settle lag, the last success, the classes and the
@@ -670,46 +607,6 @@ func (s Status) writeRuns(p func(string, ...any), ago func(time.Time) string) {
 				c.SlotsReaped+c.ObjectsReaped, clip(oneLine(r.Error), 80))
 		}
 	}
-}
-
-// writeErasures prints the pending erasures: the summary line, and the
-// oldest ones with what each waits for.
-func (s Status) writeErasures(p func(string, ...any), ago func(time.Time) string) {
-	e := s.Erasures
-	bound := ""
-	if e.AlertAfter > 0 {
-		bound = fmt.Sprintf(" (alert after %s)", dur(secs(e.AlertAfter)))
-	}
-	if e.Pending == 0 {
-		p("\nerasures\tnone pending%s\n", bound)
-		return
-	}
-	late := ""
-	if e.AlertAfter > 0 && e.OldestAge > e.AlertAfter {
-		late = " PAST THE ALERT BOUND"
-	}
-	p("\nerasures\t%d pending, %d on quarantined streams; oldest %s%s%s\n", e.Pending, e.Quarantined, dur(secs(e.OldestAge)), bound, late)
-	p("\nPENDING ERASURE (%d)\tRECORDS\tREQUESTED\tWAITING FOR\n", e.Pending)
-	for _, r := range e.Oldest {
-		p("%s\t[%d, %d)\t%s\t%s\n", r.Stream, r.FirstRecord, r.FirstRecord+r.RecordCount, ago(r.RequestedAt), erasureWaitText(r.WaitingFor))
-	}
-	if n := e.Pending - int64(len(e.Oldest)); n > 0 {
-		p("... and %d more\t\t\t\n", n)
-	}
-}
-
-func erasureWaitText(w string) string {
-	switch w {
-	case ErasureWaitsMalformed:
-		return "nothing: a malformed row is never applied (correct or delete it)"
-	case ErasureWaitsRelease:
-		return "release: the stream is quarantined (auditor release --stream)"
-	case ErasureWaitsWrite:
-		return "write: records past next_record do not exist yet"
-	case ErasureWaitsSettle:
-		return "settle: records still in transit (settle writes them as tombstones)"
-	}
-	return "rewrite: the erasure step rewrites its objects, or the reap grace of the old revisions"
 }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

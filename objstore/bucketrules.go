@@ -6,12 +6,15 @@ import (
 	"time"
 )
 
-// Bucket rules: what a bucket's lifecycle configuration and default
-// encryption say, as far as the server tells. The auditor's data must
-// never be expired by the bucket (a settle stalled past an expiry would
-// lose referenced bytes); the reference setup is exactly one rule,
-// AbortIncompleteMultipartUpload after 7 days, and default server-side
-// encryption.
+// Bucket rules: what a bucket's lifecycle configuration, default
+// encryption, versioning and Object Lock configuration say, as far as the
+// server tells. The auditor's data must never be expired by the bucket (a
+// settle stalled past an expiry would lose referenced bytes); the
+// reference setup is exactly one rule, AbortIncompleteMultipartUpload
+// after 7 days, and default server-side encryption. And a DELETE must
+// remove the bytes: on a bucket with versioning (enabled or suspended) or
+// Object Lock it only adds a delete marker and the bytes stay, so an
+// erasure could not be applied (docs/architecture.md#erasure).
 
 // Known says whether the server answered a question.
 type Known string
@@ -51,14 +54,40 @@ type BucketRules struct {
 	// EncryptionKnown is KnownYes.
 	EncryptionKnown Known  `json:"encryption_known"`
 	Encryption      string `json:"encryption,omitempty"`
+	// Versioning is the bucket's versioning status as S3 says it:
+	// "Enabled", "Suspended", or "" when versioning was never enabled
+	// (a bucket that had it can only suspend it, never go back);
+	// meaningful only when VersioningKnown is KnownYes.
+	VersioningKnown Known  `json:"versioning_known"`
+	Versioning      string `json:"versioning,omitempty"`
+	// ObjectLock says the bucket has an Object Lock configuration;
+	// meaningful only when ObjectLockKnown is KnownYes.
+	ObjectLockKnown Known `json:"object_lock_known"`
+	ObjectLock      bool  `json:"object_lock,omitempty"`
 	// Note says why something is unknown (the server's answer).
 	Note string `json:"note,omitempty"`
 }
 
-// UnknownRules is the answer of a store that has no lifecycle or
-// encryption (the file backend), or a server that does not implement them.
+// S3's versioning statuses (BucketRules.Versioning).
+const (
+	VersioningStatusEnabled   = "Enabled"
+	VersioningStatusSuspended = "Suspended"
+)
+
+// UnknownRules is the answer of a store that cannot say anything of a
+// bucket's rules.
 func UnknownRules(bucket, note string) BucketRules {
-	return BucketRules{Bucket: bucket, Lifecycle: KnownUnknown, Rules: []LifecycleRule{}, EncryptionKnown: KnownUnknown, Note: note}
+	return BucketRules{Bucket: bucket, Lifecycle: KnownUnknown, Rules: []LifecycleRule{}, EncryptionKnown: KnownUnknown,
+		VersioningKnown: KnownUnknown, ObjectLockKnown: KnownUnknown, Note: note}
+}
+
+// UnversionedRules is the answer of a store that has no lifecycle rules
+// or encryption, and no versioning or Object Lock either: a DELETE removes
+// the bytes (the file backend).
+func UnversionedRules(bucket, note string) BucketRules {
+	r := UnknownRules(bucket, note)
+	r.VersioningKnown, r.ObjectLockKnown = KnownYes, KnownYes
+	return r
 }
 
 // Reaches reports whether the rule can act on a key under any of the
@@ -99,6 +128,12 @@ type RulesVerdict struct {
 	AbortIncomplete string `json:"abort_incomplete"`
 	// Encryption is yes (default encryption on), no, or unknown.
 	Encryption string `json:"encryption"`
+	// Versioning is enabled, suspended, off (never enabled) or unknown;
+	// ObjectLock is yes (an Object Lock configuration), no or unknown.
+	// Versioning enabled or suspended, or Object Lock, keeps the bytes a
+	// DELETE removes: KeepsDeleted.
+	Versioning string `json:"versioning"`
+	ObjectLock string `json:"object_lock"`
 	Note       string `json:"note,omitempty"`
 }
 
@@ -109,9 +144,48 @@ const (
 	VerdictUnknown = "unknown"
 )
 
+// Versioning states of a verdict.
+const (
+	VersioningEnabled   = "enabled"
+	VersioningSuspended = "suspended"
+	VersioningOff       = "off" // never enabled
+)
+
+// KeepsDeleted reports whether a DELETE on the bucket may leave the bytes
+// in place: yes with versioning enabled or suspended (a delete marker
+// hides the object, its versions stay; a suspended bucket keeps the
+// versions it made while enabled) or an Object Lock configuration; no
+// when versioning is known never to have been enabled (S3 has Object Lock
+// only on versioned buckets, so an unanswered Object Lock question does
+// not change that); unknown when the server does not say. A verdict
+// recorded before these checks existed has neither field: unknown.
+func (v RulesVerdict) KeepsDeleted() string {
+	switch {
+	case v.Versioning == VersioningEnabled || v.Versioning == VersioningSuspended || v.ObjectLock == VerdictYes:
+		return VerdictYes
+	case v.Versioning == VersioningOff:
+		return VerdictNo
+	}
+	return VerdictUnknown
+}
+
+// KeepsDeletedWhy names what keeps deleted bytes on the bucket ("" when
+// nothing known does): "versioning enabled", "Object Lock", or both.
+func (v RulesVerdict) KeepsDeletedWhy() string {
+	var why []string
+	if v.Versioning == VersioningEnabled || v.Versioning == VersioningSuspended {
+		why = append(why, "versioning "+v.Versioning)
+	}
+	if v.ObjectLock == VerdictYes {
+		why = append(why, "Object Lock")
+	}
+	return strings.Join(why, " and ")
+}
+
 // Judge checks the rules against the prefixes the auditor writes under.
 func (b BucketRules) Judge(prefixes []string) RulesVerdict {
-	v := RulesVerdict{Bucket: b.Bucket, Expiring: []LifecycleRule{}, AbortIncomplete: VerdictUnknown, Encryption: VerdictUnknown, Note: b.Note}
+	v := RulesVerdict{Bucket: b.Bucket, Expiring: []LifecycleRule{}, AbortIncomplete: VerdictUnknown, Encryption: VerdictUnknown,
+		Versioning: VerdictUnknown, ObjectLock: VerdictUnknown, Note: b.Note}
 	if b.Lifecycle == KnownYes {
 		v.AbortIncomplete = VerdictNo
 		for _, r := range b.Rules {
@@ -130,6 +204,22 @@ func (b BucketRules) Judge(prefixes []string) RulesVerdict {
 		v.Encryption = VerdictNo
 		if b.Encryption != "" {
 			v.Encryption = VerdictYes
+		}
+	}
+	if b.VersioningKnown == KnownYes {
+		switch b.Versioning {
+		case "":
+			v.Versioning = VersioningOff
+		case VersioningStatusSuspended:
+			v.Versioning = VersioningSuspended
+		default: // Enabled, or a status this code does not know: taken as on
+			v.Versioning = VersioningEnabled
+		}
+	}
+	if b.ObjectLockKnown == KnownYes {
+		v.ObjectLock = VerdictNo
+		if b.ObjectLock {
+			v.ObjectLock = VerdictYes
 		}
 	}
 	return v

@@ -28,7 +28,8 @@ import (
 //     holds them at revision + 1, copying the clean chunks server side and
 //     uploading the re-encoded ones, repoints the catalog entry with the
 //     revision check, arms the old revision's reap, and sets applied_at
-//     once nothing settled can hold the bytes (catalog.ApplyErasure). It
+//     once nothing settled can hold the bytes (catalog.ApplyErasure) and
+//     no bucket keeps what a DELETE removes (cycle.Options.ErasureHold). It
 //     reads a bounded window of each stream's erasures a cycle
 //     (Config.MaxPendingErasures, dealt round-robin over the streams), and
 //     rewrites an object only under all the erasures that name its records.
@@ -238,11 +239,12 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 		mu       sync.Mutex
 		firstErr error
 	)
+	hold := newHoldGate(opts.ErasureHold)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.c.Concurrency)
 	for _, w := range wins {
 		g.Go(func() error {
-			c, err := e.eraseStream(gctx, f, w, open, opts)
+			c, err := e.eraseStream(gctx, f, w, open, hold, opts)
 			mu.Lock()
 			total.Add(c)
 			mu.Unlock()
@@ -252,11 +254,39 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 	if err := g.Wait(); err != nil {
 		return total, err
 	}
+	if why := hold.held(); why != "" {
+		s.d.Log.Warn("erasures not marked applied: a DELETE may leave the bytes", "why", why)
+	}
 	if firstErr != nil {
 		return total, &cycle.PartialError{Err: firstErr}
 	}
 	return total, nil
 }
+
+// holdGate asks cycle.Options.ErasureHold once per run, when the first
+// erasure is about to be marked applied, and keeps the answer for the
+// run's other streams.
+type holdGate struct {
+	ask  func(context.Context) string
+	once sync.Once
+	why  string
+}
+
+func newHoldGate(ask func(context.Context) string) *holdGate { return &holdGate{ask: ask} }
+
+// check is why no erasure may be marked applied ("" when they may).
+func (h *holdGate) check(ctx context.Context) string {
+	h.once.Do(func() {
+		if h.ask != nil {
+			h.why = h.ask(ctx)
+		}
+	})
+	return h.why
+}
+
+// held is the answer once the run's streams are done: "" when it was
+// never asked or nothing holds.
+func (h *holdGate) held() string { return h.why }
 
 // eraseStream rewrites the stream's cataloged objects that hold records of
 // the pending erasures of its window and applies those nothing holds any
@@ -271,7 +301,7 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 // (bounded by the object's records), and the records from there on wait
 // for a later window: nothing there is rewritten or applied this cycle.
 func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.ErasureWindow,
-	open map[string]bool, opts cycle.Options) (cycle.Counts, error) {
+	open map[string]bool, hold *holdGate, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var counts cycle.Counts
 	valid := func(es []catalog.Erasure, into []catalog.Erasure) []catalog.Erasure {
@@ -357,6 +387,9 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 	for _, er := range ers {
 		if uint64(er.EndRecord()) > limit || overlapsAny(dirty, uint64(er.FirstRecord), uint64(er.EndRecord())) {
 			continue // cannot apply yet: no transaction to find that out (ApplyErasure checks all again)
+		}
+		if hold.check(ctx) != "" {
+			continue // the deletes may have left the bytes: never applied while a bucket keeps them
 		}
 		keyEnd := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), uint64(er.EndRecord()), 0)
 		applied, err := s.d.DB.ApplyErasure(ctx, f, er, clean, keyLow, keyEnd)

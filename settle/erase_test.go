@@ -1,7 +1,9 @@
 package settle_test
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +33,12 @@ func (e *env) eraseSettlerCap(crash func(crashpoint.Point), capBytes int64) *set
 // goroutine of its own (a crash point ends it with runtime.Goexit).
 func (e *env) erase(star string, s *settle.Settler) cycle.Counts {
 	e.t.Helper()
+	return e.eraseWith(star, s, cycle.Options{Trigger: "once"})
+}
+
+// eraseWith is erase with the cycle's options.
+func (e *env) eraseWith(star string, s *settle.Settler, opts cycle.Options) cycle.Counts {
+	e.t.Helper()
 	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
 	if err != nil {
 		e.t.Fatal(err)
@@ -40,7 +48,7 @@ func (e *env) erase(star string, s *settle.Settler) cycle.Counts {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c, err = s.Eraser().Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
+		c, err = s.Eraser().Run(e.ctx, l.Fence, opts)
 	}()
 	<-done
 	if err != nil {
@@ -595,6 +603,56 @@ func TestEraseWindowEndsInsideAnObject(t *testing.T) {
 				t.Fatalf("publish intents left: %+v", open)
 			}
 			e.checkSettled("s1")
+		})
+	}
+}
+
+// TestErasureNotAppliedWhileABucketKeepsDeletedBytes: while the cycle's
+// ErasureHold says a bucket keeps what a DELETE removes (versioning or
+// Object Lock), an erasure whose rewrite is done and whose old revision is
+// reaped stays pending (applied_at null); the hold is asked at most once
+// per run; when it lifts, the erasures apply.
+func TestErasureNotAppliedWhileABucketKeepsDeletedBytes(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 1, 0)
+			e.write("s1", 4, sim.Faults{}, 1)
+			s := e.eraseSettler(nil)
+			e.settleOK(s)
+			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			id := streams[0].ID
+			e.record(id, 3, 2)
+			e.record(id, 7, 1)
+			var asked atomic.Int64
+			held := cycle.Options{Trigger: "once", ErasureHold: func(context.Context) string {
+				asked.Add(1)
+				return "bucket b: versioning enabled"
+			}}
+			if c := e.eraseWith("s1", s, held); c.ObjectsRewritten == 0 || c.ErasuresApplied != 0 {
+				t.Fatalf("first erase: %+v (want the rewrite, nothing applied before the reap)", c)
+			}
+			if n := asked.Load(); n > 1 {
+				t.Fatalf("the hold was asked %d times in one run", n)
+			}
+			e.reap("s1")
+			asked.Store(0)
+			if c := e.eraseWith("s1", s, held); c.ErasuresApplied != 0 {
+				t.Fatalf("erasures applied while a bucket keeps deleted bytes: %+v", c)
+			}
+			if n := asked.Load(); n != 1 {
+				t.Fatalf("the hold was asked %d times for two ready erasures in one run, want once", n)
+			}
+			if ers := e.checkErased(id); applied(ers) != 0 {
+				t.Fatalf("applied_at set while a bucket keeps deleted bytes: %+v", ers)
+			}
+			lifted := cycle.Options{Trigger: "once", ErasureHold: func(context.Context) string { return "" }}
+			if c := e.eraseWith("s1", s, lifted); c.ErasuresApplied != 2 || c.ObjectsRewritten != 0 {
+				t.Fatalf("erase once the hold lifted: %+v", c)
+			}
+			if ers := e.checkErased(id); applied(ers) != 2 {
+				t.Fatalf("erasures: %+v", ers)
+			}
 		})
 	}
 }

@@ -233,7 +233,7 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 	defer db.Close()
 	dc := daemonConfig(cfg)
 	s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace,
-		ErasureAlertAfter: cfg.ErasureAlertAfter, Trim: trimReader(db)})
+		ErasureAlertAfter: cfg.ErasureAlertAfter, Trim: trimReader(db), CycleInterval: daemon.CycleInterval(dc.Schedule, time.Now())})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

@@ -56,7 +56,17 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	defer closeSteps()
-	counts, err := daemon.RunOnce(ctx, daemonConfig(cfg), daemon.Deps{DB: db, Steps: steps, Log: log, Crash: leaseCrash()}, opts)
+	dc := daemonConfig(cfg)
+	deps := daemon.Deps{DB: db, Steps: steps, Log: log, Crash: leaseCrash()}
+	if !*dryRun {
+		// The erase step marks no erasure applied while a bucket keeps
+		// what a DELETE removes (versioning, Object Lock).
+		dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
+		if deps.Rules, err = bucketRules(ctx, cfg); err != nil {
+			return exitCode(e, cfg, err)
+		}
+	}
+	counts, err := daemon.RunOnce(ctx, dc, deps, opts)
 	var held *catalog.LeaseHeldError
 	if errors.As(err, &held) {
 		fmt.Fprintf(e.stderr, "auditor: %v\n", held)

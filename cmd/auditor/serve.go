@@ -114,8 +114,9 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
-// bucketRules is the store's reader of lifecycle rules and encryption
-// (every backend has one; the file backend's answers "unknown").
+// bucketRules is the store's reader of lifecycle rules, encryption,
+// versioning and Object Lock (every backend has one; the file backend's
+// answers "unknown" for the first two, "none" for the others).
 func bucketRules(ctx context.Context, cfg config.Config) (daemon.BucketRulesReader, error) {
 	store, err := openStore(ctx, cfg)
 	if err != nil {

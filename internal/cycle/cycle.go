@@ -21,6 +21,14 @@ type Options struct {
 	// Deferred, when set, is where the steps note the streams they left
 	// for the next cycle because the cycle's budget ran out (nil: nowhere).
 	Deferred *Deferred
+	// ErasureHold is asked by the erase step once per run, just before it
+	// would first mark an erasure applied (after the deletes of every
+	// revision that held the erased bytes, all made by earlier cycles): a
+	// non-empty answer says why no erasure may be marked applied (a bucket
+	// keeps what a DELETE removes: versioning or Object Lock;
+	// docs/architecture.md#erasure), and the erasures stay pending. nil
+	// holds nothing.
+	ErasureHold func(ctx context.Context) string
 }
 
 // Deferred is the set of streams a cycle left, in whole or in part, for

@@ -1,13 +1,18 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -162,6 +167,18 @@ func Conn(t testing.TB, url string) *pgx.Conn {
 // the process.
 func VersitygwObjectPath(t testing.TB, bucket, key string) string {
 	t.Helper()
+	args := versitygwArgs(t)
+	if len(args) < 2 || args[len(args)-2] != "posix" {
+		t.Fatalf("versitygw's command line %q does not end in posix DIR", args)
+	}
+	return filepath.Join(args[len(args)-1], bucket, filepath.FromSlash(key))
+}
+
+// versitygwArgs is the command line of the test versitygw that
+// scripts/services.sh started (NOVA_TEST_VERSITYGW_PID), read from /proc.
+// It skips, or fails when services are required, without the process.
+func versitygwArgs(t testing.TB) []string {
+	t.Helper()
 	pid := os.Getenv(EnvVersitygwPID)
 	if pid == "" {
 		missing(t, EnvVersitygwPID)
@@ -170,9 +187,83 @@ func VersitygwObjectPath(t testing.TB, bucket, key string) string {
 	if err != nil {
 		t.Fatalf("versitygw's command line: %v", err)
 	}
-	args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-	if len(args) < 2 || args[len(args)-2] != "posix" {
-		t.Fatalf("versitygw's command line %q does not end in posix DIR", args)
+	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+}
+
+// StartVersitygw starts a versitygw of the test's own: the binary the test
+// server runs, with its access keys, the posix backend in a temporary
+// directory with posixFlags before it (for example --versioning-dir DIR),
+// on a free loopback port. It is stopped when the test ends. It skips, or
+// fails when services are required, without the test server.
+func StartVersitygw(t testing.TB, posixFlags ...string) S3Env {
+	t.Helper()
+	env := S3(t)
+	bin := versitygwArgs(t)[0]
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the versitygw binary of the test server: %v", err)
 	}
-	return filepath.Join(args[len(args)-1], bucket, filepath.FromSlash(key))
+	var last error
+	for range 3 { // the free port may be taken before versitygw binds it
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("a free port for versitygw: %v", err)
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		args := append([]string{"-q", "--access", env.AccessKey, "--secret", env.SecretKey, "--port", addr, "posix"}, posixFlags...)
+		cmd := exec.Command(bin, append(args, t.TempDir())...)
+		// The root account is the one of --access and --secret, never one
+		// from the environment.
+		cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY=", "ROOT_SECRET_KEY=")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start versitygw: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() {
+			_ = cmd.Wait()
+			close(exited)
+		}()
+		if last = waitListening(addr, exited, 10*time.Second); last == nil {
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-exited
+			})
+			env.Endpoint = "http://" + addr
+			return env
+		}
+		_ = cmd.Process.Kill()
+		<-exited
+		last = fmt.Errorf("%w (%s); its output: %s", last, cmd.ProcessState, out.String())
+	}
+	t.Fatalf("versitygw did not start: %v", last)
+	return env
+}
+
+// freePort is a loopback TCP port nothing listened on a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitListening waits until addr accepts a connection, the process exits,
+// or the time is up.
+func waitListening(addr string, exited <-chan struct{}, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("versitygw exited")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("versitygw does not listen on %s after %s", addr, within)
 }

@@ -506,8 +506,9 @@ func CanClone(dir string) error {
 	return unix.IoctlFileCloneRange(int(b.Fd()), &unix.FileCloneRange{Src_fd: int64(a.Fd()), Src_length: cloneBlock})
 }
 
-// BucketRules answers "unknown": a directory has no lifecycle rules or
-// default encryption.
+// BucketRules answers "unknown" for lifecycle rules and default
+// encryption, which a directory does not have, and "none" for versioning
+// and Object Lock: a deleted file is gone.
 func (s *Store) BucketRules(_ context.Context, bucket string) (objstore.BucketRules, error) {
-	return objstore.UnknownRules(bucket, "the file backend has no lifecycle rules or encryption"), nil
+	return objstore.UnversionedRules(bucket, "the file backend has no lifecycle rules or encryption"), nil
 }

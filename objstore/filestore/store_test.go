@@ -241,3 +241,19 @@ func TestCopyRangeClonesOrCopies(t *testing.T) {
 		t.Fatalf("copied %d bytes (%v), differ from the source", len(got), err)
 	}
 }
+
+// TestBucketRulesKeepNothingDeleted: a directory has no lifecycle rules or
+// encryption (unknown), and no versioning or Object Lock: a deleted file
+// is gone, so a DELETE keeps nothing.
+func TestBucketRulesKeepNothingDeleted(t *testing.T) {
+	s := newStore(t, "")
+	r, err := s.BucketRules(context.Background(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := r.Judge([]string{"stars/s1/"})
+	if v.AbortIncomplete != objstore.VerdictUnknown || v.Encryption != objstore.VerdictUnknown ||
+		v.Versioning != objstore.VersioningOff || v.ObjectLock != objstore.VerdictNo || v.KeepsDeleted() != objstore.VerdictNo {
+		t.Fatalf("the file backend's verdict: %+v", v)
+	}
+}

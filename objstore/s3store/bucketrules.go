@@ -11,14 +11,16 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// BucketRules reads the bucket's lifecycle configuration and default
-// encryption. A server that does not implement a call (versitygw 1.8.0
-// answers 501 NotImplemented to both) or refuses it (AccessDenied: the
-// auditor's role may not be granted the read) makes that part unknown,
-// which is not an error; an outage or a missing bucket is.
+// BucketRules reads the bucket's lifecycle configuration, default
+// encryption, versioning and Object Lock configuration. A server that
+// does not implement a call (versitygw 1.8.0 answers 501 NotImplemented to
+// the lifecycle and encryption reads; a directory bucket has no
+// versioning) or refuses it (AccessDenied: the auditor's role may not be
+// granted the read) makes that part unknown, which is not an error; an
+// outage or a missing bucket is.
 func (s *Store) BucketRules(ctx context.Context, bucket string) (objstore.BucketRules, error) {
 	out := objstore.BucketRules{Bucket: bucket, Lifecycle: objstore.KnownYes, Rules: []objstore.LifecycleRule{},
-		EncryptionKnown: objstore.KnownYes}
+		EncryptionKnown: objstore.KnownYes, VersioningKnown: objstore.KnownYes, ObjectLockKnown: objstore.KnownYes}
 	var lc *s3.GetBucketLifecycleConfigurationOutput
 	err := s.do(ctx, "GetBucketLifecycleConfiguration", func(ctx context.Context) error {
 		var err error
@@ -33,7 +35,7 @@ func (s *Store) BucketRules(ctx context.Context, bucket string) (objstore.Bucket
 	case errorCode(err) == "NoSuchLifecycleConfiguration":
 	case unanswered(err):
 		out.Lifecycle = objstore.KnownUnknown
-		out.Note = fmt.Sprintf("lifecycle: %s", refusal(err))
+		out.Note = addNote(out.Note, "lifecycle", err)
 	default:
 		return out, fmt.Errorf("read the lifecycle configuration of bucket %s: %w", bucket, mapErr(err, nil))
 	}
@@ -56,15 +58,68 @@ func (s *Store) BucketRules(ctx context.Context, bucket string) (objstore.Bucket
 	case errorCode(err) == "ServerSideEncryptionConfigurationNotFoundError":
 	case unanswered(err):
 		out.EncryptionKnown = objstore.KnownUnknown
-		note := fmt.Sprintf("encryption: %s", refusal(err))
-		if out.Note != "" {
-			note = out.Note + "; " + note
-		}
-		out.Note = note
+		out.Note = addNote(out.Note, "encryption", err)
 	default:
 		return out, fmt.Errorf("read the default encryption of bucket %s: %w", bucket, mapErr(err, nil))
 	}
-	return out, nil
+	if err := s.readVersioning(ctx, &out); err != nil {
+		return out, err
+	}
+	return out, s.readObjectLock(ctx, &out)
+}
+
+// readVersioning reads the bucket's versioning status: an answer without
+// a status is a bucket that never had versioning enabled.
+func (s *Store) readVersioning(ctx context.Context, out *objstore.BucketRules) error {
+	var ver *s3.GetBucketVersioningOutput
+	err := s.do(ctx, "GetBucketVersioning", func(ctx context.Context) error {
+		var err error
+		ver, err = s.client.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &out.Bucket})
+		return err
+	})
+	switch {
+	case err == nil:
+		out.Versioning = string(ver.Status)
+	case unanswered(err):
+		out.VersioningKnown = objstore.KnownUnknown
+		out.Note = addNote(out.Note, "versioning", err)
+	default:
+		return fmt.Errorf("read the versioning of bucket %s: %w", out.Bucket, mapErr(err, nil))
+	}
+	return nil
+}
+
+// readObjectLock reads whether the bucket has an Object Lock
+// configuration; ObjectLockConfigurationNotFoundError says it has none.
+func (s *Store) readObjectLock(ctx context.Context, out *objstore.BucketRules) error {
+	var ol *s3.GetObjectLockConfigurationOutput
+	err := s.do(ctx, "GetObjectLockConfiguration", func(ctx context.Context) error {
+		var err error
+		ol, err = s.client.GetObjectLockConfiguration(ctx, &s3.GetObjectLockConfigurationInput{Bucket: &out.Bucket})
+		return err
+	})
+	switch {
+	case err == nil:
+		if c := ol.ObjectLockConfiguration; c != nil {
+			out.ObjectLock = c.ObjectLockEnabled == types.ObjectLockEnabledEnabled || c.Rule != nil
+		}
+	case errorCode(err) == "ObjectLockConfigurationNotFoundError":
+	case unanswered(err):
+		out.ObjectLockKnown = objstore.KnownUnknown
+		out.Note = addNote(out.Note, "object lock", err)
+	default:
+		return fmt.Errorf("read the object lock configuration of bucket %s: %w", out.Bucket, mapErr(err, nil))
+	}
+	return nil
+}
+
+// addNote appends the server's refusal of one read to a note.
+func addNote(note, what string, err error) string {
+	n := fmt.Sprintf("%s: %s", what, refusal(err))
+	if note != "" {
+		return note + "; " + n
+	}
+	return n
 }
 
 // unanswered reports a definite refusal to say: not implemented, or not

@@ -33,7 +33,12 @@ func overDefaults(cfg objstore.S3Config) objstore.S3Config {
 // (overDefaults), and the server's endpoint and credentials are filled in.
 func newStore(t testing.TB, cfg objstore.S3Config) *Store {
 	t.Helper()
-	env := testenv.S3(t)
+	return newStoreAt(t, testenv.S3(t), cfg)
+}
+
+// newStoreAt is newStore on the given server.
+func newStoreAt(t testing.TB, env testenv.S3Env, cfg objstore.S3Config) *Store {
+	t.Helper()
 	cfg.Endpoint, cfg.Region, cfg.PathStyle = env.Endpoint, env.Region, true
 	cfg.AccessKey, cfg.SecretKey = env.AccessKey, env.SecretKey
 	if cfg.Checksum == "" {
