@@ -110,6 +110,35 @@ func (a *leaderA) resume(t *testing.T, p *pausePoint, done <-chan error) {
 	}
 }
 
+// damagedStanding leaves the standing object of a publish that died after
+// its complete with one data byte flipped: adoption's data check fails on
+// it, and the key is condemned. It returns the key.
+func damagedStanding(t *testing.T, b backend) (*env, string) {
+	t.Helper()
+	e, in := crashedPublish(t, b, settle.CrashAfterComplete)
+	obj := readAll(t, e, in.ObjectKey)
+	obj[len(obj)/3] ^= 0x40 // a data byte: the footer is in the last few hundred bytes
+	replaceSlot(e, in.ObjectKey, obj)
+	return e, in.ObjectKey
+}
+
+// release lifts the quarantine of the stream of a settled key.
+func (e *env) release(key string) {
+	e.t.Helper()
+	k, _ := bundlefmt.ParseSettledKey(key)
+	if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", catalog.StreamID(k.Stream)); err != nil || !ok {
+		e.t.Fatalf("release: %v %v", ok, err)
+	}
+}
+
+// skipGrace moves every armed reap past its grace.
+func (e *env) skipGrace() {
+	e.t.Helper()
+	if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // checkCatalogReadable asserts that every cataloged object of the star
 // exists, and that novasim check reads every record back from them.
 func (e *env) checkCatalogReadable(star string) {
@@ -149,20 +178,14 @@ func TestLateDeleteAfterRelease(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
-			key := in.ObjectKey
-			obj := readAll(t, e, key)
-			obj[len(obj)/3] ^= 0x40 // a data byte: adoption's data check fails
-			replaceSlot(e, key, obj)
+			e, key := damagedStanding(t, b)
 
 			a := newLeaderA(t, e, "s1")
 			c, err := e.settler(nil).Run(e.ctx, a.fence, cycle.Options{Trigger: "once"})
 			if err != nil || c.StreamsQuarantined != 1 {
 				t.Fatalf("leader A's settle: %+v %v, want the stream quarantined", c, err)
 			}
-			if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			e.skipGrace()
 			p := newPause(trim.CrashObjectBeforeDelete)
 			done := a.reapPaused(t, p)
 			a.expire(t)
@@ -172,10 +195,7 @@ func TestLateDeleteAfterRelease(t *testing.T) {
 			if c := e.reap("s1"); c.ObjectsReaped != 1 {
 				t.Fatalf("leader B's reap: %+v", c)
 			}
-			k, _ := bundlefmt.ParseSettledKey(key)
-			if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", catalog.StreamID(k.Stream)); err != nil || !ok {
-				t.Fatalf("release: %v %v", ok, err)
-			}
+			e.release(key)
 			c, err = e.cycle("s1", e.settler(nil))
 			if err != nil || c.StreamsQuarantined != 0 || c.ObjectsPublished == 0 {
 				t.Fatalf("leader B's settle after the release: %+v %v", c, err)
@@ -223,9 +243,7 @@ func TestLateDeleteAfterNewErasure(t *testing.T) {
 			if reaps, _ := e.db.Intents(e.ctx, "s1", "reap", 0); len(reaps) != 1 || reaps[0].ObjectKey != abandoned {
 				t.Fatalf("recovery did not give up the withdrawn rewrite %s: %+v", abandoned, reaps)
 			}
-			if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			e.skipGrace()
 			p := newPause(trim.CrashObjectBeforeDelete)
 			done := a.reapPaused(t, p)
 			a.expire(t)
@@ -303,24 +321,15 @@ func (r *replayDeletes) deliver(t *testing.T) int {
 // catalog references.
 func TestLateDeleteReplayedBySDKRetry(t *testing.T) {
 	rp := &replayDeletes{next: http.DefaultTransport}
-	e, in := crashedPublish(t, s3Backend("s3-replay", "replay", rp, nil), settle.CrashAfterComplete)
-	key := in.ObjectKey
-	obj := readAll(t, e, key)
-	obj[len(obj)/3] ^= 0x40
-	replaceSlot(e, key, obj)
+	e, key := damagedStanding(t, s3Backend("s3-replay", "replay", rp, nil))
 	if c, err := e.cycle("s1", e.settler(nil)); err != nil || c.StreamsQuarantined != 1 {
 		t.Fatalf("settle of the damaged object: %+v %v", c, err)
 	}
-	if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	e.skipGrace()
 	if c := e.reap("s1"); c.ObjectsReaped != 1 {
 		t.Fatalf("reap of the condemned key: %+v", c)
 	}
-	k, _ := bundlefmt.ParseSettledKey(key)
-	if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", catalog.StreamID(k.Stream)); err != nil || !ok {
-		t.Fatalf("release: %v %v", ok, err)
-	}
+	e.release(key)
 	if c, err := e.cycle("s1", e.settler(nil)); err != nil || c.StreamsQuarantined != 0 || c.ObjectsPublished == 0 {
 		t.Fatalf("settle after the release: %+v %v", c, err)
 	}
@@ -339,26 +348,17 @@ func TestReleaseBeforeTheReap(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
-			key := in.ObjectKey
-			obj := readAll(t, e, key)
-			obj[len(obj)/3] ^= 0x40
-			replaceSlot(e, key, obj)
+			e, key := damagedStanding(t, b)
 			if c, err := e.cycle("s1", e.settler(nil)); err != nil || c.StreamsQuarantined != 1 {
 				t.Fatalf("settle of the damaged object: %+v %v", c, err)
 			}
-			k, _ := bundlefmt.ParseSettledKey(key)
-			if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", catalog.StreamID(k.Stream)); err != nil || !ok {
-				t.Fatalf("release: %v %v", ok, err)
-			}
+			e.release(key)
 			c, err := e.cycle("s1", e.settler(nil))
 			if err != nil || c.StreamsQuarantined != 0 || c.ObjectsPublished == 0 {
 				q, _ := e.db.Quarantined(e.ctx, "s1")
 				t.Fatalf("settle after the release: %+v %v; quarantine %+v", c, err, q)
 			}
-			if err := writepath.New(e.db).SkipGrace(e.ctx, "s1", 2*time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			e.skipGrace()
 			if c := e.reap("s1"); c.ObjectsReaped != 1 {
 				t.Fatalf("reap of the condemned key: %+v", c)
 			}
