@@ -105,6 +105,10 @@ type Intent struct {
 	// Revision: the revision OpenPublishIntent opened (or took up) the
 	// intent at; its ObjectKey is the target's key at that revision.
 	Revision int32
+	// AbortUnrecorded (reap intents, DueObjectReaps): a publish intent the
+	// reap step turned into a reap; every upload of its key, recorded or
+	// not, is listed and aborted before the intent is finished.
+	AbortUnrecorded bool
 	// Reopened: OpenPublishIntent found the intent already open (an
 	// earlier attempt crashed or failed); that attempt may have created an
 	// upload it could not record.
@@ -167,10 +171,19 @@ func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, c
 				return fmt.Errorf("%w: %s: every revision is used", ErrInvariant, t.Key(high))
 			}
 		}
+		// ON CONFLICT: an intent at a revision above the high-water can be
+		// open only if a binary from before migration 0007 opened it; it
+		// is taken up again as well.
 		key := t.Key(rev)
-		if err := tx.QueryRow(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ($1, 'publish', $2, $3)
-			RETURNING `+intentCols+`, false`, f.Star, key, class).
-			Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due); err != nil {
+		err = scanIntent(tx.QueryRow(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ($1, 'publish', $2, $3)
+			ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING
+			RETURNING `+intentCols+`, false`, f.Star, key, class), &in)
+		if errors.Is(err, pgx.ErrNoRows) {
+			in.Reopened = true
+			err = scanIntent(tx.QueryRow(ctx, `SELECT `+intentCols+`, false FROM nova.orphan_intents
+				WHERE kind = 'publish' AND object_key = $1`, key), &in)
+		}
+		if err != nil {
 			return fmt.Errorf("open publish intent for %s: %w", key, err)
 		}
 		in.Revision = rev
@@ -187,7 +200,10 @@ func scanIntent(r pgx.Row, in *Intent) error {
 }
 
 // lockHighRevision locks the base's high-water row (creating it) and
-// returns its revision, -1 when no revision of the base was used yet.
+// returns its revision, -1 when no revision of the base was used yet. A
+// row it creates holds 0 until the caller raises it to the revision it
+// opens, in the same transaction (every caller does): a row is never
+// committed at a revision no intent named.
 func lockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) {
 	var high int32
 	err := tx.QueryRow(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
@@ -446,9 +462,10 @@ func (db *DB) Quarantine(ctx context.Context, f Fence, id StreamID, slotKey, err
 // uncataloged object at condemnKey failed its data check: in the same
 // transaction the key's open publish intent becomes a reap intent armed
 // after grace (or one is armed when no publish intent is open). The reap
-// step deletes the object while the stream stays quarantined (KeyCondemned)
-// and the catalog does not reference the key, so once released the stream
-// publishes the key again from its sources, which trim keeps meanwhile.
+// step deletes the object (a reap intent is dead once due) and buries the
+// key; once released, the stream publishes the same records again from its
+// sources, which trim keeps meanwhile, at a revision above the condemned
+// key (docs/architecture.md#no-late-delete).
 func (db *DB) QuarantineCondemning(ctx context.Context, f Fence, id StreamID, slotKey, errClass, reason, condemnKey string, grace time.Duration) error {
 	return db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if err := quarantine(ctx, tx, f, id, slotKey, errClass, reason); err != nil {

@@ -405,7 +405,8 @@ func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, 
 // (database clock): reap intents past reap_after, and publish intents
 // created more than grace ago.
 func (db *DB) DueObjectReaps(ctx context.Context, star string, grace time.Duration, after int64, limit int) ([]Intent, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, true
+	rows, err := db.pool.Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, true,
+			abort_unrecorded
 		FROM nova.orphan_intents
 		WHERE star = $1 AND id > $4 AND (kind = 'reap' AND reap_after <= now() OR kind = 'publish' AND created_at <= now() - $2::interval)
 		ORDER BY id LIMIT $3`, star, grace, limit, after)
@@ -414,7 +415,8 @@ func (db *DB) DueObjectReaps(ctx context.Context, star string, grace time.Durati
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) {
 		var in Intent
-		return in, r.Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
+		return in, r.Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due,
+			&in.AbortUnrecorded)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list due object reaps of star %q: %w", star, err)
@@ -544,13 +546,29 @@ func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, c
 		if len(dead) == 0 {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET kind = 'reap', reap_after = now()
+		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET kind = 'reap', reap_after = now(), abort_unrecorded = true
 			WHERE id = ANY($1) AND kind = 'publish'`, dead); err != nil {
 			return fmt.Errorf("turn %d dead publish intents into reaps: %w", len(dead), err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
-			SELECT stream_id, epoch, first_record, max(rev) FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[])
-				AS d(stream_id, epoch, first_record, rev) GROUP BY 1, 2, 3
+		// A base no plan can reach again (below its stream's
+		// settled_through, with no catalog entry: new runs start at or past
+		// settled_through, rewrites go to cataloged entries, and neither
+		// settled_through nor that absence ever changes back) needs no
+		// high-water: its row goes, so the table follows the catalog
+		// through retention instead of history. Every other base is raised
+		// to the key's revision.
+		if _, err := tx.Exec(ctx, `WITH d AS (SELECT stream_id, epoch, first_record, max(rev) AS rev
+				FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[]) AS d(stream_id, epoch, first_record, rev) GROUP BY 1, 2, 3),
+			unreachable AS (SELECT d.* FROM d JOIN nova.streams s USING (stream_id)
+				WHERE d.epoch = s.epoch AND d.first_record < s.settled_through
+				  AND NOT EXISTS (SELECT 1 FROM nova.catalog c
+					WHERE c.stream_id = d.stream_id AND c.epoch = d.epoch AND c.first_record = d.first_record)),
+			pruned AS (DELETE FROM nova.auditor_key_revisions k USING unreachable u
+				WHERE k.stream_id = u.stream_id AND k.epoch = u.epoch AND k.first_record = u.first_record)
+			INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
+			SELECT stream_id, epoch, first_record, rev FROM d
+			WHERE NOT EXISTS (SELECT 1 FROM unreachable u
+				WHERE u.stream_id = d.stream_id AND u.epoch = d.epoch AND u.first_record = d.first_record)
 			ORDER BY 1, 2, 3
 			ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = greatest(k.high_revision, EXCLUDED.high_revision)`,
 			streams, epochs, firsts, revs); err != nil {

@@ -371,6 +371,20 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := open(target(a, 20, 0, "a20"))
+	// A base no plan reaches again (below settled_through, no entry): its
+	// high-water row goes with its last key. And a reap intent an older
+	// binary armed, with no high-water row, on a base a plan still reaches
+	// (a new run at [30, ...) once more records arrive).
+	gap := open(target(a, 5, 0, "a5"))
+	if err := db.AbandonPublish(ctx, f, gap.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	var legacy int64
+	if err := db.Pool().QueryRow(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)
+		VALUES ('s1', 'reap', 'a30~0', 'standard', now()) RETURNING id`).Scan(&legacy); err != nil {
+		t.Fatal(err)
+	}
+	absorb(t, ctx, db, 3, a, 20, 15)
 	// b: its open publish intent's standing object failed its data check.
 	pub := open(target(b, 0, 0, "b0"))
 	if err := db.QuarantineCondemning(ctx, f, b, "", "checksum", "bad bytes in b0~0", "b0~0", 0); err != nil {
@@ -397,9 +411,11 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 		{ID: tail.ID, Key: "a10~1", Coords: co(a, 10, 1)},
 		{ID: live.ID, Key: "a20~0", Coords: co(a, 20, 0)},
 		{ID: pub.ID, Key: "b0~0", Coords: co(b, 0, 0)},
+		{ID: gap.ID, Key: "a5~0", Coords: co(a, 5, 0)},
+		{ID: legacy, Key: "a30~0", Coords: co(a, 30, 0)},
 	}
 	want := map[int64]catalog.KeyVerdict{stale.ID: catalog.KeyDead, tail.ID: catalog.KeyDead, live.ID: catalog.KeyPublishable,
-		pub.ID: catalog.KeyDead}
+		pub.ID: catalog.KeyDead, gap.ID: catalog.KeyDead, legacy: catalog.KeyDead}
 	got, err := db.ClassifyReaps(ctx, f, 0, cands)
 	if err != nil {
 		t.Fatal(err)
@@ -409,10 +425,20 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 			t.Errorf("intent %d: %v, want %v", id, got[id], w)
 		}
 	}
-	// The dead publish intent is a reap now; the held one is still open.
+	// The dead publish intent is a reap now, whose every upload a retry
+	// lists again (AbortUnrecorded); the held one is still open.
 	pubs, _ := db.Intents(ctx, "s1", "publish", 0)
 	if len(pubs) != 1 || pubs[0].ID != live.ID {
 		t.Fatalf("open publish intents after classify: %+v", pubs)
+	}
+	due, err := db.DueObjectReaps(ctx, "s1", time.Hour, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range due {
+		if want := in.ID == stale.ID; in.AbortUnrecorded != want || (want && in.Kind != "reap") {
+			t.Errorf("due reap %+v: AbortUnrecorded %v, want %v", in, in.AbortUnrecorded, want)
+		}
 	}
 	// Released, or not: every next intent of a buried base goes above it.
 	if _, err := db.ReleaseQuarantine(ctx, "s1", b); err != nil {
@@ -426,6 +452,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 		{target(a, 10, 1, "a10"), "a10~2"}, // the abandoned tail rewrite
 		{target(a, 0, 1, "a0"), "a0~2"},    // the given-up rewrite
 		{target(a, 20, 0, "a20"), "a20~0"}, // the held intent, taken up again
+		{target(a, 30, 0, "a30"), "a30~1"}, // buried though no intent of this binary named it
 	} {
 		in := open(c.tg)
 		if in.ObjectKey != c.want || in.Reopened != (c.want == "a20~0") {
@@ -434,6 +461,9 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	}
 	if h, err := db.HighRevision(ctx, base(b, 0)); err != nil || h != 1 {
 		t.Fatalf("high revision of b0: %d %v", h, err)
+	}
+	if h, err := db.HighRevision(ctx, base(a, 5)); err != nil || h != -1 {
+		t.Fatalf("high revision of the unreachable a5: %d %v, want its row gone", h, err)
 	}
 }
 
@@ -449,4 +479,24 @@ func armReap(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence,
 		t.Fatal(err)
 	}
 	return in.ID
+}
+
+// TestOpenPublishIntentTakesUpAnOlderBinarysIntent: a publish intent an
+// auditor from before migration 0007 opened (no high-water row) is taken
+// up again, not refused by the unique key: the stream goes on settling.
+func TestOpenPublishIntentTakesUpAnOlderBinarysIntent(t *testing.T) {
+	t.Parallel()
+	db, ctx, f := trimFixture(t)
+	if _, err := db.Pool().Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class) VALUES ('s1', 'publish', 'old~0', 'standard')`); err != nil {
+		t.Fatal(err)
+	}
+	tg := catalog.PublishTarget{Base: catalog.KeyBase{Stream: sid(1), Epoch: 1, FirstRecord: 0},
+		Key: func(r int32) string { return fmt.Sprintf("old~%d", r) }}
+	in, err := db.OpenPublishIntent(ctx, f, tg, "standard")
+	if err != nil || !in.Reopened || in.ObjectKey != "old~0" {
+		t.Fatalf("intent: %+v %v, want old~0 taken up", in, err)
+	}
+	if h, err := db.HighRevision(ctx, tg.Base); err != nil || h != 0 {
+		t.Fatalf("high revision: %d %v", h, err)
+	}
 }

@@ -139,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		ErasureBound: g("erasure_pending_bound_seconds",
 			"The configured --erasure-alert-after: NovaAuditorErasurePending fires when the oldest pending erasure is older."),
 		RecordsTombstoned: c("records_tombstoned_total", "Records replaced by tombstones, by settle or by an erasure rewrite."),
-		ObjectsRewritten:  c("objects_rewritten_total", "Settled objects rewritten at revision + 1 by the erasure step."),
+		ObjectsRewritten:  c("objects_rewritten_total", "Settled objects rewritten at a higher revision by the erasure step."),
 		ErasuresApplied:   c("erasures_applied_total", "Erasures applied (applied_at set: no settled object holds their bytes)."),
 		ErasureRewriteBytes: cv("erasure_rewrite_bytes_total",
 			"Bytes of the erasure step's rewrites, by kind: copied server side, fetched and uploaded through the auditor.", "kind"),

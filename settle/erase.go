@@ -25,7 +25,7 @@ import (
 //     carries their bytes: it reads the erasures of each stream over the
 //     records it writes (deadReader), all of them;
 //   - the erasure step (Eraser) rewrites every cataloged object that still
-//     holds them at revision + 1, copying the clean chunks server side and
+//     holds them at a higher revision, copying the clean chunks server side and
 //     uploading the re-encoded ones, repoints the catalog entry with the
 //     revision check, arms the old revision's reap, and sets applied_at
 //     once nothing settled can hold the bytes (catalog.ApplyErasure) and
@@ -408,7 +408,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 // rewriteEntry makes one cataloged object hold tombstones for the dead
 // records: it reads the entry's footer and the chunks that hold dead
 // records and, when any of those still holds bytes, publishes the rewrite
-// at revision + 1 (clean chunks copied from the object itself) and repoints
+// above the entry's revision (clean chunks copied from the object itself) and repoints
 // the entry. It reports the revision the entry is at and whether that
 // revision is known to hold no dead record's bytes.
 func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.Stream, en catalog.Entry, dead deadSet,

@@ -36,7 +36,8 @@ type SourceChunk struct {
 }
 
 // Tail is the stream's last settled object, which a plan may rewrite at
-// revision + 1 when it is not full.
+// revision + 1 when it is not full (publish may open the intent higher:
+// docs/architecture.md#no-late-delete).
 type Tail struct {
 	Key         string
 	FirstRecord uint64

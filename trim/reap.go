@@ -439,19 +439,22 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 	ready := make([]candidate, 0, len(act))
 	for _, c := range act {
 		ok := true
-		if c.in.Kind == "publish" || c.in.UploadID != "" {
-			// Every upload of the key, not only the recorded one: a kill
+		listAll := c.in.Kind == "publish" || c.in.AbortUnrecorded
+		if listAll || c.in.UploadID != "" {
+			// Every upload of the key, not only the recorded one, for a
+			// publish intent (and one the classification turned into a
+			// reap: AbortUnrecorded, so a retry lists again): a kill
 			// between creating an upload and recording its ID leaves one
 			// that only a listing finds, and once this intent is finished
 			// nothing would ever abort it. The key is never published
-			// again (dead, condemned or already cataloged), so no upload
+			// again (dead and buried, or already cataloged), so no upload
 			// of it is anyone's.
 			for _, b := range c.set.Buckets() {
 				ids := []string{}
 				if c.in.UploadID != "" {
 					ids = append(ids, c.in.UploadID)
 				}
-				if c.in.Kind == "publish" {
+				if listAll {
 					counts.S3Requests++
 					found, err := r.d.Topology.Store().ListAssemblies(ctx, b, c.in.ObjectKey)
 					if err != nil {

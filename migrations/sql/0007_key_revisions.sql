@@ -17,10 +17,17 @@ CREATE TABLE nova.auditor_key_revisions (
 );
 
 -- Every revision in use before this migration: the catalog's, and every
--- intent's (publish or reap) whose key parses as a settled key.
+-- intent's (publish or reap) whose key parses as a settled key. Keys an
+-- auditor from before it gave up and deleted have no intent left to tell;
+-- a DELETE of one may still be in flight (an SDK retry). So the backfill
+-- keeps one revision of headroom where such keys were: the revision after
+-- each cataloged one (a tail or erasure rewrite), and revision 0 at each
+-- stream's settled_through (a new run).
 INSERT INTO nova.auditor_key_revisions (stream_id, epoch, first_record, high_revision)
 SELECT stream_id, epoch, first_record, max(revision) FROM (
-  SELECT stream_id, epoch, first_record, revision FROM nova.catalog
+  SELECT stream_id, epoch, first_record, revision + 1 AS revision FROM nova.catalog WHERE revision < 2147483647
+  UNION ALL
+  SELECT stream_id, epoch, settled_through, 0 FROM nova.streams
   UNION ALL
   SELECT m[1]::uuid, m[2]::bigint, m[3]::bigint, m[4]::integer
   FROM nova.orphan_intents,
@@ -28,3 +35,9 @@ SELECT stream_id, epoch, first_record, max(revision) FROM (
   WHERE m IS NOT NULL AND m[4]::bigint <= 2147483647
 ) used
 GROUP BY stream_id, epoch, first_record;
+
+-- A publish intent the reap step finds dead becomes a reap intent in the
+-- transaction that buries its key; every upload of the key, recorded or
+-- not, is then listed and aborted before the intent is finished, on every
+-- retry until that succeeds.
+ALTER TABLE nova.orphan_intents ADD COLUMN abort_unrecorded boolean NOT NULL DEFAULT false;
