@@ -13,6 +13,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
 )
@@ -48,10 +49,18 @@ func pausedLeaderLateDelete(t *testing.T, e *crashEnv) {
 	if err != nil || len(open) == 0 {
 		t.Fatalf("no publish intent left by the kill: %+v %v", open, err)
 	}
-	key := open[0].ObjectKey
-	attrs, err := e.fs.Head(e.ctx, e.bucket, key)
-	if err != nil {
-		t.Fatal(err)
+	// Streams settle concurrently: the killed cycle may have left intents
+	// whose objects were not complete yet. Damage one that stands.
+	var key string
+	var attrs objstore.Attrs
+	for _, in := range open {
+		if attrs, err = e.fs.Head(e.ctx, e.bucket, in.ObjectKey); err == nil {
+			key = in.ObjectKey
+			break
+		}
+	}
+	if key == "" {
+		t.Fatalf("no open publish intent has a standing object: %+v (%v)", open, err)
 	}
 	obj, _, err := e.fs.GetRange(e.ctx, e.bucket, key, 0, attrs.Size)
 	if err != nil {
