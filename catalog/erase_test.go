@@ -128,7 +128,7 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	}
 	e := catalog.Entry{Stream: sid(1), Epoch: 1, FirstRecord: 0, Revision: 0, RecordCount: 10, ObjectBytes: 100,
 		FooterOffset: 50, FooterLength: 30, Class: catalog.ClassStandard}
-	if err := db.CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, ObjectKey: "k/0~0"}); err != nil {
+	if err := db.CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, "k/0~0"), ObjectKey: "k/0~0"}); err != nil {
 		t.Fatal(err)
 	}
 	if apply(nil) {
@@ -138,7 +138,7 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 		t.Fatal("applied with the entry checked at another revision")
 	}
 	e.Revision = 1
-	if err := db.CommitRewrite(ctx, l.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, ObjectKey: "k/0~1", OldKey: "k/0~0",
+	if err := db.CommitRewrite(ctx, l.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, IntentID: intent(t, db, "k/0~1"), ObjectKey: "k/0~1", OldKey: "k/0~0",
 		ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,18 +25,17 @@ var ErrInvariant = errors.New("metastore invariant broken")
 var ErrIntentGone = errors.New("publish intent is no longer open")
 
 // closePublishIntent deletes the publish intent a commit carries out,
-// which must still be open on the committed key (ErrIntentGone otherwise:
-// a key whose intent was given up may already be deleted, late or not,
-// and is never cataloged), and any reap intent on the key.
+// which must still be open on the committed key (ErrIntentGone otherwise,
+// and for a commit with no intent: a key whose intent was given up may
+// already be deleted, late or not, and is never cataloged), and any reap
+// intent on the key.
 func closePublishIntent(ctx context.Context, tx pgx.Tx, id int64, key string) error {
-	if id != 0 {
-		tag, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1 AND kind = 'publish' AND object_key = $2`, id, key)
-		if err != nil {
-			return fmt.Errorf("delete publish intent %d: %w", id, err)
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("commit %s: intent %d: %w", key, id, ErrIntentGone)
-		}
+	tag, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1 AND kind = 'publish' AND object_key = $2`, id, key)
+	if err != nil {
+		return fmt.Errorf("delete publish intent %d: %w", id, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("commit %s: intent %d: %w", key, id, ErrIntentGone)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE kind = 'reap' AND object_key = $1`, key); err != nil {
 		return fmt.Errorf("delete reap intents of %s: %w", key, err)
@@ -261,7 +260,7 @@ func (db *DB) AddStagedPart(ctx context.Context, f Fence, id int64, part int) er
 // Intents lists a star's intents of one kind (publish or reap), oldest
 // first; Due is computed with the database clock and grace.
 func (db *DB) Intents(ctx context.Context, star, kind string, grace time.Duration) ([]Intent, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after,
+	rows, err := db.pool.Query(ctx, `SELECT `+intentCols+`,
 			CASE WHEN kind = 'reap' THEN reap_after <= now() ELSE created_at <= now() - $3::interval END
 		FROM nova.orphan_intents WHERE star = $1 AND kind = $2 ORDER BY id`, star, kind, grace)
 	if err != nil {
@@ -269,7 +268,7 @@ func (db *DB) Intents(ctx context.Context, star, kind string, grace time.Duratio
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) {
 		var in Intent
-		return in, r.Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
+		return in, scanIntent(r, &in)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list %s intents of star %q: %w", kind, star, err)
@@ -304,7 +303,7 @@ func (db *DB) DeleteIntent(ctx context.Context, f Fence, id int64) error {
 type SettleCommit struct {
 	Entry        Entry  // the catalog row to write
 	PrevRevision int32  // -1 for a new entry; else the revision being replaced
-	IntentID     int64  // the publish intent to delete (0: none)
+	IntentID     int64  // the key's publish intent, still open (deleted by the commit)
 	ObjectKey    string // the committed key: any reap intent on it is deleted
 	OldKey       string // the superseded revision's key: a reap is armed for it
 	ReapGrace    time.Duration

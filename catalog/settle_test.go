@@ -68,6 +68,17 @@ func TestSettleCommitLifecycle(t *testing.T) {
 
 	entry := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: 0, Revision: 0, RecordCount: 15, ObjectBytes: 1000,
 		FooterOffset: 800, FooterLength: 160, MinTimestamp: 1, MaxTimestamp: 9}
+	// The catalog only comes to reference a key whose publish intent is
+	// open (docs/architecture.md#no-late-delete): a commit with no intent,
+	// or another key's, is refused and changes nothing.
+	for _, c := range []catalog.SettleCommit{
+		{Entry: entry, PrevRevision: -1, ObjectKey: key0},
+		{Entry: entry, PrevRevision: -1, IntentID: in.ID, ObjectKey: key0 + "x"},
+	} {
+		if err := db.CommitSettle(ctx, f, c); !errors.Is(err, catalog.ErrIntentGone) {
+			t.Fatalf("commit %+v: %v, want ErrIntentGone", c, err)
+		}
+	}
 	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: in.ID, ObjectKey: key0}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +107,7 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	key1 := "buckets/b1/streams/x/1/0~1"
 	rewrite := entry
 	rewrite.Revision, rewrite.RecordCount = 1, 30
-	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, ObjectKey: key1, OldKey: key0, ReapGrace: time.Hour}); err != nil {
+	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, IntentID: intent(t, db, key1), ObjectKey: key1, OldKey: key0, ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := db.EntriesOfStream(ctx, id)

@@ -47,7 +47,11 @@ func settleEntry(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fe
 	t.Helper()
 	e := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: first, Revision: rev, RecordCount: count, ObjectBytes: 100,
 		FooterOffset: 50, FooterLength: 30, MinTimestamp: 1, MaxTimestamp: 2}
-	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: prev, ObjectKey: key, OldKey: old, ReapGrace: time.Hour}); err != nil {
+	in, err := writepath.New(db).PublishIntent(ctx, f.Star, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: prev, IntentID: in, ObjectKey: key, OldKey: old, ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -499,4 +503,14 @@ func TestOpenPublishIntentTakesUpAnOlderBinarysIntent(t *testing.T) {
 	if h, err := db.HighRevision(ctx, tg.Base); err != nil || h != 0 {
 		t.Fatalf("high revision: %d %v", h, err)
 	}
+}
+
+// intent opens a publish intent on key for a test's own commit.
+func intent(t *testing.T, db *catalog.DB, key string) int64 {
+	t.Helper()
+	id, err := writepath.New(db).PublishIntent(context.Background(), "s1", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -275,7 +275,7 @@ func (e *env) settle(ids ...catalog.StreamID) []string {
 		if err := e.store.PutIfAbsent(e.ctx, e.std, key, []byte("settled")); err != nil {
 			e.t.Fatal(err)
 		}
-		if err := e.db.CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, ObjectKey: key}); err != nil {
+		if err := e.db.CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(e.t, e.db, e.fence.Star, key), ObjectKey: key}); err != nil {
 			e.t.Fatal(err)
 		}
 		keys = append(keys, key)
@@ -346,4 +346,14 @@ func target(t testing.TB, key string) catalog.PublishTarget {
 		t.Fatal(err)
 	}
 	return tg
+}
+
+// publishIntent opens a publish intent on key for a test's own commit.
+func publishIntent(t testing.TB, db *catalog.DB, star, key string) int64 {
+	t.Helper()
+	id, err := writepath.New(db).PublishIntent(context.Background(), star, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

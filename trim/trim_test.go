@@ -468,7 +468,7 @@ func retentionAndObjectReaps(t *testing.T, ns namedStore) {
 	if err := e.store.PutIfAbsent(e.ctx, e.std, key(20, 1), []byte("rewrite")); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.db.CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: 0, ObjectKey: key(20, 1), OldKey: key(20, 0)}); err != nil {
+	if err := e.db.CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: 0, IntentID: publishIntent(t, e.db, e.fence.Star, key(20, 1)), ObjectKey: key(20, 1), OldKey: key(20, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	// An abandoned publish of a key no settle can publish again, with an

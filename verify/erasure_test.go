@@ -18,7 +18,7 @@ import (
 func settleTombstoned(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.StreamID, first, count int64, dead func(int64) bool) (string, []byte) {
 	t.Helper()
 	key, obj, e := tombstonedObject(t, id, first, count, 0, dead)
-	if err := db.CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, ObjectKey: key}); err != nil {
+	if err := db.CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	return key, obj
@@ -110,7 +110,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 	// repointed: sound.
 	k, obj, e := tombstonedObject(t, catalog.StreamID{15: 1}, 0, 10, 1, func(r int64) bool { return r >= 3 && r < 5 })
 	store.put(k, obj)
-	if err := db.CommitRewrite(ctx, lease.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, ObjectKey: k, OldKey: keys[0],
+	if err := db.CommitRewrite(ctx, lease.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, IntentID: intent(t, db, lease.Fence, k), ObjectKey: k, OldKey: keys[0],
 		ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

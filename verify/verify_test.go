@@ -86,7 +86,7 @@ func settleObject(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.Stre
 	e := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: first, Revision: 0, RecordCount: count, ObjectBytes: int64(len(obj)),
 		FooterOffset: int64(v.Footer.FooterOffset()), FooterLength: int64(v.Footer.FooterLength()),
 		MinTimestamp: 1000 + first, MaxTimestamp: 1000 + first + count - 1}
-	if err := db.CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, ObjectKey: key}); err != nil {
+	if err := db.CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	return key, obj
@@ -264,4 +264,14 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 	if !found {
 		t.Fatalf("verify missed the overlap 10 entries back: %+v", rep.Findings)
 	}
+}
+
+// intent opens a publish intent on key for a test's own commit.
+func intent(t *testing.T, db *catalog.DB, f catalog.Fence, key string) int64 {
+	t.Helper()
+	id, err := writepath.New(db).PublishIntent(context.Background(), f.Star, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

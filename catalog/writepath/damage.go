@@ -105,3 +105,19 @@ func (db *DB) LockWaiters(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// PublishIntent opens a publish intent on key as the auditor's publish
+// step would before writing it (unfenced; ON CONFLICT takes up the open
+// one), so a test can commit a catalog entry of its own making: every
+// settle commit requires its key's publish intent open.
+func (db *DB) PublishIntent(ctx context.Context, star, key string) (int64, error) {
+	var id int64
+	err := db.pool.QueryRow(ctx, `WITH ins AS (INSERT INTO nova.orphan_intents (star, kind, object_key, class)
+			VALUES ($1, 'publish', $2, 'standard') ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING RETURNING id)
+		SELECT id FROM ins UNION ALL SELECT id FROM nova.orphan_intents WHERE kind = 'publish' AND object_key = $2 LIMIT 1`,
+		star, key).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("open a publish intent on %s: %w", key, err)
+	}
+	return id, nil
+}

@@ -81,6 +81,10 @@ func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, f
 			}
 		}
 		key := bundlefmt.SettledKey(s.Bucket, id, uint64(s.Epoch), uint64(from), 0)
+		intent, err := writepath.New(db).PublishIntent(ctx, lease.Fence.Star, key)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := st.Store.PutIfAbsent(ctx, st.Standard, key, obj); err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +92,7 @@ func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, f
 		entry := catalog.Entry{Stream: s.ID, Epoch: s.Epoch, FirstRecord: from, Revision: 0, RecordCount: to - from,
 			ObjectBytes: int64(len(obj)), FooterOffset: int64(tr.FooterOffset()), FooterLength: int64(tr.FooterLength()),
 			MinTimestamp: minTS, MaxTimestamp: maxTS, Class: catalog.ClassStandard}
-		if err := db.CommitSettle(ctx, lease.Fence, catalog.SettleCommit{Entry: entry, PrevRevision: -1, ObjectKey: key}); err != nil {
+		if err := db.CommitSettle(ctx, lease.Fence, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: intent, ObjectKey: key}); err != nil {
 			t.Fatal(err)
 		}
 		keys = append(keys, key)
