@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -65,4 +66,15 @@ func fnvStream(key string) [16]byte {
 		id[i], id[15-i] = byte(h>>(8*i)), byte(h>>(8*i))^0x5a
 	}
 	return id
+}
+
+// HighRevision (for tests) is the base's high-water revision, -1 when none was used.
+func (db *DB) HighRevision(ctx context.Context, b KeyBase) (int32, error) {
+	high := int32(-1)
+	err := db.pool.QueryRow(ctx, `SELECT high_revision FROM nova.auditor_key_revisions
+		WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("read the revisions of %x/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
+	}
+	return high, nil
 }

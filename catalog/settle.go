@@ -186,7 +186,7 @@ func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, c
 			return fmt.Errorf("open publish intent for %s: %w", key, err)
 		}
 		in.Revision = rev
-		return raiseHighRevision(ctx, tx, t.Base, rev)
+		return setHighRevision(ctx, tx, t.Base, rev)
 	})
 	return in, err
 }
@@ -205,6 +205,8 @@ func scanIntent(r pgx.Row, in *Intent) error {
 // committed at a revision no intent named.
 func lockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) {
 	var high int32
+	// xmax is 0 on a row this statement inserted, the locking
+	// transaction's ID on one the conflict update locked.
 	err := tx.QueryRow(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
 		VALUES ($1, $2, $3, 0) ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = k.high_revision
 		RETURNING CASE WHEN xmax = 0 THEN -1 ELSE high_revision END`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
@@ -214,26 +216,14 @@ func lockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) 
 	return high, nil
 }
 
-// raiseHighRevision raises the base's high-water revision to at least rev.
-func raiseHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase, rev int32) error {
-	if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
-		VALUES ($1, $2, $3, $4) ON CONFLICT (stream_id, epoch, first_record)
-		DO UPDATE SET high_revision = greatest(k.high_revision, EXCLUDED.high_revision)`,
-		b.Stream, b.Epoch, b.FirstRecord, rev); err != nil {
+// setHighRevision sets the base's high-water revision, whose row
+// lockHighRevision locked, to rev (above it).
+func setHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase, rev int32) error {
+	if _, err := tx.Exec(ctx, `UPDATE nova.auditor_key_revisions SET high_revision = $4
+		WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, b.Stream, b.Epoch, b.FirstRecord, rev); err != nil {
 		return fmt.Errorf("raise the revisions of %x/%d/%d to %d: %w", b.Stream, b.Epoch, b.FirstRecord, rev, err)
 	}
 	return nil
-}
-
-// HighRevision is the base's high-water revision, -1 when none was used.
-func (db *DB) HighRevision(ctx context.Context, b KeyBase) (int32, error) {
-	high := int32(-1)
-	err := db.pool.QueryRow(ctx, `SELECT high_revision FROM nova.auditor_key_revisions
-		WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("read the revisions of %x/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
-	}
-	return high, nil
 }
 
 // SetIntentUpload records the multipart upload of a publish intent.

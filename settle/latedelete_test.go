@@ -87,6 +87,17 @@ func (a *leaderA) reapPaused(t *testing.T, p *pausePoint) <-chan error {
 	return done
 }
 
+// freezeBeforeDelete lets every armed reap fall due, runs A's reap until
+// it freezes before its DELETE, and lets A's lease run out.
+func (a *leaderA) freezeBeforeDelete(t *testing.T) (*pausePoint, <-chan error) {
+	t.Helper()
+	a.e.skipGrace()
+	p := newPause(trim.CrashObjectBeforeDelete)
+	done := a.reapPaused(t, p)
+	a.expire(t)
+	return p, done
+}
+
 // expire ends A's lease (its renewals stopped while it was paused).
 func (a *leaderA) expire(t *testing.T) {
 	t.Helper()
@@ -185,10 +196,7 @@ func TestLateDeleteAfterRelease(t *testing.T) {
 			if err != nil || c.StreamsQuarantined != 1 {
 				t.Fatalf("leader A's settle: %+v %v, want the stream quarantined", c, err)
 			}
-			e.skipGrace()
-			p := newPause(trim.CrashObjectBeforeDelete)
-			done := a.reapPaused(t, p)
-			a.expire(t)
+			p, done := a.freezeBeforeDelete(t)
 
 			// Leader B: reaps the condemned key, the operator releases
 			// the stream, B settles it again.
@@ -243,10 +251,7 @@ func TestLateDeleteAfterNewErasure(t *testing.T) {
 			if reaps, _ := e.db.Intents(e.ctx, "s1", "reap", 0); len(reaps) != 1 || reaps[0].ObjectKey != abandoned {
 				t.Fatalf("recovery did not give up the withdrawn rewrite %s: %+v", abandoned, reaps)
 			}
-			e.skipGrace()
-			p := newPause(trim.CrashObjectBeforeDelete)
-			done := a.reapPaused(t, p)
-			a.expire(t)
+			p, done := a.freezeBeforeDelete(t)
 
 			// Leader B: reaps the abandoned key itself, then a new erasure
 			// of the same object, rewritten and applied.
