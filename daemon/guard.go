@@ -329,7 +329,7 @@ func (d *Daemon) checkRules(ctx context.Context) map[string]error {
 		d.guard.checked[b] = time.Now()
 		d.guard.mu.Unlock()
 		m.ExpiringRules.WithLabelValues(b).Set(float64(len(v.Expiring)))
-		m.KeepsDeleted.WithLabelValues(b, checkVersioning).Set(b2f(v.Versioning == objstore.VersioningEnabled || v.Versioning == objstore.VersioningSuspended))
+		m.KeepsDeleted.WithLabelValues(b, checkVersioning).Set(b2f(v.Versioned()))
 		m.KeepsDeleted.WithLabelValues(b, checkObjectLock).Set(b2f(v.ObjectLock == objstore.VerdictYes))
 		m.SetupMissing.WithLabelValues(b, checkAbortIncomplete).Set(b2f(v.AbortIncomplete == objstore.VerdictNo))
 		m.SetupMissing.WithLabelValues(b, checkEncryption).Set(b2f(v.Encryption == objstore.VerdictNo))

@@ -161,7 +161,7 @@ const (
 // recorded before these checks existed has neither field: unknown.
 func (v RulesVerdict) KeepsDeleted() string {
 	switch {
-	case v.Versioning == VersioningEnabled || v.Versioning == VersioningSuspended || v.ObjectLock == VerdictYes:
+	case v.Versioned() || v.ObjectLock == VerdictYes:
 		return VerdictYes
 	case v.Versioning == VersioningOff:
 		return VerdictNo
@@ -169,11 +169,17 @@ func (v RulesVerdict) KeepsDeleted() string {
 	return VerdictUnknown
 }
 
+// Versioned reports whether the bucket has had versioning: enabled or
+// suspended (the versions made while it was enabled stay).
+func (v RulesVerdict) Versioned() bool {
+	return v.Versioning == VersioningEnabled || v.Versioning == VersioningSuspended
+}
+
 // KeepsDeletedWhy names what keeps deleted bytes on the bucket ("" when
 // nothing known does): "versioning enabled", "Object Lock", or both.
 func (v RulesVerdict) KeepsDeletedWhy() string {
 	var why []string
-	if v.Versioning == VersioningEnabled || v.Versioning == VersioningSuspended {
+	if v.Versioned() {
 		why = append(why, "versioning "+v.Versioning)
 	}
 	if v.ObjectLock == VerdictYes {
@@ -212,7 +218,9 @@ func (b BucketRules) Judge(prefixes []string) RulesVerdict {
 			v.Versioning = VersioningOff
 		case VersioningStatusSuspended:
 			v.Versioning = VersioningSuspended
-		default: // Enabled, or a status this code does not know: taken as on
+		case VersioningStatusEnabled:
+			v.Versioning = VersioningEnabled
+		default: // a status this code does not know: taken as on
 			v.Versioning = VersioningEnabled
 		}
 	}

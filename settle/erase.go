@@ -231,9 +231,11 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 	if err != nil {
 		return total, err
 	}
-	open := make(map[string]bool, len(intents)) // the key bases of the open publish intents
+	open := make(map[catalog.KeyBase]bool, len(intents)) // the key bases of the open publish intents
 	for _, in := range intents {
-		open[keyBase(in.ObjectKey)] = true
+		if k, err := bundlefmt.ParseSettledKey(in.ObjectKey); err == nil {
+			open[catalog.KeyBase{Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)}] = true
+		}
 	}
 	var (
 		mu       sync.Mutex
@@ -301,7 +303,7 @@ func (h *holdGate) held() string { return h.why }
 // (bounded by the object's records), and the records from there on wait
 // for a later window: nothing there is rewritten or applied this cycle.
 func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.ErasureWindow,
-	open map[string]bool, hold *holdGate, opts cycle.Options) (cycle.Counts, error) {
+	open map[catalog.KeyBase]bool, hold *holdGate, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var counts cycle.Counts
 	valid := func(es []catalog.Erasure, into []catalog.Erasure) []catalog.Erasure {
@@ -412,11 +414,10 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 // the entry. It reports the revision the entry is at and whether that
 // revision is known to hold no dead record's bytes.
 func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.Stream, en catalog.Entry, dead deadSet,
-	open map[string]bool, opts cycle.Options, counts *cycle.Counts) (int32, bool, error) {
+	open map[catalog.KeyBase]bool, opts cycle.Options, counts *cycle.Counts) (int32, bool, error) {
 	s := e.s
 	sid := bundlefmt.StreamID(st.ID)
-	base := keyBase(bundlefmt.SettledKey(st.Bucket, sid, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision)))
-	if open[base] && en.EndRecord() == st.SettledThrough && st.SettledThrough < st.NextRecord {
+	if open[catalog.KeyBase{Stream: st.ID, Epoch: en.Epoch, FirstRecord: en.FirstRecord}] && en.EndRecord() == st.SettledThrough && st.SettledThrough < st.NextRecord {
 		// Settle's tail rewrite of this entry is in flight (it honours the
 		// erasure): it adopts or abandons that key; this waits for it.
 		return en.Revision, false, nil
@@ -469,15 +470,6 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	// An adopted object may be a rewrite made under fewer erasures: the
 	// next cycle reads it again before the erasure is applied.
 	return int32(p.revision), !p.adopted, nil
-}
-
-// keyBase is a settled key without its revision: every revision of one
-// catalog position has the same base.
-func keyBase(key string) string {
-	if i := strings.LastIndexByte(key, '~'); i >= 0 {
-		return key[:i]
-	}
-	return key
 }
 
 // overlapsAny reports whether [from, to) meets any of the spans.
