@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -313,6 +314,67 @@ func (s *BucketSet) Delete(ctx context.Context, keys []string, buckets []string)
 		return o.Err
 	})
 	return out
+}
+
+// AbortUploads aborts the multipart uploads of key in every bucket of the
+// set at once: recorded (when not "") and, with listAll, every other
+// upload a listing of the key finds (one a crash kept from being
+// recorded). An upload already gone is success. It returns each bucket's
+// outcome (Err nil: no upload of the key is left there) and the requests
+// sent. The zone health is the one Delete keeps: a bucket it holds off is
+// sent nothing (HeldOff), a failure (not a cancellation) holds the bucket
+// off, and a success clears it, so reap's aborts pay a down zone's
+// retries once per hold-off, as its deletes do.
+func (s *BucketSet) AbortUploads(ctx context.Context, key, recorded string, listAll bool) ([]DeleteOutcome, int64) {
+	out := make([]DeleteOutcome, len(s.read))
+	var asked []*DeleteOutcome
+	for i, zb := range s.read {
+		out[i].Bucket = zb.Bucket
+		if s.health.Down(zb.Bucket) {
+			out[i].HeldOff = true
+			continue
+		}
+		asked = append(asked, &out[i])
+	}
+	var requests atomic.Int64
+	EachBucket(asked, func(o *DeleteOutcome) error {
+		start := s.clock()
+		o.Err = s.abortUploads(ctx, o.Bucket, key, recorded, listAll, &requests)
+		switch {
+		case o.Err == nil:
+			s.health.Succeeded(o.Bucket)
+		case ctx.Err() == nil:
+			s.health.Failed(o.Bucket, s.clock().Sub(start))
+		}
+		return o.Err
+	})
+	return out, requests.Load()
+}
+
+func (s *BucketSet) abortUploads(ctx context.Context, bucket, key, recorded string, listAll bool, requests *atomic.Int64) error {
+	var ids []string
+	if recorded != "" {
+		ids = append(ids, recorded)
+	}
+	if listAll {
+		requests.Add(1)
+		found, err := s.store.ListAssemblies(ctx, bucket, key)
+		if err != nil {
+			return fmt.Errorf("list the uploads of %s in %s: %w", key, bucket, err)
+		}
+		for _, id := range found {
+			if id != recorded {
+				ids = append(ids, id)
+			}
+		}
+	}
+	for _, id := range ids {
+		requests.Add(1)
+		if err := s.store.AbortAssembly(ctx, bucket, key, id); err != nil && !errors.Is(err, ErrNoUpload) {
+			return fmt.Errorf("abort upload %s of %s in %s: %w", id, key, bucket, err)
+		}
+	}
+	return nil
 }
 
 // EachBucket runs f on every bucket at once and returns each one's error in

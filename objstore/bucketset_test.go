@@ -373,3 +373,59 @@ func TestCopySourceFailoverEnds(t *testing.T) {
 		t.Fatal("a bucket in two classes accepted")
 	}
 }
+
+// abortCounter counts ListAssemblies and AbortAssembly by bucket and
+// fails both on the buckets in down.
+type abortCounter struct {
+	flaky
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *abortCounter) ListAssemblies(ctx context.Context, b, k string) ([]string, error) {
+	c.mu.Lock()
+	c.calls[b]++
+	c.mu.Unlock()
+	if c.down[b] {
+		return nil, errDown
+	}
+	return c.flaky.ListAssemblies(ctx, b, k)
+}
+
+func (c *abortCounter) AbortAssembly(ctx context.Context, b, k, id string) error {
+	c.mu.Lock()
+	c.calls[b]++
+	c.mu.Unlock()
+	if c.down[b] {
+		return errDown
+	}
+	return c.flaky.AbortAssembly(ctx, b, k, id)
+}
+
+// TestAbortUploadsShareHealth: reap's aborts go through the set's zone
+// health as its deletes do. A failing zone is held off (its intent stays
+// for a later cycle), and while it is held off it is sent nothing; an
+// upload already gone is success.
+func TestAbortUploadsShareHealth(t *testing.T) {
+	ctx := context.Background()
+	fs := fileBuckets(t, "za", "zb")
+	st := &abortCounter{flaky: flaky{Store: fs, down: map[string]bool{"za": true}}, calls: map[string]int{}}
+	set, err := objstore.NewBucketSet(st, []objstore.ZoneBucket{{Zone: "a", Bucket: "za"}, {Zone: "b", Bucket: "zb"}}, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax)
+	set.SetHealth(h)
+	outs, requests := set.AbortUploads(ctx, "k", "upload-1", true)
+	if outs[0].Bucket != "za" || outs[0].Err == nil || outs[1].Err != nil || outs[1].HeldOff {
+		t.Fatalf("first abort: %+v", outs)
+	}
+	if !h.Down("za") || requests != 3 { // za: a failed listing; zb: a listing and the recorded upload's abort
+		t.Fatalf("after a failed abort: za down %v, %d requests", h.Down("za"), requests)
+	}
+	before := st.calls["za"]
+	outs, _ = set.AbortUploads(ctx, "k", "upload-1", true)
+	if !outs[0].HeldOff || st.calls["za"] != before || outs[1].Err != nil {
+		t.Fatalf("second abort: %+v, za asked %d times (was %d): want za held off, not asked", outs, st.calls["za"], before)
+	}
+}

@@ -115,6 +115,16 @@ func (t *Topology) GetRange(ctx context.Context, class, key string, off, n int64
 	return set.GetRange(ctx, key, off, n)
 }
 
+// GetSuffix reads the last n bytes of an object of a class from the first
+// bucket of the class's set that has it.
+func (t *Topology) GetSuffix(ctx context.Context, class, key string, n int64) ([]byte, int64, error) {
+	set, err := t.Class(class)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	return set.GetSuffix(ctx, key, n)
+}
+
 // CopySource is the bucket an assembly copies a slot of a class from
 // (BucketSet.CopySource).
 func (t *Topology) CopySource(class string) (string, error) {

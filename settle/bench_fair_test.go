@@ -118,7 +118,7 @@ func runFair(b *testing.B, sh fairShape, mode string) {
 	}
 	rec := &assembleRecorder{Store: e.store}
 	ids, next := writeFairSlots(b, e, sh)
-	s := e.newSettler(settle.Deps{DB: e.db, Store: rec, Topology: e.topology(), Pending: e.pending},
+	s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topologyOver(rec), Pending: e.pending},
 		settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 			Concurrency: fairConcurrency, ReapGrace: time.Hour})
 	before := map[string]catalog.Entry{}

@@ -55,7 +55,7 @@ func BenchmarkHotBacklogPeakRSS(b *testing.B) {
 				b.StopTimer()
 				e, _ := newEnv(b, backends()[0], 0, 0)
 				writeHotBacklog(b, e, records, 20_000, 100)
-				s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending},
+				s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
 					settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 50,
 						Concurrency: 4, ReapGrace: time.Hour})
 				l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)

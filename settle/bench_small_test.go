@@ -54,7 +54,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				lat := s3Backend("s3-latency", "small", latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}, nil)
 				e, _ := newEnv(b, lat, 0, 0)
 				writeSlots(b, e, streams, 2, 2, 256)
-				s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending},
+				s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
 					settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 						Concurrency: conc, ReapGrace: time.Hour})
 				l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
@@ -93,7 +93,7 @@ func BenchmarkManySmallStreamsFile(b *testing.B) {
 		b.StopTimer()
 		e, _ := newEnv(b, backends()[0], 0, 0)
 		writeSlots(b, e, streams, 2, 2, 256)
-		s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending},
+		s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
 			settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 				Concurrency: 16, ReapGrace: time.Hour})
 		l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)

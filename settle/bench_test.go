@@ -48,7 +48,7 @@ func BenchmarkSettleEndToEnd(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending,
+				s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending,
 					Metrics: metrics},
 					settle.Config{CapBytes: sh.capBytes, TargetBytes: sh.targetB, MaxStreams: 100000, MaxBytes: 1 << 50,
 						Concurrency: 4, ReapGrace: time.Hour})

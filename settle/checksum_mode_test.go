@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
@@ -35,7 +36,7 @@ func probedEnv(t *testing.T, put objstore.ChecksumAlgorithm) (*env, *assembleRec
 }
 
 func probedSettler(e *env, rec *assembleRecorder) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: rec, Topology: e.topology(), Pending: e.pending},
+	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topologyOver(rec), Pending: e.pending},
 		settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 1000, MaxBytes: 1 << 40,
 			Concurrency: 2, ReapGrace: time.Hour})
 }
@@ -71,7 +72,7 @@ func TestServerCheckedBySlotChecksum(t *testing.T) {
 			if got := rec.readBack.Load() > 0; got != c.readBack {
 				t.Errorf("slots stored with %s: read back %d bytes, want read-back %v", c.put, rec.readBack.Load(), c.readBack)
 			}
-			rep, err := verify.Verify(e.ctx, e.db, e.store, verify.Options{Star: "s1", Bucket: e.std})
+			rep, err := verify.Verify(e.ctx, e.db, bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
 			if err != nil || len(rep.Findings) != 0 || rep.Objects < 4 {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}
@@ -114,7 +115,7 @@ func TestServerCheckedCatchesDamagedSlot(t *testing.T) {
 			if (rec.readBack.Load() > 0) != (put == objstore.AlgorithmCRC32C) {
 				t.Errorf("slot stored with %s: read back %d bytes", put, rec.readBack.Load())
 			}
-			rep, err := verify.Verify(e.ctx, e.db, e.store, verify.Options{Star: "s1", Bucket: e.std})
+			rep, err := verify.Verify(e.ctx, e.db, bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
 			if err != nil || len(rep.Findings) != 0 {
 				t.Fatalf("verify after the damage: %+v %v", rep, err)
 			}

@@ -176,7 +176,7 @@ func TestFailedReadBackNeverDeletesDirectly(t *testing.T) {
 	}
 	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 	refs, _ := e.db.RefsOfStream(e.ctx, streams[0].ID)
-	s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 40,
+	s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 40,
 		Concurrency: 1, ReapGrace: time.Hour})
 	c, err := e.cycle("s1", s)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
@@ -146,16 +147,15 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 		if c.Data != nil || !dead.intersects(c.Entry.FirstRecord, c.Entry.EndRecord()) {
 			continue
 		}
-		data, _, err := s.d.Topology.GetRange(ctx, c.Src.Class, c.Src.Key, int64(c.Entry.DataOffset), int64(c.Entry.ChunkBytes()))
+		data, err := s.read.Chunk(ctx, c.Src, c.Entry)
+		reads++
 		if err != nil {
-			return nil, fetched, reads, classify(c.Src.Key, fmt.Errorf("read chunk [%d, %d) of %s to erase records: %w",
-				c.Entry.FirstRecord, c.Entry.EndRecord(), c.Src.Key, err))
+			return nil, fetched, reads, fmt.Errorf("erase records of %s: %w", c.Src.Key, err)
 		}
 		fetched += int64(len(data))
-		reads++
 		e, nd, n, err := bundlefmt.EraseRecords(c.Src.Key, c.Entry, data, dead.has)
 		if err != nil {
-			return nil, fetched, reads, &cycle.QuarantineError{SlotKey: c.Src.Key, Class: classOf(err), Err: err}
+			return nil, fetched, reads, &cycle.QuarantineError{SlotKey: c.Src.Key, Class: bundle.ClassOf(err), Err: err}
 		}
 		if n == 0 {
 			continue
@@ -181,7 +181,7 @@ func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, 
 	}
 	src := make([]SourceChunk, len(t.Entries))
 	for i, e := range t.Entries {
-		src[i] = SourceChunk{Src: Source{Key: t.Key, Class: catalog.ClassStandard}, Entry: e}
+		src[i] = SourceChunk{Src: bundle.Settled(t.Key), Entry: e}
 	}
 	got, fetched, reads, err := s.scrubChunks(ctx, src, dead)
 	if err != nil {

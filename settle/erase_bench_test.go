@@ -53,7 +53,7 @@ func benchErase(b *testing.B, probed bool) {
 		perChunk := chunk / (recBytes + 1)
 		flights := objects*capMiB*(1<<20)/chunk + 1
 		writeSlots(b, e, 1, flights, perChunk, recBytes)
-		s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: int64(capMiB) << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 50,
+		s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: int64(capMiB) << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 50,
 			Concurrency: 4, ReapGrace: time.Hour})
 		if _, err := e.cycle("s1", s); err != nil {
 			b.Fatal(err)

@@ -25,7 +25,7 @@ func (e *env) eraseSettler(crash func(crashpoint.Point)) *settle.Settler {
 }
 
 func (e *env) eraseSettlerCap(crash func(crashpoint.Point), capBytes int64) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending, Crash: crash},
+	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: capBytes, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3})
 }
 
@@ -456,7 +456,7 @@ func TestEraseWaitsForAQuarantinedStream(t *testing.T) {
 // boundedEraseSettler is eraseSettler reading at most bound pending
 // erasures a cycle.
 func (e *env) boundedEraseSettler(crash func(crashpoint.Point), bound int) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending, Crash: crash},
+	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			MaxPendingErasures: bound})
 }

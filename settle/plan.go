@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crc32c"
 )
 
@@ -15,10 +15,7 @@ import (
 // footers. It reads nothing and writes nothing.
 
 // Source is where a run of bytes lives: an object in a bucket set of a class.
-type Source struct {
-	Key   string // logical key (no prefix)
-	Class string // standard or express: the bucket set to read it from
-}
+type Source = bundle.Source
 
 // SourceChunk is one chunk of the stream inside a source object: its
 // directory entry has the object-absolute DataOffset within that object.
@@ -226,7 +223,7 @@ func buildOutput(in PlanInput, first uint64, rev uint32, rewrite *Tail, chunks [
 	if rewrite != nil {
 		// The standing object's data region, copied; a chunk re-encoded
 		// with tombstones is uploaded in its place.
-		src := Source{Key: rewrite.Key, Class: catalog.ClassStandard}
+		src := bundle.Settled(rewrite.Key)
 		for i := range rewrite.Entries {
 			e := rewrite.Entries[i]
 			if d := rewrite.local(i); d != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
@@ -152,8 +153,8 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			}
 			return nil, in.ID, qerr
 		}
-		if _, herr := s.d.Store.Head(ctx, s.d.Topology.Standard(), o.Key); herr != nil {
-			return nil, in.ID, classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
+		if _, herr := s.store.Head(ctx, s.d.Topology.Standard(), o.Key); herr != nil {
+			return nil, in.ID, bundle.Classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
 		}
 	}
 	// 412: an earlier attempt completed this key and crashed before its
@@ -165,7 +166,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		uploadID = in.UploadID
 	}
 	if uploadID != "" {
-		if err := s.d.Store.AbortAssembly(ctx, s.d.Topology.Standard(), o.Key, uploadID); err != nil {
+		if err := s.store.AbortAssembly(ctx, s.d.Topology.Standard(), o.Key, uploadID); err != nil {
 			return nil, in.ID, fmt.Errorf("abort our upload of %s after 412: %w", o.Key, err)
 		}
 	}
@@ -208,7 +209,7 @@ const blameWindow = 8 << 20
 func (s *Settler) blame(ctx context.Context, o Output, err error) error {
 	var se *objstore.SourceError
 	if errors.As(err, &se) {
-		return classify(se.Key, err)
+		return bundle.Classify(se.Key, err)
 	}
 	table := crc32.MakeTable(crc32.Castagnoli)
 pieces:
@@ -219,7 +220,7 @@ pieces:
 		var crc uint32
 		for off := uint64(0); off < p.Len; off += blameWindow {
 			n := min(blameWindow, p.Len-off)
-			data, _, rerr := s.d.Topology.GetRange(ctx, p.Src.Class, p.Src.Key, int64(p.Off+off), int64(n))
+			data, rerr := s.read.Range(ctx, p.Src, int64(p.Off+off), int64(n))
 			if rerr != nil || uint64(len(data)) != n {
 				continue pieces // cannot tell from here
 			}
@@ -231,12 +232,12 @@ pieces:
 					p.Off, p.Len, p.Src.Key, crc, p.CRC32C, o.Key, err)}
 		}
 	}
-	return classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
+	return bundle.Classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
 }
 
 // abortUploads aborts every open upload building key except keep.
 func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
-	ids, err := s.d.Store.ListAssemblies(ctx, s.d.Topology.Standard(), key)
+	ids, err := s.store.ListAssemblies(ctx, s.d.Topology.Standard(), key)
 	if err != nil {
 		return fmt.Errorf("find unrecorded uploads of %s: %w", key, err)
 	}
@@ -244,7 +245,7 @@ func (s *Settler) abortUploads(ctx context.Context, key, keep string) error {
 		if id == keep {
 			continue
 		}
-		if err := s.d.Store.AbortAssembly(ctx, s.d.Topology.Standard(), key, id); err != nil {
+		if err := s.store.AbortAssembly(ctx, s.d.Topology.Standard(), key, id); err != nil {
 			return fmt.Errorf("abort unrecorded upload of %s: %w", key, err)
 		}
 		s.d.Log.Info("aborted an upload a crash kept from being recorded", "key", key, "upload", id)
@@ -263,25 +264,14 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*pub
 	// this window knows, left by an attempt under other settings, would
 	// otherwise be met again on every release).
 	bad := func(err error) error { return notTheSources(o.Key, err) }
-	tr, size, err := s.d.Store.GetSuffix(ctx, s.d.Topology.Standard(), o.Key, bundlefmt.TrailerSize)
-	if err != nil {
-		return nil, fmt.Errorf("read trailer of standing %s: %w", o.Key, err)
-	}
-	t, err := bundlefmt.DecodeTrailer(o.Key, tr, uint64(size))
-	if err != nil {
-		return nil, bad(err)
-	}
-	buf, _, err := s.d.Store.GetRange(ctx, s.d.Topology.Standard(), o.Key, int64(t.FooterOffset()), int64(t.FooterLength())+bundlefmt.TrailerSize)
-	if err != nil {
-		return nil, fmt.Errorf("read footer of standing %s: %w", o.Key, err)
-	}
-	f, err := bundlefmt.OpenFooter(o.Key, t.FooterOffset(), buf, uint64(size), bundlefmt.SettledBase)
-	if err == nil {
-		err = f.VerifyDirectory()
+	f, err := s.read.StandingFooter(ctx, o.Key)
+	if q, ok := cycle.AsQuarantine(err); ok {
+		return nil, bad(q.Err)
 	}
 	if err != nil {
-		return nil, bad(err)
+		return nil, err
 	}
+	size := f.ObjectSize()
 	entries, err := f.Entries()
 	if err != nil {
 		return nil, bad(err)
@@ -460,7 +450,7 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 	if req.Pieces, err = pieces(); err != nil {
 		return objstore.AssembleResult{}, err
 	}
-	res, err := s.d.Store.Assemble(ctx, req)
+	res, err := s.store.Assemble(ctx, req)
 	for again := true; again; {
 		var se *objstore.SourceError
 		switch {
@@ -485,7 +475,7 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 			again = false
 			continue
 		}
-		res, err = s.d.Store.Assemble(ctx, req)
+		res, err = s.store.Assemble(ctx, req)
 	}
 	return res, err
 }

@@ -34,7 +34,7 @@ func (s *Settler) recoverIntents(ctx context.Context, f catalog.Fence) error {
 			continue
 		}
 		if in.UploadID != "" {
-			if err := s.d.Store.AbortAssembly(ctx, s.d.Topology.Standard(), in.ObjectKey, in.UploadID); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			if err := s.store.AbortAssembly(ctx, s.d.Topology.Standard(), in.ObjectKey, in.UploadID); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 				return fmt.Errorf("abort stale upload of %s: %w", in.ObjectKey, err)
 			}
 		}

@@ -116,7 +116,7 @@ func TestS3FaultsDuringSettle(t *testing.T) {
 		FlightInterval: time.Minute, Session: 3}); err != nil {
 		t.Fatal(err)
 	}
-	big := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10000, MaxBytes: 1 << 40,
+	big := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10000, MaxBytes: 1 << 40,
 		Concurrency: 3, ReapGrace: time.Hour})
 	fl.on.Store(true)
 	failures := 0

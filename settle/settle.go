@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
@@ -19,10 +20,10 @@ import (
 	"github.com/nova/auditor/pendingobj"
 )
 
-// Store is what settling needs of the object store (objstore.Store has it).
+// Store is what settling writes to the object store (objstore.Store has
+// it): assemblies and their uploads. Every read of a stored bundle goes
+// through a bundle.Reader instead.
 type Store interface {
-	GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error)
-	GetSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error)
 	Head(ctx context.Context, bucket, key string) (objstore.Attrs, error)
 	Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error)
 	AbortAssembly(ctx context.Context, bucket, key, uploadID string) error
@@ -31,11 +32,12 @@ type Store interface {
 
 // Deps are the settle step's collaborators.
 type Deps struct {
-	DB    *catalog.DB
-	Store Store
+	DB *catalog.DB
 	// Topology is where everything lives: the standard bucket (settled
 	// objects), the slot buckets of each class, and the zone health that
-	// slot reads and copy sources share with trim's deletes.
+	// slot reads and copy sources share with trim's deletes. Every read of
+	// a stored bundle goes through a bundle.Reader over it; writes (the
+	// assemblies) go to its store.
 	Topology *objstore.Topology
 	Pending  *pendingobj.Store // staged parts; nil keeps gathered parts in memory
 	Log      *slog.Logger
@@ -95,9 +97,11 @@ const DefaultMaxPendingErasures = 100000
 // Settler is the recover-and-settle step of the cycle (docs/architecture.md#the-cycle,
 // steps 1 and 2).
 type Settler struct {
-	d   Deps
-	c   Config
-	hot chan struct{} // one token per stream settled past its first window
+	d     Deps
+	c     Config
+	store Store          // the topology's store: assemblies and their uploads
+	read  *bundle.Reader // every read of a stored bundle (no footer cache: Run makes each cycle's)
+	hot   chan struct{}  // one token per stream settled past its first window
 }
 
 var _ cycle.Step = (*Settler)(nil)
@@ -110,7 +114,10 @@ func New(d Deps, c Config) (*Settler, error) {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Settler{d: d, c: c, hot: make(chan struct{}, c.HotStreams)}, nil
+	if d.Topology == nil {
+		return nil, errors.New("settle: no storage topology")
+	}
+	return &Settler{d: d, c: c, store: d.Topology.Store(), read: bundle.NewReader(d.Topology), hot: make(chan struct{}, c.HotStreams)}, nil
 }
 
 // Name implements cycle.Step.
@@ -165,7 +172,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	if err != nil {
 		return total, err
 	}
-	fc := newFooterCache(s.d.Topology, s.c.FooterCacheBytes)
+	rd := s.read.WithFooterCache(s.c.FooterCacheBytes)
 	var (
 		mu       sync.Mutex
 		firstErr error
@@ -184,7 +191,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	g.SetLimit(s.c.Concurrency)
 	for _, ds := range due {
 		g.Go(func() error {
-			c, err := s.settleStream(gctx, f, fc, ds, erasing[ds.Stream], opts, take)
+			c, err := s.settleStream(gctx, f, rd, ds, erasing[ds.Stream], opts, take)
 			mu.Lock()
 			total.Add(c)
 			mu.Unlock()
@@ -194,9 +201,10 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	if err := g.Wait(); err != nil {
 		return total, err
 	}
-	s.d.Metrics.footerGets(fc.Gets())
-	total.S3Requests += 2 * fc.Gets() // each slot's envelope and footer GETs, once per cycle
-	total.BytesFetched += fc.Bytes()
+	gets, read := rd.FooterReads()
+	s.d.Metrics.footerGets(gets)
+	total.S3Requests += 2 * gets // each slot's envelope and footer GETs, once per cycle
+	total.BytesFetched += read
 	if !opts.DryRun {
 		if err := s.reconcile(ctx, f); err != nil {
 			return total, err
@@ -289,7 +297,7 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 // written, so an object is never written without a tombstone a pending
 // erasure asks for, and an attempt made again after a crash plans at least
 // the tombstones the first did (what adoption accepts).
-func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerCache, ds catalog.DueStream, erasing bool, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
+func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.Reader, ds catalog.DueStream, erasing bool, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
 	var counts cycle.Counts
 	// The stream row and its first refs come from one snapshot: the write
 	// path keeps absorbing while this runs, and refs read after
@@ -334,7 +342,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, fc *footerC
 	if err != nil {
 		return counts, err
 	}
-	r := newResolver(fc, f.Star, st)
+	r := newResolver(rd, f.Star, st)
 	var carry []SourceChunk // resolved, planned into a sub-cap output not yet published
 	gapChecked, hot := false, false
 	takeHot := func() error {
@@ -628,36 +636,22 @@ func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog
 // readEntry reads the footer of a cataloged object: its chunks, as a Tail
 // a rewrite may copy from.
 func (s *Settler) readEntry(ctx context.Context, st catalog.Stream, last catalog.Entry) (*Tail, error) {
-	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(last.Epoch), uint64(last.FirstRecord), uint32(last.Revision))
-	buf, size, err := s.d.Store.GetRange(ctx, s.d.Topology.Standard(), key, last.FooterOffset, last.FooterLength+bundlefmt.TrailerSize)
+	key := bundle.EntryKey(st.Bucket, last)
+	f, err := s.read.EntryFooter(ctx, key, last.FooterOffset, last.FooterLength)
 	if err != nil {
-		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, cycle.Haltf("cataloged object %s is missing", key)
-		}
-		return nil, fmt.Errorf("read footer of tail %s: %w", key, err)
-	}
-	f, err := bundlefmt.OpenFooter(key, uint64(last.FooterOffset), buf, uint64(size), bundlefmt.SettledBase)
-	if err != nil {
-		return nil, &cycle.QuarantineError{SlotKey: key, Class: classOf(err), Err: err}
+		return nil, err
 	}
 	entries, err := f.Entries()
 	if err != nil {
-		return nil, &cycle.QuarantineError{SlotKey: key, Class: classOf(err), Err: err}
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: bundle.ClassOf(err), Err: err}
 	}
 	return &Tail{Key: key, FirstRecord: uint64(last.FirstRecord), Revision: uint32(last.Revision), Entries: entries}, nil
-}
-
-func classOf(err error) string {
-	if q, ok := cycle.AsQuarantine(classify("", err)); ok {
-		return q.Class
-	}
-	return cycle.ClassCorrupt
 }
 
 // planLimits are the part-planning limits the store publishes with (an S3
 // store's configured ones); DefaultLimits for a store that plans no parts.
 func (s *Settler) planLimits() objstore.Limits {
-	if l, ok := s.d.Store.(interface{ Limits() objstore.Limits }); ok {
+	if l, ok := s.store.(interface{ Limits() objstore.Limits }); ok {
 		return l.Limits()
 	}
 	return objstore.DefaultLimits

@@ -128,7 +128,14 @@ func (e *env) write(star string, flights int64, faults sim.Faults, session uint6
 // health of its own.
 func (e *env) topology() *objstore.Topology {
 	e.t.Helper()
-	return teststore.Topology(e.t, e.store, e.std, e.express, nil)
+	return e.topologyOver(e.store)
+}
+
+// topologyOver is the env's topology over store (a wrapper of e.store that
+// counts what the settle step asks of it).
+func (e *env) topologyOver(store objstore.Store) *objstore.Topology {
+	e.t.Helper()
+	return teststore.Topology(e.t, store, e.std, e.express, nil)
 }
 
 const (
@@ -166,7 +173,7 @@ func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
 }
 
 func (e *env) settler(crash func(crashpoint.Point)) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending, Crash: crash},
+	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour})
 }

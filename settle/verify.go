@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/internal/cycle"
@@ -34,8 +35,7 @@ const (
 // *cycle.QuarantineError naming the key on a mismatch.
 func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefmt.Entry, expect [][]expectPart) (fetched int64, requests int, err error) {
 	get := func(ctx context.Context, off, n int64) ([]byte, error) {
-		data, _, err := s.d.Store.GetRange(ctx, s.d.Topology.Standard(), key, off, n)
-		return data, err
+		return s.read.Range(ctx, bundle.Settled(key), off, n)
 	}
 	return checkStanding(ctx, key, entries, expect, get)
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func (e *env) windowed(refs int, records int64, cache int64) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology(), Pending: e.pending},
+	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour, WindowRefs: refs, WindowRecords: records, FooterCacheBytes: cache})
 }
@@ -126,7 +126,7 @@ func TestPeakHeapFlatAsOneBacklogGrows(t *testing.T) {
 		}
 		st, _ := e.db.StreamsOfStar(e.ctx, "s1")
 		records[flights] = st[0].NextRecord
-		s := e.newSettler(settle.Deps{DB: e.db, Store: e.store, Topology: e.topology()},
+		s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology()},
 			settle.Config{CapBytes: 1 << 20, TargetBytes: 256 << 10, MaxStreams: 10, MaxBytes: 1 << 40, Concurrency: 1,
 				ReapGrace: time.Hour, WindowRefs: 4, WindowRecords: 2000, FooterCacheBytes: 256 << 10})
 		// A GC at every few percent of growth keeps the live-heap figure

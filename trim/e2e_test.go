@@ -66,7 +66,7 @@ func endToEnd(t *testing.T, ns namedStore) {
 	runCycle := func(star string, f catalog.Fence, linger time.Duration) cycle.Counts {
 		t.Helper()
 		pol := catalog.DuePolicy{Linger: linger, AgeCap: 2 * linger, ExpressLinger: linger, ExpressAgeCap: 2 * linger}
-		s, err := settle.New(settle.Deps{DB: db, Store: mem, Topology: top},
+		s, err := settle.New(settle.Deps{DB: db, Topology: top},
 			settle.Config{Policy: pol, CapBytes: 64 << 10, TargetBytes: 16 << 10, MaxStreams: 1000, MaxBytes: 1 << 40, Concurrency: 4,
 				ReapGrace: grace, FooterCacheBytes: 256 << 20, WindowRefs: settle.DefaultWindowRefs,
 				WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams,

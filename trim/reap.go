@@ -449,31 +449,15 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 			// nothing would ever abort it. The key is never published
 			// again (dead and buried, or already cataloged), so no upload
 			// of it is anyone's.
-			for _, b := range c.set.Buckets() {
-				ids := []string{}
-				if c.in.UploadID != "" {
-					ids = append(ids, c.in.UploadID)
-				}
-				if listAll {
-					counts.S3Requests++
-					found, err := r.d.Topology.Store().ListAssemblies(ctx, b, c.in.ObjectKey)
-					if err != nil {
-						r.d.Log.Warn("listing the uploads of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", b, "err", err)
-						ok = false
-						continue
-					}
-					for _, id := range found {
-						if id != c.in.UploadID {
-							ids = append(ids, id)
-						}
-					}
-				}
-				for _, id := range ids {
-					counts.S3Requests++
-					if err := r.d.Topology.Store().AbortAssembly(ctx, b, c.in.ObjectKey, id); err != nil && !errors.Is(err, objstore.ErrNoUpload) {
-						r.d.Log.Warn("abort upload of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", b, "err", err)
-						ok = false
-					}
+			outs, requests := c.set.AbortUploads(ctx, c.in.ObjectKey, c.in.UploadID, listAll)
+			counts.S3Requests += requests
+			for _, o := range outs {
+				switch {
+				case o.HeldOff:
+					ok = false // its zone is held off: a later cycle aborts there
+				case o.Err != nil:
+					r.d.Log.Warn("abort the uploads of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", o.Bucket, "err", o.Err)
+					ok = false
 				}
 			}
 		}

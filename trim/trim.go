@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
@@ -99,10 +100,8 @@ func plan(opts cycle.Options, format string, args ...any) {
 	}
 }
 
-// settledKey is the key of a catalog entry's object.
-func settledKey(e catalog.RetiredEntry) string {
-	return bundlefmt.SettledKey(e.Bucket, bundlefmt.StreamID(e.Stream), uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
-}
+// settledKey is the key of a retired catalog entry's object.
+func settledKey(e catalog.RetiredEntry) string { return bundle.EntryKey(e.Bucket, e.Entry) }
 
 // Decision is the trim bound of a star and what trim does with it.
 type Decision struct {

@@ -92,7 +92,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 			}
 		}
 	}
-	rep, err := verify.Verify(ctx, db, store, verifyOpts())
+	rep, err := verify.Verify(ctx, db, store.reader(), verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 		ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err = verify.Verify(ctx, db, store, verifyOpts()); err != nil || len(rep.Findings) != 0 {
+	if rep, err = verify.Verify(ctx, db, store.reader(), verifyOpts()); err != nil || len(rep.Findings) != 0 {
 		t.Fatalf("after the rewrite: %+v %v", rep.Findings, err)
 	}
 }

@@ -9,25 +9,25 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
 
-// ObjectReader is what verify needs of the object store (objstore.Store
-// has it): the bytes [off, off+n) of an object and its size. A missing
-// object is objstore.ErrNotFound; an empty object read from offset 0 is
+// ObjectReader is what verify needs of the store (bundle.Reader has it):
+// the first n bytes of the settled object at key and its size. A missing
+// object is objstore.ErrNotFound; an empty object is
 // objstore.ErrInvalidRange (both findings). Every other read error is a
 // failure to look (ErrStoreAccess).
 type ObjectReader interface {
-	GetRange(ctx context.Context, bucket, key string, off, n int64) (data []byte, size int64, err error)
+	Object(ctx context.Context, key string, n int64) (data []byte, size int64, err error)
 }
 
 // Options configure Verify.
 type Options struct {
-	Star   string
-	Bucket string // the standard bucket, where every settled object lives
+	Star string
 	// Concurrency bounds objects read at once (default 4).
 	Concurrency int
 	// Progress, when set, is called after each object with (done, total).
@@ -163,11 +163,6 @@ func compare(a, b string) int {
 	return 0
 }
 
-// settledKey is the key of an entry's object (docs/format.md#keys).
-func settledKey(s catalog.Stream, e catalog.Entry) string {
-	return bundlefmt.SettledKey(s.Bucket, bundlefmt.StreamID(e.Stream), uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
-}
-
 // checkTiling checks a stream's entries (in record order) cover their
 // records once: no overlap, no gap except below low_record (retention, or
 // refs skipped below it), the last ending at settled_through, all of the
@@ -202,15 +197,14 @@ func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 // verifyEntry reads an entry's object whole and checks it. It returns a
 // finding (nil when the object is sound) and the bytes read.
 func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.Stream, e catalog.Entry, applied []catalog.Erasure) (*Finding, int64, error) {
-	key := settledKey(s, e)
+	key := bundle.EntryKey(s.Bucket, e)
 	find := func(kind, format string, args ...any) *Finding {
 		return &Finding{Kind: kind, Stream: catalog.FormatStream(s.ID), Key: key, Detail: fmt.Sprintf(format, args...)}
 	}
-	n := max(e.ObjectBytes, 1)
-	obj, size, err := store.GetRange(ctx, o.Bucket, key, 0, n)
+	obj, size, err := store.Object(ctx, key, e.ObjectBytes)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		return find(FindingMissing, "no object at %s/%s", o.Bucket, key), 0, nil
+		return find(FindingMissing, "no object at %s", key), 0, nil
 	case err != nil && ctx.Err() != nil:
 		return nil, 0, err
 	case errors.Is(err, objstore.ErrInvalidRange):
@@ -218,7 +212,7 @@ func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.S
 	case err != nil:
 		// Access denied, bad credentials, a server down: a failure to look,
 		// not a property of the object.
-		return nil, 0, fmt.Errorf("read %s/%s: %w: %w", o.Bucket, key, ErrStoreAccess, err)
+		return nil, 0, fmt.Errorf("read %s: %w: %w", key, ErrStoreAccess, err)
 	}
 	got := int64(len(obj))
 	if size != e.ObjectBytes {

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
 	"github.com/nova/auditor/verify"
@@ -35,6 +37,11 @@ func newObjects(t *testing.T) *objects {
 		t.Fatal(err)
 	}
 	return &objects{Store: fs, t: t}
+}
+
+// reader reads the store's bundles, "nova" its standard bucket.
+func (o *objects) reader() *bundle.Reader {
+	return bundle.NewReader(teststore.Topology(o.t, o.Store, "nova", nil, nil))
 }
 
 // put stores data at key, replacing what was there.
@@ -138,7 +145,7 @@ func healthyCatalog(t *testing.T, db *catalog.DB) (*objects, []string) {
 }
 
 func verifyOpts() verify.Options {
-	return verify.Options{Star: "s1", Bucket: "nova"}
+	return verify.Options{Star: "s1"}
 }
 
 // newDB opens a fresh, migrated metastore with one star, "s1".
@@ -160,7 +167,7 @@ func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
 	opts := verifyOpts()
 	opts.Progress = func(done, total int) { progress = append(progress, done*100+total) }
 	opts.Concurrency = 1
-	rep, err := verify.Verify(ctx, db, store, opts)
+	rep, err := verify.Verify(ctx, db, store.reader(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +187,7 @@ func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
 		footer_offset, footer_length, min_timestamp, max_timestamp) VALUES ($1, 1, 5, 0, 5, 1, 0, 1, 0, 0)`, catalog.StreamID{15: 2}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = verify.Verify(ctx, db, store, verifyOpts())
+	rep, err = verify.Verify(ctx, db, store.reader(), verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +223,7 @@ func TestVerifyMismatchAgainstTheCatalog(t *testing.T) {
 	if _, err := c.Exec(ctx, `UPDATE nova.streams SET next_record = 9, settled_through = 9 WHERE stream_id = $1`, catalog.StreamID{15: 2}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := verify.Verify(ctx, db, store, verifyOpts())
+	rep, err := verify.Verify(ctx, db, store.reader(), verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +260,7 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 	if o, err := db.FirstOverlap(ctx, []catalog.StreamID{id}); err != nil || o != nil {
 		t.Fatalf("the cycle's check reads only the tail: %v %v", o, err)
 	}
-	rep, err := verify.Verify(ctx, db, store, verifyOpts())
+	rep, err := verify.Verify(ctx, db, store.reader(), verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
@@ -267,9 +269,13 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 		return code
 	}
 	defer db.Close()
-	opts := verify.Options{Star: cfg.Star, Bucket: cfg.Bucket, Concurrency: *concurrency}
-	// The same store the cycle uses.
+	opts := verify.Options{Star: cfg.Star, Concurrency: *concurrency}
+	// The same store and topology the cycle uses.
 	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	top, err := wire.Topology(cfg, store, nil)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -277,7 +283,7 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 	if tty {
 		opts.Progress = func(done, total int) { fmt.Fprintf(e.stderr, "\r%s", progressBar(done, total, 40)) }
 	}
-	rep, err := verify.Verify(ctx, db, store, opts)
+	rep, err := verify.Verify(ctx, db, bundle.NewReader(top), opts)
 	if tty {
 		fmt.Fprintln(e.stderr)
 	}

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/config"
-	"github.com/nova/auditor/objstore"
 )
 
 // cmdInspect is `auditor inspect FILE` (inspectObject via runInspect),
@@ -31,29 +30,13 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	buckets, err := wire.Buckets(cfg)
+	top, err := wire.Topology(cfg, store, nil)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	var (
-		obj  []byte
-		from string
-	)
-	for _, b := range buckets {
-		a, herr := store.Head(ctx, b, key)
-		if herr == nil {
-			from = b
-			if obj, err = []byte{}, nil; a.Size > 0 { // an empty object is inspected (and found corrupt)
-				obj, _, err = store.GetRange(ctx, b, key, 0, a.Size)
-			}
-			break
-		}
-		err = herr
-		if !errors.Is(herr, objstore.ErrNotFound) {
-			break
-		}
-	}
-	if obj == nil || err != nil {
+	// An empty object is inspected (and found corrupt).
+	from, obj, err := bundle.NewReader(top).Find(ctx, key)
+	if err != nil {
 		return exitCode(e, cfg, fmt.Errorf("inspect %s: %w", key, err))
 	}
 	exp, err := bundlefmt.ExpectFromKey(key)

@@ -66,7 +66,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		return nil, nil, err
 	}
 	settler, err := settle.New(settle.Deps{
-		DB: db, Store: store, Topology: top, Pending: pending,
+		DB: db, Topology: top, Pending: pending,
 		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(),
 	}, settle.Config{
 		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,

@@ -82,7 +82,8 @@ func TestReadmeLayoutMatchesFolders(t *testing.T) {
 func TestOneTopology(t *testing.T) {
 	root := repoRoot(t)
 	allowed := map[string][]string{
-		"objstore.NewTopology(":  {"cmd/internal/wire/", "internal/testenv/teststore/", "objstore/storetest/"},
+		"objstore.NewTopology(":  {"bundle/", "objstore/storetest/"}, // bundle.Topology: the one slot-class policy
+		"bundle.Topology(":       {"cmd/internal/wire/", "internal/testenv/teststore/"},
 		"objstore.NewBucketSet(": {},
 		"objstore.NewHealth(":    {"cmd/auditor/"},
 	}

@@ -12,7 +12,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
@@ -69,19 +69,12 @@ func StoreWithPutChecksum(ctx context.Context, cfg config.Config, alg objstore.C
 // or delete of an express slot then fails naming it. health is the zone
 // health every set shares (nil: a fresh one).
 func Topology(cfg config.Config, store objstore.Store, health *objstore.Health) (*objstore.Topology, error) {
-	classes := map[string][]objstore.ZoneBucket{catalog.ClassStandard: {{Bucket: cfg.Bucket}}}
-	if len(cfg.S3ExpressBuckets) > 0 {
-		classes[catalog.ClassExpress] = cfg.S3ExpressBuckets
-	}
 	if cfg.Bucket == "" {
 		return nil, &config.Error{Field: "bucket", Msg: "no standard bucket"}
 	}
-	t, err := objstore.NewTopology(store, cfg.Bucket, classes, cfg.Location, health)
+	t, err := bundle.Topology(store, cfg.Bucket, cfg.S3ExpressBuckets, cfg.Location, "--s3-express-buckets", health)
 	if err != nil {
 		return nil, &config.Error{Field: "s3-express-buckets", Msg: err.Error()}
-	}
-	if len(cfg.S3ExpressBuckets) == 0 {
-		t.Unconfigured(catalog.ClassExpress, "--s3-express-buckets")
 	}
 	return t, nil
 }

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
@@ -205,16 +205,18 @@ func Topology(tb testing.TB, store objstore.Store, std string, express []string,
 
 func topology(tb testing.TB, store objstore.Store, std string, express, zones []string, health *objstore.Health) *objstore.Topology {
 	tb.Helper()
-	classes := map[string][]objstore.ZoneBucket{catalog.ClassStandard: {{Bucket: std}}}
-	var local string
+	var (
+		zbs   []objstore.ZoneBucket
+		local string
+	)
 	if len(express) > 0 {
-		zbs := make([]objstore.ZoneBucket, len(express))
+		zbs = make([]objstore.ZoneBucket, len(express))
 		for i, b := range express {
 			zbs[i] = objstore.ZoneBucket{Zone: zones[i], Bucket: b}
 		}
-		classes[catalog.ClassExpress], local = zbs, zones[0]
+		local = zones[0]
 	}
-	t, err := objstore.NewTopology(store, std, classes, local, health)
+	t, err := bundle.Topology(store, std, zbs, local, "no express buckets in this test", health)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,0 +1,271 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
+)
+
+// SettledClass is the class whose bucket set holds every settled object:
+// the standard bucket alone (docs/architecture.md#buckets-and-zone-health).
+// A settled object read as a copy source is a Source of this class.
+const SettledClass = catalog.ClassStandard
+
+// Source names a stored bundle: its key (docs/format.md#keys) and the
+// class whose buckets hold it.
+type Source struct {
+	Key   string
+	Class string // catalog.ClassStandard or catalog.ClassExpress
+}
+
+// Settled is the Source of the settled object at key.
+func Settled(key string) Source { return Source{Key: key, Class: SettledClass} }
+
+// EntryKey is the key of a catalog entry's object, of a stream whose
+// key prefix is bucket (its streams.bucket).
+func EntryKey(bucket string, e catalog.Entry) string {
+	return bundlefmt.SettledKey(bucket, bundlefmt.StreamID(e.Stream), uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
+}
+
+// Reader reads stored bundles from a topology. The zero value is not
+// usable; NewReader makes one. A Reader is safe for concurrent use.
+type Reader struct {
+	top     *objstore.Topology
+	footers *footerCache // nil: slot footers are read afresh each time
+}
+
+// NewReader returns a reader of the bundles of top, with no footer cache.
+func NewReader(top *objstore.Topology) *Reader { return &Reader{top: top} }
+
+// WithFooterCache returns a reader over the same topology that keeps the
+// slot footers it reads, up to limit bytes (least recently used out), and
+// reads each slot's envelope and footer once even when several callers ask
+// at the same time. It is one cycle's: a cache is dropped with its reader.
+func (r *Reader) WithFooterCache(limit int64) *Reader {
+	nr := &Reader{top: r.top}
+	nr.footers = newFooterCache(nr, limit)
+	return nr
+}
+
+// Topology is where the reader reads.
+func (r *Reader) Topology() *objstore.Topology { return r.top }
+
+// FooterReads returns how many slot footers the reader's cache fetched
+// (each an envelope GET and a footer GET) and the bytes those read.
+func (r *Reader) FooterReads() (gets, bytes int64) {
+	if r.footers == nil {
+		return 0, 0
+	}
+	return r.footers.stats()
+}
+
+// Classify turns a read or decode error about the stored bundle at key
+// into a quarantine when it is about the data: a format error (corrupt,
+// checksum, unsupported version, by bundlefmt.ClassOf), source bytes that
+// disagree with their DataCRC (objstore.ErrChecksum), or a missing object.
+// Any other error (network, throttling, a down zone) is returned as it is:
+// a retry (docs/architecture.md#error-classes).
+func Classify(key string, err error) error {
+	if err == nil || cycle.IsQuarantine(err) {
+		return err
+	}
+	if c := bundlefmt.ClassOf(err); c != "" {
+		return &cycle.QuarantineError{SlotKey: key, Class: c, Err: err}
+	}
+	switch {
+	case errors.Is(err, objstore.ErrChecksum):
+		return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Err: err}
+	case errors.Is(err, objstore.ErrNotFound):
+		return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassMissing, Err: err}
+	}
+	return err
+}
+
+// ClassOf is the quarantine class Classify gives a decode error (corrupt
+// when it has none of the format's).
+func ClassOf(err error) string {
+	if q, ok := cycle.AsQuarantine(Classify("", err)); ok {
+		return q.Class
+	}
+	return cycle.ClassCorrupt
+}
+
+func corrupt(key string, format string, args ...any) error {
+	return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassCorrupt, Err: fmt.Errorf(format, args...)}
+}
+
+// SlotFooter returns the footer of the transit slot at key of a class,
+// opened from the window a ref names (off, length). The slot's envelope
+// is read and checked first: it must be a flight of the key's epoch and
+// seq and locate the same footer, so a slot written under the wrong key
+// is found before any chunk of it is copied. Two refs that disagree on a
+// slot's window are corruption. Every data error is a quarantine naming
+// the slot (Classify); the reader's footer cache, if any, is used.
+func (r *Reader) SlotFooter(ctx context.Context, class, key string, off, length int64) (*bundlefmt.Footer, error) {
+	if r.footers != nil {
+		return r.footers.get(ctx, class, key, off, length)
+	}
+	var read int64
+	c, err := r.loadSlot(ctx, class, key, off, length, &read)
+	if err != nil {
+		return nil, err
+	}
+	return c.f, nil
+}
+
+// loadSlot reads and checks a slot's envelope and footer, adding the bytes
+// it read to *read.
+func (r *Reader) loadSlot(ctx context.Context, class, key string, off, length int64, read *int64) (*cached, error) {
+	if off < bundlefmt.EnvelopeSize+1 || length < 1 {
+		return nil, corrupt(key, "ref footer window (%d, %d) is out of range", off, length)
+	}
+	env, _, err := r.top.GetRange(ctx, class, key, 0, bundlefmt.EnvelopeSize)
+	*read += int64(len(env))
+	if err != nil {
+		return nil, Classify(key, fmt.Errorf("read envelope of %s: %w", key, err))
+	}
+	_, epoch, seq, err := bundlefmt.ParseSlotKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("slot key %s: %w", key, err)
+	}
+	ev, err := bundlefmt.ValidateEnvelope(env, bundlefmt.Expect{Key: key, Kind: bundlefmt.KindFlight, Epoch: epoch, Seq: seq, CheckKey: true})
+	if err != nil {
+		return nil, Classify(key, err)
+	}
+	if ev.FooterOffset != uint64(off) || ev.FooterLength != uint64(length) {
+		return nil, corrupt(key, "ref footer window (%d, %d), envelope says (%d, %d)", off, length, ev.FooterOffset, ev.FooterLength)
+	}
+	buf, size, err := r.top.GetRange(ctx, class, key, off, length+bundlefmt.TrailerSize)
+	*read += int64(len(buf))
+	if err != nil {
+		return nil, Classify(key, fmt.Errorf("read footer of %s: %w", key, err))
+	}
+	f, err := bundlefmt.OpenFooter(key, uint64(off), buf, uint64(size), bundlefmt.EnvelopeSize)
+	if err != nil {
+		return nil, Classify(key, err)
+	}
+	if f.FooterLength() != uint64(length) {
+		return nil, corrupt(key, "ref footer length %d, trailer says %d", length, f.FooterLength())
+	}
+	return &cached{key: key, window: [2]int64{off, length}, f: f, bytes: int64(len(buf))}, nil
+}
+
+// EntryFooter returns the footer of the settled object at key, opened
+// from the window its catalog entry names (off, length). The catalog
+// references the object, so its absence halts the auditor (nothing may
+// guess past a lost settled object); bad bytes are a quarantine naming
+// the key; any other failure is a retry.
+func (r *Reader) EntryFooter(ctx context.Context, key string, off, length int64) (*bundlefmt.Footer, error) {
+	buf, size, err := r.top.GetRange(ctx, SettledClass, key, off, length+bundlefmt.TrailerSize)
+	if err != nil {
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, cycle.Haltf("cataloged object %s is missing", key)
+		}
+		return nil, fmt.Errorf("read footer of %s: %w", key, err)
+	}
+	f, err := bundlefmt.OpenFooter(key, uint64(off), buf, uint64(size), bundlefmt.SettledBase)
+	if err != nil {
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: ClassOf(err), Err: err}
+	}
+	return f, nil
+}
+
+// StandingFooter returns the footer of a settled object at key that no
+// catalog entry describes (one a crash left standing before its commit):
+// its trailer locates the footer, whose directory is checked whole. A
+// read failure, a missing object included, is returned wrapped as it is
+// (the caller decides what absence means); bytes that do not decode are a
+// quarantine naming the key (Classify).
+func (r *Reader) StandingFooter(ctx context.Context, key string) (*bundlefmt.Footer, error) {
+	tr, size, err := r.top.GetSuffix(ctx, SettledClass, key, bundlefmt.TrailerSize)
+	if err != nil {
+		return nil, fmt.Errorf("read trailer of standing %s: %w", key, err)
+	}
+	t, err := bundlefmt.DecodeTrailer(key, tr, uint64(size))
+	if err != nil {
+		return nil, Classify(key, err)
+	}
+	buf, _, err := r.top.GetRange(ctx, SettledClass, key, int64(t.FooterOffset()), int64(t.FooterLength())+bundlefmt.TrailerSize)
+	if err != nil {
+		return nil, fmt.Errorf("read footer of standing %s: %w", key, err)
+	}
+	f, err := bundlefmt.OpenFooter(key, t.FooterOffset(), buf, uint64(size), bundlefmt.SettledBase)
+	if err == nil {
+		err = f.VerifyDirectory()
+	}
+	if err != nil {
+		return nil, Classify(key, err)
+	}
+	return f, nil
+}
+
+// Chunk returns the data bytes of the chunk e of the bundle src, checked
+// against e's DataCRC. Bytes that disagree, and a missing source, are a
+// quarantine naming src.Key; any other failure is a retry.
+func (r *Reader) Chunk(ctx context.Context, src Source, e bundlefmt.Entry) ([]byte, error) {
+	data, err := r.Range(ctx, src, int64(e.DataOffset), int64(e.ChunkBytes()))
+	if err != nil {
+		return nil, Classify(src.Key, fmt.Errorf("chunk [%d, %d): %w", e.FirstRecord, e.EndRecord(), err))
+	}
+	if uint64(len(data)) != e.ChunkBytes() {
+		return nil, corrupt(src.Key, "chunk [%d, %d) at %d: read %d bytes of %d", e.FirstRecord, e.EndRecord(), e.DataOffset, len(data), e.ChunkBytes())
+	}
+	if got := crc32c.Checksum(data); got != e.DataCRC {
+		return nil, &cycle.QuarantineError{SlotKey: src.Key, Class: cycle.ClassChecksum,
+			Err: fmt.Errorf("chunk [%d, %d) at %d: CRC-32C %08x, its entry says %08x", e.FirstRecord, e.EndRecord(), e.DataOffset, got, e.DataCRC)}
+	}
+	return data, nil
+}
+
+// Range returns the bytes [off, off+n) of the bundle src, fewer only at
+// its end. Errors are the store's, wrapped (objstore.ErrNotFound when no
+// bucket of the class has it); nothing is classified.
+func (r *Reader) Range(ctx context.Context, src Source, off, n int64) ([]byte, error) {
+	data, _, err := r.top.GetRange(ctx, src.Class, src.Key, off, n)
+	if err != nil {
+		return nil, fmt.Errorf("read [%d, +%d) of %s: %w", off, n, src.Key, err)
+	}
+	return data, nil
+}
+
+// Object returns the first n bytes of the settled object at key (n at
+// least its size reads it whole) and its size. Errors are the store's,
+// unclassified: objstore.ErrNotFound for a missing object,
+// objstore.ErrInvalidRange for an empty one; verify judges them.
+func (r *Reader) Object(ctx context.Context, key string, n int64) ([]byte, int64, error) {
+	return r.top.GetRange(ctx, SettledClass, key, 0, max(n, 1))
+}
+
+// Find reads the object at key whole from the first bucket of the
+// topology that has it (the standard bucket first, then each class's, in
+// read order), returning that bucket. It is inspect's: a key of any kind,
+// settled or transit, whose class the caller does not know. An empty
+// object is returned as no bytes, not an error.
+func (r *Reader) Find(ctx context.Context, key string) (bucket string, obj []byte, err error) {
+	store := r.top.Store()
+	err = fmt.Errorf("%s: %w", key, objstore.ErrNotFound)
+	for _, b := range r.top.All() {
+		a, herr := store.Head(ctx, b, key)
+		if errors.Is(herr, objstore.ErrNotFound) {
+			continue
+		}
+		if herr != nil {
+			return "", nil, fmt.Errorf("head %s/%s: %w", b, key, herr)
+		}
+		if a.Size == 0 {
+			return b, []byte{}, nil
+		}
+		obj, _, err := store.GetRange(ctx, b, key, 0, a.Size)
+		if err != nil {
+			return "", nil, fmt.Errorf("read %s/%s: %w", b, key, err)
+		}
+		return b, obj, nil
+	}
+	return "", nil, err
+}

@@ -1,0 +1,223 @@
+package bundle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
+)
+
+// counting counts the store's ranged reads, to hold the footer cache to
+// one envelope and one footer GET per slot.
+type counting struct {
+	objstore.Store
+	mu   sync.Mutex
+	gets map[string]int
+}
+
+func (c *counting) GetRange(ctx context.Context, b, k string, off, n int64) ([]byte, int64, error) {
+	c.mu.Lock()
+	c.gets[k]++
+	c.mu.Unlock()
+	return c.Store.GetRange(ctx, b, k, off, n)
+}
+
+type fixture struct {
+	ctx   context.Context
+	fs    *filestore.Store
+	store *counting
+	rd    *bundle.Reader
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.CreateBucket("nova"); err != nil {
+		t.Fatal(err)
+	}
+	c := &counting{Store: fs, gets: map[string]int{}}
+	top, err := bundle.Topology(c, "nova", nil, "", "--s3-express-buckets", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{ctx: context.Background(), fs: fs, store: c, rd: bundle.NewReader(top)}
+}
+
+var stream = bundlefmt.StreamID{15: 7}
+
+func chunk(t *testing.T, first uint64, n int) bundlefmt.Chunk {
+	t.Helper()
+	b := bundlefmt.NewChunkBuilder(stream, first)
+	for i := range n {
+		if err := b.Add(bundlefmt.Record{Body: []byte(fmt.Sprintf("record %d", first+uint64(i)))}, int64(first)+int64(i), i == n-1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Chunk()
+}
+
+func (f *fixture) put(t *testing.T, key string, obj []byte) {
+	t.Helper()
+	if err := f.fs.PutIfAbsent(f.ctx, "nova", key, obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// slot stores a flight of one chunk at its key and returns the key and
+// the footer window a ref names.
+func (f *fixture) slot(t *testing.T, seq uint64) (string, int64, int64) {
+	t.Helper()
+	obj, err := bundlefmt.EncodeFlight(1, seq, 42, []bundlefmt.Chunk{chunk(t, 0, 5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bundlefmt.SlotKey("s1", 1, seq)
+	f.put(t, key, obj)
+	env, err := bundlefmt.DecodeEnvelope(key, obj[:bundlefmt.EnvelopeSize])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, int64(env.FooterOffset), int64(env.FooterLength)
+}
+
+func quarantineClass(err error) string {
+	if q, ok := cycle.AsQuarantine(err); ok {
+		return q.Class
+	}
+	return ""
+}
+
+func TestSlotFooterReadsOnceAndChecksTheWindow(t *testing.T) {
+	f := newFixture(t)
+	key, off, length := f.slot(t, 3)
+	rd := f.rd.WithFooterCache(1 << 20)
+	var wg sync.WaitGroup
+	for range 8 { // eight streams of one slot, at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ft, err := rd.SlotFooter(f.ctx, catalog.ClassStandard, key, off, length)
+			if err != nil || ft.NumChunks() != 1 {
+				t.Errorf("slot footer: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := f.store.gets[key]; got != 2 {
+		t.Errorf("%d GETs of the slot for eight readers: want 2 (envelope, footer)", got)
+	}
+	if gets, bytes := rd.FooterReads(); gets != 1 || bytes <= bundlefmt.EnvelopeSize {
+		t.Errorf("FooterReads = %d, %d", gets, bytes)
+	}
+	if _, err := rd.SlotFooter(f.ctx, catalog.ClassStandard, key, off, length+1); quarantineClass(err) != cycle.ClassCorrupt {
+		t.Errorf("a ref disagreeing on the window: %v, want a corrupt quarantine", err)
+	}
+	// Without the cache, a ref whose window the envelope does not give.
+	if _, err := f.rd.SlotFooter(f.ctx, catalog.ClassStandard, key, off+1, length); quarantineClass(err) != cycle.ClassCorrupt {
+		t.Errorf("a window the envelope does not give: %v", err)
+	}
+}
+
+func TestSlotFooterClassifiesDataErrors(t *testing.T) {
+	f := newFixture(t)
+	key, off, length := f.slot(t, 4)
+	if _, err := f.rd.SlotFooter(f.ctx, catalog.ClassStandard, bundlefmt.SlotKey("s1", 1, 99), off, length); quarantineClass(err) != cycle.ClassMissing {
+		t.Errorf("a missing slot: %v, want a missing quarantine", err)
+	}
+	// A slot stored under another slot's key: its envelope names seq 4.
+	obj, _, err := f.fs.GetRange(f.ctx, "nova", key, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := bundlefmt.SlotKey("s1", 1, 5)
+	f.put(t, other, obj)
+	if _, err := f.rd.SlotFooter(f.ctx, catalog.ClassStandard, other, off, length); quarantineClass(err) == "" {
+		t.Errorf("a slot under the wrong key: %v, want a quarantine", err)
+	}
+	// A flipped trailer byte: the trailer's CRC.
+	bad := append([]byte(nil), obj...)
+	bad[len(bad)-3] ^= 0xff
+	flipped := bundlefmt.SlotKey("s1", 1, 6)
+	env, _ := bundlefmt.EncodeFlight(1, 6, 42, []bundlefmt.Chunk{chunk(t, 0, 5)})
+	copy(bad[:bundlefmt.EnvelopeSize], env[:bundlefmt.EnvelopeSize])
+	f.put(t, flipped, bad)
+	if _, err := f.rd.SlotFooter(f.ctx, catalog.ClassStandard, flipped, off, length); quarantineClass(err) == "" {
+		t.Errorf("a damaged trailer: %v, want a quarantine", err)
+	}
+	// A class with no buckets is not the data's fault: no quarantine.
+	if _, err := f.rd.SlotFooter(f.ctx, catalog.ClassExpress, key, off, length); err == nil || quarantineClass(err) != "" {
+		t.Errorf("an unconfigured class: %v, want a plain error", err)
+	}
+}
+
+func TestSettledObjectReads(t *testing.T) {
+	f := newFixture(t)
+	c := chunk(t, 10, 4)
+	obj, err := bundlefmt.EncodeSettled([]bundlefmt.Chunk{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := catalog.Entry{Stream: catalog.StreamID(stream), Epoch: 2, FirstRecord: 10, Revision: 1, RecordCount: 4}
+	key := bundle.EntryKey("b", e)
+	if want := bundlefmt.SettledKey("b", stream, 2, 10, 1); key != want {
+		t.Fatalf("EntryKey = %s, want %s", key, want)
+	}
+	f.put(t, key, obj)
+
+	ft, err := f.rd.StandingFooter(f.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(ft.ObjectSize()) != len(obj) {
+		t.Errorf("standing footer: object size %d, want %d", ft.ObjectSize(), len(obj))
+	}
+	ef, err := f.rd.EntryFooter(f.ctx, key, int64(ft.FooterOffset()), int64(ft.FooterLength()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := ef.Entries()
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("entries: %v %v", entries, err)
+	}
+	data, err := f.rd.Chunk(f.ctx, bundle.Settled(key), entries[0])
+	if err != nil || len(data) != len(c.Data) {
+		t.Fatalf("chunk: %d bytes, %v", len(data), err)
+	}
+	wrong := entries[0]
+	wrong.DataCRC ^= 1
+	if _, err := f.rd.Chunk(f.ctx, bundle.Settled(key), wrong); quarantineClass(err) != cycle.ClassChecksum {
+		t.Errorf("a chunk whose bytes disagree with its DataCRC: %v, want a checksum quarantine", err)
+	}
+
+	// The catalog references the key: its absence halts.
+	gone := bundle.EntryKey("b", catalog.Entry{Stream: catalog.StreamID(stream), Epoch: 2, FirstRecord: 99})
+	if _, err := f.rd.EntryFooter(f.ctx, gone, int64(ft.FooterOffset()), int64(ft.FooterLength())); !cycle.IsHalt(err) {
+		t.Errorf("a cataloged object missing: %v, want a halt", err)
+	}
+	// Nothing references a standing object: its absence is the store's error.
+	if _, err := f.rd.StandingFooter(f.ctx, gone); !errors.Is(err, objstore.ErrNotFound) || quarantineClass(err) != "" {
+		t.Errorf("a standing object missing: %v, want ErrNotFound unclassified", err)
+	}
+	// Whole reads, for verify and inspect.
+	whole, size, err := f.rd.Object(f.ctx, key, int64(len(obj)))
+	if err != nil || size != int64(len(obj)) || len(whole) != len(obj) {
+		t.Errorf("Object: %d of %d bytes, %v", len(whole), size, err)
+	}
+	if b, got, err := f.rd.Find(f.ctx, key); err != nil || b != "nova" || len(got) != len(obj) {
+		t.Errorf("Find: %s %d %v", b, len(got), err)
+	}
+	if _, _, err := f.rd.Find(f.ctx, gone); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("Find of a missing key: %v", err)
+	}
+}
