@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-short soak demo bench bench-sql bench-scale bench-settle bench-erase lint services-up services-down clean
+.PHONY: help build test test-short soak demo trace-settle bench bench-sql bench-scale bench-settle bench-erase lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,6 +24,9 @@ test-short: ## unit tests only (integration tests skip without services)
 
 demo: build ## the main job end to end on a fresh database and the file-backed store
 	scripts/demo.sh
+
+trace-settle: ## the files and packages one settle of one stream runs (coverage with and without it; needs services-up)
+	scripts/trace-settle.sh
 
 bench: ## benchmarks (format, planner, pendingobj, objstore against versitygw)
 	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench . -benchmem ./...

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/settle"
 )
 
@@ -17,8 +18,16 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		ReapGrace: time.Minute, FooterCacheBytes: 1 << 20, WindowRefs: settle.DefaultWindowRefs,
 		WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams,
 		MaxPendingErasures: settle.DefaultMaxPendingErasures}
-	if _, err := settle.New(settle.Deps{}, full); err != nil {
+	top, err := bundle.Topology(nil, "nova", nil, "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := settle.Deps{Topology: top}
+	if _, err := settle.New(deps, full); err != nil {
 		t.Fatalf("a complete configuration: %v", err)
+	}
+	if s, err := settle.New(settle.Deps{}, full); err == nil || s != nil || !strings.Contains(err.Error(), "topology") {
+		t.Errorf("no storage topology: settler %v, error %v", s != nil, err)
 	}
 	for field, zero := range map[string]func(*settle.Config){
 		"CapBytes":           func(c *settle.Config) { c.CapBytes = 0 },
@@ -35,7 +44,7 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 	} {
 		c := full
 		zero(&c)
-		s, err := settle.New(settle.Deps{}, c)
+		s, err := settle.New(deps, c)
 		if err == nil || s != nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s broken: settler %v, error %v; want an error naming %s", field, s != nil, err, field)
 		}
