@@ -137,9 +137,7 @@ func TestStatusRendering(t *testing.T) {
 			if err := tc.s.WriteText(&text); err != nil {
 				t.Fatalf("write text: %v", err)
 			}
-			enc := json.NewEncoder(&js)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(tc.s); err != nil {
+			if err := tc.s.WriteJSON(&js); err != nil {
 				t.Fatalf("write json: %v", err)
 			}
 			golden(t, "status_"+tc.name+".txt", text.Bytes())
