@@ -58,9 +58,7 @@ func (d *Daemon) Handler() http.Handler {
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 			return
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(s)
+		_ = s.WriteJSON(w)
 	})
 	return mux
 }

@@ -15,7 +15,8 @@ import (
 // The erasures section of the status (docs/architecture.md#erasure):
 // the pending erasures and what each waits for, the buckets that hold
 // them all back, and the applied erasures whose records may still be in
-// transit slots.
+// transit slots: its data and how it is read (its text is in
+// status_render.go).
 
 // ErasureStatus is the star's pending erasures (docs/architecture.md#erasure).
 type ErasureStatus struct {
@@ -186,64 +187,4 @@ func CycleInterval(s cron.Schedule, now time.Time) time.Duration {
 	}
 	next := s.Next(now)
 	return s.Next(next).Sub(next)
-}
-
-// writeErasures prints the pending erasures: the summary line, and the
-// oldest ones with what each waits for.
-func (s Status) writeErasures(p func(string, ...any), ago func(time.Time) string) {
-	e := s.Erasures
-	bound := ""
-	if e.AlertAfter > 0 {
-		bound = fmt.Sprintf(" (alert after %s)", dur(secs(e.AlertAfter)))
-	}
-	held := func() {
-		if e.HeldBy != "" {
-			p("erasures HELD\tnone is marked applied while %s keeps what a DELETE removes\n", e.HeldBy)
-		}
-	}
-	transit := func() {
-		held := ""
-		if e.TransitWindow > e.TransitBound {
-			held = fmt.Sprintf("; now %s: transit data that old is still referenced, by a quarantine or past the age cap", dur(secs(e.TransitWindow)))
-		}
-		p("erasures in transit\t%d applied in the last %s may still have copies in transit slots until trim reaps them "+
-			"(at most age cap + reap grace + two cycles after the slot's absorb: %s%s)\n",
-			e.AppliedInTransitWindow, dur(secs(e.TransitWindow)), dur(secs(e.TransitBound)), held)
-	}
-	if e.Pending == 0 {
-		p("\nerasures\tnone pending%s\n", bound)
-		held()
-		transit()
-		return
-	}
-	late := ""
-	if e.AlertAfter > 0 && e.OldestAge > e.AlertAfter {
-		late = " PAST THE ALERT BOUND"
-	}
-	p("\nerasures\t%d pending, %d on quarantined streams; oldest %s%s%s\n", e.Pending, e.Quarantined, dur(secs(e.OldestAge)), bound, late)
-	held()
-	transit()
-	p("\nPENDING ERASURE (%d)\tRECORDS\tREQUESTED\tWAITING FOR\n", e.Pending)
-	for _, r := range e.Oldest {
-		p("%s\t[%d, %d)\t%s\t%s\n", r.Stream, r.FirstRecord, r.FirstRecord+r.RecordCount, ago(r.RequestedAt), erasureWaitText(r.WaitingFor))
-	}
-	if n := e.Pending - int64(len(e.Oldest)); n > 0 {
-		p("... and %d more\t\t\t\n", n)
-	}
-}
-
-func erasureWaitText(w string) string {
-	switch w {
-	case ErasureWaitsMalformed:
-		return "nothing: a malformed row is never applied (correct or delete it)"
-	case ErasureWaitsRelease:
-		return "release: the stream is quarantined (auditor release --stream)"
-	case ErasureWaitsWrite:
-		return "write: records past next_record do not exist yet"
-	case ErasureWaitsSettle:
-		return "settle: records still in transit (settle writes them as tombstones)"
-	case ErasureWaitsBucket:
-		return "bucket: a bucket keeps what a DELETE removes (versioning, Object Lock)"
-	}
-	return "rewrite: the erasure step rewrites its objects, or the reap grace of the old revisions"
 }

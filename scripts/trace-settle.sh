@@ -18,7 +18,7 @@ done
 awk 'FNR == 1 { snap++; next } { c[snap, $1] += $NF; blocks[$1] = 1 }
 	END { for (b in blocks) if (c[2, b] > c[1, b]) { split(b, a, ":"); print a[1] } }' \
 	"$out/without.txt" "$out/with.txt" | sort -u | sed 's|^github.com/nova/auditor/||' |
-	grep -Ev '^(sim|internal/sim|catalog/writepath|internal/testenv)/' >"$out/files" # the harness's write path, not the auditor
+	grep -Ev '^(sim|catalog/writepath|internal/testenv)/' >"$out/files" # the harness's write path, not the auditor
 echo "files touched by one settle of one stream: $(wc -l <"$out/files")"
 echo "packages: $(sed 's|/[^/]*$||' "$out/files" | sort -u | wc -l)"
 sed 's|/[^/]*$||' "$out/files" | sort | uniq -c | sort -k2

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/sim"
 )
 
 // emptyContent makes many records empty (no headers, no body: the one

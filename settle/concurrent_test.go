@@ -8,7 +8,7 @@ import (
 
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/sim"
 )
 
 // TestAbsorbCommittingDuringTheStreamRead holds an absorb of the stream

@@ -11,8 +11,8 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 )
 
 // eraseSettler is the test settler with no reap grace, so a reap right

@@ -16,9 +16,9 @@ import (
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 	"github.com/nova/auditor/trim"
 )
 

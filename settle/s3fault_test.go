@@ -13,10 +13,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 )
 
 // flaky is an http.RoundTripper in front of the real server that injects

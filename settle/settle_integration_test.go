@@ -21,12 +21,12 @@ import (
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/pendingobj"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 )
 
 // env is one integration environment: a fresh database and a real store

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/sim"
 )
 
 // TestTraceOneSettle is the newcomer's trace of one settle of one stream

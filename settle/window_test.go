@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 )
 
 func (e *env) windowed(refs int, records int64, cache int64) *settle.Settler {

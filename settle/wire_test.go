@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 )
 
 // wireCounter counts the object bytes that cross the wire: the bodies of

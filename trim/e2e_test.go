@@ -10,9 +10,9 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 	"github.com/nova/auditor/trim"
 )
 

@@ -5,7 +5,7 @@
 // novasim's own table (nova.sim_stars, outside the contract) and the
 // statements tests use to break rows on purpose or to skip the grace.
 //
-// The write-path simulator (novasim, internal/sim) and the tests use it,
+// The write-path simulator (novasim, package sim) and the tests use it,
 // exactly as a Nova writer would; the auditor never does (no production
 // package imports it: internal/repocheck checks this).
 package writepath

@@ -16,11 +16,11 @@ import (
 // novasim set up. It is outside the contract
 // (docs/metastore.md#tables-outside-the-contract; the contract allows added
 // tables), so the project's migrations, which are the contract's, do not
-// create it: Setup does, and novasim's setup (internal/sim.Setup) calls it
+// create it: Setup does, and novasim's setup (sim.Setup) calls it
 // before SetupStar. The auditor never touches it.
 
 // SimStar is novasim's record of a star it set up: the content profile that
-// regenerates every record of the star's streams (internal/sim.Content).
+// regenerates every record of the star's streams (sim.Content).
 type SimStar struct {
 	Star        string
 	Seed        int64 // the uint64 seed, bit for bit

@@ -240,9 +240,7 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(s); err != nil {
+		if err := s.WriteJSON(e.stdout); err != nil {
 			return exitCode(e, cfg, err)
 		}
 		return exitOK

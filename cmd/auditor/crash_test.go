@@ -18,12 +18,12 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/crashpoint"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 	"github.com/nova/auditor/trim"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"

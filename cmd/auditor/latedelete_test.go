@@ -12,9 +12,9 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 	"github.com/nova/auditor/trim"
 )
 

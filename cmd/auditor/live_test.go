@@ -19,10 +19,10 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/sim"
 )
 
 // The live-traffic test: the real `auditor serve` (a leader and a standby

@@ -18,7 +18,7 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
-	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/sim"
 )
 
 // TestServeWaitsForAnUnreachableDatabase: a database that is down when

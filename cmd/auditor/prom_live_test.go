@@ -17,9 +17,9 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
+	"github.com/nova/auditor/sim"
 )
 
 // TestMonitoringAgainstPrometheus is the monitoring's proof: a real

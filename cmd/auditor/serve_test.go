@@ -13,11 +13,11 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
+	"github.com/nova/auditor/sim"
 )
 
 // Tests that start real `auditor serve` processes against real Postgres.

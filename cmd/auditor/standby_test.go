@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
 )
 
 // TestAStandbyDropsTheSidecarsOfIntentsAnotherLeaderFinished: pod A stages a

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
+	"github.com/nova/auditor/sim"
 )
 
 // TestServeTriggerStreamOutlastsTheBudget: two trigger --stream requests

@@ -14,10 +14,10 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
+	"github.com/nova/auditor/sim"
 )
 
 // TestRunOnceThenVerify settles novasim traffic with `auditor run --once`

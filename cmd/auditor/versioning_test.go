@@ -14,10 +14,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/sim"
 )
 
 // TestRunOnceHoldsErasuresOnAVersionedBucket: on a versitygw bucket with

@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
+	"github.com/nova/auditor/sim"
 )
 
 // zoneProxy stands between the auditor and versitygw: while down is set it

@@ -9,7 +9,7 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
-	"github.com/nova/auditor/internal/sim"
+	"github.com/nova/auditor/sim"
 )
 
 // cmdErase is `novasim erase`: it records erasures of a star's records as

@@ -18,9 +18,9 @@ import (
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/migrations"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/sim"
 )
 
 // slotChecksum parses --slot-checksum: crc32c, crc32, sha256 or none.

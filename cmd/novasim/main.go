@@ -1,5 +1,5 @@
 // Command novasim plays Nova's write path against the auditor's metastore
-// and object store (package internal/sim), so tests, benchmarks and demos
+// and object store (package sim), so tests, benchmarks and demos
 // settle real slots and real refs, and checks every settled byte:
 //
 //	novasim setup   create stars and streams and record the content profile

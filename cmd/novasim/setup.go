@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/nova/auditor/cmd/internal/wire"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/sim"
 )
 
 func cmdSetup(ctx context.Context, e env, args []string) int {

@@ -14,8 +14,8 @@ import (
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
-	"github.com/nova/auditor/internal/sim"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/sim"
 )
 
 func cmdWrite(ctx context.Context, e env, args []string) int {

@@ -20,7 +20,7 @@ import (
 // bugs.
 func TestOneBundleReader(t *testing.T) {
 	root := repoRoot(t)
-	exempt := []string{"bundle", "bundlefmt", "objstore", "internal/sim", "sim", "cmd/novasim", "internal/testenv"}
+	exempt := []string{"bundle", "bundlefmt", "objstore", "sim", "cmd/novasim", "internal/testenv"}
 	reads := map[string]bool{"GetRange": true, "GetSuffix": true}
 	opens := map[string]bool{"OpenFooter": true, "OpenObjectFooter": true, "DecodeTrailer": true, "ValidateEnvelope": true}
 	checked := 0

@@ -1,7 +1,13 @@
-// Package sim is novasim as a library: it plays Nova's write path against
-// the real metastore and object store exactly as
-// docs/metastore.md ("The absorb transaction", fencing) and
+// Package sim is novasim's engine, and the write path of the tests: it
+// plays Nova's write path against the real metastore and object store
+// exactly as docs/metastore.md ("The absorb transaction", fencing) and
 // docs/format.md describe it, and checks what a settler made of it.
+//
+// It is not part of the auditor. cmd/novasim drives it, and the
+// integration tests of settle, trim and cmd/auditor write through it; no
+// package the auditor is built from imports it (internal/repocheck's
+// TestImportsPointOneWay holds that). It sits at the top level rather than
+// under cmd/novasim/internal because those tests import it.
 //
 //   - Setup creates stars and streams and records each star's content
 //     profile (Content) in nova.sim_stars, so Check needs no flags.

@@ -12,7 +12,7 @@ import (
 // (one copy; an express star writes each to both buckets of its set), so
 // settle benchmarks can size their inputs. Run with a fixed count, e.g.
 //
-//	go test ./internal/sim -run XXX -bench Write -benchtime 200x
+//	go test ./sim -run XXX -bench Write -benchtime 200x
 func BenchmarkWrite(b *testing.B) {
 	for _, be := range backends() {
 		for _, class := range []string{"standard", "express"} {
