@@ -74,8 +74,8 @@ type assign struct {
 
 // checkChain checks one star's chain and its refs (docs/metastore.md#tables-the-write-path-owns):
 // it lists the chain in every bucket of the star's class (novasim check is a
-// verifier, like `auditor verify --strays`: the one place a listing is
-// sanctioned), classifies every slot, checks the fence runs and end_seq of
+// verifier, where a listing is sanctioned: docs/metastore.md#no-listing),
+// classifies every slot, checks the fence runs and end_seq of
 // past epochs, and then reads every slot a ref names and verifies the
 // records the refs place there.
 func (c *checker) checkChain(ctx context.Context, star catalog.Star, content Content, streams []*streamState) error {

@@ -9,7 +9,8 @@ import (
 )
 
 // Exit codes of every subcommand: the one table that `auditor --help`
-// prints and the README repeats (TestExitCodesTableMatchesTheREADME).
+// prints and the README and docs/architecture.md repeat
+// (TestExitCodesMatchTheDocsAndHelp).
 const (
 	exitOK      = cli.ExitOK
 	exitFailure = cli.ExitFailure

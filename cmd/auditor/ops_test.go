@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	neturl "net/url"
 	"os"
 	"os/exec"
@@ -257,38 +257,86 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 	}
 }
 
-// TestExitCodesTableMatchesTheREADME: the README's table is the binary's.
-func TestExitCodesTableMatchesTheREADME(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "..", "README.md"))
+// TestExitCodesMatchTheDocsAndHelp: exitCodes is the one table of exit
+// codes. `auditor --help` prints each of its rows and no other, and the
+// README and docs/architecture.md's operator surface each hold one
+// "| exit code | meaning |" table with exactly its rows.
+func TestExitCodesMatchTheDocsAndHelp(t *testing.T) {
+	code, help, _ := runCLI(t, "--help")
+	if code != exitOK {
+		t.Fatalf("auditor --help: exit %d", code)
+	}
+	_, printed, ok := strings.Cut(help, "exit codes:\n")
+	if !ok {
+		t.Fatalf("auditor --help prints no exit codes:\n%s", help)
+	}
+	if n := strings.Count(printed, "\n"); n != len(exitCodes) {
+		t.Errorf("auditor --help prints %d exit-code lines, the table has %d:\n%s", n, len(exitCodes), printed)
+	}
+	for _, c := range exitCodes {
+		if line := fmt.Sprintf("  %d  %s\n", c.code, c.meaning); !strings.Contains(printed, line) {
+			t.Errorf("auditor --help does not print exit %d as %q", c.code, line)
+		}
+	}
+
+	for _, doc := range []struct{ file, section string }{
+		{"README.md", ""},
+		{"docs/architecture.md", "## Operator surface"},
+	} {
+		rows := exitCodeRows(t, filepath.Join("..", "..", filepath.FromSlash(doc.file)), doc.section)
+		if len(rows) != len(exitCodes) {
+			t.Errorf("%s lists %d exit codes, the binary %d: %v", doc.file, len(rows), len(exitCodes), rows)
+		}
+		for _, c := range exitCodes {
+			if got := rows[strconv.Itoa(c.code)]; got != c.meaning {
+				t.Errorf("exit %d: %s says %q, the binary %q", c.code, doc.file, got, c.meaning)
+			}
+		}
+	}
+}
+
+// exitCodeRows reads the one "| exit code | meaning |" table of a Markdown
+// file, or of its section (a "## " heading to the next) when section is set.
+func exitCodeRows(t *testing.T, path, section string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	text := string(b)
+	if section != "" {
+		i := strings.Index(text, "\n"+section+"\n")
+		if i < 0 {
+			t.Fatalf("%s has no section %q", path, section)
+		}
+		text = text[i+1:]
+		if end := strings.Index(text[len(section):], "\n## "); end >= 0 {
+			text = text[:len(section)+end]
+		}
+	}
 	rows := map[string]string{}
-	sc := bufio.NewScanner(f)
+	tables := 0
 	in := false
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "| exit code |") {
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "| exit code |"):
+			tables++
 			in = true
-			continue
-		}
-		if in && !strings.HasPrefix(line, "|") {
-			break
-		}
-		if in && !strings.HasPrefix(line, "|---") {
+		case in && !strings.HasPrefix(line, "|"):
+			in = false
+		case in && !strings.HasPrefix(line, "|---"):
 			cells := strings.Split(strings.Trim(line, "|"), "|")
+			if len(cells) != 2 {
+				t.Errorf("%s: exit-code row %q has %d cells", path, line, len(cells))
+				continue
+			}
 			rows[strings.TrimSpace(cells[0])] = strings.TrimSpace(cells[1])
 		}
 	}
-	if len(rows) != len(exitCodes) {
-		t.Fatalf("README lists %d exit codes, the binary %d: %v", len(rows), len(exitCodes), rows)
+	if tables != 1 {
+		t.Fatalf("%s (section %q) has %d exit-code tables, want 1", path, section, tables)
 	}
-	for _, c := range exitCodes {
-		if got := rows[strconv.Itoa(c.code)]; got != c.meaning {
-			t.Errorf("exit %d: README says %q, the binary %q", c.code, got, c.meaning)
-		}
-	}
+	return rows
 }
 
 // TestInspectKeyNeedsNoTempDir: inspect --key decodes the fetched object in
