@@ -31,7 +31,7 @@ type Store interface {
 
 // Deps are the settle step's collaborators.
 type Deps struct {
-	DB    *catalog.DB
+	DB    Metastore
 	Store Store
 	// Topology is where everything lives: the standard bucket (settled
 	// objects), the slot buckets of each class, and the zone health that
