@@ -84,7 +84,7 @@ type Config struct {
 
 // Deps are what the daemon works with.
 type Deps struct {
-	DB       *catalog.DB
+	DB       Metastore    // what the daemon reads and writes in Postgres (metastore.go)
 	Steps    []cycle.Step // run in order (docs/architecture.md#the-cycle)
 	Log      *slog.Logger
 	Metrics  *Metrics               // nil: metrics kept on a private registry

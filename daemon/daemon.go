@@ -25,7 +25,7 @@ import (
 type Daemon struct {
 	cfg  Config
 	r    *runner
-	db   *catalog.DB
+	db   Metastore
 	m    *Metrics
 	log  *slog.Logger
 	wake chan struct{} // a notification for our star (or a reconnected listener)

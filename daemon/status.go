@@ -203,7 +203,7 @@ type TrimReader interface {
 }
 
 // BuildStatus reads a star's status from the metastore.
-func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, error) {
+func BuildStatus(ctx context.Context, db StatusReader, o StatusOptions) (Status, error) {
 	if o.Runs <= 0 {
 		o.Runs = 10
 	}
@@ -220,7 +220,7 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 	if err := readPolicy(ctx, db, &o, &s); err != nil {
 		return s, err
 	}
-	steps := []func(context.Context, *catalog.DB, StatusOptions, *Status) error{
+	steps := []func(context.Context, StatusReader, StatusOptions, *Status) error{
 		readClasses, readLeadership, readDue, readTrim, readQuarantine, readErasures, readRequestsAndRuns}
 	for _, step := range steps {
 		if err := step(ctx, db, o, &s); err != nil {
@@ -232,7 +232,7 @@ func BuildStatus(ctx context.Context, db *catalog.DB, o StatusOptions) (Status, 
 
 // readPolicy reads the policy the leader recorded (it replaces the
 // options' own when there is one), the blocked reason and the bucket rules.
-func readPolicy(ctx context.Context, db *catalog.DB, o *StatusOptions, s *Status) error {
+func readPolicy(ctx context.Context, db StatusReader, o *StatusOptions, s *Status) error {
 	star := o.Star
 	rt, err := db.GetRuntime(ctx, star)
 	switch {
@@ -259,7 +259,7 @@ func readPolicy(ctx context.Context, db *catalog.DB, o *StatusOptions, s *Status
 }
 
 // readClasses reads the database clock and each class's transit.
-func readClasses(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+func readClasses(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
 	star, p := o.Star, o.Policy
 	now, classes, err := db.TransitByClass(ctx, star, p)
 	if err != nil {
@@ -279,7 +279,7 @@ func readClasses(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status
 }
 
 // readLeadership reads the lease and the daemon's state (paused, halted).
-func readLeadership(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+func readLeadership(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
 	star := o.Star
 	lease, live, err := db.CurrentLease(ctx, star)
 	switch {
@@ -299,7 +299,7 @@ func readLeadership(ctx context.Context, db *catalog.DB, o StatusOptions, s *Sta
 }
 
 // readDue reads the first due streams and the publish backlog.
-func readDue(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+func readDue(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
 	star, p := o.Star, o.Policy
 	due, err := db.DueStreams(ctx, star, p, nil, o.DueStreams)
 	if err != nil {
@@ -317,7 +317,7 @@ func readDue(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) er
 }
 
 // readQuarantine reads the quarantined streams and slots.
-func readQuarantine(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+func readQuarantine(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
 	star := o.Star
 	q, err := db.Quarantined(ctx, star)
 	if err != nil {
@@ -335,7 +335,7 @@ func readQuarantine(ctx context.Context, db *catalog.DB, o StatusOptions, s *Sta
 
 // readRequestsAndRuns reads the pending admin requests, the last runs and
 // the last success.
-func readRequestsAndRuns(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+func readRequestsAndRuns(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
 	star, now := o.Star, s.Now
 	reqs, err := db.AdminRequests(ctx, star, true, 100)
 	if err != nil {
@@ -376,7 +376,7 @@ func runStatus(r catalog.Run, now time.Time) RunStatus {
 
 // readTrim fills the status's trim section and reap backlog from trim's
 // view (none without o.Trim, or before the star has trim state).
-func readTrim(ctx context.Context, _ *catalog.DB, o StatusOptions, s *Status) error {
+func readTrim(ctx context.Context, _ StatusReader, o StatusOptions, s *Status) error {
 	if o.Trim == nil {
 		return nil
 	}

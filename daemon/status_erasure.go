@@ -107,7 +107,7 @@ func keepsDeletedBy(buckets []BucketStatus) string {
 
 // readErasures fills s.Erasures: the backlog's counts and the oldest
 // pending erasures with what each waits for.
-func readErasures(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+func readErasures(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
 	star, limit := o.Star, o.Erasures
 	b, err := db.GetErasureBacklog(ctx, star)
 	if err != nil {
@@ -139,7 +139,7 @@ func readErasures(ctx context.Context, db *catalog.DB, o StatusOptions, s *Statu
 // readTransit fills the transit window of applied erasures from the
 // star's class, the policy, the oldest transit data (readClasses) and the
 // run ledger.
-func readTransit(ctx context.Context, db *catalog.DB, o StatusOptions, s *Status) error {
+func readTransit(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
 	star, err := db.GetStar(ctx, o.Star)
 	if isNotFound(err) {
 		return nil

@@ -94,13 +94,18 @@ func (d deadSet) intersects(from, to uint64) bool {
 // the spans that reach past the last one. A nil reader reads nothing (a
 // stream with no pending erasure).
 type deadReader struct {
-	db    *catalog.DB
+	db    pendingErasures
 	id    catalog.StreamID
 	below int64   // the next range's erasures start at or after it: the last range's end
 	reach deadSet // the spans read so far that reach past below
 }
 
-func newDeadReader(db *catalog.DB, id catalog.StreamID) *deadReader {
+// pendingErasures is what a deadReader reads (Metastore has it).
+type pendingErasures interface {
+	PendingErasuresIn(ctx context.Context, id catalog.StreamID, below, from, to int64) ([]catalog.Erasure, error)
+}
+
+func newDeadReader(db pendingErasures, id catalog.StreamID) *deadReader {
 	return &deadReader{db: db, id: id, below: math.MinInt64}
 }
 

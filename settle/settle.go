@@ -32,7 +32,7 @@ type Store interface {
 
 // Deps are the settle step's collaborators.
 type Deps struct {
-	DB *catalog.DB
+	DB Metastore
 	// Topology is where everything lives: the standard bucket (settled
 	// objects), the slot buckets of each class, and the zone health that
 	// slot reads and copy sources share with trim's deletes. Every read of

@@ -32,8 +32,9 @@ import (
 // Aborting a multipart upload never removes a completed object, so it is
 // harmless whatever the key's state.
 type Reap struct {
-	d Deps
-	c Config
+	d  Deps
+	db ReapCatalog
+	c  Config
 }
 
 var _ cycle.Step = (*Reap)(nil)
@@ -53,7 +54,7 @@ func NewReap(d Deps, c Config) (*Reap, error) {
 		return nil, errors.New("reap: no object store")
 	}
 	d.Metrics.buckets(d.Topology.All())
-	return &Reap{d: d, c: c}, nil
+	return &Reap{d: d, db: d.DB, c: c}, nil
 }
 
 // ResetLeaderGauges resets the reap gauges when the daemon stops leading
@@ -76,7 +77,7 @@ func (r *Reap) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cy
 		return counts, err
 	}
 	if r.d.Metrics != nil {
-		b, err := readBacklog(ctx, r.d.DB, f.Star, r.c.ReapGrace)
+		b, err := readBacklog(ctx, r.db, f.Star, r.c.ReapGrace)
 		if err != nil {
 			return counts, err
 		}
@@ -181,7 +182,7 @@ func notIn(all, done []string) []string {
 // range leaves slot_reaps only once every bucket confirmed every key; a
 // partly confirmed range keeps its unconfirmed rest due.
 func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Options, counts *cycle.Counts) error {
-	reaps, err := r.d.DB.SlotReaps(ctx, f.Star)
+	reaps, err := r.db.SlotReaps(ctx, f.Star)
 	if err != nil {
 		return err
 	}
@@ -194,7 +195,7 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 	if len(due) == 0 {
 		return nil
 	}
-	c, err := loadChain(ctx, r.d.DB, f.Star)
+	c, err := loadChain(ctx, r.db, f.Star)
 	if err != nil {
 		return err
 	}
@@ -209,7 +210,7 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 		buckets := notIn(all, rp.DoneBuckets)
 		if len(buckets) == 0 {
 			if !opts.DryRun {
-				if err := r.d.DB.FinishSlotReap(ctx, f, rp.ID); err != nil {
+				if err := r.db.FinishSlotReap(ctx, f, rp.ID); err != nil {
 					return err
 				}
 			}
@@ -237,17 +238,17 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 		r.d.crash(CrashSlotsAfterDelete)
 		switch {
 		case complete:
-			if err := r.d.DB.FinishSlotReap(ctx, f, rp.ID); err != nil {
+			if err := r.db.FinishSlotReap(ctx, f, rp.ID); err != nil {
 				return err
 			}
 		default:
 			if ok := fo.done(); len(ok) > 0 {
-				if err := r.d.DB.SlotReapBucketsDone(ctx, f, rp.ID, ok); err != nil {
+				if err := r.db.SlotReapBucketsDone(ctx, f, rp.ID, ok); err != nil {
 					return err
 				}
 			}
 			if done > 0 {
-				if err := r.d.DB.ShrinkSlotReap(ctx, f, rp.ID, rp.From, next); err != nil {
+				if err := r.db.ShrinkSlotReap(ctx, f, rp.ID, rp.From, next); err != nil {
 					return err
 				}
 			}
@@ -342,7 +343,7 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 	defer func() { r.d.Metrics.heldObjects(held) }()
 	var after int64
 	for {
-		intents, err := r.d.DB.DueObjectReaps(ctx, f.Star, r.c.ReapGrace, after, r.c.BatchSize)
+		intents, err := r.db.DueObjectReaps(ctx, f.Star, r.c.ReapGrace, after, r.c.BatchSize)
 		if err != nil {
 			return err
 		}
@@ -373,9 +374,9 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 		}
 		var verdicts map[int64]catalog.KeyVerdict
 		if opts.DryRun {
-			verdicts, err = r.d.DB.PreviewReaps(ctx, f.Star, r.c.ReapGrace, cands)
+			verdicts, err = r.db.PreviewReaps(ctx, f.Star, r.c.ReapGrace, cands)
 		} else {
-			verdicts, err = r.d.DB.ClassifyReaps(ctx, f, r.c.ReapGrace, cands)
+			verdicts, err = r.db.ClassifyReaps(ctx, f, r.c.ReapGrace, cands)
 		}
 		if err != nil {
 			return err
@@ -413,7 +414,7 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 		r.d.crash(CrashObjectBeforeDelete)
 		done, reaped := r.executeObjects(ctx, act, verdicts, counts)
 		r.d.crash(CrashObjectAfterDelete)
-		if err := r.d.DB.FinishReaps(ctx, f, done); err != nil {
+		if err := r.db.FinishReaps(ctx, f, done); err != nil {
 			return err
 		}
 		counts.ObjectsReaped += int64(len(reaped))

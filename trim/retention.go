@@ -13,8 +13,9 @@ import (
 // the grace; an entry straddling low_record stays whole. (Unsettled refs
 // below low_record are settle's business: catalog.SkipBelowLow.)
 type Retention struct {
-	d Deps
-	c Config
+	d  Deps
+	db RetentionCatalog
+	c  Config
 }
 
 var _ cycle.Step = (*Retention)(nil)
@@ -28,7 +29,7 @@ func NewRetention(d Deps, c Config) (*Retention, error) {
 	if d.DB == nil {
 		return nil, errors.New("retention: no database")
 	}
-	return &Retention{d: d, c: c}, nil
+	return &Retention{d: d, db: d.DB, c: c}, nil
 }
 
 // Name implements cycle.Step.
@@ -45,7 +46,7 @@ const maxPlanEntries = 1000
 func (r *Retention) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	var counts cycle.Counts
 	if opts.DryRun {
-		cands, err := r.d.DB.RetentionCandidates(ctx, f.Star, maxPlanEntries+1)
+		cands, err := r.db.RetentionCandidates(ctx, f.Star, maxPlanEntries+1)
 		if err != nil {
 			return counts, err
 		}
@@ -61,7 +62,7 @@ func (r *Retention) Run(ctx context.Context, f catalog.Fence, opts cycle.Options
 	}
 	total := 0
 	for {
-		removed, more, err := r.d.DB.ApplyRetention(ctx, f, r.c.ReapGrace, r.c.BatchSize, settledKey)
+		removed, more, err := r.db.ApplyRetention(ctx, f, r.c.ReapGrace, r.c.BatchSize, settledKey)
 		if err != nil {
 			return counts, err
 		}

@@ -37,7 +37,7 @@ func CrashPoints() []crashpoint.Point {
 
 // Deps are the collaborators of the retention, trim and reap steps.
 type Deps struct {
-	DB *catalog.DB
+	DB Metastore // each step keeps its part (metastore.go)
 	// Topology is where everything lives (reap only): the standard bucket
 	// (settled objects), the slot buckets of each class, and the zone
 	// health shared with slot reads and copy sources. Deletes fan out to
@@ -194,8 +194,9 @@ func Decide(st catalog.TrimState) (Decision, error) {
 // Trim is step 5 of the cycle: it moves the star's trim cursor to its bound
 // and arms the passed slots for reaping after the grace.
 type Trim struct {
-	d Deps
-	c Config
+	d  Deps
+	db CursorCatalog
+	c  Config
 
 	// mu guards what was last logged, so a hold or a fence wait that
 	// lasts many cycles is logged at warn once when it starts, then at
@@ -220,7 +221,7 @@ func NewTrim(d Deps, c Config) (*Trim, error) {
 	if d.DB == nil {
 		return nil, errors.New("trim: no database")
 	}
-	return &Trim{d: d, c: c}, nil
+	return &Trim{d: d, db: d.DB, c: c}, nil
 }
 
 // Name implements cycle.Step.
@@ -260,7 +261,7 @@ func (t *Trim) logHolds(star string, dec Decision) {
 // Run implements cycle.Step.
 func (t *Trim) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	var counts cycle.Counts
-	st, err := t.d.DB.ReadTrimState(ctx, f.Star)
+	st, err := t.db.ReadTrimState(ctx, f.Star)
 	if err != nil {
 		return counts, err
 	}
@@ -285,7 +286,7 @@ func (t *Trim) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cy
 			f.Star, dec.Cursor, dec.Bound, dec.Slots, slotKey(f.Star, dec.Cursor), lastKey(f.Star, dec.Bound, st.Epochs), t.c.ReapGrace)
 		return counts, nil
 	}
-	r, err := t.d.DB.AdvanceTrim(ctx, f, dec.prev, dec.Cursor, dec.Bound, t.c.ReapGrace)
+	r, err := t.db.AdvanceTrim(ctx, f, dec.prev, dec.Cursor, dec.Bound, t.c.ReapGrace)
 	if err != nil {
 		if errors.Is(err, catalog.ErrInvariant) {
 			return counts, cycle.Haltf("%w", err)
@@ -333,7 +334,7 @@ type Backlog struct {
 }
 
 // ReadStatus reads a star's trim and reap state (read only, no lease).
-func ReadStatus(ctx context.Context, db *catalog.DB, star string, grace time.Duration) (Status, error) {
+func ReadStatus(ctx context.Context, db StatusCatalog, star string, grace time.Duration) (Status, error) {
 	var s Status
 	st, err := db.ReadTrimState(ctx, star)
 	if err != nil {
@@ -375,7 +376,7 @@ func (c chain) lag(from, to Pos) int64 {
 
 // Viewer is trim's view of a star for status and the daemon's gauges
 // (catalog.TrimView): ReadStatus, shown as it decides.
-type Viewer struct{ DB *catalog.DB }
+type Viewer struct{ DB StatusCatalog }
 
 // View reads the star's trim view (read only, no lease). An error wrapping
 // catalog.ErrNotFound means the star has no trim state yet.
@@ -396,7 +397,7 @@ func (v Viewer) View(ctx context.Context, star string, reapGrace time.Duration) 
 	return out, nil
 }
 
-func readBacklog(ctx context.Context, db *catalog.DB, star string, grace time.Duration) (Backlog, error) {
+func readBacklog(ctx context.Context, db StatusCatalog, star string, grace time.Duration) (Backlog, error) {
 	var b Backlog
 	c, err := loadChain(ctx, db, star)
 	if err != nil {
@@ -427,7 +428,7 @@ func readBacklog(ctx context.Context, db *catalog.DB, star string, grace time.Du
 
 // loadChain reads a star's chain in one snapshot (a fence changes the star
 // and its epochs in one transaction).
-func loadChain(ctx context.Context, db *catalog.DB, star string) (chain, error) {
+func loadChain(ctx context.Context, db StatusCatalog, star string) (chain, error) {
 	st, err := db.ReadTrimState(ctx, star)
 	if err != nil {
 		return chain{}, err

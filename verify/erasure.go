@@ -23,7 +23,7 @@ const FindingErasure = "erasure"
 
 // appliedErasures reads a stream's applied erasures (malformed rows are
 // never applied, so never checked).
-func appliedErasures(ctx context.Context, db *catalog.DB, id catalog.StreamID) ([]catalog.Erasure, error) {
+func appliedErasures(ctx context.Context, db CatalogReader, id catalog.StreamID) ([]catalog.Erasure, error) {
 	all, err := db.ErasuresOf(ctx, id, 0, math.MaxInt64)
 	if err != nil {
 		return nil, err

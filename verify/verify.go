@@ -25,6 +25,14 @@ type ObjectReader interface {
 	Object(ctx context.Context, key string, n int64) (data []byte, size int64, err error)
 }
 
+// CatalogReader is what verify reads of the metastore (*catalog.DB has
+// it): the star's streams, each stream's entries, and its erasures.
+type CatalogReader interface {
+	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
+	EntriesOfStream(ctx context.Context, id catalog.StreamID) ([]catalog.Entry, error)
+	ErasuresOf(ctx context.Context, id catalog.StreamID, from, to int64) ([]catalog.Erasure, error)
+}
+
 // Options configure Verify.
 type Options struct {
 	Star string
@@ -83,7 +91,7 @@ var ErrStoreAccess = errors.New("the object store could not be read")
 // stream's entries tile it up to settled_through. Findings are
 // reported, not returned as errors; the error is for failures to look
 // (database, a store error other than a missing object).
-func Verify(ctx context.Context, db *catalog.DB, store ObjectReader, o Options) (Report, error) {
+func Verify(ctx context.Context, db CatalogReader, store ObjectReader, o Options) (Report, error) {
 	rep := Report{Findings: []Finding{}}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 4

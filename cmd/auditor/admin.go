@@ -66,9 +66,16 @@ func adminSetup(ctx context.Context, e env, name string, args []string, extra fu
 	return cfg, db, stream, -1
 }
 
+// starLookup is what checkStar reads of the metastore.
+type starLookup interface {
+	StarExists(ctx context.Context, star string) (bool, error)
+	StreamOfStar(ctx context.Context, star string, id catalog.StreamID) (bool, error)
+	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+}
+
 // checkStar is a configuration error when the star, or the stream in it,
 // is not in the metastore.
-func checkStar(ctx context.Context, db *catalog.DB, star string, stream *catalog.StreamID) error {
+func checkStar(ctx context.Context, db starLookup, star string, stream *catalog.StreamID) error {
 	ok, err := db.StarExists(ctx, star)
 	if err != nil {
 		return err
@@ -95,8 +102,13 @@ func checkStar(ctx context.Context, db *catalog.DB, star string, stream *catalog
 	return err
 }
 
+// leaseLookup is what warnNoLeader reads of the metastore.
+type leaseLookup interface {
+	CurrentLease(ctx context.Context, star string) (catalog.Lease, bool, error)
+}
+
 // warnNoLeader tells the operator when no daemon will pick the request up.
-func warnNoLeader(ctx context.Context, e env, db *catalog.DB, star string) {
+func warnNoLeader(ctx context.Context, e env, db leaseLookup, star string) {
 	l, live, err := db.CurrentLease(ctx, star)
 	if err == nil && live {
 		fmt.Fprintf(e.stdout, "leader: %s (token %d)\n", l.Holder, l.Token)

@@ -85,10 +85,17 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
+// erasureRecorder is what recordErasure reads and writes in the metastore.
+type erasureRecorder interface {
+	ErasuresOf(ctx context.Context, id catalog.StreamID, from, to int64) ([]catalog.Erasure, error)
+	RecordErasure(ctx context.Context, id catalog.StreamID, first, count int64) (catalog.Erasure, error)
+	Quarantined(ctx context.Context, star string) ([]catalog.QuarantineRow, error)
+}
+
 // recordErasure validates [from, from+count) against the stream and
 // records it. Its refusals are configuration errors (exit 2) naming the
 // flag.
-func recordErasure(ctx context.Context, db *catalog.DB, st catalog.Stream, from, count int64) (ErasureReport, error) {
+func recordErasure(ctx context.Context, db erasureRecorder, st catalog.Stream, from, count int64) (ErasureReport, error) {
 	id := catalog.FormatStream(st.ID)
 	rep := ErasureReport{Stream: id, FirstRecord: from, RecordCount: count, Warnings: []string{}}
 	if why := (catalog.Erasure{Stream: st.ID, FirstRecord: from, RecordCount: count}).Valid(); why != "" {

@@ -143,7 +143,7 @@ func checkedBuckets(cfg config.Config) (buckets, prefixes []string) {
 
 // firstSchemaCheck is the start-up check of the schema: an error only for
 // an answer waiting cannot change.
-func firstSchemaCheck(ctx context.Context, db *catalog.DB) error {
+func firstSchemaCheck(ctx context.Context, db interface{ CheckSchema(context.Context) error }) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := db.CheckSchema(cctx)

@@ -1,11 +1,10 @@
 package main
 
 import (
-	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/trim"
 )
 
 // trimReader is the daemon's view of trim (status, /status, the gauges):
 // trim's own, shown as it decides.
-func trimReader(db *catalog.DB) daemon.TrimReader { return trim.Viewer{DB: db} }
+func trimReader(db trim.StatusCatalog) daemon.TrimReader { return trim.Viewer{DB: db} }

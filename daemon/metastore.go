@@ -1,0 +1,99 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+)
+
+// Metastore is what the daemon reads and writes in Postgres
+// (docs/metastore.md): *catalog.DB has it. The steps bring their own
+// (cycle.Step); this is the daemon's part, one interface per use, and a
+// method two uses share is listed in both. The daemon holds them as one;
+// BuildStatus takes its part alone (auditor status has no daemon).
+type Metastore interface {
+	Leases
+	Ledger
+	Requests
+	Health
+	Gauges
+	StatusReader
+}
+
+// Leases is the lease term (cycle.go): take the star's lease, renew it,
+// release it and wake the standbys.
+type Leases interface {
+	AcquireLeaseInstance(ctx context.Context, star, holder, instance string, ttl time.Duration) (catalog.Lease, error)
+	RenewLease(ctx context.Context, f catalog.Fence, ttl time.Duration) (time.Time, error)
+	ReleaseLease(ctx context.Context, f catalog.Fence) error
+	Notify(ctx context.Context, star string) error
+}
+
+// Ledger is the run ledger (cycle.go): a row per cycle, the persisted
+// halt, the pruning of old history, and the pause and halt RunOnce
+// honours.
+type Ledger interface {
+	StartRun(ctx context.Context, f catalog.Fence, trigger string, dryRun bool) (catalog.Run, error)
+	FinishRun(ctx context.Context, id int64, outcome string, c catalog.RunCounts, errText string) (catalog.Run, error)
+	CloseAbandonedRuns(ctx context.Context, f catalog.Fence) (int64, error)
+	SetHalted(ctx context.Context, f catalog.Fence, reason string) error
+	PruneHistory(ctx context.Context, f catalog.Fence, keep time.Duration, limit int) (catalog.HistoryPruned, error)
+	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+}
+
+// Requests are the operator's admin requests (daemon.go, triggers.go):
+// read, consumed, the triggers a cycle takes and finishes, the progress
+// of a forced stream, and the notifications that wake the leader.
+type Requests interface {
+	AdminRequests(ctx context.Context, star string, openOnly bool, limit int) ([]catalog.AdminRequest, error)
+	ConsumeAdminRequests(ctx context.Context, f catalog.Fence, kinds []string) ([]catalog.AdminRequest, error)
+	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	TakeTriggers(ctx context.Context, f catalog.Fence, ids []int64) error
+	NoteTriggerAttempt(ctx context.Context, f catalog.Fence, runID int64, ids []int64, why string) error
+	FinishTriggers(ctx context.Context, f catalog.Fence, runID int64, results []catalog.TriggerResult) ([]catalog.AdminRequest, error)
+	ForcedProgress(ctx context.Context, star string, ids []catalog.StreamID) (map[catalog.StreamID]catalog.StreamProgress, error)
+	Listen(ctx context.Context) (*catalog.Listener, error)
+}
+
+// Health is what /readyz and the guard check (http.go, guard.go), and
+// what the leader records of its own running for status.
+type Health interface {
+	Ping(ctx context.Context) error
+	CheckSchema(ctx context.Context) error
+	RecordRuntime(ctx context.Context, f catalog.Fence, version string, p catalog.DuePolicy, reapGrace time.Duration) error
+	RecordBucketRules(ctx context.Context, f catalog.Fence, rules json.RawMessage, blocked string) error
+}
+
+// Gauges are the metastore gauges' reads (daemon.go refreshGauges).
+type Gauges interface {
+	GetRuntime(ctx context.Context, star string) (catalog.Runtime, error)
+	GetStar(ctx context.Context, star string) (catalog.Star, error)
+	TransitByClass(ctx context.Context, star string, p catalog.DuePolicy) (time.Time, []catalog.ClassTransit, error)
+	UnsettledRecords(ctx context.Context, star string) (map[string]int64, error)
+	ErasuresAppliedWithin(ctx context.Context, star string, window time.Duration) (int64, error)
+	GetBacklog(ctx context.Context, star string) (catalog.Backlog, error)
+	GetErasureBacklog(ctx context.Context, star string) (catalog.ErasureBacklog, error)
+	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	LastRunWithOutcome(ctx context.Context, star, outcome string) (catalog.Run, bool, error)
+}
+
+// StatusReader is what BuildStatus reads (status.go, status_erasure.go):
+// read only, no lease.
+type StatusReader interface {
+	GetRuntime(ctx context.Context, star string) (catalog.Runtime, error)
+	TransitByClass(ctx context.Context, star string, p catalog.DuePolicy) (time.Time, []catalog.ClassTransit, error)
+	CurrentLease(ctx context.Context, star string) (catalog.Lease, bool, error)
+	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	DueStreams(ctx context.Context, star string, p catalog.DuePolicy, forced []catalog.StreamID, limit int) ([]catalog.DueStream, error)
+	GetBacklog(ctx context.Context, star string) (catalog.Backlog, error)
+	Quarantined(ctx context.Context, star string) ([]catalog.QuarantineRow, error)
+	AdminRequests(ctx context.Context, star string, openOnly bool, limit int) ([]catalog.AdminRequest, error)
+	LastRuns(ctx context.Context, star string, limit int) ([]catalog.Run, error)
+	LastRunWithOutcome(ctx context.Context, star, outcome string) (catalog.Run, bool, error)
+	GetErasureBacklog(ctx context.Context, star string) (catalog.ErasureBacklog, error)
+	PendingErasures(ctx context.Context, star string, limit int) ([]catalog.PendingErasure, error)
+	GetStar(ctx context.Context, star string) (catalog.Star, error)
+	ErasuresAppliedWithin(ctx context.Context, star string, window time.Duration) (int64, error)
+}
