@@ -58,6 +58,23 @@ type DuePolicy struct {
 	ExpressLinger, ExpressAgeCap time.Duration
 }
 
+// LingerOf is the linger of a chain class: the express class has its own,
+// every other class the standard one (DueStreams says the same in SQL).
+func (p DuePolicy) LingerOf(class string) time.Duration {
+	if class == ClassExpress {
+		return p.ExpressLinger
+	}
+	return p.Linger
+}
+
+// AgeCapOf is the age cap of a chain class, as LingerOf.
+func (p DuePolicy) AgeCapOf(class string) time.Duration {
+	if class == ClassExpress {
+		return p.ExpressAgeCap
+	}
+	return p.AgeCap
+}
+
 // DueStreams selects the star's due streams by the database clock: due when
 // now() >= since + linger(class) (or forced), quarantined streams skipped,
 // the earliest deadline since + age_cap(class) first, at most limit.

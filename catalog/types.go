@@ -12,11 +12,16 @@ import (
 // ErrNotFound is returned when a requested row does not exist.
 var ErrNotFound = errors.New("not found")
 
-// Classes.
+// The chain classes (nova.stars.chain_class): where a star's slots live
+// and how soon its streams are due. Which buckets hold each class is
+// bundle.Topology's; how soon, DuePolicy's.
 const (
 	ClassStandard = "standard"
 	ClassExpress  = "express"
 )
+
+// Classes lists every chain class.
+func Classes() []string { return []string{ClassStandard, ClassExpress} }
 
 // Star is a row of nova.stars.
 type Star struct {

@@ -577,7 +577,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		d.m.AgeCapBreached.WithLabelValues(c.Class).Set(float64(c.OverAgeCap))
 		oldestTransit = c.OldestAge
 	}
-	window := transitWindow(ageCap(policy, star.ChainClass), reapGrace, CycleInterval(d.cfg.Schedule, time.Now()), oldestTransit)
+	window := transitWindow(policy.AgeCapOf(star.ChainClass), reapGrace, CycleInterval(d.cfg.Schedule, time.Now()), oldestTransit)
 	inTransit, err := d.db.ErasuresAppliedWithin(ctx, d.cfg.Star, window)
 	if err != nil {
 		return err
@@ -641,12 +641,6 @@ func (d *Daemon) refreshTrimGauges(ctx context.Context, reapGrace time.Duration)
 	return nil
 }
 
-func ageCap(p catalog.DuePolicy, class string) time.Duration {
-	if class == catalog.ClassExpress {
-		return p.ExpressAgeCap
-	}
-	return p.AgeCap
-}
 
 func b2f(b bool) float64 {
 	if b {

@@ -222,7 +222,7 @@ func (m *Metrics) classVecs() []*prometheus.GaugeVec {
 // setClass makes the class gauges report class only: a star's chain holds
 // one class, and a series for the other would be a constant phantom.
 func (m *Metrics) setClass(class string, p catalog.DuePolicy) {
-	for _, other := range []string{catalog.ClassStandard, catalog.ClassExpress} {
+	for _, other := range catalog.Classes() {
 		if other == class {
 			continue
 		}
@@ -233,7 +233,7 @@ func (m *Metrics) setClass(class string, p catalog.DuePolicy) {
 	for _, v := range m.classVecs() {
 		v.WithLabelValues(class)
 	}
-	m.AgeCap.WithLabelValues(class).Set(ageCap(p, class).Seconds())
+	m.AgeCap.WithLabelValues(class).Set(p.AgeCapOf(class).Seconds())
 }
 
 // NewPoolCollector reports the metastore connection pool of stats (Postgres

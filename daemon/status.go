@@ -267,7 +267,7 @@ func readClasses(ctx context.Context, db StatusReader, o StatusOptions, s *Statu
 	}
 	s.Now = now
 	for _, c := range classes {
-		cs := ClassStatus{Class: c.Class, Linger: linger(p, c.Class).Seconds(), AgeCap: ageCap(p, c.Class).Seconds(),
+		cs := ClassStatus{Class: c.Class, Linger: p.LingerOf(c.Class).Seconds(), AgeCap: p.AgeCapOf(c.Class).Seconds(),
 			Streams: c.Markers, Due: c.Due, OverAgeCap: c.OverAgeCap, OldestSince: c.OldestSince,
 			OldestAge: c.OldestAge.Seconds(), SettleLag: c.Lag.Seconds()}
 		cs.AgeCapHeadroom = cs.AgeCap - cs.OldestAge
@@ -409,12 +409,6 @@ func readTrim(ctx context.Context, _ StatusReader, o StatusOptions, s *Status) e
 
 func isNotFound(err error) bool { return errors.Is(err, catalog.ErrNotFound) }
 
-func linger(p catalog.DuePolicy, class string) time.Duration {
-	if class == catalog.ClassExpress {
-		return p.ExpressLinger
-	}
-	return p.Linger
-}
 
 // secs is a seconds field of the Status as a duration.
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

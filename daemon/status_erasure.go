@@ -153,7 +153,7 @@ func readTransit(ctx context.Context, db StatusReader, o StatusOptions, s *Statu
 			oldest = secs(c.OldestAge)
 		}
 	}
-	capOf := ageCap(o.Policy, star.ChainClass)
+	capOf := o.Policy.AgeCapOf(star.ChainClass)
 	window := transitWindow(capOf, o.ReapGrace, o.CycleInterval, oldest)
 	n, err := db.ErasuresAppliedWithin(ctx, o.Star, window)
 	if err != nil {
