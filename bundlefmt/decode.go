@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 // Envelope is a decoded slot envelope (docs/format.md#slot-envelope).

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/crashpoint"
-	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )

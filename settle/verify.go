@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 )
 

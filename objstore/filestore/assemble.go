@@ -11,7 +11,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/objstore"
 )
 
