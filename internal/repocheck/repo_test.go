@@ -127,7 +127,7 @@ func slug(h string) string {
 
 // TestImportsPointOneWay: the storage and format libraries depend on
 // nothing of ours but each other as DESIGN lays out, and never on
-// internal/ (the leaves they share, like crc32c, sit beside them); the steps do not
+// internal/ (the leaves they share, crc32c and fsync, sit beside them); the steps do not
 // import the daemon or the binary, nor the daemon the steps; verify (the
 // offline fsck) imports no step and not the daemon; nothing imports cmd/;
 // and nothing the auditor is built from reaches catalog/writepath, the
@@ -151,8 +151,9 @@ func TestImportsPointOneWay(t *testing.T) {
 		"trim":       {"settle", "daemon", "verify", "cmd/"},
 		"daemon":     {"settle", "trim", "verify", "cmd/"}, // the steps come as cycle.Step, trim's view as a TrimReader
 		"verify":     {"daemon", "settle", "trim", "cmd/"},
-		// crc32c is a leaf: everything may import it, it imports nothing of ours.
-		"crc32c": {"bundlefmt", "pendingobj", "objstore", "catalog", "settle", "trim", "daemon", "verify", "migrations", "internal/", "cmd/"},
+		// crc32c and fsync are leaves: everything may import them, they import nothing of ours.
+		"crc32c": {"bundlefmt", "pendingobj", "objstore", "catalog", "settle", "trim", "daemon", "verify", "migrations", "fsync", "internal/", "cmd/"},
+		"fsync":  {"bundlefmt", "pendingobj", "objstore", "catalog", "settle", "trim", "daemon", "verify", "migrations", "crc32c", "internal/", "cmd/"},
 	}
 	// The production packages, subpackages included, and the auditor's
 	// binary (its non-test files: go list's Deps is the closure of Imports,
