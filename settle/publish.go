@@ -186,7 +186,7 @@ func Target(key string) (catalog.PublishTarget, error) {
 		return catalog.PublishTarget{}, fmt.Errorf("publish %s: %w", key, err)
 	}
 	return catalog.PublishTarget{
-		Base:     catalog.KeyBase{Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)},
+		Base:     catalog.KeyBase{Stream: k.Stream, Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)},
 		Revision: int32(k.Revision),
 		Key: func(rev int32) string {
 			at := k

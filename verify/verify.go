@@ -165,7 +165,7 @@ func compare(a, b string) int {
 
 // settledKey is the key of an entry's object (docs/format.md#keys).
 func settledKey(s catalog.Stream, e catalog.Entry) string {
-	return bundlefmt.SettledKey(s.Bucket, bundlefmt.StreamID(e.Stream), uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
+	return bundlefmt.SettledKey(s.Bucket, e.Stream, uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
 }
 
 // checkTiling checks a stream's entries (in record order) cover their
@@ -174,7 +174,7 @@ func settledKey(s catalog.Stream, e catalog.Entry) string {
 // stream's epoch.
 func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 	var out []Finding
-	id := catalog.FormatStream(s.ID)
+	id := s.ID.String()
 	add := func(format string, args ...any) {
 		out = append(out, Finding{Kind: FindingTiling, Stream: id, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -204,7 +204,7 @@ func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.Stream, e catalog.Entry, applied []catalog.Erasure) (*Finding, int64, error) {
 	key := settledKey(s, e)
 	find := func(kind, format string, args ...any) *Finding {
-		return &Finding{Kind: kind, Stream: catalog.FormatStream(s.ID), Key: key, Detail: fmt.Sprintf(format, args...)}
+		return &Finding{Kind: kind, Stream: s.ID.String(), Key: key, Detail: fmt.Sprintf(format, args...)}
 	}
 	n := max(e.ObjectBytes, 1)
 	obj, size, err := store.GetRange(ctx, o.Bucket, key, 0, n)
@@ -245,7 +245,7 @@ func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.S
 	next := uint64(e.FirstRecord)
 	minTS, maxTS := int64(0), int64(0)
 	for i, c := range v.Entries {
-		if c.Stream != bundlefmt.StreamID(e.Stream) {
+		if c.Stream != e.Stream {
 			return find(FindingMismatch, "chunk %d is of stream %s", i, c.Stream), got, nil
 		}
 		if c.FirstRecord != next {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
@@ -45,7 +46,7 @@ func adminSetup(ctx context.Context, e env, name string, args []string, extra fu
 		return cfg, nil, nil, exitCode(e, cfg, err)
 	}
 	if f := fs.Lookup("stream"); f != nil && f.Value.String() != "" {
-		id, err := parseStreamID(f.Value.String())
+		id, err := bundlefmt.ParseStreamID(f.Value.String())
 		if err != nil {
 			return cfg, nil, nil, exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
 		}
@@ -86,9 +87,9 @@ func checkStar(ctx context.Context, db *catalog.DB, star string, stream *catalog
 	other, err := db.GetStream(ctx, *stream)
 	switch {
 	case err == nil:
-		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", catalog.FormatStream(*stream), other.Star, star)}
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", stream.String(), other.Star, star)}
 	case errors.Is(err, catalog.ErrNotFound):
-		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", catalog.FormatStream(*stream), star)}
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", stream.String(), star)}
 	}
 	return err
 }
@@ -106,7 +107,7 @@ func warnNoLeader(ctx context.Context, e env, db *catalog.DB, star string) {
 func cmdTrigger(ctx context.Context, e env, args []string) int {
 	var wait *time.Duration
 	cfg, db, stream, code := adminSetup(ctx, e, "trigger", args, func(fs *flag.FlagSet) {
-		fs.String("stream", "", "settle this stream (uuid) now, regardless of linger")
+		fs.String("stream", "", "settle this stream (uuid or 32 hex digits) now, regardless of linger")
 		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request into a cycle (exit 1 if it does not, or if it failed)")
 	})
 	if code >= 0 {
@@ -119,7 +120,7 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 	}
 	what := "a cycle"
 	if stream != nil {
-		what = "a cycle settling stream " + catalog.FormatStream(*stream) + " regardless of linger"
+		what = "a cycle settling stream " + stream.String() + " regardless of linger"
 	}
 	fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
 	warnNoLeader(ctx, e, db, cfg.Star)
@@ -200,7 +201,7 @@ func cmdResume(ctx context.Context, e env, args []string) int {
 
 func cmdRelease(ctx context.Context, e env, args []string) int {
 	cfg, db, stream, code := adminSetup(ctx, e, "release", args, func(fs *flag.FlagSet) {
-		fs.String("stream", "", "the quarantined stream (uuid) to release")
+		fs.String("stream", "", "the quarantined stream (uuid or 32 hex digits) to release")
 	})
 	if code >= 0 {
 		return code
@@ -211,14 +212,14 @@ func cmdRelease(ctx context.Context, e env, args []string) int {
 	}
 	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
 	if errors.Is(err, catalog.ErrNotFound) {
-		fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", catalog.FormatStream(*stream), cfg.Star)
+		fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", stream.String(), cfg.Star)
 		return exitFailure
 	}
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
 	fmt.Fprintf(e.stdout, "stream %s released from quarantine (request %d): the next cycle settles it again\n",
-		catalog.FormatStream(*stream), req.ID)
+		stream.String(), req.ID)
 	return exitOK
 }
 
