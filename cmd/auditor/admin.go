@@ -37,11 +37,11 @@ func requester(e env) string {
 // --stream when the command has one, and opens the metastore. code is -1
 // on success, else the exit code.
 func adminSetup(ctx context.Context, e env, name string, args []string, extra func(*flag.FlagSet)) (cfg config.Config, db *catalog.DB, stream *catalog.StreamID, code int) {
-	fs, l := newFlags(e, name)
+	fs := newFlags(e, name)
 	if extra != nil {
-		extra(fs)
+		extra(fs.FlagSet)
 	}
-	cfg, err := parse(e, fs, l, args, "star", "database-url")
+	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return cfg, nil, nil, exitCode(e, cfg, err)
 	}

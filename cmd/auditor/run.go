@@ -18,11 +18,11 @@ import (
 // Exit 0 when the cycle succeeded, 1 when it failed (the lease held by
 // another auditor included), 2 on configuration errors.
 func cmdRun(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "run")
+	fs := newFlags(e, "run")
 	once := fs.Bool("once", true, "run one cycle and exit (the only mode of run; serve runs on a schedule)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing")
 	stream := fs.String("stream", "", "force one stream (uuid or 32 hex digits) due regardless of linger")
-	cfg, err := parse(e, fs, l, args, "star", "database-url")
+	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

@@ -18,7 +18,7 @@ import (
 // the star's settled and unsettled records. The auditor's next cycle
 // applies them; novasim check then expects tombstones exactly there.
 func cmdErase(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "erase")
+	fs := newFlags(e, "erase")
 	var (
 		stream      string
 		from, count int64
@@ -32,7 +32,7 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 	fs.Int64Var(&o.MaxRecords, "max-records", 4, "with --random: most records per erasure")
 	fs.Uint64Var(&o.Seed, "seed", 0, "with --random: seed of the draws (0: random)")
 	fs.BoolVar(&asJSON, "json", false, "print what was recorded as JSON")
-	cfg, err := parse(e, fs, l, args, "database-url", "star")
+	cfg, err := fs.Load(args, "database-url", "star")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
