@@ -7,7 +7,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
@@ -30,7 +30,7 @@ func Settled(key string) Source { return Source{Key: key, Class: SettledClass} }
 // EntryKey is the key of a catalog entry's object, of a stream whose
 // key prefix is bucket (its streams.bucket).
 func EntryKey(bucket string, e catalog.Entry) string {
-	return bundlefmt.SettledKey(bucket, bundlefmt.StreamID(e.Stream), uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
+	return bundlefmt.SettledKey(bucket, e.Stream, uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
 }
 
 // Reader reads stored bundles from a topology. The zero value is not

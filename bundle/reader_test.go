@@ -168,7 +168,7 @@ func TestSettledObjectReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := catalog.Entry{Stream: catalog.StreamID(stream), Epoch: 2, FirstRecord: 10, Revision: 1, RecordCount: 4}
+	e := catalog.Entry{Stream: stream, Epoch: 2, FirstRecord: 10, Revision: 1, RecordCount: 4}
 	key := bundle.EntryKey("b", e)
 	if want := bundlefmt.SettledKey("b", stream, 2, 10, 1); key != want {
 		t.Fatalf("EntryKey = %s, want %s", key, want)
@@ -201,7 +201,7 @@ func TestSettledObjectReads(t *testing.T) {
 	}
 
 	// The catalog references the key: its absence halts.
-	gone := bundle.EntryKey("b", catalog.Entry{Stream: catalog.StreamID(stream), Epoch: 2, FirstRecord: 99})
+	gone := bundle.EntryKey("b", catalog.Entry{Stream: stream, Epoch: 2, FirstRecord: 99})
 	if _, err := f.rd.EntryFooter(f.ctx, gone, int64(ft.FooterOffset()), int64(ft.FooterLength())); !cycle.IsHalt(err) {
 		t.Errorf("a cataloged object missing: %v, want a halt", err)
 	}

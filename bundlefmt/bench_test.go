@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 // benchChunks returns a flight's worth of chunks: 32 streams of 1 MiB each,

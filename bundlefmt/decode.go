@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 // Envelope is a decoded slot envelope (docs/format.md#slot-envelope).
@@ -433,7 +433,7 @@ func (f *Footer) checkEntry(i int, r IndexRow, eb []byte) (EntryView, error) {
 	v := EntryView{b: eb, n: int(n)}
 	switch {
 	case !bytes.Equal(eb[entStreamOff:entFirstRecordOff], r.Stream[:]):
-		return v, f.entryErr(i, r, entStreamOff, "stream", "stream %x ≠ row's %s", eb[entStreamOff:entFirstRecordOff], r.Stream)
+		return v, f.entryErr(i, r, entStreamOff, "stream", "stream %s ≠ row's %s", v.Stream(), r.Stream)
 	case v.FirstRecord() != r.FirstRecord:
 		return v, f.entryErr(i, r, entFirstRecordOff, "first_record", "first record %d ≠ row's %d", v.FirstRecord(), r.FirstRecord)
 	case n != r.Count:

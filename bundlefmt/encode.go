@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 // appendEnvelope appends a slot envelope (docs/format.md#slot-envelope).

@@ -3,7 +3,7 @@ package bundlefmt
 import (
 	"slices"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 // EraseRecords is the GC rewrite of one chunk (docs/format.md#stored-record):

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 func TestEraseRecords(t *testing.T) {

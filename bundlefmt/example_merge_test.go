@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 // Example_mergeChunks is the worked example of docs/format.md

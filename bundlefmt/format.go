@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 )
 
@@ -82,18 +83,39 @@ func (k Kind) Base() uint64 {
 	return TransitBase
 }
 
-// StreamID is a stream's 16 opaque bytes (a Postgres uuid). Stream IDs sort in
-// unsigned byte order.
+// StreamID is a stream's 16 opaque bytes (a Postgres uuid): the one stream
+// identity of the auditor, in the format, the catalog (catalog.StreamID is
+// this type) and every command. Stream IDs sort in unsigned byte order.
+//
+// It has one printed form, String's uuid form, in logs, status, errors,
+// findings and inspect output; only keys spell it as 32 hex digits
+// (SettledKey), because that is the key layout of docs/format.md#keys.
 type StreamID [streamIDLen]byte
 
-// String returns 32 lowercase hex digits, the form used in keys.
-func (s StreamID) String() string { return hex.EncodeToString(s[:]) }
+// String returns the uuid form Postgres prints (8-4-4-4-12, lowercase hex),
+// so an ID reads the same in a log line and in psql.
+func (s StreamID) String() string {
+	var b [36]byte
+	hex.Encode(b[0:8], s[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], s[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], s[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], s[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:36], s[10:16])
+	return string(b[:])
+}
 
 // Compare returns -1, 0 or +1 as s sorts before, equal to or after o (memcmp).
 func (s StreamID) Compare(o StreamID) int { return bytes.Compare(s[:], o[:]) }
 
-// MarshalText encodes the ID as 32 lowercase hex digits.
+// MarshalText encodes the ID as String does (JSON documents, text logs).
 func (s StreamID) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// LogValue logs the ID as String does, whatever the slog handler.
+func (s StreamID) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // UnmarshalText accepts what ParseStreamID accepts.
 func (s *StreamID) UnmarshalText(b []byte) error {

@@ -43,7 +43,8 @@ func SlotKey(star string, epoch, seq uint64) string {
 // buckets/<bucket>/streams/<stream-hex>/<stream-epoch:20>/<first-record:20>~<revision>.
 // It only formats; see ParseSettledKey for the ranges that parse back.
 func SettledKey(bucket string, stream StreamID, streamEpoch, firstRecord uint64, revision uint32) string {
-	return fmt.Sprintf("buckets/%s/streams/%s/%020d/%020d~%d", bucket, stream, streamEpoch, firstRecord, revision)
+	// 32 hex digits, not the uuid form of StreamID.String: the key layout
+	return fmt.Sprintf("buckets/%s/streams/%x/%020d/%020d~%d", bucket, stream[:], streamEpoch, firstRecord, revision)
 }
 
 // SettledKeyParts are the coordinates of a settled key.

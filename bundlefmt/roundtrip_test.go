@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 // checkChunkRecords decodes every record of entry e in data and compares it

@@ -3,6 +3,8 @@ package bundlefmt
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -70,15 +72,37 @@ func TestRecordRules(t *testing.T) {
 }
 
 func TestStreamID(t *testing.T) {
-	s, err := ParseStreamID("00112233-4455-6677-8899-AABBCCDDEEFF")
-	if err != nil || s.String() != "00112233445566778899aabbccddeeff" {
-		t.Fatalf("%s, %v", s, err)
+	const uuid = "00112233-4455-6677-8899-aabbccddeeff" // the one printed form, as psql shows it
+	want := StreamID{0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
+	for _, in := range []string{uuid, "00112233-4455-6677-8899-AABBCCDDEEFF", "00112233445566778899aabbccddeeff", "00112233445566778899AABBCCDDEEFF"} {
+		s, err := ParseStreamID(in)
+		if err != nil || s != want {
+			t.Fatalf("ParseStreamID(%q) = %x, %v", in, s[:], err)
+		}
+	}
+	if got := want.String(); got != uuid {
+		t.Fatalf("String() = %s, want %s", got, uuid)
+	}
+	for verb, got := range map[string]string{"%s": fmt.Sprintf("%s", want), "%v": fmt.Sprintf("%v", want)} {
+		if got != uuid {
+			t.Fatalf("%s prints %s, want %s", verb, got, uuid)
+		}
+	}
+	if b, err := want.MarshalText(); err != nil || string(b) != uuid {
+		t.Fatalf("MarshalText = %s, %v", b, err)
+	}
+	if v := want.LogValue(); v.Kind() != slog.KindString || v.String() != uuid {
+		t.Fatalf("LogValue = %v", v)
+	}
+	if k := SettledKey("b1", want, 1, 1000, 0); !strings.Contains(k, "/streams/00112233445566778899aabbccddeeff/") {
+		t.Fatalf("a settled key spells the stream as 32 hex digits: %s", k)
 	}
 	for _, bad := range []string{"", "0011", "00112233445566778899aabbccddeefg", "00112233x4455-6677-8899-aabbccddeeff", "00112233445566778899aabbccddeeff0"} {
 		if _, err := ParseStreamID(bad); err == nil {
 			t.Fatalf("%q accepted", bad)
 		}
 	}
+	s := want
 	var u StreamID
 	if err := u.UnmarshalText([]byte(s.String())); err != nil || u != s {
 		t.Fatal("text round trip")

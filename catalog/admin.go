@@ -101,10 +101,10 @@ func (db *DB) RequestAdmin(ctx context.Context, star, kind string, stream *Strea
 		case AdminRelease:
 			tag, err := tx.Exec(ctx, `DELETE FROM nova.quarantine WHERE star = $1 AND stream_id = $2`, star, *stream)
 			if err != nil {
-				return fmt.Errorf("release stream %x: %w", *stream, err)
+				return fmt.Errorf("release stream %s: %w", *stream, err)
 			}
 			if tag.RowsAffected() == 0 {
-				return fmt.Errorf("stream %x of star %q is not quarantined: %w", *stream, star, ErrNotFound)
+				return fmt.Errorf("stream %s of star %q is not quarantined: %w", *stream, star, ErrNotFound)
 			}
 		}
 		var err error

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
@@ -150,5 +153,56 @@ func TestOpenUnreachableHidesPassword(t *testing.T) {
 	}
 	if msg := err.Error(); len(msg) == 0 || strings.Contains(msg, "s3cretpw") {
 		t.Fatalf("error leaks the password: %s", msg)
+	}
+}
+
+// TestStreamIDIsAUUID: the one stream type (bundlefmt.StreamID, a named
+// [16]byte) goes to Postgres and back as a uuid, as a parameter, in a
+// uuid[] and through a nullable column, and String prints it as psql does.
+func TestStreamIDIsAUUID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, url := testenv.MigratedDB(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	id, err := bundlefmt.ParseStreamID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0") // no two bytes alike: the byte order shows
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	if err := conn.QueryRow(ctx, `SELECT stream_id::text FROM nova.streams WHERE star = 's1'`).Scan(&text); err != nil || text != id.String() {
+		t.Fatalf("psql shows %q (%v), String() is %q", text, err, id)
+	}
+	if err := conn.QueryRow(ctx, `SELECT $1::uuid::text`, id).Scan(&text); err != nil || text != id.String() {
+		t.Fatalf("as a parameter: %q (%v), want %q", text, err, id)
+	}
+	var back catalog.StreamID
+	if err := conn.QueryRow(ctx, `SELECT '0f1e2d3c4b5a69788796a5b4c3d2e1f0'::uuid`).Scan(&back); err != nil || back != id {
+		t.Fatalf("scanned %s (%v), want %s", back, err, id)
+	}
+	st, err := db.GetStream(ctx, id)
+	if err != nil || st.ID != id {
+		t.Fatalf("GetStream: %s, %v", st.ID, err)
+	}
+	missing := catalog.StreamID{15: 1}
+	prog, err := db.ForcedProgress(ctx, "s1", []catalog.StreamID{id, missing}) // a uuid[] parameter
+	if err != nil || len(prog) != 1 || !prog[id].Found || prog[missing].Found {
+		t.Fatalf("ForcedProgress: %+v, %v", prog, err)
+	}
+	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "t"); err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := db.AdminRequests(ctx, "s1", true, 10)
+	if err != nil || len(reqs) != 1 || reqs[0].Stream == nil || *reqs[0].Stream != id {
+		t.Fatalf("admin requests: %+v, %v", reqs, err)
 	}
 }

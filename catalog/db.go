@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,18 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/migrations"
 )
 
-// StreamID is a stream's 16-byte identity (Postgres uuid).
-type StreamID = [16]byte
-
-// FormatStream formats a stream ID as Postgres prints a uuid
-// (8-4-4-4-12), the form status, logs and findings show.
-func FormatStream(id StreamID) string {
-	h := hex.EncodeToString(id[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
+// StreamID is a stream's identity (a Postgres uuid column): the format's
+// bundlefmt.StreamID, whose String is the one printed form (the uuid form
+// psql shows). pgx encodes and scans it as the [16]byte it is.
+type StreamID = bundlefmt.StreamID
 
 // DB is the metastore.
 type DB struct {

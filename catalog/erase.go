@@ -383,29 +383,29 @@ type RewriteCommit struct {
 func (db *DB) CommitRewrite(ctx context.Context, f Fence, c RewriteCommit) error {
 	e := c.Entry
 	if e.Revision <= c.PrevRevision {
-		return fmt.Errorf("%w: stream %x: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
+		return fmt.Errorf("%w: stream %s: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
 	}
 	return db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var one int
 		if err := tx.QueryRow(ctx, `SELECT 1 FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).Scan(&one); err != nil {
-			return fmt.Errorf("lock stream %x: %w", e.Stream, err)
+			return fmt.Errorf("lock stream %s: %w", e.Stream, err)
 		}
 		var rev int32
 		var count int64
 		err := tx.QueryRow(ctx, `SELECT revision, record_count FROM nova.catalog
 			WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, e.Stream, e.Epoch, e.FirstRecord).Scan(&rev, &count)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: stream %x: entry at %d is gone (retention)", ErrRevisionMoved, e.Stream, e.FirstRecord)
+			return fmt.Errorf("%w: stream %s: entry at %d is gone (retention)", ErrRevisionMoved, e.Stream, e.FirstRecord)
 		}
 		if err != nil {
-			return fmt.Errorf("read entry %x@%d: %w", e.Stream, e.FirstRecord, err)
+			return fmt.Errorf("read entry %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
 		if rev != c.PrevRevision {
-			return fmt.Errorf("%w: stream %x: entry at %d is at revision %d, the rewrite read %d",
+			return fmt.Errorf("%w: stream %s: entry at %d is at revision %d, the rewrite read %d",
 				ErrRevisionMoved, e.Stream, e.FirstRecord, rev, c.PrevRevision)
 		}
 		if count != e.RecordCount {
-			return fmt.Errorf("%w: stream %x: a rewrite of entry %d~%d covers %d records, the entry %d",
+			return fmt.Errorf("%w: stream %s: a rewrite of entry %d~%d covers %d records, the entry %d",
 				ErrInvariant, e.Stream, e.FirstRecord, rev, e.RecordCount, count)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE nova.catalog SET revision = $5, object_bytes = $6,
@@ -413,7 +413,7 @@ func (db *DB) CommitRewrite(ctx context.Context, f Fence, c RewriteCommit) error
 			WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
 			e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision, e.Revision, e.ObjectBytes,
 			e.FooterOffset, e.FooterLength, e.MinTimestamp, e.MaxTimestamp); err != nil {
-			return fmt.Errorf("repoint catalog entry %x@%d: %w", e.Stream, e.FirstRecord, err)
+			return fmt.Errorf("repoint catalog entry %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
 		if err := closePublishIntent(ctx, tx, c.IntentID, c.ObjectKey); err != nil {
 			return err
@@ -450,7 +450,7 @@ type EntryRevision struct {
 // erasure (Valid) is never applied: ErrBadErasure.
 func (db *DB) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []EntryRevision, keyLow, keyEnd string) (bool, error) {
 	if why := e.Valid(); why != "" {
-		return false, fmt.Errorf("%w: stream %x at %d: %s", ErrBadErasure, e.Stream, e.FirstRecord, why)
+		return false, fmt.Errorf("%w: stream %s at %d: %s", ErrBadErasure, e.Stream, e.FirstRecord, why)
 	}
 	applied := false
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
@@ -458,7 +458,7 @@ func (db *DB) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []Entr
 		var epoch int64
 		if err := tx.QueryRow(ctx, `SELECT settled_through, epoch FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).
 			Scan(&settled, &epoch); err != nil {
-			return fmt.Errorf("lock stream %x: %w", e.Stream, err)
+			return fmt.Errorf("lock stream %s: %w", e.Stream, err)
 		}
 		if settled < e.EndRecord() {
 			return nil
@@ -468,11 +468,11 @@ func (db *DB) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []Entr
 				(SELECT max(first_record) FROM nova.catalog WHERE stream_id = $1 AND epoch = $2 AND first_record <= $3), $3)
 			ORDER BY first_record`, e.Stream, epoch, e.FirstRecord, e.EndRecord())
 		if err != nil {
-			return fmt.Errorf("read entries of erasure %x@%d: %w", e.Stream, e.FirstRecord, err)
+			return fmt.Errorf("read entries of erasure %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
 		entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
 		if err != nil {
-			return fmt.Errorf("read entries of erasure %x@%d: %w", e.Stream, e.FirstRecord, err)
+			return fmt.Errorf("read entries of erasure %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
 		want := map[EntryRevision]bool{}
 		for _, c := range clean {
@@ -489,7 +489,7 @@ func (db *DB) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []Entr
 		var held bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.orphan_intents
 			WHERE object_key >= $1 AND object_key < $2)`, keyLow, keyEnd).Scan(&held); err != nil {
-			return fmt.Errorf("read intents of erasure %x@%d: %w", e.Stream, e.FirstRecord, err)
+			return fmt.Errorf("read intents of erasure %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
 		if held {
 			return nil
@@ -498,7 +498,7 @@ func (db *DB) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []Entr
 			WHERE stream_id = $1 AND first_record = $2 AND record_count = $3 AND applied_at IS NULL`,
 			e.Stream, e.FirstRecord, e.RecordCount)
 		if err != nil {
-			return fmt.Errorf("apply erasure %x@%d: %w", e.Stream, e.FirstRecord, err)
+			return fmt.Errorf("apply erasure %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
 		applied = tag.RowsAffected() == 1
 		return nil

@@ -295,7 +295,7 @@ func TestPendingErasureWindowsDealRoundRobin(t *testing.T) {
 			g := window{id: w.Stream[15], complete: w.Complete(), exact: w.ExactBelow()}
 			for _, e := range w.Erasures {
 				if e.Stream != w.Stream || e.Applied {
-					t.Errorf("window of %x holds %+v", w.Stream, e)
+					t.Errorf("window of %s holds %+v", w.Stream, e)
 				}
 				g.firsts = append(g.firsts, e.FirstRecord)
 			}

@@ -45,7 +45,7 @@ func (db *DB) LockWaiters(ctx context.Context) (int, error) {
 // the planned one append "@rev".
 func ExactTarget(key string, first int64) PublishTarget {
 	return PublishTarget{
-		Base: KeyBase{Stream: StreamID(fnvStream(key)), Epoch: 1, FirstRecord: first},
+		Base: KeyBase{Stream: fnvStream(key), Epoch: 1, FirstRecord: first},
 		Key: func(rev int32) string {
 			if rev == 0 {
 				return key
@@ -56,8 +56,8 @@ func ExactTarget(key string, first int64) PublishTarget {
 }
 
 // fnvStream spreads test keys over stream IDs, one base per key.
-func fnvStream(key string) [16]byte {
-	var id [16]byte
+func fnvStream(key string) StreamID {
+	var id StreamID
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(key); i++ {
 		h = (h ^ uint64(key[i])) * 1099511628211
@@ -74,7 +74,7 @@ func (db *DB) HighRevision(ctx context.Context, b KeyBase) (int32, error) {
 	err := db.pool.QueryRow(ctx, `SELECT high_revision FROM nova.auditor_key_revisions
 		WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("read the revisions of %x/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
+		return 0, fmt.Errorf("read the revisions of %s/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
 	}
 	return high, nil
 }

@@ -163,14 +163,14 @@ func buildHistory(t testing.TB, ctx context.Context, conn *pgx.Conn, n int) {
 		`INSERT INTO nova.star_epochs (star, epoch) VALUES ('s1', 1)`,
 		`INSERT INTO nova.auditor_leases (star, holder, token, expires_at) VALUES ('s1', 'earlier', 5, now() - interval '1 minute')`,
 		fmt.Sprintf(`INSERT INTO nova.streams (stream_id, star, bucket, class, next_record, settled_through)
-			VALUES ('%s', 's1', 'b1', 'standard', %d, %d)`, uuidOf(hot), 10*n+10, 10*n),
+			VALUES ('%s', 's1', 'b1', 'standard', %d, %d)`, hot, 10*n+10, 10*n),
 		fmt.Sprintf(`INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
 			footer_offset, footer_length, min_timestamp, max_timestamp)
-			SELECT '%s', 1, i * 10, 0, 10, 1000, 900, 80, i, i FROM generate_series(0, %d) i`, uuidOf(hot), n-1),
+			SELECT '%s', 1, i * 10, 0, 10, 1000, 900, 80, i, i FROM generate_series(0, %d) i`, hot, n-1),
 		fmt.Sprintf(`INSERT INTO nova.span_refs (stream_id, first_record, record_count, star, class, slot_epochs, slot_seqs,
 			footer_offsets, footer_lengths, absorbed_at)
-			VALUES ('%s', %d, 10, 's1', 'standard', '{1}', '{1}', '{61}', '{100}', now() - interval '1 hour')`, uuidOf(hot), 10*n),
-		fmt.Sprintf(`INSERT INTO nova.due_markers (stream_id, class, since) VALUES ('%s', 'standard', now() - interval '1 hour')`, uuidOf(hot)),
+			VALUES ('%s', %d, 10, 's1', 'standard', '{1}', '{1}', '{61}', '{100}', now() - interval '1 hour')`, hot, 10*n),
+		fmt.Sprintf(`INSERT INTO nova.due_markers (stream_id, class, since) VALUES ('%s', 'standard', now() - interval '1 hour')`, hot),
 		// Retention-enabled streams: entries [1000, 6000) in tens, low_record
 		// 1000 and already applied, except the first few whose low_record
 		// rose by retiredPerMoved entries. Each stream's entries are stored
@@ -206,9 +206,9 @@ func buildHistory(t testing.TB, ctx context.Context, conn *pgx.Conn, n int) {
 		// last retention-enabled stream.
 		fmt.Sprintf(`INSERT INTO nova.erasures (stream_id, first_record, record_count, requested_at, applied_at)
 			SELECT '%s', i * 10 + 3, 1, now() - interval '2 days', now() - interval '1 day' FROM generate_series(0, %d) i`,
-			uuidOf(hot), n-2),
+			hot, n-2),
 		fmt.Sprintf(`INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ('%s', %d, 2), ('%s', %d, 1)`,
-			uuidOf(hot), 10*n-5, uuidOf(hot), 10*n+2),
+			hot, 10*n-5, hot, 10*n+2),
 		fmt.Sprintf(`INSERT INTO nova.erasures (stream_id, first_record, record_count)
 			VALUES (('00000000-0000-0000-0001-' || lpad(to_hex(%d), 12, '0'))::uuid, 5000, 3)`, m),
 	}
@@ -231,11 +231,6 @@ func buildHistory(t testing.TB, ctx context.Context, conn *pgx.Conn, n int) {
 	if _, err := conn.Exec(ctx, `VACUUM ANALYZE`); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func uuidOf(id catalog.StreamID) string {
-	h := fmt.Sprintf("%x", id[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // cycleStatements runs, in cycle order, every catalog call a cycle (and
@@ -336,7 +331,7 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	call("Intents", func() error { _, err := db.Intents(ctx, "s1", "publish", time.Hour); return err })
 	coords := map[string]catalog.KeyCoords{}
 	retiredKey := func(e catalog.RetiredEntry) string {
-		k := fmt.Sprintf("retired/%x/%d", e.Stream, e.FirstRecord)
+		k := fmt.Sprintf("retired/%s/%d", e.Stream, e.FirstRecord)
 		coords[k] = catalog.KeyCoords{Bucket: e.Bucket, Stream: e.Stream, Epoch: e.Epoch, FirstRecord: e.FirstRecord, Revision: e.Revision}
 		return k
 	}

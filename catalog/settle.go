@@ -228,7 +228,7 @@ func lockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) 
 		VALUES ($1, $2, $3, 0) ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = k.high_revision
 		RETURNING CASE WHEN xmax = 0 THEN -1 ELSE high_revision END`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
 	if err != nil {
-		return 0, fmt.Errorf("lock the revisions of %x/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
+		return 0, fmt.Errorf("lock the revisions of %s/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
 	}
 	return high, nil
 }
@@ -238,7 +238,7 @@ func lockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) 
 func setHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase, rev int32) error {
 	if _, err := tx.Exec(ctx, `UPDATE nova.auditor_key_revisions SET high_revision = $4
 		WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, b.Stream, b.Epoch, b.FirstRecord, rev); err != nil {
-		return fmt.Errorf("raise the revisions of %x/%d/%d to %d: %w", b.Stream, b.Epoch, b.FirstRecord, rev, err)
+		return fmt.Errorf("raise the revisions of %s/%d/%d to %d: %w", b.Stream, b.Epoch, b.FirstRecord, rev, err)
 	}
 	return nil
 }
@@ -328,50 +328,50 @@ func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
 		var settled, next, low int64
 		if err := tx.QueryRow(ctx, `SELECT settled_through, next_record, low_record FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).
 			Scan(&settled, &next, &low); err != nil {
-			return fmt.Errorf("lock stream %x: %w", e.Stream, err)
+			return fmt.Errorf("lock stream %s: %w", e.Stream, err)
 		}
 		end := e.FirstRecord + e.RecordCount
 		if end > next || end <= settled {
-			return fmt.Errorf("%w: stream %x: entry [%d, %d) against settled_through %d, next_record %d",
+			return fmt.Errorf("%w: stream %s: entry [%d, %d) against settled_through %d, next_record %d",
 				ErrInvariant, e.Stream, e.FirstRecord, end, settled, next)
 		}
 		if c.PrevRevision < 0 {
 			// A new entry starts at settled_through, or above it only where
 			// retention let settled_through fall below low_record.
 			if e.FirstRecord != settled && !(e.FirstRecord > settled && e.FirstRecord <= low) {
-				return fmt.Errorf("%w: stream %x: new entry at %d, settled_through %d", ErrInvariant, e.Stream, e.FirstRecord, settled)
+				return fmt.Errorf("%w: stream %s: new entry at %d, settled_through %d", ErrInvariant, e.Stream, e.FirstRecord, settled)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
 				footer_offset, footer_length, min_timestamp, max_timestamp, class)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 				e.Stream, e.Epoch, e.FirstRecord, e.Revision, e.RecordCount, e.ObjectBytes, e.FooterOffset, e.FooterLength,
 				e.MinTimestamp, e.MaxTimestamp, ClassStandard); err != nil {
-				return fmt.Errorf("insert catalog entry %x@%d: %w", e.Stream, e.FirstRecord, err)
+				return fmt.Errorf("insert catalog entry %s@%d: %w", e.Stream, e.FirstRecord, err)
 			}
 		} else {
 			if e.Revision <= c.PrevRevision {
 				// Revisions only grow: the reap's dead-key argument relies on it.
-				return fmt.Errorf("%w: stream %x: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
+				return fmt.Errorf("%w: stream %s: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
 			}
 			var oldEnd int64
 			err := tx.QueryRow(ctx, `SELECT first_record + record_count FROM nova.catalog
 				WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
 				e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision).Scan(&oldEnd)
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: stream %x: tail %d~%d is no longer in the catalog", ErrInvariant, e.Stream, e.FirstRecord, c.PrevRevision)
+				return fmt.Errorf("%w: stream %s: tail %d~%d is no longer in the catalog", ErrInvariant, e.Stream, e.FirstRecord, c.PrevRevision)
 			}
 			if err != nil {
-				return fmt.Errorf("read tail %x@%d: %w", e.Stream, e.FirstRecord, err)
+				return fmt.Errorf("read tail %s@%d: %w", e.Stream, e.FirstRecord, err)
 			}
 			if oldEnd != settled {
-				return fmt.Errorf("%w: stream %x: tail ends at %d, settled_through %d", ErrInvariant, e.Stream, oldEnd, settled)
+				return fmt.Errorf("%w: stream %s: tail ends at %d, settled_through %d", ErrInvariant, e.Stream, oldEnd, settled)
 			}
 			if _, err := tx.Exec(ctx, `UPDATE nova.catalog SET revision = $5, record_count = $6, object_bytes = $7,
 				footer_offset = $8, footer_length = $9, min_timestamp = $10, max_timestamp = $11, settled_at = now()
 				WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
 				e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision, e.Revision, e.RecordCount, e.ObjectBytes,
 				e.FooterOffset, e.FooterLength, e.MinTimestamp, e.MaxTimestamp); err != nil {
-				return fmt.Errorf("repoint catalog entry %x@%d: %w", e.Stream, e.FirstRecord, err)
+				return fmt.Errorf("repoint catalog entry %s@%d: %w", e.Stream, e.FirstRecord, err)
 			}
 		}
 		// An entry wholly below low_record (a stream whose low_record rose
@@ -380,7 +380,7 @@ func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
 		if _, err := tx.Exec(ctx, `UPDATE nova.streams SET settled_through = $2,
 			retained_through = CASE WHEN $2 <= low_record THEN least(retained_through, $3) ELSE retained_through END
 			WHERE stream_id = $1`, e.Stream, end, e.FirstRecord); err != nil {
-			return fmt.Errorf("advance settled_through of %x: %w", e.Stream, err)
+			return fmt.Errorf("advance settled_through of %s: %w", e.Stream, err)
 		}
 		if err := refreshRefsAndMarker(ctx, tx, e.Stream, end); err != nil {
 			return err
@@ -402,22 +402,22 @@ func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
 // sets the due marker's since to the oldest remaining ref (or deletes it).
 func refreshRefsAndMarker(ctx context.Context, tx pgx.Tx, id StreamID, settled int64) error {
 	if _, err := tx.Exec(ctx, `DELETE FROM nova.span_refs WHERE stream_id = $1 AND first_record + record_count <= $2`, id, settled); err != nil {
-		return fmt.Errorf("delete settled refs of %x: %w", id, err)
+		return fmt.Errorf("delete settled refs of %s: %w", id, err)
 	}
 	var since *time.Time
 	if err := tx.QueryRow(ctx, `SELECT min(absorbed_at) FROM nova.span_refs WHERE stream_id = $1`, id).Scan(&since); err != nil {
-		return fmt.Errorf("oldest ref of %x: %w", id, err)
+		return fmt.Errorf("oldest ref of %s: %w", id, err)
 	}
 	if since == nil {
 		if _, err := tx.Exec(ctx, `DELETE FROM nova.due_markers WHERE stream_id = $1`, id); err != nil {
-			return fmt.Errorf("delete due marker of %x: %w", id, err)
+			return fmt.Errorf("delete due marker of %s: %w", id, err)
 		}
 		return nil
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO nova.due_markers (stream_id, class, since)
 		SELECT stream_id, class, $2 FROM nova.streams WHERE stream_id = $1
 		ON CONFLICT (stream_id) DO UPDATE SET since = EXCLUDED.since`, id, *since); err != nil {
-		return fmt.Errorf("update due marker of %x: %w", id, err)
+		return fmt.Errorf("update due marker of %s: %w", id, err)
 	}
 	return nil
 }
@@ -431,17 +431,17 @@ func (db *DB) SkipBelowLow(ctx context.Context, f Fence, id StreamID) (int64, er
 		var next, low int64
 		if err := tx.QueryRow(ctx, `SELECT settled_through, next_record, low_record FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, id).
 			Scan(&settled, &next, &low); err != nil {
-			return fmt.Errorf("lock stream %x: %w", id, err)
+			return fmt.Errorf("lock stream %s: %w", id, err)
 		}
 		if settled >= low {
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM nova.span_refs WHERE stream_id = $1 AND first_record + record_count <= $2`, id, low); err != nil {
-			return fmt.Errorf("delete dead refs of %x: %w", id, err)
+			return fmt.Errorf("delete dead refs of %s: %w", id, err)
 		}
 		var first *int64
 		if err := tx.QueryRow(ctx, `SELECT min(first_record) FROM nova.span_refs WHERE stream_id = $1`, id).Scan(&first); err != nil {
-			return fmt.Errorf("first live ref of %x: %w", id, err)
+			return fmt.Errorf("first live ref of %s: %w", id, err)
 		}
 		jump := next
 		if first != nil {
@@ -450,7 +450,7 @@ func (db *DB) SkipBelowLow(ctx context.Context, f Fence, id StreamID) (int64, er
 		if jump > settled {
 			settled = jump
 			if _, err := tx.Exec(ctx, `UPDATE nova.streams SET settled_through = $2 WHERE stream_id = $1`, id, settled); err != nil {
-				return fmt.Errorf("advance settled_through of %x: %w", id, err)
+				return fmt.Errorf("advance settled_through of %s: %w", id, err)
 			}
 		}
 		return refreshRefsAndMarker(ctx, tx, id, settled)
@@ -502,7 +502,7 @@ func quarantine(ctx context.Context, tx pgx.Tx, f Fence, id StreamID, slotKey, e
 	if _, err := tx.Exec(ctx, `INSERT INTO nova.quarantine (star, stream_id, slot_key, error_class, reason) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (stream_id) WHERE stream_id IS NOT NULL DO UPDATE SET slot_key = EXCLUDED.slot_key,
 		error_class = EXCLUDED.error_class, reason = EXCLUDED.reason`, f.Star, id, slot, errClass, reason); err != nil {
-		return fmt.Errorf("quarantine stream %x: %w", id, err)
+		return fmt.Errorf("quarantine stream %s: %w", id, err)
 	}
 	return nil
 }
@@ -537,7 +537,7 @@ func (db *DB) Quarantined(ctx context.Context, star string) ([]QuarantineRow, er
 func (db *DB) ReleaseQuarantine(ctx context.Context, star string, id StreamID) (bool, error) {
 	tag, err := db.pool.Exec(ctx, `DELETE FROM nova.quarantine WHERE star = $1 AND stream_id = $2`, star, id)
 	if err != nil {
-		return false, fmt.Errorf("release stream %x: %w", id, err)
+		return false, fmt.Errorf("release stream %s: %w", id, err)
 	}
 	return tag.RowsAffected() > 0, nil
 }
@@ -550,7 +550,7 @@ type Overlap struct {
 }
 
 func (o *Overlap) String() string {
-	return fmt.Sprintf("stream %x: catalog entries [%d, %d) and [%d, %d) overlap (settled_through %d)",
+	return fmt.Sprintf("stream %s: catalog entries [%d, %d) and [%d, %d) overlap (settled_through %d)",
 		o.Stream, o.PrevFirst, o.PrevEnd, o.First, o.End, o.Settled)
 }
 

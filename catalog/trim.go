@@ -175,7 +175,7 @@ func (db *DB) AdvanceTrim(ctx context.Context, f Fence, prev *SlotPos, from, to 
 			ORDER BY slot_epochs[1], slot_seqs[1] LIMIT 1`, f.Star, to.Epoch, to.Seq).
 			Scan(&held.Slot.Epoch, &held.Slot.Seq, &held.Stream, &held.FirstRecord)
 		if err == nil {
-			return fmt.Errorf("%w: star %q: ref %x@%d names slot %s, before the new trim cursor %s",
+			return fmt.Errorf("%w: star %q: ref %s@%d names slot %s, before the new trim cursor %s",
 				ErrInvariant, f.Star, held.Stream, held.FirstRecord, held.Slot, to)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {

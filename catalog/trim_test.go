@@ -211,7 +211,7 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	key := func(e catalog.RetiredEntry) string { return fmt.Sprintf("dead-%x-%d", e.Stream, e.FirstRecord) }
+	key := func(e catalog.RetiredEntry) string { return fmt.Sprintf("dead-%s-%d", e.Stream, e.FirstRecord) }
 	var calls, total int
 	for more := true; more; calls++ {
 		var removed []catalog.RetiredEntry

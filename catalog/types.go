@@ -130,10 +130,10 @@ func scanStream(r pgx.Row) (Stream, error) {
 func (db *DB) GetStream(ctx context.Context, id StreamID) (Stream, error) {
 	s, err := scanStream(db.pool.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("stream %x: %w", id, ErrNotFound)
+		return s, fmt.Errorf("stream %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return s, fmt.Errorf("read stream %x: %w", id, err)
+		return s, fmt.Errorf("read stream %s: %w", id, err)
 	}
 	return s, nil
 }
@@ -162,7 +162,7 @@ func scanRef(r pgx.Row) (SpanRef, error) {
 		return ref, err
 	}
 	if len(epochs) == 0 || len(seqs) != len(epochs) || len(offs) != len(epochs) || len(lens) != len(epochs) {
-		return ref, fmt.Errorf("span ref %x@%d: slot arrays of lengths %d/%d/%d/%d (must be equal and >= 1)",
+		return ref, fmt.Errorf("span ref %s@%d: slot arrays of lengths %d/%d/%d/%d (must be equal and >= 1)",
 			ref.Stream, ref.FirstRecord, len(epochs), len(seqs), len(offs), len(lens))
 	}
 	ref.Slots = make([]SlotRef, len(epochs))
@@ -176,11 +176,11 @@ func scanRef(r pgx.Row) (SpanRef, error) {
 func (db *DB) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) {
 	rows, err := db.pool.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
 	if err != nil {
-		return nil, fmt.Errorf("read refs of stream %x: %w", id, err)
+		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
 	if err != nil {
-		return nil, fmt.Errorf("read refs of stream %x: %w", id, err)
+		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
 	}
 	return out, nil
 }
@@ -203,10 +203,10 @@ func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Strea
 		var err error
 		st, err = scanStream(tx.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("stream %x: %w", id, ErrNotFound)
+			return fmt.Errorf("stream %s: %w", id, ErrNotFound)
 		}
 		if err != nil {
-			return fmt.Errorf("read stream %x: %w", id, err)
+			return fmt.Errorf("read stream %s: %w", id, err)
 		}
 		if refs, err = refsWindow(ctx, tx, id, st.SettledThrough, st.NextRecord, limit); err != nil {
 			return err
@@ -217,7 +217,7 @@ func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Strea
 		case err == nil:
 			last = &e
 		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("read last catalog entry of stream %x: %w", id, err)
+			return fmt.Errorf("read last catalog entry of stream %s: %w", id, err)
 		}
 		return nil
 	})
@@ -238,11 +238,11 @@ func refsWindow(ctx context.Context, q interface {
 		WHERE stream_id = $1 AND first_record < $3 AND first_record + record_count > $2
 		ORDER BY first_record LIMIT $4`, id, from, before, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read refs of stream %x from %d: %w", id, from, err)
+		return nil, fmt.Errorf("read refs of stream %s from %d: %w", id, from, err)
 	}
 	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
 	if err != nil {
-		return nil, fmt.Errorf("read refs of stream %x from %d: %w", id, from, err)
+		return nil, fmt.Errorf("read refs of stream %s from %d: %w", id, from, err)
 	}
 	return refs, nil
 }
@@ -277,11 +277,11 @@ func scanEntry(r pgx.Row) (Entry, error) {
 func (db *DB) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, error) {
 	rows, err := db.pool.Query(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1 ORDER BY epoch, first_record`, id)
 	if err != nil {
-		return nil, fmt.Errorf("read catalog of stream %x: %w", id, err)
+		return nil, fmt.Errorf("read catalog of stream %s: %w", id, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
 	if err != nil {
-		return nil, fmt.Errorf("read catalog of stream %x: %w", id, err)
+		return nil, fmt.Errorf("read catalog of stream %s: %w", id, err)
 	}
 	return out, nil
 }
@@ -291,10 +291,10 @@ func (db *DB) LastEntry(ctx context.Context, id StreamID) (Entry, error) {
 	e, err := scanEntry(db.pool.QueryRow(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1
 		ORDER BY epoch DESC, first_record DESC LIMIT 1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return e, fmt.Errorf("last catalog entry of stream %x: %w", id, ErrNotFound)
+		return e, fmt.Errorf("last catalog entry of stream %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return e, fmt.Errorf("read last catalog entry of stream %x: %w", id, err)
+		return e, fmt.Errorf("read last catalog entry of stream %s: %w", id, err)
 	}
 	return e, nil
 }

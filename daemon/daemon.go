@@ -654,5 +654,5 @@ func streamAttr(id *catalog.StreamID) string {
 	if id == nil {
 		return ""
 	}
-	return catalog.FormatStream(*id)
+	return id.String()
 }

@@ -120,9 +120,9 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 		if w.wait == daemon.ErasureWaitsMalformed {
 			first, count = -5, 2
 		}
-		if o.Stream != catalog.FormatStream(w.id) || o.WaitingFor != w.wait || o.FirstRecord != first || o.RecordCount != count ||
+		if o.Stream != w.id.String() || o.WaitingFor != w.wait || o.FirstRecord != first || o.RecordCount != count ||
 			o.Quarantined != (w.wait == daemon.ErasureWaitsRelease) {
-			t.Errorf("pending erasure %d: %+v, want stream %s waiting for %s", i, o, catalog.FormatStream(w.id), w.wait)
+			t.Errorf("pending erasure %d: %+v, want stream %s waiting for %s", i, o, w.id.String(), w.wait)
 		}
 	}
 	if e.Oldest[0].Age < 30*3600-60 || e.Oldest[1].Age > 60 {

@@ -306,7 +306,7 @@ func readDue(ctx context.Context, db StatusReader, o StatusOptions, s *Status) e
 		return err
 	}
 	for _, d := range due {
-		s.DueStreams = append(s.DueStreams, DueStatus{Stream: catalog.FormatStream(d.Stream), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
+		s.DueStreams = append(s.DueStreams, DueStatus{Stream: d.Stream.String(), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
 	}
 	b, err := db.GetBacklog(ctx, star)
 	if err != nil {
@@ -326,7 +326,7 @@ func readQuarantine(ctx context.Context, db StatusReader, o StatusOptions, s *St
 	for _, r := range q {
 		qs := QuarantineStatus{SlotKey: r.SlotKey, ErrorClass: r.ErrorClass, Reason: r.Reason, Since: r.Since}
 		if r.Stream != nil {
-			qs.Stream = catalog.FormatStream(*r.Stream)
+			qs.Stream = r.Stream.String()
 		}
 		s.Quarantine = append(s.Quarantine, qs)
 	}
@@ -399,7 +399,7 @@ func readTrim(ctx context.Context, _ StatusReader, o StatusOptions, s *Status) e
 		s.Trim.FenceWait = &FenceWaitStatus{Epoch: w.Epoch, Since: w.Since}
 	}
 	if q := tv.Hold; q != nil {
-		s.Trim.QuarantineHold = &HoldStatus{Epoch: q.Slot.Epoch, Seq: q.Slot.Seq, Stream: catalog.FormatStream(q.Stream),
+		s.Trim.QuarantineHold = &HoldStatus{Epoch: q.Slot.Epoch, Seq: q.Slot.Seq, Stream: q.Stream.String(),
 			Record: q.Record, Streams: q.Streams, Bounding: q.Bounding}
 	}
 	s.Backlog.ObjectsDue, s.Backlog.ObjectsWaiting = tv.ObjectsDue, tv.ObjectsWaiting

@@ -129,7 +129,7 @@ func readErasures(ctx context.Context, db StatusReader, o StatusOptions, s *Stat
 		return err
 	}
 	for _, p := range pend {
-		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: catalog.FormatStream(p.Erasure.Stream), FirstRecord: p.FirstRecord,
+		e.Oldest = append(e.Oldest, PendingErasureStatus{Stream: p.Erasure.Stream.String(), FirstRecord: p.FirstRecord,
 			RecordCount: p.RecordCount, RequestedAt: p.RequestedAt, Age: max(0, s.Now.Sub(p.RequestedAt).Seconds()),
 			Quarantined: p.Quarantined, WaitingFor: erasureWait(p, e.HeldBy != "")})
 	}

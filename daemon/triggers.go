@@ -233,20 +233,20 @@ func triggerResults(reqs []catalog.AdminRequest, before, after map[catalog.Strea
 		}
 		switch {
 		case !a.Found:
-			fail("stream %s is not a stream of this star", catalog.FormatStream(*r.Stream))
+			fail("stream %s is not a stream of this star", r.Stream.String())
 		case a.Quarantine != "":
-			fail("stream %s is quarantined (%s); auditor release lifts it", catalog.FormatStream(*r.Stream), a.Quarantine)
+			fail("stream %s is quarantined (%s); auditor release lifts it", r.Stream.String(), a.Quarantine)
 		case a.SettledThrough >= target:
 			results = append(results, catalog.TriggerResult{ID: r.ID, Outcome: catalog.TriggerDone})
 		case a.SettledThrough > b.SettledThrough:
 			open = append(open, stillOpen{r.ID, fmt.Sprintf("partly settled: stream %s settled through %d of %d; the next cycle goes on",
-				catalog.FormatStream(*r.Stream), a.SettledThrough, target)})
+				r.Stream.String(), a.SettledThrough, target)})
 		case deferred.Has(*r.Stream):
 			open = append(open, stillOpen{r.ID,
 				"not reached: the cycle's settle budget (--settle-max-bytes, --settle-max-streams) ran out first; the next cycle goes on"})
 		default:
 			fail("the cycle settled nothing of stream %s: settled through %d, asked through %d",
-				catalog.FormatStream(*r.Stream), a.SettledThrough, target)
+				r.Stream.String(), a.SettledThrough, target)
 		}
 	}
 	return results, open

@@ -157,7 +157,7 @@ func TestTriggersSurviveAFailedCycle(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(forced) != 2 || len(forced[0]) != 3 || len(forced[1]) != 3 {
-		t.Fatalf("forced streams per cycle: %x", forced)
+		t.Fatalf("forced streams per cycle: %s", forced)
 	}
 	if v := testutil.ToFloat64(s.m.AdminRequests.WithLabelValues("trigger")); v != 4 {
 		t.Fatalf("admin_requests_total{kind=trigger} = %v", v)

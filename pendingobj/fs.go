@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/nova/auditor/fsync"
 )
 
 // fileSystem is every filesystem operation the store performs. Production
@@ -64,14 +66,4 @@ func (osFS) remove(name string) error {
 
 func (osFS) readDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
 
-func (osFS) syncDir(name string) error {
-	d, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (osFS) syncDir(name string) error { return fsync.Dir(name) }

@@ -17,7 +17,7 @@ var emptyContent = sim.Content{Seed: 7, MinBytes: 0, MaxBytes: 2048, HeaderShare
 // number.
 func (e *env) storedRecords(st catalog.Stream, en catalog.Entry) map[uint64][]byte {
 	e.t.Helper()
-	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+	key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 	out := map[uint64][]byte{}
 	for _, c := range e.chunksOf(st, en) {
 		data, _, err := e.store.GetRange(e.ctx, e.std, key, int64(c.DataOffset), int64(c.ChunkBytes()))

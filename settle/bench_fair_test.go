@@ -125,7 +125,7 @@ func runFair(b *testing.B, sh fairShape, mode string) {
 	if sh.rewrite {
 		fairCycle(b, e, s, len(ids))
 		for _, en := range fairEntries(b, e) {
-			before[fmt.Sprintf("%x/%d", en.Stream, en.FirstRecord)] = en
+			before[fmt.Sprintf("%s/%d", en.Stream, en.FirstRecord)] = en
 		}
 		writeFairFlight(b, e, sh.flights, ids[:sh.hot], next, func(int) (int, int) { return sh.rewriteRecs, sh.rewriteB })
 		rec.readBack.Store(0)
@@ -185,7 +185,7 @@ func writeFairSlots(b testing.TB, e *env, sh fairShape) ([]bundlefmt.StreamID, [
 	ids := make([]bundlefmt.StreamID, sh.hot+sh.cold)
 	for i := range ids {
 		ids[i] = bundlefmt.StreamID{0: 0xfa, 14: byte(i >> 8), 15: byte(i)}
-		if err := writepath.New(e.db).CreateStream(e.ctx, catalog.StreamID(ids[i]), "s1", "b0"); err != nil {
+		if err := writepath.New(e.db).CreateStream(e.ctx, ids[i], "s1", "b0"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -221,7 +221,7 @@ func writeFairFlight(b testing.TB, e *env, seq int, ids []bundlefmt.StreamID, ne
 			}
 		}
 		chunks = append(chunks, cb.Chunk())
-		batches = append(batches, writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(next[i]), Count: int64(n)})
+		batches = append(batches, writepath.AbsorbBatch{Stream: id, FirstRecord: int64(next[i]), Count: int64(n)})
 		next[i] += uint64(n)
 	}
 	putFlight(b, e, seq, chunks, batches)
@@ -255,11 +255,11 @@ func fairBound(b *testing.B, e *env, before map[string]catalog.Entry) (settled, 
 	for _, st := range streams {
 		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
 		for _, en := range entries {
-			old, had := before[fmt.Sprintf("%x/%d", en.Stream, en.FirstRecord)]
+			old, had := before[fmt.Sprintf("%s/%d", en.Stream, en.FirstRecord)]
 			if had && old.Revision == en.Revision {
 				continue
 			}
-			key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+			key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 			settled += en.ObjectBytes
 			var specs []objstore.PieceSpec
 			var skip int64
@@ -309,10 +309,10 @@ func naiveFair(b *testing.B, e *env, rewrite bool) naiveResult {
 			if rewrite {
 				ens, err := e.db.EntriesOfStream(ctx, st.ID)
 				if err != nil || len(ens) == 0 {
-					return fmt.Errorf("entries of %x: %d, %v", st.ID, len(ens), err)
+					return fmt.Errorf("entries of %s: %d, %v", st.ID, len(ens), err)
 				}
 				tail := ens[len(ens)-1]
-				key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(tail.Epoch), uint64(tail.FirstRecord), uint32(tail.Revision))
+				key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(tail.Epoch), uint64(tail.FirstRecord), uint32(tail.Revision))
 				buf, size, err := e.store.GetRange(ctx, e.std, key, tail.FooterOffset, tail.FooterLength+bundlefmt.TrailerSize)
 				if err != nil {
 					return err
@@ -384,7 +384,7 @@ func naiveFair(b *testing.B, e *env, rewrite bool) naiveResult {
 				rec = slots[0].first
 			}
 			for _, s := range slots {
-				i, _ := s.f.Find(bundlefmt.StreamID(st.ID), rec)
+				i, _ := s.f.Find(st.ID, rec)
 				en, err := s.f.Entry(i)
 				if err != nil {
 					return err
@@ -411,7 +411,7 @@ func naiveFair(b *testing.B, e *env, rewrite bool) naiveResult {
 			if err != nil {
 				return err
 			}
-			if err := e.store.PutIfAbsent(ctx, e.std, fmt.Sprintf("naive/%x", st.ID), obj); err != nil {
+			if err := e.store.PutIfAbsent(ctx, e.std, fmt.Sprintf("naive/%s", st.ID), obj); err != nil {
 				return err
 			}
 			settled.Add(int64(len(obj)))

@@ -18,7 +18,7 @@ import (
 // straight into the store and the catalog (no simulator: sizes are exact).
 func writeHotBacklog(b *testing.B, e *env, records, perSlot, recBytes int) catalog.StreamID {
 	id := bundlefmt.StreamID{0: 0x40, 15: 1}
-	if err := writepath.New(e.db).CreateStream(e.ctx, catalog.StreamID(id), "s1", "b0"); err != nil {
+	if err := writepath.New(e.db).CreateStream(e.ctx, id, "s1", "b0"); err != nil {
 		b.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(3, 4))
@@ -36,10 +36,10 @@ func writeHotBacklog(b *testing.B, e *env, records, perSlot, recBytes int) catal
 			}
 		}
 		putFlight(b, e, seq, []bundlefmt.Chunk{cb.Chunk()},
-			[]writepath.AbsorbBatch{{Stream: catalog.StreamID(id), FirstRecord: int64(first), Count: int64(n)}})
+			[]writepath.AbsorbBatch{{Stream: id, FirstRecord: int64(first), Count: int64(n)}})
 		first += n
 	}
-	return catalog.StreamID(id)
+	return id
 }
 
 // BenchmarkHotBacklogPeakRSS settles one hot stream's backlog of 10^5 and

@@ -115,7 +115,7 @@ func writeSlots(b *testing.B, e *env, streams, flights, perChunk, recBytes int) 
 	ids := make([]bundlefmt.StreamID, streams)
 	for i := range ids {
 		ids[i] = bundlefmt.StreamID{0: 0xbe, 14: byte(i >> 8), 15: byte(i)}
-		if err := writepath.New(e.db).CreateStream(e.ctx, catalog.StreamID(ids[i]), "s1", "b0"); err != nil {
+		if err := writepath.New(e.db).CreateStream(e.ctx, ids[i], "s1", "b0"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -136,7 +136,7 @@ func writeSlots(b *testing.B, e *env, streams, flights, perChunk, recBytes int) 
 				}
 			}
 			chunks = append(chunks, cb.Chunk())
-			batches = append(batches, writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(seq * perChunk), Count: int64(perChunk)})
+			batches = append(batches, writepath.AbsorbBatch{Stream: id, FirstRecord: int64(seq * perChunk), Count: int64(perChunk)})
 		}
 		putFlight(b, e, seq, chunks, batches)
 	}
@@ -176,7 +176,7 @@ func lowerBound(b *testing.B, e *env) (settled, bound int64) {
 	for _, st := range streams {
 		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
 		for _, en := range entries {
-			key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+			key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 			settled += en.ObjectBytes
 			var specs []objstore.PieceSpec
 			for _, x := range entriesOf(b, e, key, en) {
@@ -218,7 +218,7 @@ func naiveSettle(b *testing.B, e *env) time.Duration {
 				if err != nil {
 					b.Fatal(err)
 				}
-				i, _ := f.Find(bundlefmt.StreamID(st.ID), rec)
+				i, _ := f.Find(st.ID, rec)
 				en, err := f.Entry(i)
 				if err != nil {
 					b.Fatal(err)
@@ -235,7 +235,7 @@ func naiveSettle(b *testing.B, e *env) time.Duration {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := e.store.PutIfAbsent(e.ctx, e.std, fmt.Sprintf("naive/%x", st.ID), obj); err != nil {
+		if err := e.store.PutIfAbsent(e.ctx, e.std, fmt.Sprintf("naive/%s", st.ID), obj); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
@@ -51,7 +50,7 @@ func condemned(t *testing.T, e *env, key string, refsBefore int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := catalog.StreamID(k.Stream)
+	id := k.Stream
 	q, err := e.db.Quarantined(e.ctx, "s1")
 	if err != nil || len(q) != 1 || q[0].ErrorClass != cycle.ClassChecksum || !strings.Contains(q[0].Reason, key) {
 		t.Fatalf("want one checksum quarantine naming %s: %+v %v", key, q, err)
@@ -109,7 +108,7 @@ func TestAdoptionVerifiesTheStandingBytes(t *testing.T) {
 			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
 			key := in.ObjectKey
 			k, _ := bundlefmt.ParseSettledKey(key)
-			refs, _ := e.db.RefsOfStream(e.ctx, catalog.StreamID(k.Stream))
+			refs, _ := e.db.RefsOfStream(e.ctx, k.Stream)
 			obj := readAll(t, e, key)
 			obj[len(obj)/3] ^= 0x40 // a data byte: the footer is in the last few hundred bytes
 			replaceSlot(e, key, obj)

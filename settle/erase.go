@@ -239,7 +239,7 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 	open := make(map[catalog.KeyBase]bool, len(intents)) // the key bases of the open publish intents
 	for _, in := range intents {
 		if k, err := bundlefmt.ParseSettledKey(in.ObjectKey); err == nil {
-			open[catalog.KeyBase{Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)}] = true
+			open[catalog.KeyBase{Stream: k.Stream, Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)}] = true
 		}
 	}
 	var (
@@ -315,7 +315,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 		for _, er := range es {
 			if why := er.Valid(); why != "" {
 				s.d.Log.Error("malformed erasure row: never applied; correct or delete it",
-					"stream", fmt.Sprintf("%x", er.Stream), "first_record", er.FirstRecord, "record_count", er.RecordCount, "why", why)
+					"stream", er.Stream, "first_record", er.FirstRecord, "record_count", er.RecordCount, "why", why)
 				continue
 			}
 			into = append(into, er)
@@ -389,7 +389,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 	if opts.DryRun {
 		return counts, nil
 	}
-	zero := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), 0, 0)
+	zero := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 0, 0)
 	keyLow := zero[:strings.LastIndexByte(zero, '/')+1] // every settled key of the stream sorts at or after it
 	for _, er := range ers {
 		if uint64(er.EndRecord()) > limit || overlapsAny(dirty, uint64(er.FirstRecord), uint64(er.EndRecord())) {
@@ -398,14 +398,14 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 		if hold.check(ctx) != "" {
 			continue // the deletes may have left the bytes: never applied while a bucket keeps them
 		}
-		keyEnd := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), uint64(er.EndRecord()), 0)
+		keyEnd := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), uint64(er.EndRecord()), 0)
 		applied, err := s.d.DB.ApplyErasure(ctx, f, er, clean, keyLow, keyEnd)
 		if err != nil {
 			return counts, err
 		}
 		if applied {
 			counts.ErasuresApplied++
-			s.d.Log.Info("erasure applied", "stream", fmt.Sprintf("%x", st.ID), "first_record", er.FirstRecord, "record_count", er.RecordCount)
+			s.d.Log.Info("erasure applied", "stream", st.ID, "first_record", er.FirstRecord, "record_count", er.RecordCount)
 			s.crash(CrashEraseAfterApplied)
 		}
 	}
@@ -421,7 +421,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.Stream, en catalog.Entry, dead deadSet,
 	open map[catalog.KeyBase]bool, opts cycle.Options, counts *cycle.Counts) (int32, bool, error) {
 	s := e.s
-	sid := bundlefmt.StreamID(st.ID)
+	sid := st.ID
 	if open[catalog.KeyBase{Stream: st.ID, Epoch: en.Epoch, FirstRecord: en.FirstRecord}] && en.EndRecord() == st.SettledThrough && st.SettledThrough < st.NextRecord {
 		// Settle's tail rewrite of this entry is in flight (it honours the
 		// erasure): it adopts or abandons that key; this waits for it.

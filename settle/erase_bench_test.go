@@ -64,7 +64,7 @@ func benchErase(b *testing.B, probed bool) {
 		var rewritten, bound int64
 		erased := 0
 		for _, en := range entries[:min(objects, len(entries))] {
-			key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+			key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 			chunks := entriesOf(b, e, key, en)
 			mid := chunks[len(chunks)/2]
 			if _, err := e.db.RecordErasure(e.ctx, st.ID, int64(mid.FirstRecord)+1, 1); err != nil {

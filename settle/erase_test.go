@@ -60,7 +60,7 @@ func (e *env) eraseWith(star string, s *settle.Settler, opts cycle.Options) cycl
 // chunksOf reads a cataloged object's chunks.
 func (e *env) chunksOf(st catalog.Stream, en catalog.Entry) []bundlefmt.Entry {
 	e.t.Helper()
-	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+	key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 	buf, size, err := e.store.GetRange(e.ctx, e.std, key, en.FooterOffset, en.FooterLength+bundlefmt.TrailerSize)
 	if err != nil {
 		e.t.Fatal(err)
@@ -257,7 +257,7 @@ func (e *env) lastEntry(id catalog.StreamID) catalog.Entry {
 	e.t.Helper()
 	entries, err := e.db.EntriesOfStream(e.ctx, id)
 	if err != nil || len(entries) == 0 {
-		e.t.Fatalf("entries of %x: %d, %v", id, len(entries), err)
+		e.t.Fatalf("entries of %s: %d, %v", id, len(entries), err)
 	}
 	return entries[len(entries)-1]
 }

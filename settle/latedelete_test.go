@@ -137,7 +137,7 @@ func damagedStanding(t *testing.T, b backend) (*env, string) {
 func (e *env) release(key string) {
 	e.t.Helper()
 	k, _ := bundlefmt.ParseSettledKey(key)
-	if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", catalog.StreamID(k.Stream)); err != nil || !ok {
+	if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", k.Stream); err != nil || !ok {
 		e.t.Fatalf("release: %v %v", ok, err)
 	}
 }
@@ -165,7 +165,7 @@ func (e *env) checkCatalogReadable(star string) {
 			e.t.Fatal(err)
 		}
 		for _, en := range entries {
-			key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+			key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 			if _, err := e.store.Head(e.ctx, e.std, key); err != nil {
 				e.t.Errorf("cataloged %s: %v", key, err)
 			}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 )
 
 // world is a set of real source objects (encoded flights and settled tails)

@@ -10,8 +10,8 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/crashpoint"
-	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
@@ -187,7 +187,7 @@ func Target(key string) (catalog.PublishTarget, error) {
 		return catalog.PublishTarget{}, fmt.Errorf("publish %s: %w", key, err)
 	}
 	return catalog.PublishTarget{
-		Base:     catalog.KeyBase{Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)},
+		Base:     catalog.KeyBase{Stream: k.Stream, Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)},
 		Revision: int32(k.Revision),
 		Key: func(rev int32) string {
 			at := k

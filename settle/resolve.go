@@ -44,7 +44,7 @@ func newResolver(rd *bundle.Reader, star string, st catalog.Stream) *resolver {
 // Any break is a *cycle.QuarantineError naming the slot and the error class.
 func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecords int64, more bool) (Resolved, error) {
 	var out Resolved
-	stream := bundlefmt.StreamID(r.st.ID)
+	stream := r.st.ID
 	var records int64
 	for n, ref := range refs {
 		if ref.EndRecord() <= r.at {

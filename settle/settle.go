@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nova/auditor/bundle"
-	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
@@ -250,7 +249,7 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 	case err == nil:
 		return nil
 	case errors.As(err, &q):
-		s.d.Log.Warn("stream quarantined", "stream", fmt.Sprintf("%x", id), "class", q.Class, "slot", q.SlotKey, "err", q.Err)
+		s.d.Log.Warn("stream quarantined", "stream", id, "class", q.Class, "slot", q.SlotKey, "err", q.Err)
 		if opts.DryRun {
 			return nil
 		}
@@ -272,7 +271,7 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 	case cycle.IsLeaseLost(err), cycle.IsHalt(err):
 		return err // stop everything
 	default: // cycle.IsRetry
-		s.d.Log.Error("stream failed", "stream", fmt.Sprintf("%x", id), "err", err)
+		s.d.Log.Error("stream failed", "stream", id, "err", err)
 		mu.Lock()
 		if *firstErr == nil {
 			*firstErr = err
@@ -430,10 +429,10 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.
 }
 
 func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]Output, error) {
-	outs, err := Plan(PlanInput{Stream: bundlefmt.StreamID(st.ID), Bucket: st.Bucket, StreamEpoch: uint64(st.Epoch),
+	outs, err := Plan(PlanInput{Stream: st.ID, Bucket: st.Bucket, StreamEpoch: uint64(st.Epoch),
 		Tail: tail, Chunks: chunks, CapBytes: s.c.CapBytes, TargetBytes: s.c.TargetBytes})
 	if err != nil {
-		return nil, fmt.Errorf("plan stream %x: %w", st.ID, err)
+		return nil, fmt.Errorf("plan stream %s: %w", st.ID, err)
 	}
 	return outs, nil
 }
@@ -624,7 +623,7 @@ func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog
 	if last.EndRecord() > st.SettledThrough {
 		// The catalog covers records the stream says are unsettled: entries
 		// overlap what settle would publish next. Never guess: halt.
-		return nil, cycle.Haltf("stream %x: catalog entry [%d, %d) ends past settled_through %d",
+		return nil, cycle.Haltf("stream %s: catalog entry [%d, %d) ends past settled_through %d",
 			st.ID, last.FirstRecord, last.EndRecord(), st.SettledThrough)
 	}
 	if last.EndRecord() != st.SettledThrough {
@@ -664,7 +663,7 @@ func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output, compl
 		return
 	}
 	if !complete {
-		defer fmt.Fprintf(w, "stream %x: more of its backlog is planned in later windows\n", st.ID)
+		defer fmt.Fprintf(w, "stream %s: more of its backlog is planned in later windows\n", st.ID)
 	}
 	for _, o := range outs {
 		var specs []objstore.PieceSpec

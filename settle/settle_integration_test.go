@@ -17,9 +17,9 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/crashpoint"
-	"github.com/nova/auditor/internal/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
@@ -225,7 +225,7 @@ func (e *env) checkSettled(stars ...string) {
 		}
 		for _, st := range streams {
 			if st.SettledThrough != st.NextRecord {
-				e.t.Errorf("stream %x: settled_through %d, next_record %d", st.ID, st.SettledThrough, st.NextRecord)
+				e.t.Errorf("stream %s: settled_through %d, next_record %d", st.ID, st.SettledThrough, st.NextRecord)
 			}
 			entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
 			if err != nil {
@@ -239,7 +239,7 @@ func (e *env) checkSettled(stars ...string) {
 				if en.FirstRecord != at {
 					// only where retention dropped the records between
 					if i == 0 || en.FirstRecord < at || en.FirstRecord > st.LowRecord {
-						e.t.Fatalf("stream %x: entry %d starts at %d, want %d (low_record %d)", st.ID, i, en.FirstRecord, at, st.LowRecord)
+						e.t.Fatalf("stream %s: entry %d starts at %d, want %d (low_record %d)", st.ID, i, en.FirstRecord, at, st.LowRecord)
 					}
 					gapAfter[i-1] = true
 				}
@@ -247,7 +247,7 @@ func (e *env) checkSettled(stars ...string) {
 				meters[i], firsts[i] = e.meter(st, en)
 			}
 			if at != st.SettledThrough {
-				e.t.Errorf("stream %x: entries end at %d, settled_through %d", st.ID, at, st.SettledThrough)
+				e.t.Errorf("stream %s: entries end at %d, settled_through %d", st.ID, at, st.SettledThrough)
 			}
 			for i := 0; i+1 < len(entries); i++ {
 				// An erasure's rewrite keeps an object's record range with
@@ -258,7 +258,7 @@ func (e *env) checkSettled(stars ...string) {
 					e.t.Fatal(err)
 				}
 				if !gapAfter[i] && len(ers) == 0 && !settle.IsFull(meters[i], firsts[i+1], testCap) {
-					e.t.Errorf("stream %x: entry %d (meter %d, next chunk %d) is not full", st.ID, i, meters[i], firsts[i+1])
+					e.t.Errorf("stream %s: entry %d (meter %d, next chunk %d) is not full", st.ID, i, meters[i], firsts[i+1])
 				}
 			}
 		}
@@ -272,7 +272,7 @@ func (e *env) checkSettled(stars ...string) {
 // meter reads a settled object's footer: its content meter and its first
 // chunk's.
 func (e *env) meter(st catalog.Stream, en catalog.Entry) (int64, int64) {
-	key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+	key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 	buf, size, err := e.store.GetRange(e.ctx, e.std, key, en.FooterOffset, en.FooterLength+bundlefmt.TrailerSize)
 	if err != nil {
 		e.t.Fatalf("read footer of %s: %v", key, err)
@@ -355,7 +355,7 @@ func TestSettleGrowsTailsByRevision(t *testing.T) {
 				}
 				for _, en := range entries {
 					key := func(rev int32) string {
-						return bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(rev))
+						return bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(rev))
 					}
 					if armed[key(en.Revision)] != 0 {
 						t.Errorf("the current revision %s has a reap armed", key(en.Revision))
@@ -440,7 +440,7 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			var entry *catalog.Entry
-			entries, _ := e.db.EntriesOfStream(e.ctx, catalog.StreamID(k.Stream))
+			entries, _ := e.db.EntriesOfStream(e.ctx, k.Stream)
 			for i := range entries {
 				if uint64(entries[i].FirstRecord) == k.FirstRecord {
 					entry = &entries[i]
@@ -511,7 +511,7 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 			// upload was not recorded either.
 			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 			st := streams[0]
-			stale := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), 1<<40, 0)
+			stale := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 1<<40, 0)
 			l, err := e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
 			if err != nil {
 				t.Fatal(err)
@@ -585,7 +585,7 @@ func TestRetentionGapBehindTheTail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			i, ok := f.Find(bundlefmt.StreamID(st.ID), uint64(ref.FirstRecord))
+			i, ok := f.Find(st.ID, uint64(ref.FirstRecord))
 			if !ok {
 				t.Fatal("first chunk not found")
 			}
@@ -657,7 +657,7 @@ func TestStaleTokenStopsTheCycle(t *testing.T) {
 	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 	for _, st := range streams {
 		if entries, _ := e.db.EntriesOfStream(e.ctx, st.ID); len(entries) != 0 || st.SettledThrough != 0 {
-			t.Fatalf("stream %x changed under a stale token", st.ID)
+			t.Fatalf("stream %s changed under a stale token", st.ID)
 		}
 	}
 }
@@ -706,7 +706,7 @@ func TestLeaseLostMidCycle(t *testing.T) {
 			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
 			for _, st := range streams {
 				if entries, _ := e.db.EntriesOfStream(e.ctx, st.ID); len(entries) != 0 || st.SettledThrough != 0 {
-					t.Fatalf("stream %x committed under a stale token: %d entries, settled %d", st.ID, len(entries), st.SettledThrough)
+					t.Fatalf("stream %s committed under a stale token: %d entries, settled %d", st.ID, len(entries), st.SettledThrough)
 				}
 			}
 			standing := contents(e)
@@ -743,7 +743,7 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 		{"flipped byte in a chunk", cycle.ClassChecksum, func(e *env, st catalog.Stream, ref catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			f, _ := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
-			i, _ := f.Find(bundlefmt.StreamID(st.ID), uint64(ref.FirstRecord))
+			i, _ := f.Find(st.ID, uint64(ref.FirstRecord))
 			obj[f.DataOffset(i)] ^= 0x40
 			replaceSlot(e, key, obj)
 		}},
@@ -764,12 +764,12 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 		{"wrong entry CRC", cycle.ClassChecksum, func(e *env, st catalog.Stream, ref catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			f, _ := bundlefmt.OpenObjectFooter(key, obj, bundlefmt.EnvelopeSize)
-			i, _ := f.Find(bundlefmt.StreamID(st.ID), uint64(ref.FirstRecord))
+			i, _ := f.Find(st.ID, uint64(ref.FirstRecord))
 			obj[f.Row(i).EntryOffset+bundlefmt.EntryFixed] ^= 0x01 // the first stored-record length
 			replaceSlot(e, key, obj)
 		}},
 		{"invalid standing object at the key", cycle.ClassAdoption, func(e *env, st catalog.Stream, _ catalog.SpanRef, _ string) {
-			key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(st.Epoch), 0, 0)
+			key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 0, 0)
 			if err := e.store.PutIfAbsent(e.ctx, e.std, key, []byte("not a settled bundle of this stream, and never replaced")); err != nil {
 				e.t.Fatal(err)
 			}
@@ -884,7 +884,7 @@ func badInputCase(t *testing.T, b backend, name, class string, damage func(e *en
 	for _, st := range streams {
 		got, _ := e.db.GetStream(e.ctx, st.ID)
 		if affected[st.ID] != (got.SettledThrough < got.NextRecord) {
-			t.Errorf("stream %x (affected %v): settled %d of %d", st.ID, affected[st.ID], got.SettledThrough, got.NextRecord)
+			t.Errorf("stream %s (affected %v): settled %d of %d", st.ID, affected[st.ID], got.SettledThrough, got.NextRecord)
 		}
 	}
 }
@@ -973,7 +973,7 @@ func TestOverlappingCatalogHalts(t *testing.T) {
 			if !cycle.IsHalt(err) {
 				t.Fatalf("overlapping catalog: %v, want a halt", err)
 			}
-			if !strings.Contains(err.Error(), fmt.Sprintf("%x", victim.ID)) {
+			if !strings.Contains(err.Error(), victim.ID.String()) {
 				t.Errorf("the halt does not name the stream: %v", err)
 			}
 			after := listKeys(e)

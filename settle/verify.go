@@ -8,7 +8,7 @@ import (
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 )
 

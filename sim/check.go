@@ -334,7 +334,7 @@ func (c *checker) checkStar(ctx context.Context, name string) error {
 	streams := make([]*streamState, len(rows))
 	for i, r := range rows {
 		es := erasures[r.ID]
-		s := &streamState{Stream: r, id: bundlefmt.StreamID(r.ID), entries: entries[r.ID], refs: refs[r.ID],
+		s := &streamState{Stream: r, id: r.ID, entries: entries[r.ID], refs: refs[r.ID],
 			erased:  newSpanSet(es, func(e catalog.Erasure) bool { return e.Valid() == "" }),
 			applied: newSpanSet(es, func(e catalog.Erasure) bool { return e.Valid() == "" && e.Applied })}
 		s.prof = content.Stream(s.id)

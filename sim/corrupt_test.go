@@ -119,7 +119,7 @@ func absorbForeign(t *testing.T, db *catalog.DB, st Storage, star string) {
 	str := streams[0]
 	foreign := smallContent(999)
 	g := NewGen(foreign)
-	id := bundlefmt.StreamID(str.ID)
+	id := str.ID
 	b := bundlefmt.NewChunkBuilder(id, uint64(str.NextRecord))
 	for r := str.NextRecord; r < str.NextRecord+5; r++ {
 		rec, ts := g.Record(foreign.Stream(id), r)

@@ -53,16 +53,16 @@ func EraseRange(ctx context.Context, db *catalog.DB, star string, id catalog.Str
 	}
 	s, err := db.GetStream(ctx, id)
 	if errors.Is(err, catalog.ErrNotFound) {
-		return e, fmt.Errorf("%w: no stream %x", ErrUsage, id)
+		return e, fmt.Errorf("%w: no stream %s", ErrUsage, id)
 	}
 	if err != nil {
 		return e, err
 	}
 	if s.Star != star {
-		return e, fmt.Errorf("%w: stream %x is in star %q, not %q", ErrUsage, id, s.Star, star)
+		return e, fmt.Errorf("%w: stream %s is in star %q, not %q", ErrUsage, id, s.Star, star)
 	}
 	if e.EndRecord() > s.NextRecord {
-		return e, fmt.Errorf("%w: records [%d, %d) reach past stream %x's next_record %d: they do not exist yet",
+		return e, fmt.Errorf("%w: records [%d, %d) reach past stream %s's next_record %d: they do not exist yet",
 			ErrUsage, first, e.EndRecord(), id, s.NextRecord)
 	}
 	got, err := db.RecordErasure(ctx, id, first, count)
@@ -177,7 +177,7 @@ func (e *eraser) afterAbsorb(ctx context.Context, flights []writepath.AbsorbFlig
 		case errors.Is(err, catalog.ErrBadErasure):
 			continue // another erasure starts there (novasim erase beside the writer)
 		case err != nil:
-			return fmt.Errorf("erasure fault on stream %x [%d, +%d): %w", b.Stream, first, count, err)
+			return fmt.Errorf("erasure fault on stream %s [%d, +%d): %w", b.Stream, first, count, err)
 		}
 		e.w.c.erasures.Add(1)
 		e.w.c.erased.Add(count)

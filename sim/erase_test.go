@@ -36,7 +36,7 @@ func applyErasure(t *testing.T, db *catalog.DB, star string, e catalog.Erasure) 
 	for _, en := range entries {
 		clean = append(clean, catalog.EntryRevision{FirstRecord: en.FirstRecord, Revision: en.Revision})
 	}
-	id := bundlefmt.StreamID(e.Stream)
+	id := e.Stream
 	ok, err := db.ApplyErasure(ctx, lease.Fence, e, clean, bundlefmt.SettledKey(s.Bucket, id, uint64(s.Epoch), 0, 0),
 		bundlefmt.SettledKey(s.Bucket, id, uint64(s.Epoch), uint64(e.EndRecord()), 0))
 	if err != nil || !ok {

@@ -70,6 +70,6 @@ func (w *writer) retentionMove(ctx context.Context, rnd *rand.Rand) error {
 		return fmt.Errorf("retention on star %q: %w", w.opts.Star, err)
 	}
 	w.c.retention.Add(1)
-	w.log.Debug("retention", "stream", fmt.Sprintf("%x", st.ID), "low_record", low, "next_record", st.NextRecord)
+	w.log.Debug("retention", "stream", st.ID, "low_record", low, "next_record", st.NextRecord)
 	return nil
 }

@@ -33,7 +33,7 @@ func TestWriteWithRetention(t *testing.T) {
 	raised := 0
 	for _, s := range streams {
 		if s.LowRecord > s.NextRecord {
-			t.Fatalf("stream %x: low_record %d past next_record %d", s.ID, s.LowRecord, s.NextRecord)
+			t.Fatalf("stream %s: low_record %d past next_record %d", s.ID, s.LowRecord, s.NextRecord)
 		}
 		if s.LowRecord > 0 {
 			raised++

@@ -83,7 +83,7 @@ func (w *writer) newSession(ctx context.Context, nonce uint64, epoch int64, idx 
 	}
 	ids := make([]bundlefmt.StreamID, len(streams))
 	for i, st := range streams {
-		id := bundlefmt.StreamID(st.ID)
+		id := st.ID
 		ids[i] = id
 		s.next[id] = st.NextRecord
 		if _, ok := w.profiles[id]; !ok {
@@ -513,7 +513,7 @@ func (s *session) build(ctx context.Context) *flight {
 	for i, id := range order {
 		a := accs[id]
 		chunks[i] = a.cb.Chunk()
-		f.meta.Batches[i] = writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: a.first, Count: a.count}
+		f.meta.Batches[i] = writepath.AbsorbBatch{Stream: id, FirstRecord: a.first, Count: a.count}
 		f.records += a.count
 		f.content += a.content
 	}

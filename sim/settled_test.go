@@ -47,7 +47,7 @@ func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, f
 		if to <= from {
 			continue
 		}
-		id := bundlefmt.StreamID(s.ID)
+		id := s.ID
 		p := content.Stream(id)
 		var chunks []bundlefmt.Chunk
 		for r := from; r < to; {

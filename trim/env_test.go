@@ -165,9 +165,9 @@ func (e *env) slotBytes(epoch, seq int64, batches []batch) []byte {
 	sort.Slice(batches, func(i, j int) bool { return bytes.Compare(batches[i].stream[:], batches[j].stream[:]) < 0 })
 	var chunks []bundlefmt.Chunk
 	for _, b := range batches {
-		cb := bundlefmt.NewChunkBuilder(bundlefmt.StreamID(b.stream), uint64(e.next[b.stream]))
+		cb := bundlefmt.NewChunkBuilder(b.stream, uint64(e.next[b.stream]))
 		for r := int64(0); r < b.count; r++ {
-			body := fmt.Appendf(nil, "%x/%d", b.stream, e.next[b.stream]+r)
+			body := fmt.Appendf(nil, "%s/%d", b.stream, e.next[b.stream]+r)
 			if err := cb.Add(bundlefmt.Record{Body: body}, 1000+r, r == b.count-1); err != nil {
 				e.t.Fatal(err)
 			}
@@ -269,7 +269,7 @@ func (e *env) settle(ids ...catalog.StreamID) []string {
 			continue
 		}
 		first := max(st.SettledThrough, st.LowRecord)
-		key := bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(id), uint64(st.Epoch), uint64(first), 0)
+		key := bundlefmt.SettledKey(st.Bucket, id, uint64(st.Epoch), uint64(first), 0)
 		ent := catalog.Entry{Stream: id, Epoch: st.Epoch, FirstRecord: first, RecordCount: st.NextRecord - first,
 			ObjectBytes: 1, FooterOffset: 1, FooterLength: 1}
 		if err := e.store.PutIfAbsent(e.ctx, e.std, key, []byte("settled")); err != nil {

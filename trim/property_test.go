@@ -103,7 +103,7 @@ func (s *mstream) last() (int64, mentry, bool) {
 }
 
 func (m *model) key(s *mstream, first int64, rev int32) string {
-	return bundlefmt.SettledKey("b1", bundlefmt.StreamID(s.id), 1, uint64(first), uint32(rev))
+	return bundlefmt.SettledKey("b1", s.id, 1, uint64(first), uint32(rev))
 }
 
 // write absorbs a flight at the head, sometimes after a lost one.
@@ -336,7 +336,7 @@ func (m *model) check(bucket, key string) {
 			for _, r := range s.refs {
 				for _, rs := range r.slots {
 					if rs == p {
-						e.t.Errorf("DELETED slot %s named by live ref %x@%d", p, s.id, r.first)
+						e.t.Errorf("DELETED slot %s named by live ref %s@%d", p, s.id, r.first)
 					}
 				}
 			}
@@ -348,7 +348,7 @@ func (m *model) check(bucket, key string) {
 		e.t.Errorf("delete of %s: %v", key, err)
 		return
 	}
-	s := m.stream(catalog.StreamID(k.Stream))
+	s := m.stream(k.Stream)
 	if o != nil && m.live(o) {
 		e.t.Errorf("DELETED %s named by an open publish intent that can still commit", key)
 	}
@@ -426,7 +426,7 @@ func TestNothingReferencedIsDeleted(t *testing.T) {
 			for _, s := range m.streams {
 				m.settleStream(s)
 				if s.settled < s.next {
-					t.Fatalf("stream %x: settled_through %d, next %d after the wind-down", s.id, s.settled, s.next)
+					t.Fatalf("stream %s: settled_through %d, next %d after the wind-down", s.id, s.settled, s.next)
 				}
 			}
 			m.cycle()

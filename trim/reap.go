@@ -367,7 +367,7 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 				r.d.Log.Warn("reap held: no buckets for its class", "intent", in.ID, "key", in.ObjectKey, "err", err)
 				continue
 			}
-			co := catalog.KeyCoords{Bucket: k.Bucket, Stream: catalog.StreamID(k.Stream), Epoch: int64(k.StreamEpoch),
+			co := catalog.KeyCoords{Bucket: k.Bucket, Stream: k.Stream, Epoch: int64(k.StreamEpoch),
 				FirstRecord: int64(k.FirstRecord), Revision: int32(k.Revision)}
 			byID[in.ID] = candidate{in: in, coords: co, set: set}
 			cands = append(cands, catalog.ReapCandidate{ID: in.ID, Key: in.ObjectKey, Coords: co})

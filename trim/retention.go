@@ -55,7 +55,7 @@ func (r *Retention) Run(ctx context.Context, f catalog.Fence, opts cycle.Options
 				plan(opts, "retention: ... and more")
 				break
 			}
-			plan(opts, "retention: would remove catalog entry %x@%d (%d records) and arm the reap of %s",
+			plan(opts, "retention: would remove catalog entry %s@%d (%d records) and arm the reap of %s",
 				e.Stream, e.FirstRecord, e.RecordCount, settledKey(e))
 		}
 		return counts, nil

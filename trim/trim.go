@@ -166,10 +166,10 @@ func Decide(st catalog.TrimState) (Decision, error) {
 	if st.RefMin != nil {
 		r, err := c.slot(st.RefMin.Slot)
 		if err != nil {
-			return d, cycle.Haltf("ref %x@%d: %v", st.RefMin.Stream, st.RefMin.FirstRecord, err)
+			return d, cycle.Haltf("ref %s@%d: %v", st.RefMin.Stream, st.RefMin.FirstRecord, err)
 		}
 		if r.Less(d.Cursor) {
-			return d, cycle.Haltf("star %q: ref %x@%d names slot %s, behind the trim cursor %s: a released slot is still needed",
+			return d, cycle.Haltf("star %q: ref %s@%d names slot %s, behind the trim cursor %s: a released slot is still needed",
 				st.Star.Star, st.RefMin.Stream, st.RefMin.FirstRecord, r, d.Cursor)
 		}
 		d.Bound = minPos(d.Bound, r)
@@ -177,7 +177,7 @@ func Decide(st catalog.TrimState) (Decision, error) {
 	if q := st.QuarantineMin; q != nil {
 		slot, err := c.slot(q.Slot)
 		if err != nil {
-			return d, cycle.Haltf("ref %x@%d: %v", q.Stream, q.FirstRecord, err)
+			return d, cycle.Haltf("ref %s@%d: %v", q.Stream, q.FirstRecord, err)
 		}
 		d.Quarantine = &QuarantineHold{Slot: slot, Stream: q.Stream, Record: q.FirstRecord, Streams: st.QuarantinedStreams,
 			Bounding: slot == d.Bound}
@@ -246,12 +246,12 @@ func (t *Trim) logHolds(star string, dec Decision) {
 	t.fenceWait = epoch
 	held := ""
 	if q := dec.Quarantine; q != nil && q.Bounding {
-		held = q.Slot.String() + " " + fmt.Sprintf("%x", q.Stream)
+		held = q.Slot.String() + " " + q.Stream.String()
 		level := slog.LevelDebug
 		if held != t.held {
 			level = slog.LevelWarn
 		}
-		t.d.Log.Log(context.Background(), level, "trim held by quarantine", "star", star, "slot", q.Slot.String(), "stream", fmt.Sprintf("%x", q.Stream))
+		t.d.Log.Log(context.Background(), level, "trim held by quarantine", "star", star, "slot", q.Slot.String(), "stream", q.Stream)
 	} else if t.held != "" {
 		t.d.Log.Info("trim no longer held by quarantine", "star", star, "was", t.held)
 	}
@@ -275,7 +275,7 @@ func (t *Trim) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cy
 		plan(opts, "trim: star %s waits at epoch %d: its fence is in progress since %s (no end_seq)", f.Star, w.Epoch, w.Since.UTC().Format(time.RFC3339))
 	}
 	if q := dec.Quarantine; q != nil && q.Bounding {
-		plan(opts, "trim: star %s held by quarantined stream %x at slot %s", f.Star, q.Stream, q.Slot)
+		plan(opts, "trim: star %s held by quarantined stream %s at slot %s", f.Star, q.Stream, q.Slot)
 	}
 	if !dec.Move {
 		plan(opts, "trim: star %s cursor stays at %s (bound %s)", f.Star, dec.Cursor, dec.Bound)

@@ -460,7 +460,7 @@ func retentionAndObjectReaps(t *testing.T, ns namedStore) {
 		e.settle(a) // entries [0,10) [10,20) [20,30)
 	}
 	key := func(first int64, rev uint32) string {
-		return bundlefmt.SettledKey("b1", bundlefmt.StreamID(a), 1, uint64(first), rev)
+		return bundlefmt.SettledKey("b1", a, 1, uint64(first), rev)
 	}
 	// Tail rewrite of [20,30) to ~1 covering [20,35): ~0 is superseded.
 	e.flight(1, 3, batch{a, 5})
@@ -602,13 +602,13 @@ func TestCrashPointsConverge(t *testing.T) {
 			e.checkChain(P(1, 4))
 			ents, _ := e.db.EntriesOfStream(e.ctx, a)
 			for _, en := range ents {
-				k := bundlefmt.SettledKey("b1", bundlefmt.StreamID(a), 1, uint64(en.FirstRecord), uint32(en.Revision))
+				k := bundlefmt.SettledKey("b1", a, 1, uint64(en.FirstRecord), uint32(en.Revision))
 				if ok, _ := exists(e.ctx, e.store, e.std, k); !ok {
 					t.Fatalf("catalog object %s deleted", k)
 				}
 			}
 			for _, first := range []uint64{0, 5} {
-				if ok, _ := exists(e.ctx, e.store, e.std, bundlefmt.SettledKey("b1", bundlefmt.StreamID(a), 1, first, 0)); ok {
+				if ok, _ := exists(e.ctx, e.store, e.std, bundlefmt.SettledKey("b1", a, 1, first, 0)); ok {
 					t.Fatalf("retired object at %d not reaped", first)
 				}
 			}
@@ -698,7 +698,7 @@ func TestStaleLeaderIsFenced(t *testing.T) {
 	if _, err := rp.Run(e.ctx, stale, cycle.Options{}); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("stale reap: %v", err)
 	}
-	if ok, _ := exists(e.ctx, e.store, e.std, bundlefmt.SettledKey("b1", bundlefmt.StreamID(a), 1, 0, 0)); !ok {
+	if ok, _ := exists(e.ctx, e.store, e.std, bundlefmt.SettledKey("b1", a, 1, 0, 0)); !ok {
 		t.Fatal("a stale reap deleted an object")
 	}
 	if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 1 {
@@ -725,7 +725,7 @@ func TestReapAbortsUnrecordedUploadsOfAFinishedPublish(t *testing.T) {
 				e.flight(1, s, batch{a, 10})
 				e.settle(a)
 			}
-			key := bundlefmt.SettledKey("b1", bundlefmt.StreamID(a), 1, 0, 7) // no settle publishes (0, 7) again
+			key := bundlefmt.SettledKey("b1", a, 1, 0, 7) // no settle publishes (0, 7) again
 			if _, err := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key), "standard"); err != nil {
 				t.Fatal(err)
 			}

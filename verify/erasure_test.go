@@ -29,7 +29,7 @@ func settleTombstoned(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.
 // tombstones (what an erasure rewrite leaves), and its catalog entry.
 func tombstonedObject(t *testing.T, id catalog.StreamID, first, count int64, rev int32, dead func(int64) bool) (string, []byte, catalog.Entry) {
 	t.Helper()
-	b := bundlefmt.NewChunkBuilder(bundlefmt.StreamID(id), uint64(first))
+	b := bundlefmt.NewChunkBuilder(id, uint64(first))
 	for r := first; r < first+count; r++ {
 		var err error
 		if dead(r) {
@@ -49,7 +49,7 @@ func tombstonedObject(t *testing.T, id catalog.StreamID, first, count int64, rev
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := bundlefmt.SettledKey("b1", bundlefmt.StreamID(id), 1, uint64(first), uint32(rev))
+	key := bundlefmt.SettledKey("b1", id, 1, uint64(first), uint32(rev))
 	e := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: first, Revision: rev, RecordCount: count, ObjectBytes: int64(len(obj)),
 		FooterOffset: int64(v.Footer.FooterOffset()), FooterLength: int64(v.Footer.FooterLength()),
 		MinTimestamp: 1000 + first, MaxTimestamp: 1000 + first + count - 1}

@@ -177,7 +177,7 @@ func compare(a, b string) int {
 // stream's epoch.
 func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 	var out []Finding
-	id := catalog.FormatStream(s.ID)
+	id := s.ID.String()
 	add := func(format string, args ...any) {
 		out = append(out, Finding{Kind: FindingTiling, Stream: id, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -207,7 +207,7 @@ func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.Stream, e catalog.Entry, applied []catalog.Erasure) (*Finding, int64, error) {
 	key := bundle.EntryKey(s.Bucket, e)
 	find := func(kind, format string, args ...any) *Finding {
-		return &Finding{Kind: kind, Stream: catalog.FormatStream(s.ID), Key: key, Detail: fmt.Sprintf(format, args...)}
+		return &Finding{Kind: kind, Stream: s.ID.String(), Key: key, Detail: fmt.Sprintf(format, args...)}
 	}
 	obj, size, err := store.Object(ctx, key, e.ObjectBytes)
 	switch {
@@ -247,7 +247,7 @@ func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.S
 	next := uint64(e.FirstRecord)
 	minTS, maxTS := int64(0), int64(0)
 	for i, c := range v.Entries {
-		if c.Stream != bundlefmt.StreamID(e.Stream) {
+		if c.Stream != e.Stream {
 			return find(FindingMismatch, "chunk %d is of stream %s", i, c.Stream), got, nil
 		}
 		if c.FirstRecord != next {

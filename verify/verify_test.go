@@ -75,7 +75,7 @@ func (o *objects) flip(key string, off int) {
 // stream id, commits its catalog entry and returns its key and bytes.
 func settleObject(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.StreamID, first, count int64) (string, []byte) {
 	t.Helper()
-	b := bundlefmt.NewChunkBuilder(bundlefmt.StreamID(id), uint64(first))
+	b := bundlefmt.NewChunkBuilder(id, uint64(first))
 	for r := first; r < first+count; r++ {
 		if err := b.Add(bundlefmt.Record{Body: []byte(fmt.Sprintf("record %d of the stream", r))}, 1000+r, true); err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func settleObject(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.Stre
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := bundlefmt.SettledKey("b1", bundlefmt.StreamID(id), 1, uint64(first), 0)
+	key := bundlefmt.SettledKey("b1", id, 1, uint64(first), 0)
 	e := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: first, Revision: 0, RecordCount: count, ObjectBytes: int64(len(obj)),
 		FooterOffset: int64(v.Footer.FooterOffset()), FooterLength: int64(v.Footer.FooterLength()),
 		MinTimestamp: 1000 + first, MaxTimestamp: 1000 + first + count - 1}

@@ -19,10 +19,10 @@ func (db *DB) ShiftRefWindow(ctx context.Context, id catalog.StreamID, firstReco
 	tag, err := db.pool.Exec(ctx, `UPDATE nova.span_refs SET footer_offsets[1] = footer_offsets[1] + $3
 		WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, delta)
 	if err != nil {
-		return fmt.Errorf("shift ref window of %x@%d: %w", id, firstRecord, err)
+		return fmt.Errorf("shift ref window of %s@%d: %w", id, firstRecord, err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("shift ref window of %x@%d: %w", id, firstRecord, catalog.ErrNotFound)
+		return fmt.Errorf("shift ref window of %s@%d: %w", id, firstRecord, catalog.ErrNotFound)
 	}
 	return nil
 }
@@ -36,10 +36,10 @@ func (db *DB) DuplicateRef(ctx context.Context, id catalog.StreamID, firstRecord
 		SELECT stream_id, $3, record_count, star, class, slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at
 		FROM nova.span_refs WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, newFirst)
 	if err != nil {
-		return fmt.Errorf("duplicate ref %x@%d at %d: %w", id, firstRecord, newFirst, err)
+		return fmt.Errorf("duplicate ref %s@%d at %d: %w", id, firstRecord, newFirst, err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("duplicate ref %x@%d: %w", id, firstRecord, catalog.ErrNotFound)
+		return fmt.Errorf("duplicate ref %s@%d: %w", id, firstRecord, catalog.ErrNotFound)
 	}
 	return nil
 }
@@ -50,10 +50,10 @@ func (db *DB) StretchEntry(ctx context.Context, id catalog.StreamID, firstRecord
 	tag, err := db.pool.Exec(ctx, `UPDATE nova.catalog SET record_count = record_count + $3
 		WHERE stream_id = $1 AND first_record = $2`, id, firstRecord, delta)
 	if err != nil {
-		return fmt.Errorf("stretch catalog entry %x@%d: %w", id, firstRecord, err)
+		return fmt.Errorf("stretch catalog entry %s@%d: %w", id, firstRecord, err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("stretch catalog entry %x@%d: %w", id, firstRecord, catalog.ErrNotFound)
+		return fmt.Errorf("stretch catalog entry %s@%d: %w", id, firstRecord, catalog.ErrNotFound)
 	}
 	return nil
 }
@@ -89,7 +89,7 @@ func (db *DB) SkipGrace(ctx context.Context, star string, d time.Duration) error
 func (db *DB) InsertErasureRow(ctx context.Context, id catalog.StreamID, first, count int64) error {
 	if _, err := db.pool.Exec(ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ($1, $2, $3)`,
 		id, first, count); err != nil {
-		return fmt.Errorf("insert erasure row of %x: %w", id, err)
+		return fmt.Errorf("insert erasure row of %s: %w", id, err)
 	}
 	return nil
 }

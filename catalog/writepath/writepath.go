@@ -52,7 +52,7 @@ func (db *DB) CreateStream(ctx context.Context, id catalog.StreamID, star, bucke
 	_, err := db.pool.Exec(ctx, `INSERT INTO nova.streams (stream_id, star, bucket, class)
 		SELECT $1, star, $3, chain_class FROM nova.stars WHERE star = $2`, id, star, bucket)
 	if err != nil {
-		return fmt.Errorf("create stream %x: %w", id, err)
+		return fmt.Errorf("create stream %s: %w", id, err)
 	}
 	return nil
 }
@@ -111,7 +111,7 @@ func (db *DB) AbsorbHeld(ctx context.Context, star string, flights []AbsorbFligh
 			inFlight := map[catalog.StreamID]bool{}
 			for _, b := range f.Batches {
 				if inFlight[b.Stream] { // a flight holds at most one chunk per stream
-					return fmt.Errorf("slot %d/%d: stream %x twice: %w", f.Epoch, f.Seq, b.Stream, ErrOutOfOrder)
+					return fmt.Errorf("slot %d/%d: stream %s twice: %w", f.Epoch, f.Seq, b.Stream, ErrOutOfOrder)
 				}
 				inFlight[b.Stream] = true
 				byStream[b.Stream] = append(byStream[b.Stream], part{
@@ -130,16 +130,16 @@ func (db *DB) AbsorbHeld(ctx context.Context, star string, flights []AbsorbFligh
 			var sclass, sstar string
 			if err := tx.QueryRow(ctx, `SELECT next_record, class, star FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, id).
 				Scan(&next, &sclass, &sstar); err != nil {
-				return fmt.Errorf("lock stream %x: %w", id, err)
+				return fmt.Errorf("lock stream %s: %w", id, err)
 			}
 			if sstar != star { // a flight holds only streams of its own star
-				return fmt.Errorf("stream %x belongs to star %q, not %q: %w", id, sstar, star, ErrOutOfOrder)
+				return fmt.Errorf("stream %s belongs to star %q, not %q: %w", id, sstar, star, ErrOutOfOrder)
 			}
 			first, total := next, int64(0)
 			var epochs, seqs, offs, lens []int64
 			for _, p := range parts {
 				if p.first != next || p.count <= 0 {
-					return fmt.Errorf("stream %x: batch at record %d (count %d), next_record %d: %w", id, p.first, p.count, next, ErrOutOfOrder)
+					return fmt.Errorf("stream %s: batch at record %d (count %d), next_record %d: %w", id, p.first, p.count, next, ErrOutOfOrder)
 				}
 				next += p.count
 				total += p.count
@@ -151,14 +151,14 @@ func (db *DB) AbsorbHeld(ctx context.Context, star string, flights []AbsorbFligh
 			if _, err := tx.Exec(ctx, `INSERT INTO nova.span_refs (stream_id, first_record, record_count, star, class,
 				slot_epochs, slot_seqs, footer_offsets, footer_lengths) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 				id, first, total, star, class, epochs, seqs, offs, lens); err != nil {
-				return fmt.Errorf("insert span ref of stream %x at %d: %w", id, first, err)
+				return fmt.Errorf("insert span ref of stream %s at %d: %w", id, first, err)
 			}
 			if _, err := tx.Exec(ctx, `UPDATE nova.streams SET next_record = $2 WHERE stream_id = $1`, id, next); err != nil {
-				return fmt.Errorf("advance stream %x: %w", id, err)
+				return fmt.Errorf("advance stream %s: %w", id, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO nova.due_markers (stream_id, class, since) VALUES ($1, $2, now())
 				ON CONFLICT (stream_id) DO NOTHING`, id, sclass); err != nil {
-				return fmt.Errorf("mark stream %x due: %w", id, err)
+				return fmt.Errorf("mark stream %s due: %w", id, err)
 			}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE nova.stars SET next_seq = $2 WHERE star = $1`, star, flights[len(flights)-1].Seq+1); err != nil {
@@ -206,7 +206,7 @@ func (db *DB) EndFence(ctx context.Context, star string, epoch, endSeq int64) er
 // stream's low_record (it never lowers it).
 func (db *DB) RaiseLowRecord(ctx context.Context, id catalog.StreamID, low int64) error {
 	if _, err := db.pool.Exec(ctx, `UPDATE nova.streams SET low_record = greatest(low_record, $2) WHERE stream_id = $1`, id, low); err != nil {
-		return fmt.Errorf("raise low_record of stream %x to %d: %w", id, low, err)
+		return fmt.Errorf("raise low_record of stream %s to %d: %w", id, low, err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/daemon"
@@ -38,16 +39,16 @@ func requester(e env) string {
 // --stream when the command has one, and opens the metastore. code is -1
 // on success, else the exit code.
 func adminSetup(ctx context.Context, e env, name string, args []string, extra func(*flag.FlagSet)) (cfg config.Config, db *catalog.DB, stream *catalog.StreamID, code int) {
-	fs, l := newFlags(e, name)
+	fs := newFlags(e, name)
 	if extra != nil {
-		extra(fs)
+		extra(fs.FlagSet)
 	}
-	cfg, err := parse(e, fs, l, args, "star", "database-url")
+	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return cfg, nil, nil, exitCode(e, cfg, err)
 	}
 	if f := fs.Lookup("stream"); f != nil && f.Value.String() != "" {
-		id, err := parseStreamID(f.Value.String())
+		id, err := bundlefmt.ParseStreamID(f.Value.String())
 		if err != nil {
 			return cfg, nil, nil, exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
 		}
@@ -95,9 +96,9 @@ func checkStar(ctx context.Context, db starLookup, star string, stream *catalog.
 	other, err := db.GetStream(ctx, *stream)
 	switch {
 	case err == nil:
-		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", catalog.FormatStream(*stream), other.Star, star)}
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", stream.String(), other.Star, star)}
 	case errors.Is(err, catalog.ErrNotFound):
-		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", catalog.FormatStream(*stream), star)}
+		return &config.Error{Field: "stream", Msg: fmt.Sprintf("no stream %s in star %q", stream.String(), star)}
 	}
 	return err
 }
@@ -120,7 +121,7 @@ func warnNoLeader(ctx context.Context, e env, db leaseLookup, star string) {
 func cmdTrigger(ctx context.Context, e env, args []string) int {
 	var wait *time.Duration
 	cfg, db, stream, code := adminSetup(ctx, e, "trigger", args, func(fs *flag.FlagSet) {
-		fs.String("stream", "", "settle this stream (uuid) now, regardless of linger")
+		fs.String("stream", "", "settle this stream (uuid or 32 hex digits) now, regardless of linger")
 		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request into a cycle (exit 1 if it does not, or if it failed)")
 	})
 	if code >= 0 {
@@ -133,7 +134,7 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 	}
 	what := "a cycle"
 	if stream != nil {
-		what = "a cycle settling stream " + catalog.FormatStream(*stream) + " regardless of linger"
+		what = "a cycle settling stream " + stream.String() + " regardless of linger"
 	}
 	fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
 	warnNoLeader(ctx, e, db, cfg.Star)
@@ -214,7 +215,7 @@ func cmdResume(ctx context.Context, e env, args []string) int {
 
 func cmdRelease(ctx context.Context, e env, args []string) int {
 	cfg, db, stream, code := adminSetup(ctx, e, "release", args, func(fs *flag.FlagSet) {
-		fs.String("stream", "", "the quarantined stream (uuid) to release")
+		fs.String("stream", "", "the quarantined stream (uuid or 32 hex digits) to release")
 	})
 	if code >= 0 {
 		return code
@@ -225,14 +226,14 @@ func cmdRelease(ctx context.Context, e env, args []string) int {
 	}
 	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
 	if errors.Is(err, catalog.ErrNotFound) {
-		fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", catalog.FormatStream(*stream), cfg.Star)
+		fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", stream.String(), cfg.Star)
 		return exitFailure
 	}
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
 	fmt.Fprintf(e.stdout, "stream %s released from quarantine (request %d): the next cycle settles it again\n",
-		catalog.FormatStream(*stream), req.ID)
+		stream.String(), req.ID)
 	return exitOK
 }
 

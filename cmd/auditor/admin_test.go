@@ -34,7 +34,7 @@ func TestReleaseAndStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
 		t.Fatalf("status --json: %d %v %q", code, err, errs)
 	}
-	want := catalog.FormatStream(id)
+	want := id.String()
 	if len(st.Quarantine) != 1 || st.Quarantine[0].Stream != want || st.Quarantine[0].Reason != "DataCRC mismatch" ||
 		!st.Leader.Live || st.Leader.Holder != "t" || len(st.Classes) != 2 {
 		t.Fatalf("status %s", out)

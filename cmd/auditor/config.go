@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -26,15 +25,9 @@ func buildVersion() string {
 	return "dev"
 }
 
-// newFlags returns a subcommand's FlagSet with every configuration key bound.
-func newFlags(e env, name string) (*flag.FlagSet, *config.Loader) {
-	fs := cli.FlagSet("auditor " + name)
-	return fs, config.Bind(fs, e.getenv)
-}
-
-// parse is cli.Parse with the command's stdout (for -h).
-func parse(e env, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
-	return cli.Parse(e.stdout, fs, l, args, require...)
+// newFlags returns a subcommand's flags with every configuration key bound.
+func newFlags(e env, name string) *cli.Flags {
+	return cli.NewFlags(e.stdout, e.getenv, "auditor "+name)
 }
 
 // newLogger is the command's logger; every line names the star.
@@ -73,8 +66,8 @@ func openCurrentDB(ctx context.Context, cfg config.Config) (*catalog.DB, error) 
 }
 
 func cmdMigrate(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "migrate")
-	cfg, err := parse(e, fs, l, args, "database-url")
+	fs := newFlags(e, "migrate")
+	cfg, err := fs.Load(args, "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

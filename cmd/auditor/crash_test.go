@@ -368,7 +368,7 @@ func (e *crashEnv) checkErasuresApplied() {
 		for _, er := range ers {
 			total++
 			if !er.Applied {
-				e.t.Errorf("stream %x: erasure [%d, +%d) not applied after the grace", st.ID, er.FirstRecord, er.RecordCount)
+				e.t.Errorf("stream %s: erasure [%d, +%d) not applied after the grace", st.ID, er.FirstRecord, er.RecordCount)
 			}
 		}
 	}
@@ -493,7 +493,7 @@ func (e *crashEnv) checkSettled() {
 	}
 	for _, st := range streams {
 		if st.SettledThrough != st.NextRecord {
-			e.t.Fatalf("stream %x not converged: settled %d of %d", st.ID, st.SettledThrough, st.NextRecord)
+			e.t.Fatalf("stream %s not converged: settled %d of %d", st.ID, st.SettledThrough, st.NextRecord)
 		}
 	}
 }
@@ -562,7 +562,7 @@ func (e *crashEnv) catalogKeys() map[string]bool {
 			e.t.Fatal(err)
 		}
 		for _, en := range entries {
-			keys[bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))] = true
+			keys[bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))] = true
 		}
 	}
 	return keys
@@ -591,7 +591,7 @@ func (e *crashEnv) checkReferenced() {
 				key := bundlefmt.SlotKey(st.Star, uint64(sl.Epoch), uint64(sl.Seq))
 				for _, b := range buckets {
 					if _, err := e.fs.Head(e.ctx, b, key); err != nil {
-						e.t.Fatalf("slot %s/%s named by a live ref of stream %x: %v", b, key, st.ID, err)
+						e.t.Fatalf("slot %s/%s named by a live ref of stream %s: %v", b, key, st.ID, err)
 					}
 				}
 			}

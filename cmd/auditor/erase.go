@@ -42,7 +42,7 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 	)
 	cfg, db, stream, code := adminSetup(ctx, e, "erase", args, func(f *flag.FlagSet) {
 		fs = f
-		f.String("stream", "", "the stream (uuid) whose records are erased")
+		f.String("stream", "", "the stream (uuid or 32 hex digits) whose records are erased")
 		from = f.Int64("from", 0, "the first record erased")
 		count = f.Int64("count", 0, "how many records are erased, from --from")
 		asJSON = f.Bool("json", false, "print the erasure as JSON")
@@ -96,7 +96,7 @@ type erasureRecorder interface {
 // records it. Its refusals are configuration errors (exit 2) naming the
 // flag.
 func recordErasure(ctx context.Context, db erasureRecorder, st catalog.Stream, from, count int64) (ErasureReport, error) {
-	id := catalog.FormatStream(st.ID)
+	id := st.ID.String()
 	rep := ErasureReport{Stream: id, FirstRecord: from, RecordCount: count, Warnings: []string{}}
 	if why := (catalog.Erasure{Stream: st.ID, FirstRecord: from, RecordCount: count}).Valid(); why != "" {
 		field := "count"

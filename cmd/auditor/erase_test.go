@@ -44,7 +44,7 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	absorbRecords(t, db, id, 0, 0, 100)
-	sid := catalog.FormatStream(id)
+	sid := id.String()
 	args := []string{"--star", "s1", "--database-url", url}
 	erase := func(extra ...string) (int, string, string) {
 		return runCLI(t, append(append([]string{"erase"}, extra...), args...)...)
@@ -81,8 +81,8 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 		{"malformed stream", []string{"--stream", "not-a-uuid", "--from", "1", "--count", "1"}, "stream:"},
 		{"malformed from", []string{"--stream", sid, "--from", "ten", "--count", "1"}, "invalid value \"ten\""},
 		{"malformed count", []string{"--stream", sid, "--from", "1", "--count", "1.5"}, "invalid value \"1.5\""},
-		{"unknown stream", []string{"--stream", catalog.FormatStream(catalog.StreamID{1: 9}), "--from", "1", "--count", "1"}, "no stream"},
-		{"stream of another star", []string{"--stream", catalog.FormatStream(other), "--from", "1", "--count", "1"}, `is in star "s2", not "s1"`},
+		{"unknown stream", []string{"--stream", catalog.StreamID{1: 9}.String(), "--from", "1", "--count", "1"}, "no stream"},
+		{"stream of another star", []string{"--stream", other.String(), "--from", "1", "--count", "1"}, `is in star "s2", not "s1"`},
 		{"empty range", []string{"--stream", sid, "--from", "1", "--count", "0"}, "record_count 0 is not positive"},
 		{"negative count", []string{"--stream", sid, "--from", "1", "--count", "-3"}, "record_count -3 is not positive"},
 		{"negative from", []string{"--stream", sid, "--from", "-1", "--count", "1"}, "from: not an erasure: first_record -1 is negative"},

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/internal/cli"
 )
 
 const inspectUsage = `usage: auditor inspect [flags] FILE
@@ -55,7 +56,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		usageTo(stdout) // help asked for is output
 		return exitOK
 	}
-	files, err := parseInterspersed(fs, args)
+	files, err := cli.ParseInterspersed(fs, args)
 	if err != nil {
 		return exitUsage // the flag package has printed why
 	}
@@ -106,24 +107,4 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return inspectObject(obj, inspectOptions{Expect: exp, File: files[0], JSON: *jsonOut, Records: *records}, stdout, stderr)
-}
-
-// parseInterspersed parses flags that may appear before and after the
-// positional arguments; everything after "--" is positional.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }

@@ -19,10 +19,10 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 	if !fetch {
 		return runInspect(args, e.stdout, e.stderr)
 	}
-	fs, l := newFlags(e, "inspect")
+	fs := newFlags(e, "inspect")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of the human summary")
 	records := fs.Bool("records", false, "add every record's details")
-	cfg, err := parse(e, fs, l, rest)
+	cfg, err := fs.Load(rest)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

@@ -53,7 +53,7 @@ func TestInspectObject(t *testing.T) {
 		out  []string
 	}{
 		{"flight json", readFormatTestdata(t, "example1_flight.bin"), inspectOptions{Expect: expectFromKey(t, inspectSlotKey), JSON: true}, exitOK,
-			[]string{`"kind": "flight"`, `"footer_offset": 73`, `"nonce": 81985529216486895`, `"stream_id": "00112233445566778899aabbccddeeff"`, `"data_crc": 3819684979`}},
+			[]string{`"kind": "flight"`, `"footer_offset": 73`, `"nonce": 81985529216486895`, `"stream_id": "00112233-4455-6677-8899-aabbccddeeff"`, `"data_crc": 3819684979`}},
 		{"poison human", readFormatTestdata(t, "example3_poison.bin"), inspectOptions{Expect: expectFromKey(t, inspectPrintPoisonKey)}, exitOK,
 			[]string{"poison", "0xfedcba9876543210"}},
 		{"settled records json", settled, inspectOptions{JSON: true, Records: true}, exitOK,

@@ -146,7 +146,7 @@ func TestInspectJSON(t *testing.T) {
 		t.Fatalf("summary:\n%s", out)
 	}
 	c := doc.Chunks[0]
-	if c.StreamID != "00112233445566778899aabbccddeeff" || c.FirstRecord != 1000 || c.RecordCount != 2 ||
+	if c.StreamID != "00112233-4455-6677-8899-aabbccddeeff" || c.FirstRecord != 1000 || c.RecordCount != 2 ||
 		c.DataOffset != 60 || c.ChunkBytes != 13 || c.DataCRC != 0xe3abc473 || len(c.Records) != 2 {
 		t.Fatalf("chunk:\n%s", out)
 	}
@@ -168,7 +168,7 @@ func TestInspectJSON(t *testing.T) {
 func TestInspectHuman(t *testing.T) {
 	f := inspectFiles(t)
 	code, out, _ := runInspectT("--records", f["flight"])
-	for _, want := range []string{"flight", "230", "offset 73, length 117", "00112233445566778899aabbccddeeff", "0xe3abc473", "1700000000001"} {
+	for _, want := range []string{"flight", "230", "offset 73, length 117", "00112233-4455-6677-8899-aabbccddeeff", "0xe3abc473", "1700000000001"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
@@ -120,7 +119,7 @@ func pausedLeaderLateDelete(t *testing.T, e *crashEnv) {
 	if _, err := e.fs.Head(e.ctx, e.bucket, key); err == nil {
 		t.Fatalf("leader B did not reap the condemned %s", key)
 	}
-	if code, out, errs := runCLI(t, "release", "--star", "s1", "--database-url", e.url, "--stream", catalog.FormatStream(stream)); code != 0 {
+	if code, out, errs := runCLI(t, "release", "--star", "s1", "--database-url", e.url, "--stream", stream.String()); code != 0 {
 		t.Fatalf("release: exit %d: %s %s", code, out, errs)
 	}
 	if code, out := e.run(""); code != 0 {

@@ -543,7 +543,7 @@ func (r *liveRunEnv) converge() {
 	}
 	for _, st := range r.e.streams() {
 		if st.SettledThrough != st.NextRecord {
-			r.t.Errorf("stream %x (%s) not converged within two cycles: settled %d of %d", st.ID, st.Star, st.SettledThrough, st.NextRecord)
+			r.t.Errorf("stream %s (%s) not converged within two cycles: settled %d of %d", st.ID, st.Star, st.SettledThrough, st.NextRecord)
 		}
 	}
 }

@@ -182,7 +182,7 @@ func (w *liveWatcher) pollStar(star string) {
 	for _, row := range q {
 		id := row.SlotKey
 		if row.Stream != nil {
-			id = fmt.Sprintf("%x", *row.Stream)
+			id = row.Stream.String()
 		}
 		if _, ok := w.quarantines[id]; !ok {
 			w.quarantines[id] = fmt.Sprintf("star %s %s: %s: %s (since %s)", star, id, row.ErrorClass, row.Reason, row.Since.Format(time.RFC3339Nano))

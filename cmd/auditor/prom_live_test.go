@@ -206,7 +206,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	if err != nil || len(q) == 0 || q[0].Stream == nil {
 		t.Fatalf("quarantine %v %v", q, err)
 	}
-	erased := catalog.FormatStream(*q[0].Stream)
+	erased := q[0].Stream.String()
 	if code, out, errs := runCLI(t, append([]string{"erase", "--stream", erased, "--from", "0", "--count", "1"}, args...)...); code != 0 ||
 		!strings.Contains(errs, "quarantined") || !strings.Contains(out, "recorded") {
 		t.Fatalf("erase: %d %q %q", code, out, errs)
@@ -281,7 +281,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 		if row.Stream == nil {
 			continue
 		}
-		if code, out, errs := runCLI(t, append([]string{"release", "--stream", catalog.FormatStream(*row.Stream)}, args...)...); code != 0 {
+		if code, out, errs := runCLI(t, append([]string{"release", "--stream", row.Stream.String()}, args...)...); code != 0 {
 			t.Fatalf("release: %d %s %s", code, out, errs)
 		}
 	}

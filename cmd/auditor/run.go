@@ -18,11 +18,11 @@ import (
 // Exit 0 when the cycle succeeded, 1 when it failed (the lease held by
 // another auditor included), 2 on configuration errors.
 func cmdRun(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "run")
+	fs := newFlags(e, "run")
 	once := fs.Bool("once", true, "run one cycle and exit (the only mode of run; serve runs on a schedule)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing")
-	stream := fs.String("stream", "", "force one stream (uuid) due regardless of linger")
-	cfg, err := parse(e, fs, l, args, "star", "database-url")
+	stream := fs.String("stream", "", "force one stream (uuid or 32 hex digits) due regardless of linger")
+	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -34,7 +34,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		opts.Plan = e.stdout
 	}
 	if *stream != "" {
-		id, err := parseStreamID(*stream)
+		id, err := bundlefmt.ParseStreamID(*stream)
 		if err != nil {
 			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
 		}
@@ -99,10 +99,4 @@ func daemonConfig(cfg config.Config) daemon.Config {
 		RulesInterval: daemon.DefaultRulesInterval, DBRetryMax: daemon.DefaultDBRetryMax, PruneBatch: daemon.DefaultPruneBatch,
 		LeaseCallTimeout: daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL),
 	}
-}
-
-// parseStreamID accepts a stream ID as a uuid or 32 hex digits.
-func parseStreamID(s string) (catalog.StreamID, error) {
-	id, err := bundlefmt.ParseStreamID(s)
-	return catalog.StreamID(id), err
 }

@@ -131,7 +131,7 @@ func TestScaleStar(t *testing.T) {
 	small := make([]bundlefmt.StreamID, due)
 	for i := range small {
 		small[i] = bundlefmt.StreamID{0: 0x5a, 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}
-		if err := writepath.New(db).CreateStream(ctx, catalog.StreamID(small[i]), "s1", "b0"); err != nil {
+		if err := writepath.New(db).CreateStream(ctx, small[i], "s1", "b0"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -146,13 +146,13 @@ func TestScaleStar(t *testing.T) {
 				}
 			}
 			chunks = append(chunks, cb.Chunk())
-			batches = append(batches, writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(2 * f), Count: 2})
+			batches = append(batches, writepath.AbsorbBatch{Stream: id, FirstRecord: int64(2 * f), Count: 2})
 		}
 		flight(chunks, batches)
 	}
 	// The hot stream's backlog.
 	hot := bundlefmt.StreamID{0: 0x40, 15: 1}
-	if err := writepath.New(db).CreateStream(ctx, catalog.StreamID(hot), "s1", "b0"); err != nil {
+	if err := writepath.New(db).CreateStream(ctx, hot, "s1", "b0"); err != nil {
 		t.Fatal(err)
 	}
 	for first := 0; first < backlog; {
@@ -164,7 +164,7 @@ func TestScaleStar(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		flight([]bundlefmt.Chunk{cb.Chunk()}, []writepath.AbsorbBatch{{Stream: catalog.StreamID(hot), FirstRecord: int64(first), Count: int64(n)}})
+		flight([]bundlefmt.Chunk{cb.Chunk()}, []writepath.AbsorbBatch{{Stream: hot, FirstRecord: int64(first), Count: int64(n)}})
 		first += n
 	}
 	t.Logf("built: %d idle streams, %d catalog entries in one stream, %d ledger rows, %d due small streams, a %d-record backlog in %d slots, in %s",

@@ -26,9 +26,9 @@ import (
 // cycle finish within --shutdown-timeout, releases the lease and exits 0; a
 // second one exits 1 at once.
 func cmdServe(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "serve")
+	fs := newFlags(e, "serve")
 	runNow := fs.Bool("run-now", false, "run one cycle as soon as the lease is held")
-	cfg, err := parse(e, fs, l, args, "star", "database-url")
+	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

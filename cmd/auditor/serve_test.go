@@ -161,7 +161,7 @@ func TestServeTriggerPauseResume(t *testing.T) {
 	if withData < 2 {
 		t.Fatalf("only %d streams got records", withData)
 	}
-	id := catalog.FormatStream(target.ID)
+	id := target.ID.String()
 	if code, out, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--stream", id, "--wait", "5s"); code != 0 {
 		t.Fatalf("trigger --stream: %d %q %q", code, out, errs)
 	}
@@ -181,7 +181,7 @@ func TestServeTriggerPauseResume(t *testing.T) {
 			t.Fatalf("the triggered stream settled %d of %d", got.SettledThrough, got.NextRecord)
 		}
 		if st.ID != target.ID && got.SettledThrough != 0 {
-			t.Fatalf("stream %x inside its linger was settled", st.ID)
+			t.Fatalf("stream %s inside its linger was settled", st.ID)
 		}
 	}
 	if code, _, _ := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--stream", "nope"); code != 2 {

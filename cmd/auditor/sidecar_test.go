@@ -48,7 +48,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 		for i := 0; i < streams; i++ {
 			id := bundlefmt.StreamID{0: 0x5c, 15: byte(i)}
 			if seq == 0 {
-				if err := writepath.New(db).CreateStream(ctx, catalog.StreamID(id), "s1", "b0"); err != nil {
+				if err := writepath.New(db).CreateStream(ctx, id, "s1", "b0"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -60,7 +60,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 				}
 			}
 			chunks = append(chunks, cb.Chunk())
-			batches = append(batches, writepath.AbsorbBatch{Stream: catalog.StreamID(id), FirstRecord: int64(seq * perChunk), Count: perChunk})
+			batches = append(batches, writepath.AbsorbBatch{Stream: id, FirstRecord: int64(seq * perChunk), Count: perChunk})
 		}
 		obj, err := bundlefmt.EncodeFlight(1, uint64(seq), 1, chunks)
 		if err != nil {
@@ -122,17 +122,17 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 	all, _ := db.StreamsOfStar(ctx, "s1")
 	for _, s := range all {
 		if s.SettledThrough != s.NextRecord {
-			t.Fatalf("stream %x settled %d of %d", s.ID, s.SettledThrough, s.NextRecord)
+			t.Fatalf("stream %s settled %d of %d", s.ID, s.SettledThrough, s.NextRecord)
 		}
 		entries, _ := db.EntriesOfStream(ctx, s.ID)
 		for _, en := range entries {
-			key := bundlefmt.SettledKey(s.Bucket, bundlefmt.StreamID(s.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
+			key := bundlefmt.SettledKey(s.Bucket, s.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 			obj, _, err := st.GetRange(ctx, bucket, key, 0, en.ObjectBytes)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if _, err := bundlefmt.ValidateObject(obj, bundlefmt.Expect{Key: key, Kind: bundlefmt.KindSettled,
-				Stream: bundlefmt.StreamID(s.ID), FirstRecord: uint64(en.FirstRecord), CheckKey: true}); err != nil {
+				Stream: s.ID, FirstRecord: uint64(en.FirstRecord), CheckKey: true}); err != nil {
 				t.Fatalf("settled object %s: %v", key, err)
 			}
 		}

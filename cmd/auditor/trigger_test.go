@@ -90,7 +90,7 @@ func TestServeTriggerStreamOutlastsTheBudget(t *testing.T) {
 					t.Fatal(err)
 				}
 				if st.SettledThrough < *got.TargetRecord {
-					t.Fatalf("stream %x settled through %d, asked through %d", st.ID, st.SettledThrough, *got.TargetRecord)
+					t.Fatalf("stream %s settled through %d, asked through %d", st.ID, st.SettledThrough, *got.TargetRecord)
 				}
 				if got.Attempts > 1 {
 					deferred++

@@ -65,7 +65,7 @@ func TestRunOnceThenVerify(t *testing.T) {
 	for _, st := range streams {
 		entries, _ := db.EntriesOfStream(ctx, st.ID)
 		for _, en := range entries {
-			keys = append(keys, bundlefmt.SettledKey(st.Bucket, bundlefmt.StreamID(st.ID), uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision)))
+			keys = append(keys, bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision)))
 		}
 	}
 	if len(keys) < 2 {
@@ -159,7 +159,7 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 	if s.SettledThrough < 10 {
 		t.Fatalf("streams %+v: none settled 10 records", streams)
 	}
-	id := catalog.FormatStream(s.ID)
+	id := s.ID.String()
 	if code, out, errs := runCLI(t, append([]string{"erase", "--stream", id, "--from", "2", "--count", "3"}, common...)...); code != 0 {
 		t.Fatalf("erase: %d %q %q", code, out, errs)
 	}

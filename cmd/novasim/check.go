@@ -10,7 +10,7 @@ import (
 )
 
 func cmdCheck(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "check")
+	fs := newFlags(e, "check")
 	var (
 		o       sim.CheckOptions
 		asJSON  bool
@@ -21,7 +21,7 @@ func cmdCheck(ctx context.Context, e env, args []string) int {
 	fs.IntVar(&o.MaxFindings, "max-findings", 100, "findings reported in detail (the counts are always complete)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&listing, "list-unreferenced", false, "list the flights no ref names (lost flights, or settled and released)")
-	cfg, err := parse(e, fs, l, args, "database-url")
+	cfg, err := fs.Load(args, "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

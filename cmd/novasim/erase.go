@@ -18,7 +18,7 @@ import (
 // the star's settled and unsettled records. The auditor's next cycle
 // applies them; novasim check then expects tombstones exactly there.
 func cmdErase(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "erase")
+	fs := newFlags(e, "erase")
 	var (
 		stream      string
 		from, count int64
@@ -32,7 +32,7 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 	fs.Int64Var(&o.MaxRecords, "max-records", 4, "with --random: most records per erasure")
 	fs.Uint64Var(&o.Seed, "seed", 0, "with --random: seed of the draws (0: random)")
 	fs.BoolVar(&asJSON, "json", false, "print what was recorded as JSON")
-	cfg, err := parse(e, fs, l, args, "database-url", "star")
+	cfg, err := fs.Load(args, "database-url", "star")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -53,11 +53,9 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 	}
 	var id catalog.StreamID
 	if explicit {
-		sid, err := bundlefmt.ParseStreamID(stream)
-		if err != nil {
+		if id, err = bundlefmt.ParseStreamID(stream); err != nil {
 			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
 		}
-		id = catalog.StreamID(sid)
 	}
 	db, err := catalog.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -93,7 +91,7 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 		if x.Applied {
 			state = "applied"
 		}
-		fmt.Fprintf(e.stdout, "erasure %x [%d, %d) %s\n", x.Stream, x.FirstRecord, x.EndRecord(), state)
+		fmt.Fprintf(e.stdout, "erasure %s [%d, %d) %s\n", x.Stream, x.FirstRecord, x.EndRecord(), state)
 	}
 	fmt.Fprintf(e.stdout, "star %s: %d erasures recorded (%d of settled records, %d of unsettled ones), %d records; %d draws skipped\n",
 		cfg.Star, st.Recorded, st.Settled, st.Unsettled, st.Records, st.Skipped)

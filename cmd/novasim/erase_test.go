@@ -51,7 +51,7 @@ func TestEraseAndEraseRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := fmt.Sprintf("%x", s.ID)
+	id := fmt.Sprintf("%x", s.ID[:]) // 32 hex digits: --stream takes them as it takes the uuid form
 	// A record near the end no write-time erasure starts at.
 	starts := map[int64]bool{}
 	for _, e := range before[s.ID] {
@@ -81,8 +81,8 @@ func TestEraseAndEraseRate(t *testing.T) {
 		{[]string{"--stream", id, "--from", "0", "--count", "0"}, "record_count 0 is not positive"},
 		{[]string{"--stream", id, "--from", "-2", "--count", "1"}, "first_record -2 is negative"},
 		{[]string{"--stream", id, "--from", fmt.Sprint(s.NextRecord - 1), "--count", "2"}, "do not exist yet"},
-		{[]string{"--stream", fmt.Sprintf("%x", others[0].ID), "--from", "0", "--count", "1"}, `is in star "e2", not "e1"`},
-		{[]string{"--stream", fmt.Sprintf("%x", catalog.StreamID{3: 3}), "--from", "0", "--count", "1"}, "no stream"},
+		{[]string{"--stream", others[0].ID.String(), "--from", "0", "--count", "1"}, `is in star "e2", not "e1"`},
+		{[]string{"--stream", catalog.StreamID{3: 3}.String(), "--from", "0", "--count", "1"}, "no stream"},
 		{[]string{"--stream", id, "--from", r, "--count", "2"}, "already has an erasure"},
 	} {
 		code, out, errs := run(t, vars, append([]string{"erase", "--star", "e1"}, tc.args...)...)

@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -43,15 +41,9 @@ func notify() <-chan os.Signal {
 	return ch
 }
 
-// newFlags returns a subcommand's FlagSet with the shared keys bound.
-func newFlags(e env, name string) (*flag.FlagSet, *config.Loader) {
-	fs := cli.FlagSet("novasim " + name)
-	return fs, config.Bind(fs, e.getenv, sharedKeys...)
-}
-
-// parse is cli.Parse with the command's stdout (for -h).
-func parse(e env, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
-	return cli.Parse(e.stdout, fs, l, args, require...)
+// newFlags returns a subcommand's flags with the shared keys bound.
+func newFlags(e env, name string) *cli.Flags {
+	return cli.NewFlags(e.stdout, e.getenv, "novasim "+name, sharedKeys...)
 }
 
 // exitCode reports err (without secrets) and maps it to an exit code.
@@ -121,102 +113,4 @@ func openWith(ctx context.Context, cfg config.Config, migrate bool, put objstore
 	}
 	express, _ := top.Buckets(catalog.ClassExpress) // none configured: no express set
 	return db, sim.Storage{Store: store, Standard: top.Standard(), Express: express}, nil
-}
-
-// sizeFlag is an int64 flag that takes binary suffixes (KiB, MiB, GiB).
-type sizeFlag struct{ v *int64 }
-
-func (f sizeFlag) String() string {
-	if f.v == nil {
-		return "0"
-	}
-	return strconv.FormatInt(*f.v, 10)
-}
-
-func (f sizeFlag) Set(s string) error {
-	n, err := parseSize(s)
-	if err != nil {
-		return err
-	}
-	*f.v = n
-	return nil
-}
-
-func sizeVar(fs *flag.FlagSet, p *int64, name string, def int64, usage string) {
-	*p = def
-	fs.Var(sizeFlag{p}, name, usage)
-}
-
-// parseSize accepts an integer with an optional binary suffix.
-func parseSize(v string) (int64, error) {
-	s := strings.TrimSpace(v)
-	mult := int64(1)
-	for _, suf := range []struct {
-		s string
-		m int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}} {
-		if strings.HasSuffix(s, suf.s) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, suf.s)), suf.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size (like 512, 64KiB, 8MiB)", v)
-	}
-	return n * mult, nil
-}
-
-// rangeFlag is a MIN-MAX size range.
-type rangeFlag struct{ lo, hi *int }
-
-func (f rangeFlag) String() string {
-	if f.lo == nil {
-		return ""
-	}
-	return fmt.Sprintf("%d-%d", *f.lo, *f.hi)
-}
-
-func (f rangeFlag) Set(s string) error {
-	a, b, ok := strings.Cut(s, "-")
-	if !ok {
-		return fmt.Errorf("%q is not MIN-MAX (like 0-16KiB)", s)
-	}
-	lo, err := parseSize(a)
-	if err != nil {
-		return err
-	}
-	hi, err := parseSize(b)
-	if err != nil {
-		return err
-	}
-	if lo > hi || hi > 64<<20 {
-		return fmt.Errorf("%q: want MIN <= MAX <= 64MiB", s)
-	}
-	*f.lo, *f.hi = int(lo), int(hi)
-	return nil
-}
-
-// shareFlag is a float64 in [0, 1].
-type shareFlag struct{ v *float64 }
-
-func (f shareFlag) String() string {
-	if f.v == nil {
-		return "0"
-	}
-	return strconv.FormatFloat(*f.v, 'g', -1, 64)
-}
-
-func (f shareFlag) Set(s string) error {
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(v >= 0 && v <= 1) {
-		return fmt.Errorf("%q is not a share in [0, 1]", s)
-	}
-	*f.v = v
-	return nil
-}
-
-func shareVar(fs *flag.FlagSet, p *float64, name string, def float64, usage string) {
-	*p = def
-	fs.Var(shareFlag{p}, name, usage)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func cmdSetup(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "setup")
+	fs := newFlags(e, "setup")
 	def := sim.DefaultContent(0)
 	var (
 		o       sim.SetupOptions
@@ -21,17 +21,17 @@ func cmdSetup(ctx context.Context, e env, args []string) int {
 	)
 	o.Content = def
 	fs.IntVar(&o.Streams, "streams", 100, "streams in all, over both stars")
-	shareVar(fs, &o.ExpressShare, "express-share", 0, "share of the streams on the express star (0: no express star)")
+	fs.ShareVar(&o.ExpressShare, "express-share", 0, "share of the streams on the express star (0: no express star)")
 	fs.StringVar(&o.ExpressStar, "express-star", "", "name of the express star (default <star>-x)")
 	fs.StringVar(&buckets, "stream-buckets", "b0", "Nova buckets of the streams' settled objects, comma-separated, dealt round-robin")
 	fs.IntVar(&o.FenceWindow, "fence-window", 4, "the stars' fence_window: most slot PUTs a writer has in flight")
 	fs.Uint64Var(&seed, "seed", 1, "content seed: with the stream and record number it determines every record (recorded for check)")
-	fs.Var(rangeFlag{&o.Content.MinBytes, &o.Content.MaxBytes}, "record-bytes", "content bytes per record, MIN-MAX, skewed toward small")
-	shareVar(fs, &o.Content.HeaderShare, "headers", def.HeaderShare, "share of records with headers")
-	shareVar(fs, &o.Content.EmptyShare, "empty-share", def.EmptyShare, "share of records with an empty body")
+	fs.SizeRangeVar(&o.Content.MinBytes, &o.Content.MaxBytes, "record-bytes", 64<<20, "content bytes per record, MIN-MAX, skewed toward small")
+	fs.ShareVar(&o.Content.HeaderShare, "headers", def.HeaderShare, "share of records with headers")
+	fs.ShareVar(&o.Content.EmptyShare, "empty-share", def.EmptyShare, "share of records with an empty body")
 	fs.BoolVar(&migrate, "migrate", false, "apply the schema migrations first")
 	createBuckets := fs.Bool("create-buckets", false, "create the standard and express buckets first (S3 or file backend)")
-	cfg, err := parse(e, fs, l, args, "database-url", "star")
+	cfg, err := fs.Load(args, "database-url", "star")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
+	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 	"github.com/nova/auditor/objstore"
@@ -19,10 +19,10 @@ import (
 )
 
 func cmdWrite(ctx context.Context, e env, args []string) int {
-	fs, l := newFlags(e, "write")
+	fs := newFlags(e, "write")
 	var o sim.WriteOptions
 	wf := writeFlags(fs, &o)
-	cfg, err := parse(e, fs, l, args, "database-url")
+	cfg, err := fs.Load(args, "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -86,21 +86,21 @@ type writeFlagValues struct {
 
 // writeFlags defines write's flags: those that are options directly into
 // o, the rest into the returned values.
-func writeFlags(fs *flag.FlagSet, o *sim.WriteOptions) *writeFlagValues {
+func writeFlags(fs *cli.Flags, o *sim.WriteOptions) *writeFlagValues {
 	var v writeFlagValues
 	fs.Int64Var(&o.Flights, "flights", 0, "stop after this many flights are written (per star)")
-	sizeVar(fs, &o.Bytes, "bytes", 0, "stop after this many flight bytes are written (per star; KiB/MiB/GiB suffixes)")
+	fs.SizeVar(&o.Bytes, "bytes", 0, "stop after this many flight bytes are written (per star; KiB/MiB/GiB suffixes)")
 	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (none of flights, bytes, duration: until interrupted)")
 	fs.DurationVar(&o.FlightInterval, "flight-interval", 200*time.Millisecond, "flush a flight at least this often")
-	sizeVar(fs, &o.FlightBytes, "flight-bytes", 1<<20, "or as soon as it holds this many bytes")
+	fs.SizeVar(&o.FlightBytes, "flight-bytes", 1<<20, "or as soon as it holds this many bytes")
 	fs.IntVar(&o.AbsorbFlights, "absorb-flights", 4, "flights absorbed per metastore transaction")
 	fs.IntVar(&o.MaxBatch, "max-batch", 32, "producer batch size of the hottest stream, in records")
-	sizeVar(fs, &o.Rate, "rate", 0, "producer content bytes per second per star (0: as fast as possible)")
-	shareVar(fs, &o.Faults.Failover, "fail-failover", 0, "per flight: a new writer fences this one while its PUTs are in flight")
-	shareVar(fs, &o.Faults.Lost, "fail-lost", 0, "per flight: the flight is written and never absorbed")
-	shareVar(fs, &o.Faults.Crash, "fail-crash", 0, "per flight: the writer crashes between the PUT and its absorb")
-	shareVar(fs, &o.Faults.LostReply, "fail-lost-reply", 0, "per flight: the PUT's reply is lost; the writer knows its slot by the nonce")
-	shareVar(fs, &o.Faults.Erase, "erase-rate", 0, "per flight: once absorbed, record an erasure of 1 to 4 of its records")
+	fs.SizeVar(&o.Rate, "rate", 0, "producer content bytes per second per star (0: as fast as possible)")
+	fs.ShareVar(&o.Faults.Failover, "fail-failover", 0, "per flight: a new writer fences this one while its PUTs are in flight")
+	fs.ShareVar(&o.Faults.Lost, "fail-lost", 0, "per flight: the flight is written and never absorbed")
+	fs.ShareVar(&o.Faults.Crash, "fail-crash", 0, "per flight: the writer crashes between the PUT and its absorb")
+	fs.ShareVar(&o.Faults.LostReply, "fail-lost-reply", 0, "per flight: the PUT's reply is lost; the writer knows its slot by the nonce")
+	fs.ShareVar(&o.Faults.Erase, "erase-rate", 0, "per flight: once absorbed, record an erasure of 1 to 4 of its records")
 	fs.DurationVar(&o.RetentionEvery, "retention-every", 0, "raise the low_record of a random stream to a random live record this often (0: never)")
 	fs.StringVar(&v.takeover, "takeover", "auto", "auto (fence unless the star is pristine), always, or never (write at the current epoch: a stale writer)")
 	fs.StringVar(&v.slotSum, "slot-checksum", "crc32c", "checksum algorithm slots are stored with on S3: crc32c, crc32, sha256 or none (the server's default); "+

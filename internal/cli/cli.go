@@ -1,6 +1,9 @@
-// Package cli is what the auditor's and novasim's command lines share:
-// subcommand routing with a usage list, and flag parsing that loads the one
-// configuration (internal/config) with its precedence and required keys.
+// Package cli is what the auditor's and novasim's command lines share, and
+// the one place they are parsed: subcommand routing with a usage list, and
+// each subcommand's Flags, which bind the configuration keys (internal/config)
+// as flags beside the command's own and load the configuration with its
+// precedence and required keys. The flag values of more than one command
+// (sizes, shares, size ranges) are here too, with config's one size syntax.
 package cli
 
 import (
@@ -20,7 +23,7 @@ const (
 	ExitUsage   = 2
 )
 
-// ErrHelp is returned by Parse after -h printed the flags (exit 0).
+// ErrHelp is returned by Load after -h printed the flags (exit 0).
 var ErrHelp = errors.New("help requested")
 
 // Route picks the subcommand named by args[0] among summaries (name ->
@@ -60,31 +63,77 @@ func Usage(prog string, w io.Writer, summaries map[string]string) {
 	}
 }
 
-// FlagSet returns a subcommand's FlagSet whose own messages are discarded:
-// Parse reports an error once, and -h prints the flag list.
-func FlagSet(name string) *flag.FlagSet {
+// Flags is one subcommand's flags: --config and the configuration keys it
+// takes, bound as flags, beside the command's own (define them on the
+// embedded FlagSet, or with SizeVar, ShareVar and SizeRangeVar). The
+// FlagSet's own messages are discarded: Load reports an error once, and -h
+// prints the flag list.
+type Flags struct {
+	*flag.FlagSet
+	stdout io.Writer
+	src    config.Sources
+	file   *string
+}
+
+// NewFlags returns the flags of the subcommand name ("auditor run") with
+// every configuration key bound, or only the named ones (novasim takes the
+// database and storage keys). getenv reads the keys' environment
+// variables; -h prints the flags to stdout.
+func NewFlags(stdout io.Writer, getenv func(string) string, name string, only ...string) *Flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	return fs
+	f := &Flags{FlagSet: fs, stdout: stdout,
+		src: config.Sources{Getenv: getenv, Flags: map[string]string{}, Only: only}}
+	f.file = fs.String("config", "", "YAML configuration file (keys are the flag names)")
+	taken := map[string]bool{}
+	for _, n := range only {
+		taken[n] = true
+	}
+	for _, k := range config.Keys() {
+		if len(only) > 0 && !taken[k.Name] {
+			continue
+		}
+		usage := fmt.Sprintf("%s (env %s)", k.Usage, config.EnvName(k.Name))
+		if k.Default != "" {
+			usage = fmt.Sprintf("%s (default %q, env %s)", k.Usage, k.Default, config.EnvName(k.Name))
+		}
+		set := func(v string) error {
+			if err := config.CheckValue(k.Name, v); err != nil {
+				return err
+			}
+			f.src.Flags[k.Name] = v
+			return nil
+		}
+		if k.Bool {
+			// A boolean takes no value (--flag) or an attached one
+			// (--flag=false): a following argument is never its value.
+			fs.BoolFunc(k.Name, usage, set)
+			continue
+		}
+		fs.Func(k.Name, usage, set)
+	}
+	return f
 }
 
-// Parse parses the flags, loads and validates the configuration and checks
-// the required keys. Its errors are configuration errors (exit 2), or
-// ErrHelp after -h printed the flags to stdout (help asked for is output,
-// not an error).
-func Parse(stdout io.Writer, fs *flag.FlagSet, l *config.Loader, args []string, require ...string) (config.Config, error) {
-	if err := fs.Parse(args); err != nil {
+// Load parses the command line, loads and validates the configuration
+// (flag > environment > --config file > default) and checks the required
+// keys. Its errors are configuration errors (exit 2), or ErrHelp after -h
+// printed the flags to stdout (help asked for is output, not an error).
+func (f *Flags) Load(args []string, require ...string) (config.Config, error) {
+	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			PrintFlags(stdout, fs)
+			PrintFlags(f.stdout, f.FlagSet)
 			return config.Config{}, ErrHelp
 		}
 		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}
 	}
-	if fs.NArg() > 0 {
-		return config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	if f.NArg() > 0 {
+		return config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q", f.Arg(0))}
 	}
-	cfg, err := l.Load()
+	src := f.src
+	src.File = *f.file
+	cfg, err := config.Load(src)
 	if err != nil {
 		return cfg, err
 	}
@@ -97,4 +146,25 @@ func PrintFlags(w io.Writer, fs *flag.FlagSet) {
 	defer fs.SetOutput(io.Discard)
 	fmt.Fprintf(w, "usage of %s:\n", fs.Name())
 	fs.PrintDefaults()
+}
+
+// ParseInterspersed parses flags that may appear before and after the
+// positional arguments, which it returns; everything after "--" is
+// positional.
+func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
 }

@@ -3,12 +3,12 @@
 // defaults, one load with the precedence flag > environment
 // (NOVA_AUDITOR_<FLAG>) > YAML file (--config) > default, and one Validate
 // whose errors name the field. Secrets (the database URL's password, S3 keys)
-// never appear in its errors or its log value.
+// never appear in its errors or its log value. It parses no command line:
+// internal/cli binds the keys as flags and hands Load what was set.
 package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -120,7 +120,7 @@ func stringKey(name, usage, def string, p func(*Config) *string) key {
 func intKey(name, usage, def string, p func(*Config) *int64) key {
 	return key{name: name, usage: usage, def: def,
 		set: func(c *Config, v string) error {
-			n, err := parseSize(v)
+			n, err := ParseSize(v)
 			if err != nil {
 				return fieldErr(name, "%v", err)
 			}
@@ -145,20 +145,24 @@ func boolKey(name, usage, def string, p func(*Config) *bool) key {
 		get: func(c *Config) string { return fmt.Sprint(*p(c)) }}
 }
 
-// parseSize accepts a plain integer or one with a binary suffix (KiB, MiB,
-// GiB, TiB).
-func parseSize(v string) (int64, error) {
+// ParseSize is the one syntax of sizes and counts, in configuration keys
+// and command-line flags alike: a plain integer, or one with a binary suffix
+// (KiB, MiB, GiB, TiB), at least 0 and at most 2^62.
+func ParseSize(v string) (int64, error) {
 	s := strings.TrimSpace(v)
 	mult := int64(1)
-	for suf, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40} {
-		if strings.HasSuffix(s, suf) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, suf)), m
+	for _, suf := range []struct {
+		s string
+		m int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}} {
+		if strings.HasSuffix(s, suf.s) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, suf.s)), suf.m
 			break
 		}
 	}
-	var n int64
-	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || fmt.Sprint(n) != s {
-		return 0, fmt.Errorf("%q is not an integer", v)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not an integer (like 512, 64KiB or 8MiB)", v)
 	}
 	if n < 0 {
 		return 0, fmt.Errorf("%s is negative", v)
@@ -262,69 +266,50 @@ func EnvName(name string) string {
 	return "NOVA_AUDITOR_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// Loader binds the configuration keys to a command's FlagSet and applies the
-// precedence when the flags have been parsed.
-type Loader struct {
-	fs     *flag.FlagSet
-	file   *string
-	flags  map[string]string
-	only   map[string]bool
-	getenv func(string) string
+// Sources are where a configuration comes from: the YAML file (--config),
+// the environment (Getenv of EnvName) and the keys set on the command line.
+// Only, when not empty, is the keys a command takes (novasim takes the
+// database and storage ones); a file naming another is refused.
+type Sources struct {
+	File   string
+	Getenv func(string) string
+	Flags  map[string]string // key name -> value, each checked by CheckValue when it was set
+	Only   []string
 }
 
-// Bind registers --config and every key (or only the named ones, for tools
-// such as novasim that take a subset) on fs.
-func Bind(fs *flag.FlagSet, getenv func(string) string, only ...string) *Loader {
-	l := &Loader{fs: fs, flags: map[string]string{}, getenv: getenv}
-	if len(only) > 0 {
-		l.only = map[string]bool{}
-		for _, n := range only {
-			l.only[n] = true
-		}
+// CheckValue reports whether v is a valid value of the key name, so a
+// command line can refuse a bad flag as it parses it.
+func CheckValue(name, v string) error {
+	k, ok := findKey(name)
+	if !ok {
+		return fieldErr(name, "not a configuration key")
 	}
-	l.file = fs.String("config", "", "YAML configuration file (keys are the flag names)")
-	for _, k := range keys {
-		if l.only != nil && !l.only[k.name] {
-			continue
-		}
-		usage := fmt.Sprintf("%s (env %s)", k.usage, EnvName(k.name))
-		if k.def != "" {
-			usage = fmt.Sprintf("%s (default %q, env %s)", k.usage, k.def, EnvName(k.name))
-		}
-		set := func(v string) error {
-			var probe Config
-			if err := k.set(&probe, v); err != nil {
-				return err
-			}
-			l.flags[k.name] = v
-			return nil
-		}
-		if k.isBool {
-			// A boolean takes no value (--flag) or an attached one
-			// (--flag=false): a following argument is never its value.
-			fs.BoolFunc(k.name, usage, set)
-			continue
-		}
-		fs.Func(k.name, usage, set)
-	}
-	return l
+	var probe Config
+	return k.set(&probe, v)
 }
 
-// Load applies defaults, then the file, then the environment, then the flags
-// that were set, and validates the result. Call it after fs.Parse.
-func (l *Loader) Load() (Config, error) {
+// Load applies the defaults, then the file, then the environment, then the
+// flags, and validates the result.
+func Load(src Sources) (Config, error) {
+	var only map[string]bool
+	if len(src.Only) > 0 {
+		only = map[string]bool{}
+		for _, n := range src.Only {
+			only[n] = true
+		}
+	}
 	c := Defaults()
 	set := map[string]bool{} // keys some source gave a value
-	if *l.file != "" {
-		if err := applyFile(&c, *l.file, l.only, set); err != nil {
+	if src.File != "" {
+		if err := applyFile(&c, src.File, only, set); err != nil {
 			return c, err
 		}
 	}
 	for _, k := range keys {
-		if l.only != nil && !l.only[k.name] {
+		if only != nil && !only[k.name] || src.Getenv == nil {
 			continue
 		}
-		if v := l.getenv(EnvName(k.name)); v != "" {
+		if v := src.Getenv(EnvName(k.name)); v != "" {
 			if err := k.set(&c, v); err != nil {
 				return c, fmt.Errorf("%s: %w", EnvName(k.name), err)
 			}
@@ -332,7 +317,7 @@ func (l *Loader) Load() (Config, error) {
 		}
 	}
 	for _, k := range keys {
-		if v, ok := l.flags[k.name]; ok {
+		if v, ok := src.Flags[k.name]; ok {
 			if err := k.set(&c, v); err != nil {
 				return c, err
 			}
@@ -504,11 +489,19 @@ func (c Config) Get(name string) (string, bool) {
 	return k.get(&c), true
 }
 
-// Keys lists every key with its usage and default (for config.example.yaml).
-func Keys() []struct{ Name, Usage, Default string } {
-	out := make([]struct{ Name, Usage, Default string }, len(keys))
+// Key is one configuration key as a command line and config.example.yaml
+// show it: its name (the flag's), usage and default; a Bool key is a flag
+// that takes no value (--flag, or --flag=false).
+type Key struct {
+	Name, Usage, Default string
+	Bool                 bool
+}
+
+// Keys lists every key, in the table's order.
+func Keys() []Key {
+	out := make([]Key, len(keys))
 	for i, k := range keys {
-		out[i] = struct{ Name, Usage, Default string }{k.name, k.usage, k.def}
+		out[i] = Key{Name: k.name, Usage: k.usage, Default: k.def, Bool: k.isBool}
 	}
 	return out
 }

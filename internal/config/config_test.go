@@ -2,8 +2,6 @@ package config_test
 
 import (
 	"errors"
-	"flag"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,22 +12,18 @@ import (
 	"github.com/nova/auditor/internal/config"
 )
 
-func load(t *testing.T, args []string, env map[string]string, file string) (config.Config, error) {
+// load is config.Load of flags (key -> value, as a command line sets
+// them), an environment and a file's text.
+func load(t *testing.T, flags map[string]string, env map[string]string, file string) (config.Config, error) {
 	t.Helper()
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	l := config.Bind(fs, func(k string) string { return env[k] })
+	src := config.Sources{Flags: flags, Getenv: func(k string) string { return env[k] }}
 	if file != "" {
-		p := filepath.Join(t.TempDir(), "c.yaml")
-		if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
+		src.File = filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(src.File, []byte(file), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		args = append([]string{"--config", p}, args...)
 	}
-	if err := fs.Parse(args); err != nil {
-		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}
-	}
-	return l.Load()
+	return config.Load(src)
 }
 
 func TestDefaultsAreValidAndMatchTheSeed(t *testing.T) {
@@ -47,7 +41,7 @@ func TestDefaultsAreValidAndMatchTheSeed(t *testing.T) {
 func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	file := "denorm-linger: 1m\nreap-grace: 2m\nschedule: '@every 1h'\ns3-express-buckets:\n  use1-az4: b-az4\n  use1-az5: b-az5\nlocation: use1-az4\n"
 	env := map[string]string{"NOVA_AUDITOR_REAP_GRACE": "3m", "NOVA_AUDITOR_SCHEDULE": "@every 2h"}
-	c, err := load(t, []string{"--schedule", "@every 3h"}, env, file)
+	c, err := load(t, map[string]string{"schedule": "@every 3h"}, env, file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,37 +62,37 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 func TestBadConfigurationNamesTheField(t *testing.T) {
 	cases := []struct {
 		name  string
-		args  []string
+		flags map[string]string
 		env   map[string]string
 		file  string
 		field string
 	}{
 		{"unknown key in file", nil, nil, "denorm-lingr: 5m\n", "denorm-lingr"},
-		{"negative duration", []string{"--reap-grace", "-1s"}, nil, "", "reap-grace"},
+		{"negative duration", map[string]string{"reap-grace": "-1s"}, nil, "", "reap-grace"},
 		{"negative duration in env", nil, map[string]string{"NOVA_AUDITOR_DENORM_LINGER": "-5m"}, "", "denorm-linger"},
-		{"not a duration", []string{"--lease-ttl", "soon"}, nil, "", "lease-ttl"},
-		{"express without =", []string{"--s3-express-buckets", "use1-az4"}, nil, "", "s3-express-buckets"},
-		{"express zone twice", []string{"--s3-express-buckets", "a=b1x,a=b2x", "--location", "a"}, nil, "", "s3-express-buckets"},
-		{"location outside the set", []string{"--s3-express-buckets", "a=bucket-a", "--location", "z"}, nil, "", "location"},
-		{"bad star", []string{"--star", "Star_1"}, nil, "", "star"},
-		{"star too long", []string{"--star", strings.Repeat("a", 64)}, nil, "", "star"},
-		{"bad schedule", []string{"--schedule", "every now and then"}, nil, "", "schedule"},
-		{"renew not below ttl", []string{"--lease-ttl", "10s", "--lease-renew", "10s"}, nil, "", "lease-renew"},
-		{"cap zero", []string{"--denorm-output-cap-mib", "0"}, nil, "", "denorm-output-cap-mib"},
-		{"bad verify", []string{"--verify", "hope"}, nil, "", "verify"},
-		{"zero attempt timeout", []string{"--s3-attempt-timeout", "0s"}, nil, "", "s3-attempt-timeout"},
+		{"not a duration", map[string]string{"lease-ttl": "soon"}, nil, "", "lease-ttl"},
+		{"express without =", map[string]string{"s3-express-buckets": "use1-az4"}, nil, "", "s3-express-buckets"},
+		{"express zone twice", map[string]string{"s3-express-buckets": "a=b1x,a=b2x", "location": "a"}, nil, "", "s3-express-buckets"},
+		{"location outside the set", map[string]string{"s3-express-buckets": "a=bucket-a", "location": "z"}, nil, "", "location"},
+		{"bad star", map[string]string{"star": "Star_1"}, nil, "", "star"},
+		{"star too long", map[string]string{"star": strings.Repeat("a", 64)}, nil, "", "star"},
+		{"bad schedule", map[string]string{"schedule": "every now and then"}, nil, "", "schedule"},
+		{"renew not below ttl", map[string]string{"lease-ttl": "10s", "lease-renew": "10s"}, nil, "", "lease-renew"},
+		{"cap zero", map[string]string{"denorm-output-cap-mib": "0"}, nil, "", "denorm-output-cap-mib"},
+		{"bad verify", map[string]string{"verify": "hope"}, nil, "", "verify"},
+		{"zero attempt timeout", map[string]string{"s3-attempt-timeout": "0s"}, nil, "", "s3-attempt-timeout"},
 		{"no attempts", nil, map[string]string{"NOVA_AUDITOR_S3_MAX_ATTEMPTS": "0"}, "", "s3-max-attempts"},
-		{"reap batch over the S3 limit", []string{"--reap-batch-size", "1001"}, nil, "", "reap-batch-size"},
-		{"zero erasure alert bound", []string{"--erasure-alert-after", "0s"}, nil, "", "erasure-alert-after"},
+		{"reap batch over the S3 limit", map[string]string{"reap-batch-size": "1001"}, nil, "", "reap-batch-size"},
+		{"zero erasure alert bound", map[string]string{"erasure-alert-after": "0s"}, nil, "", "erasure-alert-after"},
 		{"malformed erasure alert bound", nil, map[string]string{"NOVA_AUDITOR_ERASURE_ALERT_AFTER": "a day"}, "", "erasure-alert-after"},
-		{"bad log format", []string{"--log-format", "xml"}, nil, "", "log-format"},
-		{"bad key prefix", []string{"--key-prefix", "nova"}, nil, "", "key-prefix"},
-		{"both stores", []string{"--fs-root", "/tmp/x", "--s3-endpoint", "http://127.0.0.1:1"}, nil, "", "fs-root"},
-		{"unparsable database url", []string{"--database-url", "postgres://u:pw@[::1"}, nil, "", "database-url"},
+		{"bad log format", map[string]string{"log-format": "xml"}, nil, "", "log-format"},
+		{"bad key prefix", map[string]string{"key-prefix": "nova"}, nil, "", "key-prefix"},
+		{"both stores", map[string]string{"fs-root": "/tmp/x", "s3-endpoint": "http://127.0.0.1:1"}, nil, "", "fs-root"},
+		{"unparsable database url", map[string]string{"database-url": "postgres://u:pw@[::1"}, nil, "", "database-url"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := load(t, tc.args, tc.env, tc.file)
+			_, err := load(t, tc.flags, tc.env, tc.file)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -113,7 +107,7 @@ func TestBadConfigurationNamesTheField(t *testing.T) {
 }
 
 func TestSecretsNeverShown(t *testing.T) {
-	c, err := load(t, []string{"--database-url", "postgres://nova:hunter2secret@db:5432/nova"}, nil, "")
+	c, err := load(t, map[string]string{"database-url": "postgres://nova:hunter2secret@db:5432/nova"}, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +167,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 // valid (the chunk target's default follows the cap down); an explicit
 // conflicting target, from any source, is still an error naming that flag.
 func TestChunkTargetFollowsTheOutputCap(t *testing.T) {
-	c, err := load(t, []string{"--denorm-output-cap-mib", "1"}, nil, "")
+	c, err := load(t, map[string]string{"denorm-output-cap-mib": "1"}, nil, "")
 	if err != nil || c.DenormChunkTargetKiB != 1024 {
 		t.Fatalf("cap 1 MiB alone: target %d KiB, %v", c.DenormChunkTargetKiB, err)
 	}
@@ -181,38 +175,19 @@ func TestChunkTargetFollowsTheOutputCap(t *testing.T) {
 		t.Fatalf("defaults: target %d KiB, %v", c.DenormChunkTargetKiB, err)
 	}
 	for name, tc := range map[string]struct {
-		args []string
-		env  map[string]string
-		file string
+		flags map[string]string
+		env   map[string]string
+		file  string
 	}{
-		"flag": {args: []string{"--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "4096"}},
-		"env":  {args: []string{"--denorm-output-cap-mib", "1"}, env: map[string]string{"NOVA_AUDITOR_DENORM_CHUNK_TARGET_KIB": "4096"}},
-		"file": {args: []string{"--denorm-output-cap-mib", "1"}, file: "denorm-chunk-target-kib: 4096\n"},
+		"flag": {flags: map[string]string{"denorm-output-cap-mib": "1", "denorm-chunk-target-kib": "4096"}},
+		"env":  {flags: map[string]string{"denorm-output-cap-mib": "1"}, env: map[string]string{"NOVA_AUDITOR_DENORM_CHUNK_TARGET_KIB": "4096"}},
+		"file": {flags: map[string]string{"denorm-output-cap-mib": "1"}, file: "denorm-chunk-target-kib: 4096\n"},
 	} {
-		_, err := load(t, tc.args, tc.env, tc.file)
+		_, err := load(t, tc.flags, tc.env, tc.file)
 		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Field != "denorm-chunk-target-kib" {
 			t.Errorf("%s: an explicit conflicting target: %v", name, err)
 		}
-	}
-}
-
-// TestBooleanFlagsTakeNoValue: --s3-path-style never consumes the next
-// argument; --flag=false works.
-func TestBooleanFlagsTakeNoValue(t *testing.T) {
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	l := config.Bind(fs, func(string) string { return "" })
-	asJSON := fs.Bool("json", false, "")
-	if err := fs.Parse([]string{"--s3-path-style", "--json"}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := l.Load()
-	if err != nil || !c.S3PathStyle || !*asJSON {
-		t.Fatalf("--s3-path-style --json: path style %v, json %v, %v", c.S3PathStyle, *asJSON, err)
-	}
-	if c, err := load(t, []string{"--s3-path-style=false"}, map[string]string{"NOVA_AUDITOR_S3_PATH_STYLE": "true"}, ""); err != nil || c.S3PathStyle {
-		t.Fatalf("--s3-path-style=false over the environment: %v %v", c.S3PathStyle, err)
 	}
 }
 
@@ -236,7 +211,7 @@ func TestHistoryRetention(t *testing.T) {
 	if err != nil || c.HistoryRetention != 30*24*time.Hour {
 		t.Fatalf("default history-retention: %s %v", c.HistoryRetention, err)
 	}
-	c, err = load(t, []string{"--history-retention", "48h"}, map[string]string{"NOVA_AUDITOR_HISTORY_RETENTION": "72h"}, "history-retention: 96h\n")
+	c, err = load(t, map[string]string{"history-retention": "48h"}, map[string]string{"NOVA_AUDITOR_HISTORY_RETENTION": "72h"}, "history-retention: 96h\n")
 	if err != nil || c.HistoryRetention != 48*time.Hour {
 		t.Fatalf("flag over env over file: %s %v", c.HistoryRetention, err)
 	}
@@ -245,7 +220,7 @@ func TestHistoryRetention(t *testing.T) {
 		t.Fatalf("env over file: %s %v", c.HistoryRetention, err)
 	}
 	var ce *config.Error
-	if _, err := load(t, []string{"--history-retention", "30m"}, nil, ""); !errors.As(err, &ce) || ce.Field != "history-retention" {
+	if _, err := load(t, map[string]string{"history-retention": "30m"}, nil, ""); !errors.As(err, &ce) || ce.Field != "history-retention" {
 		t.Fatalf("30m: %v", err)
 	}
 }
@@ -257,5 +232,19 @@ func TestParseExpressBucketsSpaces(t *testing.T) {
 	}
 	if s := config.FormatExpressBuckets(got); s != "use1-az1=ex-a,use1-az2=ex-b,use1-az4=ex-c" {
 		t.Fatalf("parsed %q", s)
+	}
+}
+
+// TestParseSize: the one size syntax, of keys and of flags alike.
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "512": 512, "05": 5, "64KiB": 64 << 10, "8 MiB": 8 << 20, "2GiB": 2 << 30, "1TiB": 1 << 40, "4194304TiB": 1 << 62} {
+		if got, err := config.ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "lots", "-1", "1.5MiB", "1KB", "4194305TiB", "MiB"} {
+		if got, err := config.ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, accepted", in, got)
+		}
 	}
 }

@@ -127,7 +127,8 @@ func slug(h string) string {
 }
 
 // TestImportsPointOneWay: the storage and format libraries depend on
-// nothing of ours but each other as DESIGN lays out; the steps do not
+// nothing of ours but each other as DESIGN lays out, and never on
+// internal/ (the leaves they share, crc32c and fsync, sit beside them); the steps do not
 // import the daemon or the binary, nor the daemon the steps; verify (the
 // offline fsck) imports no step and not the daemon; nothing imports cmd/;
 // sim, the write path novasim and the tests play, checks the steps without
@@ -144,18 +145,19 @@ func TestImportsPointOneWay(t *testing.T) {
 	}
 	const mod = "github.com/nova/auditor/"
 	forbidden := map[string][]string{
-		"bundlefmt":  {"catalog", "objstore", "settle", "trim", "daemon", "verify", "pendingobj", "cmd/"},
-		"pendingobj": {"catalog", "objstore", "settle", "trim", "daemon", "verify", "bundlefmt", "cmd/"},
-		"objstore":   {"catalog", "settle", "trim", "daemon", "verify", "cmd/"},
+		"bundlefmt":  {"catalog", "objstore", "settle", "trim", "daemon", "verify", "pendingobj", "internal/", "cmd/"},
+		"pendingobj": {"catalog", "objstore", "settle", "trim", "daemon", "verify", "bundlefmt", "internal/", "cmd/"},
+		"objstore":   {"catalog", "settle", "trim", "daemon", "verify", "pendingobj", "internal/", "cmd/"},
+		"catalog":    {"objstore", "settle", "trim", "daemon", "verify", "pendingobj", "internal/", "cmd/"},
 		"bundle":     {"settle", "trim", "daemon", "verify", "pendingobj", "cmd/"},
-		"catalog":    {"objstore", "settle", "trim", "daemon", "verify", "cmd/"},
 		"settle":     {"trim", "daemon", "verify", "cmd/"},
 		"trim":       {"settle", "daemon", "verify", "cmd/"},
 		"daemon":     {"settle", "trim", "verify", "cmd/"}, // the steps come as cycle.Step, trim's view as a TrimReader
 		"verify":     {"daemon", "settle", "trim", "cmd/"},
 		"sim":        {"settle", "trim", "daemon", "verify", "cmd/"},
-		// internal/crc32c is a leaf: everything may import it, it imports nothing of ours.
-		"internal/crc32c": {"bundlefmt", "pendingobj", "objstore", "catalog", "settle", "trim", "daemon", "internal/", "cmd/"},
+		// crc32c and fsync are leaves: everything may import them, they import nothing of ours.
+		"crc32c": {"bundlefmt", "pendingobj", "objstore", "catalog", "settle", "trim", "daemon", "verify", "bundle", "migrations", "fsync", "internal/", "cmd/"},
+		"fsync":  {"bundlefmt", "pendingobj", "objstore", "catalog", "settle", "trim", "daemon", "verify", "bundle", "migrations", "crc32c", "internal/", "cmd/"},
 	}
 	// The production packages, subpackages included, and the auditor's
 	// binary (its non-test files: go list's Deps is the closure of Imports,

@@ -11,7 +11,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/fsync"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -155,10 +156,10 @@ func (s *Store) createUpload(dir, key string) error {
 	if err != nil {
 		return err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fsync.Dir(dir); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(dir))
+	return fsync.Dir(filepath.Dir(dir))
 }
 
 // fill (re)writes the upload's data file from the pieces and syncs it. It
@@ -175,7 +176,7 @@ func (s *Store) fill(ctx context.Context, path string, req objstore.AssembleRequ
 	if err := os.Rename(next, path); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return fsync.Dir(filepath.Dir(path))
 }
 
 func (s *Store) fillFile(ctx context.Context, path string, req objstore.AssembleRequest, res *objstore.AssembleResult) (err error) {
@@ -253,7 +254,7 @@ func (s *Store) AbortAssembly(ctx context.Context, bucket, key, uploadID string)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("abort upload %s: %w", uploadID, err)
 	}
-	return syncDir(filepath.Dir(dir))
+	return fsync.Dir(filepath.Dir(dir))
 }
 
 // ListParts implements objstore.Store: one part once data is written.

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nova/auditor/fsync"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -91,7 +92,7 @@ func (s *Store) CreateBucket(bucket string) error {
 	if err := os.Mkdir(filepath.Join(s.root, bucket), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("create bucket %s: %w", bucket, err)
 	}
-	return syncDir(s.root)
+	return fsync.Dir(s.root)
 }
 
 // Path returns the file that holds bucket/key.
@@ -275,7 +276,7 @@ func (s *Store) publish(bucket, src, dst string) error {
 		err := os.Link(src, dst)
 		switch {
 		case err == nil:
-			return syncDir(filepath.Dir(dst))
+			return fsync.Dir(filepath.Dir(dst))
 		case errors.Is(err, fs.ErrExist):
 			if fi, serr := os.Lstat(dst); serr == nil && fi.IsDir() {
 				return fmt.Errorf("the key is a prefix of other keys here: %w", err)
@@ -301,7 +302,7 @@ func (s *Store) mkdirAll(bucket, dir string) error {
 	for _, seg := range strings.Split(rel, string(filepath.Separator)) {
 		next := filepath.Join(cur, seg)
 		if err := os.Mkdir(next, 0o755); err == nil {
-			if err := syncDir(cur); err != nil {
+			if err := fsync.Dir(cur); err != nil {
 				return err
 			}
 		} else if !errors.Is(err, fs.ErrExist) {
@@ -313,18 +314,6 @@ func (s *Store) mkdirAll(bucket, dir string) error {
 		cur = next
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Delete implements objstore.Store. Emptied directories are removed.
@@ -347,7 +336,7 @@ func (s *Store) Delete(ctx context.Context, bucket string, keys []string) error 
 		err = os.Remove(p)
 		switch {
 		case err == nil:
-			if err := syncDir(filepath.Dir(p)); err != nil {
+			if err := fsync.Dir(filepath.Dir(p)); err != nil {
 				failed[k] = err
 				continue
 			}
@@ -370,7 +359,7 @@ func (s *Store) pruneDirs(bucket, dir string) {
 		if os.Remove(dir) != nil {
 			return
 		}
-		_ = syncDir(filepath.Dir(dir))
+		_ = fsync.Dir(filepath.Dir(dir))
 		dir = filepath.Dir(dir)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/objstore"
 )
 

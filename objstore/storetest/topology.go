@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nova/auditor/internal/crc32c"
+	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/objstore"
 )
 
