@@ -641,7 +641,6 @@ func (d *Daemon) refreshTrimGauges(ctx context.Context, reapGrace time.Duration)
 	return nil
 }
 
-
 func b2f(b bool) float64 {
 	if b {
 		return 1

@@ -409,6 +409,5 @@ func readTrim(ctx context.Context, _ StatusReader, o StatusOptions, s *Status) e
 
 func isNotFound(err error) bool { return errors.Is(err, catalog.ErrNotFound) }
 
-
 // secs is a seconds field of the Status as a duration.
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

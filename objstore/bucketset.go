@@ -272,46 +272,29 @@ func (o DeleteOutcome) Confirmed(key string) bool {
 // bucket) at once, absence being success, and returns each bucket's
 // outcome in the order given. A bucket the zone health holds off is
 // skipped, what it holds staying for a later attempt; a request that fails
-// whole (not a cancellation) holds its bucket off for at least the time it
-// took, and a success clears the hold-off, so one dead zone costs one
-// detection per hold-off, not one per batch. Unlike reads, deletes record
-// health for a set of one bucket too: there is nowhere else to delete
-// from, but nothing gained by asking a dead bucket every batch.
+// whole holds its bucket off (fanOut).
 func (s *BucketSet) Delete(ctx context.Context, keys []string, buckets []string) []DeleteOutcome {
 	if buckets == nil {
 		buckets = s.Buckets()
 	}
 	out := make([]DeleteOutcome, len(buckets))
-	var asked []*DeleteOutcome
 	for i, b := range buckets {
 		out[i].Bucket = b
 		if !s.has(b) {
 			out[i].Err = fmt.Errorf("delete from bucket %s: not a bucket of the set", b)
-			continue
 		}
-		if s.health.Down(b) {
-			out[i].HeldOff = true
-			continue
-		}
-		asked = append(asked, &out[i])
 	}
-	EachBucket(asked, func(o *DeleteOutcome) error {
-		start := s.clock()
+	s.fanOut(ctx, out, func(o *DeleteOutcome) bool {
 		o.Err = s.store.Delete(ctx, o.Bucket, keys)
-		took := s.clock().Sub(start)
 		var de *DeleteError
-		switch {
-		case o.Err == nil:
-			s.health.Succeeded(o.Bucket)
-		case errors.As(o.Err, &de) && len(de.Failed) < len(keys):
+		if errors.As(o.Err, &de) && len(de.Failed) < len(keys) {
 			o.Failed = make(map[string]bool, len(de.Failed))
 			for k := range de.Failed {
 				o.Failed[k] = true
 			}
-		case ctx.Err() == nil:
-			s.health.Failed(o.Bucket, took)
+			return false // some keys were deleted: the bucket answers
 		}
-		return o.Err
+		return true
 	})
 	return out
 }
@@ -321,32 +304,20 @@ func (s *BucketSet) Delete(ctx context.Context, keys []string, buckets []string)
 // upload a listing of the key finds (one a crash kept from being
 // recorded). An upload already gone is success. It returns each bucket's
 // outcome (Err nil: no upload of the key is left there) and the requests
-// sent. The zone health is the one Delete keeps: a bucket it holds off is
-// sent nothing (HeldOff), a failure (not a cancellation) holds the bucket
-// off, and a success clears it, so reap's aborts pay a down zone's
-// retries once per hold-off, as its deletes do.
+// sent. The zone health is the one deletes keep (fanOut): a bucket it
+// holds off is sent nothing (HeldOff), and a success clears it; only a
+// failure that is the zone's (retryable: a timeout, a refused connection,
+// a 5xx) holds the bucket off, not one about this key, which must not
+// stop the other keys' reaps.
 func (s *BucketSet) AbortUploads(ctx context.Context, key, recorded string, listAll bool) ([]DeleteOutcome, int64) {
 	out := make([]DeleteOutcome, len(s.read))
-	var asked []*DeleteOutcome
 	for i, zb := range s.read {
 		out[i].Bucket = zb.Bucket
-		if s.health.Down(zb.Bucket) {
-			out[i].HeldOff = true
-			continue
-		}
-		asked = append(asked, &out[i])
 	}
 	var requests atomic.Int64
-	EachBucket(asked, func(o *DeleteOutcome) error {
-		start := s.clock()
+	s.fanOut(ctx, out, func(o *DeleteOutcome) bool {
 		o.Err = s.abortUploads(ctx, o.Bucket, key, recorded, listAll, &requests)
-		switch {
-		case o.Err == nil:
-			s.health.Succeeded(o.Bucket)
-		case ctx.Err() == nil:
-			s.health.Failed(o.Bucket, s.clock().Sub(start))
-		}
-		return o.Err
+		return IsRetryable(o.Err)
 	})
 	return out, requests.Load()
 }
@@ -375,6 +346,40 @@ func (s *BucketSet) abortUploads(ctx context.Context, bucket, key, recorded stri
 		}
 	}
 	return nil
+}
+
+// fanOut runs op on the buckets of outs at once (those without an Err
+// already), skipping the ones the zone health holds off (HeldOff), and
+// records each answer into the health: a success clears the bucket; a
+// failure op calls the zone's (not a cancellation) holds it off for at
+// least the time it took, so one dead zone costs one detection per
+// hold-off, not one per batch. The one fan-out of deletes and aborts;
+// unlike reads, it records health for a set of one bucket too: there is
+// nowhere else to delete from, but nothing gained by asking a dead bucket
+// every batch.
+func (s *BucketSet) fanOut(ctx context.Context, outs []DeleteOutcome, op func(o *DeleteOutcome) (zoneWide bool)) {
+	var asked []*DeleteOutcome
+	for i := range outs {
+		o := &outs[i]
+		switch {
+		case o.Err != nil:
+		case s.health.Down(o.Bucket):
+			o.HeldOff = true
+		default:
+			asked = append(asked, o)
+		}
+	}
+	EachBucket(asked, func(o *DeleteOutcome) error {
+		start := s.clock()
+		zoneWide := op(o)
+		switch {
+		case o.Err == nil:
+			s.health.Succeeded(o.Bucket)
+		case zoneWide && ctx.Err() == nil:
+			s.health.Failed(o.Bucket, s.clock().Sub(start))
+		}
+		return o.Err
+	})
 }
 
 // EachBucket runs f on every bucket at once and returns each one's error in

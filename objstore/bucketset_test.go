@@ -378,8 +378,9 @@ func TestCopySourceFailoverEnds(t *testing.T) {
 // fails both on the buckets in down.
 type abortCounter struct {
 	flaky
-	mu    sync.Mutex
-	calls map[string]int
+	mu     sync.Mutex
+	calls  map[string]int
+	denied map[string]bool // buckets whose aborts fail for this key alone (not retryable)
 }
 
 func (c *abortCounter) ListAssemblies(ctx context.Context, b, k string) ([]string, error) {
@@ -398,6 +399,9 @@ func (c *abortCounter) AbortAssembly(ctx context.Context, b, k, id string) error
 	c.mu.Unlock()
 	if c.down[b] {
 		return errDown
+	}
+	if c.denied[b] {
+		return errors.New("access denied to this upload")
 	}
 	return c.flaky.AbortAssembly(ctx, b, k, id)
 }
@@ -427,5 +431,12 @@ func TestAbortUploadsShareHealth(t *testing.T) {
 	outs, _ = set.AbortUploads(ctx, "k", "upload-1", true)
 	if !outs[0].HeldOff || st.calls["za"] != before || outs[1].Err != nil {
 		t.Fatalf("second abort: %+v, za asked %d times (was %d): want za held off, not asked", outs, st.calls["za"], before)
+	}
+	// A failure about this key alone is not the zone's: zb stays up, and
+	// the next key's abort (or delete) is sent.
+	st.denied = map[string]bool{"zb": true}
+	outs, _ = set.AbortUploads(ctx, "k", "upload-2", false)
+	if outs[1].Err == nil || outs[1].HeldOff || h.Down("zb") {
+		t.Fatalf("an abort denied for one key: %+v, zb down %v; want an error, zb not held off", outs, h.Down("zb"))
 	}
 }

@@ -152,12 +152,12 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 		if c.Data != nil || !dead.intersects(c.Entry.FirstRecord, c.Entry.EndRecord()) {
 			continue
 		}
-		data, err := s.read.Chunk(ctx, c.Src, c.Entry)
-		reads++
+		data, err := s.read.Chunk(ctx, c.Src, c.Entry) // checked against its DataCRC
 		if err != nil {
 			return nil, fetched, reads, fmt.Errorf("erase records of %s: %w", c.Src.Key, err)
 		}
 		fetched += int64(len(data))
+		reads++
 		e, nd, n, err := bundlefmt.EraseRecords(c.Src.Key, c.Entry, data, dead.has)
 		if err != nil {
 			return nil, fetched, reads, &cycle.QuarantineError{SlotKey: c.Src.Key, Class: bundle.ClassOf(err), Err: err}

@@ -298,76 +298,28 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 // the tombstones the first did (what adoption accepts).
 func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.Reader, ds catalog.DueStream, erasing bool, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
 	var counts cycle.Counts
-	// The stream row and its first refs come from one snapshot: the write
-	// path keeps absorbing while this runs, and refs read after
-	// next_record would reach past it (a false tiling break). Refs absorbed
-	// after the snapshot are the next cycle's; later windows read refs
-	// below the snapshot's next_record only, which nothing but this
-	// auditor's own commits changes.
-	st, refs, last, err := s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs)
-	if err != nil {
-		return counts, err
-	}
-	if st.SettledThrough < st.LowRecord && !opts.DryRun {
-		// Retention first (it waits behind an absorb holding the row
-		// lock), then a fresh snapshot of what is left.
-		if _, err := s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
-			return counts, err
-		}
-		if st, refs, last, err = s.d.DB.StreamSnapshot(ctx, ds.Stream, s.c.WindowRefs); err != nil {
-			return counts, err
-		}
-	}
-	if st.SettledThrough >= st.NextRecord {
-		return counts, nil
-	}
-	tail, err := s.loadTail(ctx, st, last)
-	if err != nil {
+	st, refs, last, err := s.snapshot(ctx, f, ds.Stream, opts)
+	if err != nil || st.SettledThrough >= st.NextRecord {
 		return counts, err
 	}
 	var dead *deadReader
 	if erasing {
 		dead = newDeadReader(s.d.DB, st.ID)
 	}
-	var tailDead deadSet
-	if tail != nil {
-		if tailDead, err = dead.over(ctx, tail.FirstRecord, tail.end()); err != nil {
-			return counts, err
-		}
-	}
-	tail, fetched, reads, err := s.scrubTail(ctx, tail, tailDead)
-	counts.BytesFetched += fetched
-	counts.S3Requests += int64(reads)
+	tail, err := s.standingTail(ctx, st, last, dead, &counts)
 	if err != nil {
 		return counts, err
 	}
-	r := newResolver(rd, f.Star, st)
-	var carry []SourceChunk // resolved, planned into a sub-cap output not yet published
-	gapChecked, hot := false, false
-	takeHot := func() error {
-		// More than one window: a hot stream, of which only a few are
-		// settled at once (each carries up to a cap's worth of records).
-		if hot {
-			return nil
-		}
-		select {
-		case s.hot <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		hot = true
-		return nil
-	}
-	defer func() {
-		if hot {
-			<-s.hot
-		}
-	}()
+	hot := s.hotToken()
+	defer hot.release()
 	if backlogRecords(refs, st.SettledThrough) > s.c.WindowRecords || len(refs) == s.c.WindowRefs {
-		if err := takeHot(); err != nil { // before its first window is resolved
+		if err := hot.take(ctx); err != nil { // before its first window is resolved
 			return counts, err
 		}
 	}
+	r := newResolver(rd, f.Star, st)
+	var carry []SourceChunk // resolved, planned into a sub-cap output not yet published
+	gapChecked := false
 	for {
 		res, err := r.window(ctx, refs, s.c.WindowRecords, len(refs) == s.c.WindowRefs)
 		if err != nil {
@@ -415,7 +367,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.
 		if res.Complete {
 			break
 		}
-		if err := takeHot(); err != nil {
+		if err := hot.take(ctx); err != nil {
 			return counts, err
 		}
 		if refs, err = s.d.DB.RefsWindow(ctx, st.ID, r.at, st.NextRecord, s.c.WindowRefs); err != nil {
@@ -426,6 +378,74 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.
 		counts.StreamsSettled++
 	}
 	return counts, nil
+}
+
+// snapshot reads the stream row, its first window of refs and its last
+// catalog entry in one snapshot: the write path keeps absorbing while
+// this runs, and refs read after next_record would reach past it (a false
+// tiling break). Refs absorbed after the snapshot are the next cycle's;
+// later windows read refs below the snapshot's next_record only, which
+// nothing but this auditor's own commits changes. A stream whose
+// retention is behind gets it first (it waits behind an absorb holding
+// the row lock), then a fresh snapshot of what is left.
+func (s *Settler) snapshot(ctx context.Context, f catalog.Fence, id catalog.StreamID, opts cycle.Options) (catalog.Stream, []catalog.SpanRef, *catalog.Entry, error) {
+	st, refs, last, err := s.d.DB.StreamSnapshot(ctx, id, s.c.WindowRefs)
+	if err != nil || st.SettledThrough >= st.LowRecord || opts.DryRun {
+		return st, refs, last, err
+	}
+	if _, err := s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
+		return st, nil, nil, err
+	}
+	return s.d.DB.StreamSnapshot(ctx, id, s.c.WindowRefs)
+}
+
+// standingTail is the stream's last object when new chunks may extend it
+// (loadTail), with the records of pending erasures re-encoded as
+// tombstones (scrubTail); nil when there is none.
+func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *catalog.Entry, dead *deadReader, counts *cycle.Counts) (*Tail, error) {
+	tail, err := s.loadTail(ctx, st, last)
+	if err != nil || tail == nil {
+		return nil, err
+	}
+	tailDead, err := dead.over(ctx, tail.FirstRecord, tail.end())
+	if err != nil {
+		return nil, err
+	}
+	tail, fetched, reads, err := s.scrubTail(ctx, tail, tailDead)
+	counts.BytesFetched += fetched
+	counts.S3Requests += int64(reads)
+	return tail, err
+}
+
+// hot is a stream's hold on one of Config.HotStreams tokens: a stream
+// whose backlog takes more than one window carries up to a cap's worth of
+// records between windows, and only a few are settled at once.
+type hot struct {
+	tokens chan struct{}
+	held   bool
+}
+
+func (s *Settler) hotToken() *hot { return &hot{tokens: s.hot} }
+
+// take waits for a token, once.
+func (h *hot) take(ctx context.Context) error {
+	if h.held {
+		return nil
+	}
+	select {
+	case h.tokens <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	h.held = true
+	return nil
+}
+
+func (h *hot) release() {
+	if h.held {
+		<-h.tokens
+		h.held = false
+	}
 }
 
 func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]Output, error) {

@@ -455,7 +455,8 @@ func (r *Reap) executeObjects(ctx context.Context, act []candidate, verdicts map
 			for _, o := range outs {
 				switch {
 				case o.HeldOff:
-					ok = false // its zone is held off: a later cycle aborts there
+					r.d.Log.Debug("abort held: its zone is held off", "key", c.in.ObjectKey, "bucket", o.Bucket)
+					ok = false // a later cycle aborts there
 				case o.Err != nil:
 					r.d.Log.Warn("abort the uploads of an abandoned publish failed", "key", c.in.ObjectKey, "bucket", o.Bucket, "err", o.Err)
 					ok = false

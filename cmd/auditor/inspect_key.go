@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
@@ -50,41 +51,44 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 }
 
 // inspectKeyOnly reports whether args name --key and no FILE (every other
-// argument being a flag with its value), returning the key and the rest.
+// argument being a flag, with its value unless it is a boolean), returning
+// the key and the rest.
 func inspectKeyOnly(args []string) (key string, rest []string, ok bool) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		switch {
-		case a == "--key" || a == "-key":
+		case a == "--" || len(a) < 2 || a[0] != '-':
+			return "", nil, false // a FILE: the file form
+		case name == "key" && hasValue:
+			key = value
+		case name == "key":
 			if i+1 >= len(args) {
 				return "", nil, false
 			}
 			key = args[i+1]
 			i++
-		case len(a) > 6 && (a[:6] == "--key=" || a[:5] == "-key="):
-			key = a[len("--key="):]
-			if a[1] != '-' {
-				key = a[len("-key="):]
-			}
-		case a == "--json" || a == "--records" || a == "-json" || a == "-records":
+		default:
 			rest = append(rest, a)
-		case len(a) > 1 && a[0] == '-':
-			rest = append(rest, a)
-			if !containsEq(a) && i+1 < len(args) {
+			if !hasValue && !inspectBoolFlag(name) && i+1 < len(args) {
 				rest = append(rest, args[i+1])
 				i++
 			}
-		default:
-			return "", nil, false // a FILE: the file form
 		}
 	}
 	return key, rest, key != ""
 }
 
-func containsEq(s string) bool {
-	for _, c := range s {
-		if c == '=' {
-			return true
+// inspectBoolFlag reports whether the flag name of `inspect --key` takes
+// no separate value: its own booleans and the boolean configuration keys.
+func inspectBoolFlag(name string) bool {
+	switch name {
+	case "json", "records", "h", "help":
+		return true
+	}
+	for _, k := range config.Keys() {
+		if k.Name == name {
+			return k.Bool
 		}
 	}
 	return false

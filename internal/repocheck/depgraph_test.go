@@ -91,6 +91,53 @@ func TestDependencyPictureMatchesImports(t *testing.T) {
 	}
 }
 
+// TestPackageTableNamesEveryPackage: the package table of
+// docs/architecture.md#packages-and-dependencies names every package of
+// the module, and nothing that is not one.
+func TestPackageTableNamesEveryPackage(t *testing.T) {
+	root := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "## Packages and dependencies")
+	end := strings.Index(doc, "Dependencies point one way.")
+	if start < 0 || end < start {
+		t.Fatal("docs/architecture.md has no package table")
+	}
+	named := map[string]bool{}
+	cell := regexp.MustCompile("`([^`]+)`")
+	for _, line := range strings.Split(doc[start:end], "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.HasPrefix(line, "|") {
+			continue
+		}
+		for _, m := range cell.FindAllStringSubmatch(cells[1], -1) {
+			named[m[1]] = true
+		}
+	}
+	cmd := exec.Command("go", "list", "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(p, "github.com/nova/auditor/")
+		if strings.HasPrefix(rel, "deploy/") {
+			continue // the manifests' test, not code
+		}
+		if !named[rel] {
+			t.Errorf("package %s has no row in the package table", rel)
+		}
+		delete(named, rel)
+	}
+	for p := range named {
+		t.Errorf("the package table names %s, which is not a package", p)
+	}
+}
+
 // rhsList splits "a, b (why), c/{x,y}" into its items, dropping the
 // parenthesised asides.
 func rhsList(s string) []string {
