@@ -212,7 +212,7 @@ func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.S
 	obj, size, err := store.Object(ctx, key, e.ObjectBytes)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		return find(FindingMissing, "no object at %s", key), 0, nil
+		return find(FindingMissing, "no object at %s in the standard bucket", key), 0, nil
 	case err != nil && ctx.Err() != nil:
 		return nil, 0, err
 	case errors.Is(err, objstore.ErrInvalidRange):
