@@ -99,42 +99,7 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 			return nil, in.ID, err
 		}
 	}
-	req := objstore.AssembleRequest{
-		Bucket:            s.d.Topology.Standard(),
-		Key:               o.Key,
-		ExpectedCRC32C:    o.Footer.ObjectCRC,
-		HasExpectedCRC32C: true,
-		UploadID:          in.UploadID,
-		Hooks: objstore.Hooks{
-			UploadCreated: func(id string) error {
-				if err := s.d.DB.SetIntentUpload(ctx, f, in.ID, id); err != nil {
-					return err
-				}
-				s.crash(pt.afterUploadCreated)
-				return nil
-			},
-			PartStaged: func(part int) error {
-				if err := s.d.DB.AddStagedPart(ctx, f, in.ID, part); err != nil {
-					return err
-				}
-				s.crash(pt.afterSidecarStaged)
-				return nil
-			},
-			PartDone: func(part int, copied bool) error {
-				if copied {
-					s.crash(pt.afterPartCopied)
-				} else {
-					s.crash(pt.afterPartGathered)
-				}
-				return nil
-			},
-			Completed: func() error { s.crash(pt.afterComplete); return nil },
-		},
-	}
-	if s.d.Pending != nil {
-		req.Stager = &partStager{store: s.d.Pending, intent: in.ID, key: o.Key}
-	}
-	res, err := s.assemble(ctx, o, req)
+	res, err := s.assemble(ctx, o, s.assembleRequest(ctx, f, o, in, pt))
 	if err == nil {
 		return &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
 			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}, in.ID, nil
@@ -177,6 +142,49 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	p.result.BytesFetched += p.verifyFetched
 	p.result.Requests += p.verifyRequests
 	return p, in.ID, nil
+}
+
+// assembleRequest is the create-once assembly of the output o under its
+// publish intent in: it resumes the intent's upload if one is open, and
+// its hooks record the upload and each staged part in the intent (fenced)
+// as they happen, with the crash points pt between.
+func (s *Settler) assembleRequest(ctx context.Context, f catalog.Fence, o Output, in catalog.Intent, pt points) objstore.AssembleRequest {
+	req := objstore.AssembleRequest{
+		Bucket:            s.d.Topology.Standard(),
+		Key:               o.Key,
+		ExpectedCRC32C:    o.Footer.ObjectCRC,
+		HasExpectedCRC32C: true,
+		UploadID:          in.UploadID,
+		Hooks: objstore.Hooks{
+			UploadCreated: func(id string) error {
+				if err := s.d.DB.SetIntentUpload(ctx, f, in.ID, id); err != nil {
+					return err
+				}
+				s.crash(pt.afterUploadCreated)
+				return nil
+			},
+			PartStaged: func(part int) error {
+				if err := s.d.DB.AddStagedPart(ctx, f, in.ID, part); err != nil {
+					return err
+				}
+				s.crash(pt.afterSidecarStaged)
+				return nil
+			},
+			PartDone: func(part int, copied bool) error {
+				if copied {
+					s.crash(pt.afterPartCopied)
+				} else {
+					s.crash(pt.afterPartGathered)
+				}
+				return nil
+			},
+			Completed: func() error { s.crash(pt.afterComplete); return nil },
+		},
+	}
+	if s.d.Pending != nil {
+		req.Stager = &partStager{store: s.d.Pending, intent: in.ID, key: o.Key}
+	}
+	return req
 }
 
 // Target is the publish target of a settled key: its base, its revision

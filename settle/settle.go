@@ -523,31 +523,8 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				replan = true
 				break
 			}
-			commit := catalog.SettleCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: -1, IntentID: intentID,
-				ObjectKey: p.key, ReapGrace: s.c.ReapGrace}
-			if o.Rewrite != nil {
-				commit.PrevRevision = int32(o.Rewrite.Revision)
-				commit.OldKey = o.Rewrite.Key
-			}
-			s.crash(CrashBeforeCommit)
-			if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
+			if err := s.commitPublished(ctx, f, st, o, p, intentID, counts); err != nil {
 				return nil, err
-			}
-			s.crash(CrashAfterCommit)
-			if commit.OldKey != "" {
-				s.crash(CrashAfterReapArmed) // the rewrite's commit armed the old revision's reap
-			}
-			counts.BytesCopied += p.result.BytesCopied
-			counts.BytesFetched += p.result.BytesFetched
-			counts.BytesUploaded += p.result.BytesUploaded
-			counts.S3Requests += int64(p.result.Requests)
-			counts.RecordsTombstoned += int64(o.Tombstoned)
-			if p.adopted {
-				counts.ObjectsAdopted++
-				s.d.Metrics.object("adopted")
-			} else {
-				counts.ObjectsPublished++
-				s.d.Metrics.object("published")
 			}
 			*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
 			if p.end() == o.EndRecord() && (oi < len(outs)-1 || IsFull(o.Meter, -1, s.c.CapBytes)) {
@@ -573,6 +550,40 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 		}
 	}
 	return nil, nil
+}
+
+// commitPublished commits the object p that publish wrote (or adopted) for
+// the output o, under its open intent: a new catalog entry, or the
+// standing tail's next revision, whose commit arms the old revision's
+// reap. It counts the object and its bytes.
+func (s *Settler) commitPublished(ctx context.Context, f catalog.Fence, st catalog.Stream, o Output, p *published, intentID int64, counts *cycle.Counts) error {
+	commit := catalog.SettleCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: -1, IntentID: intentID,
+		ObjectKey: p.key, ReapGrace: s.c.ReapGrace}
+	if o.Rewrite != nil {
+		commit.PrevRevision = int32(o.Rewrite.Revision)
+		commit.OldKey = o.Rewrite.Key
+	}
+	s.crash(CrashBeforeCommit)
+	if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
+		return err
+	}
+	s.crash(CrashAfterCommit)
+	if commit.OldKey != "" {
+		s.crash(CrashAfterReapArmed) // the rewrite's commit armed the old revision's reap
+	}
+	counts.BytesCopied += p.result.BytesCopied
+	counts.BytesFetched += p.result.BytesFetched
+	counts.BytesUploaded += p.result.BytesUploaded
+	counts.S3Requests += int64(p.result.Requests)
+	counts.RecordsTombstoned += int64(o.Tombstoned)
+	if p.adopted {
+		counts.ObjectsAdopted++
+		s.d.Metrics.object("adopted")
+	} else {
+		counts.ObjectsPublished++
+		s.d.Metrics.object("published")
+	}
+	return nil
 }
 
 // chunkRange is the records the chunks span, [from, to) (empty: none).
