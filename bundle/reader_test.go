@@ -11,8 +11,8 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/filestore"
 )
 
 // counting counts the store's ranged reads, to hold the footer cache to
@@ -32,26 +32,21 @@ func (c *counting) GetRange(ctx context.Context, b, k string, off, n int64) ([]b
 
 type fixture struct {
 	ctx   context.Context
-	fs    *filestore.Store
+	fs    objstore.Store
+	std   string // the standard bucket
 	store *counting
 	rd    *bundle.Reader
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	fs, err := filestore.New(objstore.FileConfig{Root: t.TempDir()})
+	b := teststore.File(t, teststore.Options{})
+	c := &counting{Store: b.Store, gets: map[string]int{}}
+	top, err := bundle.Topology(c, b.Std, nil, "", "--s3-express-buckets", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fs.CreateBucket("nova"); err != nil {
-		t.Fatal(err)
-	}
-	c := &counting{Store: fs, gets: map[string]int{}}
-	top, err := bundle.Topology(c, "nova", nil, "", "--s3-express-buckets", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{ctx: context.Background(), fs: fs, store: c, rd: bundle.NewReader(top)}
+	return &fixture{ctx: context.Background(), fs: b.Store, std: b.Std, store: c, rd: bundle.NewReader(top)}
 }
 
 var stream = bundlefmt.StreamID{15: 7}
@@ -69,7 +64,7 @@ func chunk(t *testing.T, first uint64, n int) bundlefmt.Chunk {
 
 func (f *fixture) put(t *testing.T, key string, obj []byte) {
 	t.Helper()
-	if err := f.fs.PutIfAbsent(f.ctx, "nova", key, obj); err != nil {
+	if err := f.fs.PutIfAbsent(f.ctx, f.std, key, obj); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -136,7 +131,7 @@ func TestSlotFooterClassifiesDataErrors(t *testing.T) {
 		t.Errorf("a missing slot: %v, want a missing quarantine", err)
 	}
 	// A slot stored under another slot's key: its envelope names seq 4.
-	obj, _, err := f.fs.GetRange(f.ctx, "nova", key, 0, 1<<20)
+	obj, _, err := f.fs.GetRange(f.ctx, f.std, key, 0, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +209,7 @@ func TestSettledObjectReads(t *testing.T) {
 	if err != nil || size != int64(len(obj)) || len(whole) != len(obj) {
 		t.Errorf("Object: %d of %d bytes, %v", len(whole), size, err)
 	}
-	if b, got, err := f.rd.Find(f.ctx, key); err != nil || b != "nova" || len(got) != len(obj) {
+	if b, got, err := f.rd.Find(f.ctx, key); err != nil || b != f.std || len(got) != len(obj) {
 		t.Errorf("Find: %s %d %v", b, len(got), err)
 	}
 	if _, _, err := f.rd.Find(f.ctx, gone); !errors.Is(err, objstore.ErrNotFound) {

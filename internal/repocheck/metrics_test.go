@@ -1,10 +1,11 @@
 package repocheck
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,7 +44,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	starReg := prometheus.WrapRegistererWith(prometheus.Labels{"star": "s1"}, reg)
-	for _, pkg := range sortedKeys(metricPackages) {
+	for _, pkg := range slices.Sorted(maps.Keys(metricPackages)) {
 		if err := metricPackages[pkg](starReg); err != nil {
 			t.Fatalf("%s metrics: %v", pkg, err)
 		}
@@ -126,7 +127,7 @@ func TestDaemonMetricsAreDocumented(t *testing.T) {
 	for _, n := range metricName.FindAllString(section, -1) {
 		documented[n] = true
 	}
-	for _, n := range sortedKeys(names) {
+	for _, n := range slices.Sorted(maps.Keys(names)) {
 		if !documented[n] {
 			t.Errorf("metric %s is not in deploy/README.md's Metrics section (under its full name)", n)
 		}
@@ -159,11 +160,3 @@ func TestDaemonMetricsAreDocumented(t *testing.T) {
 	t.Logf("%d metrics registered, each documented; %d files' names checked", len(names), len(used))
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
