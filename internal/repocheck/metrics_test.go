@@ -159,4 +159,3 @@ func TestDaemonMetricsAreDocumented(t *testing.T) {
 	}
 	t.Logf("%d metrics registered, each documented; %d files' names checked", len(names), len(used))
 }
-
