@@ -389,6 +389,17 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 	if opts.DryRun {
 		return counts, nil
 	}
+	err = e.applyErasures(ctx, f, st, ers, limit, clean, dirty, hold, &counts)
+	return counts, err
+}
+
+// applyErasures marks applied each erasure wholly below limit whose
+// records no dirty entry holds (ApplyErasure checks all again, with the
+// entries made clean this pass), unless a bucket keeps what a DELETE
+// removes (hold).
+func (e *Eraser) applyErasures(ctx context.Context, f catalog.Fence, st catalog.Stream, ers []catalog.Erasure, limit uint64,
+	clean []catalog.EntryRevision, dirty []span, hold *holdGate, counts *cycle.Counts) error {
+	s := e.s
 	zero := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 0, 0)
 	keyLow := zero[:strings.LastIndexByte(zero, '/')+1] // every settled key of the stream sorts at or after it
 	for _, er := range ers {
@@ -401,7 +412,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 		keyEnd := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), uint64(er.EndRecord()), 0)
 		applied, err := s.d.DB.ApplyErasure(ctx, f, er, clean, keyLow, keyEnd)
 		if err != nil {
-			return counts, err
+			return err
 		}
 		if applied {
 			counts.ErasuresApplied++
@@ -409,7 +420,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 			s.crash(CrashEraseAfterApplied)
 		}
 	}
-	return counts, nil
+	return nil
 }
 
 // rewriteEntry makes one cataloged object hold tombstones for the dead
