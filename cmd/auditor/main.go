@@ -45,6 +45,7 @@ func commands() map[string]command {
 		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it", cmdErase},
 		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json)", cmdStatus},
 		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream", cmdVerify},
+		"doctor":      {"check the metastore and every bucket before deploying: one line per check (--json)", cmdDoctor},
 		"completion":  {"print a shell completion script (completion bash)", cmdCompletion},
 	}
 }

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nova/auditor/cmd/internal/wire"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/objstore/s3store"
+)
+
+// `auditor doctor`: the checks of doctor_checks.go over the configuration
+// serve would run with, printed as a table (or --json), before any data is
+// at stake. Exit 0 when every check is ok or warns, 3 when one fails, 5
+// when no bucket could be reached at all, 2 for a configuration error.
+
+// doctorReport is what doctor prints.
+type doctorReport struct {
+	// ProbePrefix is where the bucket checks wrote, in every bucket (the
+	// store's key prefix included); they removed what they wrote.
+	ProbePrefix string     `json:"probe_prefix"`
+	Checks      []checkRow `json:"checks"`
+	ExitCode    int        `json:"exit_code"`
+}
+
+// doctorBucketTimeout bounds one bucket's checks: a store that stalls
+// fails its check rather than hanging the command.
+const doctorBucketTimeout = 2 * time.Minute
+
+func cmdDoctor(ctx context.Context, e env, args []string) int {
+	fs := newFlags(e, "doctor")
+	asJSON := fs.Bool("json", false, "print the checks as JSON")
+	cfg, err := fs.Load(args, "star", "database-url")
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	buckets, err := wire.Buckets(cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	rep := doctorReport{}
+
+	db, err := openDB(ctx, cfg)
+	if err != nil {
+		rep.Checks = append(rep.Checks, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
+			Seen: cfg.Scrub(err.Error()), Do: "check --database-url, the network and the role's password"})
+	} else {
+		rep.Checks = append(rep.Checks, checkRow{Status: statusOK, Scope: "postgres", Check: "reachable",
+			Seen: config.RedactURL(cfg.DatabaseURL)})
+		for _, r := range checkPostgres(ctx, db, cfg.Star) {
+			r.Seen = cfg.Scrub(r.Seen)
+			rep.Checks = append(rep.Checks, r)
+		}
+		db.Close()
+	}
+
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce) // crypto/rand.Read does not fail
+	d := &bucketDoctor{store: store, verify: cfg.Verify, prefix: "doctor/" + hex.EncodeToString(nonce) + "/"}
+	_, d.keyPrefixes = checkedBuckets(cfg)
+	if rr, ok := store.(bucketRulesReader); ok {
+		d.rules = rr
+	}
+	if s3, ok := store.(*s3store.Store); ok {
+		d.probeChecksum = s3.ProbeChecksum
+	}
+	rep.ProbePrefix = cfg.KeyPrefix + d.prefix
+	unreachable := 0
+	for _, b := range buckets {
+		bctx, cancel := context.WithTimeout(ctx, doctorBucketTimeout)
+		br := d.check(bctx, b)
+		cancel()
+		rep.Checks = append(rep.Checks, br.rows...)
+		if br.unreachable {
+			unreachable++
+		}
+	}
+	rep.ExitCode = doctorExitCode(rep.Checks, unreachable == len(buckets))
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return exitCode(e, cfg, fmt.Errorf("write the report: %w", err))
+		}
+		return rep.ExitCode
+	}
+	writeDoctorTable(e.stdout, rep)
+	return rep.ExitCode
+}
+
+// doctorExitCode is 5 when the store could not be reached at all, 3 when a
+// check failed, else 0 (warnings included).
+func doctorExitCode(rows []checkRow, storeUnreachable bool) int {
+	if storeUnreachable {
+		return exitUnreachable
+	}
+	for _, r := range rows {
+		if r.Status == statusFail {
+			return exitFindings
+		}
+	}
+	return exitOK
+}
+
+// oneLine folds s's runs of white space, newlines included, to one space.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// writeDoctorTable prints one line per check, then what was written where
+// and the tally.
+func writeDoctorTable(w io.Writer, rep doctorReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATUS\tSCOPE\tCHECK\tSEEN\tDO")
+	n := map[string]int{}
+	for _, r := range rep.Checks {
+		n[r.Status]++
+		do := r.Do
+		if do == "" {
+			do = "-"
+		}
+		// one line per check: a driver's multi-line error is folded
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Status, r.Scope, r.Check, oneLine(r.Seen), oneLine(do))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "probe objects were written only under %s in each bucket and removed (the S3 checksum probe uses .nova-probe/ and removes its own)\n", rep.ProbePrefix)
+	fmt.Fprintf(w, "%d ok, %d warn, %d fail: exit %d\n", n[statusOK], n[statusWarn], n[statusFail], rep.ExitCode)
+}

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/testenv/teststore"
+	"github.com/nova/auditor/migrations"
+	"github.com/nova/auditor/objstore"
+)
+
+// faultStore is a store with one behaviour broken: each set field replaces
+// its method; the rest pass through to the real store.
+type faultStore struct {
+	objstore.Store
+	put      func(ctx context.Context, bucket, key string, data []byte) error
+	getSufx  func(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error)
+	del      func(ctx context.Context, bucket string, keys []string) error
+	assemble func(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error)
+}
+
+func (f *faultStore) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
+	if f.put != nil {
+		return f.put(ctx, bucket, key, data)
+	}
+	return f.Store.PutIfAbsent(ctx, bucket, key, data)
+}
+
+func (f *faultStore) GetSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error) {
+	if f.getSufx != nil {
+		return f.getSufx(ctx, bucket, key, n)
+	}
+	return f.Store.GetSuffix(ctx, bucket, key, n)
+}
+
+func (f *faultStore) Delete(ctx context.Context, bucket string, keys []string) error {
+	if f.del != nil {
+		return f.del(ctx, bucket, keys)
+	}
+	return f.Store.Delete(ctx, bucket, keys)
+}
+
+func (f *faultStore) Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
+	if f.assemble != nil {
+		return f.assemble(ctx, req)
+	}
+	return f.Store.Assemble(ctx, req)
+}
+
+// rulesFunc answers BucketRules with a function.
+type rulesFunc func(bucket string) (objstore.BucketRules, error)
+
+func (f rulesFunc) BucketRules(_ context.Context, bucket string) (objstore.BucketRules, error) {
+	return f(bucket)
+}
+
+// goodRules are the reference setup: one abort-incomplete rule, default
+// encryption, no versioning, no Object Lock.
+func goodRules(bucket string) (objstore.BucketRules, error) {
+	return objstore.BucketRules{Bucket: bucket, Lifecycle: objstore.KnownYes,
+		Rules:           []objstore.LifecycleRule{{ID: "abort", Enabled: true, AbortIncompleteDays: 7}},
+		EncryptionKnown: objstore.KnownYes, Encryption: "AES256",
+		VersioningKnown: objstore.KnownYes, ObjectLockKnown: objstore.KnownYes}, nil
+}
+
+// testKeyPrefixes are the key prefixes the auditor of star s1 writes under.
+var _, testKeyPrefixes = checkedBuckets(config.Config{Star: "s1"})
+
+var doctorBucketChecks = []string{"credentials", "conditional create", "ranged GET", "delete absent key", "ranged copy",
+	"verification mode", "versioning, Object Lock", "no expiry", "abort incomplete multipart", "default encryption",
+	"probe removed", "median latency"}
+
+// rowOf returns the row of a check, failing the test when there is none.
+func rowOf(t *testing.T, rows []checkRow, check string) checkRow {
+	t.Helper()
+	for _, r := range rows {
+		if r.Check == check {
+			return r
+		}
+	}
+	t.Fatalf("no %q row in %+v", check, rows)
+	return checkRow{}
+}
+
+// tableHas reports whether the doctor's table has a line of the check,
+// scope and status.
+func tableHas(table, status, scope, check string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[0] == status && f[1] == scope && strings.HasPrefix(strings.Join(f[2:], " "), check+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// noProbeLeft fails when anything is left under the doctor's prefix.
+func noProbeLeft(t *testing.T, st objstore.Store, bucket string) {
+	t.Helper()
+	var left []string
+	if err := st.List(context.Background(), bucket, "doctor/", func(k string, _ int64) error { left = append(left, k); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("probe objects left behind: %v", left)
+	}
+}
+
+func TestDoctorBucketChecksAllOK(t *testing.T) {
+	t.Parallel()
+	b := teststore.File(t, teststore.Options{})
+	d := &bucketDoctor{store: b.Store, rules: rulesFunc(goodRules), verify: "checksum", prefix: "doctor/t/", keyPrefixes: testKeyPrefixes,
+		probeChecksum: func(context.Context, string) (objstore.ChecksumProbe, error) {
+			return objstore.ChecksumProbe{FullObject: true, Copies: map[objstore.ChecksumAlgorithm]bool{objstore.AlgorithmCRC32C: true}}, nil
+		}}
+	rep := d.check(context.Background(), b.Std)
+	if rep.unreachable || len(rep.rows) != len(doctorBucketChecks) {
+		t.Fatalf("unreachable %v, rows %+v", rep.unreachable, rep.rows)
+	}
+	for i, r := range rep.rows {
+		if r.Check != doctorBucketChecks[i] || r.Status != statusOK || r.Scope != b.Std {
+			t.Errorf("row %d: %+v, want %q ok", i, r, doctorBucketChecks[i])
+		}
+	}
+	if got := rowOf(t, rep.rows, "verification mode").Seen; !strings.HasPrefix(got, "full-object") {
+		t.Errorf("verification mode: %q", got)
+	}
+	for _, op := range []string{"put", "head", "get-range", "get-suffix", "delete", "assemble", "checksum-probe", "bucket-rules"} {
+		if got := rowOf(t, rep.rows, "median latency").Seen; !strings.Contains(got, op+" ") {
+			t.Errorf("median latency names no %s: %q", op, got)
+		}
+	}
+	noProbeLeft(t, b.Store, b.Std)
+}
+
+// TestDoctorBucketChecksSeenFailing breaks one behaviour of the store at a
+// time and expects the one check that covers it to say so.
+func TestDoctorBucketChecksSeenFailing(t *testing.T) {
+	t.Parallel()
+	denied := errors.New("AccessDenied: 403")
+	cases := []struct {
+		name        string
+		fault       func(f *faultStore)
+		rules       rulesFunc
+		probe       func(context.Context, string) (objstore.ChecksumProbe, error)
+		check       string
+		status      string
+		seen        string
+		unreachable bool
+	}{
+		{name: "credentials", check: "credentials", status: statusFail, seen: "AccessDenied", unreachable: true,
+			fault: func(f *faultStore) {
+				f.put = func(context.Context, string, string, []byte) error { return denied }
+			}},
+		{name: "missing bucket", check: "credentials", status: statusFail, seen: "does not exist",
+			fault: func(f *faultStore) {
+				f.put = func(context.Context, string, string, []byte) error { return objstore.ErrBucketNotFound }
+			}},
+		{name: "conditional create", check: "conditional create", status: statusFail, seen: "succeeded",
+			fault: func(f *faultStore) {
+				f.put = func(ctx context.Context, bucket, key string, data []byte) error {
+					if err := f.Store.PutIfAbsent(ctx, bucket, key, data); !errors.Is(err, objstore.ErrExists) {
+						return err
+					}
+					return nil // the 412 lost: a server that ignores If-None-Match
+				}
+			}},
+		{name: "suffix range", check: "ranged GET", status: statusFail, seen: "suffix",
+			fault: func(f *faultStore) {
+				f.getSufx = func(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error) {
+					return f.Store.GetRange(ctx, bucket, key, 0, n) // a server that reads bytes=-n as bytes=0-n
+				}
+			}},
+		{name: "delete absent", check: "delete absent key", status: statusFail, seen: "NoSuchKey",
+			fault: func(f *faultStore) {
+				f.del = func(ctx context.Context, bucket string, keys []string) error {
+					if strings.HasSuffix(keys[0], "absent") {
+						return errors.New("NoSuchKey: 404")
+					}
+					return f.Store.Delete(ctx, bucket, keys)
+				}
+			}},
+		{name: "ranged copy", check: "ranged copy", status: statusFail, seen: "NotImplemented",
+			fault: func(f *faultStore) {
+				f.assemble = func(context.Context, objstore.AssembleRequest) (objstore.AssembleResult, error) {
+					return objstore.AssembleResult{}, errors.New("NotImplemented: UploadPartCopy")
+				}
+			}},
+		{name: "copy of other bytes", check: "ranged copy", status: statusFail, seen: "other bytes",
+			fault: func(f *faultStore) {
+				f.assemble = func(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
+					req.Pieces[0].Off = 0 // a server that ignores the copy's range start
+					req.HasExpectedCRC32C = false
+					return f.Store.Assemble(ctx, req)
+				}
+			}},
+		{name: "checksum probe fails", check: "verification mode", status: statusFail, seen: "probe failed",
+			probe: func(context.Context, string) (objstore.ChecksumProbe, error) {
+				return objstore.ChecksumProbe{}, errors.New("InvalidRequest")
+			}},
+		{name: "no full-object checksums", check: "verification mode", status: statusWarn, seen: "parts",
+			probe: func(context.Context, string) (objstore.ChecksumProbe, error) { return objstore.ChecksumProbe{}, nil }},
+		{name: "rules unreadable", check: "bucket rules", status: statusFail, seen: "could not be read",
+			rules: func(string) (objstore.BucketRules, error) { return objstore.BucketRules{}, denied }},
+		{name: "versioning", check: "versioning, Object Lock", status: statusFail, seen: "versioning suspended",
+			rules: func(b string) (objstore.BucketRules, error) {
+				r, _ := goodRules(b)
+				r.Versioning = objstore.VersioningStatusSuspended
+				return r, nil
+			}},
+		{name: "object lock", check: "versioning, Object Lock", status: statusFail, seen: "Object Lock",
+			rules: func(b string) (objstore.BucketRules, error) {
+				r, _ := goodRules(b)
+				r.Versioning, r.ObjectLock = objstore.VersioningStatusEnabled, true
+				return r, nil
+			}},
+		{name: "expiry", check: "no expiry", status: statusFail, seen: "after 30 days",
+			rules: func(b string) (objstore.BucketRules, error) {
+				r, _ := goodRules(b)
+				r.Rules = append(r.Rules, objstore.LifecycleRule{ID: "old", Enabled: true, Expiration: true, ExpirationDays: 30})
+				return r, nil
+			}},
+		{name: "no abort rule", check: "abort incomplete multipart", status: statusWarn, seen: "no rule",
+			rules: func(b string) (objstore.BucketRules, error) {
+				r, _ := goodRules(b)
+				r.Rules = nil
+				return r, nil
+			}},
+		{name: "no encryption", check: "default encryption", status: statusWarn, seen: "none",
+			rules: func(b string) (objstore.BucketRules, error) {
+				r, _ := goodRules(b)
+				r.Encryption = ""
+				return r, nil
+			}},
+		{name: "probe not removed", check: "probe removed", status: statusWarn, seen: "could not delete",
+			fault: func(f *faultStore) {
+				f.del = func(ctx context.Context, bucket string, keys []string) error {
+					if len(keys) > 1 {
+						return &objstore.DeleteError{}
+					}
+					return f.Store.Delete(ctx, bucket, keys)
+				}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := teststore.File(t, teststore.Options{})
+			f := &faultStore{Store: b.Store}
+			if c.fault != nil {
+				c.fault(f)
+			}
+			d := &bucketDoctor{store: f, rules: rulesFunc(goodRules), verify: "checksum", prefix: "doctor/t/", keyPrefixes: testKeyPrefixes,
+				probeChecksum: func(context.Context, string) (objstore.ChecksumProbe, error) {
+					return objstore.ChecksumProbe{FullObject: true, Copies: map[objstore.ChecksumAlgorithm]bool{objstore.AlgorithmCRC32C: true}}, nil
+				}}
+			if c.rules != nil {
+				d.rules = c.rules
+			}
+			if c.probe != nil {
+				d.probeChecksum = c.probe
+			}
+			rep := d.check(context.Background(), b.Std)
+			r := rowOf(t, rep.rows, c.check)
+			if r.Status != c.status || !strings.Contains(r.Seen, c.seen) || r.Do == "" || rep.unreachable != c.unreachable {
+				t.Errorf("%s: %+v (unreachable %v), want %s seeing %q (unreachable %v)", c.check, r, rep.unreachable, c.status, c.seen, c.unreachable)
+			}
+			for _, o := range rep.rows {
+				if o.Check != c.check && o.Status != statusOK {
+					t.Errorf("another check is not ok: %+v", o)
+				}
+			}
+			if c.name != "probe not removed" {
+				noProbeLeft(t, b.Store, b.Std)
+			}
+		})
+	}
+}
+
+// behindSchema is the real metastore at a schema one behind the binary.
+type behindSchema struct{ *catalog.DB }
+
+func (b behindSchema) SchemaVersion(context.Context) (int, error) {
+	return migrations.Latest() - 1, nil
+}
+
+func TestDoctorPostgresChecks(t *testing.T) {
+	t.Parallel()
+	_, db := migratedDB(t)
+	ctx := context.Background()
+	check := func(m doctorMetastore, star string, want map[string]string) {
+		t.Helper()
+		rows := checkPostgres(ctx, m, star)
+		if len(rows) != len(want) {
+			t.Fatalf("rows %+v, want %v", rows, want)
+		}
+		for _, r := range rows {
+			if w := want[r.Check]; !strings.HasPrefix(w, r.Status+": ") || !strings.Contains(r.Seen, strings.TrimPrefix(w, r.Status+": ")) {
+				t.Errorf("%s: %+v, want %s", r.Check, r, w)
+			}
+		}
+	}
+	check(db, "s1", map[string]string{"schema version": "ok: the binary's", "star": `ok: "s1" exists`, "lease": "ok: never held"})
+	check(db, "nope", map[string]string{"schema version": "ok: the binary's", "star": `fail: no star "nope"`})
+	check(behindSchema{db}, "s1", map[string]string{"schema version": fmt.Sprintf("fail: binary needs %d", migrations.Latest()),
+		"star": "ok: exists", "lease": "ok: never held"})
+	if _, err := db.AcquireLease(ctx, "s1", "host-a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	check(db, "s1", map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a (token 1), expires in"})
+}
+
+func TestDoctorExitCodes(t *testing.T) {
+	// t.Setenv: the S3 case gives the SDK credentials that reach nothing.
+	url, _ := migratedDB(t)
+	b := teststore.File(t, teststore.Options{})
+
+	// Postgres unreachable, the store fine: a finding, exit 3.
+	code, out, errs := runCLI(t, "doctor", "--star", "s1", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2",
+		"--fs-root", b.Root, "--bucket", b.Std)
+	if code != exitFindings || !tableHas(out, statusFail, "postgres", "reachable") || !tableHas(out, statusOK, "std", "ranged copy") {
+		t.Fatalf("doctor without a database: exit %d\n%s%s", code, out, errs)
+	}
+
+	// No bucket reachable: exit 5.
+	t.Setenv("AWS_ACCESS_KEY_ID", "x")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "y")
+	t.Setenv("AWS_REGION", "us-east-1")
+	code, out, errs = runCLI(t, "doctor", "--star", "s1", "--database-url", url,
+		"--s3-endpoint", "http://127.0.0.1:1", "--s3-path-style", "--s3-max-attempts", "1", "--bucket", "nowhere", "--json")
+	var rep doctorReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitUnreachable || rep.ExitCode != exitUnreachable {
+		t.Fatalf("doctor against no store: exit %d, %v\n%s%s", code, err, out, errs)
+	}
+	if r := rowOf(t, rep.Checks, "credentials"); r.Status != statusFail || r.Scope != "nowhere" {
+		t.Errorf("credentials: %+v", r)
+	}
+
+	// A configuration error: exit 2.
+	if code, _, _ := runCLI(t, "doctor", "--database-url", "postgres://x@127.0.0.1:1/x", "--fs-root", b.Root); code != exitUsage {
+		t.Errorf("doctor with no star: exit %d, want %d", code, exitUsage)
+	}
+}
