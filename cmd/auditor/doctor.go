@@ -13,6 +13,7 @@ import (
 
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
 )
 
@@ -74,6 +75,7 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	}
 	if s3, ok := store.(*s3store.Store); ok {
 		d.probeChecksum = s3.ProbeChecksum
+		d.withProbe = func(p objstore.ChecksumProbe) (objstore.Store, error) { return s3.WithProbe(p) }
 	}
 	rep.ProbePrefix = cfg.KeyPrefix + d.prefix
 	unreachable := 0

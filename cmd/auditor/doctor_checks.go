@@ -123,6 +123,9 @@ type bucketDoctor struct {
 	// that checks in the process); verify is --verify.
 	probeChecksum func(ctx context.Context, bucket string) (objstore.ChecksumProbe, error)
 	verify        string
+	// withProbe returns the store configured for a probe's answer, as
+	// serve configures it before it assembles anything (nil: store as is).
+	withProbe func(objstore.ChecksumProbe) (objstore.Store, error)
 	// prefix is where the probe writes ("doctor/<random>/"); keyPrefixes
 	// are the full key prefixes the auditor writes under (what an expiry
 	// rule must not reach).
@@ -153,6 +156,9 @@ type bucketRun struct {
 	written []string
 	// missingBucket: the first write found no bucket (the store answered).
 	missingBucket bool
+	// assembler is the store as serve would assemble with it: configured
+	// by the checksum probe.
+	assembler objstore.Store
 }
 
 func (r *bucketRun) add(status, check, seen, do string) {
@@ -170,7 +176,7 @@ func (r *bucketRun) timed(op string, call func() error) error {
 // check runs every check of one bucket, in order, and removes what it
 // wrote.
 func (d *bucketDoctor) check(ctx context.Context, bucket string) bucketReport {
-	r := &bucketRun{d: d, bucket: bucket, took: map[string][]time.Duration{}}
+	r := &bucketRun{d: d, bucket: bucket, took: map[string][]time.Duration{}, assembler: d.store}
 	src := d.prefix + "src"
 	body := probeBody(copyLen + 16)
 	if !r.credentials(ctx, src, body) {
@@ -179,8 +185,8 @@ func (d *bucketDoctor) check(ctx context.Context, bucket string) bucketReport {
 	r.conditionalCreate(ctx, src, body)
 	r.rangedGet(ctx, src, body)
 	r.deleteAbsent(ctx)
-	r.rangedCopy(ctx, src, body)
 	r.checksumMode(ctx)
+	r.rangedCopy(ctx, src, body)
 	r.bucketRules(ctx)
 	r.cleanup(ctx)
 	r.latency()
@@ -291,14 +297,19 @@ func (r *bucketRun) rangedCopy(ctx context.Context, src string, body []byte) {
 		Pieces:         []objstore.Piece{objstore.RangePiece(r.bucket, src, 1, copyLen)},
 		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}
 	var res objstore.AssembleResult
-	err := r.timed("assemble", func() (err error) { res, err = r.d.store.Assemble(ctx, req); return })
+	err := r.timed("assemble", func() (err error) { res, err = r.assembler.Assemble(ctx, req); return })
 	if res.UploadID != "" && err != nil {
 		_ = r.d.store.AbortAssembly(ctx, r.bucket, dst, res.UploadID)
 	}
 	if err == nil || errors.Is(err, objstore.ErrPublishedBad) {
 		r.written = append(r.written, dst)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, objstore.ErrChecksum), errors.Is(err, objstore.ErrPublishedBad):
+		r.add(statusFail, "ranged copy", fmt.Sprintf("the copy's CRC-32C is not the range's: %v", err),
+			"the server misreports or corrupts ranged copies: run serve with --verify readback, and report it to the server's maintainers")
+		return
+	case err != nil:
 		r.add(statusFail, "ranged copy", fmt.Sprintf("assembling %d bytes copied from a range: %v", copyLen, err), do)
 		return
 	}
@@ -314,7 +325,14 @@ func (r *bucketRun) rangedCopy(ctx context.Context, src string, body []byte) {
 		if res.BytesCopied < copyLen {
 			how = fmt.Sprintf("%d of %d bytes copied server side, the rest through the process", res.BytesCopied, copyLen)
 		}
-		r.add(statusOK, "ranged copy", fmt.Sprintf("%d bytes from offset 1, %s, in %d part(s), read back right", copyLen, how, res.Parts), "")
+		checked := "CRC-32C checked by the server"
+		switch {
+		case res.BytesReadBack > 0:
+			checked = "CRC-32C checked by read-back"
+		case !res.Verified:
+			checked = "CRC-32C not checked by the store"
+		}
+		r.add(statusOK, "ranged copy", fmt.Sprintf("%d bytes from offset 1, %s, in %d part(s), %s; read back right", copyLen, how, res.Parts, checked), "")
 	}
 }
 
@@ -338,6 +356,14 @@ func (r *bucketRun) checksumMode(ctx context.Context) {
 		return
 	}
 	c := p.Configure(objstore.S3Config{})
+	if r.d.withProbe != nil {
+		st, err := r.d.withProbe(p)
+		if err != nil {
+			r.add(statusFail, check, fmt.Sprintf("the probe's answer cannot configure the store: %v", err), "set --verify readback")
+			return
+		}
+		r.assembler = st
+	}
 	switch c.Checksum {
 	case objstore.ChecksumFullObject:
 		r.add(statusOK, check, "full-object: the server checks every assembly's CRC-32C at completion", "")
