@@ -226,7 +226,7 @@ func (r *bucketRun) credentials(ctx context.Context, src string, body []byte) bo
 	switch {
 	case errors.Is(err, objstore.ErrBucketNotFound):
 		r.missingBucket = true
-		r.add(statusFail, "credentials", "the bucket does not exist", "create the bucket (deploy/RUNBOOK.md), or fix --bucket / --s3-express-buckets")
+		r.add(statusFail, "credentials", "the bucket does not exist", "create the bucket (deploy/README.md, Bucket setup), or fix --bucket / --s3-express-buckets")
 		return false
 	case err != nil:
 		r.add(statusFail, "credentials", fmt.Sprintf("write and read of a probe object failed: %v", err),
@@ -405,13 +405,13 @@ func (r *bucketRun) bucketRules(ctx context.Context) {
 		for _, e := range v.Expiring {
 			s = append(s, e.String())
 		}
-		r.add(statusFail, "no expiry", strings.Join(s, "; "), "remove the expiration rule: the serve refuses to work while one reaches the auditor's keys")
+		r.add(statusFail, "no expiry", strings.Join(s, "; "), "remove the expiration rule: serve stops all work while one reaches the auditor's keys")
 	case rules.Lifecycle == objstore.KnownYes:
 		r.add(statusOK, "no expiry", "no expiration rule reaches the auditor's keys", "")
 	default:
 		r.add(statusWarn, "no expiry", "lifecycle unknown"+note, "make sure no expiration rule reaches the auditor's keys")
 	}
-	const abortDo = "add a lifecycle rule AbortIncompleteMultipartUpload after 7 days (deploy/RUNBOOK.md)"
+	const abortDo = "add a lifecycle rule AbortIncompleteMultipartUpload after 7 days (deploy/README.md, Bucket setup)"
 	switch v.AbortIncomplete {
 	case objstore.VerdictYes:
 		r.add(statusOK, "abort incomplete multipart", "a rule aborts incomplete uploads", "")

@@ -16,13 +16,14 @@ const (
 	exitFailure = cli.ExitFailure
 	exitUsage   = cli.ExitUsage
 	// exitFindings is verify's code when the catalog is not sound, the
-	// code inspect gives a corrupt object.
+	// code inspect gives a corrupt object, doctor's when a check failed.
 	exitFindings = 3
 	// exitUnsupported is inspect's code for an object of a format version
 	// this build does not read.
 	exitUnsupported = 4
 	// exitUnreachable is verify's code when it could not read the store
-	// (credentials, access, transport): nothing was judged corrupt.
+	// (credentials, access, transport): nothing was judged corrupt;
+	// doctor's when no bucket could be reached.
 	exitUnreachable = 5
 )
 
@@ -33,9 +34,9 @@ var exitCodes = []struct {
 	{exitOK, "success: the command did what it was asked (verify, inspect: sound)"},
 	{exitFailure, "runtime failure (a failed cycle, a held lease, an I/O error)"},
 	{exitUsage, "usage or configuration error, unknown star or stream, schema behind or ahead of the binary"},
-	{exitFindings, "verify: findings in the catalog; inspect: a corrupt object (checksum mismatch included)"},
+	{exitFindings, "verify: findings in the catalog; inspect: a corrupt object (checksum mismatch included); doctor: a check failed"},
 	{exitUnsupported, "inspect: an unsupported format version"},
-	{exitUnreachable, "verify: the store could not be read (credentials, access, transport); nothing was judged"},
+	{exitUnreachable, "verify: the store could not be read (credentials, access, transport); nothing was judged; doctor: no bucket could be reached"},
 }
 
 // inspectExitCode maps a validation error to the exit code of `auditor
