@@ -41,7 +41,7 @@ type checkRow struct {
 
 // doctorMetastore is what the Postgres checks read.
 type doctorMetastore interface {
-	SchemaVersion(ctx context.Context) (int, error)
+	CheckSchema(ctx context.Context) error
 	StarExists(ctx context.Context, star string) (bool, error)
 	CurrentLease(ctx context.Context, star string) (catalog.Lease, bool, error)
 	Now(ctx context.Context) (time.Time, error)
@@ -54,17 +54,16 @@ func checkPostgres(ctx context.Context, db doctorMetastore, star string) []check
 		return checkRow{Status: status, Scope: "postgres", Check: check, Seen: seen, Do: do}
 	}
 	rows := []checkRow{}
-	v, err := db.SchemaVersion(ctx)
-	latest := migrations.Latest()
-	switch {
+	// The binary's own start-up check (migrations.Check), not a second one.
+	switch err := db.CheckSchema(ctx); {
+	case errors.Is(err, migrations.ErrDatabaseBehind):
+		rows = append(rows, row(statusFail, "schema version", err.Error(), "run auditor migrate"))
+	case errors.Is(err, migrations.ErrDatabaseNewer):
+		rows = append(rows, row(statusFail, "schema version", err.Error(), "deploy a binary of the database's schema version or newer"))
 	case err != nil:
 		rows = append(rows, row(statusFail, "schema version", err.Error(), "check the database URL's role can read nova.schema_migrations"))
-	case v < latest:
-		rows = append(rows, row(statusFail, "schema version", fmt.Sprintf("database at %d, binary needs %d", v, latest), "run auditor migrate"))
-	case v > latest:
-		rows = append(rows, row(statusFail, "schema version", fmt.Sprintf("database at %d, binary knows %d", v, latest), "deploy a binary of schema version "+fmt.Sprint(v)+" or newer"))
 	default:
-		rows = append(rows, row(statusOK, "schema version", fmt.Sprintf("%d, the binary's", v), ""))
+		rows = append(rows, row(statusOK, "schema version", fmt.Sprintf("%d, the binary's", migrations.Latest()), ""))
 	}
 	ok, err := db.StarExists(ctx, star)
 	switch {

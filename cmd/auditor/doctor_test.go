@@ -293,8 +293,8 @@ func TestDoctorBucketChecksSeenFailing(t *testing.T) {
 // behindSchema is the real metastore at a schema one behind the binary.
 type behindSchema struct{ *catalog.DB }
 
-func (b behindSchema) SchemaVersion(context.Context) (int, error) {
-	return migrations.Latest() - 1, nil
+func (b behindSchema) CheckSchema(context.Context) error {
+	return fmt.Errorf("%w: database at version %d, binary needs %d", migrations.ErrDatabaseBehind, migrations.Latest()-1, migrations.Latest())
 }
 
 func TestDoctorPostgresChecks(t *testing.T) {
