@@ -71,8 +71,7 @@ func TestAdoptionTellsAnEmptyRecordFromATombstone(t *testing.T) {
 			e.write("s1", 2, sim.Faults{}, 1)
 			s := e.eraseSettler(nil)
 			e.settleOK(s)
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			st := streams[0]
+			st := e.firstStream("s1")
 			// An empty record, and a record with content in the same chunk.
 			empty, full, found := uint64(0), uint64(0), false
 			entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
@@ -191,8 +190,7 @@ func TestAdoptedSettleObjectIsScrubbed(t *testing.T) {
 			if hits != 1 {
 				t.Fatalf("settle.after-complete hit %d times", hits)
 			}
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			st := streams[0]
+			st := e.firstStream("s1")
 			if st.NextRecord < 4 {
 				t.Fatalf("stream of %d records", st.NextRecord)
 			}

@@ -58,8 +58,7 @@ func benchErase(b *testing.B, probed bool) {
 		if _, err := e.cycle("s1", s); err != nil {
 			b.Fatal(err)
 		}
-		streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-		st := streams[0]
+		st := e.firstStream("s1")
 		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
 		var rewritten, bound int64
 		erased := 0

@@ -215,8 +215,7 @@ func TestEraseRecordsStillInTransit(t *testing.T) {
 			t.Parallel()
 			e, _ := newEnv(t, b, 1, 0)
 			e.write("s1", 6, sim.Faults{}, 1)
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			st := streams[0]
+			st := e.firstStream("s1")
 			e.record(st.ID, 10, 10)
 			e.record(st.ID, st.NextRecord-2, 5) // 3 records not yet written
 			s := e.eraseSettler(nil)
@@ -310,8 +309,7 @@ func erasedTail(t *testing.T, b backend, capBytes int64) (*env, *settle.Settler,
 	e.write("s1", 1, sim.Faults{}, 1)
 	s := e.eraseSettlerCap(nil, capBytes)
 	e.settleOK(s)
-	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-	id := streams[0].ID
+	id := e.firstStream("s1").ID
 	e.record(id, e.lastEntry(id).FirstRecord+1, 3)
 	return e, s, id
 }
@@ -375,8 +373,7 @@ func TestEraseCrashPoints(t *testing.T) {
 				e.write("s1", 6, sim.Faults{}, 1)
 				s := e.eraseSettler(nil)
 				e.settleOK(s)
-				streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-				id := streams[0].ID
+				id := e.firstStream("s1").ID
 				entries, _ := e.db.EntriesOfStream(e.ctx, id)
 				if len(entries) < 2 {
 					t.Fatalf("want two objects, have %d", len(entries))
@@ -414,8 +411,7 @@ func TestEraseWaitsForAQuarantinedStream(t *testing.T) {
 			e.write("s1", 4, sim.Faults{}, 1)
 			s := e.eraseSettler(nil)
 			e.settleOK(s)
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			id := streams[0].ID
+			id := e.firstStream("s1").ID
 			e.record(id, 3, 2)
 			l, err := e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
 			if err != nil {
@@ -620,8 +616,7 @@ func TestErasureNotAppliedWhileABucketKeepsDeletedBytes(t *testing.T) {
 			e.write("s1", 4, sim.Faults{}, 1)
 			s := e.eraseSettler(nil)
 			e.settleOK(s)
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			id := streams[0].ID
+			id := e.firstStream("s1").ID
 			e.record(id, 3, 2)
 			e.record(id, 7, 1)
 			var asked atomic.Int64

@@ -227,8 +227,7 @@ func TestLateDeleteAfterNewErasure(t *testing.T) {
 			e, _ := newEnv(t, b, 1, 0)
 			e.write("s1", 8, sim.Faults{}, 1)
 			e.settleOK(e.settler(nil))
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			id := streams[0].ID
+			id := e.firstStream("s1").ID
 			first := e.lastEntry(id)
 			e.record(id, first.FirstRecord+1, 1)
 			hits := 0

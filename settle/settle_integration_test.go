@@ -131,6 +131,17 @@ func (e *env) topology() *objstore.Topology {
 	return e.topologyOver(e.store)
 }
 
+// firstStream is the first stream of star (in ID order): the stream of a
+// one-stream env.
+func (e *env) firstStream(star string) catalog.Stream {
+	e.t.Helper()
+	streams, err := e.db.StreamsOfStar(e.ctx, star)
+	if err != nil || len(streams) == 0 {
+		e.t.Fatalf("streams of %s: %v %v", star, streams, err)
+	}
+	return streams[0]
+}
+
 // topologyOver is the env's topology over store (a wrapper of e.store that
 // counts what the settle step asks of it).
 func (e *env) topologyOver(store objstore.Store) *objstore.Topology {
@@ -509,8 +520,7 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 
 			// A stale intent (a key no settle can publish again) whose
 			// upload was not recorded either.
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			st := streams[0]
+			st := e.firstStream("s1")
 			stale := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 1<<40, 0)
 			l, err := e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
 			if err != nil {
@@ -556,8 +566,7 @@ func TestRetentionGapBehindTheTail(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.write("s1", 6, sim.Faults{}, 2) // absorbed three flights to a ref
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-			st := streams[0]
+			st := e.firstStream("s1")
 			if _, err := e.db.LastEntry(e.ctx, st.ID); err != nil {
 				t.Fatalf("no standing tail: %v", err)
 			}

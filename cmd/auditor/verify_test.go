@@ -146,19 +146,7 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 		runs.WriteString(stdout)
 	}
 	cycle()
-	streams, err := db.StreamsOfStar(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s catalog.Stream
-	for _, x := range streams {
-		if x.SettledThrough > s.SettledThrough {
-			s = x
-		}
-	}
-	if s.SettledThrough < 10 {
-		t.Fatalf("streams %+v: none settled 10 records", streams)
-	}
+	s := mostSettled(t, db, "s1", 10)
 	id := s.ID.String()
 	if code, out, errs := runCLI(t, append([]string{"erase", "--stream", id, "--from", "2", "--count", "3"}, common...)...); code != 0 {
 		t.Fatalf("erase: %d %q %q", code, out, errs)
@@ -209,4 +197,24 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 	if err != nil || rep.OK() || rep.Wrong != 2 || !strings.Contains(fmt.Sprint(rep.Findings), "still holds its bytes") {
 		t.Fatalf("check of an applied erasure holding bytes: %v wrong %d %+v", err, rep.Wrong, rep.Findings)
 	}
+}
+
+// mostSettled is the stream of star that has settled the most records,
+// which must be at least least.
+func mostSettled(t *testing.T, db *catalog.DB, star string, least int64) catalog.Stream {
+	t.Helper()
+	streams, err := db.StreamsOfStar(context.Background(), star)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s catalog.Stream
+	for _, x := range streams {
+		if x.SettledThrough > s.SettledThrough {
+			s = x
+		}
+	}
+	if s.SettledThrough < least {
+		t.Fatalf("streams %+v: none settled %d records", streams, least)
+	}
+	return s
 }

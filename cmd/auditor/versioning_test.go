@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore/s3store"
@@ -63,19 +62,7 @@ func TestRunOnceHoldsErasuresOnAVersionedBucket(t *testing.T) {
 		runs.Write(out)
 	}
 	cycle()
-	streams, err := db.StreamsOfStar(ctx, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s catalog.Stream
-	for _, x := range streams {
-		if x.SettledThrough > s.SettledThrough {
-			s = x
-		}
-	}
-	if s.SettledThrough < 6 {
-		t.Fatalf("streams %+v: none settled 6 records", streams)
-	}
+	s := mostSettled(t, db, "s1", 6)
 	if _, err := db.RecordErasure(ctx, s.ID, 2, 3); err != nil {
 		t.Fatal(err)
 	}
