@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/cmd/internal/wire"
+	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 )
 
@@ -16,14 +18,12 @@ import (
 // the configured store (--fs-root or S3, the storage keys of
 // config.example.yaml): the standard bucket first, then the express set.
 func cmdInspect(ctx context.Context, e env, args []string) int {
-	key, rest, fetch := inspectKeyOnly(args)
+	fs, asJSON, records := inspectKeyFlags(e)
+	key, fetch := inspectKeyForm(fs, args)
 	if !fetch {
 		return runInspect(args, e.stdout, e.stderr)
 	}
-	fs := newFlags(e, "inspect")
-	asJSON := fs.Bool("json", false, "print one JSON document instead of the human summary")
-	records := fs.Bool("records", false, "add every record's details")
-	cfg, err := fs.Load(rest)
+	cfg, err := fs.Load(args)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -50,46 +50,27 @@ func cmdInspect(ctx context.Context, e env, args []string) int {
 		e.stdout, e.stderr)
 }
 
-// inspectKeyOnly reports whether args name --key and no FILE (every other
-// argument being a flag, with its value unless it is a boolean), returning
-// the key and the rest.
-func inspectKeyOnly(args []string) (key string, rest []string, ok bool) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		switch {
-		case a == "--" || len(a) < 2 || a[0] != '-':
-			return "", nil, false // a FILE: the file form
-		case name == "key" && hasValue:
-			key = value
-		case name == "key":
-			if i+1 >= len(args) {
-				return "", nil, false
-			}
-			key = args[i+1]
-			i++
-		default:
-			rest = append(rest, a)
-			if !hasValue && !inspectBoolFlag(name) && i+1 < len(args) {
-				rest = append(rest, args[i+1])
-				i++
-			}
-		}
-	}
-	return key, rest, key != ""
+// inspectKeyFlags are the key form's flags: --json, --records, --key, and
+// the configuration keys.
+func inspectKeyFlags(e env) (fs *cli.Flags, asJSON, records *bool) {
+	fs = newFlags(e, "inspect")
+	asJSON = fs.Bool("json", false, "print one JSON document instead of the human summary")
+	records = fs.Bool("records", false, "add every record's details")
+	fs.String("key", "", "the object's key: fetched from the configured store")
+	return fs, asJSON, records
 }
 
-// inspectBoolFlag reports whether the flag name of `inspect --key` takes
-// no separate value: its own booleans and the boolean configuration keys.
-func inspectBoolFlag(name string) bool {
-	switch name {
-	case "json", "records", "h", "help":
-		return true
+// inspectKeyForm tells the key form (--key and no FILE) from the file form
+// by parsing args with the key form's flags, the configuration keys
+// among them, through the one parser: help, a FILE, no --key, or a flag
+// only the file form knows (with no --key) is the file form's, which
+// runInspect parses and checks. It returns the key of the key form.
+func inspectKeyForm(fs *cli.Flags, args []string) (key string, fetch bool) {
+	files, err := cli.ParseInterspersed(fs.FlagSet, args)
+	key = fs.Lookup("key").Value.String()
+	switch {
+	case errors.Is(err, flag.ErrHelp), len(files) > 0, key == "":
+		return "", false
 	}
-	for _, k := range config.Keys() {
-		if k.Name == name {
-			return k.Bool
-		}
-	}
-	return false
+	return key, true // a parse error is reported by Load, as the key form's
 }

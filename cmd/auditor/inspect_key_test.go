@@ -1,33 +1,35 @@
 package main
 
 import (
-	"slices"
+	"io"
 	"testing"
 )
 
-// TestInspectKeyOnly: the key form is told from the file form whatever the
+// TestInspectKeyForm: the key form is told from the file form whatever the
 // flags around --key, a boolean configuration key taking no value.
-func TestInspectKeyOnly(t *testing.T) {
+func TestInspectKeyForm(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		key  string
-		rest []string
 		ok   bool
 	}{
-		{[]string{"--key", "k"}, "k", nil, true},
-		{[]string{"--key=k", "--json"}, "k", []string{"--json"}, true},
-		{[]string{"-key=k"}, "k", nil, true},
-		{[]string{"--s3-path-style", "--key", "k"}, "k", []string{"--s3-path-style"}, true},
-		{[]string{"--bucket", "b", "--key", "k", "--records"}, "k", []string{"--bucket", "b", "--records"}, true},
-		{[]string{"--bucket=b", "--key", "k"}, "k", []string{"--bucket=b"}, true},
-		{[]string{"file.bin", "--key", "k"}, "", nil, false},
-		{[]string{"--key", "k", "file.bin"}, "", nil, false},
-		{[]string{"--json", "file.bin"}, "", nil, false},
-		{[]string{"--key"}, "", nil, false},
+		{[]string{"--key", "k"}, "k", true},
+		{[]string{"--key=k", "--json"}, "k", true},
+		{[]string{"-key=k"}, "k", true},
+		{[]string{"--s3-path-style", "--key", "k"}, "k", true},
+		{[]string{"--bucket", "b", "--key", "k", "--records"}, "k", true},
+		{[]string{"--bucket=b", "--key", "k"}, "k", true},
+		{[]string{"file.bin", "--key", "k"}, "", false},
+		{[]string{"--key", "k", "file.bin"}, "", false},
+		{[]string{"--json", "file.bin"}, "", false},
+		{[]string{"--settled", "file.bin"}, "", false},
+		{[]string{"--key"}, "", false},
+		{[]string{"-h"}, "", false},
 	} {
-		key, rest, ok := inspectKeyOnly(c.args)
-		if ok != c.ok || (ok && (key != c.key || !slices.Equal(rest, c.rest))) {
-			t.Errorf("inspectKeyOnly(%q) = %q, %q, %v; want %q, %q, %v", c.args, key, rest, ok, c.key, c.rest, c.ok)
+		fs, _, _ := inspectKeyFlags(env{stdout: io.Discard, getenv: func(string) string { return "" }})
+		key, ok := inspectKeyForm(fs, c.args)
+		if ok != c.ok || key != c.key {
+			t.Errorf("inspectKeyForm(%q) = %q, %v; want %q, %v", c.args, key, ok, c.key, c.ok)
 		}
 	}
 }
