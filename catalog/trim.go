@@ -520,7 +520,8 @@ func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, c
 	var out map[int64]KeyVerdict
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var err error
-		out, err = classify(ctx, tx, f.Star, grace, cands, true)
+		var unreachable map[int64]bool
+		out, unreachable, err = classify(ctx, tx, f.Star, grace, cands, true)
 		if err != nil {
 			return err
 		}
@@ -528,6 +529,7 @@ func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, c
 		var streams []StreamID
 		var epochs, firsts []int64
 		var revs []int32
+		var gone []bool
 		for _, c := range cands {
 			switch out[c.ID] {
 			case KeyReferenced:
@@ -536,6 +538,7 @@ func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, c
 				dead = append(dead, c.ID)
 				streams, epochs = append(streams, c.Coords.Stream), append(epochs, c.Coords.Epoch)
 				firsts, revs = append(firsts, c.Coords.FirstRecord), append(revs, c.Coords.Revision)
+				gone = append(gone, unreachable[c.ID])
 			}
 		}
 		if len(drop) > 0 {
@@ -556,22 +559,19 @@ func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, c
 		// settled_through nor that absence ever changes back) needs no
 		// high-water: its row goes, so the table follows the catalog
 		// through retention instead of history. Every other base is raised
-		// to the key's revision.
-		if _, err := tx.Exec(ctx, `WITH d AS (SELECT stream_id, epoch, first_record, max(rev) AS rev
-				FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[]) AS d(stream_id, epoch, first_record, rev) GROUP BY 1, 2, 3),
-			unreachable AS (SELECT d.* FROM d JOIN nova.streams s USING (stream_id)
-				WHERE d.epoch = s.epoch AND d.first_record < s.settled_through
-				  AND NOT EXISTS (SELECT 1 FROM nova.catalog c
-					WHERE c.stream_id = d.stream_id AND c.epoch = d.epoch AND c.first_record = d.first_record)),
-			pruned AS (DELETE FROM nova.auditor_key_revisions k USING unreachable u
-				WHERE k.stream_id = u.stream_id AND k.epoch = u.epoch AND k.first_record = u.first_record)
+		// to the key's revision. classify read which bases are unreachable
+		// with the rows it probed for the verdict, so this statement
+		// touches only auditor_key_revisions.
+		if _, err := tx.Exec(ctx, `WITH d AS (SELECT stream_id, epoch, first_record, max(rev) AS rev, bool_and(gone) AS gone
+				FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[]) AS d(stream_id, epoch, first_record, rev, gone)
+				GROUP BY 1, 2, 3),
+			pruned AS (DELETE FROM nova.auditor_key_revisions k USING d
+				WHERE d.gone AND k.stream_id = d.stream_id AND k.epoch = d.epoch AND k.first_record = d.first_record)
 			INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
-			SELECT stream_id, epoch, first_record, rev FROM d
-			WHERE NOT EXISTS (SELECT 1 FROM unreachable u
-				WHERE u.stream_id = d.stream_id AND u.epoch = d.epoch AND u.first_record = d.first_record)
+			SELECT stream_id, epoch, first_record, rev FROM d WHERE NOT d.gone
 			ORDER BY 1, 2, 3
 			ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = greatest(k.high_revision, EXCLUDED.high_revision)`,
-			streams, epochs, firsts, revs); err != nil {
+			streams, epochs, firsts, revs, gone); err != nil {
 			return fmt.Errorf("bury %d dead keys: %w", len(dead), err)
 		}
 		return nil
@@ -584,16 +584,20 @@ func (db *DB) PreviewReaps(ctx context.Context, star string, grace time.Duration
 	var out map[int64]KeyVerdict
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		out, err = classify(ctx, tx, star, grace, cands, false)
+		out, _, err = classify(ctx, tx, star, grace, cands, false)
 		return err
 	})
 	return out, err
 }
 
-func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, cands []ReapCandidate, lock bool) (map[int64]KeyVerdict, error) {
+// classify returns each candidate's verdict and whether its key's base
+// is unreachable: below its stream's settled_through (of its epoch) with
+// no catalog entry, so no plan can target it again (ClassifyReaps).
+func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, cands []ReapCandidate, lock bool) (map[int64]KeyVerdict, map[int64]bool, error) {
 	out := make(map[int64]KeyVerdict, len(cands))
+	unreachable := make(map[int64]bool, len(cands))
 	if len(cands) == 0 {
-		return out, nil
+		return out, unreachable, nil
 	}
 	var (
 		ids            = make([]int64, len(cands))
@@ -629,9 +633,7 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 			WHERE o.star = $1 AND o.object_key = k.key
 			  AND (o.kind = 'reap' AND o.reap_after <= now() OR o.kind = 'publish' AND o.created_at <= now() - $9::interval)`+lockClause+`)
 		SELECT k.id,
-			EXISTS (SELECT 1 FROM nova.catalog c JOIN nova.streams s USING (stream_id)
-				WHERE c.stream_id = k.stream_id AND c.epoch = k.epoch AND c.first_record = k.first
-				  AND c.revision = k.rev AND s.bucket = k.bucket),
+			coalesce(b.revision = k.rev AND b.bucket = k.bucket, false),
 			EXISTS (SELECT 1 FROM nova.orphan_intents p WHERE p.kind = 'publish' AND p.object_key = k.key AND p.id <> k.id),
 			due.kind = 'publish' AND EXISTS (SELECT 1 FROM nova.streams s WHERE s.stream_id = k.stream_id AND s.bucket = k.bucket
 				AND (k.epoch > s.epoch OR k.epoch = s.epoch AND (k.first >= s.settled_through
@@ -641,20 +643,28 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 							OR EXISTS (SELECT 1 FROM nova.erasures er WHERE er.stream_id = c.stream_id AND er.applied_at IS NULL
 								AND er.first_record < c.first_record + c.record_count
 								AND er.first_record + er.record_count > c.first_record))))))
-		FROM k JOIN due ON due.id = k.id`,
+			,
+			coalesce(b.epoch = k.epoch AND k.first < b.settled_through AND b.revision IS NULL, false)
+		FROM k JOIN due ON due.id = k.id
+		-- the key's stream row and its base's catalog entry, probed once
+		-- per key (OFFSET 0 keeps the lookup per key, never a scan)
+		LEFT JOIN LATERAL (SELECT s.bucket, s.epoch, s.settled_through, c.revision FROM nova.streams s
+			LEFT JOIN nova.catalog c ON c.stream_id = s.stream_id AND c.epoch = k.epoch AND c.first_record = k.first
+			WHERE s.stream_id = k.stream_id OFFSET 0) b ON true`,
 		star, ids, keys, buckets, streams, epochs, firsts, revs, grace)
 	if err != nil {
-		return nil, fmt.Errorf("classify %d reap candidates of star %q: %w", len(cands), star, err)
+		return nil, nil, fmt.Errorf("classify %d reap candidates of star %q: %w", len(cands), star, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			id                                  int64
-			referenced, publishing, publishable bool
+			id                                        int64
+			referenced, publishing, publishable, gone bool
 		)
-		if err := rows.Scan(&id, &referenced, &publishing, &publishable); err != nil {
-			return nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
+		if err := rows.Scan(&id, &referenced, &publishing, &publishable, &gone); err != nil {
+			return nil, nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
 		}
+		unreachable[id] = gone
 		switch {
 		case referenced:
 			out[id] = KeyReferenced
@@ -667,9 +677,9 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
+		return nil, nil, fmt.Errorf("classify reap candidates of star %q: %w", star, err)
 	}
-	return out, nil
+	return out, unreachable, nil
 }
 
 // FinishReaps deletes intents whose object reap (or upload abort) is done.
