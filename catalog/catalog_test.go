@@ -206,3 +206,23 @@ func TestStreamIDIsAUUID(t *testing.T) {
 		t.Fatalf("admin requests: %+v, %v", reqs, err)
 	}
 }
+
+// TestPoolSizeFromTheURL: both ways of opening the pool give it
+// DefaultMaxConns unless the URL sets pool_max_conns, which wins (serve
+// opened its pool lazily at a fixed 16 and ignored the URL).
+func TestPoolSizeFromTheURL(t *testing.T) {
+	const base = "postgres://nobody@127.0.0.1:1/none?sslmode=disable"
+	for _, c := range []struct {
+		url  string
+		want int32
+	}{{base, catalog.DefaultMaxConns}, {base + "&pool_max_conns=7", 7}} {
+		db, err := catalog.OpenLazy(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := db.PoolStats().Max; got != c.want {
+			t.Errorf("OpenLazy(%s): pool of %d, want %d", c.url, got, c.want)
+		}
+		db.Close()
+	}
+}

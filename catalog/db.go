@@ -25,6 +25,30 @@ type DB struct {
 	pool *pgxpool.Pool
 }
 
+// DefaultMaxConns is the pool's size unless the URL sets pool_max_conns:
+// enough for the default settle concurrency (16 streams, each one
+// transaction at a time) beside the connections the daemon holds for
+// itself (ReservedConns).
+const DefaultMaxConns = 32
+
+// ReservedConns are the pool connections the daemon uses beside settle's
+// workers: the admin listener (held for as long as it listens), the lease
+// renewal, the gauge refresh and one admin request or status read. A pool
+// smaller than the settle concurrency plus these makes workers and the
+// lease renewal queue for connections (auditor doctor warns).
+const ReservedConns = 4
+
+// setPoolDefaults applies the pool settings the URL leaves unset (the
+// URL's pool_max_conns and connect_timeout win).
+func setPoolDefaults(cfg *pgxpool.Config, url string) {
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if !strings.Contains(url, "connect_timeout") {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+}
+
 // ErrUnreachable wraps a failure to reach the database at start-up.
 var ErrUnreachable = errors.New("database unreachable")
 
@@ -35,13 +59,7 @@ func Open(ctx context.Context, url string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
 	}
-	if !strings.Contains(url, "pool_max_conns") {
-		// enough for the default settle concurrency (16 streams, each one
-		// transaction at a time) beside the lease, the listener and the
-		// gauge refresh; a URL's pool_max_conns wins
-		cfg.MaxConns = 32
-	}
-	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	setPoolDefaults(cfg, url)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrUnreachable, scrub(err.Error(), url))
@@ -64,8 +82,7 @@ func OpenLazy(url string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
 	}
-	cfg.MaxConns = 16
-	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	setPoolDefaults(cfg, url)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database pool: %s", scrub(err.Error(), url))

@@ -25,6 +25,8 @@ type Metrics struct {
 	LeaseLosses       prometheus.Counter
 	Halted            prometheus.Gauge
 	Paused            prometheus.Gauge
+	// StartCheckWarnings: serve's start-up checks that warned (scope, check).
+	StartCheckWarnings *prometheus.GaugeVec
 
 	Cycles          *prometheus.CounterVec // trigger, outcome
 	CyclesSkipped   prometheus.Counter
@@ -90,13 +92,14 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		BuildInfo:         gv("build_info", "Always 1; the labels name the build.", "version", "go_version"),
-		Leader:            g("leader", "1 while this instance holds the star's lease, 0 on standby."),
-		LeaseToken:        g("lease_token", "Fencing token of the lease this instance holds (0 on standby)."),
-		LeaseAcquisitions: c("lease_acquisitions_total", "Leases this instance acquired."),
-		LeaseLosses:       c("lease_losses_total", "Leases this instance lost without releasing them."),
-		Halted:            g("halted", "1 while the star is halted on a broken invariant (auditor status shows why)."),
-		Paused:            g("paused", "1 while an operator has paused the star."),
+		BuildInfo:          gv("build_info", "Always 1; the labels name the build.", "version", "go_version"),
+		Leader:             g("leader", "1 while this instance holds the star's lease, 0 on standby."),
+		LeaseToken:         g("lease_token", "Fencing token of the lease this instance holds (0 on standby)."),
+		LeaseAcquisitions:  c("lease_acquisitions_total", "Leases this instance acquired."),
+		LeaseLosses:        c("lease_losses_total", "Leases this instance lost without releasing them."),
+		Halted:             g("halted", "1 while the star is halted on a broken invariant (auditor status shows why)."),
+		Paused:             g("paused", "1 while an operator has paused the star."),
+		StartCheckWarnings: gv("start_check_warning", "1 for each check of serve's start-up checks (auditor doctor's) that warned, by scope (postgres or the bucket) and check.", "scope", "check"),
 
 		Cycles:        cv("cycles_total", "Cycles run, by trigger and outcome.", "trigger", "outcome"),
 		CyclesSkipped: c("cycles_skipped_total", "Scheduled cycles skipped because one was still running."),
@@ -150,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}
 	var errs []error
 	for _, col := range []prometheus.Collector{m.BuildInfo, m.Leader, m.LeaseToken, m.LeaseAcquisitions, m.LeaseLosses,
-		m.Halted, m.Paused, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.StepDuration, m.LastSuccess,
+		m.Halted, m.Paused, m.StartCheckWarnings, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.StepDuration, m.LastSuccess,
 		m.AdminRequests, m.PGTransactions, m.StatusRefreshes, m.StatusRefreshed, m.DueStreams, m.SettleLag,
 		m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords, m.Quarantined, m.OpenIntents, m.ReapObjects,
 		m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.TrimLag, m.HeadEpoch, m.HeadSeq,

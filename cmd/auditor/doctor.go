@@ -29,6 +29,9 @@ type doctorReport struct {
 	ProbePrefix string     `json:"probe_prefix"`
 	Checks      []checkRow `json:"checks"`
 	ExitCode    int        `json:"exit_code"`
+	// waiting are the buckets that could not be reached in a way waiting
+	// may cure (a timeout, a 5xx, a lost connection): serve starts anyway.
+	waiting []string
 }
 
 // doctorBucketTimeout bounds one bucket's checks: a store that stalls
@@ -42,29 +45,56 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	buckets, err := wire.Buckets(cfg)
-	if err != nil {
+	if _, err := wire.Buckets(cfg); err != nil {
 		return exitCode(e, cfg, err)
 	}
-	rep := doctorReport{}
-
+	pg := []checkRow{}
 	db, err := openDB(ctx, cfg)
 	if err != nil {
-		rep.Checks = append(rep.Checks, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
+		pg = append(pg, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
 			Seen: cfg.Scrub(err.Error()), Do: "check --database-url, the network and the role's password"})
 	} else {
-		rep.Checks = append(rep.Checks, checkRow{Status: statusOK, Scope: "postgres", Check: "reachable",
-			Seen: config.RedactURL(cfg.DatabaseURL)})
-		for _, r := range checkPostgres(ctx, db, cfg.Star) {
-			r.Seen = cfg.Scrub(r.Seen)
-			rep.Checks = append(rep.Checks, r)
-		}
+		pg = append(pg, postgresChecks(ctx, cfg, db)...)
 		db.Close()
 	}
-
-	store, err := openStore(ctx, cfg)
+	rep, err := runDoctor(ctx, cfg, pg)
 	if err != nil {
 		return exitCode(e, cfg, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return exitCode(e, cfg, fmt.Errorf("write the report: %w", err))
+		}
+		return rep.ExitCode
+	}
+	writeDoctorTable(e.stdout, rep)
+	return rep.ExitCode
+}
+
+// postgresChecks are the rows of a metastore that answered: reachable, then
+// checkPostgres's.
+func postgresChecks(ctx context.Context, cfg config.Config, db doctorMetastore) []checkRow {
+	rows := []checkRow{{Status: statusOK, Scope: "postgres", Check: "reachable", Seen: config.RedactURL(cfg.DatabaseURL)}}
+	for _, r := range checkPostgres(ctx, db, cfg.Star, cfg.SettleConcurrency) {
+		r.Seen = cfg.Scrub(r.Seen)
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// runDoctor checks every bucket of cfg's topology after the metastore's
+// rows pg, and judges the whole (serve runs it at start too). An error is
+// a store that cannot even be built from the configuration.
+func runDoctor(ctx context.Context, cfg config.Config, pg []checkRow) (doctorReport, error) {
+	buckets, err := wire.Buckets(cfg)
+	if err != nil {
+		return doctorReport{}, err
+	}
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return doctorReport{}, err
 	}
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce) // crypto/rand.Read does not fail
@@ -76,8 +106,9 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	if s3, ok := store.(*s3store.Store); ok {
 		d.probeChecksum = s3.ProbeChecksum
 		d.withProbe = func(p objstore.ChecksumProbe) (objstore.Store, error) { return s3.WithProbe(p) }
+		d.clock = s3.ClockSkew
 	}
-	rep.ProbePrefix = cfg.KeyPrefix + d.prefix
+	rep := doctorReport{ProbePrefix: cfg.KeyPrefix + d.prefix, Checks: pg}
 	unreachable := 0
 	for _, b := range buckets {
 		bctx, cancel := context.WithTimeout(ctx, doctorBucketTimeout)
@@ -87,18 +118,12 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 		if br.unreachable {
 			unreachable++
 		}
+		if br.retryable {
+			rep.waiting = append(rep.waiting, b)
+		}
 	}
 	rep.ExitCode = doctorExitCode(rep.Checks, unreachable == len(buckets))
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return exitCode(e, cfg, fmt.Errorf("write the report: %w", err))
-		}
-		return rep.ExitCode
-	}
-	writeDoctorTable(e.stdout, rep)
-	return rep.ExitCode
+	return rep, nil
 }
 
 // doctorExitCode is 5 when the store could not be reached at all, 3 when a

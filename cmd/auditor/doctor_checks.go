@@ -45,11 +45,13 @@ type doctorMetastore interface {
 	StarExists(ctx context.Context, star string) (bool, error)
 	CurrentLease(ctx context.Context, star string) (catalog.Lease, bool, error)
 	Now(ctx context.Context) (time.Time, error)
+	PoolStats() catalog.PoolStats
 }
 
 // checkPostgres checks a metastore that answered: its schema against the
-// binary, the star, and who holds the star's lease.
-func checkPostgres(ctx context.Context, db doctorMetastore, star string) []checkRow {
+// binary, the star, who holds the star's lease, its clock against ours,
+// and its pool against the settle concurrency.
+func checkPostgres(ctx context.Context, db doctorMetastore, star string, settleConcurrency int64) []checkRow {
 	row := func(status, check, seen, do string) checkRow {
 		return checkRow{Status: status, Scope: "postgres", Check: check, Seen: seen, Do: do}
 	}
@@ -75,8 +77,66 @@ func checkPostgres(ctx context.Context, db doctorMetastore, star string) []check
 		return rows
 	}
 	rows = append(rows, row(statusOK, "star", fmt.Sprintf("%q exists", star), ""))
-	rows = append(rows, leaseRow(ctx, db, star))
+	rows = append(rows, leaseRow(ctx, db, star), databaseClockRow(ctx, db), poolRow(db.PoolStats().Max, settleConcurrency))
 	return rows
+}
+
+// Clock skew bounds. The Date header S3 answers with is to the second, so
+// skew within clockSkewWarn is noise. SigV4 refuses requests beyond 15
+// minutes of skew and S3 Express session credentials live 5 minutes:
+// clockSkewFail stays well inside both.
+const (
+	clockSkewWarn = 30 * time.Second
+	clockSkewFail = 5 * time.Minute
+)
+
+// databaseClockRow compares the database's clock with this host's. Leases,
+// fences and graces go by the database's clock alone, so skew breaks no
+// rule; it misleads the schedule and what the logs say of ages.
+func databaseClockRow(ctx context.Context, db doctorMetastore) checkRow {
+	r := checkRow{Status: statusOK, Scope: "postgres", Check: "clock skew"}
+	before := time.Now()
+	now, err := db.Now(ctx)
+	after := time.Now()
+	if err != nil {
+		r.Status, r.Seen, r.Do = statusFail, err.Error(), "check the database answers"
+		return r
+	}
+	skew := now.Sub(before.Add(after.Sub(before) / 2))
+	r.Seen = skewText("the database's", skew, time.Millisecond)
+	if skew.Abs() > clockSkewWarn {
+		r.Status, r.Do = statusWarn, "synchronise both clocks (NTP): leases go by the database's, the schedule and logs by this host's"
+	}
+	return r
+}
+
+// skewText says how far whose clock is off this host's, to unit.
+func skewText(whose string, skew, unit time.Duration) string {
+	d := skew.Round(unit)
+	switch {
+	case d == 0:
+		return fmt.Sprintf("%s clock agrees with this host's (to %s)", whose, unit)
+	case d < 0:
+		return fmt.Sprintf("%s clock is %s behind this host's", whose, -d)
+	}
+	return fmt.Sprintf("%s clock is %s ahead of this host's", whose, d)
+}
+
+// poolRow judges the pool's size against the settle concurrency: each
+// settle worker holds one connection at a time, beside the daemon's own
+// (catalog.ReservedConns). Short of those, workers and the lease renewal
+// queue for connections; with no more than the reserve, settle has none.
+func poolRow(max int32, settleConcurrency int64) checkRow {
+	r := checkRow{Status: statusOK, Scope: "postgres", Check: "pool size"}
+	need := settleConcurrency + catalog.ReservedConns
+	r.Seen = fmt.Sprintf("pool_max_conns %d for --settle-concurrency %d and %d of the daemon's own", max, settleConcurrency, catalog.ReservedConns)
+	switch {
+	case int64(max) <= catalog.ReservedConns:
+		r.Status, r.Do = statusFail, fmt.Sprintf("raise pool_max_conns in --database-url to %d or more (or leave it out: %d)", need, catalog.DefaultMaxConns)
+	case int64(max) < need:
+		r.Status, r.Do = statusWarn, fmt.Sprintf("raise pool_max_conns in --database-url to %d, or lower --settle-concurrency to %d", need, int64(max)-catalog.ReservedConns)
+	}
+	return r
 }
 
 // leaseRow says who holds the star's lease and for how long still (by the
@@ -125,6 +185,9 @@ type bucketDoctor struct {
 	// withProbe returns the store configured for a probe's answer, as
 	// serve configures it before it assembles anything (nil: store as is).
 	withProbe func(objstore.ChecksumProbe) (objstore.Store, error)
+	// clock reads the server's clock skew off a HEAD of a key (nil: the
+	// store has no clock of its own).
+	clock func(ctx context.Context, bucket, key string) (time.Duration, error)
 	// prefix is where the probe writes ("doctor/<random>/"); keyPrefixes
 	// are the full key prefixes the auditor writes under (what an expiry
 	// rule must not reach).
@@ -139,10 +202,12 @@ var copyLen = objstore.DefaultLimits.CopyMin
 
 // bucketReport is one bucket's checks; unreachable says its first write
 // failed for another reason than a missing bucket (credentials, access,
-// transport), so nothing else of it was checked.
+// transport), so nothing else of it was checked; retryable says that
+// failure is one waiting may cure (a timeout, a 5xx, a lost connection).
 type bucketReport struct {
 	rows        []checkRow
 	unreachable bool
+	retryable   bool
 }
 
 // bucketRun is one bucket's checks in progress: rows so far, the duration
@@ -153,8 +218,9 @@ type bucketRun struct {
 	rows    []checkRow
 	took    map[string][]time.Duration
 	written []string
-	// missingBucket: the first write found no bucket (the store answered).
-	missingBucket bool
+	// missingBucket: the first write found no bucket (the store answered);
+	// retryable: it failed in a way waiting may cure.
+	missingBucket, retryable bool
 	// assembler is the store as serve would assemble with it: configured
 	// by the checksum probe.
 	assembler objstore.Store
@@ -179,8 +245,9 @@ func (d *bucketDoctor) check(ctx context.Context, bucket string) bucketReport {
 	src := d.prefix + "src"
 	body := probeBody(copyLen + 16)
 	if !r.credentials(ctx, src, body) {
-		return bucketReport{rows: r.rows, unreachable: !r.missingBucket}
+		return bucketReport{rows: r.rows, unreachable: !r.missingBucket, retryable: r.retryable}
 	}
+	r.clockSkew(ctx, src)
 	r.conditionalCreate(ctx, src, body)
 	r.rangedGet(ctx, src, body)
 	r.deleteAbsent(ctx)
@@ -228,12 +295,38 @@ func (r *bucketRun) credentials(ctx context.Context, src string, body []byte) bo
 		r.add(statusFail, "credentials", "the bucket does not exist", "create the bucket (deploy/README.md, Bucket setup), or fix --bucket / --s3-express-buckets")
 		return false
 	case err != nil:
+		r.retryable = objstore.IsRetryable(err)
 		r.add(statusFail, "credentials", fmt.Sprintf("write and read of a probe object failed: %v", err),
 			"check the endpoint, the credentials (AWS SDK chain) and that they may put, get and delete objects in the bucket")
 		return false
 	}
 	r.add(statusOK, "credentials", fmt.Sprintf("wrote and read back a %d-byte probe object", len(body)), "")
 	return true
+}
+
+// clockSkew compares the server's clock with this host's, off a HEAD of
+// the probe source.
+func (r *bucketRun) clockSkew(ctx context.Context, src string) {
+	const check = "clock skew"
+	if r.d.clock == nil {
+		r.add(statusOK, check, "the store is local: no clock of its own", "")
+		return
+	}
+	var skew time.Duration
+	err := r.timed("head", func() (err error) { skew, err = r.d.clock(ctx, r.bucket, src); return })
+	if err != nil {
+		r.add(statusWarn, check, fmt.Sprintf("could not be read: %v", err), "make sure the server sends a Date header, and that this host's clock is synchronised (NTP)")
+		return
+	}
+	seen := skewText("the server's", skew, time.Second)
+	switch {
+	case skew.Abs() > clockSkewFail:
+		r.add(statusFail, check, seen, "synchronise the clocks (NTP): S3 refuses signatures beyond 15 minutes of skew, and S3 Express sessions last 5")
+	case skew.Abs() > clockSkewWarn:
+		r.add(statusWarn, check, seen, "synchronise the clocks (NTP) before the skew reaches 5 minutes")
+	default:
+		r.add(statusOK, check, seen, "")
+	}
 }
 
 // conditionalCreate puts the probe source again: create-once must refuse

@@ -73,7 +73,7 @@ func goodRules(bucket string) (objstore.BucketRules, error) {
 // testKeyPrefixes are the key prefixes the auditor of star s1 writes under.
 var _, testKeyPrefixes = checkedBuckets(config.Config{Star: "s1"})
 
-var doctorBucketChecks = []string{"credentials", "conditional create", "ranged GET", "delete absent key",
+var doctorBucketChecks = []string{"credentials", "clock skew", "conditional create", "ranged GET", "delete absent key",
 	"verification mode", "ranged copy", "versioning, Object Lock", "no expiry", "abort incomplete multipart", "default encryption",
 	"probe removed", "median latency"}
 
@@ -150,6 +150,7 @@ func TestDoctorBucketChecksSeenFailing(t *testing.T) {
 		fault       func(f *faultStore)
 		rules       rulesFunc
 		probe       func(context.Context, string) (objstore.ChecksumProbe, error)
+		clock       func(context.Context, string, string) (time.Duration, error)
 		check       string
 		status      string
 		seen        string
@@ -162,6 +163,14 @@ func TestDoctorBucketChecksSeenFailing(t *testing.T) {
 		{name: "missing bucket", check: "credentials", status: statusFail, seen: "does not exist",
 			fault: func(f *faultStore) {
 				f.put = func(context.Context, string, string, []byte) error { return objstore.ErrBucketNotFound }
+			}},
+		{name: "clock skew beyond the limit", check: "clock skew", status: statusFail, seen: "6m0s behind",
+			clock: func(context.Context, string, string) (time.Duration, error) { return -6 * time.Minute, nil }},
+		{name: "clock skew", check: "clock skew", status: statusWarn, seen: "1m0s ahead of",
+			clock: func(context.Context, string, string) (time.Duration, error) { return time.Minute, nil }},
+		{name: "no server clock", check: "clock skew", status: statusWarn, seen: "no Date header",
+			clock: func(context.Context, string, string) (time.Duration, error) {
+				return 0, errors.New("the answer carried no Date header")
 			}},
 		{name: "conditional create", check: "conditional create", status: statusFail, seen: "succeeded",
 			fault: func(f *faultStore) {
@@ -273,6 +282,7 @@ func TestDoctorBucketChecksSeenFailing(t *testing.T) {
 			if c.probe != nil {
 				d.probeChecksum = c.probe
 			}
+			d.clock = c.clock
 			rep := d.check(context.Background(), b.Std)
 			r := rowOf(t, rep.rows, c.check)
 			if r.Status != c.status || !strings.Contains(r.Seen, c.seen) || r.Do == "" || rep.unreachable != c.unreachable {
@@ -303,7 +313,7 @@ func TestDoctorPostgresChecks(t *testing.T) {
 	ctx := context.Background()
 	check := func(m doctorMetastore, star string, want map[string]string) {
 		t.Helper()
-		rows := checkPostgres(ctx, m, star)
+		rows := checkPostgres(ctx, m, star, 16)
 		if len(rows) != len(want) {
 			t.Fatalf("rows %+v, want %v", rows, want)
 		}
@@ -313,14 +323,56 @@ func TestDoctorPostgresChecks(t *testing.T) {
 			}
 		}
 	}
-	check(db, "s1", map[string]string{"schema version": "ok: the binary's", "star": `ok: "s1" exists`, "lease": "ok: never held"})
+	fine := map[string]string{"clock skew": "ok: the database's clock", "pool size": "ok: pool_max_conns 32 for --settle-concurrency 16"}
+	with := func(m map[string]string) map[string]string {
+		for k, v := range fine {
+			if _, set := m[k]; !set {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	check(db, "s1", with(map[string]string{"schema version": "ok: the binary's", "star": `ok: "s1" exists`, "lease": "ok: never held"}))
 	check(db, "nope", map[string]string{"schema version": "ok: the binary's", "star": `fail: no star "nope"`})
-	check(behindSchema{db}, "s1", map[string]string{"schema version": fmt.Sprintf("fail: binary needs %d", migrations.Latest()),
-		"star": "ok: exists", "lease": "ok: never held"})
+	check(behindSchema{db}, "s1", with(map[string]string{"schema version": fmt.Sprintf("fail: binary needs %d", migrations.Latest()),
+		"star": "ok: exists", "lease": "ok: never held"}))
 	if _, err := db.AcquireLease(ctx, "s1", "host-a", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	check(db, "s1", map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a (token 1), expires in"})
+	check(db, "s1", with(map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a (token 1), expires in"}))
+	check(skewedDB{db, 2 * time.Minute}, "s1", with(map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a",
+		"clock skew": "warn: the database's clock is 2m0s ahead of this host's"}))
+}
+
+// skewedDB is the real metastore with its clock moved by skew.
+type skewedDB struct {
+	*catalog.DB
+	skew time.Duration
+}
+
+func (s skewedDB) Now(ctx context.Context) (time.Time, error) {
+	t, err := s.DB.Now(ctx)
+	return t.Add(s.skew), err
+}
+
+// TestDoctorPoolSize: the pool against the settle concurrency and the
+// daemon's own connections (catalog.ReservedConns).
+func TestDoctorPoolSize(t *testing.T) {
+	for _, c := range []struct {
+		max         int32
+		concurrency int64
+		status, do  string
+	}{
+		{catalog.DefaultMaxConns, 16, statusOK, ""},
+		{20, 16, statusOK, ""},
+		{19, 16, statusWarn, "raise pool_max_conns in --database-url to 20, or lower --settle-concurrency to 15"},
+		{catalog.ReservedConns, 1, statusFail, "raise pool_max_conns in --database-url to 5 or more"},
+	} {
+		r := poolRow(c.max, c.concurrency)
+		if r.Status != c.status || !strings.HasPrefix(r.Do, c.do) {
+			t.Errorf("pool %d, concurrency %d: %+v, want %s %q", c.max, c.concurrency, r, c.status, c.do)
+		}
+	}
 }
 
 func TestDoctorExitCodes(t *testing.T) {
@@ -397,9 +449,12 @@ func TestDoctorAgainstVersitygw(t *testing.T) {
 		if r := rowOf(t, rows, "ranged copy"); !strings.Contains(r.Seen, "copied server side") || !strings.Contains(r.Seen, "read-back") {
 			t.Errorf("%s: %+v", bucket, r)
 		}
+		if r := rowOf(t, rows, "clock skew"); !strings.Contains(r.Seen, "the server's clock agrees with this host's") {
+			t.Errorf("%s: %+v: versitygw runs on this host's clock", bucket, r)
+		}
 		noProbeLeft(t, b.Store, bucket)
 	}
-	for _, c := range []string{"reachable", "schema version", "star", "lease"} {
+	for _, c := range []string{"reachable", "schema version", "star", "lease", "clock skew", "pool size"} {
 		if r := rowOf(t, rowsOf(rep.Checks, "postgres"), c); r.Status != statusOK {
 			t.Errorf("postgres: %+v", r)
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -90,6 +92,14 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	if err := starReg.Register(daemon.NewPoolCollector(db.PoolStats)); err != nil {
 		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
 	}
+	if cfg.StartChecks {
+		if code, err := startChecks(ctx, cfg, db, log, m); err != nil || code != exitOK {
+			if err != nil {
+				return exitCode(e, cfg, err)
+			}
+			return code
+		}
+	}
 	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, starReg, false)
 	if err != nil {
 		return exitCode(e, cfg, err)
@@ -154,4 +164,52 @@ func firstSchemaCheck(ctx context.Context, db interface{ CheckSchema(context.Con
 		return fmt.Errorf("%w: %w", catalog.ErrRefused, err)
 	}
 	return nil
+}
+
+// startChecks runs auditor doctor's checks before serve takes any work
+// (--start-checks): each row is logged; a warning is exported as
+// nova_auditor_start_check_warning; a failure refuses to start (exit 3),
+// with the table in the log. What waiting may cure does not keep serve
+// down: a database that does not answer (the daemon waits for it, not
+// ready meanwhile) and a bucket that times out or answers 5xx (its cycles
+// retry, an express zone is held off) only warn. A wrong answer (a PUT
+// that overwrites, a ranged copy of other bytes, versioning, an expiry
+// rule, refused credentials, a missing star) fails. The error is a store
+// that cannot be built from the configuration.
+func startChecks(ctx context.Context, cfg config.Config, db doctorMetastore, log *slog.Logger, m *daemon.Metrics) (int, error) {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := db.Now(pctx)
+	cancel()
+	var pg []checkRow
+	if err != nil {
+		pg = []checkRow{{Status: statusWarn, Scope: "postgres", Check: "reachable", Seen: cfg.Scrub(err.Error()),
+			Do: "serve waits for the database, not ready meanwhile; its other checks were not run"}}
+	} else {
+		pg = postgresChecks(ctx, cfg, db)
+	}
+	rep, err := runDoctor(ctx, cfg, pg)
+	if err != nil {
+		return 0, err
+	}
+	for i, r := range rep.Checks {
+		if r.Status == statusFail && r.Check == "credentials" && slices.Contains(rep.waiting, r.Scope) {
+			rep.Checks[i].Status = statusWarn
+			rep.Checks[i].Do = "serve starts and its cycles retry (an express zone is held off); if it lasts: " + r.Do
+		}
+	}
+	rep.ExitCode = doctorExitCode(rep.Checks, false)
+	levels := map[string]slog.Level{statusOK: slog.LevelInfo, statusWarn: slog.LevelWarn, statusFail: slog.LevelError}
+	for _, r := range rep.Checks {
+		log.Log(ctx, levels[r.Status], "start check", "status", r.Status, "scope", r.Scope, "check", r.Check, "seen", r.Seen, "do", r.Do)
+		if r.Status == statusWarn {
+			m.StartCheckWarnings.WithLabelValues(r.Scope, r.Check).Set(1)
+		}
+	}
+	if rep.ExitCode != exitOK {
+		var table strings.Builder
+		writeDoctorTable(&table, rep)
+		log.Error("a start check failed: serve refuses to start (auditor doctor runs the same checks; --start-checks=false skips them)",
+			"exit", rep.ExitCode, "table", table.String())
+	}
+	return rep.ExitCode, nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -520,5 +522,59 @@ func TestServeOnVersitygw(t *testing.T) {
 		if code != exitUnreachable || strings.Contains(out+errs, "corrupt") || !strings.Contains(errs, "nothing was judged") {
 			t.Fatalf("verify with %s: exit %d, want %d without findings:\n%s%s", name, code, exitUnreachable, out, errs)
 		}
+	}
+}
+
+// TestServeStartChecks: serve runs auditor doctor's checks before it takes
+// any work. A warning is logged and exported (the file backend cannot tell
+// its lifecycle or encryption); a failed check refuses to start with exit
+// 3 and the doctor's table in the log (a pool too small for the settle
+// concurrency, a star that does not exist); --start-checks=false skips
+// them. A database that does not answer only warns:
+// TestServeWaitsForAnUnreachableDatabase.
+func TestServeStartChecks(t *testing.T) {
+	t.Parallel()
+	url, _ := migratedDB(t)
+	p := startServe(t, "c1", url)
+	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
+	fams := p.metrics()
+	for _, c := range []string{"no expiry", "abort incomplete multipart", "default encryption"} {
+		if v := value(fams, "nova_auditor_start_check_warning", map[string]string{"star": "s1", "scope": "nova", "check": c}); v != 1 {
+			t.Errorf("nova_auditor_start_check_warning{check=%q} = %v, want 1", c, v)
+		}
+		if !p.out.contains(`"check":"` + c + `"`) {
+			t.Errorf("the %q warning is not logged", c)
+		}
+	}
+	if v := value(fams, "nova_auditor_start_check_warning", map[string]string{"check": "ranged copy"}); v > 0 {
+		t.Errorf("an ok check exported as a warning: %v", v)
+	}
+
+	refused := func(name string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		base := []string{"serve", "--holder", name, "--http-addr", "127.0.0.1:0", "--log-format", "json",
+			"--fs-root", t.TempDir(), "--data-dir", t.TempDir()}
+		out, err := exec.CommandContext(ctx, auditorBinary(t), append(base, args...)...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitFindings || !strings.Contains(string(out), "serve refuses to start") {
+			t.Fatalf("%s: %v, want exit %d refusing to start:\n%s", name, err, exitFindings, out)
+		}
+		return string(out)
+	}
+	small := url + "&pool_max_conns=3"
+	if !strings.Contains(url, "?") {
+		small = url + "?pool_max_conns=3"
+	}
+	if out := refused("small-pool", "--star", "s1", "--database-url", small); !strings.Contains(out, `fail    postgres  pool size`) {
+		t.Errorf("the table in the log names no failed pool size check:\n%s", out)
+	}
+	if out := refused("no-star", "--star", "nope", "--database-url", url); !strings.Contains(out, `no star \"nope\"`) {
+		t.Errorf("no failed star check logged:\n%s", out)
+	}
+	q := startServe(t, "c2", small, "--start-checks=false")
+	if q.out.contains("start check") {
+		t.Error("--start-checks=false ran the checks")
 	}
 }

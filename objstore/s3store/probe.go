@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
@@ -197,4 +198,39 @@ func (s *Store) removeProbe(ctx context.Context, bucket, src, dst string) {
 			return err
 		})
 	}
+}
+
+// ClockSkew is how far the server's clock runs ahead of this process's
+// (negative: behind), read off the Date header of a HEAD of key. The
+// header is to the second (and some servers refresh it only once a
+// second), so the answer is the smallest skew consistent with it: 0 when
+// the header fits this host's clock. SigV4 requests are refused beyond 15 minutes of skew.
+func (s *Store) ClockSkew(ctx context.Context, bucket, key string) (time.Duration, error) {
+	fk, err := s.fullKey(key)
+	if err != nil {
+		return 0, err
+	}
+	var skew time.Duration
+	err = s.do(ctx, "HeadObject", func(ctx context.Context) error {
+		sent := time.Now()
+		out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &fk})
+		if err != nil {
+			return err
+		}
+		answered := time.Now()
+		server, ok := awsmiddleware.GetServerTime(out.ResultMetadata)
+		if !ok {
+			return errors.New("the answer carried no Date header")
+		}
+		// Between sent and answered (by this host's clock) the server's
+		// clock read at least the header and less than two seconds more
+		// (truncated to the second, refreshed once a second).
+		lo, hi := server.Sub(answered), server.Add(2*time.Second).Sub(sent)
+		skew = max(lo, min(hi, 0))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read the clock of %s: %w", bucket, mapErr(err, nil))
+	}
+	return skew, nil
 }
