@@ -41,12 +41,12 @@ type Config struct {
 	FSRoot           string
 	DataDir          string
 
-	Schedule        string
-	HTTPAddr        string
-	Pprof           bool
+	Schedule string
+	HTTPAddr string
+	Pprof    bool
 	// StartChecks: serve runs auditor doctor's checks before it takes any
 	// work, and refuses to start when one fails.
-	StartChecks bool
+	StartChecks     bool
 	LeaseTTL        time.Duration
 	LeaseRenew      time.Duration
 	ShutdownTimeout time.Duration
