@@ -101,7 +101,7 @@ func TestStoreTakesTheConfiguredValues(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.S3Endpoint, cfg.S3PathStyle = "http://127.0.0.1:1", true
 	if cfg.CopyConcurrency != objstore.DefaultCopyConcurrency || cfg.S3MaxAttempts != objstore.DefaultMaxAttempts ||
-		cfg.S3AttemptTimeout != objstore.DefaultAttemptTimeout || cfg.S3Region != objstore.DefaultRegion {
+		cfg.S3AttemptTimeouts != objstore.DefaultAttemptTimeouts() || cfg.S3Region != objstore.DefaultRegion {
 		t.Fatalf("the configuration's S3 defaults are not the backend's: %+v", cfg)
 	}
 	cfg.CopyConcurrency = 0
