@@ -2,6 +2,7 @@ package s3store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -135,6 +136,10 @@ func retryable(err error) bool {
 	var ip *smithy.InvalidParamsError
 	if errors.As(err, &ip) || errors.Is(err, context.Canceled) {
 		return false
+	}
+	var cv *tls.CertificateVerificationError
+	if errors.As(err, &cv) {
+		return false // a definite answer: the endpoint's certificate is not trusted (s3-ca-file)
 	}
 	// resets, EOFs, attempt timeouts, garbled or short bodies: the request
 	// may not have reached the server, or its answer was lost
