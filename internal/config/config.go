@@ -28,21 +28,21 @@ type Config struct {
 	DatabaseURL string
 	Holder      string
 
-	Bucket           string
-	KeyPrefix        string
-	S3Endpoint       string
-	S3Region         string
-	S3PathStyle      bool
-	S3CAFile         string
+	Bucket      string
+	KeyPrefix   string
+	S3Endpoint  string
+	S3Region    string
+	S3PathStyle bool
+	S3CAFile    string
 	// S3AttemptTimeout, when set (not 0), is the deadline of every class
 	// of S3AttemptTimeouts whose own key is not set (Load applies it).
 	S3AttemptTimeout  time.Duration
 	S3AttemptTimeouts objstore.AttemptTimeouts
 	S3MaxAttempts     int64
-	S3ExpressBuckets []objstore.ZoneBucket
-	Location         string
-	FSRoot           string
-	DataDir          string
+	S3ExpressBuckets  []objstore.ZoneBucket
+	Location          string
+	FSRoot            string
+	DataDir           string
 
 	Schedule        string
 	HTTPAddr        string

@@ -2,7 +2,9 @@ package s3store
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +14,7 @@ import (
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 
+	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
 )
@@ -140,4 +143,85 @@ func TestAttemptDeadlineByClass(t *testing.T) {
 			t.Errorf("%s was sent and has no expected class", op)
 		}
 	}
+}
+
+// timedRecorder is an objstore.Observer that keeps each attempt's status
+// and time, and the retries.
+type timedRecorder struct {
+	mu       sync.Mutex
+	requests map[string][]string        // op -> status of each attempt
+	took     map[string][]time.Duration // op -> time of each attempt
+	retries  map[string]int
+}
+
+func newTimedRecorder() *timedRecorder {
+	return &timedRecorder{requests: map[string][]string{}, took: map[string][]time.Duration{}, retries: map[string]int{}}
+}
+
+func (r *timedRecorder) Request(op, status string, took time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests[op] = append(r.requests[op], status)
+	r.took[op] = append(r.took[op], took)
+}
+
+func (r *timedRecorder) Retry(op string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.retries[op]++
+}
+
+// TestStalledAttemptsByClass: versitygw behind a proxy that holds every
+// forwarded read for 250 ms, so no request can be answered in under
+// 500 ms. With a read deadline of 100 ms and 30 s for the rest, a GET is
+// cut at the read deadline on each attempt and retried, and the error
+// names the read class and its deadline; the UploadPartCopy of an
+// assembly through the same proxy outlives the read deadline and
+// completes on its first attempt.
+func TestStalledAttemptsByClass(t *testing.T) {
+	env := testenv.S3(t)
+	direct := newStoreAt(t, env, objstore.S3Config{})
+	b := newBucket(t, direct, "stall")
+	ctx := context.Background()
+	if err := direct.PutIfAbsent(ctx, b, "src", storetest.Bytes(3, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(env.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewProxy(t, u.Host)
+	slow := env
+	slow.Endpoint = "http://" + proxy.Addr()
+	const readDeadline = 100 * time.Millisecond
+	deadlines := objstore.UniformAttemptTimeouts(30 * time.Second)
+	deadlines.Read = readDeadline
+	s := newStoreAt(t, slow, objstore.S3Config{MaxAttempts: 2, AttemptTimeouts: deadlines,
+		BackoffBase: time.Millisecond, BackoffMax: 2 * time.Millisecond})
+	proxy.Delay(250 * time.Millisecond)
+
+	rec := newTimedRecorder()
+	_, _, err = s.GetRange(objstore.WithObserver(ctx, rec), b, "src", 0, 100)
+	var ad *attemptDeadlineError
+	if !errors.As(err, &ad) || ad.Class != objstore.OpRead || ad.Deadline != readDeadline || !objstore.IsRetryable(err) {
+		t.Fatalf("stalled GET: %v, want a retryable error naming the read deadline", err)
+	}
+	if got := rec.requests["GetObject"]; len(got) != 2 || got[0] != "timeout" || got[1] != "timeout" || rec.retries["GetObject"] != 1 {
+		t.Fatalf("stalled GET: attempts %v, retries %d; want two timeouts and one retry", got, rec.retries["GetObject"])
+	}
+	t.Logf("stalled GET: %v", err)
+
+	rec = newTimedRecorder()
+	res, err := s.Assemble(objstore.WithObserver(ctx, rec), objstore.AssembleRequest{Bucket: b, Key: "copied",
+		Stager: storetest.NewMemStager(), Pieces: []objstore.Piece{objstore.RangePiece(b, "src", 0, 8<<20)}})
+	if err != nil {
+		t.Fatalf("assemble through the slow proxy: %v", err)
+	}
+	if got := rec.requests["UploadPartCopy"]; len(got) != 1 || got[0] != "200" || rec.retries["UploadPartCopy"] != 0 {
+		t.Fatalf("UploadPartCopy: attempts %v, retries %d; want one that succeeded", got, rec.retries["UploadPartCopy"])
+	}
+	if took := rec.took["UploadPartCopy"][0]; took <= readDeadline {
+		t.Fatalf("the copy attempt took %v, not beyond the read deadline: the proxy did not hold it", took)
+	}
+	t.Logf("copy attempt %v; %+v", rec.took["UploadPartCopy"][0], res)
 }

@@ -8,20 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 )
-
-// recorder is an objstore.Observer that keeps what it is told.
-type recorder struct {
-	requests []string // op/status
-	retries  []string
-}
-
-func (r *recorder) Request(op, status string, _ time.Duration) { r.requests = append(r.requests, op+"/"+status) }
-func (r *recorder) Retry(op string)                           { r.retries = append(r.retries, op) }
 
 // TestCAFile: versitygw behind a TLS-terminating proxy whose certificate
 // comes from a CA of the test's. With that CA as CAFile a real S3
@@ -59,13 +49,13 @@ func TestCAFile(t *testing.T) {
 	refused := func(t *testing.T, cfg objstore.S3Config) {
 		t.Helper()
 		s := newStoreAt(t, tlsEnv, cfg)
-		rec := &recorder{}
+		rec := newTimedRecorder()
 		_, err := s.Head(objstore.WithObserver(ctx, rec), "any", "k")
 		var cv *tls.CertificateVerificationError
 		if !errors.As(err, &cv) {
 			t.Fatalf("head: %v, want a certificate verification error", err)
 		}
-		if len(rec.requests) != 1 || len(rec.retries) != 0 {
+		if len(rec.requests["HeadObject"]) != 1 || len(rec.retries) != 0 {
 			t.Fatalf("requests %v, retries %v: an untrusted certificate is a definite answer, not retried", rec.requests, rec.retries)
 		}
 		t.Logf("refused: %v", err)
