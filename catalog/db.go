@@ -41,7 +41,7 @@ func Open(ctx context.Context, url string) (*DB, error) {
 		// gauge refresh; a URL's pool_max_conns wins
 		cfg.MaxConns = 32
 	}
-	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	defaultConnectTimeout(cfg, url)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrUnreachable, scrub(err.Error(), url))
@@ -56,6 +56,14 @@ func Open(ctx context.Context, url string) (*DB, error) {
 	return &DB{pool: pool}, nil
 }
 
+// defaultConnectTimeout bounds connecting (dial, TLS handshake, startup)
+// to 5 s unless the URL's connect_timeout says otherwise.
+func defaultConnectTimeout(cfg *pgxpool.Config, url string) {
+	if !strings.Contains(url, "connect_timeout") {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+}
+
 // OpenLazy builds the metastore's pool without connecting, for a daemon
 // that must come up (and report not ready) while the database is down:
 // only a URL that does not parse is an error here.
@@ -65,7 +73,7 @@ func OpenLazy(url string) (*DB, error) {
 		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
 	}
 	cfg.MaxConns = 16
-	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	defaultConnectTimeout(cfg, url)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database pool: %s", scrub(err.Error(), url))

@@ -68,3 +68,23 @@ func TestOpenOverVerifiedTLS(t *testing.T) {
 		t.Logf("%s: %v", name, err)
 	}
 }
+
+// TestConnectTimeoutFromTheURL: a URL's connect_timeout bounds connecting
+// (deploy/README.md, "Transport"); without one, 5 s.
+func TestConnectTimeoutFromTheURL(t *testing.T) {
+	t.Parallel()
+	for url, want := range map[string]time.Duration{
+		"postgres://u@127.0.0.1:1/db?connect_timeout=17&sslmode=verify-full": 17 * time.Second,
+		"postgres://u@127.0.0.1:1/db?sslmode=disable":                        5 * time.Second,
+	} {
+		db, err := catalog.OpenLazy(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := db.Pool().Config().ConnConfig.ConnectTimeout
+		db.Close()
+		if got != want {
+			t.Errorf("%s: connect timeout %v, want %v", url, got, want)
+		}
+	}
+}

@@ -238,6 +238,29 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	}
 }
 
+// TestDeployReadmeListsTheAttemptDeadlines: deploy/README.md's table of
+// attempt deadlines has a row for each class's key, with its default.
+func TestDeployReadmeListsTheAttemptDeadlines(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range config.Keys() {
+		if !strings.HasPrefix(k.Name, "s3-attempt-timeout-") {
+			continue
+		}
+		n++
+		m := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(k.Name) + "` \\|.*\\| ([^|]+) \\|$").FindSubmatch(b)
+		if m == nil || string(m[1]) != k.Default {
+			t.Errorf("deploy/README.md: the row of %s is %q, want its default %s", k.Name, m, k.Default)
+		}
+	}
+	if n != len(objstore.OpClasses()) {
+		t.Fatalf("%d attempt deadline keys for %d classes", n, len(objstore.OpClasses()))
+	}
+}
+
 // TestChunkTargetFollowsTheOutputCap: --denorm-output-cap-mib 1 alone is
 // valid (the chunk target's default follows the cap down); an explicit
 // conflicting target, from any source, is still an error naming that flag.
