@@ -185,21 +185,30 @@ type AttemptTimeouts struct {
 // Of is the deadline of class c (the longest of all for an unknown class,
 // so no attempt is cut shorter than any class allows).
 func (t AttemptTimeouts) Of(c OpClass) time.Duration {
-	switch c {
-	case OpRead:
-		return t.Read
-	case OpWrite:
-		return t.Write
-	case OpCopy:
-		return t.Copy
-	case OpDelete:
-		return t.Delete
-	case OpList:
-		return t.List
-	case OpControl:
-		return t.Control
+	if p := t.Field(c); p != nil {
+		return *p
 	}
 	return max(t.Read, t.Write, t.Copy, t.Delete, t.List, t.Control)
+}
+
+// Field points at the deadline of class c in t (nil for an unknown class),
+// for configuration that sets the classes one by one.
+func (t *AttemptTimeouts) Field(c OpClass) *time.Duration {
+	switch c {
+	case OpRead:
+		return &t.Read
+	case OpWrite:
+		return &t.Write
+	case OpCopy:
+		return &t.Copy
+	case OpDelete:
+		return &t.Delete
+	case OpList:
+		return &t.List
+	case OpControl:
+		return &t.Control
+	}
+	return nil
 }
 
 // UniformAttemptTimeouts gives every class the deadline d.

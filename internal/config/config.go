@@ -147,30 +147,11 @@ func attemptTimeoutKey(class objstore.OpClass, ops string) key {
 	return durationKey(attemptTimeoutPrefix+string(class),
 		fmt.Sprintf("deadline of one S3 %s attempt (%s); a stalled attempt is retried", class, ops),
 		shortDuration(objstore.DefaultAttemptTimeouts().Of(class)),
-		func(c *Config) *time.Duration { return attemptTimeoutOf(&c.S3AttemptTimeouts, class) })
+		func(c *Config) *time.Duration { return c.S3AttemptTimeouts.Field(class) })
 }
 
 // attemptTimeoutPrefix starts the per-class attempt deadline keys.
 const attemptTimeoutPrefix = "s3-attempt-timeout-"
-
-// attemptTimeoutOf points at class's deadline in t.
-func attemptTimeoutOf(t *objstore.AttemptTimeouts, class objstore.OpClass) *time.Duration {
-	switch class {
-	case objstore.OpRead:
-		return &t.Read
-	case objstore.OpWrite:
-		return &t.Write
-	case objstore.OpCopy:
-		return &t.Copy
-	case objstore.OpDelete:
-		return &t.Delete
-	case objstore.OpList:
-		return &t.List
-	case objstore.OpControl:
-		return &t.Control
-	}
-	panic("config: no attempt timeout for class " + string(class)) // a programming error caught by tests
-}
 
 func stringKey(name, usage, def string, p func(*Config) *string) key {
 	return key{name: name, usage: usage, def: def,
@@ -395,7 +376,7 @@ func Load(src Sources) (Config, error) {
 	if c.S3AttemptTimeout > 0 {
 		for _, class := range objstore.OpClasses() {
 			if !set[attemptTimeoutPrefix+string(class)] {
-				*attemptTimeoutOf(&c.S3AttemptTimeouts, class) = c.S3AttemptTimeout
+				*c.S3AttemptTimeouts.Field(class) = c.S3AttemptTimeout
 			}
 		}
 	}
