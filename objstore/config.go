@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -106,13 +107,13 @@ type S3Config struct {
 	AccessKey, SecretKey string
 
 	// MaxAttempts bounds attempts per request (retry policy; the SDK's
-	// own retryer is off). AttemptTimeout bounds one attempt, so a stalled
-	// response is retried; BackoffBase/BackoffMax shape the full-jitter
-	// exponential backoff.
-	MaxAttempts    int
-	AttemptTimeout time.Duration
-	BackoffBase    time.Duration
-	BackoffMax     time.Duration
+	// own retryer is off). AttemptTimeouts bound one attempt, by the
+	// class of its operation, so a stalled response is retried;
+	// BackoffBase/BackoffMax shape the full-jitter exponential backoff.
+	MaxAttempts     int
+	AttemptTimeouts AttemptTimeouts
+	BackoffBase     time.Duration
+	BackoffMax      time.Duration
 
 	HTTPClient *http.Client // tests inject a RoundTripper; nil = the SDK's
 	// ConnectTimeout bounds establishing a connection (dial and TLS
@@ -120,6 +121,12 @@ type S3Config struct {
 	// connections (a directory bucket's zone gone dark) is found after this
 	// rather than after a whole attempt timeout.
 	ConnectTimeout time.Duration
+	// CAFile, when set, is a PEM file of the certificate authorities
+	// trusted for the endpoint's TLS certificate, instead of the system's
+	// roots (and of AWS_CA_BUNDLE's, which the SDK applies when it is
+	// empty). A file that cannot be read or holds no certificate fails the
+	// store's construction. Only with HTTPClient nil.
+	CAFile string
 
 	// PartSize is the largest gathered part (memory per part);
 	// CopyConcurrency bounds parts in flight per assembly.
@@ -145,17 +152,105 @@ type S3Config struct {
 	PutChecksum ChecksumAlgorithm
 }
 
+// OpClass is a class of S3 operations sharing one attempt deadline
+// (AttemptTimeouts).
+type OpClass string
+
+// The operation classes. The S3 backend puts each of its operations in
+// one (s3store's opClass).
+const (
+	OpRead    OpClass = "read"    // GetObject, HeadObject
+	OpWrite   OpClass = "write"   // PutObject, UploadPart: the body goes up
+	OpCopy    OpClass = "copy"    // UploadPartCopy: the server copies the range before it answers
+	OpDelete  OpClass = "delete"  // DeleteObjects
+	OpList    OpClass = "list"    // ListObjectsV2, ListParts, ListMultipartUploads
+	OpControl OpClass = "control" // Create/Complete/AbortMultipartUpload, bucket settings
+)
+
+// OpClasses lists every class.
+func OpClasses() []OpClass {
+	return []OpClass{OpRead, OpWrite, OpCopy, OpDelete, OpList, OpControl}
+}
+
+// AttemptTimeouts are the deadlines of one S3 request attempt, by the
+// class of its operation: an attempt that has no complete answer by then
+// is cut and retried (within MaxAttempts and the caller's deadline). A
+// GET or a part upload carries up to a part's bytes; an UploadPartCopy
+// and a CompleteMultipartUpload work server side before the answer, which
+// can take minutes on AWS for large ranges or many parts.
+type AttemptTimeouts struct {
+	Read, Write, Copy, Delete, List, Control time.Duration
+}
+
+// Of is the deadline of class c (the longest of all for an unknown class,
+// so no attempt is cut shorter than any class allows).
+func (t AttemptTimeouts) Of(c OpClass) time.Duration {
+	if p := t.Field(c); p != nil {
+		return *p
+	}
+	return max(t.Read, t.Write, t.Copy, t.Delete, t.List, t.Control)
+}
+
+// Field points at the deadline of class c in t (nil for an unknown class),
+// for configuration that sets the classes one by one.
+func (t *AttemptTimeouts) Field(c OpClass) *time.Duration {
+	switch c {
+	case OpRead:
+		return &t.Read
+	case OpWrite:
+		return &t.Write
+	case OpCopy:
+		return &t.Copy
+	case OpDelete:
+		return &t.Delete
+	case OpList:
+		return &t.List
+	case OpControl:
+		return &t.Control
+	}
+	return nil
+}
+
+// UniformAttemptTimeouts gives every class the deadline d.
+func UniformAttemptTimeouts(d time.Duration) AttemptTimeouts {
+	return AttemptTimeouts{Read: d, Write: d, Copy: d, Delete: d, List: d, Control: d}
+}
+
+// DefaultAttemptTimeouts are the attempt deadlines by default (the
+// Default*AttemptTimeout constants).
+func DefaultAttemptTimeouts() AttemptTimeouts {
+	return AttemptTimeouts{Read: DefaultReadAttemptTimeout, Write: DefaultWriteAttemptTimeout,
+		Copy: DefaultCopyAttemptTimeout, Delete: DefaultDeleteAttemptTimeout,
+		List: DefaultListAttemptTimeout, Control: DefaultControlAttemptTimeout}
+}
+
+// Validate checks that every class has a positive deadline.
+func (t AttemptTimeouts) Validate() error {
+	var errs []error
+	for _, c := range OpClasses() {
+		if d := t.Of(c); d <= 0 {
+			errs = append(errs, fmt.Errorf("AttemptTimeouts.%s: %s must be positive", c, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Defaults of the S3 backend. The ones an operator sets (region, attempts,
-// attempt timeout, copy concurrency) are the defaults of their
+// attempt timeouts, copy concurrency) are the defaults of their
 // internal/config keys, which name these constants; the rest have no key.
 const (
-	DefaultRegion          = "us-east-1"
-	DefaultMaxAttempts     = 6
-	DefaultAttemptTimeout  = 2 * time.Minute
-	DefaultConnectTimeout  = 5 * time.Second
-	DefaultBackoffBase     = 100 * time.Millisecond
-	DefaultBackoffMax      = 10 * time.Second
-	DefaultCopyConcurrency = 4
+	DefaultRegion                = "us-east-1"
+	DefaultMaxAttempts           = 6
+	DefaultReadAttemptTimeout    = 2 * time.Minute
+	DefaultWriteAttemptTimeout   = 2 * time.Minute
+	DefaultCopyAttemptTimeout    = 10 * time.Minute
+	DefaultDeleteAttemptTimeout  = time.Minute
+	DefaultListAttemptTimeout    = time.Minute
+	DefaultControlAttemptTimeout = 5 * time.Minute
+	DefaultConnectTimeout        = 5 * time.Second
+	DefaultBackoffBase           = 100 * time.Millisecond
+	DefaultBackoffMax            = 10 * time.Second
+	DefaultCopyConcurrency       = 4
 )
 
 // DefaultS3Config is a complete configuration with every default and no
@@ -164,7 +259,7 @@ func DefaultS3Config() S3Config {
 	return S3Config{
 		Region:          DefaultRegion,
 		MaxAttempts:     DefaultMaxAttempts,
-		AttemptTimeout:  DefaultAttemptTimeout,
+		AttemptTimeouts: DefaultAttemptTimeouts(),
 		ConnectTimeout:  DefaultConnectTimeout,
 		BackoffBase:     DefaultBackoffBase,
 		BackoffMax:      DefaultBackoffMax,
@@ -192,11 +287,17 @@ func (c S3Config) Validate() error {
 	if c.MaxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("MaxAttempts: %d is below 1", c.MaxAttempts))
 	}
-	if c.AttemptTimeout <= 0 || c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
-		errs = append(errs, errors.New("AttemptTimeout, BackoffBase, BackoffMax: must be positive, BackoffMax >= BackoffBase"))
+	if err := c.AttemptTimeouts.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
+		errs = append(errs, errors.New("BackoffBase, BackoffMax: must be positive, BackoffMax >= BackoffBase"))
 	}
 	if c.HTTPClient == nil && c.ConnectTimeout <= 0 {
 		errs = append(errs, errors.New("ConnectTimeout: must be positive"))
+	}
+	if c.HTTPClient != nil && c.CAFile != "" {
+		errs = append(errs, errors.New("CAFile: set with HTTPClient (give that client its roots instead)"))
 	}
 	if c.PartSize < 2*DefaultLimits.MinPart || c.PartSize > DefaultLimits.MaxPart {
 		errs = append(errs, fmt.Errorf("PartSize: %d is outside [%d, %d]", c.PartSize, 2*DefaultLimits.MinPart, DefaultLimits.MaxPart))
@@ -232,8 +333,12 @@ func (c S3Config) String() string {
 	if c.AccessKey != "" {
 		creds = "static"
 	}
-	return fmt.Sprintf("s3{endpoint=%q region=%s path_style=%v prefix=%q credentials=%s checksum=%s put_checksum=%s}",
-		c.Endpoint, c.Region, c.PathStyle, c.KeyPrefix, creds, c.Checksum, c.PutChecksum)
+	roots := "default" // the system's, or AWS_CA_BUNDLE's
+	if c.CAFile != "" {
+		roots = strconv.Quote(c.CAFile)
+	}
+	return fmt.Sprintf("s3{endpoint=%q region=%s path_style=%v prefix=%q credentials=%s ca=%s checksum=%s put_checksum=%s}",
+		c.Endpoint, c.Region, c.PathStyle, c.KeyPrefix, creds, roots, c.Checksum, c.PutChecksum)
 }
 
 // FileConfig configures the file backend: bucket B is the directory

@@ -15,7 +15,7 @@ func TestS3ConfigIsComplete(t *testing.T) {
 	if err == nil {
 		t.Fatal("a zero configuration was accepted")
 	}
-	for _, field := range []string{"Region", "MaxAttempts", "AttemptTimeout", "ConnectTimeout", "PartSize", "CopyConcurrency", "Checksum"} {
+	for _, field := range []string{"Region", "MaxAttempts", "AttemptTimeouts.read", "AttemptTimeouts.copy", "AttemptTimeouts.control", "ConnectTimeout", "PartSize", "CopyConcurrency", "Checksum"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("the zero configuration's error does not name %s: %v", field, err)
 		}

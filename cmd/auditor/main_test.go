@@ -70,6 +70,9 @@ func TestBadConfigurationExits2WithoutSecrets(t *testing.T) {
 		{"missing star", []string{"run", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x"}, "star"},
 		{"unreachable database", []string{"run", "--star", "s1", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=2"}, "database-url"},
 		{"unknown command", []string{"settle-everything"}, "unknown command"},
+		{"unreadable database CA file", []string{"run", "--star", "s1", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem&sslpassword=" + secret}, "database-url"},
+		{"unreadable S3 CA file", []string{"inspect", "--key", "x", "--s3-endpoint", "https://127.0.0.1:1", "--s3-ca-file", "/nonexistent/ca.pem"}, "s3-ca-file"},
+		{"zero attempt deadline", []string{"inspect", "--key", "x", "--s3-endpoint", "https://127.0.0.1:1", "--s3-attempt-timeout-copy", "0s"}, "s3-attempt-timeout-copy"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

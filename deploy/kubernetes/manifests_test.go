@@ -119,8 +119,29 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	if e, ok := env["NOVA_AUDITOR_DATABASE_URL"]; !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 		t.Error("the database URL is not a Secret reference")
 	}
-	if _, ok := env["AWS_SECRET_ACCESS_KEY"]; ok {
-		t.Error("static AWS keys: use the ServiceAccount's workload identity")
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("%s: static AWS keys come first in the SDK's chain, before the ServiceAccount's workload identity", k)
+		}
+	}
+	if arn := sa.Annotations["eks.amazonaws.com/role-arn"]; !strings.HasPrefix(arn, "arn:aws:iam::") {
+		t.Errorf("the ServiceAccount's IRSA role annotation is %q", arn)
+	}
+	// the CA certificates of sslrootcert and s3-ca-file: an optional
+	// ConfigMap, mounted read-only where the comments say, in both pods
+	for name, spec := range map[string]corev1.PodSpec{"Deployment": pod, "Job": job.Spec.Template.Spec} {
+		ok := false
+		for _, v := range spec.Volumes {
+			if v.Name != "tls" || v.ConfigMap == nil || v.ConfigMap.Optional == nil || !*v.ConfigMap.Optional {
+				continue
+			}
+			for _, m := range spec.Containers[0].VolumeMounts {
+				ok = ok || (m.Name == "tls" && m.MountPath == "/etc/nova-auditor/tls" && m.ReadOnly)
+			}
+		}
+		if !ok {
+			t.Errorf("the %s does not mount the optional CA ConfigMap read-only at /etc/nova-auditor/tls", name)
+		}
 	}
 	limit := c.Resources.Limits.Memory().Value()
 	if e, ok := env["GOMEMLIMIT"]; !ok || e.Value == "" {

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -29,17 +28,21 @@ type Config struct {
 	DatabaseURL string
 	Holder      string
 
-	Bucket           string
-	KeyPrefix        string
-	S3Endpoint       string
-	S3Region         string
-	S3PathStyle      bool
-	S3AttemptTimeout time.Duration
-	S3MaxAttempts    int64
-	S3ExpressBuckets []objstore.ZoneBucket
-	Location         string
-	FSRoot           string
-	DataDir          string
+	Bucket      string
+	KeyPrefix   string
+	S3Endpoint  string
+	S3Region    string
+	S3PathStyle bool
+	S3CAFile    string
+	// S3AttemptTimeout, when set (not 0), is the deadline of every class
+	// of S3AttemptTimeouts whose own key is not set (Load applies it).
+	S3AttemptTimeout  time.Duration
+	S3AttemptTimeouts objstore.AttemptTimeouts
+	S3MaxAttempts     int64
+	S3ExpressBuckets  []objstore.ZoneBucket
+	Location          string
+	FSRoot            string
+	DataDir           string
 
 	Schedule string
 	HTTPAddr string
@@ -113,6 +116,45 @@ func durationKey(name, usage, def string, p func(*Config) *time.Duration) key {
 		},
 		get: func(c *Config) string { return p(c).String() }}
 }
+
+// optionalDurationKey is a duration that may be left empty (0: not set);
+// a value given must be positive.
+func optionalDurationKey(name, usage string, p func(*Config) *time.Duration) key {
+	return key{name: name, usage: usage, def: "",
+		set: func(c *Config, v string) error {
+			if v == "" {
+				*p(c) = 0
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fieldErr(name, "%q is not a duration (like 30s, 5m, 24h)", v)
+			}
+			if d <= 0 {
+				return fieldErr(name, "%s must be positive (leave it empty for the defaults)", v)
+			}
+			*p(c) = d
+			return nil
+		},
+		get: func(c *Config) string {
+			if *p(c) == 0 {
+				return ""
+			}
+			return p(c).String()
+		}}
+}
+
+// attemptTimeoutKey is the key of one class's S3 attempt deadline:
+// s3-attempt-timeout-<class>, its default the backend's.
+func attemptTimeoutKey(class objstore.OpClass, ops string) key {
+	return durationKey(attemptTimeoutPrefix+string(class),
+		fmt.Sprintf("deadline of one S3 %s attempt (%s); a stalled attempt is retried", class, ops),
+		shortDuration(objstore.DefaultAttemptTimeouts().Of(class)),
+		func(c *Config) *time.Duration { return c.S3AttemptTimeouts.Field(class) })
+}
+
+// attemptTimeoutPrefix starts the per-class attempt deadline keys.
+const attemptTimeoutPrefix = "s3-attempt-timeout-"
 
 func stringKey(name, usage, def string, p func(*Config) *string) key {
 	return key{name: name, usage: usage, def: def,
@@ -203,7 +245,14 @@ var keys = []key{
 	stringKey("s3-endpoint", "S3 endpoint URL (empty: the SDK default for the region)", "", func(c *Config) *string { return &c.S3Endpoint }),
 	stringKey("s3-region", "S3 region", objstore.DefaultRegion, func(c *Config) *string { return &c.S3Region }),
 	boolKey("s3-path-style", "path-style S3 addressing", "false", func(c *Config) *bool { return &c.S3PathStyle }),
-	durationKey("s3-attempt-timeout", "deadline of one S3 request attempt (a stalled request is retried)", shortDuration(objstore.DefaultAttemptTimeout), func(c *Config) *time.Duration { return &c.S3AttemptTimeout }),
+	stringKey("s3-ca-file", "PEM file of the certificate authorities trusted for the S3 endpoint, instead of the system's (and of AWS_CA_BUNDLE's)", "", func(c *Config) *string { return &c.S3CAFile }),
+	optionalDurationKey("s3-attempt-timeout", "when set, the deadline of one S3 request attempt of every class whose s3-attempt-timeout-<class> is not set", func(c *Config) *time.Duration { return &c.S3AttemptTimeout }),
+	attemptTimeoutKey(objstore.OpRead, "GetObject, HeadObject"),
+	attemptTimeoutKey(objstore.OpWrite, "PutObject, UploadPart"),
+	attemptTimeoutKey(objstore.OpCopy, "UploadPartCopy, copied server side before the answer"),
+	attemptTimeoutKey(objstore.OpDelete, "DeleteObjects"),
+	attemptTimeoutKey(objstore.OpList, "ListObjectsV2, ListParts, ListMultipartUploads"),
+	attemptTimeoutKey(objstore.OpControl, "Create, Complete and AbortMultipartUpload, bucket settings; a completion can take minutes on AWS"),
 	intKey("s3-max-attempts", "attempts per S3 request before the cycle gives up on it", strconv.Itoa(objstore.DefaultMaxAttempts), func(c *Config) *int64 { return &c.S3MaxAttempts }),
 	{name: "s3-express-buckets", usage: "express bucket set: zone=bucket,... (one directory bucket per zone)", def: "",
 		set: func(c *Config, v string) error {
@@ -328,6 +377,13 @@ func Load(src Sources) (Config, error) {
 			set[k.name] = true
 		}
 	}
+	if c.S3AttemptTimeout > 0 {
+		for _, class := range objstore.OpClasses() {
+			if !set[attemptTimeoutPrefix+string(class)] {
+				*c.S3AttemptTimeouts.Field(class) = c.S3AttemptTimeout
+			}
+		}
+	}
 	if !set["denorm-chunk-target-kib"] && c.DenormOutputCapMiB >= 1 {
 		c.DenormChunkTargetKiB = min(c.DenormChunkTargetKiB, c.DenormOutputCapMiB*1024)
 	}
@@ -430,45 +486,6 @@ func FormatExpressBuckets(zb []objstore.ZoneBucket) string {
 		parts[i] = x.Zone + "=" + x.Bucket
 	}
 	return strings.Join(parts, ",")
-}
-
-// RedactURL hides the password of a database URL (and of key=value DSNs).
-func RedactURL(u string) string {
-	if p, err := url.Parse(u); err == nil && p.User != nil {
-		if _, has := p.User.Password(); has {
-			p.User = url.UserPassword(p.User.Username(), "xxxxx")
-		}
-		return p.String()
-	}
-	fields := strings.Fields(u)
-	for i, f := range fields {
-		if strings.HasPrefix(f, "password=") {
-			fields[i] = "password=xxxxx"
-		}
-	}
-	return strings.Join(fields, " ")
-}
-
-// Password returns the database URL's password, so error text can be scrubbed.
-func (c Config) Password() string {
-	if p, err := url.Parse(c.DatabaseURL); err == nil && p.User != nil {
-		pw, _ := p.User.Password()
-		return pw
-	}
-	for _, f := range strings.Fields(c.DatabaseURL) {
-		if v, ok := strings.CutPrefix(f, "password="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// Scrub removes the configuration's secrets from a message.
-func (c Config) Scrub(msg string) string {
-	if pw := c.Password(); pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-	}
-	return msg
 }
 
 // LogValue logs the configuration without secrets.

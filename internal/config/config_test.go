@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
 )
 
 // load is config.Load of flags (key -> value, as a command line sets
@@ -89,6 +91,10 @@ func TestBadConfigurationNamesTheField(t *testing.T) {
 		{"bad key prefix", map[string]string{"key-prefix": "nova"}, nil, "", "key-prefix"},
 		{"both stores", map[string]string{"fs-root": "/tmp/x", "s3-endpoint": "http://127.0.0.1:1"}, nil, "", "fs-root"},
 		{"unparsable database url", map[string]string{"database-url": "postgres://u:pw@[::1"}, nil, "", "database-url"},
+		{"database CA file missing", map[string]string{"database-url": "postgres://u:pw@db/nova?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem"}, nil, "", "database-url"},
+		{"zero read attempt deadline", map[string]string{"s3-attempt-timeout-read": "0s"}, nil, "", "s3-attempt-timeout-read"},
+		{"zero copy attempt deadline in a file", nil, nil, "s3-attempt-timeout-copy: 0s\n", "s3-attempt-timeout-copy"},
+		{"negative control attempt deadline", nil, map[string]string{"NOVA_AUDITOR_S3_ATTEMPT_TIMEOUT_CONTROL": "-1m"}, "", "s3-attempt-timeout-control"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,6 +132,75 @@ func TestSecretsNeverShown(t *testing.T) {
 	}
 }
 
+// TestSecretsOfTLSURLsNeverShown: a metastore URL with TLS parameters
+// (sslmode, sslrootcert, sslcert, sslkey shown; sslpassword, the client
+// key's passphrase, hidden like the password), a password given as a
+// parameter, a key=value DSN with quoted values, and a URL that does not
+// parse: RedactURL, Scrub and the log value show none of the secrets and
+// keep the rest.
+func TestSecretsOfTLSURLsNeverShown(t *testing.T) {
+	for _, u := range []string{
+		"postgres://nova:hunter2secret@db:5432/nova?sslmode=verify-full&sslrootcert=/etc/nova/ca.pem&sslcert=/etc/nova/client.crt&sslkey=/etc/nova/client.key&sslpassword=keyphrase9",
+		"postgresql://nova@db/nova?password=hunter2secret&sslmode=verify-full&sslrootcert=/etc/nova/ca.pem&sslpassword=keyphrase9",
+		"host=db user=nova password='hunter2secret x' sslmode=verify-full sslrootcert=/etc/nova/ca.pem sslpassword = keyphrase9",
+		"postgres://nova:hunter2secret%zz@db/nova?sslmode=verify-full&sslrootcert=/etc/nova/ca.pem&sslpassword=keyphrase9",
+	} {
+		c := config.Config{DatabaseURL: u}
+		var logged strings.Builder
+		for _, a := range c.LogValue().Group() {
+			logged.WriteString(a.String())
+		}
+		for what, got := range map[string]string{
+			"RedactURL": config.RedactURL(u),
+			"Scrub":     c.Scrub("connect " + u + " rejected"),
+			"LogValue":  logged.String(),
+		} {
+			if strings.Contains(got, "hunter2secret") || strings.Contains(got, "keyphrase9") {
+				t.Errorf("%s of %s shows a secret: %s", what, u, got)
+			}
+			if !strings.Contains(got, "db") || !strings.Contains(got, "xxxxx") {
+				t.Errorf("%s of %s: %s, want the host and the secrets hidden", what, u, got)
+			}
+			if what == "RedactURL" && !strings.Contains(u, "%zz") &&
+				(!strings.Contains(got, "sslmode=verify-full") || !strings.Contains(got, "sslrootcert=")) {
+				t.Errorf("RedactURL of %s: %s, want the TLS settings shown", u, got)
+			}
+		}
+	}
+	// such a URL loads, its CA file read where the server's certificate is
+	// checked (pgx at parse)
+	ca := testenv.NewCA(t).File(t)
+	u := "postgres://nova:hunter2secret@db:5432/nova?sslmode=verify-full&sslrootcert=" + ca
+	if _, err := load(t, map[string]string{"database-url": u}, nil, ""); err != nil {
+		t.Fatalf("a verify-full URL with a CA file: %v", err)
+	}
+}
+
+// TestAttemptTimeouts: each class's deadline defaults to the backend's
+// default; s3-attempt-timeout, when set, is the deadline of every class
+// whose own key is not set, from whatever source; a class's key wins over
+// it whatever their sources.
+func TestAttemptTimeouts(t *testing.T) {
+	c, err := load(t, nil, nil, "")
+	if err != nil || c.S3AttemptTimeouts != objstore.DefaultAttemptTimeouts() || c.S3AttemptTimeout != 0 {
+		t.Fatalf("defaults: %+v (s3-attempt-timeout %v), %v", c.S3AttemptTimeouts, c.S3AttemptTimeout, err)
+	}
+	c, err = load(t, nil, map[string]string{"NOVA_AUDITOR_S3_ATTEMPT_TIMEOUT": "30s"}, "")
+	if err != nil || c.S3AttemptTimeouts != objstore.UniformAttemptTimeouts(30*time.Second) {
+		t.Fatalf("s3-attempt-timeout alone: %+v, %v", c.S3AttemptTimeouts, err)
+	}
+	c, err = load(t, map[string]string{"s3-attempt-timeout-list": "5s"}, map[string]string{"NOVA_AUDITOR_S3_ATTEMPT_TIMEOUT": "30s"},
+		"s3-attempt-timeout: 1m\ns3-attempt-timeout-copy: 20m\n")
+	want := objstore.UniformAttemptTimeouts(30 * time.Second)
+	want.Copy, want.List = 20*time.Minute, 5*time.Second
+	if err != nil || c.S3AttemptTimeouts != want {
+		t.Fatalf("class keys over s3-attempt-timeout: %+v, want %+v (%v)", c.S3AttemptTimeouts, want, err)
+	}
+	if v, _ := c.Get("s3-attempt-timeout-read"); v != "30s" {
+		t.Fatalf("s3-attempt-timeout-read shows %q", v)
+	}
+}
+
 func TestRequire(t *testing.T) {
 	c, err := load(t, nil, nil, "")
 	if err != nil {
@@ -160,6 +235,29 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	_, err = load(t, nil, nil, doc)
 	if err != nil {
 		t.Fatalf("config.example.yaml does not load: %v", err)
+	}
+}
+
+// TestDeployReadmeListsTheAttemptDeadlines: deploy/README.md's table of
+// attempt deadlines has a row for each class's key, with its default.
+func TestDeployReadmeListsTheAttemptDeadlines(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range config.Keys() {
+		if !strings.HasPrefix(k.Name, "s3-attempt-timeout-") {
+			continue
+		}
+		n++
+		m := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(k.Name) + "` \\|.*\\| ([^|]+) \\|$").FindSubmatch(b)
+		if m == nil || string(m[1]) != k.Default {
+			t.Errorf("deploy/README.md: the row of %s is %q, want its default %s", k.Name, m, k.Default)
+		}
+	}
+	if n != len(objstore.OpClasses()) {
+		t.Fatalf("%d attempt deadline keys for %d classes", n, len(objstore.OpClasses()))
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/robfig/cron/v3"
+
+	"github.com/nova/auditor/objstore"
 )
 
 var (
@@ -98,8 +100,13 @@ func (c Config) Validate() error {
 	if c.ErasureAlertAfter <= 0 {
 		add("erasure-alert-after", "%s must be positive", c.ErasureAlertAfter)
 	}
-	if c.S3AttemptTimeout <= 0 {
-		add("s3-attempt-timeout", "%s must be positive", c.S3AttemptTimeout)
+	if c.S3AttemptTimeout < 0 {
+		add("s3-attempt-timeout", "%s must be positive (or empty)", c.S3AttemptTimeout)
+	}
+	for _, class := range objstore.OpClasses() {
+		if d := c.S3AttemptTimeouts.Of(class); d <= 0 {
+			add(attemptTimeoutPrefix+string(class), "%s must be positive", d)
+		}
 	}
 	if c.Verify != "checksum" && c.Verify != "readback" {
 		add("verify", "%q must be checksum or readback", c.Verify)

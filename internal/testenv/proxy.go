@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"crypto/tls"
 	"net"
 	"net/url"
 	"sync"
@@ -26,9 +27,25 @@ type Proxy struct {
 // NewProxy starts a proxy to target (host:port), stopped when the test ends.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
+	return newProxy(t, target, nil)
+}
+
+// NewTLSProxy starts a proxy that terminates TLS with cfg (a server
+// certificate, CA.ServerTLS) in front of target, which speaks plain TCP:
+// a TLS endpoint for a server that has none.
+func NewTLSProxy(t testing.TB, target string, cfg *tls.Config) *Proxy {
+	t.Helper()
+	return newProxy(t, target, cfg)
+}
+
+func newProxy(t testing.TB, target string, tlsCfg *tls.Config) *Proxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
 	}
 	p := &Proxy{ln: ln, target: target}
 	go p.serve()

@@ -197,7 +197,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := newStore(t, objstore.S3Config{HTTPClient: &http.Client{Transport: ft},
-		MaxAttempts: 4, AttemptTimeout: 2 * time.Second, BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+		MaxAttempts: 4, AttemptTimeouts: objstore.UniformAttemptTimeouts(2 * time.Second), BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
 	s := objstore.Instrument(raw, m)
 	b := newBucket(t, raw, "fault")
 	ctx := context.Background()

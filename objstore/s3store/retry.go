@@ -2,6 +2,7 @@ package s3store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,17 +16,27 @@ import (
 )
 
 // do runs one S3 operation under the retry policy: each attempt bounded by
-// AttemptTimeout; throttling, 5xx, resets and timeouts retried up to
-// MaxAttempts with full-jitter exponential backoff, within ctx's deadline;
-// any other answer returned at once. The SDK's own retryer is off (see
-// New), so no retry quota can switch backoff off in a storm.
+// the deadline of the operation's class (AttemptTimeouts, opClass);
+// throttling, 5xx, resets and timeouts retried up to MaxAttempts with
+// full-jitter exponential backoff, within ctx's deadline; any other answer
+// returned at once. The SDK's own retryer is off (see New), so no retry
+// quota can switch backoff off in a storm. An attempt cut at its deadline
+// says so (attemptDeadlineError), naming the class and the deadline.
 func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	obs := objstore.ObserverFrom(ctx)
+	class, _ := opClass(op)
+	limit := s.cfg.AttemptTimeouts.Of(class)
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
+		actx, cancel := context.WithTimeoutCause(ctx, limit, &attemptDeadlineError{Class: class, Deadline: limit})
 		sent := time.Now()
 		err := fn(actx)
 		took := time.Since(sent)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			var ad *attemptDeadlineError
+			if cause := context.Cause(actx); errors.As(cause, &ad) {
+				err = fmt.Errorf("%w: %w", ad, err)
+			}
+		}
 		cancel()
 		obs.Request(op, statusOf(err), took)
 		if err == nil {
@@ -52,6 +63,39 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 		case <-t.C:
 		}
 	}
+}
+
+// attemptDeadlineError is the cause of an attempt cut at the deadline of
+// its operation's class; do wraps the attempt's error in it.
+type attemptDeadlineError struct {
+	Class    objstore.OpClass
+	Deadline time.Duration
+}
+
+func (e *attemptDeadlineError) Error() string {
+	return fmt.Sprintf("%s attempt deadline (%s) passed", e.Class, e.Deadline)
+}
+
+// opClass is the class of each operation do runs, which sets its attempt
+// deadline (objstore.AttemptTimeouts). An operation missing here gets the
+// longest deadline of all; TestEveryOperationHasAClass keeps it complete.
+func opClass(op string) (objstore.OpClass, bool) {
+	switch op {
+	case "GetObject", "HeadObject":
+		return objstore.OpRead, true
+	case "PutObject", "UploadPart":
+		return objstore.OpWrite, true
+	case "UploadPartCopy":
+		return objstore.OpCopy, true
+	case "DeleteObjects":
+		return objstore.OpDelete, true
+	case "ListObjectsV2", "ListParts", "ListMultipartUploads":
+		return objstore.OpList, true
+	case "CreateMultipartUpload", "CompleteMultipartUpload", "AbortMultipartUpload",
+		"GetBucketLifecycleConfiguration", "GetBucketEncryption", "GetBucketVersioning", "GetObjectLockConfiguration":
+		return objstore.OpControl, true
+	}
+	return "", false
 }
 
 // backoff is full jitter: uniform in [0, min(max, base * 2^(attempt-1))].
@@ -92,6 +136,10 @@ func retryable(err error) bool {
 	var ip *smithy.InvalidParamsError
 	if errors.As(err, &ip) || errors.Is(err, context.Canceled) {
 		return false
+	}
+	var cv *tls.CertificateVerificationError
+	if errors.As(err, &cv) {
+		return false // a definite answer: the endpoint's certificate is not trusted (s3-ca-file)
 	}
 	// resets, EOFs, attempt timeouts, garbled or short bodies: the request
 	// may not have reached the server, or its answer was lost

@@ -10,6 +10,8 @@ import (
 	"context"
 	"crypto/md5"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
@@ -68,6 +70,12 @@ func New(ctx context.Context, cfg objstore.S3Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 config: %w", err)
 	}
+	var roots *x509.CertPool
+	if cfg.CAFile != "" {
+		if roots, err = loadRoots(cfg.CAFile); err != nil {
+			return nil, fmt.Errorf("s3 config: CAFile: %w", err)
+		}
+	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
@@ -79,14 +87,23 @@ func New(ctx context.Context, cfg objstore.S3Config) (*Store, error) {
 			o.HTTPClient = cfg.HTTPClient
 		} else {
 			// the configured client (it carries AWS_CA_BUNDLE's roots),
-			// with a short connect timeout
+			// with a short connect timeout and CAFile's roots, which
+			// replace AWS_CA_BUNDLE's (this option runs after the SDK's)
 			bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient)
 			if !ok {
 				bc = awshttp.NewBuildableClient()
 			}
 			o.HTTPClient = bc.
 				WithDialerOptions(func(d *net.Dialer) { d.Timeout = cfg.ConnectTimeout }).
-				WithTransportOptions(func(t *http.Transport) { t.TLSHandshakeTimeout = cfg.ConnectTimeout })
+				WithTransportOptions(func(t *http.Transport) {
+					t.TLSHandshakeTimeout = cfg.ConnectTimeout
+					if roots != nil {
+						if t.TLSClientConfig == nil {
+							t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+						}
+						t.TLSClientConfig.RootCAs = roots
+					}
+				})
 		}
 	})
 	return &Store{client: client, cfg: cfg, limits: cfg.Limits(), algs: newAlgCache()}, nil

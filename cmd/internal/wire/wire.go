@@ -10,6 +10,7 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nova/auditor/bundle"
@@ -21,7 +22,9 @@ import (
 
 // Store builds the configuration's object store: the file backend rooted at
 // fs-root when it is set, else S3 at s3-endpoint (region, path style, key
-// prefix from the configuration; credentials from the SDK's default chain).
+// prefix, CA file, attempt deadlines from the configuration; credentials
+// from the SDK's default chain). A CA file that cannot be used is a
+// configuration error naming s3-ca-file.
 // --verify readback selects per-part checksums with read-back verification
 // of assemblies; checksum, full-object checksums checked by the server.
 func Store(ctx context.Context, cfg config.Config) (objstore.Store, error) {
@@ -44,7 +47,8 @@ func StoreWithPutChecksum(ctx context.Context, cfg config.Config, alg objstore.C
 	// rest (connect timeout, backoff, part size).
 	s3cfg := objstore.DefaultS3Config()
 	s3cfg.Endpoint, s3cfg.Region, s3cfg.PathStyle, s3cfg.KeyPrefix = cfg.S3Endpoint, cfg.S3Region, cfg.S3PathStyle, cfg.KeyPrefix
-	s3cfg.AttemptTimeout, s3cfg.MaxAttempts = cfg.S3AttemptTimeout, int(cfg.S3MaxAttempts)
+	s3cfg.AttemptTimeouts, s3cfg.MaxAttempts = cfg.S3AttemptTimeouts, int(cfg.S3MaxAttempts)
+	s3cfg.CAFile = cfg.S3CAFile
 	s3cfg.CopyConcurrency = int(cfg.CopyConcurrency)
 	s3cfg.Checksum = objstore.ChecksumFullObject
 	if alg != "" {
@@ -54,6 +58,9 @@ func StoreWithPutChecksum(ctx context.Context, cfg config.Config, alg objstore.C
 		s3cfg.Checksum, s3cfg.VerifyReadback = objstore.ChecksumParts, true
 	}
 	s, err := s3store.New(ctx, s3cfg)
+	if errors.Is(err, s3store.ErrCAFile) {
+		return nil, &config.Error{Field: "s3-ca-file", Msg: err.Error()}
+	}
 	if err != nil {
 		return nil, &config.Error{Field: "s3-endpoint", Msg: err.Error()}
 	}

@@ -3,12 +3,16 @@ package wire
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
 	"github.com/nova/auditor/objstore/s3store"
@@ -101,12 +105,48 @@ func TestStoreTakesTheConfiguredValues(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.S3Endpoint, cfg.S3PathStyle = "http://127.0.0.1:1", true
 	if cfg.CopyConcurrency != objstore.DefaultCopyConcurrency || cfg.S3MaxAttempts != objstore.DefaultMaxAttempts ||
-		cfg.S3AttemptTimeout != objstore.DefaultAttemptTimeout || cfg.S3Region != objstore.DefaultRegion {
+		cfg.S3AttemptTimeouts != objstore.DefaultAttemptTimeouts() || cfg.S3Region != objstore.DefaultRegion {
 		t.Fatalf("the configuration's S3 defaults are not the backend's: %+v", cfg)
 	}
 	cfg.CopyConcurrency = 0
 	if _, err := Store(context.Background(), cfg); err == nil {
 		t.Fatal("a zero copy concurrency was accepted")
+	}
+}
+
+// TestStoreTakesTheTransportSettings: the CA file and the attempt
+// deadlines reach the S3 backend; a CA file that cannot be used is a
+// configuration error (exit 2) naming s3-ca-file.
+func TestStoreTakesTheTransportSettings(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	cfg.S3Endpoint, cfg.S3PathStyle = "https://127.0.0.1:1", true
+	cfg.S3AttemptTimeouts.Copy = 42 * time.Minute
+	cfg.S3CAFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(cfg.S3CAFile, testenv.NewCA(t).PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Store(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := st.(*s3store.Store).Config()
+	if got.CAFile != cfg.S3CAFile || got.AttemptTimeouts != cfg.S3AttemptTimeouts {
+		t.Fatalf("the store's CA file %q and deadlines %+v, want %q and %+v", got.CAFile, got.AttemptTimeouts, cfg.S3CAFile, cfg.S3AttemptTimeouts)
+	}
+	for name, path := range map[string]string{"missing": cfg.S3CAFile + ".missing", "not PEM": filepath.Join(t.TempDir(), "x")} {
+		if name == "not PEM" {
+			if err := os.WriteFile(path, []byte("not a certificate"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bad := cfg
+		bad.S3CAFile = path
+		_, err := Store(context.Background(), bad)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != "s3-ca-file" || !errors.Is(err, config.ErrConfig) {
+			t.Errorf("%s CA file: %v, want a configuration error naming s3-ca-file", name, err)
+		}
 	}
 }
 
