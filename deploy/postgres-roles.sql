@@ -1,18 +1,18 @@
 -- The Nova auditor's Postgres roles: least privilege on the schema `nova`
 -- of the database this script runs in (docs/metastore.md#roles).
 --
---   nova_auditor_migrate  owns the schema nova and every table the
---                         migrations create; runs `auditor migrate`.
---   nova_auditor          everything else the auditor binary does (serve,
---                         run, status, verify, doctor, inspect, erase,
---                         trigger, pause, resume, release): exactly the
---                         tables, columns and verbs below, nothing more.
+--   nova_migrator  owns the schema nova and every table the migrations
+--                  create; runs `auditor migrate`, nothing else.
+--   nova_auditor   everything else the auditor binary does (serve, run,
+--                  status, verify, doctor, inspect, erase, trigger, pause,
+--                  resume, release): exactly the tables, columns and verbs
+--                  below, nothing more.
 --
 -- Run it as a superuser (on a managed service, its administrator role),
 -- with psql, in the auditor's database; twice on a new database:
 --
 --   psql -v ON_ERROR_STOP=1 -d nova -f deploy/postgres-roles.sql  # roles, schema
---   auditor migrate --database-url postgres://nova_auditor_migrate@.../nova
+--   auditor migrate --database-url postgres://nova_migrator@.../nova
 --   psql -v ON_ERROR_STOP=1 -d nova -f deploy/postgres-roles.sql  # grants
 --
 -- and again after every `auditor migrate` of a new release, with that
@@ -22,7 +22,7 @@
 -- database behind that (it says so) and refuses one ahead of it.
 --
 -- The roles are created with LOGIN and no password. Set one for each
--- (psql's \password nova_auditor, \password nova_auditor_migrate), or use
+-- (psql's \password nova_auditor, \password nova_migrator), or use
 -- your server's certificate or IAM authentication; this file holds no
 -- secret. The write path's role is yours to create: docs/metastore.md
 -- (#who-writes-what) lists what it writes.
@@ -35,45 +35,45 @@ BEGIN;
 
 DO $roles$
 BEGIN
-  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'nova_auditor_migrate') THEN
-    CREATE ROLE nova_auditor_migrate LOGIN;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'nova_migrator') THEN
+    CREATE ROLE nova_migrator LOGIN;
   END IF;
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'nova_auditor') THEN
     CREATE ROLE nova_auditor LOGIN;
   END IF;
   -- A role made by hand before this script must not carry more power
   -- than the grants below.
-  IF EXISTS (SELECT FROM pg_roles WHERE rolname IN ('nova_auditor', 'nova_auditor_migrate')
+  IF EXISTS (SELECT FROM pg_roles WHERE rolname IN ('nova_auditor', 'nova_migrator')
       AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls)) THEN
-    RAISE EXCEPTION 'nova_auditor or nova_auditor_migrate has SUPERUSER, CREATEROLE, CREATEDB, REPLICATION or BYPASSRLS: take it away (ALTER ROLE) and run this script again';
+    RAISE EXCEPTION 'nova_auditor or nova_migrator has SUPERUSER, CREATEROLE, CREATEDB, REPLICATION or BYPASSRLS: take it away (ALTER ROLE) and run this script again';
   END IF;
-  ALTER ROLE nova_auditor_migrate LOGIN;
+  ALTER ROLE nova_migrator LOGIN;
   ALTER ROLE nova_auditor LOGIN;
   -- CONNECT, for databases that revoke it from PUBLIC. CREATE: the
   -- migrations start with CREATE SCHEMA IF NOT EXISTS nova, which Postgres
   -- checks against the database even when the schema exists.
-  EXECUTE format('GRANT CONNECT ON DATABASE %I TO nova_auditor_migrate', current_database());
-  EXECUTE format('GRANT CREATE ON DATABASE %I TO nova_auditor_migrate', current_database());
+  EXECUTE format('GRANT CONNECT ON DATABASE %I TO nova_migrator', current_database());
+  EXECUTE format('GRANT CREATE ON DATABASE %I TO nova_migrator', current_database());
   EXECUTE format('GRANT CONNECT ON DATABASE %I TO nova_auditor', current_database());
 END
 $roles$;
 
-CREATE SCHEMA IF NOT EXISTS nova AUTHORIZATION nova_auditor_migrate;
+CREATE SCHEMA IF NOT EXISTS nova AUTHORIZATION nova_migrator;
 
 DO $grants$
 DECLARE
   v integer;
   t text;
 BEGIN
-  IF (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'nova') <> 'nova_auditor_migrate' THEN
-    ALTER SCHEMA nova OWNER TO nova_auditor_migrate;
+  IF (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'nova') <> 'nova_migrator' THEN
+    ALTER SCHEMA nova OWNER TO nova_migrator;
   END IF;
   -- nova_auditor may use the schema's objects, never create any.
   REVOKE ALL ON SCHEMA nova FROM nova_auditor;
   GRANT USAGE ON SCHEMA nova TO nova_auditor;
 
   IF to_regclass('nova.schema_migrations') IS NULL THEN
-    RAISE NOTICE 'schema nova is not migrated: run auditor migrate as nova_auditor_migrate, then this script again';
+    RAISE NOTICE 'schema nova is not migrated: run auditor migrate as nova_migrator, then this script again';
     RETURN;
   END IF;
   SELECT coalesce(max(m.version), 0) INTO v FROM nova.schema_migrations m;
@@ -81,7 +81,7 @@ BEGIN
     RAISE EXCEPTION 'schema nova is at version %, this script knows 7: run the copy of deploy/postgres-roles.sql of the release that migrated it', v;
   END IF;
   IF v < 7 THEN
-    RAISE NOTICE 'schema nova is at version %, this script grants for 7: run auditor migrate as nova_auditor_migrate, then this script again', v;
+    RAISE NOTICE 'schema nova is at version %, this script grants for 7: run auditor migrate as nova_migrator, then this script again', v;
     RETURN;
   END IF;
 
@@ -93,8 +93,8 @@ BEGIN
       'stars', 'star_epochs', 'streams', 'span_refs', 'due_markers', 'erasures',
       'catalog', 'orphan_intents', 'auditor_key_revisions', 'trim_cursors', 'slot_reaps',
       'auditor_leases', 'auditor_runs', 'admin_requests', 'quarantine', 'auditor_state', 'auditor_runtime'] LOOP
-    IF (SELECT relowner::regrole::text FROM pg_class WHERE oid = format('nova.%I', t)::regclass) <> 'nova_auditor_migrate' THEN
-      EXECUTE format('ALTER TABLE nova.%I OWNER TO nova_auditor_migrate', t);
+    IF (SELECT relowner::regrole::text FROM pg_class WHERE oid = format('nova.%I', t)::regclass) <> 'nova_migrator' THEN
+      EXECUTE format('ALTER TABLE nova.%I OWNER TO nova_migrator', t);
     END IF;
   END LOOP;
 

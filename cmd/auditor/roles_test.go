@@ -207,7 +207,7 @@ func (r testRoles) script(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.NewReplacer("nova_auditor_migrate", r.migrate, "nova_auditor", r.auditor).Replace(string(b))
+	return strings.NewReplacer("nova_migrator", r.migrate, "nova_auditor", r.auditor).Replace(string(b))
 }
 
 // checkOwnership: the migration role owns the schema and every table and
