@@ -300,9 +300,17 @@ func (db *DB) RecordErasure(ctx context.Context, id StreamID, first, count int64
 			}
 			return fmt.Errorf("read stream %s: %w", id, err)
 		}
+		// DO NOTHING, then the standing row: the auditor's role may insert
+		// erasures and set applied_at, never change a row's range
+		// (deploy/postgres-roles.sql). Rows are never deleted, so the
+		// standing row is there to read.
 		got, err := scanErasure(tx.QueryRow(ctx, `INSERT INTO nova.erasures AS e (stream_id, first_record, record_count)
-			VALUES ($1, $2, $3) ON CONFLICT (stream_id, first_record) DO UPDATE SET record_count = e.record_count
+			VALUES ($1, $2, $3) ON CONFLICT (stream_id, first_record) DO NOTHING
 			RETURNING `+erasureCols, id, first, count))
+		if errors.Is(err, pgx.ErrNoRows) {
+			got, err = scanErasure(tx.QueryRow(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+				WHERE e.stream_id = $1 AND e.first_record = $2`, id, first))
+		}
 		if err != nil {
 			return fmt.Errorf("record erasure of %s [%d, +%d): %w", id, first, count, err)
 		}

@@ -50,7 +50,8 @@ func stripComments(b []byte) []byte {
 // (the PodMonitor into the Prometheus Operator's), and holds what
 // deploy/README.md promises: secrets by reference, a ServiceAccount,
 // probes slower than /readyz's worst case, GOMEMLIMIT below the memory
-// limit, a PDB that lets unhealthy pods go, a migration Job.
+// limit, a PDB that lets unhealthy pods go, a migration Job with a
+// database URL (a role) of its own.
 func TestManifestsDecodeStrictly(t *testing.T) {
 	var (
 		kinds []string
@@ -118,6 +119,19 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	}
 	if e, ok := env["NOVA_AUDITOR_DATABASE_URL"]; !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 		t.Error("the database URL is not a Secret reference")
+	} else {
+		// The Job migrates as the schema's owner (nova_migrator), the
+		// Deployment serves as nova_auditor: two Secrets
+		// (deploy/README.md, "Postgres roles").
+		var migrate *corev1.SecretKeySelector
+		for _, je := range job.Spec.Template.Spec.Containers[0].Env {
+			if je.Name == "NOVA_AUDITOR_DATABASE_URL" && je.ValueFrom != nil {
+				migrate = je.ValueFrom.SecretKeyRef
+			}
+		}
+		if migrate == nil || migrate.Name == e.ValueFrom.SecretKeyRef.Name {
+			t.Errorf("the migration Job's database URL %+v is not a Secret of its own (the Deployment's is %s)", migrate, e.ValueFrom.SecretKeyRef.Name)
+		}
 	}
 	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
 		if _, ok := env[k]; ok {

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,6 +67,27 @@ func RandomSuffix(n int) string {
 // tests run in parallel and leave nothing behind.
 func FreshDatabase(t testing.TB) string {
 	t.Helper()
+	return createDatabase(t, "")
+}
+
+// CloneDatabase creates a database with a unique name as a copy of the one
+// at url (CREATE DATABASE ... TEMPLATE: nothing may be connected to it
+// meanwhile) and returns its URL; it is dropped when the test ends. Grants
+// on the database itself (CONNECT, CREATE) are not copied: a new database
+// has the defaults.
+func CloneDatabase(t testing.TB, url string) string {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return createDatabase(t, strings.TrimPrefix(u.Path, "/"))
+}
+
+// createDatabase creates a database on the test server, from the template
+// when one is named, and drops it when the test ends.
+func createDatabase(t testing.TB, template string) string {
+	t.Helper()
 	base := DatabaseURL(t)
 	name := "nova_t_" + RandomSuffix(6)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -76,7 +97,11 @@ func FreshDatabase(t testing.TB) string {
 		t.Fatalf("connect to test postgres: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	stmt := "CREATE DATABASE " + name
+	if template != "" {
+		stmt += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	if _, err := conn.Exec(ctx, stmt); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -92,7 +117,7 @@ func FreshDatabase(t testing.TB) string {
 			t.Logf("drop database %s: %v", name, err)
 		}
 	})
-	u, err := url.Parse(base)
+	u, err := neturl.Parse(base)
 	if err != nil {
 		t.Fatalf("parse %s: %v", EnvDatabaseURL, err)
 	}

@@ -336,7 +336,9 @@ func (s *Store) Delete(ctx context.Context, bucket string, keys []string) error 
 		err = os.Remove(p)
 		switch {
 		case err == nil:
-			if err := fsync.Dir(filepath.Dir(p)); err != nil {
+			// A concurrent Delete may have pruned the directory, empty
+			// once this key went: then there is nothing left to sync.
+			if err := fsync.Dir(filepath.Dir(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				failed[k] = err
 				continue
 			}

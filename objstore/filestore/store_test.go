@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -255,5 +256,34 @@ func TestBucketRulesKeepNothingDeleted(t *testing.T) {
 	if v.AbortIncomplete != objstore.VerdictUnknown || v.Encryption != objstore.VerdictUnknown ||
 		v.Versioning != objstore.VersioningOff || v.ObjectLock != objstore.VerdictNo || v.KeepsDeleted() != objstore.VerdictNo {
 		t.Fatalf("the file backend's verdict: %+v", v)
+	}
+}
+
+// TestConcurrentDeletesOfADirectorysLastKeys: two Deletes of the last keys
+// of one directory at once both succeed, though the first to finish prunes
+// the directory the other then syncs (as the reap's concurrent batches of
+// one key each do at an epoch's last slots).
+func TestConcurrentDeletesOfADirectorysLastKeys(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, "")
+	if err := s.CreateBucket("b"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		keys := []string{fmt.Sprintf("d/%d/x", i), fmt.Sprintf("d/%d/y", i)}
+		for _, k := range keys {
+			if err := s.PutIfAbsent(ctx, "b", k, []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errs := make(chan error, len(keys))
+		for _, k := range keys {
+			go func() { errs <- s.Delete(ctx, "b", []string{k}) }()
+		}
+		for range keys {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
 	}
 }
