@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -64,6 +65,9 @@ func RecordS3(t testing.TB, e S3Env) *S3Recorder {
 			pr.Out.Host = pr.In.Host // the host the client signed
 		},
 		Transport: tr,
+		// a client killed mid-request (the crash matrix's SIGKILL) is
+		// expected, not news
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	r := &S3Recorder{calls: map[S3Call]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
