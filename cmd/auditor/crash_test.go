@@ -50,9 +50,18 @@ func TestCrashMatrix(t *testing.T) {
 
 // TestCrashMatrixS3 runs the same matrix on versitygw with objects big
 // enough for multipart assembly: parts copied server side, parts gathered
-// and staged as pending sidecars, resumed after the kill.
+// and staged as pending sidecars, resumed after the kill; the keys are
+// under a key prefix. It also holds deploy/iam's policies to what the
+// auditor asks of S3 (iam_test.go): the auditor binaries reach versitygw
+// through a recording proxy, the store contract suite and `auditor
+// doctor` run through it beside the matrix, and once all have run every
+// request must be allowed and every grant used.
 func TestCrashMatrixS3(t *testing.T) {
-	crashMatrix(t, "versitygw", s3CrashStore, nil)
+	if testing.Short() {
+		t.Skip("crash matrix runs real processes")
+	}
+	rec := recordForIAM(t)
+	crashMatrix(t, "versitygw", recordedS3CrashStore(rec), nil)
 }
 
 // preludes: a point reached only after an earlier crash elsewhere. An
@@ -129,6 +138,17 @@ func fileCrashStore(t *testing.T, root string) (objstore.Store, []string, []stri
 func s3CrashStore(t *testing.T, _ string) (objstore.Store, []string, []string, int64, string) {
 	b := teststore.S3(t, teststore.Options{Prefix: "crash"})
 	return b.Store, b.Flags(), b.Env(), 8 << 20, "16"
+}
+
+// recordedS3CrashStore is s3CrashStore under the key prefix iamKeyPrefix,
+// with the auditor binaries' requests going through rec; the test makes
+// and checks the buckets around it.
+func recordedS3CrashStore(rec *testenv.S3Recorder) crashStore {
+	return func(t *testing.T, _ string) (objstore.Store, []string, []string, int64, string) {
+		b := teststore.S3(t, teststore.Options{Prefix: "crash", Tune: func(c *objstore.S3Config) { c.KeyPrefix = iamKeyPrefix }})
+		b.S3 = rec.Env()
+		return b.Store, append([]string{"--key-prefix", iamKeyPrefix}, b.Flags()...), b.Env(), 8 << 20, "16"
+	}
 }
 
 type crashEnv struct {
