@@ -79,6 +79,12 @@ func (p *zoneProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.seen.Add(1)
 	}
 	if p.blackhole.Load() && mine {
+		// Read the body first: net/http notices that the client gave up
+		// (its request context is done) only once the body is read, and a
+		// PUT's handler would otherwise outlive the request forever.
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return
+		}
 		<-r.Context().Done()
 		return
 	}
