@@ -78,7 +78,7 @@ doctor() {
 	url="${base%%/postgres\?*}/$db?sslmode=disable"
 	bucket="nova-compat-$(date +%s)-$$"
 	local flags=(--database-url "$url" --star "$star" --s3-endpoint "$NOVA_TEST_S3_ENDPOINT" --s3-path-style
-		--bucket "$bucket" --s3-express-buckets "za=$bucket-za,zb=$bucket-zb")
+		--bucket "$bucket" --s3-express-buckets "za=$bucket-za,zb=$bucket-zb" --location za)
 	AWS_ACCESS_KEY_ID=$NOVA_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$NOVA_TEST_S3_SECRET_KEY AWS_REGION=us-east-1 \
 		bin/novasim setup "${flags[@]}" --migrate --create-buckets --streams 4 >/dev/null || rc=$?
 	if [ "$rc" = 0 ]; then
