@@ -3,7 +3,7 @@
 # them again by PID.
 #
 #   scripts/services.sh up [SERVER]    start what is missing; print the env file path
-#   scripts/services.sh down [SERVER]  stop what "up" started (everything, or SERVER alone)
+#   scripts/services.sh down [SERVER]  stop what "up" started (everything, or what "up SERVER" started)
 #   scripts/services.sh env [SERVER]   print the env file path (after "up")
 #
 # SERVER is the S3 server the tests run against: versitygw (the default,
@@ -324,7 +324,9 @@ env)
 	envfile_of "$server"
 	;;
 down)
-	seaweedfs_down
+	# down seaweedfs stops SeaweedFS alone, down versitygw all but it
+	# (versitygw and a throwaway Postgres), down everything.
+	if [ "${2:-}" != versitygw ]; then seaweedfs_down; fi
 	if [ "${2:-}" = seaweedfs ]; then exit 0; fi
 	stop_pid "$run/versitygw.pid" versitygw
 	if [ -f "$run/versitygw.data" ]; then rm -rf "$(cat "$run/versitygw.data")" "$run/versitygw.data"; fi
