@@ -271,7 +271,23 @@ func TestBucketRulesVersioningAndObjectLock(t *testing.T) {
 // version); suspended, it still does.
 func TestBucketRulesOfAVersionedVersitygw(t *testing.T) {
 	env := testenv.StartVersitygw(t, "--versioning-dir", t.TempDir())
-	s := newStoreAt(t, env, objstore.S3Config{})
+	versionedBucketKeepsDeleted(t, newStoreAt(t, env, objstore.S3Config{}))
+}
+
+// TestBucketRulesOfAVersionedSeaweedFS: the same on SeaweedFS, which
+// versions any bucket.
+func TestBucketRulesOfAVersionedSeaweedFS(t *testing.T) {
+	if s := testenv.S3(t).Server; s != testenv.ServerSeaweedFS {
+		t.Skipf("SeaweedFS only: versioning on the test server itself (versitygw needs a server of its own: TestBucketRulesOfAVersionedVersitygw); the test S3 server is %s", s)
+	}
+	versionedBucketKeepsDeleted(t, newStore(t, objstore.S3Config{}))
+}
+
+// versionedBucketKeepsDeleted: a new bucket of s reads as never versioned;
+// once its versioning is enabled, a DELETE leaves the version behind a
+// marker, and enabled or suspended it reads as keeping deleted bytes.
+func versionedBucketKeepsDeleted(t *testing.T, s *Store) {
+	t.Helper()
 	ctx := context.Background()
 	b := newBucket(t, s, "versioned")
 	r, err := s.BucketRules(ctx, b)
