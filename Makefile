@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-short soak demo trace-settle bench bench-sql bench-scale bench-settle bench-erase lint services-up services-down clean
+.PHONY: help build test test-compat test-short soak demo trace-settle bench bench-sql bench-scale bench-settle bench-erase lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -15,6 +15,9 @@ build: ## build bin/auditor and bin/novasim (static, trimmed, version stamped)
 
 test: ## start versitygw (and Postgres if none runs), run every test against them, stop them
 	scripts/test.sh
+
+test-compat: ## against SeaweedFS (weed mini, built into .bin the first time: 5-9 min): the store contract, auditor doctor, the demo, the live-traffic test (COMPAT_LIVE_DURATION, default 20s)
+	scripts/test-compat.sh
 
 soak: ## the live-traffic test (auditor serve under novasim write and random kills) on both backends for SOAK_DURATION (default 10m)
 	NOVA_LIVE_DURATION=$(SOAK_DURATION) NOVA_TEST_TIMEOUT=0 scripts/test.sh -run '^TestLiveTraffic$$' -v ./cmd/auditor

@@ -13,8 +13,11 @@
 #  6. a summary: streams, records, objects, bytes copied server side versus
 #     fetched, slots reaped, what storage holds, and the time taken.
 #
-# DEMO_STORE=s3 runs the same against versitygw (scripts/services.sh starts
-# it); the default is the file-backed store, needing only Go and Postgres.
+# DEMO_STORE=s3 runs the same against S3: the server at DEMO_S3_ENDPOINT
+# (path-style; credentials from the AWS SDK's chain, AWS_ACCESS_KEY_ID ...)
+# when set, else versitygw (scripts/services.sh starts it). The bucket is
+# DEMO_BUCKET, created when missing (default: a fresh one). The default is
+# the file-backed store, needing only Go and Postgres.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -42,20 +45,27 @@ common=(--database-url "$url" --star demo)
 setup_extra=()
 slots=()
 if [ "${DEMO_STORE:-file}" = s3 ]; then
-	# versitygw, installed and started by scripts/services.sh (left running).
-	envfile=$(scripts/services.sh up)
-	# shellcheck disable=SC1090
-	. "$envfile"
-	export AWS_ACCESS_KEY_ID=$NOVA_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$NOVA_TEST_S3_SECRET_KEY AWS_REGION=us-east-1
-	bucket="nova-demo-$(date +%s)-$$"
-	common+=(--s3-endpoint "$NOVA_TEST_S3_ENDPOINT" --s3-path-style --bucket "$bucket")
+	endpoint=${DEMO_S3_ENDPOINT:-}
+	server="S3"
+	if [ -z "$endpoint" ]; then
+		# versitygw, installed and started by scripts/services.sh (left running).
+		envfile=$(scripts/services.sh up)
+		# shellcheck disable=SC1090
+		. "$envfile"
+		export AWS_ACCESS_KEY_ID=$NOVA_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$NOVA_TEST_S3_SECRET_KEY AWS_REGION=us-east-1
+		endpoint=$NOVA_TEST_S3_ENDPOINT
+		server=versitygw
+	fi
+	export AWS_REGION=${AWS_REGION:-us-east-1}
+	bucket=${DEMO_BUCKET:-"nova-demo-$(date +%s)-$$"}
+	common+=(--s3-endpoint "$endpoint" --s3-path-style --bucket "$bucket")
 	setup_extra=(--create-buckets)
 	# Slots stored with CRC-32: versitygw 1.8.0 then reports a ranged
 	# copy's CRC-32C correctly, so the auditor's probe lets the server check
 	# those assemblies (no read-back). DEMO_SLOT_CHECKSUM=crc32c shows the
 	# read-back fallback.
 	slots=(--slot-checksum "${DEMO_SLOT_CHECKSUM:-crc32}")
-	where="versitygw at $NOVA_TEST_S3_ENDPOINT, bucket $bucket"
+	where="$server at $endpoint, bucket $bucket"
 else
 	common+=(--fs-root "$work/store")
 	where="the file-backed store at $work/store"

@@ -2,13 +2,28 @@
 # services.sh: install and start the real services the tests need, and stop
 # them again by PID.
 #
-#   scripts/services.sh up     start what is missing; print the env file path
-#   scripts/services.sh down   stop every process that "up" started
-#   scripts/services.sh env    print the env file path (after "up")
+#   scripts/services.sh up [SERVER]    start what is missing; print the env file path
+#   scripts/services.sh down [SERVER]  stop what "up" started (everything, or what "up SERVER" started)
+#   scripts/services.sh env [SERVER]   print the env file path (after "up")
+#
+# SERVER is the S3 server the tests run against: versitygw (the default,
+# make test; env file .run/services.env) or seaweedfs (make test-compat;
+# env file .run/seaweedfs.env). The env file says which one it is
+# (NOVA_TEST_S3_SERVER): tests that hold for versitygw alone skip on the
+# other (testenv.RequireVersitygw).
 #
 # versitygw v1.8.0 (Apache-2.0) is installed from the Go module proxy into
 # .bin/ (cached across runs) and started on a free loopback port with the
 # POSIX backend in a temporary directory and a fixed test access key.
+#
+# SeaweedFS (Apache-2.0) is built from the Go module proxy into .bin/weed
+# the first time (5 to 9 minutes and 2.7 GB of RAM: `go install` refuses
+# the module, whose go.mod has a replace directive, so the module is
+# downloaded, copied and built in place), and `weed mini` (master, volume
+# server, filer and S3 gateway in one process) is started on free loopback
+# ports with its data in a temporary directory. Its S3 gateway takes the
+# admin identity's keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
+# set to the same test keys as versitygw's.
 # Postgres: the machine's server on 127.0.0.1:5432 is used when it answers;
 # otherwise, if the server binaries are installed, a throwaway cluster is
 # initialised in a temporary directory on a free port.
@@ -28,6 +43,10 @@ envfile="$run/services.env"
 VGW_VERSION=v1.8.0
 VGW_ACCESS=nova-test-access
 VGW_SECRET=nova-test-secret-key
+# SeaweedFS publishes no semver tags for its Go module: this pseudo-version
+# is one commit of its master branch.
+SWFS_MODULE=github.com/seaweedfs/seaweedfs
+SWFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 mkdir -p "$run" "$bin"
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -76,6 +95,104 @@ versitygw_up() {
 		return 1
 	fi
 	log "versitygw $VGW_VERSION on 127.0.0.1:$port (pid $(cat "$run/versitygw.pid"))"
+}
+
+# seaweedfs_installed builds weed into .bin unless the pinned version is
+# there (the version is kept in a file beside it, as for versitygw).
+seaweedfs_installed() {
+	if [ -x "$bin/weed" ] && [ "$(cat "$bin/weed.version" 2>/dev/null)" = "$SWFS_VERSION" ]; then
+		return 0
+	fi
+	log "building SeaweedFS $SWFS_VERSION into .bin/weed (5 to 9 minutes and 2.7 GB of RAM the first time)"
+	local tmp dir
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/nova-weed-build.XXXXXX")
+	# Downloaded outside any module, so that our go.mod and go.sum are
+	# left alone.
+	dir=$(cd "$tmp" && GOFLAGS= go mod download -json "$SWFS_MODULE@$SWFS_VERSION" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+	if [ -z "$dir" ] || [ ! -d "$dir/weed" ]; then
+		log "go mod download $SWFS_MODULE@$SWFS_VERSION gave no module directory"
+		rm -rf "$tmp"
+		return 1
+	fi
+	# The module cache is read-only: build in a writable copy.
+	cp -r "$dir" "$tmp/src"
+	chmod -R u+w "$tmp/src"
+	if ! (cd "$tmp/src" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -o "$bin/weed.new" ./weed) >"$run/weed-build.log" 2>&1; then
+		log "building SeaweedFS failed; the end of its log (.run/weed-build.log):"
+		tail -n 20 "$run/weed-build.log" >&2
+		rm -rf "$tmp" "$bin/weed.new"
+		return 1
+	fi
+	mv "$bin/weed.new" "$bin/weed"
+	echo "$SWFS_VERSION" >"$bin/weed.version"
+	rm -rf "$tmp"
+}
+
+# low_free_ports prints n distinct loopback ports, each free with port+10000
+# free too (weed derives each service's gRPC port so), all below Linux's
+# ephemeral range (32768) so that no outgoing connection takes one first.
+low_free_ports() {
+	python3 - "$1" <<'EOF'
+import random, socket, sys
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+n, got = int(sys.argv[1]), []
+while len(got) < n:
+    p = random.randrange(10000, 22000)
+    taken = {q for g in got for q in (g, g + 10000)}
+    if p not in taken and p + 10000 not in taken and free(p) and free(p + 10000):
+        got.append(p)
+print(" ".join(map(str, got)))
+EOF
+}
+
+seaweedfs_up() {
+	if alive "$run/seaweedfs.pid" && [ -f "$run/seaweedfs.port" ] &&
+		wait_tcp 127.0.0.1 "$(cat "$run/seaweedfs.port")" 1; then
+		return 0
+	fi
+	seaweedfs_installed
+	local master volume filer s3 admin data i
+	read -r master volume filer s3 admin <<<"$(low_free_ports 5)"
+	data=$(mktemp -d "${TMPDIR:-/tmp}/nova-seaweedfs.XXXXXX")
+	echo "$data" >"$run/seaweedfs.data"
+	# Every port explicit (weed mini moves a taken default port elsewhere;
+	# an explicit one fails instead), the Iceberg, Lance, WebDAV and legacy
+	# admin listeners off, no telemetry. Each bucket is a collection of
+	# volumes of its own: the tests make hundreds of buckets, so the volume
+	# server may hold many small volumes (sparse files, not preallocated);
+	# by default weed mini sizes a handful of 1 GiB ones to the disk, and
+	# PUTs fail with 500 InternalError ("no free volumes") after a few
+	# dozen buckets.
+	AWS_ACCESS_KEY_ID="$VGW_ACCESS" AWS_SECRET_ACCESS_KEY="$VGW_SECRET" nohup "$bin/weed" mini -dir="$data" \
+		-ip=127.0.0.1 -ip.bind=127.0.0.1 -master.port="$master" -volume.port="$volume" -filer.port="$filer" \
+		-s3.port="$s3" -s3.port.iceberg=0 -s3.port.lance=0 -webdav=false -admin.ui=false \
+		-admin.port="$admin" -admin.port.legacy=0 -master.telemetry=false \
+		-master.volumeSizeLimitMB=64 -volume.max=4000 \
+		>"$run/seaweedfs.log" 2>&1 &
+	echo $! >"$run/seaweedfs.pid"
+	echo "$s3" >"$run/seaweedfs.port"
+	# The S3 port opens once the master, the volume server and the filer
+	# are up; it answers an unsigned request with an S3 error document.
+	for ((i = 0; i < 1200; i++)); do
+		if ! alive "$run/seaweedfs.pid"; then break; fi
+		if curl -s -o /dev/null "http://127.0.0.1:$s3/" 2>/dev/null; then
+			log "SeaweedFS $SWFS_VERSION (weed mini) S3 on 127.0.0.1:$s3 (pid $(cat "$run/seaweedfs.pid"))"
+			return 0
+		fi
+		sleep 0.1
+	done
+	log "SeaweedFS did not start within 2 minutes; its log:"
+	cat "$run/seaweedfs.log" >&2
+	return 1
 }
 
 prometheus_installed() {
@@ -143,14 +260,29 @@ postgres_up() {
 	log "throwaway Postgres on 127.0.0.1:$port (pid $(cat "$run/postgres.pid"))"
 }
 
-write_env() {
-	cat >"$envfile" <<EOF
+write_env() { # server
+	if [ "$1" = seaweedfs ]; then
+		cat >"$(envfile_of seaweedfs)" <<EOF
 export NOVA_TEST_DATABASE_URL='$(cat "$run/postgres.url")'
+export NOVA_TEST_S3_SERVER=seaweedfs
+export NOVA_TEST_S3_ENDPOINT='http://127.0.0.1:$(cat "$run/seaweedfs.port")'
+export NOVA_TEST_S3_ACCESS_KEY='$VGW_ACCESS'
+export NOVA_TEST_S3_SECRET_KEY='$VGW_SECRET'
+EOF
+		return
+	fi
+	cat >"$(envfile_of versitygw)" <<EOF
+export NOVA_TEST_DATABASE_URL='$(cat "$run/postgres.url")'
+export NOVA_TEST_S3_SERVER=versitygw
 export NOVA_TEST_S3_ENDPOINT='http://127.0.0.1:$(cat "$run/versitygw.port")'
 export NOVA_TEST_S3_ACCESS_KEY='$VGW_ACCESS'
 export NOVA_TEST_S3_SECRET_KEY='$VGW_SECRET'
 export NOVA_TEST_VERSITYGW_PID='$(cat "$run/versitygw.pid")'
 EOF
+}
+
+envfile_of() { # server
+	if [ "$1" = seaweedfs ]; then echo "$run/seaweedfs.env"; else echo "$envfile"; fi
 }
 
 stop_pid() { # pidfile name
@@ -165,18 +297,37 @@ stop_pid() { # pidfile name
 	rm -f "$1"
 }
 
+seaweedfs_down() {
+	stop_pid "$run/seaweedfs.pid" seaweedfs
+	if [ -f "$run/seaweedfs.data" ]; then rm -rf "$(cat "$run/seaweedfs.data")" "$run/seaweedfs.data"; fi
+	rm -f "$(envfile_of seaweedfs)" "$run/seaweedfs.port"
+}
+
+server=${2:-versitygw}
+case "$server" in
+versitygw | seaweedfs) ;;
+*)
+	echo "$0: unknown S3 server $server (versitygw, seaweedfs)" >&2
+	exit 2
+	;;
+esac
+
 case "${1:-up}" in
 up)
 	prometheus_installed
-	versitygw_up
+	"${server}_up"
 	postgres_up
-	write_env
-	echo "$envfile"
+	write_env "$server"
+	envfile_of "$server"
 	;;
 env)
-	echo "$envfile"
+	envfile_of "$server"
 	;;
 down)
+	# down seaweedfs stops SeaweedFS alone, down versitygw all but it
+	# (versitygw and a throwaway Postgres), down everything.
+	if [ "${2:-}" != versitygw ]; then seaweedfs_down; fi
+	if [ "${2:-}" = seaweedfs ]; then exit 0; fi
 	stop_pid "$run/versitygw.pid" versitygw
 	if [ -f "$run/versitygw.data" ]; then rm -rf "$(cat "$run/versitygw.data")" "$run/versitygw.data"; fi
 	stop_pid "$run/postgres.pid" postgres
@@ -184,7 +335,7 @@ down)
 	rm -f "$envfile" "$run/postgres.url" "$run/versitygw.port" "$run/postgres.port"
 	;;
 *)
-	echo "usage: $0 up|down|env" >&2
+	echo "usage: $0 up|down|env [versitygw|seaweedfs]" >&2
 	exit 2
 	;;
 esac

@@ -12,7 +12,7 @@ cd "$top"
 started=1
 if [ -f .run/versitygw.pid ] && kill -0 "$(cat .run/versitygw.pid)" 2>/dev/null; then started=0; fi
 envfile=$(scripts/services.sh up)
-if [ "$started" = 1 ]; then trap 'scripts/services.sh down' EXIT; fi
+if [ "$started" = 1 ]; then trap 'scripts/services.sh down versitygw' EXIT; fi
 # shellcheck disable=SC1090
 . "$envfile"
 export NOVA_TEST_REQUIRE_SERVICES=1

@@ -39,7 +39,7 @@ func TestTailRewriteCycles(t *testing.T) {
 				e, _ = newEnv(t, s3Backend("s3-tail", "tail", nil, nil), 0, 0)
 				rec = &assembleRecorder{Store: e.store}
 			default:
-				e, rec = probedEnv(t, objstore.AlgorithmCRC32)
+				e, rec, _ = probedEnv(t, objstore.AlgorithmCRC32)
 			}
 			ids, next := writeFairSlots(t, e, backlog)
 			s := probedSettler(e, rec)

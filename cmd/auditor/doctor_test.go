@@ -11,6 +11,7 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/migrations"
 	"github.com/nova/auditor/objstore"
@@ -407,10 +408,39 @@ func TestDoctorExitCodes(t *testing.T) {
 	}
 }
 
-// TestDoctorAgainstVersitygw runs the command against the real S3 server,
+// doctorWant is what the doctor sees on one test S3 server: the checks
+// that warn (every other is ok), how it verifies assemblies and how the
+// ranged copy was checked.
+type doctorWant struct {
+	warns         map[string]bool
+	mode, checked string
+}
+
+// doctorWants: versitygw 1.8.0 answers 501 to the lifecycle and encryption
+// reads, so those three checks warn (unknown), as
+// docs/architecture.md#operator-surface says; it misreports the CRC-32C of
+// a range copied from a CRC-32C source, so it is by source, and the probe
+// object (stored with CRC-32C) is copied and read back. SeaweedFS answers
+// every rule read (a new bucket has no abort rule and no encryption: those
+// warn) and checks full objects, the ranged copy included.
+var doctorWants = map[string]doctorWant{
+	testenv.ServerVersitygw: {warns: map[string]bool{"no expiry": true, "abort incomplete multipart": true, "default encryption": true},
+		mode: "by-source", checked: "read-back"},
+	testenv.ServerSeaweedFS: {warns: map[string]bool{"abort incomplete multipart": true, "default encryption": true},
+		mode: "full-object", checked: "checked by the server"},
+}
+
+// TestDoctorAgainstS3Server runs the command against the real S3 server
+// (versitygw for make test, SeaweedFS for make test-compat: doctorWants),
 // a standard bucket and one express zone, and the real metastore: every
-// check is ok but the bucket rules versitygw does not tell.
-func TestDoctorAgainstVersitygw(t *testing.T) {
+// check is ok but the bucket rules the server does not tell or a new
+// bucket lacks.
+func TestDoctorAgainstS3Server(t *testing.T) {
+	server := testenv.S3(t).Server
+	want, ok := doctorWants[server]
+	if !ok {
+		t.Fatalf("no expected doctor table for the S3 server %q: add it to doctorWants", server)
+	}
 	b := teststore.S3(t, teststore.Options{Zones: 1})
 	url, _ := migratedDB(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", b.S3.AccessKey)
@@ -418,19 +448,15 @@ func TestDoctorAgainstVersitygw(t *testing.T) {
 	t.Setenv("AWS_REGION", b.S3.Region)
 	args := append([]string{"doctor", "--star", "s1", "--database-url", url, "--location", b.Zones[0]}, b.Flags()...)
 	code, table, errs := runCLI(t, args...)
-	t.Logf("auditor doctor against versitygw: exit %d\n%s%s", code, table, errs)
+	t.Logf("auditor doctor against %s: exit %d\n%s%s", server, code, table, errs)
 	code, out, errs := runCLI(t, append(args, "--json")...)
 	var rep doctorReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitOK || rep.ExitCode != exitOK {
 		t.Fatalf("doctor --json: exit %d, %v\n%s%s", code, err, out, errs)
 	}
-	// versitygw answers 501 to the lifecycle and encryption reads: those
-	// three checks warn (unknown), as docs/architecture.md#operator-surface
-	// says; every other check is ok.
-	warns := map[string]bool{"no expiry": true, "abort incomplete multipart": true, "default encryption": true}
 	for _, r := range rep.Checks {
-		if want := map[bool]string{true: statusWarn, false: statusOK}[warns[r.Check]]; r.Status != want {
-			t.Errorf("%s %s: %+v, want %s", r.Scope, r.Check, r, want)
+		if st := map[bool]string{true: statusWarn, false: statusOK}[want.warns[r.Check]]; r.Status != st {
+			t.Errorf("%s %s: %+v, want %s", r.Scope, r.Check, r, st)
 		}
 		if !tableHas(table, r.Status, r.Scope, r.Check) {
 			t.Errorf("the table has no line %s %s %s", r.Status, r.Scope, r.Check)
@@ -441,12 +467,10 @@ func TestDoctorAgainstVersitygw(t *testing.T) {
 		if len(rows) != len(doctorBucketChecks) {
 			t.Errorf("%s: %d rows, want %d", bucket, len(rows), len(doctorBucketChecks))
 		}
-		// versitygw 1.8.0 misreports the CRC-32C of a range copied from a
-		// CRC-32C source: by source, that copy read back
-		if r := rowOf(t, rows, "verification mode"); !strings.HasPrefix(r.Seen, "by-source") {
+		if r := rowOf(t, rows, "verification mode"); !strings.HasPrefix(r.Seen, want.mode) {
 			t.Errorf("%s: %+v", bucket, r)
 		}
-		if r := rowOf(t, rows, "ranged copy"); !strings.Contains(r.Seen, "copied server side") || !strings.Contains(r.Seen, "read-back") {
+		if r := rowOf(t, rows, "ranged copy"); !strings.Contains(r.Seen, "copied server side") || !strings.Contains(r.Seen, want.checked) {
 			t.Errorf("%s: %+v", bucket, r)
 		}
 		if r := rowOf(t, rows, "clock skew"); !strings.Contains(r.Seen, "the server's clock agrees with this host's") {

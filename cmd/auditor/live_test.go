@@ -83,7 +83,7 @@ func TestLiveTraffic(t *testing.T) {
 	for i, b := range []struct {
 		name string
 		open liveOpener
-	}{{"file", liveFileStore}, {"versitygw", liveS3Store}} {
+	}{{"file", liveFileStore}, {"s3", liveS3Store}} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			liveRun(t, d, seed+uint64(i), b.open)

@@ -28,6 +28,7 @@ const (
 	EnvS3Endpoint      = "NOVA_TEST_S3_ENDPOINT"
 	EnvS3AccessKey     = "NOVA_TEST_S3_ACCESS_KEY"
 	EnvS3SecretKey     = "NOVA_TEST_S3_SECRET_KEY"
+	EnvS3Server        = "NOVA_TEST_S3_SERVER"
 	EnvVersitygwPID    = "NOVA_TEST_VERSITYGW_PID"
 	EnvRequireServices = "NOVA_TEST_REQUIRE_SERVICES"
 )
@@ -125,12 +126,23 @@ func createDatabase(t testing.TB, template string) string {
 	return u.String()
 }
 
-// S3Env is the real S3-compatible server (versitygw) started for the tests.
+// The S3 servers scripts/services.sh starts for the tests
+// (NOVA_TEST_S3_SERVER): versitygw for make test, SeaweedFS for make
+// test-compat.
+const (
+	ServerVersitygw = "versitygw"
+	ServerSeaweedFS = "seaweedfs"
+)
+
+// S3Env is the real S3-compatible server started for the tests.
 type S3Env struct {
 	Endpoint  string // http://127.0.0.1:PORT, path-style, region us-east-1
 	AccessKey string
 	SecretKey string
 	Region    string
+	// Server is which server it is (ServerVersitygw, ServerSeaweedFS): an
+	// env file that does not say is versitygw's.
+	Server string
 }
 
 // S3 returns the test S3 server, skipping (or failing, when services are
@@ -143,11 +155,27 @@ func S3(t testing.TB) S3Env {
 		AccessKey: os.Getenv(EnvS3AccessKey),
 		SecretKey: os.Getenv(EnvS3SecretKey),
 		Region:    "us-east-1",
+		Server:    os.Getenv(EnvS3Server),
 	}
 	if e.Endpoint == "" {
 		missing(t, EnvS3Endpoint)
 	}
+	if e.Server == "" {
+		e.Server = ServerVersitygw
+	}
 	return e
+}
+
+// RequireVersitygw skips the test, saying why, when the test S3 server is
+// not versitygw: the test reaches into versitygw itself (its process, its
+// posix backend, a versitygw of its own) or asserts what versitygw 1.8.0
+// does where servers differ. It skips (or fails, when services are
+// required) without a test server, as S3 does.
+func RequireVersitygw(t testing.TB, why string) {
+	t.Helper()
+	if s := S3(t).Server; s != ServerVersitygw {
+		t.Skipf("versitygw only: %s; the test S3 server is %s", why, s)
+	}
 }
 
 // BucketName returns a unique, valid bucket name with the given short prefix.
@@ -189,9 +217,10 @@ func Conn(t testing.TB, url string) *pgx.Conn {
 // versitygw's posix backend (its data directory is the last argument of
 // the process scripts/services.sh started), for tests that damage an
 // object at rest. It skips, or fails when services are required, without
-// the process.
+// the process, and skips on another server (RequireVersitygw).
 func VersitygwObjectPath(t testing.TB, bucket, key string) string {
 	t.Helper()
+	RequireVersitygw(t, "the test damages an object on versitygw's posix backend")
 	args := versitygwArgs(t)
 	if len(args) < 2 || args[len(args)-2] != "posix" {
 		t.Fatalf("versitygw's command line %q does not end in posix DIR", args)
@@ -219,9 +248,11 @@ func versitygwArgs(t testing.TB) []string {
 // server runs, with its access keys, the posix backend in a temporary
 // directory with posixFlags before it (for example --versioning-dir DIR),
 // on a free loopback port. It is stopped when the test ends. It skips, or
-// fails when services are required, without the test server.
+// fails when services are required, without the test server, and skips
+// when the test server is not versitygw (RequireVersitygw).
 func StartVersitygw(t testing.TB, posixFlags ...string) S3Env {
 	t.Helper()
+	RequireVersitygw(t, "the test starts a versitygw of its own")
 	env := S3(t)
 	bin := versitygwArgs(t)[0]
 	if _, err := os.Stat(bin); err != nil {

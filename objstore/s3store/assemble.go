@@ -498,9 +498,10 @@ func (a *assembly) uploadPart(ctx context.Context, number int, data []byte, crc 
 }
 
 // complete publishes the upload with If-None-Match: *. A lost answer whose
-// retry finds the upload gone is resolved by looking at the key: our
-// object (its multipart ETag, and its CRC when known) is success, any other
-// is ErrExists.
+// retry finds the upload gone (AWS S3, versitygw: NoSuchUpload) or the key
+// taken (SeaweedFS checks the precondition first: 412) is resolved by
+// looking at the key: our object (its size and multipart ETag) is success,
+// any other is ErrExists.
 func (a *assembly) complete(ctx context.Context, states []partState, full uint32, fullKnown bool) error {
 	parts := make([]types.CompletedPart, len(states))
 	for i, st := range states {
@@ -528,7 +529,7 @@ func (a *assembly) complete(ctx context.Context, states []partState, full uint32
 		return err
 	})
 	err = mapErr(err, objstore.ErrExists)
-	if errors.Is(err, objstore.ErrNoUpload) && attempts > 1 {
+	if attempts > 1 && (errors.Is(err, objstore.ErrNoUpload) || errors.Is(err, objstore.ErrExists)) {
 		attrs, herr := a.s.Head(ctx, a.req.Bucket, a.req.Key)
 		switch {
 		case herr == nil && attrs.Size == a.plan.Size && attrs.ETag == multipartETag(states):

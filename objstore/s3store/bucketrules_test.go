@@ -22,6 +22,7 @@ import (
 // Its versioning and Object Lock answers are definite: never enabled, no
 // configuration (the server runs without --versioning-dir).
 func TestBucketRulesOfVersitygwAreUnknown(t *testing.T) {
+	testenv.RequireVersitygw(t, "versitygw 1.8.0's answers to the bucket rule reads; TestBucketRulesOfSeaweedFS has SeaweedFS's")
 	var calls atomic.Int64
 	cfg := objstore.S3Config{HTTPClient: &http.Client{Transport: countQuery{base: http.DefaultTransport, n: &calls}}}
 	s := newStore(t, cfg)
@@ -43,6 +44,37 @@ func TestBucketRulesOfVersitygwAreUnknown(t *testing.T) {
 	if len(v.Expiring) != 0 || v.AbortIncomplete != objstore.VerdictUnknown || v.Encryption != objstore.VerdictUnknown ||
 		v.Versioning != objstore.VersioningOff || v.ObjectLock != objstore.VerdictNo || v.KeepsDeleted() != objstore.VerdictNo {
 		t.Fatalf("verdict on unknown rules: %+v", v)
+	}
+}
+
+// TestBucketRulesOfSeaweedFS: SeaweedFS answers all four reads of a new
+// bucket definitely: no lifecycle configuration, no default encryption,
+// versioning never enabled, no Object Lock configuration. The judgement:
+// nothing expires and nothing keeps deleted bytes, but the
+// abort-incomplete-multipart rule and the encryption are missing.
+func TestBucketRulesOfSeaweedFS(t *testing.T) {
+	if s := testenv.S3(t).Server; s != testenv.ServerSeaweedFS {
+		t.Skipf("SeaweedFS only: its answers to the bucket rule reads; the test S3 server is %s", s)
+	}
+	var calls atomic.Int64
+	cfg := objstore.S3Config{HTTPClient: &http.Client{Transport: countQuery{base: http.DefaultTransport, n: &calls}}}
+	s := newStore(t, cfg)
+	b := newBucket(t, s, "rules")
+	r, err := s.BucketRules(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Lifecycle != objstore.KnownYes || len(r.Rules) != 0 || r.EncryptionKnown != objstore.KnownYes || r.Encryption != "" ||
+		r.VersioningKnown != objstore.KnownYes || r.Versioning != "" || r.ObjectLockKnown != objstore.KnownYes || r.ObjectLock || r.Note != "" {
+		t.Fatalf("SeaweedFS's rules of a new bucket: %+v", r)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Fatalf("%d requests for lifecycle, encryption, versioning and object lock, want 4", n)
+	}
+	v := r.Judge([]string{"stars/s1/", "buckets/"})
+	if len(v.Expiring) != 0 || v.AbortIncomplete != objstore.VerdictNo || v.Encryption != objstore.VerdictNo ||
+		v.Versioning != objstore.VersioningOff || v.ObjectLock != objstore.VerdictNo || v.KeepsDeleted() != objstore.VerdictNo {
+		t.Fatalf("verdict on a new bucket: %+v", v)
 	}
 }
 
@@ -239,7 +271,23 @@ func TestBucketRulesVersioningAndObjectLock(t *testing.T) {
 // version); suspended, it still does.
 func TestBucketRulesOfAVersionedVersitygw(t *testing.T) {
 	env := testenv.StartVersitygw(t, "--versioning-dir", t.TempDir())
-	s := newStoreAt(t, env, objstore.S3Config{})
+	versionedBucketKeepsDeleted(t, newStoreAt(t, env, objstore.S3Config{}))
+}
+
+// TestBucketRulesOfAVersionedSeaweedFS: the same on SeaweedFS, which
+// versions any bucket.
+func TestBucketRulesOfAVersionedSeaweedFS(t *testing.T) {
+	if s := testenv.S3(t).Server; s != testenv.ServerSeaweedFS {
+		t.Skipf("SeaweedFS only: versioning on the test server itself (versitygw needs a server of its own: TestBucketRulesOfAVersionedVersitygw); the test S3 server is %s", s)
+	}
+	versionedBucketKeepsDeleted(t, newStore(t, objstore.S3Config{}))
+}
+
+// versionedBucketKeepsDeleted: a new bucket of s reads as never versioned;
+// once its versioning is enabled, a DELETE leaves the version behind a
+// marker, and enabled or suspended it reads as keeping deleted bytes.
+func versionedBucketKeepsDeleted(t *testing.T, s *Store) {
+	t.Helper()
 	ctx := context.Background()
 	b := newBucket(t, s, "versioned")
 	r, err := s.BucketRules(ctx, b)

@@ -18,11 +18,44 @@ import (
 	"github.com/nova/auditor/objstore/storetest"
 )
 
-// TestProbe records what the test server supports: versitygw 1.8.0 checks
-// full-object CRC-32C, and a ranged copy reports the right CRC-32C unless
-// the source was stored with CRC-32C. The probe configures the store by
-// source, and leaves nothing behind.
+// probeWant is what the checksum probe finds on one test server: the mode
+// it configures, and whether a ranged copy reports the right CRC-32C for a
+// source stored with each algorithm.
+type probeWant struct {
+	mode   objstore.ChecksumMode
+	copies map[objstore.ChecksumAlgorithm]bool
+}
+
+// probeWants: versitygw 1.8.0 checks full-object CRC-32C, and a ranged
+// copy reports the right CRC-32C unless the source was stored with
+// CRC-32C (it reports the whole source's stored CRC): by source.
+// SeaweedFS computes a copied part's CRC-32C from the bytes it copies,
+// whatever the source is stored with, and combines the parts' CRCs at
+// completion: full object.
+var probeWants = map[string]probeWant{
+	testenv.ServerVersitygw: {objstore.ChecksumBySource, map[objstore.ChecksumAlgorithm]bool{
+		objstore.AlgorithmCRC32C: false, objstore.AlgorithmCRC32: true, objstore.AlgorithmSHA256: true, objstore.AlgorithmCRC64NVME: true}},
+	testenv.ServerSeaweedFS: {objstore.ChecksumFullObject, map[objstore.ChecksumAlgorithm]bool{
+		"": true, objstore.AlgorithmCRC32C: true, objstore.AlgorithmCRC32: true, objstore.AlgorithmSHA1: true,
+		objstore.AlgorithmSHA256: true, objstore.AlgorithmCRC64NVME: true}},
+}
+
+// testProbeWant is the probe's expected answer on the test server; a server
+// the table does not know fails the test (say what it does first).
+func testProbeWant(t *testing.T) (probeWant, string) {
+	t.Helper()
+	server := testenv.S3(t).Server
+	want, ok := probeWants[server]
+	if !ok {
+		t.Fatalf("no expected probe answer for the S3 server %q: add it to probeWants", server)
+	}
+	return want, server
+}
+
+// TestProbe records what the test server supports (probeWants): the probe
+// configures the store as the server allows, and leaves nothing behind.
 func TestProbe(t *testing.T) {
+	want, server := testProbeWant(t)
 	s := newStore(t, objstore.S3Config{})
 	b := newBucket(t, s, "probe")
 	p, err := s.ProbeChecksum(context.Background(), b)
@@ -31,20 +64,23 @@ func TestProbe(t *testing.T) {
 	}
 	t.Logf("probe: %+v", p)
 	if !p.FullObject {
-		t.Fatal("versitygw 1.8.0 checks full-object CRC-32C; the probe found no support")
+		t.Fatalf("%s checks full-object CRC-32C; the probe found no support", server)
 	}
-	for alg, want := range map[objstore.ChecksumAlgorithm]bool{objstore.AlgorithmCRC32C: false, objstore.AlgorithmCRC32: true,
-		objstore.AlgorithmSHA256: true, objstore.AlgorithmCRC64NVME: true} {
-		if got, ok := p.Copies[alg]; !ok || got != want {
-			t.Errorf("copies from sources stored with %s: probed %v (probed at all: %v), versitygw 1.8.0 gives %v", alg, got, ok, want)
+	for alg, w := range want.copies {
+		if got, ok := p.Copies[alg]; !ok || got != w {
+			t.Errorf("copies from sources stored with %q: probed %v (probed at all: %v), %s gives %v", alg, got, ok, server, w)
 		}
 	}
 	ns, err := s.WithProbe(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := ns.Config(); c.Checksum != objstore.ChecksumBySource || !c.VerifyReadback || slices.Contains(c.ServerChecked, objstore.AlgorithmCRC32C) {
-		t.Errorf("configured %s, read-back %v, server checked %v; want by-source with read-back, CRC32C not server checked", c.Checksum, c.VerifyReadback, c.ServerChecked)
+	c := ns.Config()
+	if c.Checksum != want.mode {
+		t.Errorf("configured %s on %s, want %s", c.Checksum, server, want.mode)
+	}
+	if want.mode == objstore.ChecksumBySource && (!c.VerifyReadback || slices.Contains(c.ServerChecked, objstore.AlgorithmCRC32C)) {
+		t.Errorf("by source with read-back %v, server checked %v; want read-back, CRC32C not server checked", c.VerifyReadback, c.ServerChecked)
 	}
 	var keys []string
 	s.List(context.Background(), b, "", func(k string, _ int64) error { keys = append(keys, k); return nil })
@@ -63,8 +99,8 @@ func TestProbe(t *testing.T) {
 
 // bySourceStore is a store configured as the probe of the test server
 // configures it, and a second store on the same server that stores
-// objects with put.
-func bySourceStore(t *testing.T, put objstore.ChecksumAlgorithm) (*Store, *Store, string) {
+// objects with put; and the probe's answer.
+func bySourceStore(t *testing.T, put objstore.ChecksumAlgorithm) (*Store, *Store, string, objstore.ChecksumProbe) {
 	t.Helper()
 	plain := newStore(t, objstore.S3Config{})
 	b := newBucket(t, plain, "bysrc")
@@ -76,16 +112,18 @@ func bySourceStore(t *testing.T, put objstore.ChecksumAlgorithm) (*Store, *Store
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, newStore(t, objstore.S3Config{PutChecksum: put}), b
+	return s, newStore(t, objstore.S3Config{PutChecksum: put}), b, p
 }
 
-// TestBySource: under the probe's by-source mode, assemblies that copy
-// from sources stored with CRC-32 or no checksum are checked by the
-// server with no read-back; a source stored with CRC-32C (alone or beside
-// others) falls back to read-back. Every object is right.
+// TestBySource: on the store as the probe configures it, an assembly is
+// checked by the server with no read-back exactly when every source it
+// copies from is stored with an algorithm whose ranged copies the probe
+// found right (on versitygw 1.8.0, by source: CRC-32, SHA-256 or no
+// checksum; a source stored with CRC-32C, alone or beside others, falls
+// back to read-back; on SeaweedFS every source). Every object is right.
 func TestBySource(t *testing.T) {
 	ctx := context.Background()
-	s, _, b := bySourceStore(t, "")
+	s, _, b, probe := bySourceStore(t, "")
 	src := storetest.Bytes(8, 16<<20)
 	for _, alg := range objstore.PutAlgorithms {
 		w := newStore(t, objstore.S3Config{PutChecksum: alg})
@@ -96,23 +134,28 @@ func TestBySource(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		sources []objstore.ChecksumAlgorithm
-		checked bool
 	}{
-		{"crc32", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32}, true},
-		{"none", []objstore.ChecksumAlgorithm{objstore.AlgorithmNone}, true},
-		{"sha256", []objstore.ChecksumAlgorithm{objstore.AlgorithmSHA256}, true},
-		{"crc32c", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32C}, false},
-		{"crc32-and-crc32c", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32, objstore.AlgorithmCRC32C}, false},
+		{"crc32", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32}},
+		{"none", []objstore.ChecksumAlgorithm{objstore.AlgorithmNone}},
+		{"sha256", []objstore.ChecksumAlgorithm{objstore.AlgorithmSHA256}},
+		{"crc32c", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32C}},
+		{"crc32-and-crc32c", []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32, objstore.AlgorithmCRC32C}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var pieces []objstore.Piece
 			var want []byte
+			checked := true // every source's ranged copies report right
 			for _, alg := range c.sources {
 				k := "src-" + string(alg)
 				a, err := s.Head(ctx, b, k)
 				if err != nil {
 					t.Fatal(err)
 				}
+				stored, err := s.storedAlgorithm(ctx, b, k, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				checked = checked && probe.Copies[stored]
 				p := objstore.RangePiece(b, k, 1<<20, 6<<20) // a ranged copy
 				p.SrcETag = a.ETag
 				pieces = append(pieces, p)
@@ -134,11 +177,11 @@ func TestBySource(t *testing.T) {
 			if !res.Verified || res.BytesCopied != int64(len(c.sources))*6<<20 {
 				t.Errorf("not verified, or not every range copied: %+v", res)
 			}
-			if c.checked && res.BytesReadBack != 0 {
+			if checked && res.BytesReadBack != 0 {
 				t.Errorf("server-checkable sources, read back %d bytes", res.BytesReadBack)
 			}
-			if !c.checked && res.BytesReadBack != res.Size {
-				t.Errorf("a CRC-32C source: read back %d of %d bytes", res.BytesReadBack, res.Size)
+			if !checked && res.BytesReadBack != res.Size {
+				t.Errorf("a source whose ranged copies misreport: read back %d of %d bytes", res.BytesReadBack, res.Size)
 			}
 		})
 	}
@@ -151,8 +194,9 @@ func TestBySource(t *testing.T) {
 // source stored with CRC-32C is copied with per-part checksums and read
 // back, which finds the damage (ErrPublishedBad: the caller condemns it).
 func TestBySourceCatchesCorruption(t *testing.T) {
+	testenv.RequireVersitygw(t, "the test damages objects on versitygw's posix backend, and expects its by-source mode")
 	ctx := context.Background()
-	s, _, b := bySourceStore(t, "")
+	s, _, b, _ := bySourceStore(t, "")
 	src := storetest.Bytes(9, 12<<20)
 	for _, c := range []struct {
 		alg       objstore.ChecksumAlgorithm
