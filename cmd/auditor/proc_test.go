@@ -163,7 +163,7 @@ func startServeWith(t *testing.T, name, dbURL string, o serveOptions, extra ...s
 	case p.addr = <-out.addr:
 	case <-p.done:
 		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, strings.Join(out.lines(), "\n"))
-	case <-time.After(15 * time.Second):
+	case <-time.After(30 * time.Second): // serve's start checks come first: on a loaded machine, many seconds
 		t.Fatalf("%s does not listen", name)
 	}
 	return p
