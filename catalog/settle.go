@@ -101,10 +101,11 @@ func (p DuePolicy) DeferMargin(class string) time.Duration {
 	return max(p.LingerOf(class), p.AgeCapOf(class)/4)
 }
 
-// DueAt is when a stream the tail-growth rule holds back becomes due
-// anyway: since + max(linger, age cap - DeferMargin), as dueMarkersSQL.
-func (p DuePolicy) DueAt(class string, since time.Time) time.Time {
-	return since.Add(max(p.LingerOf(class), p.AgeCapOf(class)-p.DeferMargin(class)))
+// HoldFor is how long after its since a stream the tail-growth rule holds
+// back becomes due anyway: max(linger, age cap - DeferMargin), as
+// dueMarkersSQL.
+func (p DuePolicy) HoldFor(class string) time.Duration {
+	return max(p.LingerOf(class), p.AgeCapOf(class)-p.DeferMargin(class))
 }
 
 // The linger and age cap of a due marker d's class, from the parameters
