@@ -327,9 +327,43 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		return err
 	})
 	call("CommitSettle", func() error {
-		e := catalog.Entry{Stream: hot, Epoch: 1, FirstRecord: st.SettledThrough, RecordCount: 10, ObjectBytes: 1000,
+		e := catalog.Entry{Stream: hot, Epoch: 1, FirstRecord: st.SettledThrough, RecordCount: 5, ObjectBytes: 1000,
 			FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
 		return db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key, ReapGrace: time.Hour})
+	})
+	// The batched path's statements (a batch of one: each statement's
+	// per-stream work is the same index ranges as the single ones').
+	next := st.SettledThrough + 5
+	if st.NextRecord < next+5 {
+		t.Fatalf("the hot stream has %d records past settled_through %d, want 10", st.NextRecord-st.SettledThrough, st.SettledThrough)
+	}
+	call("StreamSnapshots", func() error {
+		snaps, err := db.StreamSnapshots(ctx, []catalog.StreamID{hot}, 1000)
+		if s := snaps[hot]; err == nil && (s.Stream.SettledThrough != next || s.Last == nil || len(s.Refs) == 0) {
+			err = fmt.Errorf("snapshot %+v, want settled through %d", s.Stream, next)
+		}
+		return err
+	})
+	key2 := fmt.Sprintf("bench/%d", next)
+	var ins []catalog.Intent
+	call("OpenPublishIntents", func() error {
+		var errs []error
+		var err error
+		ins, errs, err = db.OpenPublishIntents(ctx, f, []catalog.IntentRequest{{Target: catalog.ExactTarget(key2, next), Class: catalog.ClassStandard}})
+		if err == nil {
+			err = errs[0]
+		}
+		return err
+	})
+	call("CommitSettles", func() error {
+		e := catalog.Entry{Stream: hot, Epoch: 1, FirstRecord: next, RecordCount: 5, ObjectBytes: 1000,
+			FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
+		errs, err := db.CommitSettles(ctx, f, []catalog.StreamCommit{{Stream: hot, Commits: []catalog.SettleCommit{
+			{Entry: e, PrevRevision: -1, IntentID: ins[0].ID, ObjectKey: key2, ReapGrace: time.Hour}}}}, nil)
+		if err == nil {
+			err = errs[0]
+		}
+		return err
 	})
 	call("Intents", func() error { _, err := db.Intents(ctx, "s1", "publish", time.Hour); return err })
 	coords := map[string]catalog.KeyCoords{}

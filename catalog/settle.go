@@ -244,6 +244,17 @@ type PublishTarget struct {
 func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, class string) (Intent, error) {
 	var in Intent
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var err error
+		in, err = openPublishIntent(ctx, tx, f, t, class)
+		return err
+	})
+	return in, err
+}
+
+// openPublishIntent is OpenPublishIntent in the fenced transaction tx.
+func openPublishIntent(ctx context.Context, tx pgx.Tx, f Fence, t PublishTarget, class string) (Intent, error) {
+	var in Intent
+	err := func() error {
 		high, err := lockHighRevision(ctx, tx, t.Base)
 		if err != nil {
 			return err
@@ -283,7 +294,7 @@ func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, c
 		}
 		in.Revision = rev
 		return setHighRevision(ctx, tx, t.Base, rev)
-	})
+	}()
 	return in, err
 }
 
@@ -402,79 +413,82 @@ type SettleCommit struct {
 // superseded revision's reap. It checks the catalog still ends where the
 // stream says (ErrInvariant otherwise).
 func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error { return commitSettle(ctx, tx, f, c) })
+}
+
+// commitSettle is CommitSettle in the fenced transaction tx.
+func commitSettle(ctx context.Context, tx pgx.Tx, f Fence, c SettleCommit) error {
 	e := c.Entry
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
-		var settled, next, low int64
-		if err := tx.QueryRow(ctx, `SELECT settled_through, next_record, low_record FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).
-			Scan(&settled, &next, &low); err != nil {
-			return fmt.Errorf("lock stream %s: %w", e.Stream, err)
+	var settled, next, low int64
+	if err := tx.QueryRow(ctx, `SELECT settled_through, next_record, low_record FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).
+		Scan(&settled, &next, &low); err != nil {
+		return fmt.Errorf("lock stream %s: %w", e.Stream, err)
+	}
+	end := e.FirstRecord + e.RecordCount
+	if end > next || end <= settled {
+		return fmt.Errorf("%w: stream %s: entry [%d, %d) against settled_through %d, next_record %d",
+			ErrInvariant, e.Stream, e.FirstRecord, end, settled, next)
+	}
+	if c.PrevRevision < 0 {
+		// A new entry starts at settled_through, or above it only where
+		// retention let settled_through fall below low_record.
+		if e.FirstRecord != settled && !(e.FirstRecord > settled && e.FirstRecord <= low) {
+			return fmt.Errorf("%w: stream %s: new entry at %d, settled_through %d", ErrInvariant, e.Stream, e.FirstRecord, settled)
 		}
-		end := e.FirstRecord + e.RecordCount
-		if end > next || end <= settled {
-			return fmt.Errorf("%w: stream %s: entry [%d, %d) against settled_through %d, next_record %d",
-				ErrInvariant, e.Stream, e.FirstRecord, end, settled, next)
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
+			footer_offset, footer_length, min_timestamp, max_timestamp, class)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			e.Stream, e.Epoch, e.FirstRecord, e.Revision, e.RecordCount, e.ObjectBytes, e.FooterOffset, e.FooterLength,
+			e.MinTimestamp, e.MaxTimestamp, ClassStandard); err != nil {
+			return fmt.Errorf("insert catalog entry %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
-		if c.PrevRevision < 0 {
-			// A new entry starts at settled_through, or above it only where
-			// retention let settled_through fall below low_record.
-			if e.FirstRecord != settled && !(e.FirstRecord > settled && e.FirstRecord <= low) {
-				return fmt.Errorf("%w: stream %s: new entry at %d, settled_through %d", ErrInvariant, e.Stream, e.FirstRecord, settled)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
-				footer_offset, footer_length, min_timestamp, max_timestamp, class)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-				e.Stream, e.Epoch, e.FirstRecord, e.Revision, e.RecordCount, e.ObjectBytes, e.FooterOffset, e.FooterLength,
-				e.MinTimestamp, e.MaxTimestamp, ClassStandard); err != nil {
-				return fmt.Errorf("insert catalog entry %s@%d: %w", e.Stream, e.FirstRecord, err)
-			}
-		} else {
-			if e.Revision <= c.PrevRevision {
-				// Revisions only grow: the reap's dead-key argument relies on it.
-				return fmt.Errorf("%w: stream %s: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
-			}
-			var oldEnd int64
-			err := tx.QueryRow(ctx, `SELECT first_record + record_count FROM nova.catalog
-				WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
-				e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision).Scan(&oldEnd)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: stream %s: tail %d~%d is no longer in the catalog", ErrInvariant, e.Stream, e.FirstRecord, c.PrevRevision)
-			}
-			if err != nil {
-				return fmt.Errorf("read tail %s@%d: %w", e.Stream, e.FirstRecord, err)
-			}
-			if oldEnd != settled {
-				return fmt.Errorf("%w: stream %s: tail ends at %d, settled_through %d", ErrInvariant, e.Stream, oldEnd, settled)
-			}
-			if _, err := tx.Exec(ctx, `UPDATE nova.catalog SET revision = $5, record_count = $6, object_bytes = $7,
-				footer_offset = $8, footer_length = $9, min_timestamp = $10, max_timestamp = $11, settled_at = now()
-				WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
-				e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision, e.Revision, e.RecordCount, e.ObjectBytes,
-				e.FooterOffset, e.FooterLength, e.MinTimestamp, e.MaxTimestamp); err != nil {
-				return fmt.Errorf("repoint catalog entry %s@%d: %w", e.Stream, e.FirstRecord, err)
-			}
+	} else {
+		if e.Revision <= c.PrevRevision {
+			// Revisions only grow: the reap's dead-key argument relies on it.
+			return fmt.Errorf("%w: stream %s: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
 		}
-		// An entry wholly below low_record (a stream whose low_record rose
-		// while it was being settled) puts the stream back in retention's
-		// index: retained_through drops below low_record.
-		if _, err := tx.Exec(ctx, `UPDATE nova.streams SET settled_through = $2,
-			retained_through = CASE WHEN $2 <= low_record THEN least(retained_through, $3) ELSE retained_through END
-			WHERE stream_id = $1`, e.Stream, end, e.FirstRecord); err != nil {
-			return fmt.Errorf("advance settled_through of %s: %w", e.Stream, err)
+		var oldEnd int64
+		err := tx.QueryRow(ctx, `SELECT first_record + record_count FROM nova.catalog
+			WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
+			e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision).Scan(&oldEnd)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: stream %s: tail %d~%d is no longer in the catalog", ErrInvariant, e.Stream, e.FirstRecord, c.PrevRevision)
 		}
-		if err := refreshRefsAndMarker(ctx, tx, e.Stream, end); err != nil {
-			return err
+		if err != nil {
+			return fmt.Errorf("read tail %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
-		if err := closePublishIntent(ctx, tx, c.IntentID, c.ObjectKey); err != nil {
-			return err
+		if oldEnd != settled {
+			return fmt.Errorf("%w: stream %s: tail ends at %d, settled_through %d", ErrInvariant, e.Stream, oldEnd, settled)
 		}
-		if c.OldKey != "" {
-			if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)
-				VALUES ($1, 'reap', $2, 'standard', now() + $3::interval)`, f.Star, c.OldKey, c.ReapGrace); err != nil {
-				return fmt.Errorf("arm reap of %s: %w", c.OldKey, err)
-			}
+		if _, err := tx.Exec(ctx, `UPDATE nova.catalog SET revision = $5, record_count = $6, object_bytes = $7,
+			footer_offset = $8, footer_length = $9, min_timestamp = $10, max_timestamp = $11, settled_at = now()
+			WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
+			e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision, e.Revision, e.RecordCount, e.ObjectBytes,
+			e.FooterOffset, e.FooterLength, e.MinTimestamp, e.MaxTimestamp); err != nil {
+			return fmt.Errorf("repoint catalog entry %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
-		return nil
-	})
+	}
+	// An entry wholly below low_record (a stream whose low_record rose
+	// while it was being settled) puts the stream back in retention's
+	// index: retained_through drops below low_record.
+	if _, err := tx.Exec(ctx, `UPDATE nova.streams SET settled_through = $2,
+		retained_through = CASE WHEN $2 <= low_record THEN least(retained_through, $3) ELSE retained_through END
+		WHERE stream_id = $1`, e.Stream, end, e.FirstRecord); err != nil {
+		return fmt.Errorf("advance settled_through of %s: %w", e.Stream, err)
+	}
+	if err := refreshRefsAndMarker(ctx, tx, e.Stream, end); err != nil {
+		return err
+	}
+	if err := closePublishIntent(ctx, tx, c.IntentID, c.ObjectKey); err != nil {
+		return err
+	}
+	if c.OldKey != "" {
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)
+			VALUES ($1, 'reap', $2, 'standard', now() + $3::interval)`, f.Star, c.OldKey, c.ReapGrace); err != nil {
+			return fmt.Errorf("arm reap of %s: %w", c.OldKey, err)
+		}
+	}
+	return nil
 }
 
 // refreshRefsAndMarker deletes the stream's refs wholly below settled and

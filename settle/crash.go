@@ -17,6 +17,16 @@ const (
 	CrashAfterReapArmed     crashpoint.Point = "settle.after-reap-armed"     // a rewrite's commit armed the old revision's reap
 )
 
+// Crash points inside a batch of small streams (batch.go).
+const (
+	// CrashBatchAfterIntents: the batch's publish intents are committed,
+	// none of its objects is written yet.
+	CrashBatchAfterIntents crashpoint.Point = "settle.batch-after-intents"
+	// CrashBatchMidCommit: inside a grouped commit, after a stream's
+	// savepoint is released, before the transaction commits.
+	CrashBatchMidCommit crashpoint.Point = "settle.batch-mid-commit"
+)
+
 // Crash points of the erasure step (docs/architecture.md#erasure): its
 // rewrite publishes through settle's path under its own names, then the
 // erasure is applied.
@@ -36,8 +46,8 @@ const (
 // CrashPoints lists the crash points of the settle and erasure steps in
 // cycle order.
 func CrashPoints() []crashpoint.Point {
-	return []crashpoint.Point{CrashAfterIntent, CrashAfterUploadCreated, CrashAfterSidecarStaged, CrashAfterPartCopied,
-		CrashAfterPartGathered, CrashAfterComplete, CrashAfterAdoptionRead, CrashBeforeCommit, CrashAfterCommit,
+	return []crashpoint.Point{CrashAfterIntent, CrashBatchAfterIntents, CrashAfterUploadCreated, CrashAfterSidecarStaged, CrashAfterPartCopied,
+		CrashAfterPartGathered, CrashAfterComplete, CrashAfterAdoptionRead, CrashBeforeCommit, CrashBatchMidCommit, CrashAfterCommit,
 		CrashAfterReapArmed, CrashEraseAfterIntent, CrashEraseAfterUploadCreated, CrashEraseAfterSidecarStaged,
 		CrashEraseAfterPartCopied, CrashEraseAfterPartGathered, CrashEraseAfterComplete, CrashEraseAfterAdoptionRead,
 		CrashEraseBeforeCommit, CrashEraseAfterCommit, CrashEraseAfterApplied}

@@ -19,6 +19,8 @@ type Metastore interface {
 	StreamSnapshot(ctx context.Context, id catalog.StreamID, limit int) (catalog.Stream, []catalog.SpanRef, *catalog.Entry, error)
 	RefsWindow(ctx context.Context, id catalog.StreamID, from, before int64, limit int) ([]catalog.SpanRef, error)
 	SkipBelowLow(ctx context.Context, f catalog.Fence, id catalog.StreamID) (int64, error)
+	// The snapshot of a batch of small streams (batch.go).
+	StreamSnapshots(ctx context.Context, ids []catalog.StreamID, refLimit int) (map[catalog.StreamID]catalog.Snapshot, error)
 
 	// Publish intents: opened and staged before any object is written
 	// (publish.go), read and abandoned by recover (recover.go).
@@ -27,11 +29,13 @@ type Metastore interface {
 	SetIntentUpload(ctx context.Context, f catalog.Fence, id int64, uploadID string) error
 	AddStagedPart(ctx context.Context, f catalog.Fence, id int64, part int) error
 	AbandonPublish(ctx context.Context, f catalog.Fence, id int64, grace time.Duration) error
+	OpenPublishIntents(ctx context.Context, f catalog.Fence, reqs []catalog.IntentRequest) ([]catalog.Intent, []error, error)
 
 	// Commits of settled objects and of their erasure rewrites, and the
 	// quarantine of a stream that cannot go on (settle.go, erase.go).
 	CommitSettle(ctx context.Context, f catalog.Fence, c catalog.SettleCommit) error
 	CommitRewrite(ctx context.Context, f catalog.Fence, c catalog.RewriteCommit) error
+	CommitSettles(ctx context.Context, f catalog.Fence, group []catalog.StreamCommit, between func()) ([]error, error)
 	Quarantine(ctx context.Context, f catalog.Fence, id catalog.StreamID, slotKey, errClass, reason string) error
 	QuarantineCondemning(ctx context.Context, f catalog.Fence, id catalog.StreamID, slotKey, errClass, reason, condemnKey string, grace time.Duration) error
 

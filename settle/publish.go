@@ -104,23 +104,8 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		return &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
 			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}, in.ID, nil
 	}
-	if !errors.Is(err, objstore.ErrExists) {
-		// Some servers answer a create-once PUT onto a taken key by closing
-		// the connection before reading the body (versitygw resets a large
-		// PutObject instead of answering 412), and a lost answer may hide
-		// our own success: when the key holds an object now, adopt it.
-		// Never after a checksum failure: those bytes are wrong.
-		if errors.Is(err, objstore.ErrChecksum) {
-			qerr := s.blame(ctx, o, err)
-			var q *cycle.QuarantineError
-			if errors.Is(err, objstore.ErrPublishedBad) && errors.As(qerr, &q) {
-				q.Condemn = o.Key // the key holds the wrong bytes now
-			}
-			return nil, in.ID, qerr
-		}
-		if _, herr := s.store.Head(ctx, s.d.Topology.Standard(), o.Key); herr != nil {
-			return nil, in.ID, bundle.Classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
-		}
+	if ferr := s.assembleFailed(ctx, o, err); ferr != nil {
+		return nil, in.ID, ferr
 	}
 	// 412: an earlier attempt completed this key and crashed before its
 	// commit. Adopt the standing bytes, never replace them.
@@ -142,6 +127,32 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	p.result.BytesFetched += p.verifyFetched
 	p.result.Requests += p.verifyRequests
 	return p, in.ID, nil
+}
+
+// assembleFailed judges a failed assembly of the output o: nil when the
+// key holds an object now, to adopt (a 412: an earlier attempt completed
+// it); else the error to fail the stream with. Some servers answer a
+// create-once PUT onto a taken key by closing the connection before
+// reading the body (versitygw resets a large PutObject instead of
+// answering 412), and a lost answer may hide our own success: when the key
+// holds an object now, it is adopted. Never after a checksum failure:
+// those bytes are wrong.
+func (s *Settler) assembleFailed(ctx context.Context, o Output, err error) error {
+	switch {
+	case errors.Is(err, objstore.ErrExists):
+		return nil
+	case errors.Is(err, objstore.ErrChecksum):
+		qerr := s.blame(ctx, o, err)
+		var q *cycle.QuarantineError
+		if errors.Is(err, objstore.ErrPublishedBad) && errors.As(qerr, &q) {
+			q.Condemn = o.Key // the key holds the wrong bytes now
+		}
+		return qerr
+	}
+	if _, herr := s.store.Head(ctx, s.d.Topology.Standard(), o.Key); herr != nil {
+		return bundle.Classify(o.Key, fmt.Errorf("assemble %s: %w", o.Key, err))
+	}
+	return nil
 }
 
 // assembleRequest is the create-once assembly of the output o under its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,6 +73,11 @@ type Config struct {
 	// Settle is not bounded by it: it reads a stream's erasures over the
 	// records it writes, all of them.
 	MaxPendingErasures int
+	// BatchStreams is how many small streams share metastore transactions
+	// (batch.go): one snapshot, one transaction of publish intents, and
+	// commits grouped by up to this many streams. 0 settles each stream
+	// with its own transactions.
+	BatchStreams int
 }
 
 // Default window bounds: about 37 bytes of heap per resolved record, so a
@@ -153,52 +159,60 @@ func dueIDs(due []catalog.DueStream) []catalog.StreamID {
 
 // Run recovers open publish intents, then settles the due streams.
 func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
-	var total cycle.Counts
 	if !opts.DryRun {
 		if err := s.recoverIntents(ctx, f); err != nil {
-			return total, err
+			return cycle.Counts{}, err
 		}
 	}
 	due, err := s.d.DB.DueStreams(ctx, f.Star, s.c.Policy, opts.Streams, s.c.MaxStreams)
 	if err != nil {
-		return total, err
+		return cycle.Counts{}, err
 	}
 	deferCapped(opts, due, s.c.MaxStreams)
 	if err := s.checkTiling(ctx, due); err != nil {
-		return total, err
+		return cycle.Counts{}, err
 	}
 	erasing, err := s.d.DB.WithPendingErasures(ctx, dueIDs(due))
 	if err != nil {
-		return total, err
+		return cycle.Counts{}, err
 	}
 	rd := s.read.WithFooterCache(s.c.FooterCacheBytes)
 	var (
-		mu       sync.Mutex
-		firstErr error
-		budget   = s.c.MaxBytes
+		t      tally
+		budget = s.c.MaxBytes
 	)
 	take := func(n int64) bool { // the --settle-max-bytes budget
-		mu.Lock()
-		defer mu.Unlock()
+		t.mu.Lock()
+		defer t.mu.Unlock()
 		if budget <= 0 {
 			return false
 		}
 		budget -= n
 		return true
 	}
+	alone := due
+	if s.c.BatchStreams > 0 && !opts.DryRun {
+		alone = nil
+		for batch := range slices.Chunk(due, s.c.BatchStreams) {
+			rest, err := s.settleBatch(ctx, f, rd, batch, erasing, opts, take, &t)
+			if err != nil {
+				return t.total, err
+			}
+			alone = append(alone, rest...)
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.c.Concurrency)
-	for _, ds := range due {
+	for _, ds := range alone {
 		g.Go(func() error {
 			c, err := s.settleStream(gctx, f, rd, ds, erasing[ds.Stream], opts, take)
-			mu.Lock()
-			total.Add(c)
-			mu.Unlock()
-			return s.streamFailed(gctx, f, ds.Stream, err, opts, &total, &mu, &firstErr)
+			t.add(c)
+			return s.failed(gctx, f, ds.Stream, err, opts, &t)
 		})
 	}
+	total := &t.total
 	if err := g.Wait(); err != nil {
-		return total, err
+		return *total, err
 	}
 	gets, read := rd.FooterReads()
 	s.d.Metrics.footerGets(gets)
@@ -206,15 +220,15 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	total.BytesFetched += read
 	if !opts.DryRun {
 		if err := s.reconcile(ctx, f); err != nil {
-			return total, err
+			return *total, err
 		}
 	}
-	if firstErr != nil {
+	if t.firstErr != nil {
 		// Some streams failed transiently; the others are settled, and the
 		// rest of the cycle may run.
-		return total, &cycle.PartialError{Err: firstErr}
+		return *total, &cycle.PartialError{Err: t.firstErr}
 	}
-	return total, nil
+	return *total, nil
 }
 
 // deferCapped notes in opts.Deferred the forced streams that
@@ -557,16 +571,30 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 // standing tail's next revision, whose commit arms the old revision's
 // reap. It counts the object and its bytes.
 func (s *Settler) commitPublished(ctx context.Context, f catalog.Fence, st catalog.Stream, o Output, p *published, intentID int64, counts *cycle.Counts) error {
+	commit := s.settleCommit(st, o, p, intentID)
+	s.crash(CrashBeforeCommit)
+	if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
+		return err
+	}
+	s.committed(o, p, commit, counts)
+	return nil
+}
+
+// settleCommit is the commit of the object p that publish wrote (or
+// adopted) for the output o under its open intent.
+func (s *Settler) settleCommit(st catalog.Stream, o Output, p *published, intentID int64) catalog.SettleCommit {
 	commit := catalog.SettleCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: -1, IntentID: intentID,
 		ObjectKey: p.key, ReapGrace: s.c.ReapGrace}
 	if o.Rewrite != nil {
 		commit.PrevRevision = int32(o.Rewrite.Revision)
 		commit.OldKey = o.Rewrite.Key
 	}
-	s.crash(CrashBeforeCommit)
-	if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
-		return err
-	}
+	return commit
+}
+
+// committed passes the crash points after a settle commit and counts its
+// object and bytes.
+func (s *Settler) committed(o Output, p *published, commit catalog.SettleCommit, counts *cycle.Counts) {
 	s.crash(CrashAfterCommit)
 	if commit.OldKey != "" {
 		s.crash(CrashAfterReapArmed) // the rewrite's commit armed the old revision's reap
@@ -583,7 +611,6 @@ func (s *Settler) commitPublished(ctx context.Context, f catalog.Fence, st catal
 		counts.ObjectsPublished++
 		s.d.Metrics.object("published")
 	}
-	return nil
 }
 
 // chunkRange is the records the chunks span, [from, to) (empty: none).

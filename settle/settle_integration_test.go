@@ -176,6 +176,12 @@ func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
 	if c.MaxPendingErasures == 0 {
 		c.MaxPendingErasures = settle.DefaultMaxPendingErasures
 	}
+	switch {
+	case c.BatchStreams == 0: // batched, as the daemon settles by default
+		c.BatchStreams = int(config.Defaults().SettleBatchStreams)
+	case c.BatchStreams < 0: // each stream alone
+		c.BatchStreams = 0
+	}
 	s, err := settle.New(d, c)
 	if err != nil {
 		e.t.Fatal(err)

@@ -30,6 +30,9 @@ func (c Config) Validate() error {
 			bad(field, "%d must be at least 1", v)
 		}
 	}
+	if c.BatchStreams < 0 {
+		bad("BatchStreams", "%d is negative", c.BatchStreams)
+	}
 	if c.ReapGrace < 0 {
 		bad("ReapGrace", "%s is negative", c.ReapGrace)
 	}

@@ -183,7 +183,10 @@ func newCrashEnv(t *testing.T, bin string, open crashStore) *crashEnv {
 			"--denorm-chunk-target-kib", "64", "--log-format", "json", "--log-level", "warn"}, flags...)}
 	streams := 6
 	if flightBytes > 1<<20 {
-		streams = 2 // big chunks: parts copied server side
+		// Big chunks: parts copied server side. The two hottest streams'
+		// objects are multipart; the third's share is small enough for one
+		// object a round, which settles in a batch (settle/batch.go).
+		streams = 3
 	}
 	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: streams, FenceWindow: 2, Content: sim.DefaultContent(5)}); err != nil {
 		t.Fatal(err)

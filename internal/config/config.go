@@ -65,6 +65,7 @@ type Config struct {
 	SettleMaxStreams     int64
 	SettleMaxBytes       int64
 	SettleConcurrency    int64
+	SettleBatchStreams   int64
 	SettleFooterCacheMiB int64
 	CopyConcurrency      int64
 	Verify               string
@@ -303,6 +304,7 @@ var keys = []key{
 	intKey("settle-max-streams", "most streams settled per cycle", "10000", func(c *Config) *int64 { return &c.SettleMaxStreams }),
 	intKey("settle-max-bytes", "most unsettled bytes taken per cycle (KiB/MiB/GiB suffixes)", "64GiB", func(c *Config) *int64 { return &c.SettleMaxBytes }),
 	intKey("settle-concurrency", "streams settled at once (a cycle over many small streams is bound by S3 latency: see the runbook's sizing rule)", "16", func(c *Config) *int64 { return &c.SettleConcurrency }),
+	intKey("settle-batch-streams", "small streams whose snapshot, publish intents and commits share metastore transactions (0: each stream its own, as before batching)", "64", func(c *Config) *int64 { return &c.SettleBatchStreams }),
 	intKey("settle-footer-cache-mib", "memory for the slot footers a settle cycle reads, in MiB (a footer evicted and needed again costs a GET)", "256", func(c *Config) *int64 { return &c.SettleFooterCacheMiB }),
 	intKey("copy-concurrency", "parts copied or uploaded at once per object", strconv.Itoa(objstore.DefaultCopyConcurrency), func(c *Config) *int64 { return &c.CopyConcurrency }),
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),

@@ -88,6 +88,9 @@ func (c Config) Validate() error {
 			add(name, "%d must be at least 1", v)
 		}
 	}
+	if c.SettleBatchStreams < 0 || c.SettleBatchStreams > 1000 {
+		add("settle-batch-streams", "%d must be between 0 and 1000", c.SettleBatchStreams)
+	}
 	if c.SettleFooterCacheMiB > 1<<20 {
 		add("settle-footer-cache-mib", "%d must be at most 1048576 (1 TiB)", c.SettleFooterCacheMiB)
 	}

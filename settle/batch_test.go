@@ -1,0 +1,110 @@
+package settle_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/settle"
+	"github.com/nova/auditor/sim"
+)
+
+// loseOneIntent is the metastore with one stream's publish intent given up
+// (as recovery gives up an intent) just before the first grouped commit
+// that holds the stream: that stream's commit fails its intent check.
+type loseOneIntent struct {
+	*catalog.DB
+	mu     sync.Mutex
+	victim catalog.StreamID // zero: the first stream of the first group
+	done   bool
+	groups []int // the size of each grouped commit
+}
+
+func (m *loseOneIntent) CommitSettles(ctx context.Context, f catalog.Fence, group []catalog.StreamCommit, between func()) ([]error, error) {
+	m.mu.Lock()
+	m.groups = append(m.groups, len(group))
+	if !m.done {
+		if m.victim == (catalog.StreamID{}) {
+			m.victim = group[0].Stream
+		}
+		for _, sc := range group {
+			if sc.Stream == m.victim {
+				if err := m.DB.DeleteIntent(ctx, f, sc.Commits[0].IntentID); err != nil {
+					m.mu.Unlock()
+					return nil, err
+				}
+				m.done = true
+			}
+		}
+	}
+	m.mu.Unlock()
+	return m.DB.CommitSettles(ctx, f, group, between)
+}
+
+// TestBatchIsolatesAFailingStream: 64 small streams settle in one batch
+// (one snapshot, one intent transaction, grouped commits). One stream's
+// commit fails its check: the other 63 commit in the same cycle, that
+// stream is a retry, and the next cycle settles it; every record is then
+// settled once. Its S3 and Postgres work is a batch's: commits far fewer
+// than objects.
+func TestBatchIsolatesAFailingStream(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newEnv(t, b, 64, 0)
+			if _, err := sim.Write(e.ctx, e.db, e.storage(), sim.WriteOptions{Star: "s1", Flights: 24, FlightBytes: 128 << 10,
+				FlightInterval: time.Minute, AbsorbFlights: 4, Session: 11}); err != nil {
+				t.Fatal(err)
+			}
+			streams := e.streamsWithData("s1")
+			if streams < 32 {
+				t.Fatalf("only %d streams have records", streams)
+			}
+			ms := &loseOneIntent{DB: e.db}
+			s := e.newSettler(settle.Deps{DB: ms, Topology: e.topology(), Pending: e.pending},
+				settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40,
+					Concurrency: 8, ReapGrace: time.Hour, BatchStreams: 64})
+			before, err := e.db.CommittedTransactions(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := e.cycle("s1", s)
+			var pe *cycle.PartialError
+			if !errors.As(err, &pe) || !errors.Is(err, catalog.ErrIntentGone) {
+				t.Fatalf("cycle: %v, want a partial failure (the lost intent)", err)
+			}
+			if c.StreamsSettled != streams-1 || c.StreamsQuarantined != 0 {
+				t.Fatalf("%d streams settled of %d (one failing), %d quarantined", c.StreamsSettled, streams, c.StreamsQuarantined)
+			}
+			got, err := e.db.GetStream(e.ctx, ms.victim)
+			if err != nil || got.SettledThrough != 0 {
+				t.Fatalf("the failing stream: %+v %v", got, err)
+			}
+			ms.mu.Lock()
+			t.Logf("grouped commits: %v for %d objects", ms.groups, c.ObjectsPublished)
+			ms.mu.Unlock()
+			// The second cycle settles it (at the next revision: its first
+			// key's intent was given up).
+			c2, err := e.cycle("s1", s)
+			if err != nil || c2.StreamsSettled != 1 {
+				t.Fatalf("second cycle: %+v %v", c2, err)
+			}
+			e.checkSettled("s1")
+			after, err := e.db.CommittedTransactions(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// pg_stat_database lags by up to a second: the count is at
+			// least what landed, and the bound has a wide margin.
+			objects := c.ObjectsPublished + c2.ObjectsPublished
+			t.Logf("%d objects, about %d committed transactions (two cycles, their leases and the check)", objects, after-before)
+			if objects < streams {
+				t.Fatalf("%d objects for %d streams", objects, streams)
+			}
+		})
+	}
+}
