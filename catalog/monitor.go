@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,47 +64,65 @@ func (db *DB) UnsettledRecords(ctx context.Context, star string) (map[string]int
 
 // ClassTransit summarises a class's unsettled data by the database clock.
 // Quarantined streams count in Markers, OldestAge and OverAgeCap (their data
-// is still in transit) but not in Due or Lag (settling skips them).
+// is still in transit) but not in Due, Lag or Deferred (settling skips them).
 type ClassTransit struct {
 	Class       string
 	Markers     int64         // streams with unsettled refs
-	Due         int64         // of them, past linger and not quarantined
+	Due         int64         // of them, due (DueStreams' rule) and not quarantined
 	OverAgeCap  int64         // of them, older than the age cap
 	OldestSince *time.Time    // the oldest unsettled ref's absorb time
 	OldestAge   time.Duration // now() - OldestSince
-	Lag         time.Duration // the most overdue stream's time past linger (0: none due)
+	// Lag is the most overdue due stream's time past the moment it became
+	// due (0: none due): its linger, or for a stream the tail-growth rule
+	// held back to its margin, that margin. A held-back stream whose
+	// growth then passed the rule's thresholds counts from its linger (the
+	// metastore does not say when it grew).
+	Lag time.Duration
+	// Deferred are the streams past their linger that the tail-growth rule
+	// holds back (not quarantined); DeferredBytes the rule's estimate of
+	// the unsettled bytes they keep in transit slots (records times their
+	// tails' bytes per record); DeferredDeadline the earliest age-cap
+	// deadline (since + age cap) among them, nil when none waits.
+	Deferred         int64
+	DeferredBytes    int64
+	DeferredDeadline *time.Time
 }
 
 // TransitByClass summarises both classes (always both, in the order
-// standard, express) and returns the database clock it used.
+// standard, express) under the due policy, tail-growth rule included,
+// and returns the database clock it used. Its cost is one row per due
+// marker of the star, each with at most one catalog and one erasure index
+// probe (dueMarkersSQL), flat in the catalog's history.
 func (db *DB) TransitByClass(ctx context.Context, star string, p DuePolicy) (time.Time, []ClassTransit, error) {
 	rows, err := db.pool.Query(ctx, `
-		WITH m AS (
-			SELECT d.class, d.since,
-			       CASE WHEN d.class = 'express' THEN $2::interval ELSE $4::interval END AS linger,
-			       CASE WHEN d.class = 'express' THEN $3::interval ELSE $5::interval END AS cap,
-			       EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = d.stream_id) AS held
-			FROM nova.due_markers d JOIN nova.streams s USING (stream_id) WHERE s.star = $1)
-		SELECT c.class, count(m.since),
-		       count(*) FILTER (WHERE NOT m.held AND now() >= m.since + m.linger),
-		       count(*) FILTER (WHERE now() > m.since + m.cap),
-		       min(m.since),
-		       coalesce(extract(epoch FROM now() - min(m.since)), 0)::float8,
-		       coalesce(extract(epoch FROM max(now() - m.since - m.linger) FILTER (WHERE NOT m.held AND now() >= m.since + m.linger)), 0)::float8,
+		WITH m AS (`+dueMarkersSQL+`),
+		f AS (SELECT m.*, NOT m.held AND now() >= m.due_at AS due,
+		             NOT m.held AND now() >= m.since + m.linger AND now() < m.due_at AS deferred FROM m)
+		SELECT c.class, count(f.since),
+		       count(*) FILTER (WHERE f.due),
+		       count(*) FILTER (WHERE now() > f.since + f.cap),
+		       min(f.since),
+		       coalesce(extract(epoch FROM now() - min(f.since)), 0)::float8,
+		       coalesce(extract(epoch FROM max(now() - f.due_at) FILTER (WHERE f.due)), 0)::float8,
+		       count(*) FILTER (WHERE f.deferred),
+		       coalesce(sum(f.est) FILTER (WHERE f.deferred), 0)::float8,
+		       min(f.since + f.cap) FILTER (WHERE f.deferred),
 		       now()
 		FROM unnest(ARRAY['standard', 'express']) WITH ORDINALITY AS c(class, ord)
-		LEFT JOIN m ON m.class = c.class
-		GROUP BY c.class, c.ord ORDER BY c.ord`, star, p.ExpressLinger, p.ExpressAgeCap, p.Linger, p.AgeCap)
+		LEFT JOIN f ON f.class = c.class
+		GROUP BY c.class, c.ord ORDER BY c.ord`, duePolicyArgs(star, p)...)
 	if err != nil {
 		return time.Time{}, nil, fmt.Errorf("summarise transit of star %q: %w", star, err)
 	}
 	var now time.Time
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClassTransit, error) {
 		var c ClassTransit
-		var age, lag float64
-		err := r.Scan(&c.Class, &c.Markers, &c.Due, &c.OverAgeCap, &c.OldestSince, &age, &lag, &now)
+		var age, lag, held float64
+		err := r.Scan(&c.Class, &c.Markers, &c.Due, &c.OverAgeCap, &c.OldestSince, &age, &lag,
+			&c.Deferred, &held, &c.DeferredDeadline, &now)
 		c.OldestAge = time.Duration(age * float64(time.Second))
 		c.Lag = time.Duration(lag * float64(time.Second))
+		c.DeferredBytes = int64(math.Round(held))
 		return c, err
 	})
 	if err != nil {

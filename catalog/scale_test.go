@@ -254,7 +254,10 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		st    catalog.Stream
 		reaps []catalog.SlotReap
 	)
-	policy := catalog.DuePolicy{Linger: time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: time.Hour}
+	// The tail-growth rule on: DueStreams and TransitByClass probe the last
+	// catalog entry of each stream past its linger.
+	policy := catalog.DuePolicy{Linger: time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: time.Hour,
+		TailGrowth: 1, CopyFloor: 5 << 20}
 	call("AcquireLease", func() (err error) { lease, err = db.AcquireLease(ctx, "s1", "bench", time.Minute); return err })
 	f := lease.Fence
 	call("GetDaemonState", func() error { _, err := db.GetDaemonState(ctx, "s1"); return err })

@@ -52,10 +52,24 @@ type DueStream struct {
 	Forced   bool      // named by --stream or a trigger, regardless of linger
 }
 
-// DuePolicy is the linger and age cap of each class.
+// DuePolicy is the linger and age cap of each class, and the tail-growth
+// rule (docs/architecture.md#the-tail-growth-rule-and-its-cost-model).
 type DuePolicy struct {
 	Linger, AgeCap               time.Duration
 	ExpressLinger, ExpressAgeCap time.Duration
+	// TailGrowth is --denorm-tail-growth, the fraction f of the
+	// tail-growth rule: a stream past its linger whose standing tail (its
+	// last catalog entry, ending at settled_through) is smaller than
+	// CopyFloor waits, unless its unsettled bytes reach f times the
+	// tail's or pass CopyFloor, until its age-cap deadline less
+	// DeferMargin. A forced stream, or one with a pending erasure, never
+	// waits. 0 turns the rule off: every stream past its linger is due.
+	TailGrowth float64
+	// CopyFloor is the smallest standing tail a rewrite copies server side
+	// (objstore.Limits.CopyFloor), or the output cap when that is smaller
+	// (a tail at the cap is never rewritten). Below it a rewrite fetches
+	// and uploads the whole tail again: what the rule saves.
+	CopyFloor int64
 }
 
 // LingerOf is the linger of a chain class: the express class has its own,
@@ -75,24 +89,89 @@ func (p DuePolicy) AgeCapOf(class string) time.Duration {
 	return p.AgeCap
 }
 
+// DeferMargin is how long before its age-cap deadline a stream the
+// tail-growth rule holds back becomes due: the class's linger, or a
+// quarter of its age cap when that is longer (dueMarkersSQL says the same).
+// A quarter keeps waiting streams out of the last quarter of the cap, the
+// headroom NovaAuditorAgeCapHeadroom guards, so that alert still means
+// "settling does not keep up"; and a margin of at least one linger leaves
+// as many cycles to settle a waiting stream before its deadline as a
+// stream due at its linger has before its linger passes again.
+func (p DuePolicy) DeferMargin(class string) time.Duration {
+	return max(p.LingerOf(class), p.AgeCapOf(class)/4)
+}
+
+// HoldFor is how long after its since a stream the tail-growth rule holds
+// back becomes due anyway: max(linger, age cap - DeferMargin), as
+// dueMarkersSQL.
+func (p DuePolicy) HoldFor(class string) time.Duration {
+	return max(p.LingerOf(class), p.AgeCapOf(class)-p.DeferMargin(class))
+}
+
+// The linger and age cap of a due marker d's class, from the parameters
+// $2-$5 every statement over dueMarkersSQL binds (duePolicyArgs).
+const (
+	markerLinger = `CASE WHEN d.class = 'express' THEN $2::interval ELSE $4::interval END`
+	markerAgeCap = `CASE WHEN d.class = 'express' THEN $3::interval ELSE $5::interval END`
+)
+
+// dueMarkersSQL reads the due markers of star $1 under the policy
+// duePolicyArgs binds ($2-$7): each marker's stream, class, since, linger,
+// age cap, whether the stream is quarantined (held), and when it is due
+// (due_at) with est, the unsettled bytes the tail-growth rule estimated
+// for it (0 when the rule does not hold it back).
+//
+// The rule holds back a stream past its linger whose last catalog entry
+// (one descent of the catalog's primary key, however long its history)
+// ends at settled_through below the copy floor $7, has no pending erasure
+// (erasures_pending_idx), and whose estimated unsettled bytes are below
+// both $6 x the tail's bytes and the copy floor. span_refs carry record
+// counts only (the write path's contract), so the estimate is the unsettled
+// records times the tail's bytes per record. Such a stream is due at since
+// + max(linger, age cap - DeferMargin); every other at since + linger.
+// The lateral probes run only for streams past their linger, with the
+// rule on ($6 > 0): with TailGrowth 0 the statement is today's rule.
+const dueMarkersSQL = `
+	SELECT d.stream_id, d.class, d.since, ` + markerLinger + ` AS linger, ` + markerAgeCap + ` AS cap,
+	       EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = d.stream_id) AS held,
+	       coalesce(w.est, 0)::float8 AS est,
+	       d.since + CASE WHEN w.est IS NULL THEN ` + markerLinger + `
+	                 ELSE greatest(` + markerLinger + `, ` + markerAgeCap + ` - greatest(` + markerLinger + `, ` + markerAgeCap + ` / 4)) END AS due_at
+	FROM nova.due_markers d JOIN nova.streams s USING (stream_id)
+	LEFT JOIN LATERAL (
+		SELECT t.est FROM (
+			SELECT (s.next_record - s.settled_through)::float8 * c.object_bytes / c.record_count AS est,
+			       c.first_record + c.record_count AS end_record, c.object_bytes
+			FROM nova.catalog c
+			WHERE c.stream_id = d.stream_id AND $6::float8 > 0 AND now() >= d.since + ` + markerLinger + `
+			ORDER BY c.epoch DESC, c.first_record DESC LIMIT 1) t
+		WHERE t.end_record = s.settled_through AND t.object_bytes < $7::bigint
+		  AND t.est < $6::float8 * t.object_bytes AND t.est < $7::bigint
+		  AND NOT EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = d.stream_id AND e.applied_at IS NULL)) w ON true
+	WHERE s.star = $1`
+
+// duePolicyArgs are the parameters $1-$7 of dueMarkersSQL.
+func duePolicyArgs(star string, p DuePolicy) []any {
+	return []any{star, p.ExpressLinger, p.ExpressAgeCap, p.Linger, p.AgeCap, p.TailGrowth, p.CopyFloor}
+}
+
 // DueStreams selects the star's due streams by the database clock: due when
-// now() >= since + linger(class) (or forced), quarantined streams skipped,
-// the earliest deadline since + age_cap(class) first, at most limit.
+// now() >= since + linger(class), or past the tail-growth rule's margin
+// for a stream it holds back (dueMarkersSQL), or forced; quarantined
+// streams skipped; forced streams first, then the earliest deadline since
+// + age_cap(class), at most limit.
 func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced []StreamID, limit int) ([]DueStream, error) {
 	if forced == nil {
 		forced = []StreamID{}
 	}
 	rows, err := db.pool.Query(ctx, `
-		SELECT d.stream_id, d.class, d.since,
-		       d.since + CASE WHEN d.class = 'express' THEN $3::interval ELSE $5::interval END AS deadline,
-		       d.stream_id = ANY($6::uuid[]) AS forced
-		FROM nova.due_markers d JOIN nova.streams s USING (stream_id)
-		WHERE s.star = $1
-		  AND NOT EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = d.stream_id)
-		  AND (now() >= d.since + CASE WHEN d.class = 'express' THEN $2::interval ELSE $4::interval END
-		       OR d.stream_id = ANY($6::uuid[]))
-		ORDER BY forced DESC, deadline, d.stream_id
-		LIMIT $7`, star, p.ExpressLinger, p.ExpressAgeCap, p.Linger, p.AgeCap, forced, limit)
+		SELECT m.stream_id, m.class, m.since, m.since + m.cap AS deadline, m.stream_id = ANY($8::uuid[]) AS forced
+		FROM (`+dueMarkersSQL+`) m
+		WHERE NOT m.held
+		  AND (now() >= m.since + m.linger OR m.stream_id = ANY($8::uuid[]))
+		  AND (now() >= m.due_at OR m.stream_id = ANY($8::uuid[]))
+		ORDER BY forced DESC, deadline, m.stream_id
+		LIMIT $9`, append(duePolicyArgs(star, p), forced, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("select due streams of star %q: %w", star, err)
 	}

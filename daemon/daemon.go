@@ -548,7 +548,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 	// auditor status agree (this instance's own until one is recorded).
 	policy, reapGrace := d.cfg.Policy, d.cfg.ReapGrace
 	if rt, err := d.db.GetRuntime(ctx, d.cfg.Star); err == nil {
-		policy, reapGrace = rt.Policy, rt.ReapGrace
+		policy, reapGrace = leaderPolicy(rt.Policy, policy), rt.ReapGrace
 	} else if !errors.Is(err, catalog.ErrNotFound) {
 		return err
 	}
@@ -575,6 +575,13 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		d.m.SettleLag.WithLabelValues(c.Class).Set(c.Lag.Seconds())
 		d.m.OldestTransitAge.WithLabelValues(c.Class).Set(c.OldestAge.Seconds())
 		d.m.AgeCapBreached.WithLabelValues(c.Class).Set(float64(c.OverAgeCap))
+		d.m.DeferredStreams.WithLabelValues(c.Class).Set(float64(c.Deferred))
+		d.m.DeferredTransitBytes.WithLabelValues(c.Class).Set(float64(c.DeferredBytes))
+		deadline := 0.0
+		if c.DeferredDeadline != nil {
+			deadline = float64(c.DeferredDeadline.UnixNano()) / 1e9
+		}
+		d.m.DeferredDeadline.WithLabelValues(c.Class).Set(deadline)
 		oldestTransit = c.OldestAge
 	}
 	window := transitWindow(policy.AgeCapOf(star.ChainClass), reapGrace, CycleInterval(d.cfg.Schedule, time.Now()), oldestTransit)

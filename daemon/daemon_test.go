@@ -462,3 +462,77 @@ func metrics(t *testing.T, base string) string {
 	}
 	return body
 }
+
+// TestDeferredStreamGaugesAndStatus: a stream the tail-growth rule holds
+// back (a 1,000-byte tail, 300 bytes estimated behind it, 10 minutes old)
+// is counted in the deferred gauges and /status, not in the due ones; the
+// leader records no fraction, so both use the daemon's own.
+func TestDeferredStreamGaugesAndStatus(t *testing.T) {
+	t.Parallel()
+	db, url := newDB(t)
+	ctx := context.Background()
+	c := testenv.Conn(t, url)
+	id := catalog.StreamID{15: 1}
+	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	absorb := func(seq, first, count int64) {
+		t.Helper()
+		if err := writepath.New(db).Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: seq, FooterOffset: 1, FooterLength: 1,
+			Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: first, Count: count}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	absorb(1, 0, 10)
+	l, err := db.AcquireLease(ctx, "s1", "setup", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "tail/1"
+	target := catalog.PublishTarget{Base: catalog.KeyBase{Stream: id, Epoch: 1}, Key: func(int32) string { return key }}
+	in, err := db.OpenPublishIntent(ctx, l.Fence, target, catalog.ClassStandard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := catalog.Entry{Stream: id, Epoch: 1, RecordCount: 10, ObjectBytes: 1000, FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
+	if err := db.CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ReleaseLease(ctx, l.Fence); err != nil {
+		t.Fatal(err)
+	}
+	absorb(2, 10, 3)
+	var since time.Time
+	if err := c.QueryRow(ctx, `UPDATE nova.due_markers SET since = now() - interval '10 minutes' WHERE stream_id = $1 RETURNING since`, id).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := withHolder(every(t, "@every 1h"), "d1")
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.Policy.TailGrowth, cfg.Policy.CopyFloor = 1, 5000
+	s := serve(t, cfg, db)
+	eventually(t, 5*time.Second, "leads", s.leader)
+	eventually(t, 2*time.Second, "deferred gauges", func() bool {
+		return testutil.ToFloat64(s.m.DeferredStreams.WithLabelValues("standard")) == 1
+	})
+	if v := testutil.ToFloat64(s.m.DeferredTransitBytes.WithLabelValues("standard")); v != 300 {
+		t.Errorf("deferred transit bytes %v, want 300", v)
+	}
+	if v, want := testutil.ToFloat64(s.m.DeferredDeadline.WithLabelValues("standard")), float64(since.Add(24*time.Hour).UnixNano())/1e9; v != want {
+		t.Errorf("deferred deadline %v, want since + 24h = %v", v, want)
+	}
+	if due, lag := testutil.ToFloat64(s.m.DueStreams.WithLabelValues("standard")), testutil.ToFloat64(s.m.SettleLag.WithLabelValues("standard")); due != 0 || lag != 0 {
+		t.Errorf("due streams %v, settle lag %v: want none", due, lag)
+	}
+	_, js := get(t, "http://"+s.d.Addr()+"/status")
+	var st daemon.Status
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	std := st.Classes[0]
+	if st.Policy.Source != "leader" || st.Policy.TailGrowth != 1 || std.Deferred != 1 || std.DeferredBytes != 300 ||
+		std.DeferredDeadline == nil || !std.DeferredDeadline.Equal(since.Add(24*time.Hour)) ||
+		std.DeferredDueAt == nil || !std.DeferredDueAt.Equal(since.Add(18*time.Hour)) || st.DueTotal != 0 || len(st.DueStreams) != 0 {
+		t.Fatalf("status %s", js)
+	}
+}

@@ -55,6 +55,13 @@ type Metrics struct {
 	HeadEpoch        prometheus.Gauge
 	HeadSeq          prometheus.Gauge
 
+	// The tail-growth rule's waiting streams (catalog.ClassTransit): how
+	// many, the bytes they hold in transit (estimated), and the earliest
+	// age-cap deadline among them.
+	DeferredStreams      *prometheus.GaugeVec // class
+	DeferredTransitBytes *prometheus.GaugeVec // class
+	DeferredDeadline     *prometheus.GaugeVec // class
+
 	// Erasure (docs/architecture.md#erasure): the pending erasures from the
 	// metastore, the configured alert bound, and what the cycles' steps
 	// counted (the rewrite bytes are the erasure step's only).
@@ -134,6 +141,13 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		HeadEpoch:       g("absorbed_head_epoch", "The star's current writer epoch."),
 		HeadSeq:         g("absorbed_head_seq", "The star's absorbed head seq (next_seq)."),
 
+		DeferredStreams: gv("deferred_streams",
+			"Streams past their linger that the tail-growth rule (--denorm-tail-growth) holds back: their standing tail is below the copy floor and their unsettled bytes have not grown enough; they still hold their transit slots.", "class"),
+		DeferredTransitBytes: gv("deferred_transit_bytes",
+			"Bytes the deferred streams hold in transit slots, estimated as their unsettled records times their tails' bytes per record (the metastore has no byte sizes of refs).", "class"),
+		DeferredDeadline: gv("deferred_oldest_deadline_timestamp_seconds",
+			"The earliest age-cap deadline (since + age cap, Unix seconds, database clock) among the deferred streams; 0 when none waits. They become due a margin before it (max(linger, age cap / 4)).", "class"),
+
 		ErasuresPending: g("erasures_pending", "Erasures recorded and not yet applied (applied_at null)."),
 		ErasuresQuarantined: g("erasures_pending_quarantined",
 			"Pending erasures of quarantined streams: no rewrite runs on them until auditor release."),
@@ -155,7 +169,8 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	for _, col := range []prometheus.Collector{m.BuildInfo, m.Leader, m.LeaseToken, m.LeaseAcquisitions, m.LeaseLosses,
 		m.Halted, m.Paused, m.StartCheckWarnings, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.StepDuration, m.LastSuccess,
 		m.AdminRequests, m.PGTransactions, m.StatusRefreshes, m.StatusRefreshed, m.DueStreams, m.SettleLag,
-		m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords, m.Quarantined, m.OpenIntents, m.ReapObjects,
+		m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords,
+		m.DeferredStreams, m.DeferredTransitBytes, m.DeferredDeadline, m.Quarantined, m.OpenIntents, m.ReapObjects,
 		m.TrimCursorEpoch, m.TrimCursorSeq, m.TrimReleasable, m.TrimLag, m.HeadEpoch, m.HeadSeq,
 		m.ErasuresPending, m.ErasuresQuarantined, m.ErasureOldestAge, m.ErasureBound, m.RecordsTombstoned,
 		m.ObjectsRewritten, m.ErasuresApplied, m.ErasureRewriteBytes, m.ErasureTransitWindow, m.ErasuresInTransit} {
@@ -219,7 +234,8 @@ func (m *Metrics) countStep(step string, c cycle.Counts) {
 
 // classVecs are the gauges with a class label.
 func (m *Metrics) classVecs() []*prometheus.GaugeVec {
-	return []*prometheus.GaugeVec{m.DueStreams, m.SettleLag, m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords}
+	return []*prometheus.GaugeVec{m.DueStreams, m.SettleLag, m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords,
+		m.DeferredStreams, m.DeferredTransitBytes, m.DeferredDeadline}
 }
 
 // setClass makes the class gauges report class only: a star's chain holds

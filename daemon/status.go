@@ -60,6 +60,12 @@ type PolicyStatus struct {
 	ExpressLinger float64    `json:"express_linger_seconds"`
 	ExpressAgeCap float64    `json:"express_age_cap_seconds"`
 	ReapGrace     float64    `json:"reap_grace_seconds"`
+	// TailGrowth and CopyFloor are the tail-growth rule's fraction and
+	// copy floor (catalog.DuePolicy). The leader does not record them
+	// (nova.auditor_runtime has no column for them): they are always
+	// this process's own configuration, whatever Source says.
+	TailGrowth float64 `json:"tail_growth"`
+	CopyFloor  int64   `json:"copy_floor_bytes"`
 }
 
 // BucketStatus is one bucket's rules as the leader last judged them.
@@ -88,6 +94,15 @@ type ClassStatus struct {
 	OldestAge      float64    `json:"oldest_age_seconds"`
 	AgeCapHeadroom float64    `json:"age_cap_headroom_seconds"` // age cap - oldest age; negative when breached
 	SettleLag      float64    `json:"settle_lag_seconds"`
+	// Deferred are the streams past their linger that the tail-growth
+	// rule holds back; they still hold their transit slots: DeferredBytes
+	// estimates their unsettled bytes (records times their tails' bytes
+	// per record), DeferredDeadline is the earliest age-cap deadline among
+	// them (they become due a margin before it: DeferredDueAt).
+	Deferred         int64      `json:"deferred"`
+	DeferredBytes    int64      `json:"deferred_bytes"`
+	DeferredDeadline *time.Time `json:"deferred_deadline,omitempty"`
+	DeferredDueAt    *time.Time `json:"deferred_due_at,omitempty"`
 }
 
 // DueStatus is a due stream.
@@ -237,7 +252,7 @@ func readPolicy(ctx context.Context, db StatusReader, o *StatusOptions, s *Statu
 	rt, err := db.GetRuntime(ctx, star)
 	switch {
 	case err == nil:
-		o.Policy, o.ReapGrace = rt.Policy, rt.ReapGrace
+		o.Policy, o.ReapGrace = leaderPolicy(rt.Policy, o.Policy), rt.ReapGrace
 		at := rt.UpdatedAt
 		s.Policy = PolicyStatus{Source: "leader", Holder: rt.Holder, Version: rt.Version, RecordedAt: &at}
 		s.Blocked = rt.BlockedReason
@@ -255,7 +270,18 @@ func readPolicy(ctx context.Context, db StatusReader, o *StatusOptions, s *Statu
 	s.Policy.Linger, s.Policy.AgeCap = p.Linger.Seconds(), p.AgeCap.Seconds()
 	s.Policy.ExpressLinger, s.Policy.ExpressAgeCap = p.ExpressLinger.Seconds(), p.ExpressAgeCap.Seconds()
 	s.Policy.ReapGrace = o.ReapGrace.Seconds()
+	s.Policy.TailGrowth, s.Policy.CopyFloor = p.TailGrowth, p.CopyFloor
 	return nil
+}
+
+// leaderPolicy is the policy a leader recorded, with own's tail-growth
+// rule: nova.auditor_runtime records lingers and age caps only, so the
+// rule's fraction and copy floor are this process's configuration (keep
+// it the daemon's, as every other key, for the gauges and status to
+// agree with the settle step).
+func leaderPolicy(recorded, own catalog.DuePolicy) catalog.DuePolicy {
+	recorded.TailGrowth, recorded.CopyFloor = own.TailGrowth, own.CopyFloor
+	return recorded
 }
 
 // readClasses reads the database clock and each class's transit.
@@ -271,6 +297,11 @@ func readClasses(ctx context.Context, db StatusReader, o StatusOptions, s *Statu
 			Streams: c.Markers, Due: c.Due, OverAgeCap: c.OverAgeCap, OldestSince: c.OldestSince,
 			OldestAge: c.OldestAge.Seconds(), SettleLag: c.Lag.Seconds()}
 		cs.AgeCapHeadroom = cs.AgeCap - cs.OldestAge
+		cs.Deferred, cs.DeferredBytes, cs.DeferredDeadline = c.Deferred, c.DeferredBytes, c.DeferredDeadline
+		if c.DeferredDeadline != nil {
+			due := c.DeferredDeadline.Add(p.HoldFor(c.Class) - p.AgeCapOf(c.Class)) // since + HoldFor
+			cs.DeferredDueAt = &due
+		}
 		s.Classes = append(s.Classes, cs)
 		s.DueTotal += c.Due
 		s.SettleLag = max(s.SettleLag, cs.SettleLag)

@@ -84,6 +84,12 @@ func (s Status) writeLeadership(p func(string, ...any), ts, ago func(time.Time) 
 	p("policy\tlinger %s, age cap %s; express linger %s, age cap %s; reap grace %s\t(from %s)\n",
 		dur(secs(pol.Linger)), dur(secs(pol.AgeCap)), dur(secs(pol.ExpressLinger)), dur(secs(pol.ExpressAgeCap)),
 		dur(secs(pol.ReapGrace)), from)
+	if pol.TailGrowth > 0 {
+		p("tail growth	%g, copy floor %s	(this process's --denorm-tail-growth: the leader records none)\n",
+			pol.TailGrowth, bytesIEC(pol.CopyFloor))
+	} else {
+		p("tail growth	off: every stream is due at its linger	(this process's --denorm-tail-growth: the leader records none)\n")
+	}
 }
 
 // writeBuckets prints each bucket's rules as the auditor checked them.
@@ -137,6 +143,16 @@ func (s Status) writeSettle(p func(string, ...any), ts, ago func(time.Time) stri
 	for _, c := range s.Classes {
 		p("%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n", c.Class, c.Streams, c.Due, dur(secs(c.OldestAge)), dur(secs(c.AgeCap)),
 			dur(secs(c.AgeCapHeadroom)), c.OverAgeCap, dur(secs(c.SettleLag)))
+	}
+	sep := "\n" // a line of its own: the class table keeps its columns
+	for _, c := range s.Classes {
+		if c.Deferred == 0 || c.DeferredDeadline == nil || c.DeferredDueAt == nil {
+			continue
+		}
+		p(sep)
+		sep = ""
+		p("deferred %s	%d streams wait for tail growth, holding about %s in transit; the first due %s, its age cap %s\n",
+			c.Class, c.Deferred, bytesIEC(c.DeferredBytes), when(s.Now, *c.DeferredDueAt), when(s.Now, *c.DeferredDeadline))
 	}
 	if len(s.DueStreams) > 0 {
 		p("\nDUE STREAM (%d due)\tCLASS\tWAITING\tDEADLINE\n", s.DueTotal)
@@ -299,6 +315,14 @@ func dur(d time.Duration) string {
 		return "-" + s
 	}
 	return s
+}
+
+// when says when t is, from now: "in 5m0s (2025-...)" or "5m0s ago (...)".
+func when(now, t time.Time) string {
+	if d := t.Sub(now); d >= 0 {
+		return "in " + dur(d) + " (" + t.UTC().Format(time.RFC3339) + ")"
+	}
+	return dur(now.Sub(t)) + " ago (" + t.UTC().Format(time.RFC3339) + ")"
 }
 
 func bytesIEC(n int64) string {

@@ -38,7 +38,8 @@ func busyStatus() daemon.Status {
 		SettleLag: 25*3600 - 300,
 		Classes: []daemon.ClassStatus{
 			{Class: catalog.ClassStandard, Linger: 300, AgeCap: 86400, Streams: 3, Due: 1, OverAgeCap: 1, OldestSince: agoP(25 * time.Hour),
-				OldestAge: 90000, AgeCapHeadroom: -3600, SettleLag: 89700},
+				OldestAge: 90000, AgeCapHeadroom: -3600, SettleLag: 89700,
+				Deferred: 12, DeferredBytes: 3 << 20, DeferredDeadline: agoP(-7 * time.Hour), DeferredDueAt: agoP(-time.Hour)},
 			{Class: catalog.ClassExpress, Linger: 5, AgeCap: 3600, Streams: 0, AgeCapHeadroom: 3600},
 		},
 		DueTotal: 7,
@@ -79,7 +80,7 @@ func busyStatus() daemon.Status {
 				Duration: 3, Outcome: "failed", Counts: catalog.RunCounts{BytesCopied: 3 << 40}, Error: "settle stream 1: boom\ndetail"},
 		},
 		Policy: daemon.PolicyStatus{Source: "leader", Holder: "auditor-0", Version: "v1.2.3", RecordedAt: agoP(30 * time.Second),
-			Linger: 300, AgeCap: 86400, ExpressLinger: 5, ExpressAgeCap: 3600, ReapGrace: 3600},
+			Linger: 300, AgeCap: 86400, ExpressLinger: 5, ExpressAgeCap: 3600, ReapGrace: 3600, TailGrowth: 1, CopyFloor: 5 << 20},
 		Blocked: "the database schema is newer than this binary",
 		Buckets: []daemon.BucketStatus{
 			{RulesVerdict: objstore.RulesVerdict{Bucket: "b1", Expiring: []objstore.LifecycleRule{{ID: "old", Enabled: true, Prefix: "",

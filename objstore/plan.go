@@ -36,6 +36,12 @@ var DefaultLimits = Limits{
 // copyMin is the smallest copy part that is not the object's last part.
 func (l Limits) copyMin() int64 { return max(l.MinPart, l.CopyMin) }
 
+// CopyFloor is the smallest standing object a rewrite can copy server side
+// as the first part of its successor: below it the object's bytes are
+// fetched and uploaded again (settle's tail rewrites; the due rule's
+// catalog.DuePolicy.CopyFloor).
+func (l Limits) CopyFloor() int64 { return l.copyMin() }
+
 // Validate checks the limits. Gathered parts may reach twice the minimum and
 // any part twice the smallest copy: then every run of at least the minimum
 // splits into valid parts, which makes the planner's arithmetic exact.

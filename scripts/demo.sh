@@ -83,12 +83,12 @@ bin/novasim write "${common[@]}" "${slots[@]}" --flights "$flights" --absorb-fli
 bin/novasim write "${common[@]}" "${slots[@]}" --flights "${DEMO_HOT_FLIGHTS:-6}" --flight-bytes 16MiB --flight-interval 1m \
 	--max-batch 4096 --absorb-flights 1 --progress none --log-level warn
 echo "demo: settling"
-bin/auditor run --once "${common[@]}" --data-dir "$work/data" --denorm-linger 0s --express-denorm-linger 0s \
+bin/auditor run --once "${common[@]}" --data-dir "$work/data" --denorm-linger 0s --express-denorm-linger 0s --denorm-tail-growth 0 \
 	--reap-grace 2s --denorm-output-cap-mib 32 --log-format json --log-level warn | tee "$work/run1.txt"
 bin/novasim check "${common[@]}" | tee "$work/check1.txt"
 echo "demo: more traffic, then a second cycle grows the tails by revision (~1) and arms reaps of the old ones"
 bin/novasim write "${common[@]}" "${slots[@]}" --flights $((flights / 4)) --absorb-flights 4 --progress none --log-level warn
-bin/auditor run --once "${common[@]}" --data-dir "$work/data" --denorm-linger 0s --express-denorm-linger 0s \
+bin/auditor run --once "${common[@]}" --data-dir "$work/data" --denorm-linger 0s --express-denorm-linger 0s --denorm-tail-growth 0 \
 	--reap-grace 2s --denorm-output-cap-mib 32 --log-format json --log-level warn | tee "$work/run2.txt"
 echo "demo: waiting out the 2s reap grace, then trimming and reaping"
 sleep 3

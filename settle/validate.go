@@ -3,6 +3,7 @@ package settle
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Validate checks that the configuration is complete: New refuses a zero or
@@ -37,6 +38,11 @@ func (c Config) Validate() error {
 	}
 	if p := c.Policy; p.Linger < 0 || p.AgeCap < 0 || p.ExpressLinger < 0 || p.ExpressAgeCap < 0 {
 		bad("Policy", "%+v has a negative duration", p)
+	}
+	if p := c.Policy; !(p.TailGrowth >= 0) || math.IsInf(p.TailGrowth, 1) {
+		bad("Policy.TailGrowth", "%v must be a finite fraction, at least 0", p.TailGrowth)
+	} else if p.TailGrowth > 0 && p.CopyFloor < 1 {
+		bad("Policy.CopyFloor", "%d must be at least 1 with the tail-growth rule on (objstore.Limits.CopyFloor)", p.CopyFloor)
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package settle_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,8 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		"HotStreams":         func(c *settle.Config) { c.HotStreams = 0 },
 		"MaxPendingErasures": func(c *settle.Config) { c.MaxPendingErasures = 0 },
 		"ReapGrace":          func(c *settle.Config) { c.ReapGrace = -time.Second },
+		"TailGrowth":         func(c *settle.Config) { c.Policy.TailGrowth = math.NaN() },
+		"CopyFloor":          func(c *settle.Config) { c.Policy.TailGrowth, c.Policy.CopyFloor = 1, 0 },
 	} {
 		c := full
 		zero(&c)

@@ -178,7 +178,7 @@ func newCrashEnv(t *testing.T, bin string, open crashStore) *crashEnv {
 	e := &crashEnv{t: t, ctx: ctx, bin: bin, url: url, root: root, db: db, fs: fs, seen: map[string]uint32{}, stars: []string{"s1"},
 		bucket: flags[len(flags)-1], env: procEnv, flightBytes: flightBytes,
 		common: append([]string{"--star", "s1", "--database-url", url,
-			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--reap-grace", "1h", "--reap-batch-size", "1",
+			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1h", "--reap-batch-size", "1",
 			"--lease-ttl", "3s", "--lease-renew", "100ms", "--holder", "crash-test", "--denorm-output-cap-mib", capMiB,
 			"--denorm-chunk-target-kib", "64", "--log-format", "json", "--log-level", "warn"}, flags...)}
 	streams := 6

@@ -341,7 +341,7 @@ func (r *liveRunEnv) start(d *liveDaemon, point string) {
 		env = append(env, crashpoint.EnvVar+"="+point)
 	}
 	args := append([]string{"--star", d.star, "--data-dir", d.dataDir, "--location", d.zone,
-		"--schedule", "@every 1s", "--denorm-linger", "0s", "--express-denorm-linger", "0s",
+		"--schedule", "@every 1s", "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--express-denorm-linger", "0s",
 		"--denorm-output-cap-mib", r.b.capMiB, "--denorm-chunk-target-kib", "64", "--reap-grace", liveGrace.String(),
 		"--lease-ttl", liveTTL.String(), "--lease-renew", "500ms", "--shutdown-timeout", liveStop.String(),
 		"--log-level", "debug"}, r.b.flags...)

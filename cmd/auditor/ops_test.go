@@ -82,7 +82,7 @@ func TestServeWaitsForAnUnreachableDatabase(t *testing.T) {
 func TestNewerSchemaStopsTheServingLeader(t *testing.T) {
 	t.Parallel()
 	url, db := migratedDB(t)
-	p := startServe(t, "n1", url, "--denorm-linger", "0s")
+	p := startServe(t, "n1", url, "--denorm-linger", "0s", "--denorm-tail-growth", "0")
 	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
@@ -126,7 +126,7 @@ func TestNewerSchemaStopsTheServingLeader(t *testing.T) {
 func TestStatusUsesTheDaemonsPolicy(t *testing.T) {
 	t.Parallel()
 	url, db := migratedDB(t)
-	p := startServe(t, "p1", url, "--denorm-linger", "0s", "--denorm-age-cap", "2h")
+	p := startServe(t, "p1", url, "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--denorm-age-cap", "2h")
 	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
 	eventually(t, 10*time.Second, "the runtime is recorded", func() bool {
 		_, err := db.GetRuntime(context.Background(), "s1")
@@ -377,7 +377,7 @@ func TestDryRunBesideAServingDaemon(t *testing.T) {
 	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
 	before, _ := currentLease(t, db)
 	code, out, errs := runCLI(t, "run", "--once", "--dry-run", "--star", "s1", "--database-url", url, "--fs-root", root,
-		"--data-dir", t.TempDir(), "--denorm-linger", "0s", "--log-level", "warn")
+		"--data-dir", t.TempDir(), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--log-level", "warn")
 	if code != 0 || !strings.Contains(out, "cycle ok") {
 		t.Fatalf("dry run beside the leader: exit %d %q %q", code, out, errs)
 	}

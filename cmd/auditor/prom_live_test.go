@@ -58,7 +58,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	root := t.TempDir()
-	common := []string{"--schedule", "@every 2s", "--denorm-linger", "0s", "--reap-grace", "1s", "--log-level", "info"}
+	common := []string{"--schedule", "@every 2s", "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1s", "--log-level", "info"}
 	// s1's erasure alert bound is short, so the erasure recorded on its
 	// quarantined stream below crosses it within the test.
 	s1Flags := append([]string{"--star", "s1", "--fs-root", root, "--erasure-alert-after", "3s"}, common...)

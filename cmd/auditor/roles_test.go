@@ -503,7 +503,7 @@ func (l *lockedBuffer) String() string {
 // flags are the configuration of every command of the run.
 func (r *roleRun) flags() []string {
 	return []string{"--star", "s1", "--database-url", r.url, "--fs-root", r.root, "--bucket", roleBucket,
-		"--data-dir", r.dataDir, "--denorm-linger", "0s", "--reap-grace", "1h", "--denorm-output-cap-mib", "1",
+		"--data-dir", r.dataDir, "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1h", "--denorm-output-cap-mib", "1",
 		"--denorm-chunk-target-kib", "64", "--reap-batch-size", "1", "--log-level", "debug"}
 }
 

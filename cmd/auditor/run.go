@@ -12,6 +12,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
 )
 
 // cmdRun is `auditor run --once`: take the lease, run one cycle, release it.
@@ -84,6 +85,17 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
+// duePolicy is the due policy of the configuration, for the settle step,
+// the gauges and status alike. The tail-growth rule's copy floor is the
+// object store's (objstore.Limits.CopyFloor: every store plans with S3's
+// part minimum), or the output cap when that is smaller: a tail at the cap
+// is never rewritten.
+func duePolicy(cfg config.Config) catalog.DuePolicy {
+	return catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
+		ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap,
+		TailGrowth: cfg.DenormTailGrowth, CopyFloor: min(objstore.DefaultLimits.CopyFloor(), cfg.DenormOutputCapMiB<<20)}
+}
+
 // daemonConfig is the daemon's part of the configuration.
 func daemonConfig(cfg config.Config) daemon.Config {
 	sched, _ := config.ParseSchedule(cfg.Schedule) // validated by config.Load
@@ -92,8 +104,7 @@ func daemonConfig(cfg config.Config) daemon.Config {
 		LeaseTTL: cfg.LeaseTTL, LeaseRenew: cfg.LeaseRenew, ShutdownTimeout: cfg.ShutdownTimeout,
 		HTTPAddr: cfg.HTTPAddr, Pprof: cfg.Pprof, Version: buildVersion(), ReapGrace: cfg.ReapGrace, HistoryKeep: cfg.HistoryRetention,
 		ErasureAlertAfter: cfg.ErasureAlertAfter,
-		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
-			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
+		Policy:            duePolicy(cfg),
 
 		AdminPoll: daemon.DefaultAdminPoll, GaugeInterval: daemon.DefaultGaugeInterval, RetryMax: daemon.DefaultRetryMax,
 		RulesInterval: daemon.DefaultRulesInterval, DBRetryMax: daemon.DefaultDBRetryMax, PruneBatch: daemon.DefaultPruneBatch,

@@ -173,7 +173,7 @@ func TestScaleStar(t *testing.T) {
 	for i, what := range []string{"backlog", "idle"} {
 		before := dbTransactions(t, url)
 		cmd := exec.Command(bin, "run", "--once", "--star", "s1", "--database-url", url, "--fs-root", root, "--bucket", "std",
-			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--log-format", "json", "--log-level", "info",
+			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--log-format", "json", "--log-level", "info",
 			"--lease-ttl", "30m", "--lease-renew", "10m", "--settle-max-streams", strconv.Itoa(due+10))
 		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+os.Getenv("NOVA_SCALE_GOMEMLIMIT"))
 		out, err := cmd.CombinedOutput()

@@ -458,7 +458,7 @@ func TestServeOnVersitygw(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", s3e.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3e.SecretKey)
 	storeFlags := []string{"--s3-endpoint", s3e.Endpoint, "--s3-path-style", "--bucket", bucket}
-	p := startServe(t, "v1", url, append([]string{"--denorm-linger", "0s", "--reap-grace", "1s",
+	p := startServe(t, "v1", url, append([]string{"--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1s",
 		"--denorm-output-cap-mib", "1", "--denorm-chunk-target-kib", "64"}, storeFlags...)...)
 	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
 

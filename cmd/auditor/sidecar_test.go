@@ -80,7 +80,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 	e := &crashEnv{t: t, ctx: ctx, bin: auditorBinary(t), db: db, fs: st, bucket: bucket,
 		env: []string{"AWS_ACCESS_KEY_ID=" + s3env.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3env.SecretKey, "AWS_REGION=us-east-1"},
 		common: []string{"--star", "s1", "--database-url", url, "--data-dir", filepath.Join(root, "data"),
-			"--denorm-linger", "0s", "--holder", "sidecar-test", "--denorm-output-cap-mib", "64",
+			"--denorm-linger", "0s", "--denorm-tail-growth", "0", "--holder", "sidecar-test", "--denorm-output-cap-mib", "64",
 			"--s3-endpoint", s3env.Endpoint, "--s3-path-style", "--bucket", bucket,
 			"--settle-concurrency", "1", "--log-format", "json", "--log-level", "warn"}}
 	code, out := e.run(string(settle.CrashAfterSidecarStaged) + ":2")

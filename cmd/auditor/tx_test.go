@@ -122,7 +122,7 @@ func cycleTransactions(t *testing.T, s3e testenv.S3Env, streams int) (txs, objec
 	}
 	before := counted()
 	code, out, errs := runCLI(t, "run", "--once", "--star", "s1", "--database-url", url, "--s3-endpoint", s3e.Endpoint,
-		"--s3-path-style", "--bucket", bucket, "--data-dir", t.TempDir(), "--denorm-linger", "0s", "--express-denorm-linger", "0s",
+		"--s3-path-style", "--bucket", bucket, "--data-dir", t.TempDir(), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--express-denorm-linger", "0s",
 		"--lease-ttl", "10m", "--lease-renew", "5m") // no renewal: renewals come with time, not objects
 	if code != 0 {
 		t.Fatalf("run --once: exit %d\n%s\n%s", code, out, errs)

@@ -51,7 +51,7 @@ func TestRunOnceThenVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	common := []string{"--star", "s1", "--database-url", url, "--fs-root", root, "--data-dir", filepath.Join(root, "data")}
-	code, stdout, stderr := runCLI(t, append([]string{"run", "--once", "--denorm-linger", "0s", "--log-level", "warn"}, common...)...)
+	code, stdout, stderr := runCLI(t, append([]string{"run", "--once", "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--log-level", "warn"}, common...)...)
 	if code != 0 || !strings.Contains(stdout, "cycle ok") {
 		t.Fatalf("run --once: exit %d %q %q", code, stdout, stderr)
 	}
@@ -139,7 +139,7 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 	var runs strings.Builder
 	cycle := func() {
 		t.Helper()
-		code, stdout, stderr := runCLI(t, append([]string{"run", "--once", "--denorm-linger", "0s", "--reap-grace", "0s", "--log-level", "warn"}, common...)...)
+		code, stdout, stderr := runCLI(t, append([]string{"run", "--once", "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "0s", "--log-level", "warn"}, common...)...)
 		if code != 0 {
 			t.Fatalf("run --once: exit %d %q %q", code, stdout, stderr)
 		}

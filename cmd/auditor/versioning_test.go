@@ -48,7 +48,7 @@ func TestRunOnceHoldsErasuresOnAVersionedBucket(t *testing.T) {
 	}
 	bin := auditorBinary(t)
 	args := []string{"run", "--once", "--star", "s1", "--database-url", url, "--s3-endpoint", s3e.Endpoint, "--s3-path-style",
-		"--bucket", bucket, "--data-dir", filepath.Join(t.TempDir(), "data"), "--denorm-linger", "0s", "--reap-grace", "0s",
+		"--bucket", bucket, "--data-dir", filepath.Join(t.TempDir(), "data"), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "0s",
 		"--log-level", "warn", "--log-format", "json"}
 	var runs strings.Builder
 	cycle := func() {

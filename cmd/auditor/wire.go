@@ -69,8 +69,7 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		DB: db, Topology: top, Pending: pending,
 		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(),
 	}, settle.Config{
-		Policy: catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
-			ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap},
+		Policy:       duePolicy(cfg),
 		CapBytes:     cfg.DenormOutputCapMiB << 20,
 		TargetBytes:  cfg.DenormChunkTargetKiB << 10,
 		MaxStreams:   int(cfg.SettleMaxStreams),

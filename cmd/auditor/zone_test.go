@@ -142,7 +142,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 			"--s3-endpoint", srv.URL, "--s3-path-style", "--bucket", std,
 			"--s3-express-buckets", "za="+za+",zb="+zb, "--location", "za",
 			"--s3-attempt-timeout", "500ms", "--s3-max-attempts", "3", "--data-dir", filepath.Join(root, "data"),
-			"--express-denorm-linger", "0s", "--reap-grace", "1s", "--holder", "zone-test",
+			"--express-denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1s", "--holder", "zone-test",
 			"--log-format", "json", "--log-level", "warn")
 		cmd.Env = append(cmd.Environ(), "AWS_ACCESS_KEY_ID="+s3e.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3e.SecretKey)
 		out, err := cmd.CombinedOutput()
@@ -365,7 +365,7 @@ func TestStallingZoneCostsLittle(t *testing.T) {
 	zp.blackhole.Store(true)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3e.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3e.SecretKey)
-	p := startServe(t, "stall", url, "--star", "s1-x", "--schedule", "@every 1s", "--express-denorm-linger", "0s",
+	p := startServe(t, "stall", url, "--star", "s1-x", "--schedule", "@every 1s", "--express-denorm-linger", "0s", "--denorm-tail-growth", "0",
 		"--reap-grace", "1s", "--s3-endpoint", srv.URL, "--s3-path-style", "--bucket", std,
 		"--s3-express-buckets", "za="+za+",zb="+zb, "--location", "za",
 		"--s3-attempt-timeout", "2s", "--s3-max-attempts", "2", "--log-level", "info",

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -58,6 +59,7 @@ type Config struct {
 	DenormAgeCap         time.Duration
 	ExpressDenormLinger  time.Duration
 	ExpressDenormAgeCap  time.Duration
+	DenormTailGrowth     float64 // the tail-growth rule's fraction (catalog.DuePolicy.TailGrowth); 0: off
 	DenormOutputCapMiB   int64
 	DenormChunkTargetKiB int64
 	SettleMaxStreams     int64
@@ -176,6 +178,23 @@ func intKey(name, usage, def string, p func(*Config) *int64) key {
 		get: func(c *Config) string { return fmt.Sprint(*p(c)) }}
 }
 
+// fractionKey is a finite fraction, at least 0 (it may pass 1).
+func fractionKey(name, usage, def string, p func(*Config) *float64) key {
+	return key{name: name, usage: usage, def: def,
+		set: func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				return fieldErr(name, "%q is not a number (like 0, 0.5 or 1)", v)
+			}
+			if f < 0 {
+				return fieldErr(name, "%s is negative (0 turns the rule off)", v)
+			}
+			*p(c) = f
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatFloat(*p(c), 'g', -1, 64) }}
+}
+
 func boolKey(name, usage, def string, p func(*Config) *bool) key {
 	return key{name: name, usage: usage, def: def, isBool: true, set: func(c *Config, v string) error {
 		switch strings.ToLower(v) {
@@ -279,6 +298,7 @@ var keys = []key{
 	durationKey("denorm-age-cap", "standard streams must be settled within this age", "24h", func(c *Config) *time.Duration { return &c.DenormAgeCap }),
 	durationKey("express-denorm-linger", "express streams become due this long after their oldest unsettled ref", "5m", func(c *Config) *time.Duration { return &c.ExpressDenormLinger }),
 	durationKey("express-denorm-age-cap", "express streams must be settled within this age", "1h", func(c *Config) *time.Duration { return &c.ExpressDenormAgeCap }),
+	fractionKey("denorm-tail-growth", "a stream whose standing tail is below the server-side copy floor waits past its linger until its unsettled bytes reach this fraction of the tail or the floor, or its age-cap deadline draws near (the tail-growth rule); 0: every stream settles at its linger", "1", func(c *Config) *float64 { return &c.DenormTailGrowth }),
 	intKey("denorm-output-cap-mib", "settled object cap in MiB of content bytes", "256", func(c *Config) *int64 { return &c.DenormOutputCapMiB }),
 	intKey("denorm-chunk-target-kib", "adjacent chunks are merged up to this many KiB of content; unset, the default follows a smaller output cap", chunkTargetDefault, func(c *Config) *int64 { return &c.DenormChunkTargetKiB }),
 	intKey("settle-max-streams", "most streams settled per cycle", "10000", func(c *Config) *int64 { return &c.SettleMaxStreams }),

@@ -323,6 +323,34 @@ func TestHistoryRetention(t *testing.T) {
 	}
 }
 
+// TestDenormTailGrowth: the tail-growth fraction defaults to 1, is set
+// like every key (file < env < flag; 0 turns the rule off), and refuses
+// what is not a finite fraction of at least 0.
+func TestDenormTailGrowth(t *testing.T) {
+	c, err := load(t, nil, nil, "")
+	if err != nil || c.DenormTailGrowth != 1 {
+		t.Fatalf("default denorm-tail-growth: %v %v", c.DenormTailGrowth, err)
+	}
+	c, err = load(t, nil, nil, "denorm-tail-growth: 0.25\n")
+	if err != nil || c.DenormTailGrowth != 0.25 {
+		t.Fatalf("file: %v %v", c.DenormTailGrowth, err)
+	}
+	c, err = load(t, nil, map[string]string{"NOVA_AUDITOR_DENORM_TAIL_GROWTH": "2.5"}, "denorm-tail-growth: 0.25\n")
+	if err != nil || c.DenormTailGrowth != 2.5 {
+		t.Fatalf("env over file: %v %v", c.DenormTailGrowth, err)
+	}
+	c, err = load(t, map[string]string{"denorm-tail-growth": "0"}, map[string]string{"NOVA_AUDITOR_DENORM_TAIL_GROWTH": "2.5"}, "")
+	if err != nil || c.DenormTailGrowth != 0 {
+		t.Fatalf("flag over env: %v %v", c.DenormTailGrowth, err)
+	}
+	for _, bad := range []string{"-0.5", "NaN", "+Inf", "half", ""} {
+		var ce *config.Error
+		if _, err := load(t, map[string]string{"denorm-tail-growth": bad}, nil, ""); !errors.As(err, &ce) || ce.Field != "denorm-tail-growth" {
+			t.Errorf("%q: %v, want an error naming denorm-tail-growth", bad, err)
+		}
+	}
+}
+
 func TestParseExpressBucketsSpaces(t *testing.T) {
 	got, err := config.ParseExpressBuckets("use1-az1=ex-a, use1-az2=ex-b,use1-az4=ex-c")
 	if err != nil {

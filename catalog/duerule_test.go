@@ -1,0 +1,258 @@
+package catalog_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
+	"github.com/nova/auditor/internal/testenv"
+)
+
+// dueRuleStar is a star of streams in the shapes the tail-growth rule
+// tells apart: each stream may have a settled tail (one catalog entry of
+// tailRecords records and tailBytes bytes, ending at settled_through) and
+// newRecords absorbed behind it.
+type dueRuleStar struct {
+	t    *testing.T
+	ctx  context.Context
+	db   *catalog.DB
+	conn *pgx.Conn
+	f    catalog.Fence
+	seq  int64
+}
+
+func newDueRuleStar(t *testing.T) *dueRuleStar {
+	t.Helper()
+	db, url := testenv.MigratedDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &dueRuleStar{t: t, ctx: ctx, db: db, conn: conn, f: lease.Fence}
+}
+
+func (s *dueRuleStar) absorb(id catalog.StreamID, first, count int64) {
+	s.t.Helper()
+	if err := writepath.New(s.db).Absorb(s.ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: s.seq, FooterOffset: 61, FooterLength: 100,
+		Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: first, Count: count}}}}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.seq++
+}
+
+// stream creates stream b: tailRecords settled into one object of
+// tailBytes (none when 0), then newRecords absorbed.
+func (s *dueRuleStar) stream(b byte, tailRecords, tailBytes, newRecords int64) catalog.StreamID {
+	s.t.Helper()
+	id := sid(b)
+	if err := writepath.New(s.db).CreateStream(s.ctx, id, "s1", "b1"); err != nil {
+		s.t.Fatal(err)
+	}
+	if tailRecords > 0 {
+		s.absorb(id, 0, tailRecords)
+		key := fmt.Sprintf("tail/%d", b)
+		in, err := s.db.OpenPublishIntent(s.ctx, s.f, catalog.ExactTarget(key, 0), catalog.ClassStandard)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		e := catalog.Entry{Stream: id, Epoch: 1, RecordCount: tailRecords, ObjectBytes: tailBytes,
+			FooterOffset: tailBytes - 100, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
+		if err := s.db.CommitSettle(s.ctx, s.f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	if newRecords > 0 {
+		s.absorb(id, tailRecords, newRecords)
+	}
+	return id
+}
+
+// age moves the stream's due marker back: it has waited for d.
+func (s *dueRuleStar) age(id catalog.StreamID, d time.Duration) {
+	s.t.Helper()
+	if _, err := s.conn.Exec(s.ctx, `UPDATE nova.due_markers SET since = now() - $2::interval WHERE stream_id = $1`, id, d); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *dueRuleStar) due(p catalog.DuePolicy, forced ...catalog.StreamID) []catalog.DueStream {
+	s.t.Helper()
+	due, err := s.db.DueStreams(s.ctx, "s1", p, forced, 100)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return due
+}
+
+func dueIDsOf(due []catalog.DueStream) []catalog.StreamID {
+	out := make([]catalog.StreamID, len(due))
+	for i, d := range due {
+		out[i] = d.Stream
+	}
+	return out
+}
+
+// TestTailGrowthRule: which streams past their linger the tail-growth rule
+// holds back, against the rule's every clause, and what TransitByClass
+// says of them. Tails are 100 bytes a record unless said; the copy floor
+// is 5,000 bytes, the age cap an hour (the margin a quarter of it: due
+// at since + 45m).
+func TestTailGrowthRule(t *testing.T) {
+	t.Parallel()
+	s := newDueRuleStar(t)
+	noTail := s.stream(1, 0, 0, 3)            // never settled: nothing to rewrite
+	small := s.stream(2, 10, 1000, 3)         // 300 bytes on a 1,000-byte tail: waits
+	grown := s.stream(3, 10, 1000, 10)        // 1,000 on 1,000: grown by the fraction
+	overFloor := s.stream(4, 10, 2000, 28)    // 5,600 on 2,000 (200 a record): past the floor
+	bigTail := s.stream(5, 10, 6000, 1)       // a tail at the floor is copied server side
+	forced := s.stream(6, 10, 1000, 3)        // as small, forced
+	erasing := s.stream(7, 10, 1000, 3)       // as small, with a pending erasure
+	held := s.stream(8, 10, 1000, 10)         // as grown, quarantined
+	nearCap := s.stream(9, 10, 1000, 3)       // as small, 50m old: past its margin
+	beforeMargin := s.stream(10, 10, 1000, 3) // as small, 40m old: still waits
+	settledOnly := s.stream(11, 10, 1000, 0)  // nothing unsettled: no marker
+	if _, err := s.conn.Exec(s.ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ($1, 11, 1)`, erasing); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Quarantine(s.ctx, s.f, held, "", "format", "test"); err != nil {
+		t.Fatal(err)
+	}
+	s.age(nearCap, 50*time.Minute)
+	s.age(beforeMargin, 40*time.Minute)
+
+	base := catalog.DuePolicy{AgeCap: time.Hour, ExpressAgeCap: time.Hour, CopyFloor: 5000}
+	rule := base
+	rule.TailGrowth = 1
+
+	// The rule off: every unquarantined stream with a marker is due, the
+	// forced one first, then by deadline (the aged ones are nearest).
+	off := s.due(base, forced)
+	wantOff := []catalog.StreamID{forced, nearCap, beforeMargin, noTail, small, grown, overFloor, bigTail, erasing}
+	if got := dueIDsOf(off); !slices.Equal(got[:3], wantOff[:3]) || len(got) != len(wantOff) || !off[0].Forced {
+		t.Errorf("rule off: due %v, want %v (in settle order for the first three)", got, wantOff)
+	}
+	for _, id := range wantOff {
+		if !slices.Contains(dueIDsOf(off), id) {
+			t.Errorf("rule off: %v not due", id)
+		}
+	}
+
+	// The rule at 1: small and beforeMargin wait; the forced stream (its
+	// own shape is small's) and the erasing one never wait; nearCap is past
+	// its margin and goes first among the unforced (earliest deadline).
+	on := s.due(rule, forced)
+	got := dueIDsOf(on)
+	want := []catalog.StreamID{forced, nearCap}
+	if !slices.Equal(got[:2], want) || !on[0].Forced {
+		t.Errorf("rule at 1: due %v, want %v first", got, want)
+	}
+	for _, id := range []catalog.StreamID{noTail, grown, bigTail, erasing, overFloor} {
+		if !slices.Contains(got, id) {
+			t.Errorf("rule at 1: stream %v is not due", id)
+		}
+	}
+	for _, id := range []catalog.StreamID{small, beforeMargin, held, settledOnly} {
+		if slices.Contains(got, id) {
+			t.Errorf("rule at 1: stream %v is due", id)
+		}
+	}
+	if len(got) != 7 {
+		t.Errorf("rule at 1: %d due %v, want 7", len(got), got)
+	}
+	// Unforced, the small shape waits.
+	if slices.Contains(dueIDsOf(s.due(rule)), forced) {
+		t.Error("rule at 1: the forced stream's shape is due unforced")
+	}
+
+	// At 3 the fraction asks for more than the floor: overFloor (5,600 <
+	// 3 x 2,000) is due by the floor alone, grown (1,000 < 3,000) waits.
+	rule3 := base
+	rule3.TailGrowth = 3
+	got = dueIDsOf(s.due(rule3))
+	if !slices.Contains(got, overFloor) || slices.Contains(got, grown) || slices.Contains(got, small) {
+		t.Errorf("rule at 3: due %v, want overFloor and neither grown nor small", got)
+	}
+
+	// TransitByClass counts what waits (rule at 1): small, forced (unforced
+	// here), beforeMargin; 300 estimated bytes each; the earliest deadline
+	// is beforeMargin's. nearCap's lag counts from its margin (5m), not
+	// from its linger (50m).
+	_, classes, err := s.db.TransitByClass(s.ctx, "s1", rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	std := classes[0]
+	if std.Class != catalog.ClassStandard || std.Deferred != 3 || std.DeferredBytes != 900 || std.DeferredDeadline == nil {
+		t.Fatalf("standard transit: %+v, want 3 deferred holding 900 bytes", std)
+	}
+	if std.Due != 6 || std.Markers != 10 {
+		t.Errorf("standard transit: %d due of %d markers, want 6 of 10", std.Due, std.Markers)
+	}
+	var since time.Time
+	if err := s.conn.QueryRow(s.ctx, `SELECT since FROM nova.due_markers WHERE stream_id = $1`, beforeMargin).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	if !std.DeferredDeadline.Equal(since.Add(time.Hour)) {
+		t.Errorf("earliest deferred deadline %s, want beforeMargin's since + cap %s", std.DeferredDeadline, since.Add(time.Hour))
+	}
+	if std.Lag < 5*time.Minute || std.Lag > 6*time.Minute {
+		t.Errorf("lag %s, want nearCap's 5m past its margin", std.Lag)
+	}
+	_, classes, err = s.db.TransitByClass(s.ctx, "s1", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if std := classes[0]; std.Deferred != 0 || std.DeferredBytes != 0 || std.DeferredDeadline != nil || std.Due != 9 || std.Lag < 50*time.Minute {
+		t.Errorf("standard transit with the rule off: %+v, want 9 due, none deferred, lag from linger", std)
+	}
+}
+
+// TestTailGrowthMargin: the margin is the linger when that is longer than a
+// quarter of the age cap, and a stream whose cap leaves no room past its
+// margin is due at its linger.
+func TestTailGrowthMargin(t *testing.T) {
+	t.Parallel()
+	p := catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: 24 * time.Hour, ExpressLinger: 20 * time.Minute, ExpressAgeCap: time.Hour}
+	if m, h := p.DeferMargin(catalog.ClassStandard), p.HoldFor(catalog.ClassStandard); m != 6*time.Hour || h != 18*time.Hour {
+		t.Errorf("standard: margin %s, hold %s; want 6h, 18h", m, h)
+	}
+	if m, h := p.DeferMargin(catalog.ClassExpress), p.HoldFor(catalog.ClassExpress); m != 20*time.Minute || h != 40*time.Minute {
+		t.Errorf("express: margin %s, hold %s; want 20m, 40m", m, h)
+	}
+	p.ExpressAgeCap = 30 * time.Minute
+	if h := p.HoldFor(catalog.ClassExpress); h != 20*time.Minute {
+		t.Errorf("express with a cap under two lingers: hold %s, want its linger", h)
+	}
+
+	// In SQL: a linger of 20m on a cap of 30m leaves a small stream 25m
+	// old due (at its linger), one 15m old not (before its linger).
+	s := newDueRuleStar(t)
+	old := s.stream(1, 10, 1000, 3)
+	young := s.stream(2, 10, 1000, 3)
+	s.age(old, 25*time.Minute)
+	s.age(young, 15*time.Minute)
+	rule := catalog.DuePolicy{Linger: 20 * time.Minute, AgeCap: 30 * time.Minute, TailGrowth: 1, CopyFloor: 5000}
+	if got := dueIDsOf(s.due(rule)); !slices.Equal(got, []catalog.StreamID{old}) {
+		t.Errorf("due %v, want the old stream only", got)
+	}
+	// And a cap of 2h puts the margin at 30m: the old one now waits.
+	rule.AgeCap = 2 * time.Hour
+	if got := s.due(rule); len(got) != 0 {
+		t.Errorf("due %v with a 2h cap, want none", dueIDsOf(got))
+	}
+}
