@@ -548,7 +548,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 	// auditor status agree (this instance's own until one is recorded).
 	policy, reapGrace := d.cfg.Policy, d.cfg.ReapGrace
 	if rt, err := d.db.GetRuntime(ctx, d.cfg.Star); err == nil {
-		policy, reapGrace = leaderPolicy(rt.Policy, policy), rt.ReapGrace
+		policy, reapGrace = rt.Policy, rt.ReapGrace
 	} else if !errors.Is(err, catalog.ErrNotFound) {
 		return err
 	}

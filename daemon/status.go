@@ -252,7 +252,7 @@ func readPolicy(ctx context.Context, db StatusReader, o *StatusOptions, s *Statu
 	rt, err := db.GetRuntime(ctx, star)
 	switch {
 	case err == nil:
-		o.Policy, o.ReapGrace = leaderPolicy(rt.Policy, o.Policy), rt.ReapGrace
+		o.Policy, o.ReapGrace = rt.Policy, rt.ReapGrace
 		at := rt.UpdatedAt
 		s.Policy = PolicyStatus{Source: "leader", Holder: rt.Holder, Version: rt.Version, RecordedAt: &at}
 		s.Blocked = rt.BlockedReason
@@ -272,16 +272,6 @@ func readPolicy(ctx context.Context, db StatusReader, o *StatusOptions, s *Statu
 	s.Policy.ReapGrace = o.ReapGrace.Seconds()
 	s.Policy.TailGrowth, s.Policy.CopyFloor = p.TailGrowth, p.CopyFloor
 	return nil
-}
-
-// leaderPolicy is the policy a leader recorded, with own's tail-growth
-// rule: nova.auditor_runtime records lingers and age caps only, so the
-// rule's fraction and copy floor are this process's configuration (keep
-// it the daemon's, as every other key, for the gauges and status to
-// agree with the settle step).
-func leaderPolicy(recorded, own catalog.DuePolicy) catalog.DuePolicy {
-	recorded.TailGrowth, recorded.CopyFloor = own.TailGrowth, own.CopyFloor
-	return recorded
 }
 
 // readClasses reads the database clock and each class's transit.

@@ -85,10 +85,9 @@ func (s Status) writeLeadership(p func(string, ...any), ts, ago func(time.Time) 
 		dur(secs(pol.Linger)), dur(secs(pol.AgeCap)), dur(secs(pol.ExpressLinger)), dur(secs(pol.ExpressAgeCap)),
 		dur(secs(pol.ReapGrace)), from)
 	if pol.TailGrowth > 0 {
-		p("tail growth	%g, copy floor %s	(this process's --denorm-tail-growth: the leader records none)\n",
-			pol.TailGrowth, bytesIEC(pol.CopyFloor))
+		p("tail growth\t%g, copy floor %s\t(from %s)\n", pol.TailGrowth, bytesIEC(pol.CopyFloor), from)
 	} else {
-		p("tail growth	off: every stream is due at its linger	(this process's --denorm-tail-growth: the leader records none)\n")
+		p("tail growth\toff: every stream is due at its linger\t(from %s)\n", from)
 	}
 }
 
