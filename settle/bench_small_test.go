@@ -41,7 +41,9 @@ func envInt(name string, def int) int {
 // long tail: two slots, a few hundred bytes per stream) through the S3
 // backend with a per-request latency added in front of versitygw, at
 // several settle concurrencies, and reports objects per second, Postgres
-// transactions and S3 requests per settled object. Sizes:
+// transactions, S3 requests and this process's CPU time (user + system:
+// the auditor's side, versitygw and Postgres are other processes) per
+// settled object. Profile it with -cpuprofile. Sizes:
 // NOVA_BENCH_STREAMS (default 2000), NOVA_BENCH_S3_LATENCY_MS (default 30).
 // Run with -benchtime=1x.
 func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
@@ -62,11 +64,13 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 					b.Fatal(err)
 				}
 				txBefore := xactCommits(b, e)
+				cpu0 := processCPU()
 				b.StartTimer()
 				start := time.Now()
 				c, err := s.Run(e.ctx, l.Fence, cycle.Options{})
 				took := time.Since(start)
 				b.StopTimer()
+				cpu := processCPU() - cpu0
 				if err != nil || c.StreamsSettled != int64(streams) {
 					b.Fatalf("settled %d of %d streams: %+v %v", c.StreamsSettled, streams, c, err)
 				}
@@ -75,6 +79,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				b.ReportMetric(objects/took.Seconds(), "objects/s")
 				b.ReportMetric(float64(txs)/objects, "pg-tx/object")
 				b.ReportMetric(float64(c.S3Requests)/objects, "s3-req/object")
+				b.ReportMetric(cpu.Seconds()*1000/objects, "cpu-ms/object")
 				b.ReportMetric(took.Seconds(), "cycle-s")
 				_ = e.db.ReleaseLease(e.ctx, l.Fence)
 			}
