@@ -284,6 +284,8 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		}
 		rd.rawSecs = rawPuts(t, e, k, sizes, p.conc)
 		out = append(out, rd)
+		t.Logf("round %d of %d: %d streams settled, %d objects in %.1f s (raw loop %.1f s); round took %v",
+			k+1, p.rounds, rd.settled, rd.objects, rd.secs, rd.rawSecs, time.Since(start).Round(time.Second))
 	}
 	return out
 }
