@@ -3,6 +3,8 @@ package settle_test
 import (
 	"net/http"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"testing"
@@ -43,7 +45,9 @@ func envInt(name string, def int) int {
 // several settle concurrencies, and reports objects per second, Postgres
 // transactions, S3 requests and this process's CPU time (user + system:
 // the auditor's side, versitygw and Postgres are other processes) per
-// settled object. Profile it with -cpuprofile. Sizes:
+// settled object. NOVA_BENCH_CYCLE_CPUPROFILE=DIR writes a CPU profile of
+// each cycle alone (cycleProfile; -cpuprofile also samples the setup).
+// Sizes:
 // NOVA_BENCH_STREAMS (default 2000), NOVA_BENCH_S3_LATENCY_MS (default 30).
 // Run with -benchtime=1x.
 func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
@@ -65,11 +69,13 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				}
 				txBefore := xactCommits(b, e)
 				cpu0 := processCPU()
+				stopProfile := cycleProfile(b, "concurrency-"+strconv.Itoa(conc))
 				b.StartTimer()
 				start := time.Now()
 				c, err := s.Run(e.ctx, l.Fence, cycle.Options{})
 				took := time.Since(start)
 				b.StopTimer()
+				stopProfile()
 				cpu := processCPU() - cpu0
 				if err != nil || c.StreamsSettled != int64(streams) {
 					b.Fatalf("settled %d of %d streams: %+v %v", c.StreamsSettled, streams, c, err)
@@ -119,6 +125,30 @@ func BenchmarkManySmallStreamsFile(b *testing.B) {
 		b.ReportMetric(cpu.Seconds()*1000/objects, "cpu-ms/object")
 		b.ReportMetric(objects/took.Seconds(), "objects/s")
 		_ = e.db.ReleaseLease(e.ctx, l.Fence)
+	}
+}
+
+// cycleProfile starts a CPU profile of one settle cycle into
+// $NOVA_BENCH_CYCLE_CPUPROFILE/name.pprof when that is set (the setup's
+// writes stay out of it, which go test -cpuprofile samples too) and
+// returns what stops it.
+func cycleProfile(b *testing.B, name string) func() {
+	dir := os.Getenv("NOVA_BENCH_CYCLE_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
