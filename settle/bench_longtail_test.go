@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -496,6 +497,24 @@ func tailTable(rs []tailRound, p tailParams) string {
 			per(rd.cpu.Microseconds(), rd.objects)/1000, rd.newBytes>>10, per(rd.uploaded, rd.newBytes), per(rd.fetched, rd.newBytes),
 			rd.transit>>10, rd.oldest.Seconds(), p.ageCap.Seconds(), rd.overCap)
 	}
+	// the rare operations (a hot stream's multipart copy) round to 0.00 per
+	// object: their counts
+	total := map[string]int64{}
+	for _, rd := range rs {
+		for op, v := range rd.ops {
+			total[op] += v
+		}
+	}
+	ops := make([]string, 0, len(total))
+	for op := range total {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	fmt.Fprintf(&b, "S3 requests of the settle over the run:")
+	for _, op := range ops {
+		fmt.Fprintf(&b, " %s %d", op, total[op])
+	}
+	fmt.Fprintf(&b, "\n")
 	return b.String()
 }
 
