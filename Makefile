@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-compat test-short soak demo trace-settle bench bench-sql bench-scale bench-settle bench-erase lint services-up services-down clean
+.PHONY: help build test test-compat test-short soak demo trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -50,6 +50,9 @@ bench-erase: ## erase one record from each of N full settled objects (NOVA_BENCH
 bench-settle: ## the settle beside a naive settle at equal concurrency (four shapes; readback and server-checked on versitygw), then 50 cycles of tail rewrites on both backends
 	NOVA_TEST_TIMEOUT=60m scripts/test.sh -run '^$$' -bench 'BenchmarkSettleVsNaive' -benchtime 1x ./settle/
 	NOVA_BENCH_TAIL_CYCLES=50 NOVA_TEST_TIMEOUT=60m scripts/test.sh -v -run '^TestTailRewriteCycles$$' ./settle/
+
+bench-tail: ## the long-tail star of issue 25 on versitygw at 30 ms S3 latency: 10,000 Zipf-skewed streams, 50 rounds of write-then-cycle, per-round objects/s against a raw PUT loop, S3 requests, Postgres commits and CPU per object, bytes per new byte, transit and age (NOVA_BENCH_TAIL_STREAMS, _ROUNDS, _CONCURRENCY)
+	NOVA_BENCH_TAIL=1 NOVA_TEST_TIMEOUT=0 scripts/test.sh -v -run '^TestLongTailStar$$' ./settle/
 
 lint: ## gofmt, go vet (and golangci-lint when installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

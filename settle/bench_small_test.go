@@ -3,6 +3,8 @@ package settle_test
 import (
 	"net/http"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"testing"
@@ -41,7 +43,11 @@ func envInt(name string, def int) int {
 // long tail: two slots, a few hundred bytes per stream) through the S3
 // backend with a per-request latency added in front of versitygw, at
 // several settle concurrencies, and reports objects per second, Postgres
-// transactions and S3 requests per settled object. Sizes:
+// transactions, S3 requests and this process's CPU time (user + system:
+// the auditor's side, versitygw and Postgres are other processes) per
+// settled object. NOVA_BENCH_CYCLE_CPUPROFILE=DIR writes a CPU profile of
+// each cycle alone (cycleProfile; -cpuprofile also samples the setup).
+// Sizes:
 // NOVA_BENCH_STREAMS (default 2000), NOVA_BENCH_S3_LATENCY_MS (default 30).
 // Run with -benchtime=1x.
 func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
@@ -62,11 +68,15 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 					b.Fatal(err)
 				}
 				txBefore := xactCommits(b, e)
+				cpu0 := processCPU()
+				stopProfile := cycleProfile(b, "concurrency-"+strconv.Itoa(conc))
 				b.StartTimer()
 				start := time.Now()
 				c, err := s.Run(e.ctx, l.Fence, cycle.Options{})
 				took := time.Since(start)
 				b.StopTimer()
+				stopProfile()
+				cpu := processCPU() - cpu0
 				if err != nil || c.StreamsSettled != int64(streams) {
 					b.Fatalf("settled %d of %d streams: %+v %v", c.StreamsSettled, streams, c, err)
 				}
@@ -75,6 +85,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				b.ReportMetric(objects/took.Seconds(), "objects/s")
 				b.ReportMetric(float64(txs)/objects, "pg-tx/object")
 				b.ReportMetric(float64(c.S3Requests)/objects, "s3-req/object")
+				b.ReportMetric(cpu.Seconds()*1000/objects, "cpu-ms/object")
 				b.ReportMetric(took.Seconds(), "cycle-s")
 				_ = e.db.ReleaseLease(e.ctx, l.Fence)
 			}
@@ -114,6 +125,30 @@ func BenchmarkManySmallStreamsFile(b *testing.B) {
 		b.ReportMetric(cpu.Seconds()*1000/objects, "cpu-ms/object")
 		b.ReportMetric(objects/took.Seconds(), "objects/s")
 		_ = e.db.ReleaseLease(e.ctx, l.Fence)
+	}
+}
+
+// cycleProfile starts a CPU profile of one settle cycle into
+// $NOVA_BENCH_CYCLE_CPUPROFILE/name.pprof when that is set (the setup's
+// writes stay out of it, which go test -cpuprofile samples too) and
+// returns what stops it.
+func cycleProfile(b *testing.B, name string) func() {
+	dir := os.Getenv("NOVA_BENCH_CYCLE_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

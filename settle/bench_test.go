@@ -258,7 +258,7 @@ func entriesOf(b *testing.B, e *env, key string, en catalog.Entry) []bundlefmt.E
 	return es
 }
 
-func xactCommits(b *testing.B, e *env) int64 {
+func xactCommits(b testing.TB, e *env) int64 {
 	time.Sleep(1100 * time.Millisecond) // Postgres publishes backend stats at most once a second
 	n, err := e.db.CommittedTransactions(e.ctx)
 	if err != nil {

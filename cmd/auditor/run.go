@@ -23,6 +23,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	once := fs.Bool("once", true, "run one cycle and exit (the only mode of run; serve runs on a schedule)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing")
 	stream := fs.String("stream", "", "force one stream (uuid or 32 hex digits) due regardless of linger")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (pprof format) to this file")
 	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
@@ -45,6 +46,17 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	log, err := newLogger(e, cfg)
 	if err != nil {
 		return exitCode(e, cfg, err)
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return exitCode(e, cfg, &config.Error{Field: "cpuprofile", Msg: err.Error()})
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				fmt.Fprintf(e.stderr, "auditor: %v\n", err)
+			}
+		}()
 	}
 	db, err := openCurrentDB(ctx, cfg)
 	if err != nil {

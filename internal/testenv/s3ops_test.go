@@ -31,6 +31,9 @@ func sdkClient(t *testing.T) (*s3.Client, func() []S3Call) {
 		if err != nil {
 			t.Errorf("name %s %s: %v", r.Method, r.URL, err)
 		}
+		if op := S3OpName(r); len(calls) > 0 && op != calls[0].Op {
+			t.Errorf("%s %s: S3OpName says %q, the recorder %q", r.Method, r.URL, op, calls[0].Op)
+		}
 		mu.Lock()
 		got = append(got, calls...)
 		mu.Unlock()

@@ -394,8 +394,24 @@ func sameBytes(have objstore.PartInfo, data []byte, crc uint32) bool {
 // segment is the whole piece).
 func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, error) {
 	buf := make([]byte, part.Size)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(a.s.cfg.CopyConcurrency)
+	fetches := 0
+	for _, seg := range part.Segments {
+		if a.pieces[seg.Piece].SrcKey != "" {
+			fetches++
+		}
+	}
+	// One fetch (a small stream's part: its chunk of one slot) runs on the
+	// caller's goroutine: a goroutine of its own would start with a small
+	// stack and grow it through the SDK's deep middleware chain for every
+	// object, which the profile of the small-stream settle showed as a
+	// share of its CPU beside the GET itself.
+	var g *errgroup.Group
+	gctx := ctx
+	if fetches > 1 {
+		g, gctx = errgroup.WithContext(ctx)
+		g.SetLimit(a.s.cfg.CopyConcurrency)
+	}
+	var inline error
 	var pos int64
 	for _, seg := range part.Segments {
 		dst := buf[pos : pos+seg.Len]
@@ -405,26 +421,37 @@ func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, erro
 			copy(dst, p.Data[seg.Off:seg.Off+seg.Len])
 			continue
 		}
-		g.Go(func() error {
-			off := p.Off + seg.Off
-			rng := fmt.Sprintf("bytes=%d-%d", off, off+seg.Len-1)
-			got, _, err := a.s.getRange(gctx, p.SrcBucket, a.s.cfg.KeyPrefix+p.SrcKey, rng, p.SrcETag, off, seg.Len, false, dst)
-			if err != nil {
-				return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
-					Err: fmt.Errorf("fetch %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))}
-			}
-			a.fetched.Add(int64(len(got)))
-			if int64(len(got)) != seg.Len {
-				return fmt.Errorf("fetch %s/%s [%d,+%d): source ends early: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.ErrInvalidRange)
-			}
-			if seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C && crc32c.Checksum(got) != p.CRC32C {
-				return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
-					Err: fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, crc32c.Checksum(got), p.CRC32C, objstore.ErrChecksum)}
-			}
-			return nil
-		})
+		if g == nil {
+			inline = a.fetch(gctx, p, seg, dst)
+			continue
+		}
+		g.Go(func() error { return a.fetch(gctx, p, seg, dst) })
 	}
-	return buf, g.Wait()
+	if g != nil {
+		return buf, g.Wait()
+	}
+	return buf, inline
+}
+
+// fetch reads one segment of a piece from its source into dst and checks
+// it: the whole piece's CRC-32C when the segment is the whole piece.
+func (a *assembly) fetch(ctx context.Context, p objstore.Piece, seg objstore.Segment, dst []byte) error {
+	off := p.Off + seg.Off
+	rng := fmt.Sprintf("bytes=%d-%d", off, off+seg.Len-1)
+	got, _, err := a.s.getRange(ctx, p.SrcBucket, a.s.cfg.KeyPrefix+p.SrcKey, rng, p.SrcETag, off, seg.Len, false, dst)
+	if err != nil {
+		return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
+			Err: fmt.Errorf("fetch %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))}
+	}
+	a.fetched.Add(int64(len(got)))
+	if int64(len(got)) != seg.Len {
+		return fmt.Errorf("fetch %s/%s [%d,+%d): source ends early: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.ErrInvalidRange)
+	}
+	if seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C && crc32c.Checksum(got) != p.CRC32C {
+		return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
+			Err: fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, crc32c.Checksum(got), p.CRC32C, objstore.ErrChecksum)}
+	}
+	return nil
 }
 
 // copySource is the x-amz-copy-source value: bucket/key, URL-encoded.

@@ -1,0 +1,557 @@
+package settle_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/settle"
+)
+
+// tailZipfS is the Zipf exponent of the long-tail star's traffic: each of
+// a round's records goes to stream k (0 the hottest) with probability
+// proportional to (1+k)^-1.1. At 10,000 streams and 20,000 records a round
+// the hottest stream gets some 3,000 records (3 MiB) a round and crosses
+// the 5 MiB copy floor in its second round, while the coldest get a record
+// every few rounds: a few hot streams and a long trickle tail.
+const tailZipfS = 1.1
+
+// tailParams is one long-tail run.
+type tailParams struct {
+	streams, rounds, conc int
+	records, recBytes     int // records a round (over all streams), body bytes of each
+	ageCap                time.Duration
+	fraction              float64 // the cost-aware due rule's fraction (0: today's rule)
+}
+
+// tailRound is what one round of write-then-cycle measured.
+type tailRound struct {
+	round            int
+	due, settled     int64 // streams with unsettled data before the cycle; settled by it
+	objects          int64 // published and adopted
+	secs, rawSecs    float64
+	ops              map[string]int64 // S3 requests of the settle by operation
+	commits          int64            // xact_commit delta of the test database around the settle
+	cpu              time.Duration    // this process's user + system CPU during the settle
+	newBytes         int64            // record bytes written this round
+	uploaded         int64
+	fetched, copied  int64
+	transit          int64         // unsettled record bytes after the cycle
+	oldest           time.Duration // oldest unsettled age before the cycle (the round's highest)
+	overCap          int64         // streams past the age cap before the cycle
+	oldestAfter      time.Duration // oldest unsettled age after the cycle
+	overCapAfter     int64
+	rawObjects, rawB int64
+}
+
+// opCounter counts requests by S3 operation (testenv.S3OpName; "other"
+// for one the table does not name).
+type opCounter struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	ops  map[string]int64
+}
+
+func (o *opCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	op := testenv.S3OpName(req)
+	if op == "" {
+		op = "other"
+	}
+	o.mu.Lock()
+	o.ops[op]++
+	o.mu.Unlock()
+	return o.next.RoundTrip(req)
+}
+
+func (o *opCounter) snapshot() map[string]int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make(map[string]int64, len(o.ops))
+	for k, v := range o.ops {
+		out[k] = v
+	}
+	return out
+}
+
+// TestLongTailStar is the long-tail benchmark of issue 25 (make
+// bench-tail): a star of NOVA_BENCH_TAIL_STREAMS streams (10,000) with
+// Zipf-skewed traffic (tailZipfS), NOVA_BENCH_TAIL_ROUNDS rounds (50) of
+// write-then-cycle at settle concurrency NOVA_BENCH_TAIL_CONCURRENCY (16),
+// on versitygw behind 30 ms of injected latency per request
+// (NOVA_BENCH_S3_LATENCY_MS, the latency transport of
+// BenchmarkManySmallStreamsAtS3Latency). A round writes one flight of
+// NOVA_BENCH_TAIL_RECORDS records (2 per stream) of
+// NOVA_BENCH_TAIL_RECORD_BYTES (1 KiB) each, drawn over the streams, then
+// runs one settle cycle, then a raw loop that PUTs objects of the sizes the
+// cycle published, as many, at the same concurrency through the same
+// transport: the ceiling of objects/s.
+//
+// Per round it logs objects/s and its ratio to the raw loop, S3 requests
+// per object by operation (counted at the transport), Postgres commits per
+// object (pg_stat_database xact_commit of the test database around the
+// cycle, read once it has stopped moving: counted where they cross the
+// database, the readings' own few commits included), this process's CPU per object (getrusage around the cycle;
+// versitygw and Postgres are other processes), uploaded and fetched bytes
+// per new record byte, bytes in transit after the cycle, and the oldest
+// unsettled age before the cycle against the age cap.
+//
+// Linger is 0 (every stream with new data is due at once: the due rule
+// reads the database clock, so rounds are real time) and the age cap is
+// NOVA_BENCH_TAIL_AGE_CAP (a duration) or else 5 times the first run's
+// first round (write and cycle), so that deferral under the cost-aware
+// rule meets the cap within a run. The run is made at fraction 0 and at
+// --denorm-tail-growth's default, side by side on fresh databases with the
+// same traffic (bench_longtail_hook_test.go: until that rule lands, at
+// fraction 0 only). Then a short comparison with the raw loop at settle
+// concurrencies 4, 16 and 64 (NOVA_BENCH_TAIL_CMP_ROUNDS rounds each, 3,
+// fraction 0; 50 rounds at three concurrencies would take hours at the
+// issue's scale). Off by default: set NOVA_BENCH_TAIL=1.
+func TestLongTailStar(t *testing.T) {
+	if os.Getenv("NOVA_BENCH_TAIL") == "" {
+		t.Skip("set NOVA_BENCH_TAIL=1 to run (make bench-tail)")
+	}
+	p := tailParams{
+		streams:  envInt("NOVA_BENCH_TAIL_STREAMS", 10000),
+		rounds:   envInt("NOVA_BENCH_TAIL_ROUNDS", 50),
+		conc:     envInt("NOVA_BENCH_TAIL_CONCURRENCY", 16),
+		recBytes: envInt("NOVA_BENCH_TAIL_RECORD_BYTES", 1<<10),
+	}
+	p.records = envInt("NOVA_BENCH_TAIL_RECORDS", 2*p.streams)
+	if p.streams > 1<<16 {
+		t.Fatalf("NOVA_BENCH_TAIL_STREAMS %d: at most %d (two bytes of the stream ID)", p.streams, 1<<16)
+	}
+	if v := os.Getenv("NOVA_BENCH_TAIL_AGE_CAP"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("NOVA_BENCH_TAIL_AGE_CAP: %v", err)
+		}
+		p.ageCap = d
+	}
+	fractions := []float64{0}
+	if f, ok := defaultTailGrowth(); ok && f != 0 {
+		fractions = append(fractions, f)
+	} else {
+		t.Log("this build has no cost-aware due rule (--denorm-tail-growth): fraction 0 only")
+	}
+	t.Logf("long-tail star: %d streams, Zipf s=%.1f, %d records of %d bytes a round, %d rounds, concurrency %d, %v S3 latency",
+		p.streams, tailZipfS, p.records, p.recBytes, p.rounds, p.conc, tailLatency())
+	var runs [][]tailRound
+	for _, f := range fractions {
+		q := p
+		q.fraction = f
+		var rs []tailRound
+		t.Run(fmt.Sprintf("fraction-%g", f), func(t *testing.T) {
+			rs = runTail(t, &q)
+			t.Logf("fraction %g, age cap %v, concurrency %d:\n%s", f, q.ageCap, q.conc, tailTable(rs, q))
+		})
+		if p.ageCap == 0 {
+			p.ageCap = q.ageCap // the first run's, for every run
+		}
+		runs = append(runs, rs)
+	}
+	var sum strings.Builder
+	fmt.Fprintf(&sum, "summary over %d rounds (age cap %v):\n", p.rounds, p.ageCap)
+	fmt.Fprintf(&sum, "%s\n", tailSummaryHeader)
+	for i, rs := range runs {
+		fmt.Fprintf(&sum, "%s\n", tailSummary(fmt.Sprintf("fraction %g", fractions[i]), rs, p))
+	}
+	t.Log(sum.String())
+
+	cmpRounds := envInt("NOVA_BENCH_TAIL_CMP_ROUNDS", 3)
+	var cmp strings.Builder
+	fmt.Fprintf(&cmp, "settle against the raw PUT loop, fraction 0, first %d rounds:\n%s\n", cmpRounds, tailSummaryHeader)
+	for _, conc := range []int{4, 16, 64} {
+		q := p
+		q.rounds, q.conc = cmpRounds, conc
+		t.Run(fmt.Sprintf("concurrency-%d", conc), func(t *testing.T) {
+			rs := runTail(t, &q)
+			fmt.Fprintf(&cmp, "%s\n", tailSummary(fmt.Sprintf("concurrency %d", conc), rs, q))
+		})
+	}
+	t.Log(cmp.String())
+}
+
+func tailLatency() time.Duration {
+	return time.Duration(envInt("NOVA_BENCH_S3_LATENCY_MS", 30)) * time.Millisecond
+}
+
+// tailTraffic is round k's records per stream (the same for every run).
+func tailTraffic(p tailParams, k int) []int {
+	r := rand.New(rand.NewPCG(25, uint64(k)))
+	z := rand.NewZipf(r, tailZipfS, 1, uint64(p.streams-1))
+	counts := make([]int, p.streams)
+	for range p.records {
+		counts[z.Uint64()]++
+	}
+	return counts
+}
+
+// runTail runs p's rounds on a fresh database and versitygw buckets. It
+// sets p.ageCap from the first round when it is 0.
+func runTail(t *testing.T, p *tailParams) []tailRound {
+	ops := &opCounter{next: latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: tailLatency()}, ops: map[string]int64{}}
+	e, _ := newEnv(t, s3Backend("s3-longtail", "longtail", ops, nil), 0, 0)
+	ids, next := writeFairSlots(t, e, fairShape{cold: p.streams}) // the streams, no flights yet
+	index := make(map[catalog.StreamID]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	var out []tailRound
+	for k := 0; k < p.rounds; k++ {
+		start := time.Now()
+		counts := tailTraffic(*p, k)
+		var sub []bundlefmt.StreamID
+		var subNext []uint64
+		var subCount []int
+		var newBytes int64
+		for i, n := range counts {
+			if n > 0 {
+				sub, subNext, subCount = append(sub, ids[i]), append(subNext, next[i]), append(subCount, n)
+				newBytes += int64(n * p.recBytes)
+			}
+		}
+		writeFairFlight(t, e, k, sub, subNext, func(j int) (int, int) { return subCount[j], p.recBytes })
+		for j, id := range sub {
+			next[index[id]] = subNext[j]
+		}
+
+		policy := catalog.DuePolicy{AgeCap: p.ageCap, ExpressAgeCap: p.ageCap}
+		if p.ageCap == 0 {
+			policy.AgeCap, policy.ExpressAgeCap = time.Hour, time.Hour // round 1 of the first run: all is due at linger 0 anyway
+		}
+		if !withTailGrowth(&policy, p.fraction) {
+			t.Fatalf("this build has no cost-aware due rule: fraction %g", p.fraction)
+		}
+		sdb := settleDB(t, e, p.conc)
+		s := e.newSettler(settle.Deps{DB: sdb, Topology: e.topology(), Pending: e.pending},
+			settle.Config{Policy: policy, CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
+				Concurrency: p.conc, ReapGrace: time.Hour})
+		rd := tailRound{round: k + 1, newBytes: newBytes}
+		rd.due, rd.oldest, rd.overCap = tailTransit(t, e, policy)
+		before, err := e.db.EntriesOfStar(e.ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx0 := quietCommits(t, e)
+		ops0 := ops.snapshot()
+		cpu0 := processCPU()
+		t0 := time.Now()
+		c, err := s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
+		rd.secs = time.Since(t0).Seconds()
+		rd.cpu = processCPU() - cpu0
+		ops1 := ops.snapshot()
+		sdb.Close() // its backends exit and publish their counts
+		rd.commits = settledCommits(t, e) - tx0
+		_ = e.db.ReleaseLease(e.ctx, l.Fence)
+		if err != nil || c.StreamsQuarantined != 0 {
+			q, _ := e.db.Quarantined(e.ctx, "s1")
+			t.Fatalf("round %d: %+v %v, quarantine %+v", k+1, c, err, q)
+		}
+		if p.ageCap == 0 {
+			p.ageCap = 5 * time.Since(start)
+		}
+		rd.ops = map[string]int64{}
+		for op, n := range ops1 {
+			if d := n - ops0[op]; d > 0 {
+				rd.ops[op] = d
+			}
+		}
+		rd.settled, rd.objects = c.StreamsSettled, c.ObjectsPublished+c.ObjectsAdopted
+		rd.uploaded, rd.fetched, rd.copied = c.BytesUploaded, c.BytesFetched, c.BytesCopied
+		_, rd.oldestAfter, rd.overCapAfter = tailTransit(t, e, policy)
+		rd.transit = tailUnsettled(t, e, index, next, p.recBytes)
+
+		sizes := publishedSizes(t, e, before)
+		rd.rawObjects = int64(len(sizes))
+		for _, n := range sizes {
+			rd.rawB += n
+		}
+		rd.rawSecs = rawPuts(t, e, k, sizes, p.conc)
+		out = append(out, rd)
+		t.Logf("round %d of %d: %d streams settled, %d objects in %.1f s (raw loop %.1f s); round took %v",
+			k+1, p.rounds, rd.settled, rd.objects, rd.secs, rd.rawSecs, time.Since(start).Round(time.Second))
+	}
+	return out
+}
+
+// settleDB is a metastore pool of the settle's own, its connections open
+// (conc of them, so that the cycle does not pay for connecting). Closed
+// after the cycle, its backends exit, and a backend publishes its
+// transaction counts when it exits: Postgres 15 otherwise holds back the
+// counts of a backend that went idle within a second of its last report
+// for 10 s, which shifted commits into the next round.
+func settleDB(t *testing.T, e *env, conc int) *catalog.DB {
+	db, err := catalog.Open(e.ctx, e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	conns := make([]*pgxpool.Conn, 0, conc)
+	for range min(conc, int(db.Pool().Config().MaxConns)) {
+		c, err := db.Pool().Acquire(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	return db
+}
+
+// quietCommits is the test database's xact_commit once every commit made
+// so far is counted: Postgres 15 holds back the counts of a backend that
+// went idle within a second of its last report for 10 s (the round's
+// absorb, the benchmark's reads, the settle pool's connection setup).
+func quietCommits(t *testing.T, e *env) int64 {
+	time.Sleep(10 * time.Second)
+	return xactCommits(t, e)
+}
+
+// settledCommits is the test database's xact_commit once it has stopped
+// moving: each backend publishes its counts when it goes idle, at most
+// once a second, so one reading a second after a burst can miss a
+// backend's last commits and shift them into the next round. It reads
+// until two readings a second apart differ by at most the first reading's
+// own commit (at most 10 readings).
+func settledCommits(t *testing.T, e *env) int64 {
+	n := xactCommits(t, e)
+	for range 9 {
+		m := xactCommits(t, e)
+		if m-n <= 1 {
+			return m
+		}
+		n = m
+	}
+	return n
+}
+
+// tailTransit is the standard class's streams with unsettled data, the
+// oldest unsettled age and the streams past the age cap, by the database
+// clock.
+func tailTransit(t *testing.T, e *env, p catalog.DuePolicy) (markers int64, oldest time.Duration, over int64) {
+	_, cls, err := e.db.TransitByClass(e.ctx, "s1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cls {
+		if c.Class == catalog.ClassStandard {
+			return c.Markers, c.OldestAge, c.OverAgeCap
+		}
+	}
+	return 0, 0, 0
+}
+
+// tailUnsettled is the record bytes written and not settled (every record
+// of the benchmark has recBytes).
+func tailUnsettled(t *testing.T, e *env, index map[catalog.StreamID]int, next []uint64, recBytes int) int64 {
+	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, st := range streams {
+		if i, ok := index[st.ID]; ok {
+			n += (int64(next[i]) - st.SettledThrough) * int64(recBytes)
+		}
+	}
+	return n
+}
+
+// publishedSizes is the object bytes of every catalog entry that is not in
+// before (at the same revision): what the cycle published.
+func publishedSizes(t *testing.T, e *env, before map[catalog.StreamID][]catalog.Entry) []int64 {
+	after, err := e.db.EntriesOfStar(e.ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		epoch, first int64
+		rev          int32
+	}
+	var out []int64
+	for id, ens := range after {
+		old := map[key]bool{}
+		for _, en := range before[id] {
+			old[key{en.Epoch, en.FirstRecord, en.Revision}] = true
+		}
+		for _, en := range ens {
+			if !old[key{en.Epoch, en.FirstRecord, en.Revision}] {
+				out = append(out, en.ObjectBytes)
+			}
+		}
+	}
+	return out
+}
+
+// rawPuts PUTs one object of each size (keys of round k's own) at conc at
+// once through the env's store, and returns the seconds it took.
+func rawPuts(t *testing.T, e *env, k int, sizes []int64, conc int) float64 {
+	if len(sizes) == 0 {
+		return 0
+	}
+	var largest int64
+	for _, n := range sizes {
+		largest = max(largest, n)
+	}
+	body := make([]byte, largest)
+	r := rand.New(rand.NewPCG(uint64(k), 9))
+	for i := range body {
+		body[i] = byte(r.Uint32())
+	}
+	var g errgroup.Group
+	g.SetLimit(conc)
+	start := time.Now()
+	for i, n := range sizes {
+		g.Go(func() error {
+			return e.store.PutIfAbsent(e.ctx, e.std, fmt.Sprintf("raw/%d/%d", k, i), body[:n])
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start).Seconds()
+}
+
+// tailOps are the table's request columns: S3 operations by short name.
+var tailOps = []struct{ col, op string }{
+	{"put", "PutObject"}, {"get", "GetObject"}, {"head", "HeadObject"}, {"mpu", "CreateMultipartUpload"},
+	{"part", "UploadPart"}, {"copy", "UploadPartCopy"}, {"done", "CompleteMultipartUpload"},
+}
+
+// tailOther is the requests of rd that no column of tailOps shows.
+func tailOther(ops map[string]int64) int64 {
+	var n int64
+	for op, v := range ops {
+		shown := false
+		for _, c := range tailOps {
+			shown = shown || c.op == op
+		}
+		if !shown {
+			n += v
+		}
+	}
+	return n
+}
+
+func per(n, d int64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return float64(n) / float64(d)
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func perSec(n int64, s float64) float64 {
+	if s == 0 {
+		return 0
+	}
+	return float64(n) / s
+}
+
+// tailTable is the per-round table of a run.
+func tailTable(rs []tailRound, p tailParams) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round  due  settled  objects  obj/s  raw/s  ratio")
+	for _, c := range tailOps {
+		fmt.Fprintf(&b, "  %5s", c.col)
+	}
+	fmt.Fprintf(&b, "  other  s3/obj  pgc/obj  cpu-ms/obj  new-KiB  up/new  fetch/new  transit-KiB  oldest/cap  over-cap\n")
+	for _, rd := range rs {
+		objs := perSec(rd.objects, rd.secs)
+		raw := perSec(rd.rawObjects, rd.rawSecs)
+		fmt.Fprintf(&b, "%5d  %3d  %7d  %7d  %5.0f  %5.0f  %5.2f", rd.round, rd.due, rd.settled, rd.objects, objs, raw, ratio(objs, raw))
+		var all int64
+		for _, c := range tailOps {
+			fmt.Fprintf(&b, "  %5.2f", per(rd.ops[c.op], rd.objects))
+		}
+		for _, v := range rd.ops {
+			all += v
+		}
+		fmt.Fprintf(&b, "  %5.2f  %6.2f  %7.2f  %10.2f  %7d  %6.2f  %9.2f  %11d  %5.1f/%-5.0f  %8d\n",
+			per(tailOther(rd.ops), rd.objects), per(all, rd.objects), per(rd.commits, rd.objects),
+			per(rd.cpu.Microseconds(), rd.objects)/1000, rd.newBytes>>10, per(rd.uploaded, rd.newBytes), per(rd.fetched, rd.newBytes),
+			rd.transit>>10, rd.oldest.Seconds(), p.ageCap.Seconds(), rd.overCap)
+	}
+	// the rare operations (a hot stream's multipart copy) round to 0.00 per
+	// object: their counts
+	total := map[string]int64{}
+	for _, rd := range rs {
+		for op, v := range rd.ops {
+			total[op] += v
+		}
+	}
+	ops := make([]string, 0, len(total))
+	for op := range total {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	fmt.Fprintf(&b, "S3 requests of the settle over the run:")
+	for _, op := range ops {
+		fmt.Fprintf(&b, " %s %d", op, total[op])
+	}
+	fmt.Fprintf(&b, "\n")
+	return b.String()
+}
+
+const tailSummaryHeader = "run                 objects  obj/s  raw/s  ratio  s3/obj  put/obj  get/obj  pgc/obj  cpu-ms/obj  up/new  fetch/new  up/new@5  up/new@last  max-oldest/cap  over-cap"
+
+// tailSummary is one line over a run's rounds.
+func tailSummary(name string, rs []tailRound, p tailParams) string {
+	var objects, rawObjects, commits, reqs, puts, gets, newB, up, fetched, over int64
+	var secs, rawSecs float64
+	var cpu, oldest time.Duration
+	for _, rd := range rs {
+		objects += rd.objects
+		rawObjects += rd.rawObjects
+		secs += rd.secs
+		rawSecs += rd.rawSecs
+		commits += rd.commits
+		cpu += rd.cpu
+		for _, v := range rd.ops {
+			reqs += v
+		}
+		puts += rd.ops["PutObject"]
+		gets += rd.ops["GetObject"]
+		newB += rd.newBytes
+		up += rd.uploaded
+		fetched += rd.fetched
+		oldest = max(oldest, rd.oldest)
+		over += rd.overCap
+	}
+	at := func(k int) float64 {
+		if k < 1 || k > len(rs) {
+			return 0
+		}
+		return per(rs[k-1].uploaded, rs[k-1].newBytes)
+	}
+	objs, raw := perSec(objects, secs), perSec(rawObjects, rawSecs)
+	return fmt.Sprintf("%-18s  %7d  %5.0f  %5.0f  %5.2f  %6.2f  %7.2f  %7.2f  %7.2f  %10.2f  %6.2f  %9.2f  %8.2f  %11.2f  %7.0f/%-6.0f  %8d",
+		name, objects, objs, raw, ratio(objs, raw), per(reqs, objects), per(puts, objects), per(gets, objects),
+		per(commits, objects), per(cpu.Microseconds(), objects)/1000, per(up, newB), per(fetched, newB), at(5), at(len(rs)),
+		oldest.Seconds(), p.ageCap.Seconds(), over)
+}
