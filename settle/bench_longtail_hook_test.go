@@ -1,21 +1,26 @@
 package settle_test
 
-import "github.com/nova/auditor/catalog"
+import (
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/objstore"
+)
 
 // The long-tail benchmark (TestLongTailStar) runs the settle at the
-// cost-aware due rule's fraction 0 (today's rule: every due stream settles
-// at linger) and at its default, side by side. The rule (issue 25: the
-// fraction catalog.DuePolicy.TailGrowth, key --denorm-tail-growth) is not
-// in this build yet: these two functions are the only place the benchmark
-// touches it. Wire them when it lands:
-//
-//	func withTailGrowth(p *catalog.DuePolicy, f float64) bool { p.TailGrowth = f; return true }
-//	func defaultTailGrowth() (float64, bool) { return config.Defaults().DenormTailGrowth, true }
+// cost-aware due rule's fraction 0 (every due stream settles at linger)
+// and at its default, side by side; these two functions are the only
+// place it touches the rule.
 
-// withTailGrowth sets the due rule's fraction f on p; false when this
-// build cannot (only fraction 0, today's rule, needs nothing set).
-func withTailGrowth(_ *catalog.DuePolicy, f float64) bool { return f == 0 }
+// withTailGrowth sets the due rule's fraction f on p, with the copy floor
+// the daemon uses (the part minimum, or the output cap when smaller:
+// cmd/auditor's duePolicy).
+func withTailGrowth(p *catalog.DuePolicy, f float64) bool {
+	p.TailGrowth = f
+	if p.CopyFloor == 0 {
+		p.CopyFloor = objstore.DefaultLimits.CopyFloor()
+	}
+	return true
+}
 
-// defaultTailGrowth is --denorm-tail-growth's default; false when this
-// build has no such key.
-func defaultTailGrowth() (float64, bool) { return 0, false }
+// defaultTailGrowth is --denorm-tail-growth's default.
+func defaultTailGrowth() (float64, bool) { return config.Defaults().DenormTailGrowth, true }
