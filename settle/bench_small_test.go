@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +31,20 @@ func (l latency) RoundTrip(req *http.Request) (*http.Response, error) {
 	return l.next.RoundTrip(req)
 }
 
+// wireCount counts the requests that cross the wire, by method.
+type wireCount struct {
+	next     http.RoundTripper
+	gets, all atomic.Int64
+}
+
+func (w *wireCount) RoundTrip(req *http.Request) (*http.Response, error) {
+	w.all.Add(1)
+	if req.Method == http.MethodGet {
+		w.gets.Add(1)
+	}
+	return w.next.RoundTrip(req)
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -41,7 +56,8 @@ func envInt(name string, def int) int {
 // long tail: two slots, a few hundred bytes per stream) through the S3
 // backend with a per-request latency added in front of versitygw, at
 // several settle concurrencies, and reports objects per second, Postgres
-// transactions and S3 requests per settled object. Sizes:
+// transactions and S3 requests per settled object (as the auditor counts
+// them, and as they cross the wire: all, and GETs). Sizes:
 // NOVA_BENCH_STREAMS (default 2000), NOVA_BENCH_S3_LATENCY_MS (default 30).
 // Run with -benchtime=1x.
 func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
@@ -51,7 +67,8 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 		b.Run("concurrency-"+strconv.Itoa(conc), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				lat := s3Backend("s3-latency", "small", latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}, nil)
+				wire := &wireCount{next: latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}}
+				lat := s3Backend("s3-latency", "small", wire, nil)
 				e, _ := newEnv(b, lat, 0, 0)
 				writeSlots(b, e, streams, 2, 2, 256)
 				s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
@@ -62,11 +79,13 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 					b.Fatal(err)
 				}
 				txBefore := xactCommits(b, e)
+				gets0, all0 := wire.gets.Load(), wire.all.Load()
 				b.StartTimer()
 				start := time.Now()
 				c, err := s.Run(e.ctx, l.Fence, cycle.Options{})
 				took := time.Since(start)
 				b.StopTimer()
+				gets, all := wire.gets.Load()-gets0, wire.all.Load()-all0
 				if err != nil || c.StreamsSettled != int64(streams) {
 					b.Fatalf("settled %d of %d streams: %+v %v", c.StreamsSettled, streams, c, err)
 				}
@@ -75,6 +94,8 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				b.ReportMetric(objects/took.Seconds(), "objects/s")
 				b.ReportMetric(float64(txs)/objects, "pg-tx/object")
 				b.ReportMetric(float64(c.S3Requests)/objects, "s3-req/object")
+				b.ReportMetric(float64(all)/objects, "wire-req/object")
+				b.ReportMetric(float64(gets)/objects, "wire-get/object")
 				b.ReportMetric(took.Seconds(), "cycle-s")
 				_ = e.db.ReleaseLease(e.ctx, l.Fence)
 			}
