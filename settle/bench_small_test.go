@@ -33,7 +33,7 @@ func (l latency) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // wireCount counts the requests that cross the wire, by method.
 type wireCount struct {
-	next     http.RoundTripper
+	next      http.RoundTripper
 	gets, all atomic.Int64
 }
 
