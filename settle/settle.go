@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -54,6 +55,8 @@ type Config struct {
 	Concurrency      int
 	ReapGrace        time.Duration
 	FooterCacheBytes int64 // --settle-footer-cache-mib in bytes
+	SlotReadBytes    int64 // --settle-slot-read-mib in bytes (0: no slot reads: fetch.go)
+	TailCacheBytes   int64 // --settle-tail-cache-mib in bytes (0: no tail cache: fetch.go)
 	// WindowRefs and WindowRecords bound one window of a stream's backlog:
 	// the refs read at once, and the records resolved and planned at once
 	// (a window holds at least one ref, and the chunks carried into it are
@@ -101,6 +104,10 @@ type Settler struct {
 	store Store          // the topology's store: assemblies and their uploads
 	read  *bundle.Reader // every read of a stored bundle (no footer cache: Run makes each cycle's)
 	hot   chan struct{}  // one token per stream settled past its first window
+	// slotReads is the running cycle's reader with slot reads (nil: none);
+	// tails the settled-tail cache, across cycles (fetch.go).
+	slotReads atomic.Pointer[bundle.Reader]
+	tails     *tailCache
 }
 
 var _ cycle.Step = (*Settler)(nil)
@@ -116,7 +123,8 @@ func New(d Deps, c Config) (*Settler, error) {
 	if d.Topology == nil {
 		return nil, errors.New("settle: no storage topology")
 	}
-	return &Settler{d: d, c: c, store: d.Topology.Store(), read: bundle.NewReader(d.Topology), hot: make(chan struct{}, c.HotStreams)}, nil
+	return &Settler{d: d, c: c, store: d.Topology.Store(), read: bundle.NewReader(d.Topology), hot: make(chan struct{}, c.HotStreams),
+		tails: newTailCache(c.TailCacheBytes)}, nil
 }
 
 // Name implements cycle.Step.
@@ -172,6 +180,8 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 		return total, err
 	}
 	rd := s.read.WithFooterCache(s.c.FooterCacheBytes)
+	rd = s.beginSlotReads(rd, due)
+	defer s.endSlotReads(rd)
 	var (
 		mu       sync.Mutex
 		firstErr error
@@ -204,6 +214,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	s.d.Metrics.footerGets(gets)
 	total.S3Requests += 2 * gets // each slot's envelope and footer GETs, once per cycle
 	total.BytesFetched += read
+	s.countSlotReads(rd, &total)
 	if !opts.DryRun {
 		if err := s.reconcile(ctx, f); err != nil {
 			return total, err
@@ -407,6 +418,8 @@ func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *cat
 	if err != nil || tail == nil {
 		return nil, err
 	}
+	counts.BytesFetched += tail.fetched // read whole (fetch.go)
+	counts.S3Requests += int64(min(tail.fetched, 1))
 	tailDead, err := dead.over(ctx, tail.FirstRecord, tail.end())
 	if err != nil {
 		return nil, err
@@ -667,6 +680,9 @@ func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog
 // a rewrite may copy from.
 func (s *Settler) readEntry(ctx context.Context, st catalog.Stream, last catalog.Entry) (*Tail, error) {
 	key := bundle.EntryKey(st.Bucket, last)
+	if t, err := s.readSmallEntry(ctx, key, last); t != nil || err != nil {
+		return t, err
+	}
 	f, err := s.read.EntryFooter(ctx, key, last.FooterOffset, last.FooterLength)
 	if err != nil {
 		return nil, err

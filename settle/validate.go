@@ -29,6 +29,9 @@ func (c Config) Validate() error {
 			bad(field, "%d must be at least 1", v)
 		}
 	}
+	if c.SlotReadBytes < 0 || c.TailCacheBytes < 0 {
+		bad("SlotReadBytes/TailCacheBytes", "%d/%d must not be negative (0 turns one off)", c.SlotReadBytes, c.TailCacheBytes)
+	}
 	if c.ReapGrace < 0 {
 		bad("ReapGrace", "%s is negative", c.ReapGrace)
 	}
