@@ -133,22 +133,25 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 // tail cache; from the cycle's slot reads (slots: a single PUT); by a
 // ranged GET of its own (own), counted in reads.
 func (s *Settler) pieceBytes(ctx context.Context, o Output, p Piece, slots, own bool, reads *ownReads) ([]byte, error) {
-	if p.Src.Class == bundle.SettledClass {
-		var obj []byte
-		if t := o.Rewrite; t != nil && t.Key == p.Src.Key {
-			obj = t.obj
-		}
-		if obj == nil {
-			obj = s.tails.get(p.Src.Key)
-		}
-		if end := p.Off + p.Len; obj != nil && end <= uint64(len(obj)) {
+	// A settled object's bytes held in memory: the tail o rewrites, or
+	// the tail cache's (the standard class holds slots too: the key says
+	// which it is).
+	var obj []byte
+	if t := o.Rewrite; t != nil && t.Key == p.Src.Key {
+		obj = t.obj
+	}
+	if obj == nil && p.Src.Class == bundle.SettledClass {
+		obj = s.tails.get(p.Src.Key)
+	}
+	if obj != nil {
+		if end := p.Off + p.Len; end <= uint64(len(obj)) {
 			if d := obj[p.Off:end:end]; crc32c.Checksum(d) == p.CRC32C {
 				return d, nil
 			}
-			// Held bytes that disagree are not the stored ones (they
-			// cannot be: a key is written once); read the store's.
-			s.tails.drop(p.Src.Key)
 		}
+		// Held bytes that disagree are not the stored ones (they cannot
+		// be: a key is written once); read the store's.
+		s.tails.drop(p.Src.Key)
 	} else if rd := s.slotReads.Load(); slots && rd != nil {
 		d, ok, err := rd.Piece(ctx, p.Src, int64(p.Off), int64(p.Len), p.CRC32C)
 		if err != nil || ok {
