@@ -104,26 +104,44 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 	}
 	// A single PUT of an object below the copy floor is read whole here
 	// when the tail cache is on: its bytes are kept for the next rewrite.
+	// Its bytes are laid out in one buffer, the object as it will be
+	// stored: no piece pins the slot range it came from, and the tail
+	// cache keeps the buffer as it is (keepTail).
 	own := !plan.Multipart && s.tails != nil && int64(o.Footer.ObjectSize) < s.copyFloor()
+	var whole []byte
 	var out []Piece // a copy, made at the first piece localized
+	if own {
+		whole = make([]byte, o.Footer.ObjectSize)
+		out = append([]Piece(nil), o.Pieces...)
+	}
+	at := uint64(0)
 	for i, p := range o.Pieces {
-		if p.Data != nil || fetched[i] != int64(p.Len) {
-			continue
+		data := p.Data
+		if data == nil && fetched[i] == int64(p.Len) {
+			d, err := s.pieceBytes(ctx, o, p, !plan.Multipart, own, &reads)
+			if err != nil {
+				return o, reads, err
+			}
+			if d != nil {
+				if out == nil {
+					out = append([]Piece(nil), o.Pieces...)
+				}
+				out[i].Data, data = d, d
+			}
 		}
-		data, err := s.pieceBytes(ctx, o, p, !plan.Multipart, own, &reads)
-		if err != nil {
-			return o, reads, err
+		if whole != nil && data != nil && at+uint64(len(data)) <= uint64(len(whole)) {
+			out[i].Data = whole[at : at+uint64(copy(whole[at:], data))]
+		} else {
+			whole = nil // a piece the store reads, or a layout not as planned
 		}
-		if data == nil {
-			continue
-		}
-		if out == nil {
-			out = append([]Piece(nil), o.Pieces...)
-		}
-		out[i].Data = data
+		at += p.Len
 	}
 	if out != nil {
 		o.Pieces = out
+	}
+	if whole != nil && at+uint64(len(o.Footer.Bytes)) == uint64(len(whole)) {
+		copy(whole[at:], o.Footer.Bytes)
+		o.obj = whole
 	}
 	return o, reads, nil
 }
@@ -179,8 +197,8 @@ func (s *Settler) pieceBytes(ctx context.Context, o Output, p Piece, slots, own 
 }
 
 // keepTail runs after o (as localize made it) was PUT by this process:
-// an object below the copy floor whose every byte went up from here is
-// kept in the tail cache, for the next rewrite of the stream's tail; the
+// an object below the copy floor and not full whose every byte went up
+// from here is kept in the tail cache, for the next rewrite of the stream's tail; the
 // tail o rewrote is forgotten (its reap is armed, and its bytes may hold
 // records an erasure has since made tombstones).
 func (s *Settler) keepTail(o Output) {
@@ -190,20 +208,14 @@ func (s *Settler) keepTail(o Output) {
 	if o.Rewrite != nil {
 		s.tails.drop(o.Rewrite.Key)
 	}
-	if int64(o.Footer.ObjectSize) >= s.copyFloor() {
+	if o.obj == nil || IsFull(o.Meter, -1, s.c.CapBytes) {
+		// Not all read here (at or over the copy floor, or the store
+		// read some of it), or never rewritten. A plan's outputs but its
+		// last are full too, at a chunk boundary: settleStream drops
+		// them from the cache once it knows.
 		return
 	}
-	obj := make([]byte, 0, o.Footer.ObjectSize)
-	for _, p := range o.Pieces {
-		if p.Data == nil {
-			return // the store fetched it: its bytes are not here
-		}
-		obj = append(obj, p.Data...)
-	}
-	obj = append(obj, o.Footer.Bytes...)
-	if uint64(len(obj)) == o.Footer.ObjectSize {
-		s.tails.put(o.Key, obj)
-	}
+	s.tails.put(o.Key, o.obj)
 }
 
 // readSmallEntry reads a cataloged object below the copy floor as a Tail

@@ -539,6 +539,9 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 			if err := s.commitPublished(ctx, f, st, o, p, intentID, counts); err != nil {
 				return nil, err
 			}
+			if *tail != nil {
+				s.tails.drop((*tail).Key) // passed over or rewritten: never read again (fetch.go)
+			}
 			*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
 			if p.end() == o.EndRecord() && (oi < len(outs)-1 || IsFull(o.Meter, -1, s.c.CapBytes)) {
 				// A full object (every output but a plan's last is full, and
@@ -546,6 +549,7 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				// rewritten: the next output starts a new one, so its
 				// entries (up to a cap's worth of records) need not be held.
 				*tail = nil
+				s.tails.drop(p.key) // nor read again (fetch.go)
 			} else if p.adopted {
 				if err := adoptedTail(p); err != nil {
 					return nil, err
