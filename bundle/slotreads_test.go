@@ -63,7 +63,7 @@ func TestSlotReadsOneRangePerSlot(t *testing.T) {
 	for _, id := range ids[:5] {
 		due[id] = true
 	}
-	rd := fx.rd.WithFooterCache(1<<20).WithSlotReads(bundle.SlotReads{Streams: due, MaxRun: 5 << 20, Gap: bundle.DefaultSlotReadGap, Budget: 1 << 20})
+	rd := fx.rd.WithFooterCache(1 << 20).WithSlotReads(bundle.SlotReads{Streams: due, MaxRun: 5 << 20, Gap: bundle.DefaultSlotReadGap, Budget: 1 << 20})
 	src := bundle.Source{Key: key, Class: catalog.ClassStandard}
 	if _, err := rd.SlotFooter(fx.ctx, src.Class, key, win[0], win[1]); err != nil {
 		t.Fatal(err)
