@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -114,20 +116,37 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 		whole = make([]byte, o.Footer.ObjectSize)
 		out = append([]Piece(nil), o.Pieces...)
 	}
+	// The pieces are read at once, as the store would fetch them.
+	got := make([][]byte, len(o.Pieces))
+	each := make([]ownReads, len(o.Pieces))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(objstore.DefaultCopyConcurrency)
+	for i, p := range o.Pieces {
+		if p.Data != nil || fetched[i] != int64(p.Len) {
+			continue
+		}
+		g.Go(func() error {
+			d, err := s.pieceBytes(gctx, o, p, !plan.Multipart, own, &each[i])
+			got[i] = d
+			return err
+		})
+	}
+	err = g.Wait()
+	for _, r := range each {
+		reads.gets += r.gets
+		reads.bytes += r.bytes
+	}
+	if err != nil {
+		return o, reads, err
+	}
 	at := uint64(0)
 	for i, p := range o.Pieces {
 		data := p.Data
-		if data == nil && fetched[i] == int64(p.Len) {
-			d, err := s.pieceBytes(ctx, o, p, !plan.Multipart, own, &reads)
-			if err != nil {
-				return o, reads, err
+		if d := got[i]; d != nil {
+			if out == nil {
+				out = append([]Piece(nil), o.Pieces...)
 			}
-			if d != nil {
-				if out == nil {
-					out = append([]Piece(nil), o.Pieces...)
-				}
-				out[i].Data, data = d, d
-			}
+			out[i].Data, data = d, d
 		}
 		if whole != nil && data != nil && at+uint64(len(data)) <= uint64(len(whole)) {
 			out[i].Data = whole[at : at+uint64(copy(whole[at:], data))]
