@@ -110,3 +110,17 @@ func (ce *cached) check(key string, off, length int64) (*bundlefmt.Footer, error
 	}
 	return ce.f, nil
 }
+
+// peek returns the cached footer of the slot at key, reading nothing; nil
+// when it is not cached (or c is nil).
+func (c *footerCache) peek(key string) *bundlefmt.Footer {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.byKey[key]; ok {
+		return el.Value.(*cached).f
+	}
+	return nil
+}

@@ -38,6 +38,7 @@ func EntryKey(bucket string, e catalog.Entry) string {
 type Reader struct {
 	top     *objstore.Topology
 	footers *footerCache // nil: slot footers are read afresh each time
+	slots   *slotCache   // nil: no slot reads (WithSlotReads)
 }
 
 // NewReader returns a reader of the bundles of top, with no footer cache.
@@ -170,6 +171,23 @@ func (r *Reader) EntryFooter(ctx context.Context, key string, off, length int64)
 		return nil, fmt.Errorf("read footer of %s: %w", key, err)
 	}
 	f, err := bundlefmt.OpenFooter(key, uint64(off), buf, uint64(size), bundlefmt.SettledBase)
+	if err != nil {
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: ClassOf(err), Err: err}
+	}
+	return f, nil
+}
+
+// HeldFooter returns the footer of the settled object at key whose bytes
+// are held whole (obj: read in one GET, or kept since this process PUT
+// them), opened from the window its catalog entry names (off, length).
+// Bytes that do not decode, or a window outside obj, are a quarantine
+// naming the key, as EntryFooter's.
+func HeldFooter(key string, obj []byte, off, length int64) (*bundlefmt.Footer, error) {
+	end := off + length + bundlefmt.TrailerSize
+	if off < 0 || length < 0 || end > int64(len(obj)) {
+		return nil, corrupt(key, "footer window (%d, %d) of a %d-byte object", off, length, len(obj))
+	}
+	f, err := bundlefmt.OpenFooter(key, uint64(off), obj[off:end], uint64(len(obj)), bundlefmt.SettledBase)
 	if err != nil {
 		return nil, &cycle.QuarantineError{SlotKey: key, Class: ClassOf(err), Err: err}
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +33,20 @@ func (l latency) RoundTrip(req *http.Request) (*http.Response, error) {
 	return l.next.RoundTrip(req)
 }
 
+// wireCount counts the requests that cross the wire, by method.
+type wireCount struct {
+	next      http.RoundTripper
+	gets, all atomic.Int64
+}
+
+func (w *wireCount) RoundTrip(req *http.Request) (*http.Response, error) {
+	w.all.Add(1)
+	if req.Method == http.MethodGet {
+		w.gets.Add(1)
+	}
+	return w.next.RoundTrip(req)
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -43,10 +58,11 @@ func envInt(name string, def int) int {
 // long tail: two slots, a few hundred bytes per stream) through the S3
 // backend with a per-request latency added in front of versitygw, at
 // several settle concurrencies, and reports objects per second, Postgres
-// transactions, S3 requests and this process's CPU time (user + system:
-// the auditor's side, versitygw and Postgres are other processes) per
-// settled object. NOVA_BENCH_CYCLE_CPUPROFILE=DIR writes a CPU profile of
-// each cycle alone (cycleProfile; -cpuprofile also samples the setup).
+// transactions, S3 requests (as the auditor counts them, and as they
+// cross the wire: all, and GETs) and this process's CPU time (user +
+// system: the auditor's side, versitygw and Postgres are other processes)
+// per settled object. NOVA_BENCH_CYCLE_CPUPROFILE=DIR writes a CPU profile
+// of each cycle alone (cycleProfile; -cpuprofile also samples the setup).
 // Sizes:
 // NOVA_BENCH_STREAMS (default 2000), NOVA_BENCH_S3_LATENCY_MS (default 30).
 // Run with -benchtime=1x.
@@ -57,7 +73,8 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 		b.Run("concurrency-"+strconv.Itoa(conc), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				lat := s3Backend("s3-latency", "small", latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}, nil)
+				wire := &wireCount{next: latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}}
+				lat := s3Backend("s3-latency", "small", wire, nil)
 				e, _ := newEnv(b, lat, 0, 0)
 				writeSlots(b, e, streams, 2, 2, 256)
 				s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
@@ -70,6 +87,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				txBefore := xactCommits(b, e)
 				cpu0 := processCPU()
 				stopProfile := cycleProfile(b, "concurrency-"+strconv.Itoa(conc))
+				gets0, all0 := wire.gets.Load(), wire.all.Load()
 				b.StartTimer()
 				start := time.Now()
 				c, err := s.Run(e.ctx, l.Fence, cycle.Options{})
@@ -77,6 +95,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				b.StopTimer()
 				stopProfile()
 				cpu := processCPU() - cpu0
+				gets, all := wire.gets.Load()-gets0, wire.all.Load()-all0
 				if err != nil || c.StreamsSettled != int64(streams) {
 					b.Fatalf("settled %d of %d streams: %+v %v", c.StreamsSettled, streams, c, err)
 				}
@@ -86,6 +105,8 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				b.ReportMetric(float64(txs)/objects, "pg-tx/object")
 				b.ReportMetric(float64(c.S3Requests)/objects, "s3-req/object")
 				b.ReportMetric(cpu.Seconds()*1000/objects, "cpu-ms/object")
+				b.ReportMetric(float64(all)/objects, "wire-req/object")
+				b.ReportMetric(float64(gets)/objects, "wire-get/object")
 				b.ReportMetric(took.Seconds(), "cycle-s")
 				_ = e.db.ReleaseLease(e.ctx, l.Fence)
 			}

@@ -192,7 +192,7 @@ func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, 
 	if err != nil {
 		return t, fetched, reads, err
 	}
-	nt := &Tail{Key: t.Key, FirstRecord: t.FirstRecord, Revision: t.Revision, Orig: t.Entries,
+	nt := &Tail{Key: t.Key, FirstRecord: t.FirstRecord, Revision: t.Revision, Orig: t.Entries, obj: t.obj,
 		Entries: make([]bundlefmt.Entry, len(got)), Local: make([][]byte, len(got)), OrigData: make([][]byte, len(got))}
 	for i, c := range got {
 		nt.Entries[i], nt.Local[i], nt.OrigData[i] = c.Entry, c.Data, c.origData
@@ -444,7 +444,8 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	}
 	nt, fetched, reads, err := s.scrubTail(ctx, t, dead)
 	counts.BytesFetched += fetched
-	counts.S3Requests += int64(reads) + 1 // and the footer read
+	counts.S3Requests += int64(reads) + int64(min(t.fetched+1, 1)) // and the footer read (none when the tail cache held it)
+	counts.BytesFetched += t.fetched
 	if err != nil {
 		return en.Revision, false, err
 	}

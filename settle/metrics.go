@@ -14,6 +14,9 @@ type Metrics struct {
 	objects     *prometheus.CounterVec
 	quarantines *prometheus.CounterVec
 	footers     prometheus.Counter
+	slotGets    prometheus.Counter
+	slotBytes   prometheus.Counter
+	tailReads   *prometheus.CounterVec
 }
 
 // NewMetrics builds the settle metrics and registers them on reg (never the
@@ -32,9 +35,21 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "nova_auditor_slot_footer_gets_total",
 			Help: "Slot footer GETs (one per slot per cycle is the goal).",
 		}),
+		slotGets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nova_auditor_slot_range_gets_total",
+			Help: "Ranged GETs of the due streams' small chunks of a slot, read together (about one per slot per cycle is the goal).",
+		}),
+		slotBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nova_auditor_slot_range_bytes_total",
+			Help: "Bytes those ranged GETs read.",
+		}),
+		tailReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nova_auditor_tail_reads_total",
+			Help: "Standing tails below the copy floor read for a rewrite, by outcome (hit: from the tail cache; miss: one GET).",
+		}, []string{"outcome"}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.objects, m.quarantines, m.footers} {
+	for _, c := range []prometheus.Collector{m.objects, m.quarantines, m.footers, m.slotGets, m.slotBytes, m.tailReads} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -44,6 +59,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	// dashboard have a series (at zero) before the first event.
 	for _, o := range []string{"published", "adopted", "failed"} {
 		m.objects.WithLabelValues(o)
+	}
+	for _, o := range []string{"hit", "miss"} {
+		m.tailReads.WithLabelValues(o)
 	}
 	for _, c := range cycle.QuarantineClasses() {
 		m.quarantines.WithLabelValues(c)
@@ -66,5 +84,18 @@ func (m *Metrics) quarantined(class string) {
 func (m *Metrics) footerGets(n int64) {
 	if m != nil {
 		m.footers.Add(float64(n))
+	}
+}
+
+func (m *Metrics) slotReads(gets, bytes int64) {
+	if m != nil {
+		m.slotGets.Add(float64(gets))
+		m.slotBytes.Add(float64(bytes))
+	}
+}
+
+func (m *Metrics) tailRead(outcome string) {
+	if m != nil {
+		m.tailReads.WithLabelValues(outcome).Inc()
 	}
 }

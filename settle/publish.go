@@ -465,7 +465,10 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 		}
 		return append(out, objstore.DataPiece(o.Footer.Bytes)), nil
 	}
-	var err error
+	o, own, err := s.localize(ctx, o) // fetch.go
+	if err != nil {
+		return objstore.AssembleResult{BytesFetched: own.bytes, Requests: own.gets}, err
+	}
 	if req.Pieces, err = pieces(); err != nil {
 		return objstore.AssembleResult{}, err
 	}
@@ -496,5 +499,10 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 		}
 		res, err = s.store.Assemble(ctx, req)
 	}
+	if err == nil {
+		s.keepTail(o) // fetch.go
+	}
+	res.BytesFetched += own.bytes
+	res.Requests += own.gets
 	return res, err
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -55,6 +56,8 @@ type Config struct {
 	Concurrency      int
 	ReapGrace        time.Duration
 	FooterCacheBytes int64 // --settle-footer-cache-mib in bytes
+	SlotReadBytes    int64 // --settle-slot-read-mib in bytes (0: no slot reads: fetch.go)
+	TailCacheBytes   int64 // --settle-tail-cache-mib in bytes (0: no tail cache: fetch.go)
 	// WindowRefs and WindowRecords bound one window of a stream's backlog:
 	// the refs read at once, and the records resolved and planned at once
 	// (a window holds at least one ref, and the chunks carried into it are
@@ -107,6 +110,10 @@ type Settler struct {
 	store Store          // the topology's store: assemblies and their uploads
 	read  *bundle.Reader // every read of a stored bundle (no footer cache: Run makes each cycle's)
 	hot   chan struct{}  // one token per stream settled past its first window
+	// slotReads is the running cycle's reader with slot reads (nil: none);
+	// tails the settled-tail cache, across cycles (fetch.go).
+	slotReads atomic.Pointer[bundle.Reader]
+	tails     *tailCache
 }
 
 var _ cycle.Step = (*Settler)(nil)
@@ -122,7 +129,8 @@ func New(d Deps, c Config) (*Settler, error) {
 	if d.Topology == nil {
 		return nil, errors.New("settle: no storage topology")
 	}
-	return &Settler{d: d, c: c, store: d.Topology.Store(), read: bundle.NewReader(d.Topology), hot: make(chan struct{}, c.HotStreams)}, nil
+	return &Settler{d: d, c: c, store: d.Topology.Store(), read: bundle.NewReader(d.Topology), hot: make(chan struct{}, c.HotStreams),
+		tails: newTailCache(c.TailCacheBytes)}, nil
 }
 
 // Name implements cycle.Step.
@@ -177,6 +185,8 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 		return cycle.Counts{}, err
 	}
 	rd := s.read.WithFooterCache(s.c.FooterCacheBytes)
+	rd = s.beginSlotReads(rd, due)
+	defer s.endSlotReads(rd)
 	var (
 		t      tally
 		budget = s.c.MaxBytes
@@ -218,6 +228,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	s.d.Metrics.footerGets(gets)
 	total.S3Requests += 2 * gets // each slot's envelope and footer GETs, once per cycle
 	total.BytesFetched += read
+	s.countSlotReads(rd, total)
 	if !opts.DryRun {
 		if err := s.reconcile(ctx, f); err != nil {
 			return *total, err
@@ -421,6 +432,8 @@ func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *cat
 	if err != nil || tail == nil {
 		return nil, err
 	}
+	counts.BytesFetched += tail.fetched // read whole (fetch.go)
+	counts.S3Requests += int64(min(tail.fetched, 1))
 	tailDead, err := dead.over(ctx, tail.FirstRecord, tail.end())
 	if err != nil {
 		return nil, err
@@ -540,6 +553,9 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 			if err := s.commitPublished(ctx, f, st, o, p, intentID, counts); err != nil {
 				return nil, err
 			}
+			if *tail != nil {
+				s.tails.drop((*tail).Key) // passed over or rewritten: never read again (fetch.go)
+			}
 			*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
 			if p.end() == o.EndRecord() && (oi < len(outs)-1 || IsFull(o.Meter, -1, s.c.CapBytes)) {
 				// A full object (every output but a plan's last is full, and
@@ -547,6 +563,7 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 				// rewritten: the next output starts a new one, so its
 				// entries (up to a cap's worth of records) need not be held.
 				*tail = nil
+				s.tails.drop(p.key) // nor read again (fetch.go)
 			} else if p.adopted {
 				if err := adoptedTail(p); err != nil {
 					return nil, err
@@ -694,6 +711,9 @@ func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog
 // a rewrite may copy from.
 func (s *Settler) readEntry(ctx context.Context, st catalog.Stream, last catalog.Entry) (*Tail, error) {
 	key := bundle.EntryKey(st.Bucket, last)
+	if t, err := s.readSmallEntry(ctx, key, last); t != nil || err != nil {
+		return t, err
+	}
 	f, err := s.read.EntryFooter(ctx, key, last.FooterOffset, last.FooterLength)
 	if err != nil {
 		return nil, err

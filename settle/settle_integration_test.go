@@ -164,6 +164,12 @@ func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
 	if c.FooterCacheBytes == 0 {
 		c.FooterCacheBytes = config.Defaults().SettleFooterCacheMiB << 20
 	}
+	if c.SlotReadBytes == 0 {
+		c.SlotReadBytes = config.Defaults().SettleSlotReadMiB << 20
+	}
+	if c.TailCacheBytes == 0 {
+		c.TailCacheBytes = config.Defaults().SettleTailCacheMiB << 20
+	}
 	if c.WindowRefs == 0 {
 		c.WindowRefs = settle.DefaultWindowRefs
 	}

@@ -79,6 +79,8 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		BatchStreams: int(cfg.SettleBatchStreams),
 
 		FooterCacheBytes: cfg.SettleFooterCacheMiB << 20,
+		SlotReadBytes:    cfg.SettleSlotReadMiB << 20,
+		TailCacheBytes:   cfg.SettleTailCacheMiB << 20,
 		WindowRefs:       settle.DefaultWindowRefs,
 		WindowRecords:    settle.DefaultWindowRecords,
 		HotStreams:       settle.DefaultHotStreams,

@@ -67,6 +67,8 @@ type Config struct {
 	SettleConcurrency    int64
 	SettleBatchStreams   int64
 	SettleFooterCacheMiB int64
+	SettleSlotReadMiB    int64
+	SettleTailCacheMiB   int64
 	CopyConcurrency      int64
 	Verify               string
 	ReapGrace            time.Duration
@@ -306,6 +308,8 @@ var keys = []key{
 	intKey("settle-concurrency", "streams settled at once (a cycle over many small streams is bound by S3 latency: see the runbook's sizing rule)", "16", func(c *Config) *int64 { return &c.SettleConcurrency }),
 	intKey("settle-batch-streams", "small streams whose snapshot, publish intents and commits share metastore transactions (0: each stream its own, as before batching)", "64", func(c *Config) *int64 { return &c.SettleBatchStreams }),
 	intKey("settle-footer-cache-mib", "memory for the slot footers a settle cycle reads, in MiB (a footer evicted and needed again costs a GET)", "256", func(c *Config) *int64 { return &c.SettleFooterCacheMiB }),
+	intKey("settle-slot-read-mib", "memory for the slot bytes a settle cycle reads together for its small streams, in MiB (0 reads every piece alone; a range that does not fit is read piece by piece)", "128", func(c *Config) *int64 { return &c.SettleSlotReadMiB }),
+	intKey("settle-tail-cache-mib", "memory for the settled objects below the copy floor kept for their next tail rewrite, in MiB, across cycles (0 disables; a miss reads the tail in one GET)", "64", func(c *Config) *int64 { return &c.SettleTailCacheMiB }),
 	intKey("copy-concurrency", "parts copied or uploaded at once per object", strconv.Itoa(objstore.DefaultCopyConcurrency), func(c *Config) *int64 { return &c.CopyConcurrency }),
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),

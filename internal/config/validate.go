@@ -94,6 +94,11 @@ func (c Config) Validate() error {
 	if c.SettleFooterCacheMiB > 1<<20 {
 		add("settle-footer-cache-mib", "%d must be at most 1048576 (1 TiB)", c.SettleFooterCacheMiB)
 	}
+	for name, v := range map[string]int64{"settle-slot-read-mib": c.SettleSlotReadMiB, "settle-tail-cache-mib": c.SettleTailCacheMiB} {
+		if v < 0 || v > 1<<20 {
+			add(name, "%d must be between 0 and 1048576 (1 TiB)", v)
+		}
+	}
 	if c.ReapBatchSize < 1 || c.ReapBatchSize > 1000 {
 		add("reap-batch-size", "%d must be between 1 and 1000 (the DeleteObjects limit)", c.ReapBatchSize)
 	}
