@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
@@ -41,6 +42,11 @@ import (
 // BatchStreams x batchRefs refs (64 streams: about 3 MB).
 const batchRefs = 256
 
+// batchesInFlight is how many batches a cycle runs at once: while one
+// batch waits on its snapshot, its intents or its last PUTs, the next
+// one's streams take the free --settle-concurrency slots.
+const batchesInFlight = 4
+
 // groupCommitWait bounds how long a stream whose object is published waits
 // for others to share its commit: a group is committed once it holds
 // BatchStreams streams, or this long after its first stream was ready,
@@ -74,10 +80,14 @@ type batched struct {
 // settleBatch settles the streams of one batch that take the batched path
 // and returns the others, to be settled one by one. A returned error stops
 // the cycle (a lost lease, a halt); every other failure is the failing
-// streams' own (Run's streamFailed).
+// streams' own (Run's streamFailed). Each stream's reads and PUTs hold one
+// of work's slots (--settle-concurrency, shared by the batches in flight).
 func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.Reader, batch []catalog.DueStream,
-	erasing map[catalog.StreamID]bool, opts cycle.Options, take func(int64) bool, t *tally) ([]catalog.DueStream, error) {
-	var alone []catalog.DueStream
+	erasing map[catalog.StreamID]bool, opts cycle.Options, take func(int64) bool, t *tally, work *semaphore.Weighted) ([]catalog.DueStream, error) {
+	var (
+		alone []catalog.DueStream
+		mu    sync.Mutex // alone, ready
+	)
 	ids := make([]catalog.StreamID, 0, len(batch))
 	for _, ds := range batch {
 		if erasing[ds.Stream] {
@@ -93,12 +103,8 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 		return nil, s.failed(ctx, f, batch[0].Stream, err, opts, t)
 	}
 	// Phase 1: each stream's tail, chunks and plan (S3 reads only).
-	var (
-		mu    sync.Mutex
-		ready []*batched
-	)
+	var ready []*batched
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.c.Concurrency)
 	for _, ds := range batch {
 		snap, ok := snaps[ds.Stream]
 		if erasing[ds.Stream] || !ok {
@@ -110,10 +116,16 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 			continue // nothing to settle (the marker is refreshed by the next commit)
 		case st.SettledThrough < st.LowRecord, len(snap.Refs) >= batchRefs,
 			backlogRecords(snap.Refs, st.SettledThrough) > s.c.WindowRecords:
+			mu.Lock()
 			alone = append(alone, ds)
+			mu.Unlock()
 			continue
 		}
 		g.Go(func() error {
+			if err := work.Acquire(gctx, 1); err != nil {
+				return err
+			}
+			defer work.Release(1)
 			b := &batched{ds: ds, st: st}
 			how, err := s.planOne(gctx, f, rd, b, snap, take, opts)
 			t.add(b.counts)
@@ -175,9 +187,12 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 	// it), and its PUT's slot goes to the next stream.
 	gc := s.newGroupCommit(ctx, f, opts, t, len(publishing))
 	g, gctx = errgroup.WithContext(ctx)
-	g.SetLimit(s.c.Concurrency)
 	for _, b := range publishing {
 		g.Go(func() error {
+			if err := work.Acquire(gctx, 1); err != nil {
+				return err
+			}
+			defer work.Release(1)
 			o := b.out
 			res, err := s.assemble(gctx, o, s.assembleRequest(gctx, f, o, b.intent, settlePoints))
 			if err != nil {

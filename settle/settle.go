@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
@@ -203,12 +204,21 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	alone := due
 	if s.c.BatchStreams > 0 && !opts.DryRun {
 		alone = nil
+		var amu sync.Mutex
+		work := semaphore.NewWeighted(int64(s.c.Concurrency))
+		bg, bctx := errgroup.WithContext(ctx)
+		bg.SetLimit(batchesInFlight)
 		for batch := range slices.Chunk(due, s.c.BatchStreams) {
-			rest, err := s.settleBatch(ctx, f, rd, batch, erasing, opts, take, &t)
-			if err != nil {
-				return t.total, err
-			}
-			alone = append(alone, rest...)
+			bg.Go(func() error {
+				rest, err := s.settleBatch(bctx, f, rd, batch, erasing, opts, take, &t, work)
+				amu.Lock()
+				alone = append(alone, rest...)
+				amu.Unlock()
+				return err
+			})
+		}
+		if err := bg.Wait(); err != nil {
+			return t.total, err
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
