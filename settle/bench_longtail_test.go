@@ -2,6 +2,7 @@ package settle_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -79,11 +80,7 @@ func (o *opCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 func (o *opCounter) snapshot() map[string]int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make(map[string]int64, len(o.ops))
-	for k, v := range o.ops {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(o.ops)
 }
 
 // TestLongTailStar is the long-tail benchmark of issue 25 (make
