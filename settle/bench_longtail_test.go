@@ -207,6 +207,15 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		index[id] = i
 	}
 	var out []tailRound
+	// One settler for the run, as the daemon keeps one across cycles (its
+	// tail cache lives as long as it does); each round's metastore is a
+	// fresh pool, so that the server's commit count of the round is read
+	// once its backends have exited.
+	rdb := &roundDB{}
+	var (
+		s  *settle.Settler
+		sp catalog.DuePolicy // s's
+	)
 	for k := 0; k < p.rounds; k++ {
 		start := time.Now()
 		counts := tailTraffic(*p, k)
@@ -233,9 +242,13 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 			t.Fatalf("this build has no cost-aware due rule: fraction %g", p.fraction)
 		}
 		sdb := settleDB(t, e, p.conc)
-		s := e.newSettler(settle.Deps{DB: sdb, Topology: e.topology(), Pending: e.pending},
-			settle.Config{Policy: policy, CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
-				Concurrency: p.conc, ReapGrace: time.Hour})
+		rdb.DB = sdb
+		if s == nil || policy != sp { // round 1 of the first run has a provisional age cap (above): round 2 starts cold
+			sp = policy
+			s = e.newSettler(settle.Deps{DB: rdb, Topology: e.topology(), Pending: e.pending},
+				settle.Config{Policy: policy, CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
+					Concurrency: p.conc, ReapGrace: time.Hour})
+		}
 		rd := tailRound{round: k + 1, newBytes: newBytes}
 		rd.due, rd.oldest, rd.overCap = tailTransit(t, e, policy)
 		before, err := e.db.EntriesOfStar(e.ctx, "s1")
@@ -294,6 +307,9 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 // transaction counts when it exits: Postgres 15 otherwise holds back the
 // counts of a backend that went idle within a second of its last report
 // for 10 s, which shifted commits into the next round.
+// roundDB is the settler's metastore: the round's pool (settleDB).
+type roundDB struct{ *catalog.DB }
+
 func settleDB(t *testing.T, e *env, conc int) *catalog.DB {
 	db, err := catalog.Open(e.ctx, e.url)
 	if err != nil {
