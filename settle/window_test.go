@@ -117,8 +117,9 @@ func TestPeakHeapFlatAsOneBacklogGrows(t *testing.T) {
 	b := backends()[0] // file: the heap is the settle's own
 	peaks := map[int64]uint64{}
 	records := map[int64]int64{}
-	// Each size twice, keeping the lower peak: other allocations only add.
-	for _, flights := range []int64{12, 12, 120, 120} {
+	// Each size three times, keeping the lowest peak: other allocations
+	// only add (about 1 MiB between two runs of the same size was seen).
+	for _, flights := range []int64{12, 12, 12, 120, 120, 120} {
 		e, _ := newEnv(t, b, 1, 0)
 		if _, err := sim.Write(e.ctx, e.db, e.storage(), sim.WriteOptions{Star: "s1", Flights: flights, FlightBytes: 256 << 10,
 			FlightInterval: time.Minute, AbsorbFlights: 1, MaxBatch: 512, Session: 5}); err != nil {
@@ -128,7 +129,8 @@ func TestPeakHeapFlatAsOneBacklogGrows(t *testing.T) {
 		records[flights] = st[0].NextRecord
 		s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology()},
 			settle.Config{CapBytes: 1 << 20, TargetBytes: 256 << 10, MaxStreams: 10, MaxBytes: 1 << 40, Concurrency: 1,
-				ReapGrace: time.Hour, WindowRefs: 4, WindowRecords: 2000, FooterCacheBytes: 256 << 10})
+				ReapGrace: time.Hour, WindowRefs: 4, WindowRecords: 2000, FooterCacheBytes: 256 << 10,
+				SlotReadBytes: 256 << 10, TailCacheBytes: 256 << 10}) // every cache a small budget, as the footers'
 		// A GC at every few percent of growth keeps the live-heap figure
 		// fresh while the cycle runs.
 		old := debug.SetGCPercent(5)
@@ -158,8 +160,11 @@ func TestPeakHeapFlatAsOneBacklogGrows(t *testing.T) {
 	added := float64(records[120] - records[12])
 	t.Logf("backlog x%.1f, peak live heap x%.2f: %.1f bytes of peak heap per added backlog record", grow, ratio, growth/added)
 	// The whole backlog at once grew the peak by about 29 bytes per added
-	// record here (x7.2); a tenth of that is noise of a small heap.
-	if growth/added > 8 {
+	// record here (x7.2), and a slot-read cache holding its ranges 460.
+	// Runs of the same size differ by up to about 1 MiB of a small heap
+	// (2.6 to 13 bytes per added record measured with nothing growing):
+	// the bound is under half the smallest growth it guards against.
+	if growth/added > 14 {
 		t.Fatalf("peak live heap grew %.1f bytes per added backlog record (x%.2f with a x%.1f backlog)", growth/added, ratio, grow)
 	}
 
