@@ -106,7 +106,12 @@ type IntentRequest struct {
 // failed): then no intent of the batch is open.
 func (db *DB) OpenPublishIntents(ctx context.Context, f Fence, reqs []IntentRequest) (intents []Intent, errs []error, err error) {
 	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
-		intents, errs = make([]Intent, len(reqs)), make([]error, len(reqs))
+		errs = make([]error, len(reqs))
+		var ok bool
+		if intents, ok, err = openIntentsAtOnce(ctx, tx, f, reqs); err != nil || ok {
+			return err
+		}
+		intents = make([]Intent, len(reqs))
 		for i, r := range reqs {
 			errs[i] = savepoint(ctx, tx, func(tx pgx.Tx) error {
 				var err error
@@ -151,6 +156,18 @@ func (db *DB) CommitSettles(ctx context.Context, f Fence, group []StreamCommit, 
 	slices.SortFunc(order, func(a, b int) int { return compareIDs(group[a].Stream, group[b].Stream) })
 	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
 		errs = make([]error, len(group))
+		committed, ok, err := commitSettlesAtOnce(ctx, tx, f, group, order, errs)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if between != nil {
+				for range committed {
+					between()
+				}
+			}
+			return nil
+		}
 		for _, i := range order {
 			errs[i] = savepoint(ctx, tx, func(tx pgx.Tx) error {
 				for _, c := range group[i].Commits {

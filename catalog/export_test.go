@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,4 +78,34 @@ func (db *DB) HighRevision(ctx context.Context, b KeyBase) (int32, error) {
 		return 0, fmt.Errorf("read the revisions of %s/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
 	}
 	return high, nil
+}
+
+// CommitSettlesAtOnce runs CommitSettles's set path alone, in a fenced
+// transaction that commits whatever it did: ok false means it declined
+// (or rolled back) and would have left the group to the stream-by-stream
+// path.
+func (db *DB) CommitSettlesAtOnce(ctx context.Context, f Fence, group []StreamCommit) (ok bool, errs []error, err error) {
+	order := make([]int, len(group))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return compareIDs(group[a].Stream, group[b].Stream) })
+	errs = make([]error, len(group))
+	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var err error
+		_, ok, err = commitSettlesAtOnce(ctx, tx, f, group, order, errs)
+		return err
+	})
+	return ok, errs, err
+}
+
+// OpenIntentsAtOnce runs OpenPublishIntents's set path alone, as
+// CommitSettlesAtOnce does.
+func (db *DB) OpenIntentsAtOnce(ctx context.Context, f Fence, reqs []IntentRequest) (intents []Intent, ok bool, err error) {
+	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var err error
+		intents, ok, err = openIntentsAtOnce(ctx, tx, f, reqs)
+		return err
+	})
+	return intents, ok, err
 }

@@ -424,17 +424,11 @@ func commitSettle(ctx context.Context, tx pgx.Tx, f Fence, c SettleCommit) error
 		Scan(&settled, &next, &low); err != nil {
 		return fmt.Errorf("lock stream %s: %w", e.Stream, err)
 	}
-	end := e.FirstRecord + e.RecordCount
-	if end > next || end <= settled {
-		return fmt.Errorf("%w: stream %s: entry [%d, %d) against settled_through %d, next_record %d",
-			ErrInvariant, e.Stream, e.FirstRecord, end, settled, next)
+	if err := checkSettle(c, settled, next, low); err != nil {
+		return err
 	}
+	end := e.EndRecord()
 	if c.PrevRevision < 0 {
-		// A new entry starts at settled_through, or above it only where
-		// retention let settled_through fall below low_record.
-		if e.FirstRecord != settled && !(e.FirstRecord > settled && e.FirstRecord <= low) {
-			return fmt.Errorf("%w: stream %s: new entry at %d, settled_through %d", ErrInvariant, e.Stream, e.FirstRecord, settled)
-		}
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.catalog (stream_id, epoch, first_record, revision, record_count, object_bytes,
 			footer_offset, footer_length, min_timestamp, max_timestamp, class)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
@@ -443,22 +437,15 @@ func commitSettle(ctx context.Context, tx pgx.Tx, f Fence, c SettleCommit) error
 			return fmt.Errorf("insert catalog entry %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
 	} else {
-		if e.Revision <= c.PrevRevision {
-			// Revisions only grow: the reap's dead-key argument relies on it.
-			return fmt.Errorf("%w: stream %s: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
-		}
 		var oldEnd int64
 		err := tx.QueryRow(ctx, `SELECT first_record + record_count FROM nova.catalog
 			WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 AND revision = $4`,
 			e.Stream, e.Epoch, e.FirstRecord, c.PrevRevision).Scan(&oldEnd)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: stream %s: tail %d~%d is no longer in the catalog", ErrInvariant, e.Stream, e.FirstRecord, c.PrevRevision)
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read tail %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
-		if oldEnd != settled {
-			return fmt.Errorf("%w: stream %s: tail ends at %d, settled_through %d", ErrInvariant, e.Stream, oldEnd, settled)
+		if err := checkTail(c, oldEnd, err == nil, settled); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE nova.catalog SET revision = $5, record_count = $6, object_bytes = $7,
 			footer_offset = $8, footer_length = $9, min_timestamp = $10, max_timestamp = $11, settled_at = now()
