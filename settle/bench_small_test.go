@@ -1,6 +1,8 @@
 package settle_test
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,6 +39,16 @@ func (l latency) RoundTrip(req *http.Request) (*http.Response, error) {
 type wireCount struct {
 	next      http.RoundTripper
 	gets, all atomic.Int64
+	dials     atomic.Int64 // connections opened (dialer)
+}
+
+// dialer is a transport whose new connections w counts.
+func (w *wireCount) dialer(delay time.Duration) http.RoundTripper {
+	var d net.Dialer
+	return latency{next: &http.Transport{MaxIdleConnsPerHost: 256, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		w.dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}}, delay: delay}
 }
 
 func (w *wireCount) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -73,7 +85,8 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 		b.Run("concurrency-"+strconv.Itoa(conc), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				wire := &wireCount{next: latency{next: &http.Transport{MaxIdleConnsPerHost: 256}, delay: delay}}
+				wire := &wireCount{}
+				wire.next = wire.dialer(delay)
 				lat := s3Backend("s3-latency", "small", wire, nil)
 				e, _ := newEnv(b, lat, 0, 0)
 				writeSlots(b, e, streams, 2, 2, 256)
@@ -87,7 +100,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				txBefore := xactCommits(b, e)
 				cpu0 := processCPU()
 				stopProfile := cycleProfile(b, "concurrency-"+strconv.Itoa(conc))
-				gets0, all0 := wire.gets.Load(), wire.all.Load()
+				gets0, all0, dials0 := wire.gets.Load(), wire.all.Load(), wire.dials.Load()
 				b.StartTimer()
 				start := time.Now()
 				c, err := s.Run(e.ctx, l.Fence, cycle.Options{})
@@ -95,7 +108,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				b.StopTimer()
 				stopProfile()
 				cpu := processCPU() - cpu0
-				gets, all := wire.gets.Load()-gets0, wire.all.Load()-all0
+				gets, all, dials := wire.gets.Load()-gets0, wire.all.Load()-all0, wire.dials.Load()-dials0
 				if err != nil || c.StreamsSettled != int64(streams) {
 					b.Fatalf("settled %d of %d streams: %+v %v", c.StreamsSettled, streams, c, err)
 				}
@@ -107,6 +120,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				b.ReportMetric(cpu.Seconds()*1000/objects, "cpu-ms/object")
 				b.ReportMetric(float64(all)/objects, "wire-req/object")
 				b.ReportMetric(float64(gets)/objects, "wire-get/object")
+				b.ReportMetric(float64(dials)/objects, "dials/object")
 				b.ReportMetric(took.Seconds(), "cycle-s")
 				_ = e.db.ReleaseLease(e.ctx, l.Fence)
 			}
