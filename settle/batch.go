@@ -78,20 +78,20 @@ type batched struct {
 }
 
 // settleBatch settles the streams of one batch that take the batched path
-// and returns the others, to be settled one by one. A returned error stops
-// the cycle (a lost lease, a halt); every other failure is the failing
-// streams' own (Run's streamFailed). Each stream's reads and PUTs hold one
-// of work's slots (--settle-concurrency, shared by the batches in flight).
+// and hands each of the others to alone as soon as it knows, to be settled
+// one by one (alone is called from several goroutines). A returned error
+// stops the cycle (a lost lease, a halt); every other failure is the
+// failing streams' own (Run's streamFailed). Each stream's reads and PUTs
+// hold one of work's slots (--settle-concurrency, shared by the batches in
+// flight and the streams settling alone).
 func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.Reader, batch []catalog.DueStream,
-	erasing map[catalog.StreamID]bool, opts cycle.Options, take func(int64) bool, t *tally, work *semaphore.Weighted) ([]catalog.DueStream, error) {
-	var (
-		alone []catalog.DueStream
-		mu    sync.Mutex // alone, ready
-	)
+	erasing map[catalog.StreamID]bool, opts cycle.Options, take func(int64) bool, t *tally, work *semaphore.Weighted,
+	alone func(catalog.DueStream)) error {
+	var mu sync.Mutex // ready
 	ids := make([]catalog.StreamID, 0, len(batch))
 	for _, ds := range batch {
 		if erasing[ds.Stream] {
-			alone = append(alone, ds)
+			alone(ds)
 		} else {
 			ids = append(ids, ds.Stream)
 		}
@@ -100,7 +100,7 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 	if err != nil {
 		// Every stream of the batch failed the same way: one is enough to
 		// stop the cycle or note the retry.
-		return nil, s.failed(ctx, f, batch[0].Stream, err, opts, t)
+		return s.failed(ctx, f, batch[0].Stream, err, opts, t)
 	}
 	// Phase 1: each stream's tail, chunks and plan (S3 reads only).
 	var ready []*batched
@@ -116,9 +116,7 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 			continue // nothing to settle (the marker is refreshed by the next commit)
 		case st.SettledThrough < st.LowRecord, len(snap.Refs) >= batchRefs,
 			backlogRecords(snap.Refs, st.SettledThrough) > s.c.WindowRecords:
-			mu.Lock()
-			alone = append(alone, ds)
-			mu.Unlock()
+			alone(ds)
 			continue
 		}
 		g.Go(func() error {
@@ -133,35 +131,35 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 			if err != nil {
 				return s.failed(gctx, f, ds.Stream, err, opts, t)
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			switch how {
 			case planned:
+				mu.Lock()
 				ready = append(ready, b)
+				mu.Unlock()
 			case settleAlone:
-				alone = append(alone, ds)
+				alone(ds)
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return err
 	}
 	if len(ready) == 0 {
-		return alone, nil
+		return nil
 	}
 	// Phase 2: the batch's intents, in one transaction, before any PUT.
 	reqs := make([]catalog.IntentRequest, len(ready))
 	for i, b := range ready {
 		target, err := Target(b.out.Key)
 		if err != nil {
-			return nil, err // a key this package made: a bug, not the stream's
+			return err // a key this package made: a bug, not the stream's
 		}
 		reqs[i] = catalog.IntentRequest{Target: target, Class: catalog.ClassStandard}
 	}
 	intents, errs, err := s.d.DB.OpenPublishIntents(ctx, f, reqs)
 	if err != nil {
-		return nil, s.failed(ctx, f, ready[0].ds.Stream, err, opts, t)
+		return s.failed(ctx, f, ready[0].ds.Stream, err, opts, t)
 	}
 	s.crash(CrashBatchAfterIntents)
 	publishing := ready[:0]
@@ -169,12 +167,12 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 		switch {
 		case errs[i] != nil:
 			if err := s.failed(ctx, f, b.ds.Stream, errs[i], opts, t); err != nil {
-				return nil, err
+				return err
 			}
 		case intents[i].Reopened:
 			// An earlier attempt's intent: it may have an upload to abort,
 			// or a standing object to adopt.
-			alone = append(alone, b.ds)
+			alone(b.ds)
 		default:
 			b.intent = intents[i]
 			// The intent may be above the planned revision (publish says why).
@@ -201,9 +199,7 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 				}
 				// The key holds an object: the per-stream path takes the
 				// intent up again and adopts what stands.
-				mu.Lock()
-				alone = append(alone, b.ds)
-				mu.Unlock()
+				alone(b.ds)
 				return nil
 			}
 			b.p = &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
@@ -217,10 +213,7 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 	if cerr := gc.close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return nil, err
-	}
-	return alone, nil
+	return err
 }
 
 // planned, settleAlone and deferred are what planOne makes of a stream.

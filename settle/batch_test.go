@@ -108,3 +108,81 @@ func TestBatchIsolatesAFailingStream(t *testing.T) {
 		})
 	}
 }
+
+// commitOrder is the metastore noting the order of its settle commits: a
+// stream's own (CommitSettle) by its ID, a grouped one as a zero ID.
+type commitOrder struct {
+	*catalog.DB
+	mu    sync.Mutex
+	order []catalog.StreamID
+}
+
+func (m *commitOrder) CommitSettle(ctx context.Context, f catalog.Fence, c catalog.SettleCommit) error {
+	err := m.DB.CommitSettle(ctx, f, c)
+	m.mu.Lock()
+	m.order = append(m.order, c.Entry.Stream)
+	m.mu.Unlock()
+	return err
+}
+
+func (m *commitOrder) CommitSettles(ctx context.Context, f catalog.Fence, group []catalog.StreamCommit, between func()) ([]error, error) {
+	errs, err := m.DB.CommitSettles(ctx, f, group, between)
+	m.mu.Lock()
+	m.order = append(m.order, catalog.StreamID{})
+	m.mu.Unlock()
+	return errs, err
+}
+
+// TestErasuresDoNotWaitForBatches: a stream with a pending erasure never
+// batches; it settles alone, and it starts before the batches of the
+// cycle rather than after all of them (the issue's "erasures still go
+// first"). With one slot of concurrency and eight batches, its commit
+// comes before the last grouped commit.
+func TestErasuresDoNotWaitForBatches(t *testing.T) {
+	b := backends()[0]
+	e, _ := newEnv(t, b, 64, 0)
+	if _, err := sim.Write(e.ctx, e.db, e.storage(), sim.WriteOptions{Star: "s1", Flights: 24, FlightBytes: 128 << 10,
+		FlightInterval: time.Minute, AbsorbFlights: 4, Session: 12}); err != nil {
+		t.Fatal(err)
+	}
+	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var erasing catalog.StreamID
+	for _, st := range streams {
+		if st.NextRecord > 2 {
+			erasing = st.ID
+			break
+		}
+	}
+	if _, err := e.db.RecordErasure(e.ctx, erasing, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	ms := &commitOrder{DB: e.db}
+	s := e.newSettler(settle.Deps{DB: ms, Topology: e.topology(), Pending: e.pending},
+		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40,
+			Concurrency: 1, ReapGrace: time.Hour, BatchStreams: 8})
+	c, err := e.cycle("s1", s)
+	if err != nil || c.StreamsQuarantined != 0 {
+		t.Fatalf("cycle: %+v %v", c, err)
+	}
+	e.checkSettled("s1")
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	at, lastGroup := -1, -1
+	for i, id := range ms.order {
+		switch id {
+		case erasing:
+			if at < 0 {
+				at = i
+			}
+		case catalog.StreamID{}:
+			lastGroup = i
+		}
+	}
+	t.Logf("the erasing stream's first commit is #%d of %d, the last grouped commit #%d", at, len(ms.order), lastGroup)
+	if at < 0 || lastGroup < 0 || at > lastGroup {
+		t.Fatalf("the erasing stream committed at #%d, the last grouped commit at #%d: it waited for the batches", at, lastGroup)
+	}
+}

@@ -201,34 +201,68 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 		budget -= n
 		return true
 	}
-	alone := due
-	if s.c.BatchStreams > 0 && !opts.DryRun {
-		alone = nil
-		var amu sync.Mutex
-		work := semaphore.NewWeighted(int64(s.c.Concurrency))
-		bg, bctx := errgroup.WithContext(ctx)
+	// The streams that settle alone run on Concurrency workers; with
+	// batches on, each holds one of the batches' work slots while it
+	// settles, and they start as soon as they are known (aloneQueue).
+	batching := s.c.BatchStreams > 0 && !opts.DryRun
+	work := semaphore.NewWeighted(int64(s.c.Concurrency))
+	q := newAloneQueue()
+	g, gctx := errgroup.WithContext(ctx)
+	defer q.dropOnDone(gctx)()
+	for range s.c.Concurrency {
+		g.Go(func() error {
+			for {
+				ds, ok := q.pop()
+				if !ok {
+					return nil
+				}
+				if batching {
+					if err := work.Acquire(gctx, 1); err != nil {
+						return err
+					}
+				}
+				c, err := s.settleStream(gctx, f, rd, ds, erasing[ds.Stream], opts, take)
+				if batching {
+					work.Release(1)
+				}
+				t.add(c)
+				if err := s.failed(gctx, f, ds.Stream, err, opts, &t); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	if !batching {
+		q.push(due...)
+		q.close()
+	} else {
+		// Streams with pending erasures first: they never batch.
+		batchable := make([]catalog.DueStream, 0, len(due))
+		for _, ds := range due {
+			if erasing[ds.Stream] {
+				q.push(ds)
+			} else {
+				batchable = append(batchable, ds)
+			}
+		}
+		bg, bctx := errgroup.WithContext(gctx)
 		bg.SetLimit(batchesInFlight)
-		for batch := range slices.Chunk(due, s.c.BatchStreams) {
+		for batch := range slices.Chunk(batchable, s.c.BatchStreams) {
 			bg.Go(func() error {
-				rest, err := s.settleBatch(bctx, f, rd, batch, erasing, opts, take, &t, work)
-				amu.Lock()
-				alone = append(alone, rest...)
-				amu.Unlock()
-				return err
+				return s.settleBatch(bctx, f, rd, batch, erasing, opts, take, &t, work, func(ds catalog.DueStream) { q.push(ds) })
 			})
 		}
 		if err := bg.Wait(); err != nil {
+			q.drop()
+			// The streams under way end (fenced) before the cycle does; a
+			// worker's error is the cause when there is one (it cancelled
+			// the batches).
+			if gerr := g.Wait(); gerr != nil {
+				err = gerr
+			}
 			return t.total, err
 		}
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.c.Concurrency)
-	for _, ds := range alone {
-		g.Go(func() error {
-			c, err := s.settleStream(gctx, f, rd, ds, erasing[ds.Stream], opts, take)
-			t.add(c)
-			return s.failed(gctx, f, ds.Stream, err, opts, &t)
-		})
+		q.close()
 	}
 	total := &t.total
 	if err := g.Wait(); err != nil {
