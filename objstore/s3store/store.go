@@ -81,6 +81,7 @@ func New(ctx context.Context, cfg objstore.S3Config) (*Store, error) {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
 		o.UsePathStyle = cfg.PathStyle
+		o.EndpointResolverV2 = newEndpointCache(s3.NewDefaultEndpointResolverV2())
 		if cfg.HTTPClient != nil {
 			// set here, not through config.WithHTTPClient, which insists on
 			// adding AWS_CA_BUNDLE's roots to the client's transport
