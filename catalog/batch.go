@@ -144,9 +144,10 @@ type StreamCommit struct {
 // is rolled back alone and the others commit. The streams' rows are
 // locked in ascending stream_id order, the write path's absorb order
 // (docs/metastore.md), so a grouped commit and an absorb never deadlock.
-// between, if not nil, is called after each stream's savepoint is
-// released, inside the transaction (a crash point: nothing of the batch is
-// committed yet). The error is the transaction's (the fence lost, the
+// between, if not nil, is called once per committed stream inside the
+// transaction (a crash point: nothing of the batch is committed yet):
+// after each stream's savepoint is released, or, on the set path, after
+// the whole group's changes are made. The error is the transaction's (the fence lost, the
 // commit failed): then nothing of the group is committed.
 func (db *DB) CommitSettles(ctx context.Context, f Fence, group []StreamCommit, between func()) (errs []error, err error) {
 	order := make([]int, len(group))

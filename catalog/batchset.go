@@ -23,6 +23,11 @@ import (
 //     count that differs), the savepoint is rolled back and the caller
 //     runs the stream-by-stream path, whose savepoints single the stream
 //     out. The set path is a fast path, never a second set of rules.
+//
+// The lock of the group's rows and the read of the rewritten tails run
+// before that savepoint: they change nothing, and their failure (a lost
+// connection, a cancelled statement) fails the group's transaction, as
+// it would fail the stream-by-stream path's.
 
 // commitSettlesAtOnce is CommitSettles's set path, in the fenced
 // transaction tx, over the group in lock order. It applies only when every

@@ -219,8 +219,8 @@ func TestBatchSetPathMatchesStreamByStream(t *testing.T) {
 	if s.Settled != 15 || len(s.Entries) != 1 || s.Entries[0].Revision != 1 || s.HasMarker || s.ReapIntents != 1 || s.HighRevision != 1 {
 		t.Fatalf("a rewritten stream: %+v", s)
 	}
-	if s := stateOf(t, ctx, db, f, a[3]); s.Retained != 0 || s.Low != 12 {
-		t.Fatalf("the stream below its low_record: %+v", s)
+	if s := stateOf(t, ctx, db, f, a[3]); s.Low != 12 || s.Settled != 15 {
+		t.Fatalf("the stream with a raised low_record: %+v", s)
 	}
 }
 

@@ -27,8 +27,9 @@ type DB struct {
 
 // DefaultMaxConns is the pool's size unless the URL sets pool_max_conns:
 // enough for the default settle concurrency (16 streams, each one
-// transaction at a time) beside the connections the daemon holds for
-// itself (ReservedConns).
+// transaction at a time), the batches in flight (up to 4, each with a
+// snapshot or intent transaction and a group committer) and the
+// connections the daemon holds for itself (ReservedConns).
 const DefaultMaxConns = 32
 
 // ReservedConns are the pool connections the daemon uses beside settle's

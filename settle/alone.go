@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/nova/auditor/catalog"
 )
 
@@ -74,4 +76,32 @@ func (q *aloneQueue) pop() (catalog.DueStream, bool) {
 // dropOnDone drops q when ctx is done, and returns what stops that.
 func (q *aloneQueue) dropOnDone(ctx context.Context) func() bool {
 	return context.AfterFunc(ctx, q.drop)
+}
+
+// slotHold is a worker's hold on one of the batches' work slots while it
+// settles a stream alone (nil sem: no slots, batches off). A stream that
+// waits for a hot token gives its slot back while it waits (hot.take), so
+// the streams queued behind more hot streams than Config.HotStreams do
+// not idle the batches' slots.
+type slotHold struct {
+	sem  *semaphore.Weighted
+	held bool
+}
+
+func (h *slotHold) acquire(ctx context.Context) error {
+	if h == nil || h.sem == nil || h.held {
+		return nil
+	}
+	if err := h.sem.Acquire(ctx, 1); err != nil {
+		return err
+	}
+	h.held = true
+	return nil
+}
+
+func (h *slotHold) release() {
+	if h != nil && h.sem != nil && h.held {
+		h.sem.Release(1)
+		h.held = false
+	}
 }

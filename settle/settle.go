@@ -207,7 +207,11 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	batching := s.c.BatchStreams > 0 && !opts.DryRun
 	work := semaphore.NewWeighted(int64(s.c.Concurrency))
 	q := newAloneQueue()
-	g, gctx := errgroup.WithContext(ctx)
+	// A failing batch stops the workers too (cancelWorkers), as a failing
+	// worker stops the batches (bctx is gctx's).
+	wctx, cancelWorkers := context.WithCancel(ctx)
+	defer cancelWorkers()
+	g, gctx := errgroup.WithContext(wctx)
 	defer q.dropOnDone(gctx)()
 	for range s.c.Concurrency {
 		g.Go(func() error {
@@ -216,15 +220,15 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 				if !ok {
 					return nil
 				}
+				slot := &slotHold{}
 				if batching {
-					if err := work.Acquire(gctx, 1); err != nil {
-						return err
-					}
+					slot.sem = work
 				}
-				c, err := s.settleStream(gctx, f, rd, ds, erasing[ds.Stream], opts, take)
-				if batching {
-					work.Release(1)
+				if err := slot.acquire(gctx); err != nil {
+					return err
 				}
+				c, err := s.settleStream(gctx, f, rd, ds, erasing[ds.Stream], opts, take, slot)
+				slot.release()
 				t.add(c)
 				if err := s.failed(gctx, f, ds.Stream, err, opts, &t); err != nil {
 					return err
@@ -253,11 +257,13 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 			})
 		}
 		if err := bg.Wait(); err != nil {
+			// A worker's error is the cause when one cancelled the batches;
+			// else the batch's stops the workers, and the streams under
+			// way end (fenced, cancelled) before the cycle does.
+			byWorker := gctx.Err() != nil
 			q.drop()
-			// The streams under way end (fenced) before the cycle does; a
-			// worker's error is the cause when there is one (it cancelled
-			// the batches).
-			if gerr := g.Wait(); gerr != nil {
+			cancelWorkers()
+			if gerr := g.Wait(); gerr != nil && byWorker {
 				err = gerr
 			}
 			return t.total, err
@@ -365,7 +371,7 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 // written, so an object is never written without a tombstone a pending
 // erasure asks for, and an attempt made again after a crash plans at least
 // the tombstones the first did (what adoption accepts).
-func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.Reader, ds catalog.DueStream, erasing bool, opts cycle.Options, take func(int64) bool) (cycle.Counts, error) {
+func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.Reader, ds catalog.DueStream, erasing bool, opts cycle.Options, take func(int64) bool, slot *slotHold) (cycle.Counts, error) {
 	var counts cycle.Counts
 	st, refs, last, err := s.snapshot(ctx, f, ds.Stream, opts)
 	if err != nil || st.SettledThrough >= st.NextRecord {
@@ -379,7 +385,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.
 	if err != nil {
 		return counts, err
 	}
-	hot := s.hotToken()
+	hot := s.hotToken(slot)
 	defer hot.release()
 	if backlogRecords(refs, st.SettledThrough) > s.c.WindowRecords || len(refs) == s.c.WindowRefs {
 		if err := hot.take(ctx); err != nil { // before its first window is resolved
@@ -491,12 +497,15 @@ func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *cat
 // hot is a stream's hold on one of Config.HotStreams tokens: a stream
 // whose backlog takes more than one window carries up to a cap's worth of
 // records between windows, and only a few are settled at once.
+// While it waits for a token it gives back its work slot, if it holds
+// one (slotHold), and takes one again before it goes on.
 type hot struct {
 	tokens chan struct{}
 	held   bool
+	slot   *slotHold
 }
 
-func (s *Settler) hotToken() *hot { return &hot{tokens: s.hot} }
+func (s *Settler) hotToken(slot *slotHold) *hot { return &hot{tokens: s.hot, slot: slot} }
 
 // take waits for a token, once.
 func (h *hot) take(ctx context.Context) error {
@@ -505,11 +514,18 @@ func (h *hot) take(ctx context.Context) error {
 	}
 	select {
 	case h.tokens <- struct{}{}:
+		h.held = true
+		return nil
+	default:
+	}
+	h.slot.release()
+	select {
+	case h.tokens <- struct{}{}:
+		h.held = true
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	h.held = true
-	return nil
+	return h.slot.acquire(ctx)
 }
 
 func (h *hot) release() {
