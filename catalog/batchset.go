@@ -109,28 +109,42 @@ func commitSettlesAtOnce(ctx context.Context, tx pgx.Tx, f Fence, group []Stream
 		return nil, true, nil
 	}
 
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("savepoint: %w", err)
-	}
-	pass, ok, err = applySettles(ctx, sp, f, group, pass, errs)
-	if err == nil && ok {
-		if err := sp.Commit(ctx); err != nil {
-			return nil, false, fmt.Errorf("release savepoint: %w", err)
-		}
-		return pass, true, nil
-	}
-	if rerr := sp.Rollback(ctx); rerr != nil {
-		return nil, false, errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
-	}
-	if ctx.Err() != nil {
-		return nil, false, ctx.Err()
+	ok, err = trySavepoint(ctx, tx, func(sp pgx.Tx) (bool, error) {
+		kept, ok, err := applySettles(ctx, sp, f, group, pass, errs)
+		pass = kept
+		return ok, err
+	})
+	if err != nil || ok {
+		return pass, ok, err
 	}
 	// The stream-by-stream path sets every stream's error again.
 	for _, i := range order {
 		errs[i] = nil
 	}
 	return nil, false, nil
+}
+
+// trySavepoint runs fn in a savepoint of tx: released when fn reports ok,
+// rolled back when it declines or fails. Declined (false, nil): fn's
+// changes are undone and tx is usable again, for the caller's fallback;
+// an error only when tx is lost with it (the savepoint could not be made,
+// released or rolled back, or ctx is done).
+func trySavepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) (bool, error)) (bool, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("savepoint: %w", err)
+	}
+	ok, err := fn(sp)
+	if err == nil && ok {
+		if err := sp.Commit(ctx); err != nil {
+			return false, fmt.Errorf("release savepoint: %w", err)
+		}
+		return true, nil
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return false, errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
+	}
+	return false, ctx.Err()
 }
 
 // tailEnds reads where the catalog rows the rewrites at group[rewrites]
@@ -357,24 +371,15 @@ func openIntentsAtOnce(ctx context.Context, tx pgx.Tx, f Fence, reqs []IntentReq
 		}
 		byKey[keys[i]] = i
 	}
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("savepoint: %w", err)
+	ok, err = trySavepoint(ctx, tx, func(sp pgx.Tx) (bool, error) {
+		opened, ok, err := openIntents(ctx, sp, f, reqs, ids, epochs, firsts, revs, keys, classes, byKey)
+		intents = opened
+		return ok, err
+	})
+	if err != nil || !ok {
+		return nil, false, err
 	}
-	intents, ok, err = openIntents(ctx, sp, f, reqs, ids, epochs, firsts, revs, keys, classes, byKey)
-	if err == nil && ok {
-		if err := sp.Commit(ctx); err != nil {
-			return nil, false, fmt.Errorf("release savepoint: %w", err)
-		}
-		return intents, true, nil
-	}
-	if rerr := sp.Rollback(ctx); rerr != nil {
-		return nil, false, errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
-	}
-	if ctx.Err() != nil {
-		return nil, false, ctx.Err()
-	}
-	return nil, false, nil
+	return intents, true, nil
 }
 
 // openIntents is openIntentsAtOnce's statements, in the savepoint tx.
