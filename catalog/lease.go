@@ -84,7 +84,7 @@ func (db *DB) AcquireLeaseInstance(ctx context.Context, star, holder, instance s
 		switch {
 		case err == nil:
 			return tx.QueryRow(ctx, `UPDATE nova.auditor_leases SET holder = $2, instance = $3, token = token + 1,
-				expires_at = now() + $4::interval WHERE star = $1 RETURNING token, expires_at`,
+				expires_at = now() + $4::interval, handoff_to = NULL WHERE star = $1 RETURNING token, expires_at`,
 				star, holder, instance, ttl).Scan(&l.Token, &l.ExpiresAt)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
@@ -154,7 +154,8 @@ func boundStatements(ctx context.Context, tx pgx.Tx) error {
 // ReleaseLease expires a held lease now so a standby takes over at once.
 // Releasing a lease already lost is not an error.
 func (db *DB) ReleaseLease(ctx context.Context, f Fence) error {
-	_, err := db.pool.Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now()
+	_, err := db.pool.Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now(), released_at = now(),
+		released_why = 'released', handoff_to = NULL
 		WHERE star = $1 AND holder = $2 AND token = $3 AND expires_at > now()`, f.Star, f.Holder, f.Token)
 	if err != nil {
 		return fmt.Errorf("release lease of star %q: %w", f.Star, err)

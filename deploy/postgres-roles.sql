@@ -18,7 +18,7 @@
 -- and again after every `auditor migrate` of a new release, with that
 -- release's copy of this file. It is idempotent: each run revokes whatever
 -- nova_auditor held in the schema and grants the list below, in one
--- transaction. It is written for schema version 8; it grants nothing on a
+-- transaction. It is written for schema version 9; it grants nothing on a
 -- database behind that (it says so) and refuses one ahead of it.
 --
 -- The roles are created with LOGIN and no password. Set one for each
@@ -77,11 +77,11 @@ BEGIN
     RETURN;
   END IF;
   SELECT coalesce(max(m.version), 0) INTO v FROM nova.schema_migrations m;
-  IF v > 8 THEN
-    RAISE EXCEPTION 'schema nova is at version %, this script knows 8: run the copy of deploy/postgres-roles.sql of the release that migrated it', v;
+  IF v > 9 THEN
+    RAISE EXCEPTION 'schema nova is at version %, this script knows 9: run the copy of deploy/postgres-roles.sql of the release that migrated it', v;
   END IF;
-  IF v < 8 THEN
-    RAISE NOTICE 'schema nova is at version %, this script grants for 8: run auditor migrate as nova_migrator, then this script again', v;
+  IF v < 9 THEN
+    RAISE NOTICE 'schema nova is at version %, this script grants for 9: run auditor migrate as nova_migrator, then this script again', v;
     RETURN;
   END IF;
 
@@ -92,7 +92,8 @@ BEGIN
   FOREACH t IN ARRAY ARRAY['schema_migrations',
       'stars', 'star_epochs', 'streams', 'span_refs', 'due_markers', 'erasures',
       'catalog', 'orphan_intents', 'auditor_key_revisions', 'trim_cursors', 'slot_reaps',
-      'auditor_leases', 'auditor_runs', 'admin_requests', 'quarantine', 'auditor_state', 'auditor_runtime'] LOOP
+      'auditor_leases', 'auditor_runs', 'admin_requests', 'quarantine', 'auditor_state', 'auditor_runtime',
+      'auditor_members', 'auditor_fleet_moves'] LOOP
     IF (SELECT relowner::regrole::text FROM pg_class WHERE oid = format('nova.%I', t)::regclass) <> 'nova_migrator' THEN
       EXECUTE format('ALTER TABLE nova.%I OWNER TO nova_migrator', t);
     END IF;
@@ -132,6 +133,8 @@ BEGIN
   GRANT SELECT, INSERT, UPDATE, DELETE ON nova.quarantine TO nova_auditor;
   GRANT SELECT, INSERT, UPDATE ON nova.auditor_state TO nova_auditor;
   GRANT SELECT, INSERT, UPDATE ON nova.auditor_runtime TO nova_auditor;
+  GRANT SELECT, INSERT, UPDATE, DELETE ON nova.auditor_members TO nova_auditor;
+  GRANT SELECT, INSERT, DELETE ON nova.auditor_fleet_moves TO nova_auditor;
 
   -- The bigserial ids of the rows the auditor inserts (nextval).
   GRANT USAGE ON SEQUENCE nova.orphan_intents_id_seq TO nova_auditor;
@@ -139,6 +142,7 @@ BEGIN
   GRANT USAGE ON SEQUENCE nova.auditor_runs_id_seq TO nova_auditor;
   GRANT USAGE ON SEQUENCE nova.admin_requests_id_seq TO nova_auditor;
   GRANT USAGE ON SEQUENCE nova.quarantine_id_seq TO nova_auditor;
+  GRANT USAGE ON SEQUENCE nova.auditor_fleet_moves_id_seq TO nova_auditor;
 END
 $grants$;
 
