@@ -113,7 +113,7 @@ type FleetView struct {
 
 // ReadFleet reads the fleet in one repeatable-read transaction, after
 // giving every star without a lease row one that is expired since now
-// (holder '', token 0): a star's unowned time is then always its lease's
+// (holder ”, token 0): a star's unowned time is then always its lease's
 // age past expiry.
 func (db *DB) ReadFleet(ctx context.Context, budgetWindow time.Duration) (FleetView, error) {
 	var v FleetView

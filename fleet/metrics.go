@@ -12,21 +12,21 @@ import (
 // fleet-wide figures (members, imbalance, unowned stars) are this member's
 // reading of the metastore: every member exports them, aggregate with max.
 type Metrics struct {
-	Members     prometheus.Gauge // live members that are not draining
-	Stars       prometheus.Gauge // stars the member's --stars selects
-	Owned       prometheus.Gauge // stars this member leads
-	Cap         prometheus.Gauge // ceil(stars / members)
-	Imbalance   prometheus.Gauge // most minus fewest stars owned over live members
-	Draining    prometheus.Gauge
-	Unowned     *prometheus.GaugeVec   // star: seconds without a live owner (0 when owned)
-	Progress    *prometheus.GaugeVec   // star: seconds since the star's cycle loop last made progress (stars led here)
-	Moves       *prometheus.CounterVec // reason: stars this member claimed, by why they left their last owner
-	Releases    *prometheus.CounterVec // reason: stars this member gave up (drain, balance, stuck)
-	MoveBudget  prometheus.Gauge       // balance moves allowed fleet-wide per budget window
-	Ticks       *prometheus.CounterVec // outcome: ok, error
-	CycleWaits  prometheus.Counter     // cycles that waited for one of the process's cycle slots
-	CycleSlots  prometheus.Gauge       // --fleet-cycles
-	CyclesHeld  prometheus.Gauge       // cycle slots in use
+	Members    prometheus.Gauge // live members that are not draining
+	Stars      prometheus.Gauge // stars the member's --stars selects
+	Owned      prometheus.Gauge // stars this member leads
+	Cap        prometheus.Gauge // ceil(stars / members)
+	Imbalance  prometheus.Gauge // most minus fewest stars owned over live members
+	Draining   prometheus.Gauge
+	Unowned    *prometheus.GaugeVec   // star: seconds without a live owner (0 when owned)
+	Progress   *prometheus.GaugeVec   // star: seconds since the star's cycle loop last made progress (stars led here)
+	Moves      *prometheus.CounterVec // reason: stars this member claimed, by why they left their last owner
+	Releases   *prometheus.CounterVec // reason: stars this member gave up (drain, balance, stuck)
+	MoveBudget prometheus.Gauge       // balance moves allowed fleet-wide per budget window
+	Ticks      *prometheus.CounterVec // outcome: ok, error
+	CycleWaits prometheus.Counter     // cycles that waited for one of the process's cycle slots
+	CycleSlots prometheus.Gauge       // --fleet-cycles
+	CyclesHeld prometheus.Gauge       // cycle slots in use
 }
 
 // NewMetrics registers the fleet's series.
