@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,6 +85,33 @@ func OpenLazy(url string) (*DB, error) {
 		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
 	}
 	setPoolDefaults(cfg, url)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database pool: %s", scrub(err.Error(), url))
+	}
+	return &DB{pool: pool}, nil
+}
+
+// OpenLazySized is OpenLazy with a pool of maxConns connections unless
+// the URL sets pool_max_conns: a fleet member's own small pool for its
+// leases, and its cycles' pool sized for the cycles it runs at once.
+// idleTx, when positive, is the sessions' idle_in_transaction_session_timeout:
+// a process paused (SIGSTOP, a VM freeze) inside a fenced transaction
+// holds a lock on its star's lease row, which claims skip; the server
+// ends such a transaction (it rolls back: always safe) after idleTx, so
+// the star can move.
+func OpenLazySized(url string, maxConns int32, idleTx time.Duration) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
+	}
+	setPoolDefaults(cfg, url)
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = maxConns
+	}
+	if idleTx > 0 {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idleTx.Milliseconds(), 10)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database pool: %s", scrub(err.Error(), url))

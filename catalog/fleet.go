@@ -97,8 +97,10 @@ type FleetStar struct {
 	HandoffAge  time.Duration
 	ReleasedWhy string
 	// LastMove is how long ago it last changed owner within the fleet
-	// (negative: never).
-	LastMove time.Duration
+	// (negative: never); LastFrom and LastReason, from whom and why.
+	LastMove   time.Duration
+	LastFrom   string
+	LastReason string
 }
 
 // FleetView is one consistent read of the fleet: the database's now, the
@@ -143,15 +145,18 @@ func (db *DB) ReadFleet(ctx context.Context, budgetWindow time.Duration) (FleetV
 		rows, err = tx.Query(ctx, `SELECT s.star, l.holder, l.instance, l.token, l.expires_at, l.expires_at > now(),
 			greatest(now() - l.expires_at, '0'::interval), coalesce(l.handoff_to, ''),
 			coalesce(now() - l.released_at, '0'::interval), coalesce(l.released_why, ''),
-			coalesce(now() - (SELECT max(m.at) FROM nova.auditor_fleet_moves m WHERE m.star = s.star), '-1s'::interval)
-			FROM nova.stars s JOIN nova.auditor_leases l ON l.star = s.star ORDER BY s.star`)
+			coalesce(now() - mv.at, '-1s'::interval), coalesce(mv.from_member, ''), coalesce(mv.reason, '')
+			FROM nova.stars s JOIN nova.auditor_leases l ON l.star = s.star
+			LEFT JOIN LATERAL (SELECT m.at, m.from_member, m.reason FROM nova.auditor_fleet_moves m
+				WHERE m.star = s.star ORDER BY m.at DESC, m.id DESC LIMIT 1) mv ON true
+			ORDER BY s.star`)
 		if err != nil {
 			return err
 		}
 		v.Stars, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetStar, error) {
 			var s FleetStar
 			err := r.Scan(&s.Star, &s.Holder, &s.Instance, &s.Token, &s.ExpiresAt, &s.Live, &s.Unowned,
-				&s.HandoffTo, &s.HandoffAge, &s.ReleasedWhy, &s.LastMove)
+				&s.HandoffTo, &s.HandoffAge, &s.ReleasedWhy, &s.LastMove, &s.LastFrom, &s.LastReason)
 			if s.Live {
 				s.Unowned = 0
 			}

@@ -92,6 +92,7 @@ type Deps struct {
 	Crash    func(crashpoint.Point) // CrashAfterLeaseRenew (nil: none)
 	Rules    BucketRulesReader      // the bucket rules (nil: unknown)
 	Trim     TrimReader             // trim's view for the gauges and /status (nil: none shown)
+	Slots    Slots                  // the process's cycle slots, shared by a fleet member's stars (nil: no bound)
 }
 
 // Defaults of the daemon's intervals and bounds, which have no
@@ -263,6 +264,11 @@ type runner struct {
 	// instance tells this process apart from another given the same
 	// holder name: a live lease is taken over only by its own process.
 	instance string
+	// feed, set: a fleet member renews the lease and reports each renewal
+	// here (LeadTerm); the runner then neither renews nor releases it.
+	feed <-chan Renewal
+	// stepped stamps the daemon's progress (a step's start and end).
+	stepped func()
 }
 
 func newRunner(cfg Config, deps Deps) *runner {
@@ -333,6 +339,10 @@ func (r *runner) hold(parent context.Context, lease heldLease) *term {
 		losses: m.LeaseLosses, log: log}
 	m.Leader.Set(1)
 	m.LeaseToken.Set(float64(lease.Token))
+	if r.feed != nil {
+		go r.holdFed(t, deadline, r.feed)
+		return t
+	}
 	go func() {
 		defer close(t.renewed)
 		expiry := time.NewTimer(time.Until(deadline))
@@ -399,8 +409,8 @@ func (r *runner) release(t *term) {
 			g.ResetLeaderGauges()
 		}
 	}
-	if lost {
-		return
+	if lost || r.feed != nil {
+		return // lost, or the fleet member hands it off
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -469,7 +479,9 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 			break
 		}
 		began := time.Now()
+		r.step()
 		c, err := runStep(ctx, s, f, opts)
+		r.step()
 		if !opts.DryRun {
 			m.countStep(s.Name(), c)
 		}
@@ -552,6 +564,13 @@ func (r *runner) prune(ctx context.Context, f catalog.Fence, opts cycle.Options,
 	}
 	if p.Runs > 0 || p.Requests > 0 {
 		r.deps.Log.Info("pruned history", "runs", p.Runs, "admin_requests", p.Requests, "older_than", r.cfg.HistoryKeep)
+	}
+}
+
+// step stamps the daemon's progress, when it listens.
+func (r *runner) step() {
+	if r.stepped != nil {
+		r.stepped()
 	}
 }
 

@@ -40,6 +40,11 @@ type Daemon struct {
 	rulesMu sync.Mutex                    // one check of the bucket rules at a time
 	trim    TrimReader                    // trim's view for the gauges and /status (nil: none)
 	fence   atomic.Pointer[catalog.Fence] // the lease held now (nil on standby)
+	// progress is when the cycle loop last made progress (UnixNano): a
+	// turn of the lead loop, a cycle's start, a step's start or end
+	// (ProgressAge; a fleet member renews only stars that progress).
+	progress atomic.Int64
+	slots    Slots // the process's cycle slots (nil: no bound)
 }
 
 // New checks the configuration and builds a daemon.
@@ -54,6 +59,9 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1), guard: newGuard(), trim: deps.Trim}
 	d.role.Store("standby")
 	d.addr.Store("")
+	d.slots = deps.Slots
+	d.r.stepped = d.stepped
+	d.stepped()
 	for _, st := range deps.Steps {
 		d.m.StepDuration.WithLabelValues(st.Name())
 	}
@@ -220,6 +228,7 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 	st := adminState{rerun: true} // a new term runs the triggers earlier terms left open
 	d.admin(t, &st)
 	for {
+		d.stepped()
 		if t.ctx.Err() != nil {
 			d.log.Warn("stepping down: the lease was lost", "token", lease.Token, "cause", context.Cause(t.ctx))
 			return
@@ -432,6 +441,23 @@ func (d *Daemon) runCycle(ctx context.Context, t *term, opts cycle.Options) (res
 	defer cancel(nil)
 	d.running.Store(true)
 	defer d.running.Store(false)
+	if d.slots != nil {
+		// A fleet member's stars share its cycle slots; waiting for one
+		// is not progress.
+		actx, acancel := context.WithCancel(cctx)
+		stopWait := context.AfterFunc(ctx, acancel)
+		err := d.slots.Acquire(actx)
+		stopWait()
+		acancel()
+		if err != nil {
+			return result{outcome: catalog.RunCanceled, err: err}, true
+		}
+		defer d.slots.Release()
+		if t.ctx.Err() != nil {
+			return result{outcome: catalog.RunCanceled, err: context.Cause(t.ctx)}, true
+		}
+	}
+	d.stepped()
 	done := make(chan result, 1)
 	go func() { done <- d.r.cycle(cctx, t.lease.Fence, opts) }()
 	var (

@@ -127,6 +127,7 @@ func startServe(t *testing.T, name, dbURL string, extra ...string) *proc {
 type serveOptions struct {
 	env   []string // added to the process's environment
 	quiet bool     // keep the output (proc.out) without copying it to the test log
+	fleet bool     // a fleet member: no --star (extra says --stars)
 }
 
 // startServeWith is startServe with options.
@@ -135,6 +136,9 @@ func startServeWith(t *testing.T, name, dbURL string, o serveOptions, extra ...s
 	args := []string{"serve", "--star", "s1", "--database-url", dbURL, "--holder", name,
 		"--http-addr", "127.0.0.1:0", "--lease-ttl", "2s", "--lease-renew", "500ms", "--schedule", "@every 1h",
 		"--log-format", "json", "--log-level", "debug", "--data-dir", t.TempDir()}
+	if o.fleet {
+		args = append(args[:1], args[3:]...)
+	}
 	if !slices.Contains(extra, "--s3-endpoint") {
 		args = append(args, "--fs-root", t.TempDir())
 	}

@@ -30,7 +30,14 @@ import (
 func cmdServe(ctx context.Context, e env, args []string) int {
 	fs := newFlags(e, "serve")
 	runNow := fs.Bool("run-now", false, "run one cycle as soon as the lease is held")
-	cfg, err := fs.Load(args, "star", "database-url")
+	cfg, err := fs.Load(args)
+	if err == nil {
+		if cfg.Stars != "" {
+			err = cfg.Require("database-url")
+		} else {
+			err = cfg.Require("star", "database-url")
+		}
+	}
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -38,29 +45,14 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sigs, done := make(chan os.Signal, 2), make(chan struct{})
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer func() {
-		signal.Stop(sigs)
-		close(done)
-	}()
-	go func() {
-		select {
-		case s := <-sigs:
-			log.Info("signal: shutting down", "signal", s.String(), "shutdown_timeout", cfg.ShutdownTimeout)
-			cancel()
-		case <-done:
-			return
+	ctx, stopSignals := onSignals(ctx, log, cfg)
+	defer stopSignals()
+	if cfg.Stars != "" {
+		if *runNow {
+			return exitCode(e, cfg, &config.Error{Field: "run-now", Msg: "a fleet member (--stars) runs each star's cycles on its schedule; trigger one with auditor trigger --star"})
 		}
-		select {
-		case s := <-sigs:
-			log.Error("second signal: exiting at once", "signal", s.String())
-			os.Exit(exitFailure)
-		case <-done:
-		}
-	}()
+		return serveFleet(ctx, e, cfg, log)
+	}
 
 	// The database is not needed to come up: the daemon waits for it
 	// with backoff, not ready meanwhile (a crash loop would page no one
@@ -122,6 +114,35 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, fmt.Errorf("serve: %w", err))
 	}
 	return exitOK
+}
+
+// onSignals: the first SIGTERM or SIGINT cancels the returned context (a
+// clean stop: the daemon or member winds down within --shutdown-timeout),
+// a second one exits 1 at once. The returned function stops listening.
+func onSignals(ctx context.Context, log *slog.Logger, cfg config.Config) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	sigs, done := make(chan os.Signal, 2), make(chan struct{})
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("signal: shutting down", "signal", s.String(), "shutdown_timeout", cfg.ShutdownTimeout)
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			log.Error("second signal: exiting at once", "signal", s.String())
+			os.Exit(exitFailure)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
 }
 
 // bucketRules is the store's reader of lifecycle rules, encryption,

@@ -28,6 +28,17 @@ type Config struct {
 	Star        string
 	DatabaseURL string
 	Holder      string
+	// Stars selects the stars of a fleet member (serve --stars): all, a
+	// list, or a pattern; empty: serve leads Star alone.
+	Stars string
+
+	FleetGrace         time.Duration
+	FleetStableFor     time.Duration
+	FleetCooldown      time.Duration
+	FleetMoveBudget    int64
+	FleetBudgetWindow  time.Duration
+	FleetProgressBound time.Duration
+	FleetCycles        int64
 
 	Bucket      string
 	KeyPrefix   string
@@ -262,6 +273,14 @@ var keys = []key{
 	stringKey("star", "the star (write cell) to work on", "", func(c *Config) *string { return &c.Star }),
 	stringKey("database-url", "Postgres URL of the metastore (postgres://user:pass@host:5432/db)", "", func(c *Config) *string { return &c.DatabaseURL }),
 	stringKey("holder", "lease holder name; empty: the host name and PID", "", func(c *Config) *string { return &c.Holder }),
+	stringKey("stars", "serve as a fleet member for these stars: all, a comma-separated list, or a pattern (*, ?, [...]); empty: serve leads --star alone (docs/architecture.md#the-fleet)", "", func(c *Config) *string { return &c.Stars }),
+	durationKey("fleet-grace", "a star unowned this long may be claimed by a member that is not its favourite; twice this long, by any member beyond its cap", "10s", func(c *Config) *time.Duration { return &c.FleetGrace }),
+	durationKey("fleet-stable-for", "the fleet's live members must not have changed for this long before a star moves for balance", "30s", func(c *Config) *time.Duration { return &c.FleetStableFor }),
+	durationKey("fleet-cooldown", "a star that moved is not moved for balance again within this; a star given up as stuck is not claimed again by the same member within this", "10m", func(c *Config) *time.Duration { return &c.FleetCooldown }),
+	intKey("fleet-move-budget", "balance moves allowed fleet-wide per fleet-budget-window", "10", func(c *Config) *int64 { return &c.FleetMoveBudget }),
+	durationKey("fleet-budget-window", "the window of fleet-move-budget", "5m", func(c *Config) *time.Duration { return &c.FleetBudgetWindow }),
+	durationKey("fleet-progress-bound", "a fleet member gives a star up as stuck when its cycle loop made no progress for the cycle interval plus this", "15m", func(c *Config) *time.Duration { return &c.FleetProgressBound }),
+	intKey("fleet-cycles", "cycles a fleet member runs at once over all its stars (each with the settle caches and concurrency of one star)", "2", func(c *Config) *int64 { return &c.FleetCycles }),
 	stringKey("bucket", "the standard bucket: standard-class slots and every settled object", "nova", func(c *Config) *string { return &c.Bucket }),
 	stringKey("key-prefix", "prefix of every object key: empty or ending in /", "", func(c *Config) *string { return &c.KeyPrefix }),
 	stringKey("s3-endpoint", "S3 endpoint URL (empty: the SDK default for the region)", "", func(c *Config) *string { return &c.S3Endpoint }),

@@ -83,10 +83,20 @@ func (c Config) Validate() error {
 	}
 	for name, v := range map[string]int64{"settle-max-streams": c.SettleMaxStreams, "settle-max-bytes": c.SettleMaxBytes,
 		"settle-concurrency": c.SettleConcurrency, "settle-footer-cache-mib": c.SettleFooterCacheMiB,
-		"copy-concurrency": c.CopyConcurrency, "s3-max-attempts": c.S3MaxAttempts} {
+		"copy-concurrency": c.CopyConcurrency, "s3-max-attempts": c.S3MaxAttempts,
+		"fleet-move-budget": c.FleetMoveBudget, "fleet-cycles": c.FleetCycles} {
 		if v < 1 {
 			add(name, "%d must be at least 1", v)
 		}
+	}
+	for name, d := range map[string]time.Duration{"fleet-grace": c.FleetGrace, "fleet-stable-for": c.FleetStableFor,
+		"fleet-cooldown": c.FleetCooldown, "fleet-budget-window": c.FleetBudgetWindow, "fleet-progress-bound": c.FleetProgressBound} {
+		if d <= 0 {
+			add(name, "%s must be positive", d)
+		}
+	}
+	if c.Stars != "" && c.Star != "" {
+		add("stars", "set either stars (a fleet member) or star (one star), not both")
 	}
 	if c.SettleBatchStreams < 0 || c.SettleBatchStreams > 1000 {
 		add("settle-batch-streams", "%d must be between 0 and 1000", c.SettleBatchStreams)

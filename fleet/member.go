@@ -1,0 +1,555 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
+)
+
+// PruneKeep is how long the move log and expired member rows are kept.
+const PruneKeep = 24 * time.Hour
+
+// Config is what a member is told.
+type Config struct {
+	Member          string
+	Stars           Selector
+	LeaseTTL        time.Duration
+	Tick            time.Duration // --lease-renew: heartbeat, renewal, claims and balance
+	CallTimeout     time.Duration // bound of one statement of the loop (LeaseTTL/3)
+	ShutdownTimeout time.Duration // a star's running cycle may finish this long on drain
+	Rules           Rules
+	BudgetWindow    time.Duration
+	// ProgressBound: a star whose cycle loop made no progress for its
+	// cycle interval plus this long is given up as stuck.
+	ProgressBound time.Duration
+	// Interval is the cycle interval of the schedule now.
+	Interval func() time.Duration
+}
+
+// Metastore is what the member reads and writes (catalog/fleet.go); it
+// should be a pool of its own, so that busy cycles cannot starve the
+// renewals.
+type Metastore interface {
+	Heartbeat(ctx context.Context, member, instance, stars string, draining bool, ttl time.Duration) (time.Time, error)
+	LeaveFleet(ctx context.Context, member, instance string) error
+	ReadFleet(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
+	ClaimStars(ctx context.Context, member, instance string, claims []catalog.Claim, n int, ttl, handoffWindow time.Duration) ([]catalog.Lease, error)
+	RenewLeases(ctx context.Context, member string, held []catalog.Fence, ttl time.Duration) (map[string]time.Time, error)
+	HandOff(ctx context.Context, f catalog.Fence, to, why string) error
+	PruneFleet(ctx context.Context, keep time.Duration) error
+	Listen(ctx context.Context) (*catalog.Listener, error)
+}
+
+// StarDaemon is the daemon of one star the member leads (*daemon.Daemon).
+type StarDaemon interface {
+	LeadTerm(ctx context.Context, g daemon.Grant, renewals <-chan daemon.Renewal)
+	Wake()
+	ProgressAge() time.Duration
+}
+
+// Built is a star's daemon, built when the member claims the star: its
+// metrics (served while the member leads it) and what to close after.
+type Built struct {
+	Daemon  StarDaemon
+	Metrics prometheus.Gatherer
+	Close   func()
+}
+
+// Factory builds the daemon of a star just claimed.
+type Factory func(ctx context.Context, star string) (Built, error)
+
+// Member is one fleet member: Run is its loop.
+type Member struct {
+	cfg      Config
+	db       Metastore
+	build    Factory
+	log      *slog.Logger
+	m        *Metrics
+	instance string
+	gather   *Gatherers
+
+	mu    sync.Mutex
+	seats map[string]*seat // the stars this member leads
+
+	cooling    map[string]time.Time // stars given up as stuck: not claimed again before then
+	liveSet    string               // the live membership last seen
+	liveSince  time.Time            // since when it is that
+	draining   bool
+	ticks      int
+	lastHolder string // the other process holding our member name, logged once
+}
+
+// seat is a star the member leads.
+type seat struct {
+	star    string
+	lease   catalog.Lease
+	built   Built
+	renew   chan daemon.Renewal
+	stop    context.CancelFunc // steps the daemon down
+	done    chan struct{}      // LeadTerm returned
+	leaving string             // why it is being given up ("" while kept)
+	handTo  string
+}
+
+// New builds a member. gather is the process's /metrics, to which each
+// led star's registry is added.
+func New(cfg Config, db Metastore, build Factory, log *slog.Logger, m *Metrics, gather *Gatherers) (*Member, error) {
+	if cfg.Member == "" {
+		return nil, errors.New("fleet: no member name")
+	}
+	if cfg.Tick <= 0 || cfg.Tick >= cfg.LeaseTTL {
+		return nil, fmt.Errorf("fleet: tick %s must be positive and below the lease ttl %s", cfg.Tick, cfg.LeaseTTL)
+	}
+	if cfg.Interval == nil {
+		return nil, errors.New("fleet: no cycle interval")
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	m.MoveBudget.Set(float64(cfg.Rules.MoveBudget))
+	return &Member{cfg: cfg, db: db, build: build, log: log, m: m, instance: hex.EncodeToString(b), gather: gather,
+		seats: map[string]*seat{}, cooling: map[string]time.Time{}}, nil
+}
+
+// Run is the member's loop until ctx ends; then it drains: it marks itself
+// draining, steps every star down (each running cycle gets
+// ShutdownTimeout), hands each to its successor and leaves the fleet.
+func (mb *Member) Run(ctx context.Context) error {
+	base, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { mb.listen(base) })
+	mb.log.Info("fleet member", "member", mb.cfg.Member, "instance", mb.instance, "stars", mb.cfg.Stars.String())
+	tick := time.NewTicker(mb.cfg.Tick)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		mb.tick(base)
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	mb.drain(base, tick)
+	stop()
+	return nil
+}
+
+// tick is one round: heartbeat, renewal, read, claims, balance.
+func (mb *Member) tick(ctx context.Context) {
+	mb.ticks++
+	err := mb.round(ctx)
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+		if ctx.Err() == nil {
+			mb.log.Warn("fleet round failed", "err", err)
+		}
+	}
+	mb.m.Ticks.WithLabelValues(outcome).Inc()
+	if mb.ticks%1000 == 1 {
+		pctx, cancel := context.WithTimeout(ctx, mb.cfg.CallTimeout)
+		if err := mb.db.PruneFleet(pctx, PruneKeep); err != nil {
+			mb.log.Warn("pruning the fleet tables failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+func (mb *Member) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, mb.cfg.CallTimeout)
+}
+
+func (mb *Member) round(ctx context.Context) error {
+	mb.reap(ctx)
+	hctx, cancel := mb.call(ctx)
+	_, herr := mb.db.Heartbeat(hctx, mb.cfg.Member, mb.instance, mb.cfg.Stars.String(), mb.draining, mb.cfg.LeaseTTL)
+	cancel()
+	var held *catalog.MemberHeldError
+	if errors.As(herr, &held) {
+		if mb.lastHolder != held.Error() {
+			mb.log.Error("another process is this fleet member; waiting for its row to expire", "err", held)
+			mb.lastHolder = held.Error()
+		}
+	}
+	mb.renew(ctx)
+	if herr != nil {
+		return herr
+	}
+	rctx, cancel := mb.call(ctx)
+	fv, err := mb.db.ReadFleet(rctx, mb.cfg.BudgetWindow)
+	cancel()
+	if err != nil {
+		return err
+	}
+	v := mb.view(fv)
+	mb.gauges(v)
+	if p := planClaims(v, mb.cfg.Rules); p.n > 0 {
+		cctx, cancel := mb.call(ctx)
+		sent := time.Now()
+		leases, err := mb.db.ClaimStars(cctx, mb.cfg.Member, mb.instance, p.claims, p.n, mb.cfg.LeaseTTL, mb.cfg.Rules.HandoffWindow)
+		cancel()
+		if err != nil {
+			return err
+		}
+		reasons := map[string]string{}
+		for _, s := range fv.Stars {
+			reasons[s.Star] = moveReason(s)
+		}
+		for _, l := range leases {
+			mb.m.Moves.WithLabelValues(reasons[l.Star]).Inc()
+			mb.seat(ctx, l, sent)
+		}
+		return nil
+	}
+	mb.mu.Lock()
+	var mine []string
+	for star, s := range mb.seats {
+		if s.leaving == "" {
+			mine = append(mine, star)
+		}
+	}
+	mb.mu.Unlock()
+	slices.Sort(mine)
+	if mv, ok := planBalance(v, mb.cfg.Rules, mine); ok {
+		mb.giveUp(mv.star, "balance", mv.to)
+	}
+	return nil
+}
+
+// moveReason is why a star claimed now left its last owner, as the claim
+// will record it (catalog.ClaimStars).
+func moveReason(s catalog.FleetStar) string {
+	switch {
+	case s.Holder == "":
+		return "new"
+	case s.ReleasedWhy != "" && s.HandoffAge > 0 && s.HandoffAge <= s.Unowned:
+		return s.ReleasedWhy
+	default:
+		return "lost"
+	}
+}
+
+// view assembles the tick's view and tracks the membership's stability.
+func (mb *Member) view(fv catalog.FleetView) view {
+	v := view{me: mb.cfg.Member, draining: mb.draining, fleet: fv, sel: mb.cfg.Stars,
+		held: map[string]bool{}, cooling: map[string]bool{}}
+	mb.mu.Lock()
+	for star, s := range mb.seats {
+		v.held[star] = true
+		if s.leaving != "" {
+			v.leaving++
+		}
+	}
+	mb.mu.Unlock()
+	now := time.Now()
+	for star, until := range mb.cooling {
+		if now.Before(until) {
+			v.cooling[star] = true
+		} else {
+			delete(mb.cooling, star)
+		}
+	}
+	var live []string
+	for _, m := range fv.Members {
+		if m.Alive && !m.Draining {
+			live = append(live, m.Member)
+		}
+	}
+	set := strings.Join(live, ",")
+	if set != mb.liveSet {
+		mb.liveSet, mb.liveSince = set, now
+	}
+	v.stableOK = now.Sub(mb.liveSince) >= mb.cfg.Rules.StableFor
+	return v
+}
+
+func (mb *Member) gauges(v view) {
+	sh := v.shape()
+	mb.m.Members.Set(float64(len(sh.live)))
+	mb.m.Stars.Set(float64(len(sh.stars)))
+	mb.m.Cap.Set(float64(sh.cap))
+	mb.m.Imbalance.Set(float64(sh.spread))
+	mb.m.Draining.Set(b2f(mb.draining))
+	mb.m.Unowned.Reset()
+	for _, s := range sh.stars {
+		mb.m.Unowned.WithLabelValues(s.Star).Set(s.Unowned.Seconds())
+	}
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	mb.m.Owned.Set(float64(len(mb.seats)))
+	mb.m.Progress.Reset()
+	for star, s := range mb.seats {
+		mb.m.Progress.WithLabelValues(star).Set(s.built.Daemon.ProgressAge().Seconds())
+	}
+}
+
+// seat starts leading a star just claimed: its daemon is built and leads
+// the term. A star whose daemon cannot be built is given up at once.
+func (mb *Member) seat(ctx context.Context, l catalog.Lease, sent time.Time) {
+	built, err := mb.build(ctx, l.Star)
+	if err != nil {
+		mb.log.Error("cannot build the daemon of a claimed star; giving it up", "star", l.Star, "err", err)
+		hctx, cancel := mb.call(ctx)
+		if err := mb.db.HandOff(hctx, l.Fence, "", "stuck"); err != nil {
+			mb.log.Warn("hand-off failed; the lease expires on its own", "star", l.Star, "err", err)
+		}
+		cancel()
+		mb.m.Releases.WithLabelValues("stuck").Inc()
+		mb.cooling[l.Star] = time.Now().Add(mb.cfg.Rules.Cooldown)
+		return
+	}
+	sctx, stop := context.WithCancel(ctx)
+	s := &seat{star: l.Star, lease: l, built: built, renew: make(chan daemon.Renewal, 1), stop: stop, done: make(chan struct{})}
+	mb.mu.Lock()
+	mb.seats[l.Star] = s
+	mb.mu.Unlock()
+	mb.gather.Add(l.Star, built.Metrics)
+	mb.log.Info("leading star", "star", l.Star, "token", l.Token)
+	go func() {
+		defer close(s.done)
+		built.Daemon.LeadTerm(sctx, daemon.Grant{Lease: l, Sent: sent}, s.renew)
+	}()
+}
+
+// giveUp steps a star's daemon down; reap hands it off once it stopped.
+func (mb *Member) giveUp(star, why, to string) {
+	mb.mu.Lock()
+	s := mb.seats[star]
+	if s == nil || s.leaving != "" {
+		mb.mu.Unlock()
+		return
+	}
+	s.leaving, s.handTo = why, to
+	mb.mu.Unlock()
+	mb.log.Info("giving a star up", "star", star, "why", why, "to", to, "token", s.lease.Token)
+	mb.m.Releases.WithLabelValues(why).Inc()
+	s.stop()
+}
+
+// reap hands off the stars whose daemon stopped: given up on purpose (to
+// the member named), or on its own (a lost lease: a no-op; a schema it
+// does not know: released).
+func (mb *Member) reap(ctx context.Context) {
+	mb.mu.Lock()
+	var done []*seat
+	for star, s := range mb.seats {
+		select {
+		case <-s.done:
+			done = append(done, s)
+			delete(mb.seats, star)
+		default:
+		}
+	}
+	mb.mu.Unlock()
+	for _, s := range done {
+		why := orElse(s.leaving, "released")
+		hctx, cancel := mb.call(ctx)
+		err := mb.db.HandOff(hctx, s.lease.Fence, s.handTo, why)
+		cancel()
+		if err != nil {
+			mb.log.Warn("hand-off failed; the lease expires on its own", "star", s.star, "err", err)
+		}
+		mb.gather.Remove(s.star)
+		if s.built.Close != nil {
+			s.built.Close()
+		}
+		mb.log.Info("star given up", "star", s.star, "why", why, "to", s.handTo, "token", s.lease.Token)
+	}
+}
+
+func orElse(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// renew renews, in one statement, the leases of the stars whose cycle loop
+// makes progress; a star without progress is handed off as stuck at once
+// and left alone for the cooldown.
+func (mb *Member) renew(ctx context.Context) {
+	bound := mb.cfg.Interval() + mb.cfg.ProgressBound
+	mb.mu.Lock()
+	var fences []catalog.Fence
+	var live []*seat
+	var stuck []*seat
+	for _, s := range mb.seats {
+		select {
+		case <-s.done:
+			continue
+		default:
+		}
+		if s.leaving == "" && s.built.Daemon.ProgressAge() > bound {
+			stuck = append(stuck, s)
+			continue
+		}
+		fences = append(fences, s.lease.Fence)
+		live = append(live, s)
+	}
+	mb.mu.Unlock()
+	for _, s := range stuck {
+		mb.log.Error("a star's cycle loop made no progress; giving it up", "star", s.star,
+			"progress_age", s.built.Daemon.ProgressAge().Round(time.Second), "bound", bound)
+		hctx, cancel := mb.call(ctx)
+		if err := mb.db.HandOff(hctx, s.lease.Fence, "", "stuck"); err != nil {
+			mb.log.Warn("hand-off failed; the lease expires on its own", "star", s.star, "err", err)
+		}
+		cancel()
+		mb.cooling[s.star] = time.Now().Add(mb.cfg.Rules.Cooldown)
+		mb.giveUp(s.star, "stuck", "")
+		offer(s.renew, daemon.Renewal{Err: fmt.Errorf("star %q given up as stuck: %w", s.star, catalog.ErrStaleToken)})
+	}
+	if len(fences) == 0 {
+		return
+	}
+	sent := time.Now()
+	rctx, cancel := mb.call(ctx)
+	got, err := mb.db.RenewLeases(rctx, mb.cfg.Member, fences, mb.cfg.LeaseTTL)
+	cancel()
+	for _, s := range live {
+		switch _, ok := got[s.star]; {
+		case err != nil:
+			offer(s.renew, daemon.Renewal{Err: err})
+		case ok:
+			offer(s.renew, daemon.Renewal{Sent: sent})
+		default:
+			offer(s.renew, daemon.Renewal{Err: fmt.Errorf("renew star %q token %d: %w", s.star, s.lease.Token, catalog.ErrStaleToken)})
+		}
+	}
+}
+
+// offer hands a renewal to a daemon, replacing one it has not read yet.
+func offer(ch chan daemon.Renewal, r daemon.Renewal) {
+	for {
+		select {
+		case ch <- r:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
+
+// drain gives every star up to its successor, renewing them while their
+// cycles finish, then leaves the fleet.
+func (mb *Member) drain(ctx context.Context, tick *time.Ticker) {
+	mb.draining = true
+	mb.log.Info("draining: handing the stars off", "member", mb.cfg.Member)
+	hctx, cancel := mb.call(ctx)
+	_, _ = mb.db.Heartbeat(hctx, mb.cfg.Member, mb.instance, mb.cfg.Stars.String(), true, mb.cfg.LeaseTTL)
+	cancel()
+	var live []string
+	rctx, cancel := mb.call(ctx)
+	if fv, err := mb.db.ReadFleet(rctx, mb.cfg.BudgetWindow); err == nil {
+		for _, m := range fv.Members {
+			if m.Alive && !m.Draining {
+				live = append(live, m.Member)
+			}
+		}
+	}
+	cancel()
+	mb.mu.Lock()
+	var stars []string
+	for star := range mb.seats {
+		stars = append(stars, star)
+	}
+	mb.mu.Unlock()
+	for _, star := range stars {
+		mb.giveUp(star, "drain", successor(star, mb.cfg.Member, live))
+	}
+	deadline := time.Now().Add(mb.cfg.ShutdownTimeout + 15*time.Second)
+	for time.Now().Before(deadline) {
+		mb.reap(ctx)
+		mb.mu.Lock()
+		left := len(mb.seats)
+		mb.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		mb.renew(ctx)
+		select {
+		case <-tick.C:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	lctx, cancel := mb.call(ctx)
+	if err := mb.db.LeaveFleet(lctx, mb.cfg.Member, mb.instance); err != nil {
+		mb.log.Warn("leaving the fleet failed; the member row expires on its own", "err", err)
+	}
+	cancel()
+	mb.m.Owned.Set(0)
+	mb.log.Info("drained", "member", mb.cfg.Member)
+}
+
+// listen keeps one LISTEN connection for the process and hands each
+// notification to the daemon of the star it names (after a reconnection,
+// to every daemon: what was sent meanwhile was missed).
+func (mb *Member) listen(ctx context.Context) {
+	wait := time.Second
+	for ctx.Err() == nil {
+		l, err := mb.db.Listen(ctx)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 30*time.Second)
+			continue
+		}
+		wait = time.Second
+		mb.wake("")
+		for {
+			payload, err := l.Wait(ctx)
+			if err != nil {
+				break
+			}
+			mb.wake(payload)
+		}
+		l.Close()
+	}
+}
+
+// wake wakes the daemon of star ("" every one).
+func (mb *Member) wake(star string) {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	for name, s := range mb.seats {
+		if star == "" || star == name {
+			s.built.Daemon.Wake()
+		}
+	}
+}
+
+// Led returns the stars the member leads now.
+func (mb *Member) Led() []string {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	var out []string
+	for star := range mb.seats {
+		out = append(out, star)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,299 @@
+package fleet
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+)
+
+// Selector is the stars a member serves (--stars): "all", a
+// comma-separated list of names, or one glob pattern (path.Match).
+type Selector struct {
+	spec  string
+	all   bool
+	names map[string]bool
+	glob  string
+}
+
+// ParseSelector parses --stars.
+func ParseSelector(spec string) (Selector, error) {
+	s := Selector{spec: strings.TrimSpace(spec)}
+	switch {
+	case s.spec == "":
+		return s, fmt.Errorf("no stars selected")
+	case s.spec == "all":
+		s.all = true
+	case strings.ContainsAny(s.spec, "*?["):
+		if strings.Contains(s.spec, ",") {
+			return s, fmt.Errorf("%q: a pattern or a list, not both", s.spec)
+		}
+		if _, err := path.Match(s.spec, ""); err != nil {
+			return s, fmt.Errorf("%q: %w", s.spec, err)
+		}
+		s.glob = s.spec
+	default:
+		s.names = map[string]bool{}
+		for _, n := range strings.Split(s.spec, ",") {
+			n = strings.TrimSpace(n)
+			if n == "" {
+				return s, fmt.Errorf("%q: an empty name in the list", s.spec)
+			}
+			s.names[n] = true
+		}
+	}
+	return s, nil
+}
+
+// String is the selector as given.
+func (s Selector) String() string { return s.spec }
+
+// Match reports whether the selector selects star.
+func (s Selector) Match(star string) bool {
+	switch {
+	case s.all:
+		return true
+	case s.glob != "":
+		ok, _ := path.Match(s.glob, star)
+		return ok
+	default:
+		return s.names[star]
+	}
+}
+
+// score is the rendezvous hash of (star, member): each star prefers the
+// live member with the highest score, so members prefer different stars
+// and a member that leaves and comes back is preferred for the same ones.
+func score(star, member string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(star))
+	h.Write([]byte{0})
+	h.Write([]byte(member))
+	x := h.Sum64()
+	// finalize (splitmix64): fnv's low bits mix poorly for short keys
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// favourite is the live member star prefers ("" when none is live).
+func favourite(star string, live []string) string {
+	best, bestScore := "", uint64(0)
+	for _, m := range live {
+		if s := score(star, m); best == "" || s > bestScore || (s == bestScore && m < best) {
+			best, bestScore = m, s
+		}
+	}
+	return best
+}
+
+// Rules are the fleet's knobs the plan follows.
+type Rules struct {
+	Grace         time.Duration // others' favourites unowned this long may be claimed; twice this, by anyone beyond caps
+	HandoffWindow time.Duration // a star handed to a member is left to it this long
+	StableFor     time.Duration // the live membership must not have changed this long before a balance move
+	Cooldown      time.Duration // a star moved this recently is not moved for balance
+	MoveBudget    int           // balance moves fleet-wide per budget window
+}
+
+// view is what one tick of the member knows: the metastore's reading and
+// its own state.
+type view struct {
+	me       string
+	draining bool
+	fleet    catalog.FleetView
+	sel      Selector
+	held     map[string]bool // stars this member leads (leaving ones too)
+	leaving  int             // of which are being given up
+	cooling  map[string]bool // stars this member gave up as stuck, left alone for now
+	stableOK bool            // the live membership has been unchanged for StableFor
+}
+
+// shape is the fleet as a view sees it.
+type shape struct {
+	live   []string // live, non-draining members (sorted)
+	stars  []catalog.FleetStar
+	owned  map[string]int // live stars per holder
+	cap    int            // ceil(M/N)
+	floor  int            // floor(M/N)
+	spread int            // most minus fewest owned over live members
+}
+
+func (v view) shape() shape {
+	sh := shape{owned: map[string]int{}}
+	for _, m := range v.fleet.Members {
+		if m.Alive && !m.Draining {
+			sh.live = append(sh.live, m.Member)
+		}
+	}
+	for _, s := range v.fleet.Stars {
+		if v.sel.Match(s.Star) {
+			sh.stars = append(sh.stars, s)
+			if s.Live {
+				sh.owned[s.Holder]++
+			}
+		}
+	}
+	n, m := max(len(sh.live), 1), len(sh.stars)
+	sh.cap, sh.floor = (m+n-1)/n, m/n
+	if len(sh.live) > 0 {
+		lo, hi := m, 0
+		for _, mem := range sh.live {
+			lo, hi = min(lo, sh.owned[mem]), max(hi, sh.owned[mem])
+		}
+		sh.spread = hi - lo
+	}
+	return sh
+}
+
+// claimPlan is what a member asks for in one tick: the claims in order and
+// how many to take.
+type claimPlan struct {
+	claims []catalog.Claim
+	n      int
+}
+
+// planClaims: stars handed to this member first and stars unowned beyond
+// twice the grace (both beyond the cap), then, while under the cap, the
+// stars this member is the favourite of, then others' favourites unowned
+// beyond the grace; each group by rendezvous score.
+func planClaims(v view, r Rules) claimPlan {
+	if v.draining {
+		return claimPlan{}
+	}
+	sh := v.shape()
+	type cand struct {
+		star  string
+		prio  int
+		score uint64
+	}
+	var cands []cand
+	for _, s := range sh.stars {
+		if s.Live || v.held[s.Star] || v.cooling[s.Star] {
+			continue
+		}
+		handedHere := s.HandoffTo == v.me && s.HandoffAge < r.HandoffWindow
+		handedElsewhere := s.HandoffTo != "" && s.HandoffTo != v.me && s.HandoffAge < r.HandoffWindow
+		c := cand{star: s.Star, score: score(s.Star, v.me)}
+		switch {
+		case handedHere:
+			c.prio = 0
+		case handedElsewhere:
+			continue
+		case s.Unowned > 2*r.Grace:
+			c.prio = 1
+		case favourite(s.Star, sh.live) == v.me:
+			c.prio = 2
+		case s.Unowned > r.Grace:
+			c.prio = 3
+		default:
+			continue
+		}
+		cands = append(cands, c)
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if a.prio != b.prio {
+			return cmp.Compare(a.prio, b.prio)
+		}
+		return cmp.Compare(b.score, a.score)
+	})
+	var p claimPlan
+	room := max(sh.cap-len(v.held), 0)
+	for _, c := range cands {
+		over := c.prio <= 1
+		if !over {
+			if room == 0 {
+				continue
+			}
+			room--
+		}
+		p.claims = append(p.claims, catalog.Claim{Star: c.star, OverCap: over})
+	}
+	p.n = len(p.claims)
+	return p
+}
+
+// move is one balance move: give star up to the member to.
+type move struct {
+	star, to string
+}
+
+// planBalance: at most one star handed from this member toward the least
+// loaded live member, only with hysteresis (this member above floor(M/N),
+// the target at least two below it), only when the membership is stable,
+// no star is unowned, none of this member's is already leaving, the star
+// has not moved within the cooldown and the fleet's balance moves are
+// under budget. The star is one the target drained (a restarted member
+// gets its own stars back), else one the target is the favourite of,
+// else the one that scores highest for the target.
+func planBalance(v view, r Rules, candidates []string) (move, bool) {
+	if v.draining || !v.stableOK || v.leaving > 0 || v.fleet.BalanceMoves >= r.MoveBudget {
+		return move{}, false
+	}
+	sh := v.shape()
+	for _, s := range sh.stars {
+		if !s.Live {
+			return move{}, false // claims first
+		}
+	}
+	mine := sh.owned[v.me]
+	if mine <= sh.floor || !slices.Contains(sh.live, v.me) {
+		return move{}, false
+	}
+	to := ""
+	for _, m := range sh.live {
+		if m != v.me && sh.owned[m] <= mine-2 && (to == "" || sh.owned[m] < sh.owned[to]) {
+			to = m
+		}
+	}
+	if to == "" {
+		return move{}, false
+	}
+	byStar := map[string]catalog.FleetStar{}
+	for _, s := range sh.stars {
+		byStar[s.Star] = s
+	}
+	// rank: 2 for a star the target drained (it gets its own back), 1 for
+	// one it is the favourite of, 0 otherwise; ties by its score.
+	best, bestRank, bestScore := "", -1, uint64(0)
+	for _, star := range candidates {
+		s := byStar[star]
+		rank := 0
+		switch {
+		case s.LastReason == "drain" && s.LastFrom == to:
+			rank = 2 // going home is not churn: no cooldown
+		case s.LastMove >= 0 && s.LastMove < r.Cooldown:
+			continue
+		case favourite(star, sh.live) == to:
+			rank = 1
+		}
+		sc := score(star, to)
+		if rank > bestRank || (rank == bestRank && sc > bestScore) {
+			best, bestRank, bestScore = star, rank, sc
+		}
+	}
+	if best == "" {
+		return move{}, false
+	}
+	return move{star: best, to: to}, true
+}
+
+// successor is the member a draining member hands star to: its favourite
+// among the other live, non-draining members ("" when there is none).
+func successor(star, me string, live []string) string {
+	var others []string
+	for _, m := range live {
+		if m != me {
+			others = append(others, m)
+		}
+	}
+	return favourite(star, others)
+}
