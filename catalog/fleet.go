@@ -328,6 +328,34 @@ func (db *DB) FleetMoves(ctx context.Context, window time.Duration, limit int) (
 	return moves, nil
 }
 
+// MoveCount is how many claims of the window had one reason.
+type MoveCount struct {
+	Reason string
+	Count  int
+}
+
+// FleetMoveCounts counts the moves of the last window by reason: every
+// reason of nova.auditor_fleet_moves (new, released, drain, balance,
+// stuck, lost), in that order, zero included.
+func (db *DB) FleetMoveCounts(ctx context.Context, window time.Duration) ([]MoveCount, error) {
+	rows, err := db.pool.Query(ctx, `SELECT r.reason, count(m.id)
+		FROM unnest(ARRAY['new', 'released', 'drain', 'balance', 'stuck', 'lost']) WITH ORDINALITY AS r(reason, ord)
+		LEFT JOIN nova.auditor_fleet_moves m ON m.reason = r.reason AND m.at > now() - $1::interval
+		GROUP BY r.reason, r.ord ORDER BY r.ord`, window)
+	if err != nil {
+		return nil, fmt.Errorf("count fleet moves: %w", err)
+	}
+	counts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MoveCount, error) {
+		var c MoveCount
+		err := r.Scan(&c.Reason, &c.Count)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count fleet moves: %w", err)
+	}
+	return counts, nil
+}
+
 // PruneFleet deletes moves older than keep and member rows expired for
 // longer than keep.
 func (db *DB) PruneFleet(ctx context.Context, keep time.Duration) error {

@@ -188,3 +188,38 @@ func TestFleetMemberIdentity(t *testing.T) {
 		t.Fatalf("members after leaving: %+v", v.Members)
 	}
 }
+
+// The moves of a window are counted by reason, every reason listed in
+// the schema's order, zero included; older moves are left out.
+func TestFleetMoveCounts(t *testing.T) {
+	t.Parallel()
+	db, ctx := newDB(t)
+	fleetStars(t, ctx, db, "s1", "s2", "s3")
+	if _, err := db.ReadFleet(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.ClaimStars(ctx, "a", "ia", claims("s1", "s2", "s3"), 3, time.Minute, time.Minute)
+	if err != nil || len(a) != 3 {
+		t.Fatalf("a's claim: %+v, %v", a, err)
+	}
+	if err := db.HandOff(ctx, a[0].Fence, "b", "drain"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := db.ClaimStars(ctx, "b", "ib", claims("s1"), 1, time.Minute, time.Minute); err != nil || len(b) != 1 {
+		t.Fatalf("b's claim of the drained star: %+v, %v", b, err)
+	}
+	// One of a's claims is two hours old: out of the window.
+	if _, err := db.Pool().Exec(ctx, `UPDATE nova.auditor_fleet_moves SET at = now() - interval '2 hours'
+		WHERE star = 's3'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.FleetMoveCounts(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []catalog.MoveCount{{Reason: "new", Count: 2}, {Reason: "released"}, {Reason: "drain", Count: 1},
+		{Reason: "balance"}, {Reason: "stuck"}, {Reason: "lost"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("counts:\n got %+v\nwant %+v", got, want)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 	"github.com/nova/auditor/verify"
@@ -47,24 +48,32 @@ func adminSetup(ctx context.Context, e env, name string, args []string, extra fu
 	if err != nil {
 		return cfg, nil, nil, exitCode(e, cfg, err)
 	}
+	db, stream, code = adminOpen(ctx, e, fs, cfg)
+	return cfg, db, stream, code
+}
+
+// adminOpen is adminSetup once the flags are loaded: it reads --stream
+// when the command has one, opens the metastore and checks the star and
+// the stream exist.
+func adminOpen(ctx context.Context, e env, fs *cli.Flags, cfg config.Config) (db *catalog.DB, stream *catalog.StreamID, code int) {
 	if f := fs.Lookup("stream"); f != nil && f.Value.String() != "" {
 		id, err := bundlefmt.ParseStreamID(f.Value.String())
 		if err != nil {
-			return cfg, nil, nil, exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
+			return nil, nil, exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
 		}
 		stream = &id
 	}
-	db, err = openCurrentDB(ctx, cfg)
+	db, err := openCurrentDB(ctx, cfg)
 	if err != nil {
-		return cfg, nil, nil, exitCode(e, cfg, err)
+		return nil, nil, exitCode(e, cfg, err)
 	}
 	// A typo must not read as a healthy, idle star, nor record a request
 	// no daemon will ever take.
 	if err := checkStar(ctx, db, cfg.Star, stream); err != nil {
 		db.Close()
-		return cfg, nil, nil, exitCode(e, cfg, err)
+		return nil, nil, exitCode(e, cfg, err)
 	}
-	return cfg, db, stream, -1
+	return db, stream, -1
 }
 
 // starLookup is what checkStar reads of the metastore.
@@ -237,11 +246,32 @@ func cmdRelease(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
+// fleetJSONHelp documents the fields of `auditor status --fleet --json`
+// (daemon.FleetStatus) in the command's help.
+const fleetJSONHelp = `the fleet of auditor serve --stars instead of one star (no --star needed): members, the stars each leads, unowned stars, cap and imbalance, the moves of the last hour. With --json the fields are:
+now; summary {members, live_members (alive, not draining: N), draining_members, expired_members, stars, selected_stars (selected by a live member: M), led_stars, unowned_stars, cap (ceil(M/N)), floor (floor(M/N)), imbalance (most minus fewest led over the live members), longest_unowned_seconds};
+members [{member, instance, alive, draining, stars_selector, led, stars_led, balance (ok, below_floor, above_cap; live members only), started_at, heartbeat_at, heartbeat_age_seconds, expires_at}];
+stars, unowned (longest first), led_outside_fleet [{star, holder, token, live, expires_at, unowned_seconds, selected, released_why, released_seconds_ago, handoff_to, last_move_seconds_ago}];
+moves {window_seconds, total, by_reason {new, released, drain, balance, stuck, lost}, limit, recent (newest first) [{at, star, from, to, reason, over_cap, unowned_seconds, token}]}.
+Exit 0 whenever it read the fleet, as auditor status: the alerts judge`
+
 func cmdStatus(ctx context.Context, e env, args []string) int {
-	var asJSON *bool
-	cfg, db, _, code := adminSetup(ctx, e, "status", args, func(fs *flag.FlagSet) {
-		asJSON = fs.Bool("json", false, "print JSON (the same document as GET /status)")
-	})
+	fs := newFlags(e, "status")
+	asJSON := fs.Bool("json", false, "print JSON (the same document as GET /status)")
+	fleet := fs.Bool("fleet", false, fleetJSONHelp)
+	cfg, err := fs.Load(args)
+	if err == nil && *fleet {
+		err = cfg.Require("database-url")
+	} else if err == nil {
+		err = cfg.Require("star", "database-url")
+	}
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	if *fleet {
+		return statusFleet(ctx, e, cfg, *asJSON)
+	}
+	db, _, code := adminOpen(ctx, e, fs, cfg)
 	if code >= 0 {
 		return code
 	}
@@ -253,15 +283,31 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	if *asJSON {
-		if err := s.WriteJSON(e.stdout); err != nil {
-			return exitCode(e, cfg, err)
-		}
-		return exitOK
+		err = s.WriteJSON(e.stdout)
+	} else {
+		err = s.WriteText(e.stdout)
 	}
-	if err := s.WriteText(e.stdout); err != nil {
+	return exitCode(e, cfg, err)
+}
+
+// statusFleet is `auditor status --fleet`: the fleet of every star, read
+// from the metastore alone (daemon.BuildFleetStatus).
+func statusFleet(ctx context.Context, e env, cfg config.Config, asJSON bool) int {
+	db, err := openCurrentDB(ctx, cfg)
+	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	return exitOK
+	defer db.Close()
+	s, err := daemon.BuildFleetStatus(ctx, db, daemon.FleetStatusOptions{})
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	if asJSON {
+		err = s.WriteJSON(e.stdout)
+	} else {
+		err = s.WriteText(e.stdout)
+	}
+	return exitCode(e, cfg, err)
 }
 
 // cmdVerify is `auditor verify`: the fsck of the star's catalog. Exit 0 when

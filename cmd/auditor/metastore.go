@@ -12,8 +12,9 @@ import (
 // interface asks for: each step defines what it reads and writes in
 // Postgres, and catalog imports none of them.
 var (
-	_ settle.Metastore     = (*catalog.DB)(nil)
-	_ trim.Metastore       = (*catalog.DB)(nil)
-	_ daemon.Metastore     = (*catalog.DB)(nil)
-	_ verify.CatalogReader = (*catalog.DB)(nil)
+	_ settle.Metastore         = (*catalog.DB)(nil)
+	_ trim.Metastore           = (*catalog.DB)(nil)
+	_ daemon.Metastore         = (*catalog.DB)(nil)
+	_ daemon.FleetStatusReader = (*catalog.DB)(nil)
+	_ verify.CatalogReader     = (*catalog.DB)(nil)
 )
