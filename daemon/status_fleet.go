@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -258,18 +257,11 @@ func FleetStatusOf(v catalog.FleetView, moves []catalog.FleetMove, counts []cata
 	return s
 }
 
-// selects says whether a member's --stars selects a star: "all" every
-// star, else a comma-separated list of names and patterns (path.Match).
+// selects says whether a member's --stars selects a star (a selector
+// that does not parse selects none).
 func selects(selector, star string) bool {
-	if selector = strings.TrimSpace(selector); selector == "all" {
-		return true
-	}
-	for _, p := range strings.Split(selector, ",") {
-		if ok, err := path.Match(strings.TrimSpace(p), star); err == nil && ok {
-			return true
-		}
-	}
-	return false
+	sel, err := ParseStarSelector(selector)
+	return err == nil && sel.Match(star)
 }
 
 // WriteJSON writes the fleet's status as indented JSON: the document

@@ -2,69 +2,19 @@ package fleet
 
 import (
 	"cmp"
-	"fmt"
 	"hash/fnv"
-	"path"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
 )
 
-// Selector is the stars a member serves (--stars): "all", a
-// comma-separated list of names, or one glob pattern (path.Match).
-type Selector struct {
-	spec  string
-	all   bool
-	names map[string]bool
-	glob  string
-}
+// Selector is the stars a member serves (--stars).
+type Selector = daemon.StarSelector
 
 // ParseSelector parses --stars.
-func ParseSelector(spec string) (Selector, error) {
-	s := Selector{spec: strings.TrimSpace(spec)}
-	switch {
-	case s.spec == "":
-		return s, fmt.Errorf("no stars selected")
-	case s.spec == "all":
-		s.all = true
-	case strings.ContainsAny(s.spec, "*?["):
-		if strings.Contains(s.spec, ",") {
-			return s, fmt.Errorf("%q: a pattern or a list, not both", s.spec)
-		}
-		if _, err := path.Match(s.spec, ""); err != nil {
-			return s, fmt.Errorf("%q: %w", s.spec, err)
-		}
-		s.glob = s.spec
-	default:
-		s.names = map[string]bool{}
-		for _, n := range strings.Split(s.spec, ",") {
-			n = strings.TrimSpace(n)
-			if n == "" {
-				return s, fmt.Errorf("%q: an empty name in the list", s.spec)
-			}
-			s.names[n] = true
-		}
-	}
-	return s, nil
-}
-
-// String is the selector as given.
-func (s Selector) String() string { return s.spec }
-
-// Match reports whether the selector selects star.
-func (s Selector) Match(star string) bool {
-	switch {
-	case s.all:
-		return true
-	case s.glob != "":
-		ok, _ := path.Match(s.glob, star)
-		return ok
-	default:
-		return s.names[star]
-	}
-}
+func ParseSelector(spec string) (Selector, error) { return daemon.ParseStarSelector(spec) }
 
 // score is the rendezvous hash of (star, member): each star prefers the
 // live member with the highest score, so members prefer different stars

@@ -1,0 +1,244 @@
+package fleet
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+)
+
+var testRules = Rules{Grace: 10 * time.Second, HandoffWindow: 3 * time.Second, StableFor: 30 * time.Second,
+	Cooldown: 10 * time.Minute, MoveBudget: 10}
+
+func members(names ...string) []catalog.Member {
+	var out []catalog.Member
+	for _, n := range names {
+		out = append(out, catalog.Member{Member: n, Alive: true})
+	}
+	return out
+}
+
+func stars(n int) []catalog.FleetStar {
+	var out []catalog.FleetStar
+	for i := range n {
+		out = append(out, catalog.FleetStar{Star: fmt.Sprintf("s%02d", i), LastMove: -1})
+	}
+	return out
+}
+
+func testView(me string, fv catalog.FleetView) view {
+	sel, _ := ParseSelector("all")
+	v := view{me: me, fleet: fv, sel: sel, held: map[string]bool{}, cooling: map[string]bool{}, stableOK: true}
+	for _, s := range fv.Stars {
+		if s.Live && s.Holder == me {
+			v.held[s.Star] = true
+		}
+	}
+	return v
+}
+
+// Fresh stars: each member claims at once exactly the ones it is the
+// favourite of (up to its cap), and the others' only after the grace.
+func TestClaimsPreferFavouritesThenGrace(t *testing.T) {
+	fv := catalog.FleetView{Members: members("a", "b", "c"), Stars: stars(30)}
+	claimed := map[string]string{}
+	for _, me := range []string{"a", "b", "c"} {
+		p := planClaims(testView(me, fv), testRules)
+		for _, c := range p.claims {
+			if c.OverCap {
+				t.Fatalf("%s claims %s beyond its cap before any grace", me, c.Star)
+			}
+			if other, ok := claimed[c.Star]; ok {
+				t.Fatalf("%s and %s both ask for %s at once", me, other, c.Star)
+			}
+			claimed[c.Star] = me
+		}
+		if len(p.claims) > 10 {
+			t.Fatalf("%s claims %d stars, above the cap of 10", me, len(p.claims))
+		}
+	}
+	// Past the grace, a member under its cap takes others' favourites too;
+	// past twice the grace, anyone takes any, beyond its cap.
+	for i := range fv.Stars {
+		fv.Stars[i].Unowned = 15 * time.Second
+	}
+	if p := planClaims(testView("a", fv), testRules); len(p.claims) != 10 {
+		t.Fatalf("a under its cap after the grace: %d claims, want its cap of 10", len(p.claims))
+	}
+	for i := range fv.Stars {
+		fv.Stars[i].Unowned = 25 * time.Second
+	}
+	if p := planClaims(testView("a", fv), testRules); len(p.claims) != 30 || !p.claims[29].OverCap {
+		t.Fatalf("the liveness rule: %d claims, want all 30 beyond the cap", len(p.claims))
+	}
+	// A star handed to a member: it alone claims it, at once, beyond its cap.
+	fv = catalog.FleetView{Members: members("a", "b"), Stars: stars(2)}
+	fv.Stars[0].HandoffTo, fv.Stars[0].HandoffAge = "b", time.Second
+	for _, me := range []string{"a", "b"} {
+		v := testView(me, fv)
+		v.held = map[string]bool{"x": true, "y": true} // at its cap
+		p := planClaims(v, testRules)
+		got := len(p.claims) == 1 && p.claims[0].Star == "s00" && p.claims[0].OverCap
+		if (me == "b") != got {
+			t.Fatalf("%s's claims of a star handed to b: %+v", me, p.claims)
+		}
+	}
+	// A draining member claims nothing.
+	v := testView("a", catalog.FleetView{Members: members("a"), Stars: stars(3)})
+	v.draining = true
+	if p := planClaims(v, testRules); p.n != 0 {
+		t.Fatalf("a draining member claims %+v", p.claims)
+	}
+}
+
+func owned(fv *catalog.FleetView, counts map[string]int) {
+	i := 0
+	for m, n := range counts {
+		for range n {
+			fv.Stars[i].Live, fv.Stars[i].Holder = true, m
+			i++
+		}
+	}
+}
+
+// The balance: only with a difference of two, toward the least loaded,
+// one star at a time, never unstable, over budget or within a cooldown;
+// a drained star goes home first.
+func TestBalanceHysteresis(t *testing.T) {
+	mine := func(fv catalog.FleetView, me string) []string {
+		var out []string
+		for _, s := range fv.Stars {
+			if s.Live && s.Holder == me {
+				out = append(out, s.Star)
+			}
+		}
+		return out
+	}
+	cases := []struct {
+		counts map[string]int
+		me     string
+		to     string // "" no move
+	}{
+		{map[string]int{"a": 5, "b": 4, "c": 3}, "a", "c"},
+		{map[string]int{"a": 5, "b": 4, "c": 3}, "b", ""}, // b is at floor(12/3)
+		{map[string]int{"a": 4, "b": 4, "c": 4}, "a", ""},
+		{map[string]int{"a": 5, "b": 4, "c": 4}, "a", ""}, // 13 stars: 5/4/4 is floor..ceil already
+		{map[string]int{"a": 6, "b": 3, "c": 3}, "a", "b"},
+	}
+	for _, c := range cases {
+		fv := catalog.FleetView{Members: members("a", "b", "c"), Stars: stars(12)}
+		if c.counts["a"]+c.counts["b"]+c.counts["c"] != 12 {
+			fv.Stars = stars(c.counts["a"] + c.counts["b"] + c.counts["c"])
+		}
+		owned(&fv, c.counts)
+		mv, ok := planBalance(testView(c.me, fv), testRules, mine(fv, c.me))
+		if ok != (c.to != "") || (ok && mv.to != c.to) {
+			t.Errorf("%v as %s: move %+v %v, want to %q", c.counts, c.me, mv, ok, c.to)
+		}
+	}
+
+	base := func() catalog.FleetView {
+		fv := catalog.FleetView{Members: members("a", "b", "c"), Stars: stars(12)}
+		owned(&fv, map[string]int{"a": 6, "b": 3, "c": 3})
+		return fv
+	}
+	fv := base()
+	v := testView("a", fv)
+	v.stableOK = false
+	if _, ok := planBalance(v, testRules, mine(fv, "a")); ok {
+		t.Error("a move while the membership is not stable")
+	}
+	fv.BalanceMoves = testRules.MoveBudget
+	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); ok {
+		t.Error("a move over the budget")
+	}
+	fv = base()
+	v = testView("a", fv)
+	v.leaving = 1
+	if _, ok := planBalance(v, testRules, mine(fv, "a")); ok {
+		t.Error("a second move while one star is leaving")
+	}
+	fv.Stars[11].Live = false
+	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); ok {
+		t.Error("a balance move while a star is unowned")
+	}
+	// Every star of a moved within the cooldown: none moves, except one
+	// that b drained, which goes home first.
+	fv = base()
+	for i := range fv.Stars {
+		fv.Stars[i].LastMove = time.Minute
+	}
+	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); ok {
+		t.Error("a move of a star within its cooldown")
+	}
+	var home string
+	for i, s := range fv.Stars {
+		if s.Holder == "a" {
+			fv.Stars[i].LastReason, fv.Stars[i].LastFrom, home = "drain", "b", s.Star
+			break
+		}
+	}
+	if mv, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); !ok || mv.star != home || mv.to != "b" {
+		t.Errorf("the drained star does not go home: %+v %v, want %s to b", mv, ok, home)
+	}
+}
+
+// A drain hands each star to its favourite among the others; a member
+// that leaves and comes back is the favourite of the same stars.
+func TestSuccessorIsTheFavouriteAmongTheOthers(t *testing.T) {
+	live := []string{"a", "b", "c", "d"}
+	moved := 0
+	for i := range 200 {
+		star := fmt.Sprintf("s%03d", i)
+		fav := favourite(star, live)
+		next := successor(star, fav, live)
+		if next == fav || next == "" {
+			t.Fatalf("%s: successor of %s is %q", star, fav, next)
+		}
+		if other := successor(star, "x", live); other != fav {
+			t.Fatalf("%s: the successor for a non-member is %s, want the favourite %s", star, other, fav)
+		}
+		// removing a member moves only its own stars
+		if favourite(star, []string{"a", "b", "c"}) != fav {
+			moved++
+			if fav != "d" {
+				t.Fatalf("%s moved from %s when d left", star, fav)
+			}
+		}
+	}
+	if moved < 25 || moved > 75 {
+		t.Errorf("d was the favourite of %d of 200 stars, want about 50", moved)
+	}
+}
+
+func TestSelector(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		in   []string
+		out  []string
+		bad  bool
+	}{
+		{spec: "all", in: []string{"a", "zz"}},
+		{spec: "s1, s2", in: []string{"s1", "s2"}, out: []string{"s3", "s"}},
+		{spec: "eu-*,us-1", in: []string{"eu-1", "eu-west", "us-1"}, out: []string{"us-2", "ap-1"}},
+		{spec: "", bad: true},
+		{spec: "a,,b", bad: true},
+		{spec: "[a", bad: true},
+	} {
+		sel, err := ParseSelector(c.spec)
+		if (err != nil) != c.bad {
+			t.Fatalf("%q: %v", c.spec, err)
+		}
+		for _, s := range c.in {
+			if !sel.Match(s) {
+				t.Errorf("%q does not select %s", c.spec, s)
+			}
+		}
+		for _, s := range c.out {
+			if sel.Match(s) {
+				t.Errorf("%q selects %s", c.spec, s)
+			}
+		}
+	}
+}
