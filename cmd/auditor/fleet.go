@@ -60,6 +60,10 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 	slots := fleet.NewSlots(int(cfg.FleetCycles), fm)
 	gather := fleet.NewGatherers(reg)
 	sched, _ := config.ParseSchedule(cfg.Schedule) // validated by config.Load
+	crash, err := envCrash()
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
 
 	build := func(ctx context.Context, star string) (fleet.Built, error) {
 		scfg := cfg
@@ -71,7 +75,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		if err != nil {
 			return fleet.Built{}, fmt.Errorf("metrics of star %q: %w", star, err)
 		}
-		steps, closeSteps, err := buildCycle(ctx, scfg, db, slg, starReg, false)
+		steps, closeSteps, err := buildCycleWith(ctx, scfg, db, slg, starReg, false, crash)
 		if err != nil {
 			return fleet.Built{}, err
 		}

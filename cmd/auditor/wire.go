@@ -27,10 +27,26 @@ import (
 // server's checksum support is not probed: the probe writes an object, and
 // a plan assembles nothing.
 func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool) ([]cycle.Step, func(), error) {
+	crash, err := envCrash()
+	if err != nil {
+		return nil, nil, err
+	}
+	return buildCycleWith(ctx, cfg, db, log, reg, dryRun, crash)
+}
+
+// envCrash is the crash, pause and stall points the environment arms.
+func envCrash() (*crashpoint.Set, error) {
 	crash, err := crashpoint.FromEnv(os.Getenv, crashPoints())
 	if err != nil {
-		return nil, nil, &config.Error{Field: crashpoint.EnvVar, Msg: err.Error()}
+		return nil, &config.Error{Field: crashpoint.EnvVar, Msg: err.Error()}
 	}
+	return crash, nil
+}
+
+// buildCycleWith is buildCycle with the crash points given: a fleet member
+// arms one set for the process, so that a point's n-th hit is counted over
+// all its stars.
+func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool, crash *crashpoint.Set) ([]cycle.Step, func(), error) {
 	store, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, nil, err

@@ -4,8 +4,11 @@
 // defaults to 1). NOVA_AUDITOR_PAUSEPOINT=name[:n] makes it stop itself
 // with SIGSTOP there instead, until a SIGCONT: a leader frozen at that step
 // (GC, a frozen VM), whose requests may then land late
-// (docs/architecture.md#no-late-delete). With neither variable set, a point
-// is a nil check.
+// (docs/architecture.md#no-late-delete). NOVA_AUDITOR_STALLPOINT=name[:n]
+// blocks the goroutine that reaches it forever, the rest of the process
+// running on: a cycle stuck on a call that never returns, which a fleet
+// member must notice and give up (docs/architecture.md#the-fleet). With
+// none of them set, a point is a nil check.
 package crashpoint
 
 import (
@@ -23,6 +26,9 @@ const EnvVar = "NOVA_AUDITOR_CRASHPOINT"
 
 // PauseVar arms one pause point: the same names as the crash points.
 const PauseVar = "NOVA_AUDITOR_PAUSEPOINT"
+
+// StallVar arms one stall point: the same names as the crash points.
+const StallVar = "NOVA_AUDITOR_STALLPOINT"
 
 // Point names a crash point. Each package that places points declares
 // them as Point constants beside the code and lists them in its
@@ -45,20 +51,24 @@ type arm struct {
 	act  func()
 }
 
-// FromEnv arms the crash point named by NOVA_AUDITOR_CRASHPOINT and the
-// pause point named by NOVA_AUDITOR_PAUSEPOINT, or returns nil when
-// neither is set. A name not in known or a bad count is an error.
+// FromEnv arms the crash point named by NOVA_AUDITOR_CRASHPOINT, the
+// pause point named by NOVA_AUDITOR_PAUSEPOINT and the stall point named
+// by NOVA_AUDITOR_STALLPOINT, or returns nil when none is set. A name not in known or a bad count is an error.
 func FromEnv(getenv func(string) string, known []Point) (*Set, error) {
 	var s *Set
 	for _, v := range []struct {
 		name string
-		sig  syscall.Signal
-	}{{EnvVar, syscall.SIGKILL}, {PauseVar, syscall.SIGSTOP}} {
+		act  func()
+	}{
+		{EnvVar, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }},
+		{PauseVar, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }},
+		{StallVar, func() { select {} }},
+	} {
 		val := getenv(v.name)
 		if val == "" {
 			continue
 		}
-		one, err := parse(v.name, val, known, func() { _ = syscall.Kill(os.Getpid(), v.sig) })
+		one, err := parse(v.name, val, known, v.act)
 		if err != nil {
 			return nil, err
 		}
