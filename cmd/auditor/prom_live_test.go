@@ -31,7 +31,10 @@ import (
 // legend exists on the series. Then the failure states are driven and the
 // alert expressions' values asserted: a quarantine and its release, a
 // stolen lease, every instance of a star stopped, and a star whose targets
-// are gone. promtool check metrics lints a real scrape.
+// are gone. promtool check metrics lints a real scrape. The fleet's panels
+// and rules are TestFleetMonitoringAgainstPrometheus's; here the fleet's
+// rules must stay silent, and the fleet's series may be absent from the
+// expressions made for both modes.
 func TestMonitoringAgainstPrometheus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real processes")
@@ -70,6 +73,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	}
 	targets := []scrapeTarget{{"s1", procs["s1a"].addr}, {"s1", procs["s1b"].addr}, {"s2", procs["s2a"].addr}, {"s2", procs["s2b"].addr}}
 	prom := startPrometheus(t, targets)
+	prom.mayBeAbsent = isFleetMetric // no fleet member runs here
 
 	// novasim writes to both stars for the whole test.
 	writeCtx, stopWriters := context.WithCancel(ctx)
@@ -118,7 +122,13 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	// Every expression of the dashboard and the alerts, healthy.
 	var table []string
 	bad := 0
+	if got := prom.byStar(`count by (star) (` + starVariable(t) + `)`); len(got) != 2 || got["s1"] == 0 || got["s2"] == 0 {
+		t.Errorf("the dashboard's star variable selects %v, want s1 and s2", got)
+	}
 	for _, tg := range loadDashboard(t) {
+		if tg.Row == fleetRow {
+			continue
+		}
 		expr := grafanaVars(tg.Expr)
 		c := prom.checkExpr(expr, tg.Legend, true)
 		table = append(table, fmt.Sprintf("| dashboard | %s | `%s` | %d series |", tg.Panel, expr, c.Series))
@@ -152,7 +162,8 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	quiet("healthy", "NovaAuditorHalted", "NovaAuditorNoLeader", "NovaAuditorStarDown", "NovaAuditorStarGone", "NovaAuditorAbsent",
 		"NovaAuditorTwoLeaders", "NovaAuditorQuarantine", "NovaAuditorTrimHeldByQuarantine", "NovaAuditorGaugesStale",
 		"NovaAuditorNoSuccessfulCycle", "NovaAuditorLeaseFlapping", "NovaAuditorS3Errors", "NovaAuditorPausedLong",
-		"NovaAuditorErasurePending")
+		"NovaAuditorErasurePending", "NovaAuditorFleetStarUnowned", "NovaAuditorFleetStarNoProgress", "NovaAuditorFleetImbalance",
+		"NovaAuditorFleetMoveRate")
 	// No phantom series: each star reports its own class only.
 	if got := prom.mustQuery(`count by (star, class) (nova_auditor_due_streams)`); len(got) != 2 {
 		t.Errorf("class series: %v, want one class per star", got)
@@ -219,7 +230,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 		t.Errorf("ErasurePending names %v, want s1 only", got)
 	}
 	for _, tg := range loadDashboard(t) {
-		if !strings.Contains(tg.Expr, "erasure") && !strings.Contains(tg.Expr, "tombstoned") && !strings.Contains(tg.Expr, "rewritten") {
+		if tg.Row == fleetRow || !strings.Contains(tg.Expr, "erasure") && !strings.Contains(tg.Expr, "tombstoned") && !strings.Contains(tg.Expr, "rewritten") {
 			continue
 		}
 		e := grafanaVars(tg.Expr)

@@ -44,8 +44,13 @@ func promTool(t *testing.T, name string) string {
 // deployFile is a file of deploy/, relative to this package.
 func deployFile(rel string) string { return filepath.Join("..", "..", "deploy", rel) }
 
+// fleetRules is the group of alerts.yaml that watches the fleet's stars
+// (auditor serve --stars); its rules read only the fleet members' series.
+const fleetRules = "nova-auditor-fleet"
+
 // alertRule is one rule of deploy/prometheus/alerts.yaml.
 type alertRule struct {
+	Group       string            `yaml:"-"` // the group's name
 	Alert       string            `yaml:"alert"`
 	Expr        string            `yaml:"expr"`
 	For         string            `yaml:"for"`
@@ -61,6 +66,7 @@ func loadAlertRules(t *testing.T) []alertRule {
 	}
 	var doc struct {
 		Groups []struct {
+			Name  string      `yaml:"name"`
 			Rules []alertRule `yaml:"rules"`
 		} `yaml:"groups"`
 	}
@@ -69,7 +75,10 @@ func loadAlertRules(t *testing.T) []alertRule {
 	}
 	var rules []alertRule
 	for _, g := range doc.Groups {
-		rules = append(rules, g.Rules...)
+		for _, r := range g.Rules {
+			r.Group = g.Name
+			rules = append(rules, r)
+		}
 	}
 	if len(rules) == 0 {
 		t.Fatal("alerts.yaml has no rules")
@@ -77,8 +86,13 @@ func loadAlertRules(t *testing.T) []alertRule {
 	return rules
 }
 
+// fleetRow is the dashboard's row of the fleet's panels (auditor serve
+// --stars): they read only the fleet members' series.
+const fleetRow = "Fleet"
+
 // panelTarget is one query of the Grafana dashboard.
 type panelTarget struct {
+	Row    string // the title of the row the panel is in
 	Panel  string
 	Expr   string
 	Legend string
@@ -92,6 +106,7 @@ func loadDashboard(t *testing.T) []panelTarget {
 	}
 	var doc struct {
 		Panels []struct {
+			Type    string `json:"type"`
 			Title   string `json:"title"`
 			Targets []struct {
 				Expr   string `json:"expr"`
@@ -103,9 +118,13 @@ func loadDashboard(t *testing.T) []panelTarget {
 		t.Fatalf("auditor.json: %v", err)
 	}
 	var out []panelTarget
+	row := ""
 	for _, p := range doc.Panels {
+		if p.Type == "row" {
+			row = p.Title
+		}
 		for _, tg := range p.Targets {
-			out = append(out, panelTarget{Panel: p.Title, Expr: tg.Expr, Legend: tg.Legend})
+			out = append(out, panelTarget{Row: row, Panel: p.Title, Expr: tg.Expr, Legend: tg.Legend})
 		}
 	}
 	if len(out) == 0 {
@@ -121,12 +140,61 @@ func grafanaVars(expr string) string {
 	return strings.NewReplacer(`"$star"`, `".*"`, "$__rate_interval", "15s").Replace(expr)
 }
 
+// starVariable is the selector the dashboard's star variable takes its
+// values from (label_values(<selector>, star)).
+func starVariable(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(deployFile("grafana/auditor.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Templating struct {
+			List []struct {
+				Name  string          `json:"name"`
+				Query json.RawMessage `json:"query"` // a string for the data source variable
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("auditor.json: %v", err)
+	}
+	for _, v := range doc.Templating.List {
+		if v.Name != "star" {
+			continue
+		}
+		var query struct {
+			Query string `json:"query"`
+		}
+		if err := json.Unmarshal(v.Query, &query); err != nil {
+			t.Fatalf("the star variable's query: %v", err)
+		}
+		q, ok := strings.CutPrefix(query.Query, "label_values(")
+		sel, ok2 := strings.CutSuffix(q, ", star)")
+		if !ok || !ok2 {
+			t.Fatalf("the star variable's query %q is not label_values(<selector>, star)", query.Query)
+		}
+		return sel
+	}
+	t.Fatal("the dashboard has no star variable")
+	return ""
+}
+
+// isFleetMetric reports whether a metric is one of a fleet member's own
+// series (fleet/metrics.go), which single-star instances do not export.
+func isFleetMetric(name string) bool { return strings.HasPrefix(name, "nova_auditor_fleet_") }
+
 // promServer is a Prometheus process on a loopback port.
 type promServer struct {
-	t       *testing.T
-	url     string
-	targets string // the file_sd file
-	cmd     *exec.Cmd
+	t            *testing.T
+	url          string
+	targets      string // the file_sd file of the job nova-auditor
+	fleetTargets string // the file_sd file of the job nova-auditor-fleet
+	cmd          *exec.Cmd
+	// mayBeAbsent names the metrics that checkExpr lets have no series
+	// (nil: none): the series of the other mode, which an expression
+	// made for both reads where they exist.
+	mayBeAbsent func(metric string) bool
 }
 
 // scrapeTarget is one auditor instance, labelled with its star.
@@ -134,8 +202,9 @@ type scrapeTarget struct{ Star, Addr string }
 
 // promConfig is the reference configuration (deploy/prometheus/scrape.yaml)
 // as the test runs it: scrapes and rule evaluations every second, the
-// shipped rules by absolute path, targets from targetsFile.
-func promConfig(t *testing.T, targetsFile string) []byte {
+// shipped rules by absolute path, the targets of the job nova-auditor from
+// targetsFile and those of nova-auditor-fleet from fleetFile.
+func promConfig(t *testing.T, targetsFile, fleetFile string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(deployFile("prometheus/scrape.yaml"))
 	if err != nil {
@@ -153,15 +222,17 @@ func promConfig(t *testing.T, targetsFile string) []byte {
 	global["scrape_interval"], global["scrape_timeout"], global["evaluation_interval"] = "1s", "1s", "1s"
 	cfg["rule_files"] = []string{rules}
 	jobs := cfg["scrape_configs"].([]any)
-	if len(jobs) != 1 {
-		t.Fatalf("scrape.yaml has %d jobs, want 1", len(jobs))
+	if len(jobs) != 2 {
+		t.Fatalf("scrape.yaml has %d jobs, want 2 (nova-auditor, nova-auditor-fleet)", len(jobs))
 	}
-	job := jobs[0].(map[string]any)
-	if job["job_name"] != "nova-auditor" || job["honor_labels"] != true {
-		t.Fatalf("scrape.yaml's job: %v", job)
+	for i, want := range []struct{ name, file string }{{"nova-auditor", targetsFile}, {"nova-auditor-fleet", fleetFile}} {
+		job := jobs[i].(map[string]any)
+		if job["job_name"] != want.name || job["honor_labels"] != true {
+			t.Fatalf("scrape.yaml's job %d: %v, want %s with honor_labels", i, job, want.name)
+		}
+		sd := job["file_sd_configs"].([]any)[0].(map[string]any)
+		sd["files"], sd["refresh_interval"] = []string{want.file}, "1s"
 	}
-	sd := job["file_sd_configs"].([]any)[0].(map[string]any)
-	sd["files"], sd["refresh_interval"] = []string{targetsFile}, "1s"
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -176,24 +247,42 @@ func (p *promServer) setTargets(targets []scrapeTarget) {
 		Targets []string          `json:"targets"`
 		Labels  map[string]string `json:"labels"`
 	}
-	var groups []group
+	groups := []group{}
 	for _, tg := range targets {
 		groups = append(groups, group{Targets: []string{tg.Addr}, Labels: map[string]string{"star": tg.Star}})
 	}
+	p.writeTargets(p.targets, groups)
+}
+
+// setFleetTargets writes the file_sd file of the fleet's members: no star
+// on their targets.
+func (p *promServer) setFleetTargets(addrs []string) {
+	p.t.Helper()
+	groups := []map[string][]string{}
+	if len(addrs) > 0 {
+		groups = append(groups, map[string][]string{"targets": addrs})
+	}
+	p.writeTargets(p.fleetTargets, groups)
+}
+
+func (p *promServer) writeTargets(file string, groups any) {
+	p.t.Helper()
 	b, err := json.Marshal(groups)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	tmp := p.targets + ".tmp"
+	tmp := file + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		p.t.Fatal(err)
 	}
-	if err := os.Rename(tmp, p.targets); err != nil {
+	if err := os.Rename(tmp, file); err != nil {
 		p.t.Fatal(err)
 	}
 }
 
-func startPrometheus(t *testing.T, targets []scrapeTarget) *promServer {
+// startPrometheus runs Prometheus with the reference configuration,
+// scraping single-star targets and fleet members (their addresses).
+func startPrometheus(t *testing.T, targets []scrapeTarget, fleet ...string) *promServer {
 	t.Helper()
 	bin := promTool(t, "prometheus")
 	dir := t.TempDir()
@@ -203,10 +292,11 @@ func startPrometheus(t *testing.T, targets []scrapeTarget) *promServer {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	p := &promServer{t: t, url: "http://" + addr, targets: filepath.Join(dir, "targets.json")}
+	p := &promServer{t: t, url: "http://" + addr, targets: filepath.Join(dir, "targets.json"), fleetTargets: filepath.Join(dir, "fleet-targets.json")}
 	p.setTargets(targets)
+	p.setFleetTargets(fleet)
 	config := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(config, promConfig(t, p.targets), 0o644); err != nil {
+	if err := os.WriteFile(config, promConfig(t, p.targets, p.fleetTargets), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p.cmd = exec.Command(bin, "--config.file", config, "--storage.tsdb.path", filepath.Join(dir, "data"),
@@ -380,6 +470,9 @@ func (p *promServer) checkExpr(expr, legend string, wantSeries bool) exprCheck {
 		switch e := n.(type) {
 		case *parser.VectorSelector:
 			all := eval(&parser.VectorSelector{Name: e.Name, LabelMatchers: nameOnly(e)})
+			if len(all) == 0 && p.absentOK(e) {
+				return nil
+			}
 			if len(all) == 0 {
 				errf("%s: no series of %s", e, e.Name)
 			}
@@ -408,7 +501,7 @@ func (p *promServer) checkExpr(expr, legend string, wantSeries bool) exprCheck {
 				return nil
 			}
 			c.Parts++
-			if len(eval(n)) == 0 {
+			if len(eval(n)) == 0 && !p.absentOK(n) {
 				errf("sub-expression %s returns no series", n)
 			}
 		}
@@ -423,6 +516,23 @@ func (p *promServer) checkExpr(expr, legend string, wantSeries bool) exprCheck {
 		labelsOnAll("legend "+legend, whole, []string{m[1]})
 	}
 	return c
+}
+
+// absentOK reports whether every selector in n names a metric that
+// p.mayBeAbsent lets have no series.
+func (p *promServer) absentOK(n parser.Node) bool {
+	if p.mayBeAbsent == nil {
+		return false
+	}
+	selectors, ok := 0, true
+	parser.Inspect(n, func(m parser.Node, _ []parser.Node) error {
+		if vs, is := m.(*parser.VectorSelector); is {
+			selectors++
+			ok = ok && p.mayBeAbsent(vs.Name)
+		}
+		return nil
+	})
+	return selectors > 0 && ok
 }
 
 // nameOnly is a selector's name matcher alone.

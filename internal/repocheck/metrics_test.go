@@ -13,6 +13,7 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/fleet"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
@@ -20,20 +21,24 @@ import (
 
 // metricPackages are the packages that define metrics, each with the
 // constructor that registers them, called as `auditor serve` does
-// (cmd/auditor/serve.go and buildCycle in cmd/auditor/wire.go): one
-// registry, wrapped with the star's label. A package that starts defining
-// metrics must be added here (TestDaemonMetricsAreDocumented checks that
-// no other package does).
-var metricPackages = map[string]func(prometheus.Registerer) error{
-	"daemon": func(reg prometheus.Registerer) error {
+// (cmd/auditor/serve.go and buildCycle in cmd/auditor/wire.go): the
+// per-star series into the registry wrapped with the star's label (star),
+// the fleet member's into the process's registry itself (process: they are
+// registered once per process, and the two per-star fleet gauges carry
+// star as a label of their own). A package that starts defining metrics
+// must be added here (TestDaemonMetricsAreDocumented checks that no other
+// package does).
+var metricPackages = map[string]func(process, star prometheus.Registerer) error{
+	"daemon": func(_, reg prometheus.Registerer) error {
 		if _, err := daemon.NewMetrics(reg, "test"); err != nil {
 			return err
 		}
 		return reg.Register(daemon.NewPoolCollector(func() catalog.PoolStats { return catalog.PoolStats{} }))
 	},
-	"objstore": func(reg prometheus.Registerer) error { _, err := objstore.NewMetrics(reg); return err },
-	"settle":   func(reg prometheus.Registerer) error { _, err := settle.NewMetrics(reg); return err },
-	"trim":     func(reg prometheus.Registerer) error { _, err := trim.NewMetrics(reg); return err },
+	"fleet":    func(reg, _ prometheus.Registerer) error { _, err := fleet.NewMetrics(reg); return err },
+	"objstore": func(_, reg prometheus.Registerer) error { _, err := objstore.NewMetrics(reg); return err },
+	"settle":   func(_, reg prometheus.Registerer) error { _, err := settle.NewMetrics(reg); return err },
+	"trim":     func(_, reg prometheus.Registerer) error { _, err := trim.NewMetrics(reg); return err },
 }
 
 // registeredMetrics builds every package's metrics into one registry and
@@ -45,7 +50,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	reg := prometheus.NewRegistry()
 	starReg := prometheus.WrapRegistererWith(prometheus.Labels{"star": "s1"}, reg)
 	for _, pkg := range slices.Sorted(maps.Keys(metricPackages)) {
-		if err := metricPackages[pkg](starReg); err != nil {
+		if err := metricPackages[pkg](reg, starReg); err != nil {
 			t.Fatalf("%s metrics: %v", pkg, err)
 		}
 	}
