@@ -85,6 +85,7 @@ type Member struct {
 
 	cooling    map[string]time.Time // stars given up as stuck: not claimed again before then
 	liveSet    string               // the live membership last seen
+	live       []string             // its members
 	liveSince  time.Time            // since when it is that
 	draining   bool
 	ticks      int
@@ -271,6 +272,7 @@ func (mb *Member) view(fv catalog.FleetView) view {
 	if set != mb.liveSet {
 		mb.liveSet, mb.liveSince = set, now
 	}
+	mb.live = live
 	v.stableOK = now.Sub(mb.liveSince) >= mb.cfg.Rules.StableFor
 	return v
 }
@@ -302,7 +304,7 @@ func (mb *Member) seat(ctx context.Context, l catalog.Lease, sent time.Time) {
 	if err != nil {
 		mb.log.Error("cannot build the daemon of a claimed star; giving it up", "star", l.Star, "err", err)
 		hctx, cancel := mb.call(ctx)
-		if err := mb.db.HandOff(hctx, l.Fence, "", "stuck"); err != nil {
+		if err := mb.db.HandOff(hctx, l.Fence, successor(l.Star, mb.cfg.Member, mb.live), "stuck"); err != nil {
 			mb.log.Warn("hand-off failed; the lease expires on its own", "star", l.Star, "err", err)
 		}
 		cancel()
@@ -377,8 +379,9 @@ func orElse(a, b string) string {
 }
 
 // renew renews, in one statement, the leases of the stars whose cycle loop
-// makes progress; a star without progress is handed off as stuck at once
-// and left alone for the cooldown.
+// makes progress; a star without progress is handed off as stuck at once,
+// to its favourite among the other live members, and left alone for the
+// cooldown.
 func (mb *Member) renew(ctx context.Context) {
 	bound := mb.cfg.Interval() + mb.cfg.ProgressBound
 	mb.mu.Lock()
@@ -402,13 +405,14 @@ func (mb *Member) renew(ctx context.Context) {
 	for _, s := range stuck {
 		mb.log.Error("a star's cycle loop made no progress; giving it up", "star", s.star,
 			"progress_age", s.built.Daemon.ProgressAge().Round(time.Second), "bound", bound)
+		to := successor(s.star, mb.cfg.Member, mb.live)
 		hctx, cancel := mb.call(ctx)
-		if err := mb.db.HandOff(hctx, s.lease.Fence, "", "stuck"); err != nil {
+		if err := mb.db.HandOff(hctx, s.lease.Fence, to, "stuck"); err != nil {
 			mb.log.Warn("hand-off failed; the lease expires on its own", "star", s.star, "err", err)
 		}
 		cancel()
 		mb.cooling[s.star] = time.Now().Add(mb.cfg.Rules.Cooldown)
-		mb.giveUp(s.star, "stuck", "")
+		mb.giveUp(s.star, "stuck", to)
 		offer(s.renew, daemon.Renewal{Err: fmt.Errorf("star %q given up as stuck: %w", s.star, catalog.ErrStaleToken)})
 	}
 	if len(fences) == 0 {

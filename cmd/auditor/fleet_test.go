@@ -21,6 +21,9 @@ const (
 	fleetTTL   = 3 * time.Second
 	fleetTick  = 500 * time.Millisecond
 	fleetGrace = 2 * time.Second
+	// a star whose loop made no progress for the 2 s cycle interval plus
+	// this is given up as stuck
+	fleetProgress = 6 * time.Second
 )
 
 // fleetEnv is a metastore of many stars, a file store, novasim writing to
@@ -58,17 +61,19 @@ func newFleetEnv(t *testing.T, stars int) *fleetEnv {
 	return e
 }
 
-// start starts (or restarts) member name.
-func (e *fleetEnv) start(name string) *proc {
+// start starts (or restarts) member name, with env added to its
+// environment.
+func (e *fleetEnv) start(name string, env ...string) *proc {
 	if e.dirs[name] == "" {
 		e.dirs[name] = e.t.TempDir()
 	}
-	p := startServeWith(e.t, name, e.url, serveOptions{fleet: true, quiet: true},
+	p := startServeWith(e.t, name, e.url, serveOptions{fleet: true, quiet: true, env: env},
 		"--stars", "all", "--fs-root", e.root, "--data-dir", e.dirs[name],
 		"--lease-ttl", fleetTTL.String(), "--lease-renew", fleetTick.String(), "--schedule", "@every 2s",
 		"--shutdown-timeout", "5s", "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1s",
 		"--fleet-grace", fleetGrace.String(), "--fleet-stable-for", "3s", "--fleet-cooldown", "5s",
-		"--fleet-move-budget", "100", "--fleet-budget-window", "1m", "--start-checks=false", "--log-level", "info")
+		"--fleet-move-budget", "100", "--fleet-budget-window", "1m", "--fleet-progress-bound", fleetProgress.String(),
+		"--start-checks=false", "--log-level", "info")
 	e.members[name] = p
 	return p
 }
@@ -204,7 +209,9 @@ func byReason(ms []catalog.FleetMove) map[string]int {
 // the grace plus one round (and the slack of a loaded machine); the
 // members balanced to floor..ceil(M/N) after each change; a rolling
 // restart displaces at most M/N + 2 stars; and, at the end, novasim check
-// and auditor verify clean with no quarantine.
+// and auditor verify clean with no quarantine. Admin requests reach a
+// star whichever member leads it, and a star stuck in its cycle is given
+// up while the member's other stars go on.
 func TestFleetServesEveryStar(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real processes")
@@ -295,6 +302,70 @@ func TestFleetServesEveryStar(t *testing.T) {
 	for _, m := range []string{"c", "d", "e"} {
 		e.stop(m, syscall.SIGTERM)
 	}
+	e.balanced(60 * time.Second)
+
+	// Admin requests reach a star whichever member leads it (one LISTEN
+	// per process hands them out): a trigger of every star is taken into
+	// a cycle, a paused star runs no cycle until resumed.
+	for _, star := range e.stars {
+		if code, out, errs := runCLI(t, "trigger", "--star", star, "--database-url", e.url, "--wait", "20s"); code != exitOK {
+			t.Errorf("trigger --star %s: exit %d %s %s", star, code, out, errs)
+		}
+	}
+	runsOf := func(star string) int {
+		var n int
+		if err := e.db.Pool().QueryRow(e.ctx, `SELECT count(*) FROM nova.auditor_runs WHERE star = $1`, star).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if code, out, errs := runCLI(t, "pause", "--star", "f00", "--database-url", e.url); code != exitOK {
+		t.Fatalf("pause: %d %s %s", code, out, errs)
+	}
+	eventually(t, 20*time.Second, "f00's leader sees the pause", func() bool {
+		st, err := e.db.GetDaemonState(e.ctx, "f00")
+		reqs, rerr := e.db.AdminRequests(e.ctx, "f00", true, 10)
+		return err == nil && st.Paused && rerr == nil && len(reqs) == 0
+	})
+	time.Sleep(3 * time.Second) // a running cycle ends
+	pausedRuns := runsOf("f00")
+	time.Sleep(5 * time.Second) // two schedule ticks
+	if n := runsOf("f00"); n != pausedRuns {
+		t.Errorf("paused star f00 ran %d cycles", n-pausedRuns)
+	}
+	if code, out, errs := runCLI(t, "resume", "--star", "f00", "--database-url", e.url); code != exitOK {
+		t.Fatalf("resume: %d %s %s", code, out, errs)
+	}
+	eventually(t, 20*time.Second, "f00 runs again", func() bool { return runsOf("f00") > pausedRuns })
+
+	// A stuck star: member s blocks for good in the first settle commit
+	// it reaches (one star's cycle hangs, the process runs on). It gives
+	// that star up as stuck, another member takes it, and s's other stars
+	// go on cycling.
+	stuckFrom := time.Now()
+	e.start("s", "NOVA_AUDITOR_STALLPOINT=settle.after-commit")
+	var stuck catalog.FleetMove
+	eventually(t, 90*time.Second, "a star given up as stuck", func() bool {
+		for _, m := range e.moves(stuckFrom) {
+			if m.Reason == "stuck" {
+				stuck = m
+				return true
+			}
+		}
+		return false
+	})
+	if stuck.From != "s" || stuck.To == "s" {
+		t.Errorf("the stuck star's move: %+v, want from s to another member", stuck)
+	}
+	eventually(t, 30*time.Second, "s's other stars cycle after the stall", func() bool {
+		var n int
+		err := e.db.Pool().QueryRow(e.ctx, `SELECT count(*) FROM nova.auditor_runs
+			WHERE holder = 's' AND star <> $1 AND started_at > $2 AND outcome = 'ok'`, stuck.Star, stuck.At).Scan(&n)
+		return err == nil && n > 0
+	})
+	t.Logf("star %s stuck on s: given up %s after s started, claimed by %s", stuck.Star,
+		stuck.At.Sub(stuckFrom).Round(100*time.Millisecond), stuck.To)
+	e.stop("s", syscall.SIGTERM)
 	e.balanced(60 * time.Second)
 
 	// The writer stops; the members settle what it wrote.
