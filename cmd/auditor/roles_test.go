@@ -47,7 +47,8 @@ const denied = "SQLSTATE 42501"
 //     erase step's rewrite, retention, trim, reap past the grace with a
 //     range that fails partway, a quarantine and its release, pause,
 //     resume, trigger, serve with its admin requests, runtime record and
-//     history pruning, status, verify, doctor) with no permission denied
+//     history pruning, a fleet member's claim, run, hand-off and leave,
+//     status, verify, doctor) with no permission denied
 //     anywhere in its output (debug logs included), and the work is seen
 //     done (a tombstone revision, the erasure applied, reaped keys and
 //     slots, verify clean);
@@ -706,6 +707,9 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 		return fmt.Errorf("the released stream after serve: %+v %v (want settled)", st, err)
 	}
 
+	if err := r.serveFleet(ctx, db); err != nil {
+		return err
+	}
 	if _, err := r.cli(ctx, exitOK, "status"); err != nil {
 		return err
 	}
@@ -718,6 +722,66 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 	}
 	_, err = r.cli(ctx, exitOK, "doctor")
 	return err
+}
+
+// serveFleet runs `auditor serve --stars all` as a fleet member until it
+// leads s1 and has run a trigger there, then drains it as SIGTERM would:
+// the member's heartbeat, claim (and its move), renewal, hand-off and
+// leave, and its star's daemon, all as the auditor role.
+func (r *roleRun) serveFleet(ctx context.Context, db *catalog.DB) error {
+	if _, err := r.cli(ctx, exitOK, "trigger"); err != nil {
+		return err
+	}
+	flags := slices.Clone(r.flags())
+	flags = slices.Delete(flags, 0, 2) // --star s1
+	args := []string{"serve", "--stars", "all", "--holder", "rolesfleet", "--http-addr", "127.0.0.1:0", "--lease-ttl", "2s",
+		"--lease-renew", "500ms", "--schedule", "@every 1h", "--start-checks=false"}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var out, errs lockedBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- dispatch(sctx, env{stdout: &out, stderr: &errs, getenv: func(string) string { return "" }}, append(args, flags...))
+	}()
+	var waited error
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if strings.Contains(out.String()+errs.String(), denied) {
+			break
+		}
+		open, err := db.AdminRequests(ctx, "s1", true, 100)
+		if err != nil {
+			return err
+		}
+		l, live, err := db.CurrentLease(ctx, "s1")
+		if err != nil {
+			return err
+		}
+		if len(open) == 0 && live && l.Holder == "rolesfleet" {
+			break
+		}
+		if time.Now().After(deadline) {
+			waited = fmt.Errorf("the fleet member did not lead s1 and run its trigger (open: %+v, lease %+v)", open, l)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	c := <-code
+	if _, err := r.done(args, c, exitOK, out.String(), errs.String()); err != nil {
+		return err
+	}
+	if waited != nil {
+		return waited
+	}
+	moves, err := db.FleetMoves(ctx, time.Hour, 10)
+	if err != nil || len(moves) == 0 || moves[0].To != "rolesfleet" {
+		return fmt.Errorf("the fleet member's claim is not in the move log: %+v %v", moves, err)
+	}
+	if l, live, err := db.CurrentLease(ctx, "s1"); err != nil || live {
+		return fmt.Errorf("the drained member kept s1: %+v live %v, %v", l, live, err)
+	}
+	return nil
 }
 
 // write is the write path's traffic of one session (a new writer: it
