@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-compat test-short soak demo trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase lint services-up services-down clean
+.PHONY: help build test test-compat test-short soak soak-fleet demo trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -21,6 +21,9 @@ test-compat: ## against SeaweedFS (weed mini, built into .bin the first time: 5-
 
 soak: ## the live-traffic test (auditor serve under novasim write and random kills) on both backends for SOAK_DURATION (default 10m)
 	NOVA_LIVE_DURATION=$(SOAK_DURATION) NOVA_TEST_TIMEOUT=0 scripts/test.sh -run '^TestLiveTraffic$$' -v ./cmd/auditor
+
+soak-fleet: ## the fleet under random kills, drains, pauses and scaling (auditor serve --stars all, 2-6 members, 16 stars, novasim write) for SOAK_DURATION (default 10m)
+	NOVA_FLEET_SOAK=$(SOAK_DURATION) NOVA_TEST_TIMEOUT=0 scripts/test.sh -run '^TestFleetSoak$$' -v ./cmd/auditor
 
 test-short: ## unit tests only (integration tests skip without services)
 	$(GO) test -short ./...

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -40,6 +42,8 @@ type fleetEnv struct {
 
 	mu        sync.Mutex
 	unowned   map[string]time.Duration // longest unowned time seen per star, while watched
+	paused    time.Duration            // longest unowned time while a member was paused
+	pausing   bool                     // a member is (or was just) paused: its row lock may outlast its lease
 	watching  bool
 	spreads   []string // the imbalance over time: "t+Ns members spread"
 	started   time.Time
@@ -160,9 +164,12 @@ func (e *fleetEnv) watch(ctx context.Context) {
 			}
 			e.mu.Lock()
 			for _, s := range v.Stars {
-				if s.Live {
+				switch {
+				case s.Live:
 					count[s.Holder]++
-				} else if e.watching {
+				case e.watching && e.pausing:
+					e.paused = max(e.paused, s.Unowned)
+				case e.watching:
 					e.unowned[s.Star] = max(e.unowned[s.Star], s.Unowned)
 				}
 			}
@@ -170,7 +177,7 @@ func (e *fleetEnv) watch(ctx context.Context) {
 			for _, c := range count {
 				lo, hi = min(lo, c), max(hi, c)
 			}
-			state := fmt.Sprintf("%d members, spread %d", live, hi-lo)
+			state := fmt.Sprintf("%d members, spread %d", live, max(hi-lo, 0))
 			if state != e.lastState {
 				e.spreads = append(e.spreads, fmt.Sprintf("t+%ds %s", int(time.Since(e.started).Seconds()), state))
 				e.lastState = state
@@ -217,17 +224,7 @@ func TestFleetServesEveryStar(t *testing.T) {
 		t.Skip("runs real processes")
 	}
 	e := newFleetEnv(t, 12)
-	wctx, stopWriter := context.WithCancel(e.ctx)
-	writer := exec.CommandContext(wctx, novasimBinary(t), "write", "--database-url", e.url, "--fs-root", e.root,
-		"--rate", "16KiB", "--flight-interval", "500ms", "--flight-bytes", "16KiB", "--progress", "none")
-	wlog := &lineLog{t: t, name: "novasim", addr: make(chan string, 1), quiet: true}
-	writer.Stdout, writer.Stderr = wlog, wlog
-	if err := writer.Start(); err != nil {
-		t.Fatal(err)
-	}
-	writerDone := make(chan struct{})
-	go func() { _ = writer.Wait(); close(writerDone) }()
-	t.Cleanup(func() { stopWriter(); <-writerDone })
+	stopWriter := e.startWriter()
 	watchCtx, stopWatch := context.WithCancel(e.ctx)
 	var watching sync.WaitGroup
 	watching.Go(func() { e.watch(watchCtx) })
@@ -237,9 +234,7 @@ func TestFleetServesEveryStar(t *testing.T) {
 		e.start(m)
 	}
 	e.balanced(60 * time.Second)
-	e.mu.Lock()
-	e.watching = true
-	e.mu.Unlock()
+	e.setWatching(true)
 
 	// A rolling restart of every member: each drains (its stars handed
 	// off at once) and comes back under the same identity.
@@ -287,6 +282,7 @@ func TestFleetServesEveryStar(t *testing.T) {
 			pausedStars = append(pausedStars, star)
 		}
 	}
+	e.setPausing(true)
 	paused.signal(syscall.SIGSTOP)
 	time.Sleep(fleetTTL + 3*time.Second)
 	moved, _ := e.owners()
@@ -297,6 +293,7 @@ func TestFleetServesEveryStar(t *testing.T) {
 	}
 	paused.signal(syscall.SIGCONT)
 	e.balanced(60 * time.Second)
+	e.setPausing(false)
 
 	// Scale 5 -> 2.
 	for _, m := range []string{"c", "d", "e"} {
@@ -370,22 +367,36 @@ func TestFleetServesEveryStar(t *testing.T) {
 
 	// The writer stops; the members settle what it wrote.
 	stopWriter()
-	<-writerDone
 	stopWatch()
 	watching.Wait()
-	eventually(t, 90*time.Second, "every star settled", func() bool {
-		var n int
-		err := e.db.Pool().QueryRow(e.ctx, `SELECT count(*) FROM nova.due_markers`).Scan(&n)
-		return err == nil && n == 0
-	})
+	e.settled()
 
-	// One acting leader per star: within each star, runs started in token
-	// order (a start is fenced: a stale token cannot start one after a
-	// newer token did).
+	runs := e.checkOneLeader()
+	e.checkLiveness(runs)
+
+	e.checkData()
+}
+
+// setPausing marks the time a member is paused (and just resumed): a
+// member paused inside a fenced transaction holds its star's lease row
+// until the server ends the transaction, the lease ttl after it went idle
+// (idle_in_transaction_session_timeout), which may outlast the lease.
+func (e *fleetEnv) setPausing(on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pausing = on
+}
+
+// checkOneLeader: within each star, runs started in token order (a start
+// is fenced: a stale token cannot start one after a newer token did). It
+// returns the runs counted.
+func (e *fleetEnv) checkOneLeader() int {
+	t := e.t
 	rows, err := e.db.Pool().Query(e.ctx, `SELECT star, token FROM nova.auditor_runs ORDER BY star, id`)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	last, runs := map[string]int64{}, 0
 	for rows.Next() {
 		var star string
@@ -399,12 +410,17 @@ func TestFleetServesEveryStar(t *testing.T) {
 		last[star] = max(last[star], token)
 		runs++
 	}
-	rows.Close()
 	if runs < len(e.stars) {
 		t.Errorf("%d runs over %d stars: the members did not cycle", runs, len(e.stars))
 	}
+	return runs
+}
 
-	// Liveness: no star unowned past the grace plus one round.
+// checkLiveness: no star unowned past the grace plus one round (plus a
+// second of a loaded 2-core machine's slack), or, while a member was
+// paused, plus the lease ttl the server takes to end its transaction.
+func (e *fleetEnv) checkLiveness(runs int) {
+	t := e.t
 	e.mu.Lock()
 	longest, which := time.Duration(0), ""
 	for star, d := range e.unowned {
@@ -412,19 +428,25 @@ func TestFleetServesEveryStar(t *testing.T) {
 			longest, which = d, star
 		}
 	}
+	paused := e.paused
 	spreads := slices.Clone(e.spreads)
 	e.mu.Unlock()
 	all := e.moves(e.started.Add(-time.Minute))
-	t.Logf("fleet figures: %d runs, %d moves %v, longest unowned %s (%s), imbalance over time: %s",
-		runs, len(all), byReason(all), longest.Round(10*time.Millisecond), which, strings.Join(spreads, "; "))
-	// The bound is the grace plus one round; a loaded 2-core machine adds
-	// up to a second to a round.
+	t.Logf("fleet figures: %d runs, %d moves %v, longest unowned %s (%s), %s while a member was paused; imbalance over time: %s",
+		runs, len(all), byReason(all), longest.Round(10*time.Millisecond), which, paused.Round(10*time.Millisecond),
+		strings.Join(spreads, "; "))
 	if bound := fleetGrace + fleetTick + time.Second; longest > bound {
 		t.Errorf("star %s was unowned for %s, beyond the grace plus one round (%s)", which, longest, bound)
 	}
+	if bound := fleetGrace + fleetTick + fleetTTL + time.Second; paused > bound {
+		t.Errorf("a star was unowned for %s while a member was paused, beyond the grace, a round and the ttl (%s)", paused, bound)
+	}
+}
 
-	// The data: every record readable, every object verified, nothing
-	// quarantined.
+// checkData: every record readable (novasim check), every star's objects
+// verified, nothing quarantined.
+func (e *fleetEnv) checkData() {
+	t := e.t
 	check := exec.Command(novasimBinary(t), "check", "--database-url", e.url, "--fs-root", e.root)
 	out, err := check.CombinedOutput()
 	if err != nil || !strings.HasSuffix(string(out), "OK\n") {
@@ -438,4 +460,109 @@ func TestFleetServesEveryStar(t *testing.T) {
 			t.Errorf("star %s quarantined: %+v %v", star, q, err)
 		}
 	}
+}
+
+// settled waits until the writer's records are all settled.
+func (e *fleetEnv) settled() {
+	eventually(e.t, 90*time.Second, "every star settled", func() bool {
+		var n int
+		err := e.db.Pool().QueryRow(e.ctx, `SELECT count(*) FROM nova.due_markers`).Scan(&n)
+		return err == nil && n == 0
+	})
+}
+
+// startWriter starts novasim write over every star; the returned function
+// stops it and waits for its exit.
+func (e *fleetEnv) startWriter() func() {
+	wctx, stop := context.WithCancel(e.ctx)
+	writer := exec.CommandContext(wctx, novasimBinary(e.t), "write", "--database-url", e.url, "--fs-root", e.root,
+		"--rate", "16KiB", "--flight-interval", "500ms", "--flight-bytes", "16KiB", "--progress", "none")
+	wlog := &lineLog{t: e.t, name: "novasim", addr: make(chan string, 1), quiet: true}
+	writer.Stdout, writer.Stderr = wlog, wlog
+	if err := writer.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = writer.Wait(); close(done) }()
+	var once sync.Once
+	halt := func() { once.Do(func() { stop(); <-done }) }
+	e.t.Cleanup(halt)
+	return halt
+}
+
+// TestFleetSoak (make soak-fleet, NOVA_FLEET_SOAK=duration) runs the fleet
+// under random chaos for the duration: every 2-6 s a member is killed
+// (SIGKILL) or drained (SIGTERM) and restarted, paused past its lease, or
+// the fleet scales between 2 and 6 members; then it checks what
+// TestFleetServesEveryStar checks and reports the same figures.
+func TestFleetSoak(t *testing.T) {
+	d, _ := time.ParseDuration(os.Getenv("NOVA_FLEET_SOAK"))
+	if d <= 0 {
+		t.Skip("NOVA_FLEET_SOAK (a duration) runs it: make soak-fleet")
+	}
+	e := newFleetEnv(t, 16)
+	stopWriter := e.startWriter()
+	watchCtx, stopWatch := context.WithCancel(e.ctx)
+	var watching sync.WaitGroup
+	watching.Go(func() { e.watch(watchCtx) })
+	t.Cleanup(func() { stopWatch(); watching.Wait() })
+	next := 0
+	newName := func() string { next++; return fmt.Sprintf("m%d", next) }
+	for range 3 {
+		e.start(newName())
+	}
+	e.balanced(60 * time.Second)
+	e.setWatching(true)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	pick := func() string {
+		names := slices.Sorted(maps.Keys(e.members))
+		return names[rng.IntN(len(names))]
+	}
+	events := map[string]int{}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		time.Sleep(time.Duration(2000+rng.IntN(4000)) * time.Millisecond)
+		n, r := len(e.members), rng.IntN(10)
+		switch {
+		case r < 3:
+			m := pick()
+			e.stop(m, syscall.SIGKILL)
+			time.Sleep(time.Duration(rng.IntN(3000)) * time.Millisecond)
+			e.start(m)
+			events["kill+restart"]++
+		case r < 5:
+			m := pick()
+			e.stop(m, syscall.SIGTERM)
+			e.start(m)
+			events["drain+restart"]++
+		case r < 7:
+			m := pick()
+			e.setPausing(true)
+			e.members[m].signal(syscall.SIGSTOP)
+			time.Sleep(fleetTTL + time.Duration(rng.IntN(3000))*time.Millisecond)
+			e.members[m].signal(syscall.SIGCONT)
+			time.Sleep(fleetTTL)
+			e.setPausing(false)
+			events["pause"]++
+		case r < 9 && n < 6:
+			e.start(newName())
+			events["scale up"]++
+		case n > 2:
+			e.stop(pick(), syscall.SIGTERM)
+			events["scale down"]++
+		}
+	}
+	t.Logf("soak of %s: events %v", d, events)
+	e.balanced(90 * time.Second)
+	stopWriter()
+	stopWatch()
+	watching.Wait()
+	e.settled()
+	e.checkLiveness(e.checkOneLeader())
+	e.checkData()
+}
+
+func (e *fleetEnv) setWatching(on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.watching = on
 }
