@@ -300,3 +300,61 @@ func TestFleetMonitoringAgainstPrometheus(t *testing.T) {
 	t.Logf("expressions and what they returned (%d problems):\n| kind | name | expression | result |\n|---|---|---|---|\n%s",
 		bad, strings.Join(table, "\n"))
 }
+
+// TestFleetMonitoringOfRealMembers: two real `auditor serve --stars all`
+// members over four stars, scraped by a real Prometheus as the job
+// nova-auditor-fleet: every expression of the dashboard's Fleet row
+// returns series and carries its labels, every fleet rule evaluates, and
+// none of them, nor the single-star rules, fires on a healthy fleet. (The
+// failure states are driven by TestFleetMonitoringAgainstPrometheus, whose
+// members are played by the test.)
+func TestFleetMonitoringOfRealMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes and Prometheus")
+	}
+	promTool(t, "prometheus")
+	e := newFleetEnv(t, 4)
+	stopWriter := e.startWriter()
+	defer stopWriter()
+	a, b := e.start("a"), e.start("b")
+	e.balanced(60 * time.Second)
+	prom := startPrometheus(t, nil, a.addr, b.addr)
+	eventually(t, 60*time.Second, "Prometheus scrapes both members, each leading stars that cycled", func() bool {
+		return len(prom.mustQuery(`up{job="nova-auditor-fleet"} == 1`)) == 2 &&
+			len(prom.mustQuery(`nova_auditor_fleet_stars_owned > 0`)) == 2 &&
+			len(prom.mustQuery(`count by (star) (nova_auditor_cycles_total{outcome="ok"})`)) == 4
+	})
+	time.Sleep(5 * time.Second) // a few scrapes, for the rates
+	panels := 0
+	for _, tg := range loadDashboard(t) {
+		if tg.Row != fleetRow {
+			continue
+		}
+		panels++
+		ex := grafanaVars(tg.Expr)
+		c := prom.checkExpr(ex, tg.Legend, true)
+		for _, msg := range c.Errs {
+			t.Errorf("dashboard panel %q: %s: %s", tg.Panel, ex, msg)
+		}
+	}
+	if panels == 0 {
+		t.Fatalf("the dashboard has no row %q", fleetRow)
+	}
+	for _, r := range loadAlertRules(t) {
+		switch {
+		case r.Group == fleetRules:
+			c := prom.checkExpr(r.Expr, "", false)
+			for _, msg := range c.Errs {
+				t.Errorf("alert %s: %s", r.Alert, msg)
+			}
+			fallthrough
+		case slices.Contains([]string{"NovaAuditorNoLeader", "NovaAuditorStarDown", "NovaAuditorStarGone", "NovaAuditorAbsent", "NovaAuditorTwoLeaders"}, r.Alert):
+			if got := prom.byStar(r.Expr); len(got) != 0 {
+				t.Errorf("healthy fleet: %s returns %v", r.Alert, got)
+			}
+		}
+	}
+	if got := prom.byStar(`sum by (star) (nova_auditor_leader)`); len(got) != 4 {
+		t.Errorf("leaders by star over the real members: %v, want the 4 stars once each", got)
+	}
+}
