@@ -137,7 +137,7 @@ func (mb *Member) Handler(h Health) http.Handler {
 		mb.mu.Lock()
 		for _, s := range mb.seats {
 			out.Stars = append(out.Stars, star{Star: s.star, Token: s.lease.Token,
-				ProgressAge: s.built.Daemon.ProgressAge().Seconds(), Leaving: s.leaving})
+				ProgressAge: s.progressAge().Seconds(), Leaving: s.leaving})
 		}
 		mb.mu.Unlock()
 		sort.Slice(out.Stars, func(i, j int) bool { return out.Stars[i].Star < out.Stars[j].Star })

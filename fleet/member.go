@@ -94,9 +94,10 @@ type Member struct {
 
 // seat is a star the member leads.
 type seat struct {
-	star    string
-	lease   catalog.Lease
-	built   Built
+	star      string
+	lease     catalog.Lease
+	claimedAt time.Time
+	built     Built // set (under Member.mu) once the daemon is built
 	renew   chan daemon.Renewal
 	stop    context.CancelFunc // steps the daemon down
 	done    chan struct{}      // LeadTerm returned
@@ -293,36 +294,53 @@ func (mb *Member) gauges(v view) {
 	mb.m.Owned.Set(float64(len(mb.seats)))
 	mb.m.Progress.Reset()
 	for star, s := range mb.seats {
-		mb.m.Progress.WithLabelValues(star).Set(s.built.Daemon.ProgressAge().Seconds())
+		mb.m.Progress.WithLabelValues(star).Set(s.progressAge().Seconds())
 	}
 }
 
-// seat starts leading a star just claimed: its daemon is built and leads
-// the term. A star whose daemon cannot be built is given up at once.
+// seat starts leading a star just claimed: its daemon is built (a store
+// to open, a checksum probe: S3 requests) and leads the term, in a
+// goroutine of its own, so that a slow build delays no renewal. Until it
+// is built the star counts as making progress from its claim. A star
+// whose daemon cannot be built is given up as stuck.
 func (mb *Member) seat(ctx context.Context, l catalog.Lease, sent time.Time) {
-	built, err := mb.build(ctx, l.Star)
-	if err != nil {
-		mb.log.Error("cannot build the daemon of a claimed star; giving it up", "star", l.Star, "err", err)
-		hctx, cancel := mb.call(ctx)
-		if err := mb.db.HandOff(hctx, l.Fence, successor(l.Star, mb.cfg.Member, mb.live), "stuck"); err != nil {
-			mb.log.Warn("hand-off failed; the lease expires on its own", "star", l.Star, "err", err)
-		}
-		cancel()
-		mb.m.Releases.WithLabelValues("stuck").Inc()
-		mb.cooling[l.Star] = time.Now().Add(mb.cfg.Rules.Cooldown)
-		return
-	}
 	sctx, stop := context.WithCancel(ctx)
-	s := &seat{star: l.Star, lease: l, built: built, renew: make(chan daemon.Renewal, 1), stop: stop, done: make(chan struct{})}
+	s := &seat{star: l.Star, lease: l, claimedAt: time.Now(), renew: make(chan daemon.Renewal, 1), stop: stop, done: make(chan struct{})}
 	mb.mu.Lock()
 	mb.seats[l.Star] = s
 	mb.mu.Unlock()
-	mb.gather.Add(l.Star, built.Metrics)
 	mb.log.Info("leading star", "star", l.Star, "token", l.Token)
 	go func() {
 		defer close(s.done)
+		built, err := mb.build(sctx, l.Star)
+		if err != nil {
+			mb.log.Error("cannot build the daemon of a claimed star; giving it up", "star", l.Star, "err", err)
+			mb.mu.Lock()
+			if s.leaving == "" {
+				s.leaving = "stuck"
+				mb.m.Releases.WithLabelValues("stuck").Inc()
+			}
+			mb.mu.Unlock()
+			return
+		}
+		mb.mu.Lock()
+		s.built = built
+		mb.mu.Unlock()
+		mb.gather.Add(l.Star, built.Metrics)
+		if sctx.Err() != nil {
+			return // given up while it was built
+		}
 		built.Daemon.LeadTerm(sctx, daemon.Grant{Lease: l, Sent: sent}, s.renew)
 	}()
+}
+
+// progressAge is how long ago the seat's daemon made progress (since the
+// claim while it is built). Under Member.mu.
+func (s *seat) progressAge() time.Duration {
+	if s.built.Daemon == nil {
+		return time.Since(s.claimedAt)
+	}
+	return s.built.Daemon.ProgressAge()
 }
 
 // giveUp steps a star's daemon down; reap hands it off once it stopped.
@@ -357,6 +375,12 @@ func (mb *Member) reap(ctx context.Context) {
 	mb.mu.Unlock()
 	for _, s := range done {
 		why := orElse(s.leaving, "released")
+		if why == "stuck" {
+			if s.handTo == "" {
+				s.handTo = successor(s.star, mb.cfg.Member, mb.live)
+			}
+			mb.cooling[s.star] = time.Now().Add(mb.cfg.Rules.Cooldown)
+		}
 		hctx, cancel := mb.call(ctx)
 		err := mb.db.HandOff(hctx, s.lease.Fence, s.handTo, why)
 		cancel()
@@ -364,8 +388,11 @@ func (mb *Member) reap(ctx context.Context) {
 			mb.log.Warn("hand-off failed; the lease expires on its own", "star", s.star, "err", err)
 		}
 		mb.gather.Remove(s.star)
-		if s.built.Close != nil {
-			s.built.Close()
+		mb.mu.Lock()
+		closeBuilt := s.built.Close
+		mb.mu.Unlock()
+		if closeBuilt != nil {
+			closeBuilt()
 		}
 		mb.log.Info("star given up", "star", s.star, "why", why, "to", s.handTo, "token", s.lease.Token)
 	}
@@ -394,7 +421,7 @@ func (mb *Member) renew(ctx context.Context) {
 			continue
 		default:
 		}
-		if s.leaving == "" && s.built.Daemon.ProgressAge() > bound {
+		if s.leaving == "" && s.progressAge() > bound {
 			stuck = append(stuck, s)
 			continue
 		}
@@ -403,8 +430,11 @@ func (mb *Member) renew(ctx context.Context) {
 	}
 	mb.mu.Unlock()
 	for _, s := range stuck {
+		mb.mu.Lock()
+		age := s.progressAge()
+		mb.mu.Unlock()
 		mb.log.Error("a star's cycle loop made no progress; giving it up", "star", s.star,
-			"progress_age", s.built.Daemon.ProgressAge().Round(time.Second), "bound", bound)
+			"progress_age", age.Round(time.Second), "bound", bound)
 		to := successor(s.star, mb.cfg.Member, mb.live)
 		hctx, cancel := mb.call(ctx)
 		if err := mb.db.HandOff(hctx, s.lease.Fence, to, "stuck"); err != nil {
@@ -412,8 +442,10 @@ func (mb *Member) renew(ctx context.Context) {
 		}
 		cancel()
 		mb.cooling[s.star] = time.Now().Add(mb.cfg.Rules.Cooldown)
-		mb.giveUp(s.star, "stuck", to)
+		// The term is lost first (its cycle is canceled, not let finish),
+		// then the daemon is stepped down.
 		offer(s.renew, daemon.Renewal{Err: fmt.Errorf("star %q given up as stuck: %w", s.star, catalog.ErrStaleToken)})
+		mb.giveUp(s.star, "stuck", to)
 	}
 	if len(fences) == 0 {
 		return
@@ -533,7 +565,7 @@ func (mb *Member) wake(star string) {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
 	for name, s := range mb.seats {
-		if star == "" || star == name {
+		if (star == "" || star == name) && s.built.Daemon != nil {
 			s.built.Daemon.Wake()
 		}
 	}

@@ -220,8 +220,8 @@ func planBalance(v view, r Rules, candidates []string) (move, bool) {
 		switch {
 		case s.LastReason == "drain" && s.LastFrom == to:
 			rank = 2 // going home is not churn: no cooldown
-		case s.LastMove >= 0 && s.LastMove < r.Cooldown:
-			continue
+		case s.LastReason == "balance" && s.LastMove >= 0 && s.LastMove < r.Cooldown:
+			continue // moved for balance lately: no ping-pong
 		case favourite(star, sh.live) == to:
 			rank = 1
 		}

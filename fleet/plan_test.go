@@ -167,7 +167,13 @@ func TestBalanceHysteresis(t *testing.T) {
 	// that b drained, which goes home first.
 	fv = base()
 	for i := range fv.Stars {
-		fv.Stars[i].LastMove = time.Minute
+		fv.Stars[i].LastMove, fv.Stars[i].LastReason = time.Minute, "new"
+	}
+	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); !ok {
+		t.Error("no move of stars claimed new a minute ago: a first claim must not start the cooldown")
+	}
+	for i := range fv.Stars {
+		fv.Stars[i].LastReason = "balance"
 	}
 	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); ok {
 		t.Error("a move of a star within its cooldown")
