@@ -98,11 +98,11 @@ type seat struct {
 	lease     catalog.Lease
 	claimedAt time.Time
 	built     Built // set (under Member.mu) once the daemon is built
-	renew   chan daemon.Renewal
-	stop    context.CancelFunc // steps the daemon down
-	done    chan struct{}      // LeadTerm returned
-	leaving string             // why it is being given up ("" while kept)
-	handTo  string
+	renew     chan daemon.Renewal
+	stop      context.CancelFunc // steps the daemon down
+	done      chan struct{}      // LeadTerm returned
+	leaving   string             // why it is being given up ("" while kept)
+	handTo    string
 }
 
 // New builds a member. gather is the process's /metrics, to which each
