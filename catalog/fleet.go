@@ -181,8 +181,8 @@ type Claim struct {
 }
 
 // ClaimStars takes, in the order given, up to n of the claims whose star
-// has no live lease and is not handed to another member within
-// handoffWindow of its release, for ttl by the database clock; rows
+// has no live lease and is not handed to another member (alive and not
+// draining) within handoffWindow of its release, for ttl by the database clock; rows
 // another transaction holds (a takeover in flight, a fenced transaction
 // of the old holder) are skipped, not waited for (FOR UPDATE SKIP
 // LOCKED). Each claim is recorded in nova.auditor_fleet_moves. The leases
@@ -208,7 +208,9 @@ func (db *DB) ClaimStars(ctx context.Context, member, instance string, claims []
 				FROM nova.auditor_leases l JOIN cand c ON c.star = l.star
 				WHERE l.expires_at <= now()
 				  AND (l.handoff_to IS NULL OR l.handoff_to = $1 OR l.released_at IS NULL
-				       OR l.released_at <= now() - $6::interval)
+				       OR l.released_at <= now() - $6::interval
+				       OR NOT EXISTS (SELECT 1 FROM nova.auditor_members m
+				                      WHERE m.member = l.handoff_to AND m.expires_at > now() AND NOT m.draining))
 				ORDER BY c.ord LIMIT $5
 				FOR UPDATE OF l SKIP LOCKED),
 			claimed AS (

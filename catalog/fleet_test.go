@@ -70,7 +70,11 @@ func TestFleetClaimRenewHandOff(t *testing.T) {
 		t.Fatalf("b renews a's star: %v, %v", got, err)
 	}
 
-	// A hand-off to b: c may not take it within the window, b may.
+	// A hand-off to b, a live member: c may not take it within the
+	// window, b may.
+	if _, err := db.Heartbeat(ctx, "b", "ib", "all", false, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if err := db.HandOff(ctx, a[0].Fence, "b", "balance"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +84,13 @@ func TestFleetClaimRenewHandOff(t *testing.T) {
 	b2, err := db.ClaimStars(ctx, "b", "ib", []catalog.Claim{{Star: "s2", OverCap: true}}, 1, time.Minute, time.Minute)
 	if err != nil || len(b2) != 1 || b2[0].Token != a[0].Token+1 {
 		t.Fatalf("b claims the star handed to it: %+v, %v", b2, err)
+	}
+	// A hand-off to a member that is not live binds no one.
+	if err := db.HandOff(ctx, b[0].Fence, "gone", "drain"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := db.ClaimStars(ctx, "c", "ic", claims("s3"), 1, time.Minute, time.Minute); err != nil || len(c) != 1 {
+		t.Fatalf("c claims a star handed to a member that is not live: %+v, %v", c, err)
 	}
 	// A lease let expire is claimed as lost.
 	if _, err := db.Pool().Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now() WHERE star = 's1'`); err != nil {
@@ -98,11 +109,11 @@ func TestFleetClaimRenewHandOff(t *testing.T) {
 		seen = append(seen, mv{m.Star, m.From, m.To, m.Reason})
 	}
 	want := []mv{{"s2", "", "a", "new"}, {"s1", "", "a", "new"}, {"s3", "", "b", "new"}, {"s4", "", "b", "new"},
-		{"s2", "a", "b", "balance"}, {"s1", "a", "c", "lost"}}
+		{"s2", "a", "b", "balance"}, {"s3", "b", "c", "drain"}, {"s1", "a", "c", "lost"}}
 	if !slices.Equal(seen, want) {
 		t.Fatalf("moves:\n got %v\nwant %v", seen, want)
 	}
-	if !moves[1].OverCap || moves[0].OverCap {
+	if !moves[2].OverCap || moves[0].OverCap || moves[1].OverCap {
 		t.Fatalf("over-cap flags: %+v", moves)
 	}
 	v, err = db.ReadFleet(ctx, time.Hour)

@@ -442,11 +442,27 @@ func (d *Daemon) runCycle(ctx context.Context, t *term, opts cycle.Options) (res
 	d.running.Store(true)
 	defer d.running.Store(false)
 	if d.slots != nil {
-		// A fleet member's stars share its cycle slots; waiting for one
-		// is not progress.
+		// A fleet member's stars share its cycle slots. Waiting for one
+		// counts as progress: the star is not stuck, its member is busy
+		// (a cycle that holds a slot and stops progressing is the one
+		// given up).
 		actx, acancel := context.WithCancel(cctx)
 		stopWait := context.AfterFunc(ctx, acancel)
+		waited := make(chan struct{})
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-waited:
+					return
+				case <-tick.C:
+					d.stepped()
+				}
+			}
+		}()
 		err := d.slots.Acquire(actx)
+		close(waited)
 		stopWait()
 		acancel()
 		if err != nil {

@@ -83,10 +83,11 @@ type Member struct {
 	mu    sync.Mutex
 	seats map[string]*seat // the stars this member leads
 
-	cooling    map[string]time.Time // stars given up as stuck: not claimed again before then
+	cooling    map[string]time.Time // stars given up (stuck, stepped down): not claimed again before then (under mu)
 	liveSet    string               // the live membership last seen
-	live       []string             // its members
+	live       []catalog.Member     // its members (under mu)
 	liveSince  time.Time            // since when it is that
+	readFails  int                  // rounds in a row whose read of the fleet failed
 	draining   bool
 	ticks      int
 	lastHolder string // the other process holding our member name, logged once
@@ -102,6 +103,7 @@ type seat struct {
 	stop      context.CancelFunc // steps the daemon down
 	done      chan struct{}      // LeadTerm returned
 	leaving   string             // why it is being given up ("" while kept)
+	leavingAt time.Time
 	handTo    string
 }
 
@@ -133,6 +135,7 @@ func (mb *Member) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { mb.listen(base) })
+	wg.Go(func() { mb.renewLoop(base) })
 	mb.log.Info("fleet member", "member", mb.cfg.Member, "instance", mb.instance, "stars", mb.cfg.Stars.String())
 	tick := time.NewTicker(mb.cfg.Tick)
 	defer tick.Stop()
@@ -148,7 +151,25 @@ func (mb *Member) Run(ctx context.Context) error {
 	return nil
 }
 
-// tick is one round: heartbeat, renewal, read, claims, balance.
+// renewLoop renews the leases every tick, apart from the round, whose
+// calls (hand-offs, heartbeat, read, claims) may each take CallTimeout:
+// behind them, a renewal could come later than the leases' local deadline.
+// It runs through the drain and stops with the member.
+func (mb *Member) renewLoop(ctx context.Context) {
+	tick := time.NewTicker(mb.cfg.Tick)
+	defer tick.Stop()
+	for {
+		mb.renew(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// tick is one round: hand-offs, heartbeat, read, claims, balance (the
+// renewals have their own loop).
 func (mb *Member) tick(ctx context.Context) {
 	mb.ticks++
 	err := mb.round(ctx)
@@ -175,26 +196,30 @@ func (mb *Member) call(ctx context.Context) (context.Context, context.CancelFunc
 
 func (mb *Member) round(ctx context.Context) error {
 	mb.reap(ctx)
-	hctx, cancel := mb.call(ctx)
-	_, herr := mb.db.Heartbeat(hctx, mb.cfg.Member, mb.instance, mb.cfg.Stars.String(), mb.draining, mb.cfg.LeaseTTL)
-	cancel()
-	var held *catalog.MemberHeldError
-	if errors.As(herr, &held) {
-		if mb.lastHolder != held.Error() {
+	// A member that cannot read the fleet cannot claim: after a few such
+	// rounds it stops heartbeating, so that the others stop counting it
+	// (in the caps, as a successor, as a balance target).
+	if mb.readFails < 3 {
+		hctx, cancel := mb.call(ctx)
+		_, herr := mb.db.Heartbeat(hctx, mb.cfg.Member, mb.instance, mb.cfg.Stars.String(), mb.draining, mb.cfg.LeaseTTL)
+		cancel()
+		var held *catalog.MemberHeldError
+		if errors.As(herr, &held) && mb.lastHolder != held.Error() {
 			mb.log.Error("another process is this fleet member; waiting for its row to expire", "err", held)
 			mb.lastHolder = held.Error()
 		}
-	}
-	mb.renew(ctx)
-	if herr != nil {
-		return herr
+		if herr != nil {
+			return herr
+		}
 	}
 	rctx, cancel := mb.call(ctx)
 	fv, err := mb.db.ReadFleet(rctx, mb.cfg.BudgetWindow)
 	cancel()
 	if err != nil {
+		mb.readFails++
 		return err
 	}
+	mb.readFails = 0
 	v := mb.view(fv)
 	mb.gauges(v)
 	if p := planClaims(v, mb.cfg.Rules); p.n > 0 {
@@ -225,7 +250,7 @@ func (mb *Member) round(ctx context.Context) error {
 	mb.mu.Unlock()
 	slices.Sort(mine)
 	if mv, ok := planBalance(v, mb.cfg.Rules, mine); ok {
-		mb.giveUp(mv.star, "balance", mv.to)
+		mb.giveUp(mv.star, "balance", mv.kind, mv.to)
 	}
 	return nil
 }
@@ -256,6 +281,7 @@ func (mb *Member) view(fv catalog.FleetView) view {
 	}
 	mb.mu.Unlock()
 	now := time.Now()
+	mb.mu.Lock()
 	for star, until := range mb.cooling {
 		if now.Before(until) {
 			v.cooling[star] = true
@@ -263,6 +289,7 @@ func (mb *Member) view(fv catalog.FleetView) view {
 			delete(mb.cooling, star)
 		}
 	}
+	mb.mu.Unlock()
 	var live []string
 	for _, m := range fv.Members {
 		if m.Alive && !m.Draining {
@@ -273,7 +300,9 @@ func (mb *Member) view(fv catalog.FleetView) view {
 	if set != mb.liveSet {
 		mb.liveSet, mb.liveSince = set, now
 	}
-	mb.live = live
+	mb.mu.Lock()
+	mb.live = liveMembers(fv.Members)
+	mb.mu.Unlock()
 	v.stableOK = now.Sub(mb.liveSince) >= mb.cfg.Rules.StableFor
 	return v
 }
@@ -343,18 +372,20 @@ func (s *seat) progressAge() time.Duration {
 	return s.built.Daemon.ProgressAge()
 }
 
-// giveUp steps a star's daemon down; reap hands it off once it stopped.
-func (mb *Member) giveUp(star, why, to string) {
+// giveUp steps a star's daemon down; reap hands it off once it stopped
+// with why (released_why). kind is the release's label in the metrics
+// (why, or for a balance move: balance, home or spread).
+func (mb *Member) giveUp(star, why, kind, to string) {
 	mb.mu.Lock()
 	s := mb.seats[star]
 	if s == nil || s.leaving != "" {
 		mb.mu.Unlock()
 		return
 	}
-	s.leaving, s.handTo = why, to
+	s.leaving, s.handTo, s.leavingAt = why, to, time.Now()
 	mb.mu.Unlock()
-	mb.log.Info("giving a star up", "star", star, "why", why, "to", to, "token", s.lease.Token)
-	mb.m.Releases.WithLabelValues(why).Inc()
+	mb.log.Info("giving a star up", "star", star, "why", kind, "to", to, "token", s.lease.Token)
+	mb.m.Releases.WithLabelValues(kind).Inc()
 	s.stop()
 }
 
@@ -375,11 +406,16 @@ func (mb *Member) reap(ctx context.Context) {
 	mb.mu.Unlock()
 	for _, s := range done {
 		why := orElse(s.leaving, "released")
-		if why == "stuck" {
+		if why == "stuck" || why == "released" {
+			// Stuck, or stepped down on its own (a schema this binary does
+			// not know): left alone for the cooldown, or this member would
+			// claim it again at once, and again.
+			mb.mu.Lock()
 			if s.handTo == "" {
-				s.handTo = successor(s.star, mb.cfg.Member, mb.live)
+				s.handTo = successor(s.star, mb.cfg.Member, eligible(s.star, mb.live))
 			}
 			mb.cooling[s.star] = time.Now().Add(mb.cfg.Rules.Cooldown)
+			mb.mu.Unlock()
 		}
 		hctx, cancel := mb.call(ctx)
 		err := mb.db.HandOff(hctx, s.lease.Fence, s.handTo, why)
@@ -411,6 +447,10 @@ func orElse(a, b string) string {
 // cooldown.
 func (mb *Member) renew(ctx context.Context) {
 	bound := mb.cfg.Interval() + mb.cfg.ProgressBound
+	// a star stepping down is renewed while its cycle may still finish
+	// (ShutdownTimeout, then the daemon's 10 s before it abandons the
+	// cycle), not longer
+	leaveBound := mb.cfg.ShutdownTimeout + 15*time.Second
 	mb.mu.Lock()
 	var fences []catalog.Fence
 	var live []*seat
@@ -421,7 +461,10 @@ func (mb *Member) renew(ctx context.Context) {
 			continue
 		default:
 		}
-		if s.leaving == "" && s.progressAge() > bound {
+		switch {
+		case s.leaving == "stuck", s.leaving != "" && time.Since(s.leavingAt) > leaveBound:
+			continue
+		case s.leaving == "" && s.progressAge() > bound:
 			stuck = append(stuck, s)
 			continue
 		}
@@ -435,17 +478,19 @@ func (mb *Member) renew(ctx context.Context) {
 		mb.mu.Unlock()
 		mb.log.Error("a star's cycle loop made no progress; giving it up", "star", s.star,
 			"progress_age", age.Round(time.Second), "bound", bound)
-		to := successor(s.star, mb.cfg.Member, mb.live)
+		mb.mu.Lock()
+		to := successor(s.star, mb.cfg.Member, eligible(s.star, mb.live))
+		mb.cooling[s.star] = time.Now().Add(mb.cfg.Rules.Cooldown)
+		mb.mu.Unlock()
 		hctx, cancel := mb.call(ctx)
 		if err := mb.db.HandOff(hctx, s.lease.Fence, to, "stuck"); err != nil {
 			mb.log.Warn("hand-off failed; the lease expires on its own", "star", s.star, "err", err)
 		}
 		cancel()
-		mb.cooling[s.star] = time.Now().Add(mb.cfg.Rules.Cooldown)
 		// The term is lost first (its cycle is canceled, not let finish),
 		// then the daemon is stepped down.
 		offer(s.renew, daemon.Renewal{Err: fmt.Errorf("star %q given up as stuck: %w", s.star, catalog.ErrStaleToken)})
-		mb.giveUp(s.star, "stuck", to)
+		mb.giveUp(s.star, "stuck", "stuck", to)
 	}
 	if len(fences) == 0 {
 		return
@@ -489,14 +534,12 @@ func (mb *Member) drain(ctx context.Context, tick *time.Ticker) {
 	hctx, cancel := mb.call(ctx)
 	_, _ = mb.db.Heartbeat(hctx, mb.cfg.Member, mb.instance, mb.cfg.Stars.String(), true, mb.cfg.LeaseTTL)
 	cancel()
-	var live []string
+	mb.mu.Lock()
+	live := mb.live
+	mb.mu.Unlock()
 	rctx, cancel := mb.call(ctx)
 	if fv, err := mb.db.ReadFleet(rctx, mb.cfg.BudgetWindow); err == nil {
-		for _, m := range fv.Members {
-			if m.Alive && !m.Draining {
-				live = append(live, m.Member)
-			}
-		}
+		live = liveMembers(fv.Members) // the freshest: a peer draining too is left out
 	}
 	cancel()
 	mb.mu.Lock()
@@ -506,7 +549,7 @@ func (mb *Member) drain(ctx context.Context, tick *time.Ticker) {
 	}
 	mb.mu.Unlock()
 	for _, star := range stars {
-		mb.giveUp(star, "drain", successor(star, mb.cfg.Member, live))
+		mb.giveUp(star, "drain", "drain", successor(star, mb.cfg.Member, eligible(star, live)))
 	}
 	deadline := time.Now().Add(mb.cfg.ShutdownTimeout + 15*time.Second)
 	for time.Now().Before(deadline) {
@@ -517,7 +560,6 @@ func (mb *Member) drain(ctx context.Context, tick *time.Ticker) {
 		if left == 0 {
 			break
 		}
-		mb.renew(ctx)
 		select {
 		case <-tick.C:
 		case <-time.After(100 * time.Millisecond):

@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nova_auditor_fleet_moves_total",
 			Help: "Stars this member claimed, by why they left their last owner (new, released, drain, balance, stuck, lost)."}, []string{"reason"}),
 		Releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nova_auditor_fleet_releases_total",
-			Help: "Stars this member gave up, by reason (drain, balance, stuck)."}, []string{"reason"}),
+			Help: "Stars this member gave up, by reason: drain, stuck; for balance: balance (within --fleet-move-budget), home (to the member that drained it) and spread (by a member above its cap), the last two outside the budget."}, []string{"reason"}),
 		MoveBudget: g("move_budget", "Balance moves allowed fleet-wide per budget window (--fleet-move-budget)."),
 		Ticks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nova_auditor_fleet_ticks_total",
 			Help: "Rounds of the member's loop (heartbeat, renewal, claims, balance), by outcome."}, []string{"outcome"}),
@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{"new", "released", "drain", "balance", "stuck", "lost"} {
 		m.Moves.WithLabelValues(r)
 	}
-	for _, r := range []string{"drain", "balance", "stuck"} {
+	for _, r := range []string{"drain", "balance", "home", "spread", "stuck"} {
 		m.Releases.WithLabelValues(r)
 	}
 	for _, o := range []string{"ok", "error"} {

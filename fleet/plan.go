@@ -45,6 +45,30 @@ func favourite(star string, live []string) string {
 	return best
 }
 
+// liveMembers are the members alive and not draining.
+func liveMembers(ms []catalog.Member) []catalog.Member {
+	var out []catalog.Member
+	for _, m := range ms {
+		if m.Alive && !m.Draining {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// eligible are the names of the members whose --stars select star: only
+// they are its favourite, its successor or a balance target for it (a
+// member's selector that does not parse selects nothing).
+func eligible(star string, ms []catalog.Member) []string {
+	var out []string
+	for _, m := range ms {
+		if sel, err := ParseSelector(m.Stars); err == nil && sel.Match(star) {
+			out = append(out, m.Member)
+		}
+	}
+	return out
+}
+
 // Rules are the fleet's knobs the plan follows.
 type Rules struct {
 	Grace         time.Duration // others' favourites unowned this long may be claimed; twice this, by anyone beyond caps
@@ -69,20 +93,20 @@ type view struct {
 
 // shape is the fleet as a view sees it.
 type shape struct {
-	live   []string // live, non-draining members (sorted)
-	stars  []catalog.FleetStar
-	owned  map[string]int // live stars per holder
-	cap    int            // ceil(M/N)
-	floor  int            // floor(M/N)
-	spread int            // most minus fewest owned over live members
+	live    []string // live, non-draining members (sorted)
+	members []catalog.Member
+	stars   []catalog.FleetStar
+	owned   map[string]int // live stars per holder
+	cap     int            // ceil(M/N)
+	floor   int            // floor(M/N)
+	spread  int            // most minus fewest owned over live members
 }
 
 func (v view) shape() shape {
 	sh := shape{owned: map[string]int{}}
-	for _, m := range v.fleet.Members {
-		if m.Alive && !m.Draining {
-			sh.live = append(sh.live, m.Member)
-		}
+	sh.members = liveMembers(v.fleet.Members)
+	for _, m := range sh.members {
+		sh.live = append(sh.live, m.Member)
 	}
 	for _, s := range v.fleet.Stars {
 		if v.sel.Match(s.Star) {
@@ -103,6 +127,9 @@ func (v view) shape() shape {
 	}
 	return sh
 }
+
+// favourite is star's favourite among the live members that select it.
+func (sh shape) favourite(star string) string { return favourite(star, eligible(star, sh.members)) }
 
 // claimPlan is what a member asks for in one tick: the claims in order and
 // how many to take.
@@ -127,11 +154,15 @@ func planClaims(v view, r Rules) claimPlan {
 	}
 	var cands []cand
 	for _, s := range sh.stars {
-		if s.Live || v.held[s.Star] || v.cooling[s.Star] {
+		// A star this member gave up lately (stuck, stepped down) is left
+		// to the others, unless none of them took it within three graces.
+		if s.Live || v.held[s.Star] || (v.cooling[s.Star] && s.Unowned <= 3*r.Grace) {
 			continue
 		}
 		handedHere := s.HandoffTo == v.me && s.HandoffAge < r.HandoffWindow
-		handedElsewhere := s.HandoffTo != "" && s.HandoffTo != v.me && s.HandoffAge < r.HandoffWindow
+		// a hand-off to a member that is gone or draining binds no one
+		handedElsewhere := s.HandoffTo != "" && s.HandoffTo != v.me && s.HandoffAge < r.HandoffWindow &&
+			slices.Contains(sh.live, s.HandoffTo)
 		c := cand{star: s.Star, score: score(s.Star, v.me)}
 		switch {
 		case handedHere:
@@ -140,7 +171,7 @@ func planClaims(v view, r Rules) claimPlan {
 			continue
 		case s.Unowned > 2*r.Grace:
 			c.prio = 1
-		case favourite(s.Star, sh.live) == v.me:
+		case sh.favourite(s.Star) == v.me:
 			c.prio = 2
 		case s.Unowned > r.Grace:
 			c.prio = 3
@@ -174,6 +205,10 @@ func planClaims(v view, r Rules) claimPlan {
 // move is one balance move: give star up to the member to.
 type move struct {
 	star, to string
+	// kind: balance (within the budget), home (to the member that
+	// drained it) or spread (by a member above the cap); the last two
+	// are outside the budget
+	kind string
 }
 
 // planBalance: at most one star handed from this member toward the least
@@ -185,7 +220,7 @@ type move struct {
 // gets its own stars back), else one the target is the favourite of,
 // else the one that scores highest for the target.
 func planBalance(v view, r Rules, candidates []string) (move, bool) {
-	if v.draining || !v.stableOK || v.leaving > 0 || v.fleet.BalanceMoves >= r.MoveBudget {
+	if v.draining || !v.stableOK || v.leaving > 0 {
 		return move{}, false
 	}
 	sh := v.shape()
@@ -198,6 +233,10 @@ func planBalance(v view, r Rules, candidates []string) (move, bool) {
 	if mine <= sh.floor || !slices.Contains(sh.live, v.me) {
 		return move{}, false
 	}
+	// Above the cap is a transient to undo (a lone first member took every
+	// star; a drain piled stars on the others): not budgeted. Nor is a
+	// star going home to the member that drained it. The rest is.
+	budgeted := mine <= sh.cap && v.fleet.BalanceMoves >= r.MoveBudget
 	to := ""
 	for _, m := range sh.live {
 		if m != v.me && sh.owned[m] <= mine-2 && (to == "" || sh.owned[m] < sh.owned[to]) {
@@ -216,13 +255,18 @@ func planBalance(v view, r Rules, candidates []string) (move, bool) {
 	best, bestRank, bestScore := "", -1, uint64(0)
 	for _, star := range candidates {
 		s := byStar[star]
+		if !slices.Contains(eligible(star, sh.members), to) {
+			continue // the target does not serve it
+		}
 		rank := 0
 		switch {
 		case s.LastReason == "drain" && s.LastFrom == to:
-			rank = 2 // going home is not churn: no cooldown
+			rank = 2 // going home is not churn: no cooldown, no budget
+		case budgeted:
+			continue
 		case s.LastReason == "balance" && s.LastMove >= 0 && s.LastMove < r.Cooldown:
 			continue // moved for balance lately: no ping-pong
-		case favourite(star, sh.live) == to:
+		case sh.favourite(star) == to:
 			rank = 1
 		}
 		sc := score(star, to)
@@ -233,7 +277,14 @@ func planBalance(v view, r Rules, candidates []string) (move, bool) {
 	if best == "" {
 		return move{}, false
 	}
-	return move{star: best, to: to}, true
+	kind := "balance"
+	switch {
+	case bestRank == 2:
+		kind = "home"
+	case mine > sh.cap:
+		kind = "spread"
+	}
+	return move{star: best, to: to, kind: kind}, true
 }
 
 // successor is the member a draining member hands star to: its favourite

@@ -14,7 +14,7 @@ var testRules = Rules{Grace: 10 * time.Second, HandoffWindow: 3 * time.Second, S
 func members(names ...string) []catalog.Member {
 	var out []catalog.Member
 	for _, n := range names {
-		out = append(out, catalog.Member{Member: n, Alive: true})
+		out = append(out, catalog.Member{Member: n, Alive: true, Stars: "all"})
 	}
 	return out
 }
@@ -149,9 +149,20 @@ func TestBalanceHysteresis(t *testing.T) {
 	if _, ok := planBalance(v, testRules, mine(fv, "a")); ok {
 		t.Error("a move while the membership is not stable")
 	}
+	// Over the budget: a member above the cap still gives stars back (a
+	// transient to undo); one within the cap waits.
 	fv.BalanceMoves = testRules.MoveBudget
-	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); ok {
-		t.Error("a move over the budget")
+	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); !ok {
+		t.Error("a member above the cap waits for the budget")
+	}
+	within := catalog.FleetView{Members: members("a", "b", "c"), Stars: stars(13), BalanceMoves: testRules.MoveBudget}
+	owned(&within, map[string]int{"a": 5, "b": 5, "c": 3})
+	if _, ok := planBalance(testView("a", within), testRules, mine(within, "a")); ok {
+		t.Error("a move over the budget by a member within its cap")
+	}
+	within.BalanceMoves = 0
+	if mv, ok := planBalance(testView("a", within), testRules, mine(within, "a")); !ok || mv.to != "c" {
+		t.Errorf("5/5/3 under budget: %+v %v, want a move to c", mv, ok)
 	}
 	fv = base()
 	v = testView("a", fv)
@@ -246,5 +257,44 @@ func TestSelector(t *testing.T) {
 				t.Errorf("%q selects %s", c.spec, s)
 			}
 		}
+	}
+}
+
+// Members that select different stars: a star's favourite, successor and
+// balance target are only members that select it; a hand-off to a member
+// gone or draining binds no one.
+func TestSelectorsAndDeadSuccessors(t *testing.T) {
+	fv := catalog.FleetView{Members: []catalog.Member{
+		{Member: "eu", Alive: true, Stars: "eu-*"}, {Member: "us", Alive: true, Stars: "us-*"}},
+		Stars: []catalog.FleetStar{{Star: "eu-1", LastMove: -1}, {Star: "us-1", LastMove: -1}}}
+	for _, me := range []string{"eu", "us"} {
+		v := testView(me, fv)
+		v.sel, _ = ParseSelector(me + "-*")
+		p := planClaims(v, testRules)
+		if len(p.claims) != 1 || p.claims[0].Star != me+"-1" {
+			t.Errorf("%s claims %+v, want its own star at once", me, p.claims)
+		}
+	}
+	if got := successor("eu-1", "eu", eligible("eu-1", fv.Members)); got != "" {
+		t.Errorf("successor of eu-1 among members selecting it: %q, want none", got)
+	}
+	// b drained and gone: the hand-off to it does not hold a off.
+	fv = catalog.FleetView{Members: members("a"), Stars: stars(1)}
+	fv.Stars[0].HandoffTo, fv.Stars[0].HandoffAge, fv.Stars[0].Holder = "b", time.Second, "b"
+	if p := planClaims(testView("a", fv), testRules); len(p.claims) != 1 {
+		t.Errorf("a hand-off to a gone member kept a from claiming: %+v", p.claims)
+	}
+	// A star a gave up as stuck: left to others, unless none took it
+	// within three graces.
+	v := testView("a", fv)
+	fv.Stars[0].HandoffTo = ""
+	v.fleet = fv
+	v.cooling["s00"] = true
+	if p := planClaims(v, testRules); len(p.claims) != 0 {
+		t.Errorf("a claims a star it is cooling: %+v", p.claims)
+	}
+	v.fleet.Stars[0].Unowned = 4 * testRules.Grace
+	if p := planClaims(v, testRules); len(p.claims) != 1 {
+		t.Errorf("a star cooling and unowned for 4 graces: %+v, want a to take it", p.claims)
 	}
 }

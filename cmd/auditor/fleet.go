@@ -132,6 +132,8 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 }
 
 // fleetHandoffWindow is how long a star handed to a member is left to it:
-// three of its rounds, so a member slow by a round or two still takes it;
-// after that anyone may.
-func fleetHandoffWindow(cfg config.Config) time.Duration { return 3 * cfg.LeaseRenew }
+// three of its rounds, so a member slow by a round or two still takes it,
+// but never longer than the grace; after that anyone may.
+func fleetHandoffWindow(cfg config.Config) time.Duration {
+	return min(3*cfg.LeaseRenew, cfg.FleetGrace)
+}

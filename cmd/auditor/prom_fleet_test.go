@@ -294,7 +294,7 @@ func TestFleetMonitoringAgainstPrometheus(t *testing.T) {
 
 	// Balance moves above the budget (10 per window).
 	quiet("before the balance moves", "NovaAuditorFleetMoveRate")
-	members[1].m.Moves.WithLabelValues("balance").Add(20)
+	members[1].m.Releases.WithLabelValues("balance").Add(20)
 	fires("20 balance moves", "NovaAuditorFleetMoveRate", "")
 
 	t.Logf("expressions and what they returned (%d problems):\n| kind | name | expression | result |\n|---|---|---|---|\n%s",
