@@ -413,6 +413,18 @@ func (e *fleetEnv) checkOneLeader() int {
 	if runs < len(e.stars) {
 		t.Errorf("%d runs over %d stars: the members did not cycle", runs, len(e.stars))
 	}
+	// And no run of a token started after the next token's claim (the
+	// move log has each claim's time and token): a stale leader acted
+	// on nothing after its successor took over.
+	var late int
+	if err := e.db.Pool().QueryRow(e.ctx, `SELECT count(*) FROM nova.auditor_runs r
+		JOIN nova.auditor_fleet_moves m ON m.star = r.star AND m.token = r.token + 1
+		WHERE r.started_at > m.at`).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	if late != 0 {
+		t.Errorf("%d runs started after their token's successor was claimed", late)
+	}
 	return runs
 }
 
