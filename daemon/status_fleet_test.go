@@ -1,8 +1,6 @@
 package daemon_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -85,26 +83,7 @@ func TestFleetStatusRendering(t *testing.T) {
 			if !tc.check(tc.s) {
 				t.Errorf("status %+v, want %s", tc.s, tc.expect)
 			}
-			var text, js bytes.Buffer
-			if err := tc.s.WriteText(&text); err != nil {
-				t.Fatalf("write text: %v", err)
-			}
-			if err := tc.s.WriteJSON(&js); err != nil {
-				t.Fatalf("write json: %v", err)
-			}
-			golden(t, "status_"+tc.name+".txt", text.Bytes())
-			golden(t, "status_"+tc.name+".json", js.Bytes())
-			var back daemon.FleetStatus
-			if err := json.Unmarshal(js.Bytes(), &back); err != nil {
-				t.Fatalf("the JSON does not read back: %v", err)
-			}
-			var again bytes.Buffer
-			if err := back.WriteText(&again); err != nil {
-				t.Fatalf("write text of the JSON read back: %v", err)
-			}
-			if again.String() != text.String() {
-				t.Errorf("the text read back from the JSON differs:\n%s\nwant:\n%s", again.String(), text.String())
-			}
+			renderRoundTrip(t, "status_"+tc.name, tc.s)
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -133,28 +134,39 @@ func TestStatusRendering(t *testing.T) {
 		name string
 		s    daemon.Status
 	}{{"busy", busyStatus()}, {"fresh", freshStatus()}, {"lapsed", lapsedStatus()}} {
-		t.Run(tc.name, func(t *testing.T) {
-			var text, js bytes.Buffer
-			if err := tc.s.WriteText(&text); err != nil {
-				t.Fatalf("write text: %v", err)
-			}
-			if err := tc.s.WriteJSON(&js); err != nil {
-				t.Fatalf("write json: %v", err)
-			}
-			golden(t, "status_"+tc.name+".txt", text.Bytes())
-			golden(t, "status_"+tc.name+".json", js.Bytes())
-			var back daemon.Status
-			if err := json.Unmarshal(js.Bytes(), &back); err != nil {
-				t.Fatalf("the JSON does not read back: %v", err)
-			}
-			var again bytes.Buffer
-			if err := back.WriteText(&again); err != nil {
-				t.Fatalf("write text of the JSON read back: %v", err)
-			}
-			if again.String() != text.String() {
-				t.Errorf("the text of the status read back from its JSON differs:\n%s\nwant:\n%s", again.String(), text.String())
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { renderRoundTrip(t, "status_"+tc.name, tc.s) })
+	}
+}
+
+// rendered is a status that prints as text and as JSON.
+type rendered interface {
+	WriteText(io.Writer) error
+	WriteJSON(io.Writer) error
+}
+
+// renderRoundTrip holds s's text and JSON to testdata/name.txt and
+// name.json, and the text of the JSON read back into a T to the text.
+func renderRoundTrip[T rendered](t *testing.T, name string, s T) {
+	t.Helper()
+	var text, js bytes.Buffer
+	if err := s.WriteText(&text); err != nil {
+		t.Fatalf("write text: %v", err)
+	}
+	if err := s.WriteJSON(&js); err != nil {
+		t.Fatalf("write json: %v", err)
+	}
+	golden(t, name+".txt", text.Bytes())
+	golden(t, name+".json", js.Bytes())
+	back := new(T)
+	if err := json.Unmarshal(js.Bytes(), back); err != nil {
+		t.Fatalf("the JSON does not read back: %v", err)
+	}
+	var again bytes.Buffer
+	if err := (*back).WriteText(&again); err != nil {
+		t.Fatalf("write text of the JSON read back: %v", err)
+	}
+	if again.String() != text.String() {
+		t.Errorf("the text read back from the JSON differs:\n%s\nwant:\n%s", again.String(), text.String())
 	}
 }
 

@@ -732,47 +732,23 @@ func (r *roleRun) serveFleet(ctx context.Context, db *catalog.DB) error {
 	if _, err := r.cli(ctx, exitOK, "trigger"); err != nil {
 		return err
 	}
-	flags := slices.Clone(r.flags())
-	flags = slices.Delete(flags, 0, 2) // --star s1
+	flags := slices.Delete(slices.Clone(r.flags()), 0, 2) // --star s1
 	args := []string{"serve", "--stars", "all", "--holder", "rolesfleet", "--http-addr", "127.0.0.1:0", "--lease-ttl", "2s",
 		"--lease-renew", "500ms", "--schedule", "@every 1h", "--start-checks=false"}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var out, errs lockedBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- dispatch(sctx, env{stdout: &out, stderr: &errs, getenv: func(string) string { return "" }}, append(args, flags...))
-	}()
-	var waited error
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if strings.Contains(out.String()+errs.String(), denied) {
-			break
-		}
+	err := r.serveUntil(ctx, args, flags, func() (bool, string, error) {
 		open, err := db.AdminRequests(ctx, "s1", true, 100)
 		if err != nil {
-			return err
+			return false, "", err
 		}
 		l, live, err := db.CurrentLease(ctx, "s1")
 		if err != nil {
-			return err
+			return false, "", err
 		}
-		if len(open) == 0 && live && l.Holder == "rolesfleet" {
-			break
-		}
-		if time.Now().After(deadline) {
-			waited = fmt.Errorf("the fleet member did not lead s1 and run its trigger (open: %+v, lease %+v)", open, l)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	stop()
-	c := <-code
-	if _, err := r.done(args, c, exitOK, out.String(), errs.String()); err != nil {
+		return len(open) == 0 && live && l.Holder == "rolesfleet",
+			fmt.Sprintf("the fleet member did not lead s1 and run its trigger (open: %+v, lease %+v)", open, l), nil
+	})
+	if err != nil {
 		return err
-	}
-	if waited != nil {
-		return waited
 	}
 	moves, err := db.FleetMoves(ctx, time.Hour, 10)
 	if err != nil || len(moves) == 0 || moves[0].To != "rolesfleet" {
@@ -798,44 +774,20 @@ func (r *roleRun) write(ctx context.Context, db *catalog.DB, store objstore.Stor
 func (r *roleRun) serve(ctx context.Context, db *catalog.DB) error {
 	args := []string{"serve", "--run-now", "--holder", "roles", "--http-addr", "127.0.0.1:0", "--lease-ttl", "2s", "--lease-renew", "500ms",
 		"--schedule", "@every 1h"}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var out, errs lockedBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- dispatch(sctx, env{stdout: &out, stderr: &errs, getenv: func(string) string { return "" }}, append(args, r.flags()...))
-	}()
-	var waited error
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if strings.Contains(out.String()+errs.String(), denied) {
-			break
-		}
+	err := r.serveUntil(ctx, args, r.flags(), func() (bool, string, error) {
 		open, err := db.AdminRequests(ctx, "s1", true, 100)
 		if err != nil {
-			return err
+			return false, "", err
 		}
 		rt, err := db.GetRuntime(ctx, "s1")
 		if err != nil && !errors.Is(err, catalog.ErrNotFound) {
-			return err
+			return false, "", err
 		}
-		if len(open) == 0 && rt.BucketCheckedAt != nil && rt.Holder == "roles" {
-			break
-		}
-		if time.Now().After(deadline) {
-			waited = fmt.Errorf("serve did not consume the requests (open: %+v) or record its runtime (%+v)", open, rt)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	stop()
-	c := <-code
-	_, err := r.done(args, c, exitOK, out.String(), errs.String())
+		return len(open) == 0 && rt.BucketCheckedAt != nil && rt.Holder == "roles",
+			fmt.Sprintf("serve did not consume the requests (open: %+v) or record its runtime (%+v)", open, rt), nil
+	})
 	if err != nil {
 		return err
-	}
-	if waited != nil {
-		return waited
 	}
 	reqs, err := db.AdminRequests(ctx, "s1", false, 100)
 	if err != nil {
@@ -847,4 +799,42 @@ func (r *roleRun) serve(ctx context.Context, db *catalog.DB) error {
 		}
 	}
 	return nil
+}
+
+// serveUntil runs `auditor` args plus flags in this process until done
+// says it is done (or a permission denied shows in its output, or a
+// minute passes: the error done described), then stops it as SIGTERM
+// would and checks it exited 0 without a permission denied.
+func (r *roleRun) serveUntil(ctx context.Context, args, flags []string, done func() (bool, string, error)) error {
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var out, errs lockedBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- dispatch(sctx, env{stdout: &out, stderr: &errs, getenv: func(string) string { return "" }}, append(args, flags...))
+	}()
+	var waited error
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String()+errs.String(), denied) {
+		ok, what, err := done()
+		if err != nil {
+			stop()
+			<-code
+			return err
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			waited = errors.New(what)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	c := <-code
+	if _, err := r.done(args, c, exitOK, out.String(), errs.String()); err != nil {
+		return err
+	}
+	return waited
 }
