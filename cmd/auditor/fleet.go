@@ -125,6 +125,12 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		}()
 	}
 	log.Info("auditor serve (fleet member)", "version", buildVersion(), "member", cfg.Holder, "config", cfg)
+	if cfg.StartChecks {
+		// doctor's checks are per star and some write to the buckets:
+		// not run for every star a member may come to lead. Each star's
+		// daemon checks its bucket rules when claimed (the guard).
+		log.Info("a fleet member does not run the start checks: run auditor doctor --star S for each star before deploying")
+	}
 	if err := mb.Run(ctx); err != nil {
 		return exitCode(e, cfg, fmt.Errorf("serve: %w", err))
 	}
