@@ -163,7 +163,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 		"NovaAuditorTwoLeaders", "NovaAuditorQuarantine", "NovaAuditorTrimHeldByQuarantine", "NovaAuditorGaugesStale",
 		"NovaAuditorNoSuccessfulCycle", "NovaAuditorLeaseFlapping", "NovaAuditorS3Errors", "NovaAuditorPausedLong",
 		"NovaAuditorErasurePending", "NovaAuditorFleetStarUnowned", "NovaAuditorFleetStarNoProgress", "NovaAuditorFleetImbalance",
-		"NovaAuditorFleetMoveRate")
+		"NovaAuditorFleetMoveRate", "NovaAuditorFleetMemberBlind")
 	// No phantom series: each star reports its own class only.
 	if got := prom.mustQuery(`count by (star, class) (nova_auditor_due_streams)`); len(got) != 2 {
 		t.Errorf("class series: %v, want one class per star", got)
