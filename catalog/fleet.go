@@ -174,6 +174,13 @@ func (db *DB) ReadFleet(ctx context.Context, budgetWindow time.Duration) (FleetV
 	return v, nil
 }
 
+// Claimed is a lease a claim took and why the star left its last owner,
+// as the move log records it (new, released, drain, balance, stuck, lost).
+type Claimed struct {
+	Lease
+	Reason string
+}
+
 // Claim is a star a member asks for, and what its own view said of it.
 type Claim struct {
 	Star    string
@@ -186,8 +193,8 @@ type Claim struct {
 // another transaction holds (a takeover in flight, a fenced transaction
 // of the old holder) are skipped, not waited for (FOR UPDATE SKIP
 // LOCKED). Each claim is recorded in nova.auditor_fleet_moves. The leases
-// come back in the order of the claims.
-func (db *DB) ClaimStars(ctx context.Context, member, instance string, claims []Claim, n int, ttl, handoffWindow time.Duration) ([]Lease, error) {
+// come back in the order of the claims, each with the reason recorded.
+func (db *DB) ClaimStars(ctx context.Context, member, instance string, claims []Claim, n int, ttl, handoffWindow time.Duration) ([]Claimed, error) {
 	if n <= 0 || len(claims) == 0 {
 		return nil, nil
 	}
@@ -195,7 +202,7 @@ func (db *DB) ClaimStars(ctx context.Context, member, instance string, claims []
 	for i, c := range claims {
 		stars[i], over[i] = c.Star, c.OverCap
 	}
-	var out []Lease
+	var out []Claimed
 	err := db.tx(ctx, func(tx pgx.Tx) error {
 		if err := boundStatements(ctx, tx); err != nil {
 			return err
@@ -226,16 +233,17 @@ func (db *DB) ClaimStars(ctx context.Context, member, instance string, claims []
 					     WHEN released_at IS NOT NULL AND released_at >= was_expiring THEN released_why
 					     ELSE 'lost' END,
 					over_cap, (extract(epoch FROM now() - was_expiring) * 1000)::bigint, token
-				FROM claimed)
-			SELECT star, token, expires_at FROM claimed ORDER BY ord`,
+				FROM claimed
+				RETURNING star, reason)
+			SELECT c.star, c.token, c.expires_at, m.reason FROM claimed c JOIN moved m ON m.star = c.star ORDER BY c.ord`,
 			member, instance, stars, over, n, handoffWindow, ttl)
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Lease, error) {
-			l := Lease{Fence: Fence{Holder: member}, Instance: instance}
-			err := r.Scan(&l.Star, &l.Token, &l.ExpiresAt)
-			return l, err
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+			c := Claimed{Lease: Lease{Fence: Fence{Holder: member}, Instance: instance}}
+			err := r.Scan(&c.Star, &c.Token, &c.ExpiresAt, &c.Reason)
+			return c, err
 		})
 		return err
 	})

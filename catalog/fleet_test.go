@@ -22,7 +22,7 @@ func fleetStars(t *testing.T, ctx context.Context, db *catalog.DB, names ...stri
 	}
 }
 
-func claimed(ls []catalog.Lease) []string {
+func claimed(ls []catalog.Claimed) []string {
 	var out []string
 	for _, l := range ls {
 		out = append(out, l.Star)
@@ -96,8 +96,8 @@ func TestFleetClaimRenewHandOff(t *testing.T) {
 	if _, err := db.Pool().Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now() WHERE star = 's1'`); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := db.ClaimStars(ctx, "c", "ic", claims("s1"), 1, time.Minute, time.Minute); err != nil || len(c) != 1 {
-		t.Fatalf("c claims an expired lease: %+v, %v", c, err)
+	if c, err := db.ClaimStars(ctx, "c", "ic", claims("s1"), 1, time.Minute, time.Minute); err != nil || len(c) != 1 || c[0].Reason != "lost" {
+		t.Fatalf("c claims an expired lease: %+v, %v (want it, as lost)", c, err)
 	}
 	moves, err := db.FleetMoves(ctx, time.Hour, 100)
 	if err != nil {

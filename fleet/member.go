@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -45,7 +46,7 @@ type Metastore interface {
 	Heartbeat(ctx context.Context, member, instance, stars string, draining bool, ttl time.Duration) (time.Time, error)
 	LeaveFleet(ctx context.Context, member, instance string) error
 	ReadFleet(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
-	ClaimStars(ctx context.Context, member, instance string, claims []catalog.Claim, n int, ttl, handoffWindow time.Duration) ([]catalog.Lease, error)
+	ClaimStars(ctx context.Context, member, instance string, claims []catalog.Claim, n int, ttl, handoffWindow time.Duration) ([]catalog.Claimed, error)
 	RenewLeases(ctx context.Context, member string, held []catalog.Fence, ttl time.Duration) (map[string]time.Time, error)
 	HandOff(ctx context.Context, f catalog.Fence, to, why string) error
 	PruneFleet(ctx context.Context, keep time.Duration) error
@@ -230,13 +231,9 @@ func (mb *Member) round(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		reasons := map[string]string{}
-		for _, s := range fv.Stars {
-			reasons[s.Star] = moveReason(s)
-		}
-		for _, l := range leases {
-			mb.m.Moves.WithLabelValues(reasons[l.Star]).Inc()
-			mb.seat(ctx, l, sent)
+		for _, c := range leases {
+			mb.m.Moves.WithLabelValues(c.Reason).Inc()
+			mb.seat(ctx, c.Lease, sent)
 		}
 		return nil
 	}
@@ -253,19 +250,6 @@ func (mb *Member) round(ctx context.Context) error {
 		mb.giveUp(mv.star, "balance", mv.kind, mv.to)
 	}
 	return nil
-}
-
-// moveReason is why a star claimed now left its last owner, as the claim
-// will record it (catalog.ClaimStars).
-func moveReason(s catalog.FleetStar) string {
-	switch {
-	case s.Holder == "":
-		return "new"
-	case s.ReleasedWhy != "" && s.HandoffAge > 0 && s.HandoffAge <= s.Unowned:
-		return s.ReleasedWhy
-	default:
-		return "lost"
-	}
 }
 
 // view assembles the tick's view and tracks the membership's stability.
@@ -617,12 +601,7 @@ func (mb *Member) wake(star string) {
 func (mb *Member) Led() []string {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
-	var out []string
-	for star := range mb.seats {
-		out = append(out, star)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(mb.seats))
 }
 
 func b2f(b bool) float64 {

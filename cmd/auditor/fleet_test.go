@@ -191,6 +191,18 @@ func (e *fleetEnv) watch(ctx context.Context) {
 	}
 }
 
+// startWatch runs watch until the returned function (idempotent, also
+// run at cleanup) stops it.
+func (e *fleetEnv) startWatch() func() {
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { e.watch(ctx) })
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
+	e.t.Cleanup(stop)
+	return stop
+}
+
 // moves reads the move log since t.
 func (e *fleetEnv) moves(since time.Time) []catalog.FleetMove {
 	ms, err := e.db.FleetMoves(e.ctx, time.Since(since), 10000)
@@ -225,10 +237,7 @@ func TestFleetServesEveryStar(t *testing.T) {
 	}
 	e := newFleetEnv(t, 12)
 	stopWriter := e.startWriter()
-	watchCtx, stopWatch := context.WithCancel(e.ctx)
-	var watching sync.WaitGroup
-	watching.Go(func() { e.watch(watchCtx) })
-	t.Cleanup(func() { stopWatch(); watching.Wait() })
+	stopWatch := e.startWatch()
 
 	for _, m := range []string{"a", "b", "c"} {
 		e.start(m)
@@ -368,7 +377,6 @@ func TestFleetServesEveryStar(t *testing.T) {
 	// The writer stops; the members settle what it wrote.
 	stopWriter()
 	stopWatch()
-	watching.Wait()
 	e.settled()
 
 	runs := e.checkOneLeader()
@@ -514,10 +522,7 @@ func TestFleetSoak(t *testing.T) {
 	}
 	e := newFleetEnv(t, 16)
 	stopWriter := e.startWriter()
-	watchCtx, stopWatch := context.WithCancel(e.ctx)
-	var watching sync.WaitGroup
-	watching.Go(func() { e.watch(watchCtx) })
-	t.Cleanup(func() { stopWatch(); watching.Wait() })
+	stopWatch := e.startWatch()
 	next := 0
 	newName := func() string { next++; return fmt.Sprintf("m%d", next) }
 	for range 3 {
@@ -567,7 +572,6 @@ func TestFleetSoak(t *testing.T) {
 	e.balanced(90 * time.Second)
 	stopWriter()
 	stopWatch()
-	watching.Wait()
 	e.settled()
 	e.checkLiveness(e.checkOneLeader())
 	e.checkData()

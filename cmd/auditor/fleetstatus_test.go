@@ -44,7 +44,7 @@ func TestStatusFleet(t *testing.T) {
 	if _, err := db.ReadFleet(ctx, time.Hour); err != nil { // the lease rows of the new stars
 		t.Fatal(err)
 	}
-	claim := func(member string, n int, c ...catalog.Claim) []catalog.Lease {
+	claim := func(member string, n int, c ...catalog.Claim) []catalog.Claimed {
 		t.Helper()
 		ls, err := db.ClaimStars(ctx, member, "i-"+member, c, n, time.Minute, time.Minute)
 		if err != nil || len(ls) != len(c) {
