@@ -244,9 +244,13 @@ func (s *Settler) readSmallEntry(ctx context.Context, key string, last catalog.E
 	if size <= 0 || size >= s.copyFloor() {
 		return nil, nil
 	}
-	if obj := s.tails.get(key); obj != nil {
+	if obj, spilled := s.tails.lookup(key); obj != nil {
 		if t, err := tailOf(key, last, obj); err == nil {
-			s.d.Metrics.tailRead("hit")
+			outcome := "hit"
+			if spilled {
+				outcome = "spill"
+			}
+			s.d.Metrics.tailRead(outcome)
 			return t, nil
 		}
 		s.tails.drop(key) // not what the catalog describes: read the store's

@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		tailReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nova_auditor_tail_reads_total",
-			Help: "Standing tails below the copy floor read for a rewrite, by outcome (hit: from the tail cache; miss: one GET).",
+			Help: "Standing tails below the copy floor read for a rewrite, by outcome (hit: from the tail cache's memory; spill: from its spill files; miss: one GET).",
 		}, []string{"outcome"}),
 	}
 	var errs []error
@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, o := range []string{"published", "adopted", "failed"} {
 		m.objects.WithLabelValues(o)
 	}
-	for _, o := range []string{"hit", "miss"} {
+	for _, o := range []string{"hit", "spill", "miss"} {
 		m.tailReads.WithLabelValues(o)
 	}
 	for _, c := range cycle.QuarantineClasses() {

@@ -59,6 +59,11 @@ type Config struct {
 	FooterCacheBytes int64 // --settle-footer-cache-mib in bytes
 	SlotReadBytes    int64 // --settle-slot-read-mib in bytes (0: no slot reads: fetch.go)
 	TailCacheBytes   int64 // --settle-tail-cache-mib in bytes (0: no tail cache: fetch.go)
+	// TailSpillDir and TailSpillBytes: where the tail cache writes what its
+	// memory evicts (--data-dir's tails/<star>), and how much
+	// (--settle-tail-spill-mib in bytes); "" or 0: nothing spills.
+	TailSpillDir   string
+	TailSpillBytes int64
 	// WindowRefs and WindowRecords bound one window of a stream's backlog:
 	// the refs read at once, and the records resolved and planned at once
 	// (a window holds at least one ref, and the chunks carried into it are
@@ -130,8 +135,12 @@ func New(d Deps, c Config) (*Settler, error) {
 	if d.Topology == nil {
 		return nil, errors.New("settle: no storage topology")
 	}
+	tails, err := newTailCache(c.TailCacheBytes, c.TailSpillDir, c.TailSpillBytes)
+	if err != nil {
+		return nil, fmt.Errorf("settle: %w", err)
+	}
 	return &Settler{d: d, c: c, store: d.Topology.Store(), read: bundle.NewReader(d.Topology), hot: make(chan struct{}, c.HotStreams),
-		tails: newTailCache(c.TailCacheBytes)}, nil
+		tails: tails}, nil
 }
 
 // Name implements cycle.Step.

@@ -170,6 +170,9 @@ func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
 	if c.TailCacheBytes == 0 {
 		c.TailCacheBytes = config.Defaults().SettleTailCacheMiB << 20
 	}
+	if c.TailSpillDir == "" && c.TailSpillBytes == 0 { // spilled as the daemon spills, to a directory of the test's
+		c.TailSpillDir, c.TailSpillBytes = e.t.TempDir(), config.Defaults().SettleTailSpillMiB<<20
+	}
 	if c.WindowRefs == 0 {
 		c.WindowRefs = settle.DefaultWindowRefs
 	}

@@ -33,8 +33,8 @@ func (c Config) Validate() error {
 	if c.BatchStreams < 0 {
 		bad("BatchStreams", "%d is negative", c.BatchStreams)
 	}
-	if c.SlotReadBytes < 0 || c.TailCacheBytes < 0 {
-		bad("SlotReadBytes/TailCacheBytes", "%d/%d must not be negative (0 turns one off)", c.SlotReadBytes, c.TailCacheBytes)
+	if c.SlotReadBytes < 0 || c.TailCacheBytes < 0 || c.TailSpillBytes < 0 {
+		bad("SlotReadBytes/TailCacheBytes/TailSpillBytes", "%d/%d/%d must not be negative (0 turns one off)", c.SlotReadBytes, c.TailCacheBytes, c.TailSpillBytes)
 	}
 	if c.ReapGrace < 0 {
 		bad("ReapGrace", "%s is negative", c.ReapGrace)

@@ -97,6 +97,8 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 		FooterCacheBytes: cfg.SettleFooterCacheMiB << 20,
 		SlotReadBytes:    cfg.SettleSlotReadMiB << 20,
 		TailCacheBytes:   cfg.SettleTailCacheMiB << 20,
+		TailSpillDir:     filepath.Join(cfg.DataDir, "tails", cfg.Star),
+		TailSpillBytes:   cfg.SettleTailSpillMiB << 20,
 		WindowRefs:       settle.DefaultWindowRefs,
 		WindowRecords:    settle.DefaultWindowRecords,
 		HotStreams:       settle.DefaultHotStreams,

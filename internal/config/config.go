@@ -80,6 +80,7 @@ type Config struct {
 	SettleFooterCacheMiB int64
 	SettleSlotReadMiB    int64
 	SettleTailCacheMiB   int64
+	SettleTailSpillMiB   int64
 	CopyConcurrency      int64
 	Verify               string
 	ReapGrace            time.Duration
@@ -307,7 +308,7 @@ var keys = []key{
 		get: func(c *Config) string { return FormatExpressBuckets(c.S3ExpressBuckets) }},
 	stringKey("location", "this auditor's zone: reads prefer its express bucket", "", func(c *Config) *string { return &c.Location }),
 	stringKey("fs-root", "use the local file-backed store rooted here (each bucket a directory) instead of S3", "", func(c *Config) *string { return &c.FSRoot }),
-	stringKey("data-dir", "local state: pending upload-part sidecars", "data", func(c *Config) *string { return &c.DataDir }),
+	stringKey("data-dir", "local state: pending upload-part sidecars, and the tail cache's spill files", "data", func(c *Config) *string { return &c.DataDir }),
 	stringKey("schedule", "cycle schedule (robfig/cron v3 spec)", "@every 30s", func(c *Config) *string { return &c.Schedule }),
 	stringKey("http-addr", "address of /metrics, /healthz, /readyz, /status", "127.0.0.1:9479", func(c *Config) *string { return &c.HTTPAddr }),
 	boolKey("start-checks", "serve runs auditor doctor's checks at start: a failed one refuses to start, a warning is exported (nova_auditor_start_check_warning)", "true", func(c *Config) *bool { return &c.StartChecks }),
@@ -329,6 +330,7 @@ var keys = []key{
 	intKey("settle-footer-cache-mib", "memory for the slot footers a settle cycle reads, in MiB (a footer evicted and needed again costs a GET)", "256", func(c *Config) *int64 { return &c.SettleFooterCacheMiB }),
 	intKey("settle-slot-read-mib", "memory for the slot bytes a settle cycle reads together for its small streams, in MiB (0 reads every piece alone; a range that does not fit is read piece by piece)", "128", func(c *Config) *int64 { return &c.SettleSlotReadMiB }),
 	intKey("settle-tail-cache-mib", "memory for the settled objects below the copy floor kept for their next tail rewrite, in MiB, across cycles (0 disables; a miss reads the tail in one GET)", "64", func(c *Config) *int64 { return &c.SettleTailCacheMiB }),
+	intKey("settle-tail-spill-mib", "local disk under --data-dir (tails/<star>) for the tails the tail cache's memory evicts, in MiB (0 disables: what memory evicts is forgotten)", "1024", func(c *Config) *int64 { return &c.SettleTailSpillMiB }),
 	intKey("copy-concurrency", "parts copied or uploaded at once per object", strconv.Itoa(objstore.DefaultCopyConcurrency), func(c *Config) *int64 { return &c.CopyConcurrency }),
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),

@@ -104,7 +104,7 @@ func (c Config) Validate() error {
 	if c.SettleFooterCacheMiB > 1<<20 {
 		add("settle-footer-cache-mib", "%d must be at most 1048576 (1 TiB)", c.SettleFooterCacheMiB)
 	}
-	for name, v := range map[string]int64{"settle-slot-read-mib": c.SettleSlotReadMiB, "settle-tail-cache-mib": c.SettleTailCacheMiB} {
+	for name, v := range map[string]int64{"settle-slot-read-mib": c.SettleSlotReadMiB, "settle-tail-cache-mib": c.SettleTailCacheMiB, "settle-tail-spill-mib": c.SettleTailSpillMiB} {
 		if v < 0 || v > 1<<20 {
 			add(name, "%d must be between 0 and 1048576 (1 TiB)", v)
 		}
