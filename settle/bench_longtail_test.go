@@ -18,6 +18,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/settle"
@@ -36,6 +37,7 @@ type tailParams struct {
 	streams, rounds, conc int
 	records, recBytes     int // records a round (over all streams), body bytes of each
 	ageCap                time.Duration
+	capRounds             int // the age cap in first rounds, when ageCap is not set
 	fraction              float64 // the cost-aware due rule's fraction (0: today's rule)
 }
 
@@ -108,9 +110,16 @@ func (o *opCounter) snapshot() map[string]int64 {
 //
 // Linger is 0 (every stream with new data is due at once: the due rule
 // reads the database clock, so rounds are real time) and the age cap is
-// NOVA_BENCH_TAIL_AGE_CAP (a duration) or else 5 times the first run's
-// first round (write and cycle), so that deferral under the cost-aware
-// rule meets the cap within a run. The run is made at fraction 0 and at
+// NOVA_BENCH_TAIL_AGE_CAP (a duration) or else NOVA_BENCH_TAIL_CAP_ROUNDS
+// times the first run's first round (write and cycle). A round stands for
+// one linger (one new flight per stream's linger, as issue 25 counts
+// them), so that default is the defaults' ratio of age cap to linger,
+// 24h / 5m = 288 rounds: production's shape, where a trickle stream's
+// settles are paced by the tail-growth rule and its age cap is days of
+// rounds away. NOVA_BENCH_TAIL_CAP_ROUNDS=5 compresses the cap so that
+// deferral meets it within a run: the regime where the cap, not the
+// rule, paces a trickle stream's settles (docs/architecture.md, the cost
+// model's hold-paced regime). The run is made at fraction 0 and at
 // --denorm-tail-growth's default, side by side on fresh databases with the
 // same traffic (bench_longtail_hook_test.go: until that rule lands, at
 // fraction 0 only). Then a short comparison with the raw loop at settle
@@ -128,6 +137,8 @@ func TestLongTailStar(t *testing.T) {
 		recBytes: envInt("NOVA_BENCH_TAIL_RECORD_BYTES", 1<<10),
 	}
 	p.records = envInt("NOVA_BENCH_TAIL_RECORDS", 2*p.streams)
+	def := config.Defaults()
+	p.capRounds = envInt("NOVA_BENCH_TAIL_CAP_ROUNDS", int(def.DenormAgeCap/def.DenormLinger))
 	if p.streams > 1<<16 {
 		t.Fatalf("NOVA_BENCH_TAIL_STREAMS %d: at most %d (two bytes of the stream ID)", p.streams, 1<<16)
 	}
@@ -277,7 +288,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 			t.Fatalf("round %d: %+v %v, quarantine %+v", k+1, c, err, q)
 		}
 		if p.ageCap == 0 {
-			p.ageCap = 5 * time.Since(start)
+			p.ageCap = time.Duration(p.capRounds) * time.Since(start)
 		}
 		rd.ops = map[string]int64{}
 		for op, n := range ops1 {
