@@ -2,6 +2,7 @@ package bundle_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nova/auditor/bundle"
@@ -15,24 +16,35 @@ import (
 // its key, its footer window and each stream's chunk entry.
 func slotOf(t *testing.T, fx *fixture, n int) (string, [2]int64, []bundlefmt.StreamID, []bundlefmt.Entry) {
 	t.Helper()
+	return slotWith(t, fx, 3, n, func(i int) []string {
+		return []string{fmt.Sprintf("stream %d record 0", i), fmt.Sprintf("stream %d record 1", i), fmt.Sprintf("stream %d record 2", i)}
+	})
+}
+
+// slotWith writes the slot of sequence seq holding one chunk of each of n
+// streams, stream i's chunk of the records bodies(i), and returns what
+// slotOf does.
+func slotWith(t *testing.T, fx *fixture, seq uint64, n int, bodies func(i int) []string) (string, [2]int64, []bundlefmt.StreamID, []bundlefmt.Entry) {
+	t.Helper()
 	var chunks []bundlefmt.Chunk
 	var ids []bundlefmt.StreamID
 	for i := range n {
-		id := bundlefmt.StreamID{0: 0x51, 15: byte(i)}
+		id := bundlefmt.StreamID{0: 0x51, 14: byte(i >> 8), 15: byte(i)}
 		b := bundlefmt.NewChunkBuilder(id, 0)
-		for j := range 3 {
-			if err := b.Add(bundlefmt.Record{Body: []byte(fmt.Sprintf("stream %d record %d", i, j))}, 1, j == 2); err != nil {
+		recs := bodies(i)
+		for j, body := range recs {
+			if err := b.Add(bundlefmt.Record{Body: []byte(body)}, 1, j == len(recs)-1); err != nil {
 				t.Fatal(err)
 			}
 		}
 		chunks = append(chunks, b.Chunk())
 		ids = append(ids, id)
 	}
-	obj, err := bundlefmt.EncodeFlight(1, 3, 7, chunks)
+	obj, err := bundlefmt.EncodeFlight(1, seq, 7, chunks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := bundlefmt.SlotKey("s1", 1, 3)
+	key := bundlefmt.SlotKey("s1", 1, seq)
 	if err := fx.fs.PutIfAbsent(fx.ctx, fx.std, key, obj); err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +130,76 @@ func TestSlotReadsBudget(t *testing.T) {
 	}
 	if n := fx.store.gets[key] - before; n != 0 {
 		t.Fatalf("%d GETs over budget, want none", n)
+	}
+}
+
+// TestSlotReadsWasteBound: the due streams' chunks of a slot alternate
+// with chunks of streams not due, of various sizes. Where those are small
+// the slot is read in one range; where some are wider than the gap rule
+// bridges, the slot is read in one range per stretch between them; either
+// way the bytes read are at most twice the bytes wanted (each range wants
+// more than DefaultSlotReadGap here), where the gap rule alone (what slot
+// reads did first) read all but the widest gaps.
+func TestSlotReadsWasteBound(t *testing.T) {
+	const kib = 1 << 10
+	body := func(n int) []string { return []string{strings.Repeat("x", n)} }
+	for _, tc := range []struct {
+		name    string
+		notDue  []int // body bytes of the not-due chunks, by turn
+		wantGet int
+	}{
+		// 40 due chunks of 8 KiB (320 KiB) between not-due ones of up to
+		// their size: one range.
+		{"small gaps", []int{1 * kib, 8 * kib, 3 * kib, 200, 6 * kib, 5 * kib}, 1},
+		// Not-due chunks mostly larger than the due ones (59 KiB of them
+		// to 41 KiB due in every five): no range may waste more than it
+		// wants beyond DefaultSlotReadGap, so each wastes up to that: 9
+		// ranges as the smallest gaps fall first (7 at the fewest, a
+		// dynamic program over the layout says; the gap rule alone: one
+		// GET of 2.4 times the bytes wanted; none: 40).
+		{"gaps larger than the chunks", []int{12 * kib, 2 * kib, 20 * kib, 9 * kib, 16 * kib}, 9},
+		// Every tenth not-due chunk (100 KiB) is wider than a request is
+		// worth: a range per stretch of ten due chunks between them.
+		{"a wide gap every ten", []int{1 * kib, 4 * kib, 9 * kib, 2 * kib, 7 * kib, 3 * kib, 5 * kib, 6 * kib, 8 * kib, 100 * kib}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const pairs = 40
+			fx := newFixture(t)
+			key, win, ids, es := slotWith(t, fx, 3, 2*pairs, func(i int) []string {
+				if i%2 == 0 {
+					return body(8 * kib)
+				}
+				return body(tc.notDue[(i/2)%len(tc.notDue)])
+			})
+			due := map[bundlefmt.StreamID]bool{}
+			var wanted, span int64
+			for i, id := range ids {
+				if i%2 == 0 {
+					due[id] = true
+					wanted += int64(es[i].ChunkBytes())
+				}
+			}
+			span = int64(es[len(es)-2].DataOffset+es[len(es)-2].ChunkBytes()) - int64(es[0].DataOffset)
+			rd := fx.rd.WithFooterCache(1 << 20).WithSlotReads(bundle.SlotReads{Streams: due, MaxRun: 5 << 20, Gap: bundle.DefaultSlotReadGap, Budget: 16 << 20})
+			src := bundle.Source{Key: key, Class: catalog.ClassStandard}
+			if _, err := rd.SlotFooter(fx.ctx, src.Class, key, win[0], win[1]); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < len(es); i += 2 {
+				e := es[i]
+				if got, ok, err := rd.Piece(fx.ctx, src, int64(e.DataOffset), int64(e.ChunkBytes()), e.DataCRC); err != nil || !ok || crc32c.Checksum(got) != e.DataCRC {
+					t.Fatalf("stream %d: ok %v err %v", i, ok, err)
+				}
+			}
+			gets, fetched := rd.SlotReadStats()
+			t.Logf("%d pieces, %d bytes wanted over a span of %d: %d GETs, %d bytes read (%.2f per byte wanted)",
+				pairs, wanted, span, gets, fetched, float64(fetched)/float64(wanted))
+			if gets != int64(tc.wantGet) {
+				t.Errorf("%d GETs, want %d", gets, tc.wantGet)
+			}
+			if fetched > 2*wanted {
+				t.Errorf("%d bytes read for %d wanted: more than twice", fetched, wanted)
+			}
+		})
 	}
 }

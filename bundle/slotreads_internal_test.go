@@ -1,0 +1,100 @@
+package bundle
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestMergeRunsBound checks mergeRuns over random slots: the ranges cover
+// the runs in order, no bridged gap is wider than the gap, and no range
+// wastes more than max(its wanted bytes, the gap); and a gap a range could
+// still bridge within that bound was not left unbridged.
+func TestMergeRunsBound(t *testing.T) {
+	const gap = 64 << 10
+	r := rand.New(rand.NewPCG(25, 1))
+	for trial := range 2000 {
+		n := 1 + r.IntN(60)
+		runs := make([][2]int64, n)
+		at := int64(r.IntN(1 << 10))
+		for i := range runs {
+			if i > 0 {
+				at += gapSize(r)
+			}
+			w := 1 + int64(r.IntN(16<<10))
+			runs[i] = [2]int64{at, at + w}
+			at += w
+		}
+		groups := mergeRuns(runs, gap)
+		next := 0
+		for _, g := range groups {
+			if g[0] != next || g[1] <= g[0] {
+				t.Fatalf("trial %d: ranges %v of %d runs", trial, groups, n)
+			}
+			next = g[1]
+			var want int64
+			for i := g[0]; i < g[1]; i++ {
+				want += runs[i][1] - runs[i][0]
+				if i > g[0] && runs[i][0]-runs[i-1][1] > gap {
+					t.Fatalf("trial %d: a gap of %d bridged", trial, runs[i][0]-runs[i-1][1])
+				}
+			}
+			if waste := runs[g[1]-1][1] - runs[g[0]][0] - want; waste > max(want, gap) {
+				t.Fatalf("trial %d: a range wanting %d wastes %d", trial, want, waste)
+			}
+		}
+		if next != n {
+			t.Fatalf("trial %d: ranges %v of %d runs", trial, groups, n)
+		}
+		// Two neighbours that the bound allows as one were not left apart
+		// over a gap that fits it.
+		for k := 1; k < len(groups); k++ {
+			a, b := groups[k-1], groups[k]
+			g := runs[b[0]][0] - runs[a[1]-1][1]
+			var want int64
+			for i := a[0]; i < b[1]; i++ {
+				want += runs[i][1] - runs[i][0]
+			}
+			if waste := runs[b[1]-1][1] - runs[a[0]][0] - want; g <= gap && waste <= max(want, gap) {
+				t.Fatalf("trial %d: ranges %v and %v left apart, together they waste %d of %d wanted", trial, a, b, waste, want)
+			}
+		}
+	}
+}
+
+// gapSize is a gap between wanted runs: mostly small, now and then wider
+// than a request is worth, sometimes none.
+func gapSize(r *rand.Rand) int64 {
+	switch r.IntN(10) {
+	case 0:
+		return 0
+	case 1:
+		return 64<<10 + int64(r.IntN(1<<20))
+	default:
+		return int64(r.IntN(24 << 10))
+	}
+}
+
+// TestMergeRunsDense: runs alternating with gaps no wider than them are one
+// range; runs of 1 KiB between gaps of 3 KiB, wider than the runs, are
+// merged up to the gap's worth of waste, a few ranges and not one a run.
+func TestMergeRunsDense(t *testing.T) {
+	layout := func(n int, run, gap func(i int) int64) [][2]int64 {
+		var runs [][2]int64
+		at := int64(0)
+		for i := range n {
+			runs = append(runs, [2]int64{at, at + run(i)})
+			at += run(i) + gap(i)
+		}
+		return runs
+	}
+	even := layout(200, func(int) int64 { return 4 << 10 }, func(i int) int64 { return int64(i%5+1) << 10 })
+	if g := mergeRuns(even, DefaultSlotReadGap); len(g) != 1 {
+		t.Errorf("gaps no wider than the runs: %d ranges, want 1", len(g))
+	}
+	wide := layout(200, func(int) int64 { return 1 << 10 }, func(int) int64 { return 3 << 10 })
+	// A range wastes at most the gap's worth: 21 gaps of 3 KiB (63 KiB)
+	// and 22 runs.
+	if g := mergeRuns(wide, DefaultSlotReadGap); len(g) != 10 {
+		t.Errorf("gaps 3 times the runs: %d ranges, want 10 (22 runs each, the last 2)", len(g))
+	}
+}
