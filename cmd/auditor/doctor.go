@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -108,7 +109,12 @@ func runDoctor(ctx context.Context, cfg config.Config, pg []checkRow) (doctorRep
 		d.withProbe = func(p objstore.ChecksumProbe) (objstore.Store, error) { return s3.WithProbe(p) }
 		d.clock = s3.ClockSkew
 	}
-	rep := doctorReport{ProbePrefix: cfg.KeyPrefix + d.prefix, Checks: pg}
+	sched, err := config.ParseSchedule(cfg.Schedule)
+	if err != nil {
+		return doctorReport{}, fmt.Errorf("schedule: %w", err) // config.Load validated it
+	}
+	rep := doctorReport{ProbePrefix: cfg.KeyPrefix + d.prefix,
+		Checks: append(slices.Clip(pg), scheduleRow(sched, duePolicy(cfg), time.Now()))}
 	unreachable := 0
 	for _, b := range buckets {
 		bctx, cancel := context.WithTimeout(ctx, doctorBucketTimeout)

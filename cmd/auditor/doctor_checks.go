@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/robfig/cron/v3"
+
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/migrations"
@@ -545,4 +547,64 @@ func (r *bucketRun) latency() {
 		parts = append(parts, fmt.Sprintf("%s %s (%d)", op, d[len(d)/2].Round(10*time.Microsecond), len(d)))
 	}
 	r.add(statusOK, "median latency", strings.Join(parts, ", "), "")
+}
+
+// scheduleHorizon and scheduleFirings bound how far scheduleGap follows
+// the schedule: a week covers every weekly cron pattern, and the firing
+// bound keeps a sub-minute @every cheap.
+const (
+	scheduleHorizon = 8 * 24 * time.Hour
+	scheduleFirings = 20000
+)
+
+// scheduleGap is the longest time between two firings of s in the
+// scheduleHorizon after from (0 when it fires fewer than twice).
+func scheduleGap(s cron.Schedule, from time.Time) time.Duration {
+	var gap time.Duration
+	prev := s.Next(from)
+	if prev.IsZero() {
+		return 0
+	}
+	for i := 0; i < scheduleFirings && prev.Sub(from) < scheduleHorizon; i++ {
+		next := s.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		gap = max(gap, next.Sub(prev))
+		prev = next
+	}
+	return gap
+}
+
+// scheduleRow judges the schedule's longest gap against each chain class's
+// linger and age cap. A stream due at its linger waits up to one gap for
+// the next cycle, so linger + gap past the age cap lets records outlive
+// it; a stream the tail-growth rule holds back becomes due DeferMargin
+// before its cap, so a gap longer than the margin can carry it past. Both
+// only warn: manual triggers and a busy daemon's cycles change the
+// picture, and serve should still start.
+func scheduleRow(s cron.Schedule, p catalog.DuePolicy, from time.Time) checkRow {
+	r := checkRow{Status: statusOK, Scope: "config", Check: "schedule"}
+	gap := scheduleGap(s, from)
+	if gap == 0 {
+		r.Status, r.Seen, r.Do = statusWarn, "the schedule fires less than twice in a week", "set --schedule to fire at least every linger (the default is @every 30s)"
+		return r
+	}
+	r.Seen = fmt.Sprintf("cycles at most %s apart", gap)
+	var late []string
+	for _, class := range []string{catalog.ClassStandard, catalog.ClassExpress} {
+		linger, ageCap := p.LingerOf(class), p.AgeCapOf(class)
+		switch {
+		case linger+gap > ageCap:
+			late = append(late, fmt.Sprintf("%s streams due at their linger %s can wait past their age cap %s", class, linger, ageCap))
+		case p.TailGrowth > 0 && gap > p.DeferMargin(class):
+			late = append(late, fmt.Sprintf("%s streams the tail-growth rule holds back become due %s before their age cap %s, less than one gap", class, p.DeferMargin(class), ageCap))
+		}
+	}
+	if len(late) > 0 {
+		r.Status = statusWarn
+		r.Seen += ": " + strings.Join(late, "; ")
+		r.Do = "set --schedule to fire more often, or raise the age cap"
+	}
+	return r
 }

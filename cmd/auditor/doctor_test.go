@@ -376,6 +376,44 @@ func TestDoctorPoolSize(t *testing.T) {
 	}
 }
 
+func TestDoctorSchedule(t *testing.T) {
+	from := time.Date(2026, 12, 3, 10, 17, 0, 0, time.UTC) // a Thursday
+	defaults := config.Defaults()
+	policy := duePolicy(defaults)
+	for _, c := range []struct {
+		spec   string
+		gap    time.Duration
+		growth float64
+		status string
+		seen   string
+	}{
+		{defaults.Schedule, 30 * time.Second, policy.TailGrowth, statusOK, "cycles at most 30s apart"},
+		{"*/10 * * * *", 10 * time.Minute, policy.TailGrowth, statusOK, ""},
+		// weekdays only: the longest gap is the weekend, past the express
+		// class's cap and the standard class's defer margin
+		{"0 9-17 * * 1-5", 64 * time.Hour, policy.TailGrowth, statusWarn, "standard streams due at their linger"},
+		{"@every 7h", 7 * time.Hour, policy.TailGrowth, statusWarn, "standard streams the tail-growth rule holds back become due 6h0m0s before"},
+		{"@every 7h", 7 * time.Hour, 0, statusWarn, "express streams"},
+	} {
+		sched, err := config.ParseSchedule(c.spec)
+		if err != nil {
+			t.Fatalf("%q: %v", c.spec, err)
+		}
+		if got := scheduleGap(sched, from); got != c.gap {
+			t.Errorf("%q: longest gap %s, want %s", c.spec, got, c.gap)
+		}
+		p := policy
+		p.TailGrowth = c.growth
+		r := scheduleRow(sched, p, from)
+		if r.Status != c.status || !strings.Contains(r.Seen, c.seen) {
+			t.Errorf("%q, growth %g: %+v, want %s with %q", c.spec, c.growth, r, c.status, c.seen)
+		}
+		if c.growth == 0 && strings.Contains(r.Seen, "tail-growth") {
+			t.Errorf("%q with the rule off: %q names the tail-growth rule", c.spec, r.Seen)
+		}
+	}
+}
+
 func TestDoctorExitCodes(t *testing.T) {
 	// t.Setenv: the S3 case gives the SDK credentials that reach nothing.
 	url, _ := migratedDB(t)
