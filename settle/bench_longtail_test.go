@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
 )
 
@@ -37,7 +39,7 @@ type tailParams struct {
 	streams, rounds, conc int
 	records, recBytes     int // records a round (over all streams), body bytes of each
 	ageCap                time.Duration
-	capRounds             int // the age cap in first rounds, when ageCap is not set
+	capRounds             int     // the age cap in first rounds, when ageCap is not set
 	fraction              float64 // the cost-aware due rule's fraction (0: today's rule)
 }
 
@@ -59,6 +61,10 @@ type tailRound struct {
 	oldestAfter      time.Duration // oldest unsettled age after the cycle
 	overCapAfter     int64
 	rawObjects, rawB int64
+	// the CPU of the S3 server and Postgres during the settle, and of this
+	// process and both servers during the raw loop (serverCPU)
+	vgwCPU, pgCPU               time.Duration
+	rawCPU, rawVgwCPU, rawPgCPU time.Duration
 }
 
 // opCounter counts requests by S3 operation (testenv.S3OpName; "other"
@@ -121,11 +127,12 @@ func (o *opCounter) snapshot() map[string]int64 {
 // rule, paces a trickle stream's settles (docs/architecture.md, the cost
 // model's hold-paced regime). The run is made at fraction 0 and at
 // --denorm-tail-growth's default, side by side on fresh databases with the
-// same traffic (bench_longtail_hook_test.go: until that rule lands, at
-// fraction 0 only). Then a short comparison with the raw loop at settle
+// same traffic. Then a short comparison with the raw loop at settle
 // concurrencies 4, 16 and 64 (NOVA_BENCH_TAIL_CMP_ROUNDS rounds each, 3,
 // fraction 0; 50 rounds at three concurrencies would take hours at the
-// issue's scale). Off by default: set NOVA_BENCH_TAIL=1.
+// issue's scale), with where the CPU went (this process, versitygw and
+// Postgres, per object); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone. Off
+// by default: set NOVA_BENCH_TAIL=1.
 func TestLongTailStar(t *testing.T) {
 	if os.Getenv("NOVA_BENCH_TAIL") == "" {
 		t.Skip("set NOVA_BENCH_TAIL=1 to run (make bench-tail)")
@@ -150,10 +157,11 @@ func TestLongTailStar(t *testing.T) {
 		p.ageCap = d
 	}
 	fractions := []float64{0}
-	if f, ok := defaultTailGrowth(); ok && f != 0 {
+	if f := config.Defaults().DenormTailGrowth; f != 0 {
 		fractions = append(fractions, f)
-	} else {
-		t.Log("this build has no cost-aware due rule (--denorm-tail-growth): fraction 0 only")
+	}
+	if os.Getenv("NOVA_BENCH_TAIL_CMP_ONLY") != "" {
+		fractions = nil // the comparison with the raw loop alone
 	}
 	t.Logf("long-tail star: %d streams, Zipf s=%.1f, %d records of %d bytes a round, %d rounds, concurrency %d, %v S3 latency",
 		p.streams, tailZipfS, p.records, p.recBytes, p.rounds, p.conc, tailLatency())
@@ -177,20 +185,25 @@ func TestLongTailStar(t *testing.T) {
 	for i, rs := range runs {
 		fmt.Fprintf(&sum, "%s\n", tailSummary(fmt.Sprintf("fraction %g", fractions[i]), rs, p))
 	}
-	t.Log(sum.String())
+	if len(runs) > 0 {
+		t.Log(sum.String())
+	}
 
 	cmpRounds := envInt("NOVA_BENCH_TAIL_CMP_ROUNDS", 3)
-	var cmp strings.Builder
+	var cmp, cpu strings.Builder
 	fmt.Fprintf(&cmp, "settle against the raw PUT loop, fraction 0, first %d rounds:\n%s\n", cmpRounds, tailSummaryHeader)
+	fmt.Fprintf(&cpu, "where the CPU went in the same rounds, per object (Postgres: every postgres process, its background workers included):\n%s\n", tailCPUHeader)
 	for _, conc := range []int{4, 16, 64} {
 		q := p
 		q.rounds, q.conc = cmpRounds, conc
 		t.Run(fmt.Sprintf("concurrency-%d", conc), func(t *testing.T) {
 			rs := runTail(t, &q)
 			fmt.Fprintf(&cmp, "%s\n", tailSummary(fmt.Sprintf("concurrency %d", conc), rs, q))
+			fmt.Fprintf(&cpu, "%s\n", tailCPU(fmt.Sprintf("concurrency %d", conc), rs))
 		})
 	}
 	t.Log(cmp.String())
+	t.Log(cpu.String())
 }
 
 func tailLatency() time.Duration {
@@ -250,9 +263,8 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		if p.ageCap == 0 {
 			policy.AgeCap, policy.ExpressAgeCap = time.Hour, time.Hour // round 1 of the first run: all is due at linger 0 anyway
 		}
-		if !withTailGrowth(&policy, p.fraction) {
-			t.Fatalf("this build has no cost-aware due rule: fraction %g", p.fraction)
-		}
+		// the copy floor the daemon plans with (cmd/auditor's duePolicy)
+		policy.TailGrowth, policy.CopyFloor = p.fraction, objstore.DefaultLimits.CopyFloor()
 		sdb := settleDB(t, e, p.conc)
 		rdb.DB = sdb
 		if s == nil || policy != sp { // round 1 of the first run has a provisional age cap (above): round 2 starts cold
@@ -274,11 +286,14 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		tx0 := quietCommits(t, e)
 		ops0 := ops.snapshot()
 		runtime.GC() // the setup's garbage (the write path's: another process in production) is not the cycle's
+		srv0 := serverCPU(t)
 		cpu0 := processCPU()
 		t0 := time.Now()
 		c, err := s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 		rd.secs = time.Since(t0).Seconds()
 		rd.cpu = processCPU() - cpu0
+		srv1 := serverCPU(t) // before the pool closes: its backends are still counted
+		rd.vgwCPU, rd.pgCPU = srv1.vgw-srv0.vgw, srv1.pg-srv0.pg
 		ops1 := ops.snapshot()
 		sdb.Close() // its backends exit and publish their counts
 		rd.commits = settledCommits(t, e) - tx0
@@ -306,7 +321,10 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		for _, n := range sizes {
 			rd.rawB += n
 		}
+		srv0, cpu0 = serverCPU(t), processCPU()
 		rd.rawSecs = rawPuts(t, e, k, sizes, p.conc)
+		srv1 = serverCPU(t)
+		rd.rawCPU, rd.rawVgwCPU, rd.rawPgCPU = processCPU()-cpu0, srv1.vgw-srv0.vgw, srv1.pg-srv0.pg
 		out = append(out, rd)
 		t.Logf("round %d of %d: %d streams settled, %d objects in %.1f s (raw loop %.1f s); round took %v",
 			k+1, p.rounds, rd.settled, rd.objects, rd.secs, rd.rawSecs, time.Since(start).Round(time.Second))
@@ -580,4 +598,90 @@ func tailSummary(name string, rs []tailRound, p tailParams) string {
 		name, objects, objs, raw, ratio(objs, raw), per(reqs, objects), per(puts, objects), per(gets, objects),
 		per(commits, objects), per(cpu.Microseconds(), objects)/1000, per(up, newB), per(fetched, newB), at(5), at(len(rs)),
 		oldest.Seconds(), p.ageCap.Seconds(), over)
+}
+
+// cpuOfServers is the CPU the test's S3 server and Postgres have used.
+type cpuOfServers struct{ vgw, pg time.Duration }
+
+// serverCPU reads from /proc the CPU of versitygw (the services' process,
+// NOVA_TEST_VERSITYGW_PID) and of Postgres: the postmaster's own, its
+// exited children's (cutime, cstime: a closed pool's backends) and its
+// live children's. Zero for a server this machine does not run.
+func serverCPU(t *testing.T) cpuOfServers {
+	var out cpuOfServers
+	if pid, err := strconv.Atoi(os.Getenv(testenv.EnvVersitygwPID)); err == nil {
+		if st, ok := procStat(pid); ok {
+			out.vgw = st.self
+		}
+	}
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatalf("read /proc: %v", err)
+	}
+	stats := map[int]procCPU{}
+	for _, d := range dirs {
+		if pid, err := strconv.Atoi(d.Name()); err == nil {
+			if st, ok := procStat(pid); ok && st.comm == "postgres" {
+				stats[pid] = st
+			}
+		}
+	}
+	for _, st := range stats {
+		out.pg += st.self
+		if _, child := stats[st.ppid]; !child {
+			out.pg += st.children // the postmaster
+		}
+	}
+	return out
+}
+
+// procCPU is what serverCPU reads of a process.
+type procCPU struct {
+	comm           string
+	ppid           int
+	self, children time.Duration
+}
+
+// procStat parses /proc/pid/stat (proc(5)): the command in parentheses,
+// then state, ppid, ... utime (14), stime, cutime, cstime, in clock ticks
+// of 10 ms (USER_HZ on Linux).
+func procStat(pid int) (procCPU, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procCPU{}, false
+	}
+	open, end := strings.IndexByte(string(raw), '('), strings.LastIndexByte(string(raw), ')')
+	if open < 0 || end < open {
+		return procCPU{}, false
+	}
+	f := strings.Fields(string(raw[end+1:]))
+	if len(f) < 15 {
+		return procCPU{}, false
+	}
+	tick := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(n) * 10 * time.Millisecond
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return procCPU{comm: string(raw[open+1 : end]), ppid: ppid, self: tick(11) + tick(12), children: tick(13) + tick(14)}, true
+}
+
+const tailCPUHeader = "run                 objects  raw-objects  ms/obj: auditor  versitygw  postgres  total | raw: client  versitygw  total | total raw/settle"
+
+// tailCPU is one line of where a run's CPU went per object: the settle's
+// (this process, versitygw, Postgres) against the raw loop's.
+func tailCPU(name string, rs []tailRound) string {
+	var objects, rawObjects int64
+	var self, vgw, pg, rawSelf, rawVgw, rawPg time.Duration
+	for _, rd := range rs {
+		objects, rawObjects = objects+rd.objects, rawObjects+rd.rawObjects
+		self, vgw, pg = self+rd.cpu, vgw+rd.vgwCPU, pg+rd.pgCPU
+		rawSelf, rawVgw, rawPg = rawSelf+rd.rawCPU, rawVgw+rd.rawVgwCPU, rawPg+rd.rawPgCPU
+	}
+	ms := func(d time.Duration, n int64) float64 { return per(d.Microseconds(), n) / 1000 }
+	settleMs := ms(self+vgw+pg, objects)
+	rawMs := ms(rawSelf+rawVgw+rawPg, rawObjects)
+	return fmt.Sprintf("%-18s  %7d  %11d  %15.2f  %9.2f  %8.2f  %5.2f | %11.2f  %9.2f  %5.2f | %16.2f",
+		name, objects, rawObjects, ms(self, objects), ms(vgw, objects), ms(pg, objects), settleMs,
+		ms(rawSelf, rawObjects), ms(rawVgw, rawObjects), rawMs, ratio(rawMs, settleMs))
 }
