@@ -14,6 +14,7 @@ import (
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/migrations"
 	"github.com/nova/auditor/objstore"
 )
@@ -587,7 +588,7 @@ func scheduleRow(s cron.Schedule, p catalog.DuePolicy, from time.Time) checkRow 
 	r := checkRow{Status: statusOK, Scope: "config", Check: "schedule"}
 	gap := scheduleGap(s, from)
 	if gap == 0 {
-		r.Status, r.Seen, r.Do = statusWarn, "the schedule fires less than twice in a week", "set --schedule to fire at least every linger (the default is @every 30s)"
+		r.Status, r.Seen, r.Do = statusWarn, "the schedule fires less than twice in a week", "set --schedule to fire at least every linger (the default is "+config.Defaults().Schedule+")"
 		return r
 	}
 	r.Seen = fmt.Sprintf("cycles at most %s apart", gap)
