@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -254,5 +255,118 @@ func TestTailGrowthMargin(t *testing.T) {
 	rule.AgeCap = 2 * time.Hour
 	if got := s.due(rule); len(got) != 0 {
 		t.Errorf("due %v with a 2h cap, want none", dueIDsOf(got))
+	}
+}
+
+// TestTailGrowthCohorts: with cohorts, a stream the rule lets go waits for
+// its cohort's turn (cohorts are the markers in stream-ID order, in equal
+// parts), never past its hold; one it holds is let go at its cohort's turn
+// within CohortWindow of its hold's end; forced streams never wait; the
+// turn passes at most once per interval, fenced; and TransitByClass counts
+// what waits for its turn as deferred. Linger 5m, age cap 1h (hold 45m,
+// margin 15m), 4 cohorts: CohortWindow is min(4 x 5m, 15m) = 15m.
+func TestTailGrowthCohorts(t *testing.T) {
+	t.Parallel()
+	s := newDueRuleStar(t)
+	// Eight streams, two a cohort: the odd ones grown (1,000 unsettled on a
+	// 1,000-byte tail: the rule lets them go), the even ones small (300 on
+	// 1,000: held).
+	ids := make([]catalog.StreamID, 9)
+	for b := byte(1); b <= 8; b++ {
+		n := int64(10)
+		if b%2 == 0 {
+			n = 3
+		}
+		ids[b] = s.stream(b, 10, 1000, n)
+		s.age(ids[b], 10*time.Minute)
+	}
+	p := catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: time.Hour, ExpressLinger: 5 * time.Minute, ExpressAgeCap: time.Hour,
+		TailGrowth: 1, CopyFloor: 5000, Cohorts: 4}
+	if w := p.CohortWindow(catalog.ClassStandard); w != 15*time.Minute {
+		t.Fatalf("CohortWindow %s, want 15m", w)
+	}
+	want := func(what string, got []catalog.DueStream, bs ...byte) {
+		t.Helper()
+		var w []catalog.StreamID
+		for _, b := range bs {
+			w = append(w, ids[b])
+		}
+		g := dueIDsOf(got)
+		slices.SortFunc(g, func(a, b catalog.StreamID) int { return slices.Compare(a[:], b[:]) })
+		if !slices.Equal(g, w) {
+			t.Errorf("%s: due %v, want streams %v", what, g, bs)
+		}
+	}
+	// No turn yet: the star has no cohorts, every stream the rule lets go
+	// is due.
+	want("no turn", s.due(p), 1, 3, 5, 7)
+
+	turn := func(every time.Duration) int64 {
+		t.Helper()
+		n, err := s.db.AdvanceCohortTurn(s.ctx, s.f, every)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := turn(0); n != 0 {
+		t.Fatalf("first turn %d, want 0", n)
+	}
+	want("turn 0 (cohort 1)", s.due(p), 1)
+	// The forced stream of another cohort does not wait.
+	want("turn 0, 5 forced", s.due(p, ids[5]), 1, 5)
+	// A turn passes at most once per interval.
+	if n := turn(time.Hour); n != 0 {
+		t.Fatalf("turn passed within its interval: %d", n)
+	}
+	if n := turn(0); n != 1 {
+		t.Fatalf("second turn %d, want 1", n)
+	}
+	want("turn 1 (cohort 2)", s.due(p), 3)
+
+	// What waits is deferred, with its estimate: the small ones the rule
+	// holds (2, 4, 6, 8) 300 bytes each, the grown ones waiting for their
+	// turn (1, 5, 7) 1,000 each.
+	_, classes, err := s.db.TransitByClass(s.ctx, "s1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if std := classes[0]; std.Deferred != 7 || std.DeferredBytes != 4*300+3*1000 || std.Due != 1 {
+		t.Errorf("standard transit at turn 1: %+v, want 7 deferred holding 4,200 bytes and 1 due", std)
+	}
+
+	// The hold bounds the wait: grown 7 (cohort 4) and small 6 (cohort 3)
+	// at 50m are due whatever the turn.
+	s.age(ids[7], 50*time.Minute)
+	s.age(ids[6], 50*time.Minute)
+	want("turn 1, 6 and 7 past their hold", s.due(p), 3, 6, 7)
+
+	// Small 4 (cohort 2) at 35m is within CohortWindow of its hold: its
+	// cohort's turn lets it go; small 8 (cohort 4) at 35m waits for its own.
+	s.age(ids[4], 35*time.Minute)
+	s.age(ids[8], 35*time.Minute)
+	want("turn 1, 4 within its window", s.due(p), 3, 4, 6, 7)
+	turn(0)
+	turn(0) // turn 3: cohort 4
+	want("turn 3 (cohort 4)", s.due(p), 6, 7, 8)
+	// Small 2 (cohort 1) at 25m is before its window: its cohort's turn
+	// (turn 4) does not let it go.
+	s.age(ids[2], 25*time.Minute)
+	turn(0)
+	want("turn 4 (cohort 1)", s.due(p), 1, 6, 7)
+
+	// Cohorts 0 or 1, or the rule off: no waiting for turns.
+	p1 := p
+	p1.Cohorts = 1
+	want("one cohort", s.due(p1), 1, 3, 5, 6, 7)
+	p0 := p
+	p0.TailGrowth = 0
+	want("rule off", s.due(p0), 1, 2, 3, 4, 5, 6, 7, 8)
+
+	// The turn is fenced.
+	stale := s.f
+	stale.Token++
+	if _, err := s.db.AdvanceCohortTurn(s.ctx, stale, 0); !errors.Is(err, catalog.ErrStaleToken) {
+		t.Errorf("advance with a stale fence: %v, want ErrStaleToken", err)
 	}
 }

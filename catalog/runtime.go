@@ -35,15 +35,16 @@ type Runtime struct {
 func (db *DB) RecordRuntime(ctx context.Context, f Fence, version string, p DuePolicy, reapGrace time.Duration) error {
 	return db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_runtime (star, holder, token, version, linger_seconds,
-			age_cap_seconds, express_linger_seconds, express_age_cap_seconds, reap_grace_seconds, tail_growth, copy_floor_bytes)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+			age_cap_seconds, express_linger_seconds, express_age_cap_seconds, reap_grace_seconds, tail_growth, copy_floor_bytes,
+			tail_cohorts)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 			ON CONFLICT (star) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token, version = EXCLUDED.version,
 			linger_seconds = EXCLUDED.linger_seconds, age_cap_seconds = EXCLUDED.age_cap_seconds,
 			express_linger_seconds = EXCLUDED.express_linger_seconds, express_age_cap_seconds = EXCLUDED.express_age_cap_seconds,
 			reap_grace_seconds = EXCLUDED.reap_grace_seconds, tail_growth = EXCLUDED.tail_growth,
-			copy_floor_bytes = EXCLUDED.copy_floor_bytes, updated_at = now()`,
+			copy_floor_bytes = EXCLUDED.copy_floor_bytes, tail_cohorts = EXCLUDED.tail_cohorts, updated_at = now()`,
 			f.Star, f.Holder, f.Token, version, p.Linger.Seconds(), p.AgeCap.Seconds(), p.ExpressLinger.Seconds(),
-			p.ExpressAgeCap.Seconds(), reapGrace.Seconds(), p.TailGrowth, p.CopyFloor); err != nil {
+			p.ExpressAgeCap.Seconds(), reapGrace.Seconds(), p.TailGrowth, p.CopyFloor, p.Cohorts); err != nil {
 			return fmt.Errorf("record the runtime of star %q: %w", f.Star, err)
 		}
 		return nil
@@ -73,12 +74,13 @@ func (db *DB) GetRuntime(ctx context.Context, star string) (Runtime, error) {
 	r := Runtime{Star: star}
 	var lin, cap_, xlin, xcap, grace, growth float64
 	var floor int64
+	var cohorts int
 	var rules []byte
 	err := db.pool.QueryRow(ctx, `SELECT holder, token, version, linger_seconds, age_cap_seconds, express_linger_seconds,
-		express_age_cap_seconds, reap_grace_seconds, tail_growth, copy_floor_bytes, bucket_rules, bucket_checked_at,
+		express_age_cap_seconds, reap_grace_seconds, tail_growth, copy_floor_bytes, tail_cohorts, bucket_rules, bucket_checked_at,
 		blocked_reason, updated_at
 		FROM nova.auditor_runtime WHERE star = $1`, star).
-		Scan(&r.Holder, &r.Token, &r.Version, &lin, &cap_, &xlin, &xcap, &grace, &growth, &floor, &rules, &r.BucketCheckedAt,
+		Scan(&r.Holder, &r.Token, &r.Version, &lin, &cap_, &xlin, &xcap, &grace, &growth, &floor, &cohorts, &rules, &r.BucketCheckedAt,
 			&r.BlockedReason, &r.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("runtime of star %q: %w", star, ErrNotFound)
@@ -88,7 +90,7 @@ func (db *DB) GetRuntime(ctx context.Context, star string) (Runtime, error) {
 	}
 	sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 	r.Policy = DuePolicy{Linger: sec(lin), AgeCap: sec(cap_), ExpressLinger: sec(xlin), ExpressAgeCap: sec(xcap),
-		TailGrowth: growth, CopyFloor: floor}
+		TailGrowth: growth, CopyFloor: floor, Cohorts: cohorts}
 	r.ReapGrace = sec(grace)
 	if rules != nil {
 		r.BucketRules = rules

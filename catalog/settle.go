@@ -70,7 +70,37 @@ type DuePolicy struct {
 	// (a tail at the cap is never rewritten). Below it a rewrite fetches
 	// and uploads the whole tail again: what the rule saves.
 	CopyFloor int64
+	// Cohorts is --denorm-tail-cohorts, the rule's cohorts: the star's
+	// due markers in stream-ID order, in that many parts of (nearly) equal
+	// count. A stream the rule held and lets go (its unsettled bytes
+	// reached the fraction or the floor) waits for its cohort's turn, at
+	// most until its hold ends; one the rule still holds is let go at its
+	// cohort's turn once its hold ends within CohortWindow. The star's
+	// turn (AdvanceCohortTurn) passes to the next cohort at most once a
+	// standard linger. A slot's chunks are in stream-ID order, so the
+	// streams one turn lets go lie together in every slot, where they
+	// are read in few ranges. 0 or 1: no cohorts (every stream the rule
+	// lets go is due at once).
+	Cohorts int
 }
+
+// MaxCohorts bounds DuePolicy.Cohorts: a cohort's turn comes once in that
+// many lingers, and waiting for it is what the rule's cohorts add to a
+// stream's time in transit.
+const MaxCohorts = 64
+
+// CohortWindow is how long before its hold ends a stream the tail-growth
+// rule still holds is let go at its cohort's turn: a turn per standard
+// linger for every cohort, or the class's defer margin when that is
+// shorter (the hold never ends earlier than a margin before the rule
+// would have let it go anyway, and never before its linger).
+func (p DuePolicy) CohortWindow(class string) time.Duration {
+	return min(time.Duration(p.Cohorts)*p.Linger, p.DeferMargin(class))
+}
+
+// HasCohorts reports whether the policy's rule has cohorts (the rule on,
+// more than one cohort): only then has the star a turn to advance.
+func (p DuePolicy) HasCohorts() bool { return p.TailGrowth > 0 && p.Cohorts > 1 }
 
 // LingerOf is the linger of a chain class: the express class has its own,
 // every other class the standard one (DueStreams says the same in SQL).
@@ -113,46 +143,68 @@ func (p DuePolicy) HoldFor(class string) time.Duration {
 const (
 	markerLinger = `CASE WHEN d.class = 'express' THEN $2::interval ELSE $4::interval END`
 	markerAgeCap = `CASE WHEN d.class = 'express' THEN $3::interval ELSE $5::interval END`
+	// DeferMargin and HoldFor of the marker's class.
+	markerMargin = `greatest(` + markerLinger + `, ` + markerAgeCap + ` / 4)`
+	markerHold   = `greatest(` + markerLinger + `, ` + markerAgeCap + ` - ` + markerMargin + `)`
 )
 
 // dueMarkersSQL reads the due markers of star $1 under the policy
-// duePolicyArgs binds ($2-$7): each marker's stream, class, since, linger,
+// duePolicyArgs binds ($2-$8): each marker's stream, class, since, linger,
 // age cap, whether the stream is quarantined (held), and when it is due
 // (due_at) with est, the unsettled bytes the tail-growth rule estimated
 // for it (0 when the rule does not hold it back).
 //
-// The rule holds back a stream past its linger whose last catalog entry
+// The rule concerns a stream past its linger whose last catalog entry
 // (one descent of the catalog's primary key, however long its history)
-// ends at settled_through below the copy floor $7, has no pending erasure
-// (erasures_pending_idx), and whose estimated unsettled bytes are below
-// both $6 x the tail's bytes and the copy floor. span_refs carry record
-// counts only (the write path's contract), so the estimate is the unsettled
-// records times the tail's bytes per record. Such a stream is due at since
-// + max(linger, age cap - DeferMargin); every other at since + linger.
-// The lateral probes run only for streams past their linger, with the
-// rule on ($6 > 0): with TailGrowth 0 the statement is today's rule.
+// ends at settled_through below the copy floor $7, and that has no pending
+// erasure (erasures_pending_idx). It holds such a stream while its
+// estimated unsettled bytes are below both $6 x the tail's bytes and the
+// copy floor: span_refs carry record counts only (the write path's
+// contract), so the estimate is the unsettled records times the tail's
+// bytes per record. A held stream is due at since + hold, hold = max(linger,
+// age cap - DeferMargin); every other stream at since + linger.
+//
+// With $8 > 1 cohorts (DuePolicy.Cohorts) and a turn recorded for the star
+// (nova.auditor_state.cohort_turn), the markers are numbered into $8
+// cohorts in stream-ID order (ntile), and the turn's cohort is turn mod $8
+// + 1. A stream the rule concerns and lets go is due at since + linger in
+// its cohort's turn and at since + hold otherwise; one it holds is due in
+// its cohort's turn from since + hold - CohortWindow on (never before its
+// linger). Neither waits past since + hold, so the age cap is kept as
+// without cohorts. The lateral probes run only for streams past their
+// linger, with the rule on ($6 > 0): with TailGrowth 0 the statement is
+// today's rule.
 const dueMarkersSQL = `
 	SELECT d.stream_id, d.class, d.since, ` + markerLinger + ` AS linger, ` + markerAgeCap + ` AS cap,
 	       EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = d.stream_id) AS held,
-	       coalesce(w.est, 0)::float8 AS est,
-	       d.since + CASE WHEN w.est IS NULL THEN ` + markerLinger + `
-	                 ELSE greatest(` + markerLinger + `, ` + markerAgeCap + ` - greatest(` + markerLinger + `, ` + markerAgeCap + ` / 4)) END AS due_at
-	FROM nova.due_markers d JOIN nova.streams s USING (stream_id)
+	       CASE WHEN w.est IS NULL OR (NOT w.under AND (t.turn IS NULL OR $8::int < 2 OR d.cohort = t.turn % $8::int + 1))
+	            THEN 0 ELSE w.est END::float8 AS est,
+	       d.since + CASE
+	         WHEN w.est IS NULL THEN ` + markerLinger + `
+	         WHEN t.turn IS NULL OR $8::int < 2 THEN CASE WHEN w.under THEN ` + markerHold + ` ELSE ` + markerLinger + ` END
+	         WHEN d.cohort <> t.turn % $8::int + 1 THEN ` + markerHold + `
+	         WHEN w.under THEN greatest(` + markerLinger + `, ` + markerHold + ` - least($8::int * $4::interval, ` + markerMargin + `))
+	         ELSE ` + markerLinger + ` END AS due_at
+	FROM (SELECT d.*, s.next_record, s.settled_through, ntile(greatest($8::int, 1)) OVER (ORDER BY d.stream_id) AS cohort
+	      FROM nova.due_markers d JOIN nova.streams s USING (stream_id) WHERE s.star = $1) d
+	LEFT JOIN (SELECT a.cohort_turn AS turn FROM nova.auditor_state a WHERE a.star = $1) t ON true
 	LEFT JOIN LATERAL (
-		SELECT t.est FROM (
-			SELECT (s.next_record - s.settled_through)::float8 * c.object_bytes / c.record_count AS est,
+		SELECT x.est, x.est < $6::float8 * x.object_bytes AND x.est < $7::bigint AS under FROM (
+			SELECT (d.next_record - d.settled_through)::float8 * c.object_bytes / c.record_count AS est,
 			       c.first_record + c.record_count AS end_record, c.object_bytes
 			FROM nova.catalog c
 			WHERE c.stream_id = d.stream_id AND $6::float8 > 0 AND now() >= d.since + ` + markerLinger + `
-			ORDER BY c.epoch DESC, c.first_record DESC LIMIT 1) t
-		WHERE t.end_record = s.settled_through AND t.object_bytes < $7::bigint
-		  AND t.est < $6::float8 * t.object_bytes AND t.est < $7::bigint
-		  AND NOT EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = d.stream_id AND e.applied_at IS NULL)) w ON true
-	WHERE s.star = $1`
+			ORDER BY c.epoch DESC, c.first_record DESC LIMIT 1) x
+		WHERE x.end_record = d.settled_through AND x.object_bytes < $7::bigint
+		  AND NOT EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = d.stream_id AND e.applied_at IS NULL)) w ON true`
 
-// duePolicyArgs are the parameters $1-$7 of dueMarkersSQL.
+// duePolicyArgs are the parameters $1-$8 of dueMarkersSQL.
 func duePolicyArgs(star string, p DuePolicy) []any {
-	return []any{star, p.ExpressLinger, p.ExpressAgeCap, p.Linger, p.AgeCap, p.TailGrowth, p.CopyFloor}
+	cohorts := p.Cohorts
+	if !p.HasCohorts() {
+		cohorts = 0
+	}
+	return []any{star, p.ExpressLinger, p.ExpressAgeCap, p.Linger, p.AgeCap, p.TailGrowth, p.CopyFloor, cohorts}
 }
 
 // DueStreams selects the star's due streams by the database clock: due when
@@ -165,13 +217,13 @@ func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced [
 		forced = []StreamID{}
 	}
 	rows, err := db.pool.Query(ctx, `
-		SELECT m.stream_id, m.class, m.since, m.since + m.cap AS deadline, m.stream_id = ANY($8::uuid[]) AS forced
+		SELECT m.stream_id, m.class, m.since, m.since + m.cap AS deadline, m.stream_id = ANY($9::uuid[]) AS forced
 		FROM (`+dueMarkersSQL+`) m
 		WHERE NOT m.held
-		  AND (now() >= m.since + m.linger OR m.stream_id = ANY($8::uuid[]))
-		  AND (now() >= m.due_at OR m.stream_id = ANY($8::uuid[]))
+		  AND (now() >= m.since + m.linger OR m.stream_id = ANY($9::uuid[]))
+		  AND (now() >= m.due_at OR m.stream_id = ANY($9::uuid[]))
 		ORDER BY forced DESC, deadline, m.stream_id
-		LIMIT $9`, append(duePolicyArgs(star, p), forced, limit)...)
+		LIMIT $10`, append(duePolicyArgs(star, p), forced, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("select due streams of star %q: %w", star, err)
 	}
@@ -183,6 +235,32 @@ func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced [
 		return nil, fmt.Errorf("select due streams of star %q: %w", star, err)
 	}
 	return out, nil
+}
+
+// AdvanceCohortTurn passes the star's cohort turn
+// (nova.auditor_state.cohort_turn, DuePolicy.Cohorts) on to the next
+// cohort, fenced, when every has passed since it last did (by the
+// database clock), and returns the turn. A star's first turn is 0. A
+// cycle calls it before it selects its due streams, with every the
+// standard linger: however often cycles run, a cohort's turn lasts a
+// linger, and however seldom, every cohort has its turn in order. A turn
+// that passes in a cycle that then fails is not given back: what its
+// cohort let go is due at the latest when its hold ends (dueMarkersSQL).
+func (db *DB) AdvanceCohortTurn(ctx context.Context, f Fence, every time.Duration) (int64, error) {
+	var turn int64
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_state AS a (star, cohort_turn, cohort_turn_at) VALUES ($1, 0, now())
+			ON CONFLICT (star) DO UPDATE SET cohort_turn = coalesce(a.cohort_turn + 1, 0), cohort_turn_at = now()
+			WHERE a.cohort_turn IS NULL OR a.cohort_turn_at IS NULL OR now() >= a.cohort_turn_at + $2::interval`,
+			f.Star, every); err != nil {
+			return fmt.Errorf("advance the cohort turn of star %q: %w", f.Star, err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT cohort_turn FROM nova.auditor_state WHERE star = $1`, f.Star).Scan(&turn); err != nil {
+			return fmt.Errorf("read the cohort turn of star %q: %w", f.Star, err)
+		}
+		return nil
+	})
+	return turn, err
 }
 
 // Intent is a row of nova.orphan_intents.

@@ -60,12 +60,12 @@ type PolicyStatus struct {
 	ExpressLinger float64    `json:"express_linger_seconds"`
 	ExpressAgeCap float64    `json:"express_age_cap_seconds"`
 	ReapGrace     float64    `json:"reap_grace_seconds"`
-	// TailGrowth and CopyFloor are the tail-growth rule's fraction and
-	// copy floor (catalog.DuePolicy). The leader does not record them
-	// (nova.auditor_runtime has no column for them): they are always
-	// this process's own configuration, whatever Source says.
+	// TailGrowth, CopyFloor and Cohorts are the tail-growth rule's
+	// fraction, copy floor and cohorts (catalog.DuePolicy), as the rest of
+	// the policy: the leader's when Source says so.
 	TailGrowth float64 `json:"tail_growth"`
 	CopyFloor  int64   `json:"copy_floor_bytes"`
+	Cohorts    int     `json:"tail_cohorts"`
 }
 
 // BucketStatus is one bucket's rules as the leader last judged them.
@@ -270,7 +270,7 @@ func readPolicy(ctx context.Context, db StatusReader, o *StatusOptions, s *Statu
 	s.Policy.Linger, s.Policy.AgeCap = p.Linger.Seconds(), p.AgeCap.Seconds()
 	s.Policy.ExpressLinger, s.Policy.ExpressAgeCap = p.ExpressLinger.Seconds(), p.ExpressAgeCap.Seconds()
 	s.Policy.ReapGrace = o.ReapGrace.Seconds()
-	s.Policy.TailGrowth, s.Policy.CopyFloor = p.TailGrowth, p.CopyFloor
+	s.Policy.TailGrowth, s.Policy.CopyFloor, s.Policy.Cohorts = p.TailGrowth, p.CopyFloor, p.Cohorts
 	return nil
 }
 

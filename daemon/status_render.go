@@ -85,7 +85,11 @@ func (s Status) writeLeadership(p func(string, ...any), ts, ago func(time.Time) 
 		dur(secs(pol.Linger)), dur(secs(pol.AgeCap)), dur(secs(pol.ExpressLinger)), dur(secs(pol.ExpressAgeCap)),
 		dur(secs(pol.ReapGrace)), from)
 	if pol.TailGrowth > 0 {
-		p("tail growth\t%g, copy floor %s\t(from %s)\n", pol.TailGrowth, bytesIEC(pol.CopyFloor), from)
+		cohorts := "no cohorts"
+		if pol.Cohorts > 1 {
+			cohorts = fmt.Sprintf("%d cohorts", pol.Cohorts)
+		}
+		p("tail growth\t%g, copy floor %s, %s\t(from %s)\n", pol.TailGrowth, bytesIEC(pol.CopyFloor), cohorts, from)
 	} else {
 		p("tail growth\toff: every stream is due at its linger\t(from %s)\n", from)
 	}

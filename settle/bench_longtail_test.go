@@ -41,6 +41,7 @@ type tailParams struct {
 	ageCap                time.Duration
 	capRounds             int     // the age cap in first rounds, when ageCap is not set
 	fraction              float64 // the cost-aware due rule's fraction (0: today's rule)
+	cohorts               int     // the rule's cohorts (catalog.DuePolicy.Cohorts)
 }
 
 // tailRound is what one round of write-then-cycle measured.
@@ -131,8 +132,12 @@ func (o *opCounter) snapshot() map[string]int64 {
 // concurrencies 4, 16 and 64 (NOVA_BENCH_TAIL_CMP_ROUNDS rounds each, 3,
 // fraction 0; 50 rounds at three concurrencies would take hours at the
 // issue's scale), with where the CPU went (this process, versitygw and
-// Postgres, per object); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone. Off
-// by default: set NOVA_BENCH_TAIL=1.
+// Postgres, per object); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone,
+// NOVA_BENCH_TAIL_CMP=0 leaves it out. NOVA_BENCH_TAIL_FRACTIONS (say "1")
+// picks the fractions instead, and NOVA_BENCH_TAIL_COHORTS the rule's
+// cohorts (--denorm-tail-cohorts' default; 1: none). The streams' Zipf
+// ranks are shuffled over their IDs, as a production star's UUIDs say
+// nothing of a stream's rate. Off by default: set NOVA_BENCH_TAIL=1.
 func TestLongTailStar(t *testing.T) {
 	if os.Getenv("NOVA_BENCH_TAIL") == "" {
 		t.Skip("set NOVA_BENCH_TAIL=1 to run (make bench-tail)")
@@ -145,6 +150,7 @@ func TestLongTailStar(t *testing.T) {
 	}
 	p.records = envInt("NOVA_BENCH_TAIL_RECORDS", 2*p.streams)
 	def := config.Defaults()
+	p.cohorts = envInt("NOVA_BENCH_TAIL_COHORTS", int(def.DenormTailCohorts))
 	p.capRounds = envInt("NOVA_BENCH_TAIL_CAP_ROUNDS", int(def.DenormAgeCap/def.DenormLinger))
 	if p.streams > 1<<16 {
 		t.Fatalf("NOVA_BENCH_TAIL_STREAMS %d: at most %d (two bytes of the stream ID)", p.streams, 1<<16)
@@ -160,11 +166,21 @@ func TestLongTailStar(t *testing.T) {
 	if f := config.Defaults().DenormTailGrowth; f != 0 {
 		fractions = append(fractions, f)
 	}
+	if v := os.Getenv("NOVA_BENCH_TAIL_FRACTIONS"); v != "" {
+		fractions = nil
+		for _, f := range strings.Split(v, ",") {
+			x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || x < 0 {
+				t.Fatalf("NOVA_BENCH_TAIL_FRACTIONS: %q is not a fraction", f)
+			}
+			fractions = append(fractions, x)
+		}
+	}
 	if os.Getenv("NOVA_BENCH_TAIL_CMP_ONLY") != "" {
 		fractions = nil // the comparison with the raw loop alone
 	}
-	t.Logf("long-tail star: %d streams, Zipf s=%.1f, %d records of %d bytes a round, %d rounds, concurrency %d, %v S3 latency",
-		p.streams, tailZipfS, p.records, p.recBytes, p.rounds, p.conc, tailLatency())
+	t.Logf("long-tail star: %d streams, Zipf s=%.1f, %d records of %d bytes a round, %d rounds, concurrency %d, %v S3 latency, %d cohorts",
+		p.streams, tailZipfS, p.records, p.recBytes, p.rounds, p.conc, tailLatency(), p.cohorts)
 	var runs [][]tailRound
 	for _, f := range fractions {
 		q := p
@@ -189,6 +205,9 @@ func TestLongTailStar(t *testing.T) {
 		t.Log(sum.String())
 	}
 
+	if os.Getenv("NOVA_BENCH_TAIL_CMP") == "0" {
+		return // the runs alone
+	}
 	cmpRounds := envInt("NOVA_BENCH_TAIL_CMP_ROUNDS", 3)
 	var cmp, cpu strings.Builder
 	fmt.Fprintf(&cmp, "settle against the raw PUT loop, fraction 0, first %d rounds:\n%s\n", cmpRounds, tailSummaryHeader)
@@ -241,9 +260,17 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		s  *settle.Settler
 		sp catalog.DuePolicy // s's
 	)
+	// A stream's ID says nothing of its rate in production (UUIDs): the
+	// Zipf rank k writes to the stream at rank[k], a fixed shuffle, so that
+	// the hot streams lie anywhere in a slot's stream-ID order rather than
+	// all at its start.
+	rank := rand.New(rand.NewPCG(25, 25)).Perm(p.streams)
 	for k := 0; k < p.rounds; k++ {
 		start := time.Now()
-		counts := tailTraffic(*p, k)
+		counts := make([]int, p.streams)
+		for r, n := range tailTraffic(*p, k) {
+			counts[rank[r]] = n
+		}
 		var sub []bundlefmt.StreamID
 		var subNext []uint64
 		var subCount []int
@@ -265,6 +292,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		}
 		// the copy floor the daemon plans with (cmd/auditor's duePolicy)
 		policy.TailGrowth, policy.CopyFloor = p.fraction, objstore.DefaultLimits.CopyFloor()
+		policy.Cohorts = p.cohorts
 		sdb := settleDB(t, e, p.conc)
 		rdb.DB = sdb
 		if s == nil || policy != sp { // round 1 of the first run has a provisional age cap (above): round 2 starts cold

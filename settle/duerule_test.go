@@ -106,38 +106,41 @@ func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor
 // age cap (the product's promise: the rule holds a stream back until its
 // cap less the margin, never past it), and the streams settle, rewriting
 // their tails, fewer times and upload fewer bytes than with the rule off
-// (0: every stream due at its linger, today's rule).
+// (0: every stream due at its linger, today's rule). The same holds with
+// the rule's cohorts (4 of them, a turn a linger): what a stream waits for
+// its cohort's turn never takes it past its cap either.
 func TestTailGrowthKeepsTheAgeCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes and settles for some 20 seconds")
 	}
-	const streams = 2
+	const streams = 8
 	writeFor, flightEvery := 12*time.Second, 100*time.Millisecond
 	p := catalog.DuePolicy{Linger: 200 * time.Millisecond, AgeCap: 6 * time.Second,
 		ExpressLinger: 200 * time.Millisecond, ExpressAgeCap: 6 * time.Second,
 		CopyFloor: min(objstore.DefaultLimits.CopyFloor(), testCap)}
-	fractions := []float64{0, 1}
+	fractions := []float64{0, 1, 1}
+	cohorts := []int{0, 0, 4}
 	runs := make([]*trickleRun, len(fractions)) // each subtest writes its own
 	t.Run("group", func(t *testing.T) {
 		for i, f := range fractions {
-			t.Run(fmt.Sprintf("f=%g", f), func(t *testing.T) {
+			t.Run(fmt.Sprintf("f=%g,cohorts=%d", f, cohorts[i]), func(t *testing.T) {
 				t.Parallel()
 				q := p
-				q.TailGrowth = f
+				q.TailGrowth, q.Cohorts = f, cohorts[i]
 				r := trickleUnderCycles(t, q, streams, writeFor, flightEvery)
 				runs[i] = &r
 			})
 		}
 	})
-	off, on := runs[0], runs[1]
-	if off == nil || on == nil {
+	off, on, co := runs[0], runs[1], runs[2]
+	if off == nil || on == nil || co == nil {
 		t.Fatal("a run failed")
 	}
 	for i, f := range fractions {
 		r := runs[i]
-		t.Logf("f=%g: %d flights, %d cycles; %d stream settles, %d objects published over %d entries (%d tail rewrites); "+
+		t.Logf("f=%g, %d cohorts: %d flights, %d cycles; %d stream settles, %d objects published over %d entries (%d tail rewrites); "+
 			"%d bytes uploaded for %d new (%.1f per new byte); at most %d streams deferred; oldest unsettled %s (age cap %s)",
-			f, r.flights, r.cycles, r.settles, r.published, r.entries, r.published-r.entries, r.uploaded, r.newBytes,
+			f, cohorts[i], r.flights, r.cycles, r.settles, r.published, r.entries, r.published-r.entries, r.uploaded, r.newBytes,
 			float64(r.uploaded)/float64(r.newBytes), r.maxDeferred, r.oldest.Round(time.Millisecond), p.AgeCap)
 	}
 	if off.maxDeferred != 0 {
@@ -146,8 +149,13 @@ func TestTailGrowthKeepsTheAgeCap(t *testing.T) {
 	if on.maxDeferred == 0 {
 		t.Error("the rule at 1 never deferred a stream")
 	}
-	if on.settles >= off.settles || on.uploaded >= off.uploaded {
-		t.Errorf("the rule at 1 settled %d times and uploaded %d bytes; off, %d times and %d bytes: want fewer of both",
-			on.settles, on.uploaded, off.settles, off.uploaded)
+	for _, r := range []*trickleRun{on, co} {
+		if r.settles >= off.settles || r.uploaded >= off.uploaded {
+			t.Errorf("the rule at 1 settled %d times and uploaded %d bytes; off, %d times and %d bytes: want fewer of both",
+				r.settles, r.uploaded, off.settles, off.uploaded)
+		}
+	}
+	if co.maxDeferred == 0 {
+		t.Error("the rule at 1 with cohorts never deferred a stream")
 	}
 }

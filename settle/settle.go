@@ -182,6 +182,13 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 			return cycle.Counts{}, err
 		}
 	}
+	// The tail-growth rule's cohort turn passes on at most once a linger
+	// (catalog.DuePolicy.Cohorts); a dry run changes nothing.
+	if s.c.Policy.HasCohorts() && !opts.DryRun {
+		if _, err := s.d.DB.AdvanceCohortTurn(ctx, f, s.c.Policy.Linger); err != nil {
+			return cycle.Counts{}, err
+		}
+	}
 	due, err := s.d.DB.DueStreams(ctx, f.Star, s.c.Policy, opts.Streams, s.c.MaxStreams)
 	if err != nil {
 		return cycle.Counts{}, err

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/nova/auditor/catalog"
 )
 
 // Validate checks that the configuration is complete: New refuses a zero or
@@ -46,6 +48,9 @@ func (c Config) Validate() error {
 		bad("Policy.TailGrowth", "%v must be a finite fraction, at least 0", p.TailGrowth)
 	} else if p.TailGrowth > 0 && p.CopyFloor < 1 {
 		bad("Policy.CopyFloor", "%d must be at least 1 with the tail-growth rule on (objstore.Limits.CopyFloor)", p.CopyFloor)
+	}
+	if p := c.Policy; p.Cohorts < 0 || p.Cohorts > catalog.MaxCohorts {
+		bad("Policy.Cohorts", "%d must be between 0 and %d", p.Cohorts, catalog.MaxCohorts)
 	}
 	return errors.Join(errs...)
 }

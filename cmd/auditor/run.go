@@ -105,7 +105,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 func duePolicy(cfg config.Config) catalog.DuePolicy {
 	return catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
 		ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap,
-		TailGrowth: cfg.DenormTailGrowth, CopyFloor: min(objstore.DefaultLimits.CopyFloor(), cfg.DenormOutputCapMiB<<20)}
+		TailGrowth: cfg.DenormTailGrowth, Cohorts: int(cfg.DenormTailCohorts), CopyFloor: min(objstore.DefaultLimits.CopyFloor(), cfg.DenormOutputCapMiB<<20)}
 }
 
 // daemonConfig is the daemon's part of the configuration.

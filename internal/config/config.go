@@ -71,6 +71,7 @@ type Config struct {
 	ExpressDenormLinger  time.Duration
 	ExpressDenormAgeCap  time.Duration
 	DenormTailGrowth     float64 // the tail-growth rule's fraction (catalog.DuePolicy.TailGrowth); 0: off
+	DenormTailCohorts    int64   // the tail-growth rule's cohorts (catalog.DuePolicy.Cohorts); 0 or 1: none
 	DenormOutputCapMiB   int64
 	DenormChunkTargetKiB int64
 	SettleMaxStreams     int64
@@ -321,6 +322,7 @@ var keys = []key{
 	durationKey("express-denorm-linger", "express streams become due this long after their oldest unsettled ref", "5m", func(c *Config) *time.Duration { return &c.ExpressDenormLinger }),
 	durationKey("express-denorm-age-cap", "express streams must be settled within this age", "1h", func(c *Config) *time.Duration { return &c.ExpressDenormAgeCap }),
 	fractionKey("denorm-tail-growth", "a stream whose standing tail is below the server-side copy floor waits past its linger until its unsettled bytes reach this fraction of the tail or the floor, or its age-cap deadline draws near (the tail-growth rule); 0: every stream settles at its linger", "1", func(c *Config) *float64 { return &c.DenormTailGrowth }),
+	intKey("denorm-tail-cohorts", "the tail-growth rule's cohorts: the streams it let go wait for their cohort's turn (a turn a linger, cohorts in stream-ID order), at most until the rule's own deadline, so that the streams of a transit slot settle together and their chunks there are read in few GETs; 0 or 1: no cohorts", "8", func(c *Config) *int64 { return &c.DenormTailCohorts }),
 	intKey("denorm-output-cap-mib", "settled object cap in MiB of content bytes", "256", func(c *Config) *int64 { return &c.DenormOutputCapMiB }),
 	intKey("denorm-chunk-target-kib", "adjacent chunks are merged up to this many KiB of content; unset, the default follows a smaller output cap", chunkTargetDefault, func(c *Config) *int64 { return &c.DenormChunkTargetKiB }),
 	intKey("settle-max-streams", "most streams settled per cycle", "10000", func(c *Config) *int64 { return &c.SettleMaxStreams }),

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/robfig/cron/v3"
 
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -74,6 +75,9 @@ func (c Config) Validate() error {
 	}
 	if c.ExpressDenormAgeCap < c.ExpressDenormLinger {
 		add("express-denorm-age-cap", "%s is shorter than express-denorm-linger (%s)", c.ExpressDenormAgeCap, c.ExpressDenormLinger)
+	}
+	if c.DenormTailCohorts < 0 || c.DenormTailCohorts > catalog.MaxCohorts {
+		add("denorm-tail-cohorts", "%d must be between 0 and %d", c.DenormTailCohorts, catalog.MaxCohorts)
 	}
 	if c.DenormOutputCapMiB < 1 || c.DenormOutputCapMiB > 5*1024 {
 		add("denorm-output-cap-mib", "%d must be between 1 and 5120", c.DenormOutputCapMiB)
