@@ -303,7 +303,7 @@ func TestTailGrowthCohorts(t *testing.T) {
 
 	turn := func(every time.Duration) int64 {
 		t.Helper()
-		n, err := s.db.AdvanceCohortTurn(s.ctx, s.f, every)
+		n, err := s.db.AdvanceCohortTurn(s.ctx, s.f, every, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +366,88 @@ func TestTailGrowthCohorts(t *testing.T) {
 	// The turn is fenced.
 	stale := s.f
 	stale.Token++
-	if _, err := s.db.AdvanceCohortTurn(s.ctx, stale, 0); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := s.db.AdvanceCohortTurn(s.ctx, stale, 0, 4); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Errorf("advance with a stale fence: %v, want ErrStaleToken", err)
+	}
+}
+
+// TestTailGrowthCohortsStayPut: the cohorts are cut over the star's
+// streams, so a cohort that settles (its markers gone) moves no other
+// stream into another cohort; a stream the rule let go counts its lag from
+// its turn's start, not its linger; and express streams have no cohorts.
+func TestTailGrowthCohortsStayPut(t *testing.T) {
+	t.Parallel()
+	s := newDueRuleStar(t)
+	ids := make([]catalog.StreamID, 9)
+	for b := byte(1); b <= 8; b++ { // all grown: the rule lets each go
+		ids[b] = s.stream(b, 10, 1000, 10)
+		s.age(ids[b], 10*time.Minute)
+	}
+	p := catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: time.Hour, ExpressLinger: 5 * time.Minute, ExpressAgeCap: time.Hour,
+		TailGrowth: 1, CopyFloor: 5000, Cohorts: 4}
+	turn := func() {
+		t.Helper()
+		if _, err := s.db.AdvanceCohortTurn(s.ctx, s.f, 0, p.Cohorts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(what string, bs ...byte) {
+		t.Helper()
+		var w []catalog.StreamID
+		for _, b := range bs {
+			w = append(w, ids[b])
+		}
+		g := dueIDsOf(s.due(p))
+		slices.SortFunc(g, func(a, b catalog.StreamID) int { return slices.Compare(a[:], b[:]) })
+		if !slices.Equal(g, w) {
+			t.Errorf("%s: due %v, want streams %v", what, g, bs)
+		}
+	}
+	settled := func(bs ...byte) { // their markers go, as a settle's commit removes them
+		t.Helper()
+		for _, b := range bs {
+			if _, err := s.conn.Exec(s.ctx, `DELETE FROM nova.due_markers WHERE stream_id = $1`, ids[b]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	turn() // turn 0: cohort 1 = {1, 2}
+	want("turn 0", 1, 2)
+	// Its lag counts from the turn's start (just now), not from its linger
+	// (5m ago).
+	_, classes, err := s.db.TransitByClass(s.ctx, "s1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if std := classes[0]; std.Due != 2 || std.Deferred != 6 || std.Lag > time.Minute {
+		t.Errorf("transit at turn 0: %+v, want 2 due with a lag under a minute, 6 deferred", std)
+	}
+	settled(1, 2, 3) // cohort 1, and 3 of cohort 2 (forced, say)
+	turn()           // turn 1: cohort 2 = {3, 4}
+	want("turn 1", 4)
+	settled(4)
+	turn() // turn 2: cohort 3 = {5, 6}, as cut before any settled
+	want("turn 2", 5, 6)
+
+	// An express stream has no cohorts: 8 (cohort 4) is due now.
+	if _, err := s.conn.Exec(s.ctx, `UPDATE nova.due_markers SET class = 'express' WHERE stream_id = $1`, ids[8]); err != nil {
+		t.Fatal(err)
+	}
+	want("turn 2, 8 express", 5, 6, 8)
+
+	// The turn keeps to its grid: passing on an hour's turn early does
+	// nothing.
+	var before, after int64
+	if err := s.conn.QueryRow(s.ctx, `SELECT cohort_turn FROM nova.auditor_state WHERE star = 's1'`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.AdvanceCohortTurn(s.ctx, s.f, time.Hour, p.Cohorts); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.conn.QueryRow(s.ctx, `SELECT cohort_turn FROM nova.auditor_state WHERE star = 's1'`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("turn %d passed on to %d within its hour", before, after)
 	}
 }

@@ -71,8 +71,8 @@ type DuePolicy struct {
 	// and uploads the whole tail again: what the rule saves.
 	CopyFloor int64
 	// Cohorts is --denorm-tail-cohorts, the rule's cohorts: the star's
-	// due markers in stream-ID order, in that many parts of (nearly) equal
-	// count. A stream the rule held and lets go (its unsettled bytes
+	// streams in stream-ID order, in that many parts of (nearly) equal
+	// count (standard streams only: express streams have no cohorts). A stream the rule held and lets go (its unsettled bytes
 	// reached the fraction or the floor) waits for its cohort's turn, at
 	// most until its hold ends; one the rule still holds is let go at its
 	// cohort's turn once its hold ends within CohortWindow. The star's
@@ -165,38 +165,46 @@ const (
 // age cap - DeferMargin); every other stream at since + linger.
 //
 // With $8 > 1 cohorts (DuePolicy.Cohorts) and a turn recorded for the star
-// (nova.auditor_state.cohort_turn), the markers are numbered into $8
-// cohorts in stream-ID order (ntile), and the turn's cohort is turn mod $8
-// + 1. A stream the rule concerns and lets go is due at since + linger in
-// its cohort's turn and at since + hold otherwise; one it holds is due in
-// its cohort's turn from since + hold - CohortWindow on (never before its
-// linger). Neither waits past since + hold, so the age cap is kept as
-// without cohorts. The lateral probes run only for streams past their
+// (nova.auditor_state: cohort_turn, cohort_turn_at and cohort_bounds, which
+// AdvanceCohortTurn writes), a standard stream's cohort is 1 + the number
+// of bounds at or below its ID, and the turn's cohort is cohort_turn mod
+// (bounds + 1) + 1. A stream the rule concerns and lets go is due at since
+// + linger in its cohort's turn (from the turn's start on) and at since +
+// hold otherwise; one it holds is due in its cohort's turn from since +
+// hold - CohortWindow on (never before its linger). Neither waits past
+// since + hold, so the age cap is kept as without cohorts. Express
+// streams have no cohorts: the turn passes once a standard linger, far
+// longer than theirs. The lateral probes run only for streams past their
 // linger, with the rule on ($6 > 0): with TailGrowth 0 the statement is
 // today's rule.
 const dueMarkersSQL = `
 	SELECT d.stream_id, d.class, d.since, ` + markerLinger + ` AS linger, ` + markerAgeCap + ` AS cap,
 	       EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = d.stream_id) AS held,
-	       CASE WHEN w.est IS NULL OR (NOT w.under AND (t.turn IS NULL OR $8::int < 2 OR d.cohort = t.turn % $8::int + 1))
-	            THEN 0 ELSE w.est END::float8 AS est,
-	       d.since + CASE
-	         WHEN w.est IS NULL THEN ` + markerLinger + `
-	         WHEN t.turn IS NULL OR $8::int < 2 THEN CASE WHEN w.under THEN ` + markerHold + ` ELSE ` + markerLinger + ` END
-	         WHEN d.cohort <> t.turn % $8::int + 1 THEN ` + markerHold + `
-	         WHEN w.under THEN greatest(` + markerLinger + `, ` + markerHold + ` - least($8::int * $4::interval, ` + markerMargin + `))
-	         ELSE ` + markerLinger + ` END AS due_at
-	FROM (SELECT d.*, s.next_record, s.settled_through, ntile(greatest($8::int, 1)) OVER (ORDER BY d.stream_id) AS cohort
-	      FROM nova.due_markers d JOIN nova.streams s USING (stream_id) WHERE s.star = $1) d
-	LEFT JOIN (SELECT a.cohort_turn AS turn FROM nova.auditor_state a WHERE a.star = $1) t ON true
+	       CASE WHEN w.est IS NULL OR (NOT w.under AND (NOT k.cohorts OR k.turn)) THEN 0 ELSE w.est END::float8 AS est,
+	       CASE
+	         WHEN w.est IS NULL THEN d.since + ` + markerLinger + `
+	         WHEN NOT k.cohorts THEN d.since + CASE WHEN w.under THEN ` + markerHold + ` ELSE ` + markerLinger + ` END
+	         WHEN NOT k.turn THEN d.since + ` + markerHold + `
+	         WHEN w.under THEN least(d.since + ` + markerHold + `, greatest(t.turn_at,
+	              d.since + greatest(` + markerLinger + `, ` + markerHold + ` - least($8::int * $4::interval, ` + markerMargin + `))))
+	         ELSE least(d.since + ` + markerHold + `, greatest(t.turn_at, d.since + ` + markerLinger + `)) END AS due_at
+	FROM nova.due_markers d JOIN nova.streams s USING (stream_id)
+	LEFT JOIN (SELECT a.cohort_turn AS turn, a.cohort_turn_at AS turn_at, coalesce(a.cohort_bounds, '{}') AS bounds
+	           FROM nova.auditor_state a WHERE a.star = $1) t ON true
+	LEFT JOIN LATERAL (
+		SELECT coalesce($8::int > 1 AND t.turn IS NOT NULL AND t.turn_at IS NOT NULL AND d.class <> 'express', false) AS cohorts,
+		       coalesce(1 + (SELECT count(*) FROM unnest(t.bounds) b WHERE b <= d.stream_id)
+		                = t.turn % (cardinality(t.bounds) + 1) + 1, false) AS turn) k ON true
 	LEFT JOIN LATERAL (
 		SELECT x.est, x.est < $6::float8 * x.object_bytes AND x.est < $7::bigint AS under FROM (
-			SELECT (d.next_record - d.settled_through)::float8 * c.object_bytes / c.record_count AS est,
+			SELECT (s.next_record - s.settled_through)::float8 * c.object_bytes / c.record_count AS est,
 			       c.first_record + c.record_count AS end_record, c.object_bytes
 			FROM nova.catalog c
 			WHERE c.stream_id = d.stream_id AND $6::float8 > 0 AND now() >= d.since + ` + markerLinger + `
 			ORDER BY c.epoch DESC, c.first_record DESC LIMIT 1) x
-		WHERE x.end_record = d.settled_through AND x.object_bytes < $7::bigint
-		  AND NOT EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = d.stream_id AND e.applied_at IS NULL)) w ON true`
+		WHERE x.end_record = s.settled_through AND x.object_bytes < $7::bigint
+		  AND NOT EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = d.stream_id AND e.applied_at IS NULL)) w ON true
+	WHERE s.star = $1`
 
 // duePolicyArgs are the parameters $1-$8 of dueMarkersSQL.
 func duePolicyArgs(star string, p DuePolicy) []any {
@@ -209,7 +217,8 @@ func duePolicyArgs(star string, p DuePolicy) []any {
 
 // DueStreams selects the star's due streams by the database clock: due when
 // now() >= since + linger(class), or past the tail-growth rule's margin
-// for a stream it holds back (dueMarkersSQL), or forced; quarantined
+// for a stream it holds back, or in its cohort's turn for one the rule
+// lets go (dueMarkersSQL), or forced; quarantined
 // streams skipped; forced streams first, then the earliest deadline since
 // + age_cap(class), at most limit.
 func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced []StreamID, limit int) ([]DueStream, error) {
@@ -239,24 +248,52 @@ func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced [
 
 // AdvanceCohortTurn passes the star's cohort turn
 // (nova.auditor_state.cohort_turn, DuePolicy.Cohorts) on to the next
-// cohort, fenced, when every has passed since it last did (by the
+// cohort, fenced, when every has passed since the turn began (by the
 // database clock), and returns the turn. A star's first turn is 0. A
 // cycle calls it before it selects its due streams, with every the
-// standard linger: however often cycles run, a cohort's turn lasts a
-// linger, and however seldom, every cohort has its turn in order. A turn
-// that passes in a cycle that then fails is not given back: what its
-// cohort let go is due at the latest when its hold ends (dueMarkersSQL).
-func (db *DB) AdvanceCohortTurn(ctx context.Context, f Fence, every time.Duration) (int64, error) {
+// standard linger: however often cycles run, a turn lasts a linger (its
+// start kept on a grid of lingers, so that cycles running late do not
+// stretch a rotation; reset to now when the star was left for longer), and
+// however seldom, every cohort has its turn in order. A turn that passes in
+// a cycle that then fails is not given back: what its cohort let go is due
+// at the latest when its hold ends (dueMarkersSQL).
+//
+// When the turn passes, the cohorts are cut again: cohort_bounds holds
+// the first stream ID of each cohort but the first, cohorts of (nearly)
+// equal count over the star's streams in ID order. They are cut over the
+// streams, not the due markers, so that settling a cohort does not move
+// the others' bounds: a stream stays in its cohort while the star's
+// streams stay (one scan of the star's streams a linger).
+func (db *DB) AdvanceCohortTurn(ctx context.Context, f Fence, every time.Duration, cohorts int) (int64, error) {
 	var turn int64
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_state AS a (star, cohort_turn, cohort_turn_at) VALUES ($1, 0, now())
-			ON CONFLICT (star) DO UPDATE SET cohort_turn = coalesce(a.cohort_turn + 1, 0), cohort_turn_at = now()
-			WHERE a.cohort_turn IS NULL OR a.cohort_turn_at IS NULL OR now() >= a.cohort_turn_at + $2::interval`,
-			f.Star, every); err != nil {
+		rows, err := tx.Query(ctx, `INSERT INTO nova.auditor_state AS a (star, cohort_turn, cohort_turn_at) VALUES ($1, 0, now())
+			ON CONFLICT (star) DO UPDATE SET cohort_turn = coalesce(a.cohort_turn + 1, 0),
+			cohort_turn_at = CASE WHEN now() < a.cohort_turn_at + 2 * $2::interval THEN a.cohort_turn_at + $2::interval ELSE now() END
+			WHERE a.cohort_turn IS NULL OR a.cohort_turn_at IS NULL OR now() >= a.cohort_turn_at + $2::interval
+			RETURNING cohort_turn`, f.Star, every)
+		if err != nil {
 			return fmt.Errorf("advance the cohort turn of star %q: %w", f.Star, err)
 		}
-		if err := tx.QueryRow(ctx, `SELECT cohort_turn FROM nova.auditor_state WHERE star = $1`, f.Star).Scan(&turn); err != nil {
-			return fmt.Errorf("read the cohort turn of star %q: %w", f.Star, err)
+		advanced, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("advance the cohort turn of star %q: %w", f.Star, err)
+		}
+		if len(advanced) == 0 {
+			err := tx.QueryRow(ctx, `SELECT cohort_turn FROM nova.auditor_state WHERE star = $1`, f.Star).Scan(&turn)
+			if err != nil {
+				return fmt.Errorf("read the cohort turn of star %q: %w", f.Star, err)
+			}
+			return nil
+		}
+		turn = advanced[0]
+		if _, err := tx.Exec(ctx, `UPDATE nova.auditor_state SET cohort_bounds = ARRAY(
+				SELECT b.stream_id FROM (
+					SELECT DISTINCT ON (x.c) x.c, x.stream_id FROM (
+						SELECT stream_id, ntile($2::int) OVER (ORDER BY stream_id) AS c FROM nova.streams WHERE star = $1) x
+					WHERE x.c > 1 ORDER BY x.c, x.stream_id) b ORDER BY b.c)
+			WHERE star = $1`, f.Star, max(cohorts, 1)); err != nil {
+			return fmt.Errorf("cut the cohorts of star %q: %w", f.Star, err)
 		}
 		return nil
 	})

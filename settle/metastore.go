@@ -14,7 +14,7 @@ import (
 type Metastore interface {
 	// The due streams and the catalog of each (settle.go).
 	DueStreams(ctx context.Context, star string, p catalog.DuePolicy, forced []catalog.StreamID, limit int) ([]catalog.DueStream, error)
-	AdvanceCohortTurn(ctx context.Context, f catalog.Fence, every time.Duration) (int64, error)
+	AdvanceCohortTurn(ctx context.Context, f catalog.Fence, every time.Duration, cohorts int) (int64, error)
 	FirstOverlap(ctx context.Context, ids []catalog.StreamID) (*catalog.Overlap, error)
 	WithPendingErasures(ctx context.Context, ids []catalog.StreamID) (map[catalog.StreamID]bool, error)
 	StreamSnapshot(ctx context.Context, id catalog.StreamID, limit int) (catalog.Stream, []catalog.SpanRef, *catalog.Entry, error)

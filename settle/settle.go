@@ -183,9 +183,10 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 		}
 	}
 	// The tail-growth rule's cohort turn passes on at most once a linger
-	// (catalog.DuePolicy.Cohorts); a dry run changes nothing.
+	// (catalog.DuePolicy.Cohorts). A dry run changes nothing: it lists the
+	// streams of the turn as it is, where the next cycle may pass it on.
 	if s.c.Policy.HasCohorts() && !opts.DryRun {
-		if _, err := s.d.DB.AdvanceCohortTurn(ctx, f, s.c.Policy.Linger); err != nil {
+		if _, err := s.d.DB.AdvanceCohortTurn(ctx, f, s.c.Policy.Linger, s.c.Policy.Cohorts); err != nil {
 			return cycle.Counts{}, err
 		}
 	}

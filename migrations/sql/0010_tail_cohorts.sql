@@ -8,8 +8,12 @@
 -- `auditor status` and every instance's gauges wait as the leader does.
 -- A star without a turn yet (no row, or a NULL turn) has no cohorts:
 -- every stream the rule lets go is due at once, as before this migration.
+-- The cohorts are cut over the star's streams in stream-ID order, again
+-- whenever the turn passes: cohort_bounds is the first stream ID of each
+-- cohort but the first.
 ALTER TABLE nova.auditor_state
   ADD COLUMN cohort_turn bigint CHECK (cohort_turn >= 0),
-  ADD COLUMN cohort_turn_at timestamptz;
+  ADD COLUMN cohort_turn_at timestamptz,
+  ADD COLUMN cohort_bounds uuid[];
 ALTER TABLE nova.auditor_runtime
   ADD COLUMN tail_cohorts integer NOT NULL DEFAULT 0 CHECK (tail_cohorts >= 0);
