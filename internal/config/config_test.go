@@ -351,6 +351,25 @@ func TestDenormTailGrowth(t *testing.T) {
 	}
 }
 
+// TestDenormTailCohorts: the rule's cohorts default to 8, are set like
+// every key, and refuse what is below 0 or above catalog.MaxCohorts.
+func TestDenormTailCohorts(t *testing.T) {
+	c, err := load(t, nil, nil, "")
+	if err != nil || c.DenormTailCohorts != 8 {
+		t.Fatalf("default denorm-tail-cohorts: %v %v", c.DenormTailCohorts, err)
+	}
+	c, err = load(t, map[string]string{"denorm-tail-cohorts": "1"}, map[string]string{"NOVA_AUDITOR_DENORM_TAIL_COHORTS": "16"}, "")
+	if err != nil || c.DenormTailCohorts != 1 {
+		t.Fatalf("flag over env: %v %v", c.DenormTailCohorts, err)
+	}
+	for _, bad := range []string{"-1", "65", "eight"} {
+		var ce *config.Error
+		if _, err := load(t, map[string]string{"denorm-tail-cohorts": bad}, nil, ""); !errors.As(err, &ce) || ce.Field != "denorm-tail-cohorts" {
+			t.Errorf("%q: %v, want an error naming denorm-tail-cohorts", bad, err)
+		}
+	}
+}
+
 func TestParseExpressBucketsSpaces(t *testing.T) {
 	got, err := config.ParseExpressBuckets("use1-az1=ex-a, use1-az2=ex-b,use1-az4=ex-c")
 	if err != nil {
