@@ -72,9 +72,10 @@ type DuePolicy struct {
 	CopyFloor int64
 	// Cohorts is --denorm-tail-cohorts, the rule's cohorts: the star's
 	// streams in stream-ID order, in that many parts of (nearly) equal
-	// count (standard streams only: express streams have no cohorts). A stream the rule held and lets go (its unsettled bytes
-	// reached the fraction or the floor) waits for its cohort's turn, at
-	// most until its hold ends; one the rule still holds is let go at its
+	// count (standard streams only: express streams have no cohorts). A
+	// stream the rule held and lets go (its unsettled bytes reached the
+	// fraction or the floor) waits for its cohort's turn, at most until
+	// its hold ends; one the rule still holds is let go at its
 	// cohort's turn once its hold ends within CohortWindow. The star's
 	// turn (AdvanceCohortTurn) passes to the next cohort at most once a
 	// standard linger. A slot's chunks are in stream-ID order, so the
