@@ -76,10 +76,12 @@ type ClassTransit struct {
 	// due (0: none due): its linger, or for a stream the tail-growth rule
 	// held back to its margin, that margin. A held-back stream whose
 	// growth then passed the rule's thresholds counts from its linger (the
-	// metastore does not say when it grew).
+	// metastore does not say when it grew), or with cohorts from the later
+	// of its linger and its cohort's turn's start.
 	Lag time.Duration
 	// Deferred are the streams past their linger that the tail-growth rule
-	// holds back (not quarantined); DeferredBytes the rule's estimate of
+	// holds back, or lets go but that wait for their cohort's turn (not
+	// quarantined); DeferredBytes the rule's estimate of
 	// the unsettled bytes they keep in transit slots (records times their
 	// tails' bytes per record); DeferredDeadline the earliest age-cap
 	// deadline (since + age cap) among them, nil when none waits.
