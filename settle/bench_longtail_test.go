@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nova/auditor/bundlefmt"
@@ -66,6 +67,11 @@ type tailRound struct {
 	// process and both servers during the raw loop (serverCPU)
 	vgwCPU, pgCPU               time.Duration
 	rawCPU, rawVgwCPU, rawPgCPU time.Duration
+	// where the settle's GETs and fetched bytes went, by the settle
+	// metrics: slot footers (an envelope and a footer GET each), the slot
+	// reads' ranges, and standing tails read by a GET (tail cache misses);
+	// the rest of the GETs read a piece alone
+	footers, slotGets, slotBytes, tailMisses int64
 }
 
 // opCounter counts requests by S3 operation (testenv.S3OpName; "other"
@@ -189,6 +195,7 @@ func TestLongTailStar(t *testing.T) {
 		t.Run(fmt.Sprintf("fraction-%g", f), func(t *testing.T) {
 			rs = runTail(t, &q)
 			t.Logf("fraction %g, age cap %v, concurrency %d:\n%s", f, q.ageCap, q.conc, tailTable(rs, q))
+			t.Logf("fraction %g, where the GETs and fetched bytes went:\n%s", f, tailSources(rs))
 		})
 		if p.ageCap == 0 {
 			p.ageCap = q.ageCap // the first run's, for every run
@@ -257,8 +264,9 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 	// once its backends have exited.
 	rdb := &roundDB{}
 	var (
-		s  *settle.Settler
-		sp catalog.DuePolicy // s's
+		s   *settle.Settler
+		sp  catalog.DuePolicy    // s's
+		reg *prometheus.Registry // s's metrics
 	)
 	// A stream's ID says nothing of its rate in production (UUIDs): the
 	// Zipf rank k writes to the stream at rank[k], a fixed shuffle, so that
@@ -297,7 +305,12 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		rdb.DB = sdb
 		if s == nil || policy != sp { // round 1 of the first run has a provisional age cap (above): round 2 starts cold
 			sp = policy
-			s = e.newSettler(settle.Deps{DB: rdb, Topology: e.topology(), Pending: e.pending},
+			reg = prometheus.NewRegistry()
+			m, err := settle.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = e.newSettler(settle.Deps{DB: rdb, Topology: e.topology(), Pending: e.pending, Metrics: m},
 				settle.Config{Policy: policy, CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 					Concurrency: p.conc, ReapGrace: time.Hour})
 		}
@@ -313,6 +326,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		}
 		tx0 := quietCommits(t, e)
 		ops0 := ops.snapshot()
+		m0 := readSources(reg)
 		runtime.GC() // the setup's garbage (the write path's: another process in production) is not the cycle's
 		srv0 := serverCPU(t)
 		cpu0 := processCPU()
@@ -323,6 +337,8 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		srv1 := serverCPU(t) // before the pool closes: its backends are still counted
 		rd.vgwCPU, rd.pgCPU = srv1.vgw-srv0.vgw, srv1.pg-srv0.pg
 		ops1 := ops.snapshot()
+		m1 := readSources(reg)
+		rd.footers, rd.slotGets, rd.slotBytes, rd.tailMisses = m1[0]-m0[0], m1[1]-m0[1], m1[2]-m0[2], m1[3]-m0[3]
 		sdb.Close() // its backends exit and publish their counts
 		rd.commits = settledCommits(t, e) - tx0
 		_ = e.db.ReleaseLease(e.ctx, l.Fence)
@@ -503,6 +519,48 @@ func rawPuts(t *testing.T, e *env, k int, sizes []int64, conc int) float64 {
 	return time.Since(start).Seconds()
 }
 
+// readSources reads the settle metrics the table's sources columns show:
+// footer fetches, slot range GETs and bytes, tail cache misses.
+func readSources(reg *prometheus.Registry) [4]int64 {
+	var out [4]int64
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v := int64(m.GetCounter().GetValue())
+			switch mf.GetName() {
+			case "nova_auditor_slot_footer_gets_total":
+				out[0] += v
+			case "nova_auditor_slot_range_gets_total":
+				out[1] += v
+			case "nova_auditor_slot_range_bytes_total":
+				out[2] += v
+			case "nova_auditor_tail_reads_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "miss" {
+						out[3] += v
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// tailSources is the per-round table of where a run's GETs and fetched
+// bytes went, per object and per new byte.
+func tailSources(rs []tailRound) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round  objects  get/obj: footer  slot-range  tail-miss  alone  slots-read  fetch/new: slot-range  other\n")
+	for _, rd := range rs {
+		gets := rd.ops["GetObject"]
+		alone := gets - 2*rd.footers - rd.slotGets - rd.tailMisses
+		fmt.Fprintf(&b, "%5d  %7d  %15.2f  %10.2f  %9.2f  %5.2f  %10d  %21.2f  %5.2f\n", rd.round, rd.objects,
+			per(2*rd.footers, rd.objects), per(rd.slotGets, rd.objects), per(rd.tailMisses, rd.objects), per(alone, rd.objects),
+			rd.footers, per(rd.slotBytes, rd.newBytes), per(rd.fetched-rd.slotBytes, rd.newBytes))
+	}
+	return b.String()
+}
+
 // tailOps are the table's request columns: S3 operations by short name.
 var tailOps = []struct{ col, op string }{
 	{"put", "PutObject"}, {"get", "GetObject"}, {"head", "HeadObject"}, {"mpu", "CreateMultipartUpload"},
@@ -590,7 +648,17 @@ func tailTable(rs []tailRound, p tailParams) string {
 	return b.String()
 }
 
-const tailSummaryHeader = "run                 objects  obj/s  raw/s  ratio  s3/obj  put/obj  get/obj  pgc/obj  cpu-ms/obj  up/new  fetch/new  up/new@5  up/new@last  max-oldest/cap  over-cap"
+const tailSummaryHeader = "run                 objects  obj/s  raw/s  ratio  s3/obj  put/obj  get/obj  pgc/obj  cpu-ms/obj  up/new  fetch/new  up/new@5  up/new@last  up/settled@5  up/settled@last  max-oldest/cap  over-cap"
+
+// settledBytes is the record bytes round k (1-based) settled: what it
+// wrote and what was unsettled before it, less what is unsettled after.
+func settledBytes(rs []tailRound, k int) int64 {
+	var before int64
+	if k > 1 {
+		before = rs[k-2].transit
+	}
+	return before + rs[k-1].newBytes - rs[k-1].transit
+}
 
 // tailSummary is one line over a run's rounds.
 func tailSummary(name string, rs []tailRound, p tailParams) string {
@@ -621,10 +689,19 @@ func tailSummary(name string, rs []tailRound, p tailParams) string {
 		}
 		return per(rs[k-1].uploaded, rs[k-1].newBytes)
 	}
+	// uploaded per byte settled: the rewrite amplification, which holding
+	// streams back does not lower the way it lowers uploaded per new byte
+	// while the holds build up
+	amp := func(k int) float64 {
+		if k < 1 || k > len(rs) {
+			return 0
+		}
+		return per(rs[k-1].uploaded, settledBytes(rs, k))
+	}
 	objs, raw := perSec(objects, secs), perSec(rawObjects, rawSecs)
-	return fmt.Sprintf("%-18s  %7d  %5.0f  %5.0f  %5.2f  %6.2f  %7.2f  %7.2f  %7.2f  %10.2f  %6.2f  %9.2f  %8.2f  %11.2f  %7.0f/%-6.0f  %8d",
+	return fmt.Sprintf("%-18s  %7d  %5.0f  %5.0f  %5.2f  %6.2f  %7.2f  %7.2f  %7.2f  %10.2f  %6.2f  %9.2f  %8.2f  %11.2f  %12.2f  %15.2f  %7.0f/%-6.0f  %8d",
 		name, objects, objs, raw, ratio(objs, raw), per(reqs, objects), per(puts, objects), per(gets, objects),
-		per(commits, objects), per(cpu.Microseconds(), objects)/1000, per(up, newB), per(fetched, newB), at(5), at(len(rs)),
+		per(commits, objects), per(cpu.Microseconds(), objects)/1000, per(up, newB), per(fetched, newB), at(5), at(len(rs)), amp(5), amp(len(rs)),
 		oldest.Seconds(), p.ageCap.Seconds(), over)
 }
 
