@@ -37,33 +37,37 @@ func EntryKey(bucket string, e catalog.Entry) string {
 // usable; NewReader makes one. A Reader is safe for concurrent use.
 type Reader struct {
 	top     *objstore.Topology
-	footers *footerCache // nil: slot footers are read afresh each time
+	footers *FooterCache // nil: slot footers are read afresh each time
+	counts  *footerReads // the footers this reader's callers fetched (WithFooters)
 	slots   *slotCache   // nil: no slot reads (WithSlotReads)
 }
 
 // NewReader returns a reader of the bundles of top, with no footer cache.
 func NewReader(top *objstore.Topology) *Reader { return &Reader{top: top} }
 
-// WithFooterCache returns a reader over the same topology that keeps the
-// slot footers it reads, up to limit bytes (least recently used out), and
-// reads each slot's envelope and footer once even when several callers ask
-// at the same time. It is one cycle's: a cache is dropped with its reader.
-func (r *Reader) WithFooterCache(limit int64) *Reader {
-	nr := &Reader{top: r.top}
-	nr.footers = newFooterCache(nr, limit)
-	return nr
+// WithFooters returns a reader over the same topology that takes slot
+// footers from c (reading into it what it does not hold), with counts of
+// its own (FooterReads): a cycle's reader over a cache that outlives it.
+func (r *Reader) WithFooters(c *FooterCache) *Reader {
+	return &Reader{top: r.top, footers: c, counts: &footerReads{}}
 }
+
+// WithFooterCache returns a reader over the same topology with a footer
+// cache of its own of at most limit bytes (WithFooters, NewFooterCache):
+// the cache is dropped with the reader.
+func (r *Reader) WithFooterCache(limit int64) *Reader { return r.WithFooters(NewFooterCache(limit)) }
 
 // Topology is where the reader reads.
 func (r *Reader) Topology() *objstore.Topology { return r.top }
 
-// FooterReads returns how many slot footers the reader's cache fetched
-// (each an envelope GET and a footer GET) and the bytes those read.
+// FooterReads returns how many slot footers this reader fetched into its
+// footer cache (each an envelope GET and a footer GET) and the bytes those
+// read: the reads of its callers, not of others sharing the cache.
 func (r *Reader) FooterReads() (gets, bytes int64) {
-	if r.footers == nil {
+	if r.counts == nil {
 		return 0, 0
 	}
-	return r.footers.stats()
+	return r.counts.gets.Load(), r.counts.bytes.Load()
 }
 
 // Classify turns a read or decode error about the stored bundle at key
@@ -110,7 +114,7 @@ func corrupt(key string, format string, args ...any) error {
 // the slot (Classify); the reader's footer cache, if any, is used.
 func (r *Reader) SlotFooter(ctx context.Context, class, key string, off, length int64) (*bundlefmt.Footer, error) {
 	if r.footers != nil {
-		return r.footers.get(ctx, class, key, off, length)
+		return r.footers.get(ctx, r, class, key, off, length)
 	}
 	var read int64
 	c, err := r.loadSlot(ctx, class, key, off, length, &read)
@@ -154,7 +158,7 @@ func (r *Reader) loadSlot(ctx context.Context, class, key string, off, length in
 	if f.FooterLength() != uint64(length) {
 		return nil, corrupt(key, "ref footer length %d, trailer says %d", length, f.FooterLength())
 	}
-	return &cached{key: key, window: [2]int64{off, length}, f: f, bytes: int64(len(buf))}, nil
+	return &cached{window: [2]int64{off, length}, f: f, bytes: int64(len(buf))}, nil
 }
 
 // EntryFooter returns the footer of the settled object at key, opened

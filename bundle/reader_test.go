@@ -124,6 +124,94 @@ func TestSlotFooterReadsOnceAndChecksTheWindow(t *testing.T) {
 	}
 }
 
+// TestFooterCacheOutlivesItsReaders holds the cache shared across cycles
+// (and a fleet member's stars) to what makes that safe: a later cycle's
+// reader reads nothing for a slot held and counts only its own reads, the
+// window is still checked, the budget evicts least recently used first,
+// and a slot reaped after its footer was cached is still found missing
+// when its bytes are read.
+func TestFooterCacheOutlivesItsReaders(t *testing.T) {
+	f := newFixture(t)
+	k3, off3, len3 := f.slot(t, 3)
+	k4, off4, len4 := f.slot(t, 4)
+	cache := bundle.NewFooterCache(1 << 20)
+
+	first := f.rd.WithFooters(cache) // cycle 1 reads both slots
+	for _, s := range []struct {
+		key      string
+		off, len int64
+	}{{k3, off3, len3}, {k4, off4, len4}} {
+		if _, err := first.SlotFooter(f.ctx, catalog.ClassStandard, s.key, s.off, s.len); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gets, _ := first.FooterReads(); gets != 2 {
+		t.Fatalf("cycle 1 FooterReads = %d, want 2", gets)
+	}
+	held := cache.Bytes()
+	if held <= 0 {
+		t.Fatalf("the cache holds %d bytes after two footers", held)
+	}
+
+	second := f.rd.WithFooters(cache) // cycle 2: nothing to read
+	ft, err := second.SlotFooter(f.ctx, catalog.ClassStandard, k3, off3, len3)
+	if err != nil || ft.NumChunks() != 1 {
+		t.Fatalf("cycle 2 slot footer: %v", err)
+	}
+	if gets, bytes := second.FooterReads(); gets != 0 || bytes != 0 {
+		t.Errorf("cycle 2 FooterReads = %d, %d: want none, the footer is held", gets, bytes)
+	}
+	if f.store.gets[k3] != 2 {
+		t.Errorf("%d GETs of %s over two cycles: want 2 (envelope, footer, once)", f.store.gets[k3], k3)
+	}
+	if _, err := second.SlotFooter(f.ctx, catalog.ClassStandard, k3, off3, len3+1); quarantineClass(err) != cycle.ClassCorrupt {
+		t.Errorf("a later ref disagreeing on the window: %v, want a corrupt quarantine", err)
+	}
+	// The same key in another class is another slot: read afresh (and
+	// here missing: the express class has no buckets in this topology).
+	if _, err := second.SlotFooter(f.ctx, catalog.ClassExpress, k3, off3, len3); err == nil {
+		t.Errorf("the express class's %s came from the standard one's cached footer", k3)
+	}
+
+	// The slot is reaped: its footer stays cached, its bytes are gone, and
+	// reading them says so (a quarantine naming the slot, as for any
+	// missing slot), never a stale chunk.
+	if err := f.fs.Delete(f.ctx, f.std, []string{k3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.SlotFooter(f.ctx, catalog.ClassStandard, k3, off3, len3); err != nil {
+		t.Fatalf("cached footer of a reaped slot: %v", err)
+	}
+	ft3, _ := second.SlotFooter(f.ctx, catalog.ClassStandard, k3, off3, len3)
+	e, err := ft3.Entry(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Chunk(f.ctx, bundle.Source{Key: k3, Class: catalog.ClassStandard}, e); quarantineClass(err) != cycle.ClassMissing {
+		t.Errorf("a chunk of the reaped slot: %v, want a missing quarantine", err)
+	}
+
+	// A budget of one footer: k4 (least recently used) goes when k3 comes
+	// back; the last footer read is kept even alone over the budget.
+	small := bundle.NewFooterCache(held/2 + 1)
+	rd := f.rd.WithFooters(small)
+	k5, off5, len5 := f.slot(t, 6)
+	for _, s := range []struct {
+		key      string
+		off, len int64
+	}{{k4, off4, len4}, {k5, off5, len5}, {k5, off5, len5}, {k4, off4, len4}} {
+		if _, err := rd.SlotFooter(f.ctx, catalog.ClassStandard, s.key, s.off, s.len); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gets, _ := rd.FooterReads(); gets != 3 {
+		t.Errorf("FooterReads over a one-footer budget = %d, want 3 (k4, k5, k4 again)", gets)
+	}
+	if got := small.Bytes(); got > held/2+1 {
+		t.Errorf("the cache holds %d bytes over a budget of %d", got, held/2+1)
+	}
+}
+
 func TestSlotFooterClassifiesDataErrors(t *testing.T) {
 	f := newFixture(t)
 	key, off, length := f.slot(t, 4)

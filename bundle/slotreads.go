@@ -65,7 +65,7 @@ const DefaultSlotReadGap = 64 << 10
 // is not read at all (the caller reads its piece alone). Like the footer
 // cache it is one cycle's.
 func (r *Reader) WithSlotReads(sr SlotReads) *Reader {
-	nr := &Reader{top: r.top, footers: r.footers}
+	nr := &Reader{top: r.top, footers: r.footers, counts: r.counts}
 	if sr.Budget > 0 && len(sr.Streams) > 0 {
 		nr.slots = &slotCache{r: nr, sr: sr, slots: map[string]*slotRanges{}, lru: list.New()}
 	}
@@ -254,7 +254,7 @@ func (c *slotCache) take(rg *slotRange, off, n int64) {
 // plan merges the wanted runs of a slot whose footer is cached into
 // ranges; nil when its footer is not cached.
 func (c *slotCache) plan(src Source) *slotRanges {
-	f := c.r.footers.peek(src.Key)
+	f := c.r.footers.peek(src.Class, src.Key)
 	if f == nil {
 		return nil
 	}

@@ -45,6 +45,10 @@ type Deps struct {
 	Log      *slog.Logger
 	Metrics  *Metrics               // nil: none
 	Crash    func(crashpoint.Point) // the crash points of crash.go (nil: none)
+	// Footers is the slot footer cache the cycles read through, across
+	// cycles: one per process, shared by a fleet member's stars (nil: the
+	// settler makes its own of Config.FooterCacheBytes).
+	Footers *bundle.FooterCache
 }
 
 // Config is the settle policy.
@@ -56,7 +60,7 @@ type Config struct {
 	MaxBytes         int64
 	Concurrency      int
 	ReapGrace        time.Duration
-	FooterCacheBytes int64 // --settle-footer-cache-mib in bytes
+	FooterCacheBytes int64 // --settle-footer-cache-mib in bytes (when Deps.Footers is nil)
 	SlotReadBytes    int64 // --settle-slot-read-mib in bytes (0: no slot reads: fetch.go)
 	TailCacheBytes   int64 // --settle-tail-cache-mib in bytes (0: no tail cache: fetch.go)
 	// TailSpillDir and TailSpillBytes: where the tail cache writes what its
@@ -114,8 +118,10 @@ type Settler struct {
 	d     Deps
 	c     Config
 	store Store          // the topology's store: assemblies and their uploads
-	read  *bundle.Reader // every read of a stored bundle (no footer cache: Run makes each cycle's)
-	hot   chan struct{}  // one token per stream settled past its first window
+	read  *bundle.Reader // every read of a stored bundle (no footer cache: Run makes each cycle's reader over footers)
+	// footers is the slot footer cache of every cycle (Deps.Footers).
+	footers *bundle.FooterCache
+	hot     chan struct{} // one token per stream settled past its first window
 	// slotReads is the running cycle's reader with slot reads (nil: none);
 	// tails the settled-tail cache, across cycles (fetch.go).
 	slotReads atomic.Pointer[bundle.Reader]
@@ -139,8 +145,12 @@ func New(d Deps, c Config) (*Settler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("settle: %w", err)
 	}
+	footers := d.Footers
+	if footers == nil {
+		footers = bundle.NewFooterCache(c.FooterCacheBytes)
+	}
 	return &Settler{d: d, c: c, store: d.Topology.Store(), read: bundle.NewReader(d.Topology), hot: make(chan struct{}, c.HotStreams),
-		tails: tails}, nil
+		footers: footers, tails: tails}, nil
 }
 
 // Name implements cycle.Step.
@@ -202,7 +212,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	if err != nil {
 		return cycle.Counts{}, err
 	}
-	rd := s.read.WithFooterCache(s.c.FooterCacheBytes)
+	rd := s.read.WithFooters(s.footers)
 	rd = s.beginSlotReads(rd, due)
 	defer s.endSlotReads(rd)
 	var (
@@ -293,7 +303,7 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	}
 	gets, read := rd.FooterReads()
 	s.d.Metrics.footerGets(gets)
-	total.S3Requests += 2 * gets // each slot's envelope and footer GETs, once per cycle
+	total.S3Requests += 2 * gets // each slot's envelope and footer GETs, once while the cache holds it
 	total.BytesFetched += read
 	s.countSlotReads(rd, total)
 	if !opts.DryRun {

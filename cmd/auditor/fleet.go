@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/fleet"
@@ -65,6 +66,9 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		return exitCode(e, cfg, err)
 	}
 
+	// One slot footer cache for the member: its budget is the process's,
+	// however many stars it leads.
+	sh := shared{crash: crash, footers: bundle.NewFooterCache(cfg.SettleFooterCacheMiB << 20)}
 	build := func(ctx context.Context, star string) (fleet.Built, error) {
 		scfg := cfg
 		scfg.Star, scfg.Stars = star, ""
@@ -75,7 +79,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		if err != nil {
 			return fleet.Built{}, fmt.Errorf("metrics of star %q: %w", star, err)
 		}
-		steps, closeSteps, err := buildCycleWith(ctx, scfg, db, slg, starReg, false, crash)
+		steps, closeSteps, err := buildCycleWith(ctx, scfg, db, slg, starReg, false, sh)
 		if err != nil {
 			return fleet.Built{}, err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/config"
@@ -31,7 +32,15 @@ func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	return buildCycleWith(ctx, cfg, db, log, reg, dryRun, crash)
+	return buildCycleWith(ctx, cfg, db, log, reg, dryRun, shared{crash: crash, footers: bundle.NewFooterCache(cfg.SettleFooterCacheMiB << 20)})
+}
+
+// shared is what the cycles of every star a process leads share: the crash
+// points (a point's n-th hit is counted over all its stars) and the slot
+// footer cache (one --settle-footer-cache-mib budget for the process).
+type shared struct {
+	crash   *crashpoint.Set
+	footers *bundle.FooterCache
 }
 
 // envCrash is the crash, pause and stall points the environment arms.
@@ -43,10 +52,10 @@ func envCrash() (*crashpoint.Set, error) {
 	return crash, nil
 }
 
-// buildCycleWith is buildCycle with the crash points given: a fleet member
-// arms one set for the process, so that a point's n-th hit is counted over
-// all its stars.
-func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool, crash *crashpoint.Set) ([]cycle.Step, func(), error) {
+// buildCycleWith is buildCycle with what the process's stars share given:
+// a fleet member builds it once for all the stars it leads.
+func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool, sh shared) ([]cycle.Step, func(), error) {
+	crash := sh.crash
 	store, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -83,7 +92,7 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 	}
 	settler, err := settle.New(settle.Deps{
 		DB: db, Topology: top, Pending: pending,
-		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(),
+		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(), Footers: sh.footers,
 	}, settle.Config{
 		Policy:       duePolicy(cfg),
 		CapBytes:     cfg.DenormOutputCapMiB << 20,
