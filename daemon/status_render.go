@@ -154,7 +154,7 @@ func (s Status) writeSettle(p func(string, ...any), ts, ago func(time.Time) stri
 		}
 		p(sep)
 		sep = ""
-		p("deferred %s	%d streams wait for tail growth, holding about %s in transit; the first due %s, its age cap %s\n",
+		p("deferred %s	%d streams wait for tail growth or their cohort's turn, holding about %s in transit; the first due %s, its age cap %s\n",
 			c.Class, c.Deferred, bytesIEC(c.DeferredBytes), when(s.Now, *c.DeferredDueAt), when(s.Now, *c.DeferredDeadline))
 	}
 	if len(s.DueStreams) > 0 {
