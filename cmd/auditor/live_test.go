@@ -41,8 +41,14 @@ const (
 	liveDefault = 75 * time.Second
 
 	liveGrace = 3 * time.Second // --reap-grace
-	liveTTL   = 3 * time.Second // --lease-ttl
-	liveStop  = 5 * time.Second // --shutdown-timeout
+	// The tail-growth rule runs as it does by default, with 4 cohorts, and
+	// both classes' age caps are compressed to liveAgeCap, so that streams
+	// are held, wait for their cohort's turn and are let go within the run.
+	liveAgeCap     = 6 * time.Second // --denorm-age-cap, --express-denorm-age-cap
+	liveTailGrowth = "1"             // --denorm-tail-growth
+	liveCohorts    = 4               // --denorm-tail-cohorts
+	liveTTL        = 3 * time.Second // --lease-ttl
+	liveStop       = 5 * time.Second // --shutdown-timeout
 )
 
 // liveStars: a standard star and an express star, each with its own pair of
@@ -58,8 +64,10 @@ var liveStars = []string{"s1", "s1-x"}
 // settled object as it appears and polls the quarantine, the halt and the
 // trim cursors all along. After the writer stops, the run must show: zero
 // quarantine rows and no halt at any time, no settled key ever holding
-// other bytes, the trim cursors never backwards, convergence within two
-// cycles, novasim check clean, and after the grace no stray object, open
+// other bytes, the trim cursors never backwards, the tail-growth rule
+// seen holding streams back (it runs with cohorts and a compressed age
+// cap: liveAgeCap), convergence within two cycles once the age cap has
+// passed, novasim check clean, and after the grace no stray object, open
 // intent, sidecar, multipart upload or slot behind the trim cursor.
 func TestLiveTraffic(t *testing.T) {
 	if testing.Short() {
@@ -89,6 +97,21 @@ func TestLiveTraffic(t *testing.T) {
 			liveRun(t, d, seed+uint64(i), b.open)
 		})
 	}
+}
+
+// livePolicy is the due policy the daemons run with (cmd/auditor's
+// duePolicy of their flags).
+func livePolicy(t *testing.T, b liveBackend) catalog.DuePolicy {
+	capMiB, err := strconv.ParseInt(b.capMiB, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := strconv.ParseFloat(liveTailGrowth, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return catalog.DuePolicy{AgeCap: liveAgeCap, ExpressAgeCap: liveAgeCap, TailGrowth: g, Cohorts: liveCohorts,
+		CopyFloor: min(objstore.DefaultLimits.CopyFloor(), capMiB<<20)}
 }
 
 // liveBackend is the storage of one live run.
@@ -168,6 +191,7 @@ func liveRun(t *testing.T, d time.Duration, seed uint64, open liveOpener) {
 		}
 	}
 	w := newLiveWatcher(ctx, db, b.store, b.bucket, liveStars)
+	w.policy = livePolicy(t, b)
 	stopWatch := w.start(500 * time.Millisecond)
 	defer stopWatch() // when the run fails early
 
@@ -189,6 +213,10 @@ func liveRun(t *testing.T, d time.Duration, seed uint64, open liveOpener) {
 	stopWatch()
 	w.final()
 	w.report(t)
+	if w.deferred[liveStars[0]] == 0 {
+		t.Errorf("star %s: the tail-growth rule was never seen holding a stream back or making one wait for its turn", liveStars[0])
+	}
+	t.Logf("most streams held back or waiting for their cohort's turn at once: %v", w.deferred)
 
 	r.e.checkSettled()
 	r.e.checkReferenced()
@@ -341,7 +369,9 @@ func (r *liveRunEnv) start(d *liveDaemon, point string) {
 		env = append(env, crashpoint.EnvVar+"="+point)
 	}
 	args := append([]string{"--star", d.star, "--data-dir", d.dataDir, "--location", d.zone,
-		"--schedule", "@every 1s", "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--express-denorm-linger", "0s",
+		"--schedule", "@every 1s", "--denorm-linger", "0s", "--express-denorm-linger", "0s",
+		"--denorm-tail-growth", liveTailGrowth, "--denorm-tail-cohorts", strconv.Itoa(liveCohorts),
+		"--denorm-age-cap", liveAgeCap.String(), "--express-denorm-age-cap", liveAgeCap.String(),
 		"--denorm-output-cap-mib", r.b.capMiB, "--denorm-chunk-target-kib", "64", "--reap-grace", liveGrace.String(),
 		"--lease-ttl", liveTTL.String(), "--lease-renew", "500ms", "--shutdown-timeout", liveStop.String(),
 		"--log-level", "debug"}, r.b.flags...)
@@ -524,10 +554,13 @@ func (r *liveRunEnv) cycles(n int, what string) map[string][]catalog.Run {
 	return out
 }
 
-// converge: within two cycles after the writer stopped, every star's due
-// work is settled: no due marker, settled_through = next_record.
+// converge: within two cycles after the last holds ended (the age cap
+// after the writer stopped: the tail-growth rule holds a stream at most
+// that long), every star's due work is settled: no due marker,
+// settled_through = next_record.
 func (r *liveRunEnv) converge() {
-	runs := r.cycles(2, "after the writer stopped")
+	time.Sleep(liveAgeCap)
+	runs := r.cycles(2, "after the writer stopped and the age cap passed")
 	for _, star := range liveStars {
 		for _, run := range runs[star] {
 			r.t.Logf("%s: cycle %d after the writer stopped: %s, %d streams settled, %d objects published",
@@ -538,7 +571,7 @@ func (r *liveRunEnv) converge() {
 			r.t.Fatal(err)
 		}
 		if len(due) != 0 {
-			r.t.Errorf("star %s: %d due markers left two cycles after the writer stopped", star, len(due))
+			r.t.Errorf("star %s: %d due markers left two cycles after the writer stopped and the age cap passed", star, len(due))
 		}
 	}
 	for _, st := range r.e.streams() {

@@ -38,6 +38,10 @@ type liveWatcher struct {
 	cursors     map[string]pos
 	backwards   []string
 	errs        []error
+	// policy is the daemons' due policy; deferred the most streams of a
+	// star seen held back or waiting for their cohort's turn at once
+	policy   catalog.DuePolicy
+	deferred map[string]int64
 }
 
 type watchedObject struct {
@@ -47,7 +51,8 @@ type watchedObject struct {
 
 func newLiveWatcher(ctx context.Context, db *catalog.DB, store objstore.Store, bucket string, stars []string) *liveWatcher {
 	return &liveWatcher{ctx: ctx, db: db, store: store, bucket: bucket, stars: stars,
-		objects: map[string]*watchedObject{}, quarantines: map[string]string{}, halts: map[string]string{}, cursors: map[string]pos{}}
+		objects: map[string]*watchedObject{}, quarantines: map[string]string{}, halts: map[string]string{}, cursors: map[string]pos{},
+		deferred: map[string]int64{}}
 }
 
 // start polls every interval until the returned stop (which polls once
@@ -177,8 +182,20 @@ func (w *liveWatcher) pollStar(star string) {
 		w.fail(err)
 		return
 	}
+	var deferred int64
+	if w.policy.TailGrowth > 0 {
+		_, cls, err := w.db.TransitByClass(w.ctx, star, w.policy)
+		if err != nil {
+			w.fail(err)
+			return
+		}
+		for _, c := range cls {
+			deferred += c.Deferred
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.deferred[star] = max(w.deferred[star], deferred)
 	for _, row := range q {
 		id := row.SlotKey
 		if row.Stream != nil {
