@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,7 +142,9 @@ func (o *opCounter) snapshot() map[string]int64 {
 // Postgres, per object); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone,
 // NOVA_BENCH_TAIL_CMP=0 leaves it out. NOVA_BENCH_TAIL_FRACTIONS (say "1")
 // picks the fractions instead, and NOVA_BENCH_TAIL_COHORTS the rule's
-// cohorts (--denorm-tail-cohorts' default; 1: none). The streams' Zipf
+// cohorts (--denorm-tail-cohorts' default; 1: none);
+// NOVA_BENCH_TAIL_CPUPROFILE names a file for a CPU profile of each
+// run's last cycle (the last run's is kept). The streams' Zipf
 // ranks are shuffled over their IDs, as a production star's UUIDs say
 // nothing of a stream's rate. Off by default: set NOVA_BENCH_TAIL=1.
 func TestLongTailStar(t *testing.T) {
@@ -330,9 +333,11 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		runtime.GC() // the setup's garbage (the write path's: another process in production) is not the cycle's
 		srv0 := serverCPU(t)
 		cpu0 := processCPU()
+		stopProfile := tailProfile(t, k+1 == p.rounds)
 		t0 := time.Now()
 		c, err := s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 		rd.secs = time.Since(t0).Seconds()
+		stopProfile()
 		rd.cpu = processCPU() - cpu0
 		srv1 := serverCPU(t) // before the pool closes: its backends are still counted
 		rd.vgwCPU, rd.pgCPU = srv1.vgw-srv0.vgw, srv1.pg-srv0.pg
@@ -374,6 +379,30 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 			k+1, p.rounds, rd.settled, rd.objects, rd.secs, rd.rawSecs, time.Since(start).Round(time.Second))
 	}
 	return out
+}
+
+// tailProfile starts a CPU profile of the cycle into the file
+// NOVA_BENCH_TAIL_CPUPROFILE names, when last (the run's last round: the
+// longest-held streams), and returns what stops it.
+func tailProfile(t *testing.T, last bool) func() {
+	path := os.Getenv("NOVA_BENCH_TAIL_CPUPROFILE")
+	if path == "" || !last {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+		t.Logf("CPU profile of the last round's cycle: %s", path)
+	}
 }
 
 // settleDB is a metastore pool of the settle's own, its connections open
