@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"operation", "status"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nova_auditor_bytes_total",
-			Help: "Object bytes moved, by path: copied server side, fetched into the process, uploaded from it.",
+			Help: "Object bytes moved, by path: copied server side, fetched into the process, uploaded from it, read back (fetched to check an assembly the server could not verify).",
 		}, []string{"path"}),
 		fallthroughs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nova_auditor_store_fallthrough_total",
@@ -57,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("object store metrics: %w", err)
 	}
-	for _, p := range []string{"copied", "fetched", "uploaded"} {
+	for _, p := range []string{"copied", "fetched", "uploaded", "read_back"} {
 		m.bytes.WithLabelValues(p)
 	}
 	return m, nil
@@ -166,11 +166,15 @@ func (s *instrumented) List(ctx context.Context, bucket, prefix string, fn func(
 }
 
 // Assemble adds the bytes the assembly reports, also when it failed part
-// way (they moved all the same).
+// way (they moved all the same). The bytes it read back to check the
+// published object are their own path, apart from the fetched ones: a
+// cost of the server (one that cannot check copied parts), not of the
+// plan.
 func (s *instrumented) Assemble(ctx context.Context, req AssembleRequest) (AssembleResult, error) {
 	res, err := s.Store.Assemble(s.ctx(ctx), req)
 	s.add("copied", res.BytesCopied)
-	s.add("fetched", res.BytesFetched)
+	s.add("fetched", res.BytesFetched-res.BytesReadBack)
+	s.add("read_back", res.BytesReadBack)
 	s.add("uploaded", res.BytesUploaded)
 	return res, err
 }

@@ -1,11 +1,13 @@
 package objstore_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
@@ -61,5 +63,35 @@ func TestInstrumentedLimits(t *testing.T) {
 	}
 	if got := objstore.Instrument(fs, m).(limiter).Limits(); got != objstore.DefaultLimits {
 		t.Errorf("limits %+v, want DefaultLimits", got)
+	}
+}
+
+// assembled is a store whose Assemble reports a fixed result.
+type assembled struct {
+	objstore.Store
+	res objstore.AssembleResult
+}
+
+func (s assembled) Assemble(context.Context, objstore.AssembleRequest) (objstore.AssembleResult, error) {
+	return s.res, nil
+}
+
+// TestInstrumentedReadBack: the bytes an assembly read back to check the
+// published object count under path read_back, not fetched, and the
+// paths together are every byte the assembly moved.
+func TestInstrumentedReadBack(t *testing.T) {
+	m, err := objstore.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := objstore.AssembleResult{BytesCopied: 100, BytesFetched: 70, BytesReadBack: 50, BytesUploaded: 30}
+	if _, err := objstore.Instrument(assembled{res: res}, m).Assemble(context.Background(), objstore.AssembleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"copied": 100, "fetched": 20, "read_back": 50, "uploaded": 30}
+	for path, n := range want {
+		if got := testutil.ToFloat64(m.Bytes().WithLabelValues(path)); got != n {
+			t.Errorf("path %s: %g bytes, want %g", path, got, n)
+		}
 	}
 }
