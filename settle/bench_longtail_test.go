@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nova/auditor/bundlefmt"
@@ -73,6 +74,7 @@ type tailRound struct {
 	// reads' ranges, and standing tails read by a GET (tail cache misses);
 	// the rest of the GETs read a piece alone
 	footers, slotGets, slotBytes, tailMisses int64
+	readBack                                 int64 // bytes of published objects read back to check them
 }
 
 // opCounter counts requests by S3 operation (testenv.S3OpName; "other"
@@ -266,6 +268,14 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 	// fresh pool, so that the server's commit count of the round is read
 	// once its backends have exited.
 	rdb := &roundDB{}
+	// The settle's store is instrumented as the daemon's is, for the bytes
+	// it read back (path read_back of nova_auditor_bytes_total).
+	oreg := prometheus.NewRegistry()
+	om, err := objstore.NewMetrics(oreg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := e.topologyOver(objstore.Instrument(e.store, om))
 	var (
 		s   *settle.Settler
 		sp  catalog.DuePolicy    // s's
@@ -306,14 +316,20 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		policy.Cohorts = p.cohorts
 		sdb := settleDB(t, e, p.conc)
 		rdb.DB = sdb
-		if s == nil || policy != sp { // round 1 of the first run has a provisional age cap (above): round 2 starts cold
+		if s != nil && policy != sp {
+			// round 1 of a run has a provisional age cap (above): the
+			// settler keeps its caches, as a daemon's does across cycles
+			sp = policy
+			s.SetPolicy(policy)
+		}
+		if s == nil {
 			sp = policy
 			reg = prometheus.NewRegistry()
 			m, err := settle.NewMetrics(reg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			s = e.newSettler(settle.Deps{DB: rdb, Topology: e.topology(), Pending: e.pending, Metrics: m},
+			s = e.newSettler(settle.Deps{DB: rdb, Topology: top, Pending: e.pending, Metrics: m},
 				settle.Config{Policy: policy, CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 					Concurrency: p.conc, ReapGrace: time.Hour})
 		}
@@ -330,6 +346,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		tx0 := quietCommits(t, e)
 		ops0 := ops.snapshot()
 		m0 := readSources(reg)
+		rb0 := testutil.ToFloat64(om.Bytes().WithLabelValues("read_back"))
 		runtime.GC() // the setup's garbage (the write path's: another process in production) is not the cycle's
 		srv0 := serverCPU(t)
 		cpu0 := processCPU()
@@ -343,6 +360,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		rd.vgwCPU, rd.pgCPU = srv1.vgw-srv0.vgw, srv1.pg-srv0.pg
 		ops1 := ops.snapshot()
 		m1 := readSources(reg)
+		rd.readBack = int64(testutil.ToFloat64(om.Bytes().WithLabelValues("read_back")) - rb0)
 		rd.footers, rd.slotGets, rd.slotBytes, rd.tailMisses = m1[0]-m0[0], m1[1]-m0[1], m1[2]-m0[2], m1[3]-m0[3]
 		sdb.Close() // its backends exit and publish their counts
 		rd.commits = settledCommits(t, e) - tx0
@@ -579,13 +597,13 @@ func readSources(reg *prometheus.Registry) [4]int64 {
 // bytes went, per object and per new byte.
 func tailSources(rs []tailRound) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "round  objects  get/obj: footer  slot-range  tail-miss  alone  slots-read  fetch/new: slot-range  other\n")
+	fmt.Fprintf(&b, "round  objects  get/obj: footer  slot-range  tail-miss  alone  slots-read  fetch/new: slot-range  read-back  other\n")
 	for _, rd := range rs {
 		gets := rd.ops["GetObject"]
 		alone := gets - 2*rd.footers - rd.slotGets - rd.tailMisses
-		fmt.Fprintf(&b, "%5d  %7d  %15.2f  %10.2f  %9.2f  %5.2f  %10d  %21.2f  %5.2f\n", rd.round, rd.objects,
+		fmt.Fprintf(&b, "%5d  %7d  %15.2f  %10.2f  %9.2f  %5.2f  %10d  %21.2f  %9.2f  %5.2f\n", rd.round, rd.objects,
 			per(2*rd.footers, rd.objects), per(rd.slotGets, rd.objects), per(rd.tailMisses, rd.objects), per(alone, rd.objects),
-			rd.footers, per(rd.slotBytes, rd.newBytes), per(rd.fetched-rd.slotBytes, rd.newBytes))
+			rd.footers, per(rd.slotBytes, rd.newBytes), per(rd.readBack, rd.newBytes), per(rd.fetched-rd.slotBytes-rd.readBack, rd.newBytes))
 	}
 	return b.String()
 }
