@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -585,14 +586,21 @@ func multipartETag(states []partState) string {
 	return fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(h.Sum(nil)), len(states))
 }
 
-// readBackWindow is the most bytes one ranged GET of a read-back holds;
-// CopyConcurrency of them are in flight at once.
-const readBackWindow = 8 << 20
+// readBackWindow is the most bytes one ranged GET of a read-back reads;
+// CopyConcurrency of them are in flight at once. A window's bytes are not
+// held: they stream through the CRC (readBackBuffer at a time), so a
+// window may be larger than a part, and an object of up to one window is
+// read back in one GET.
+const (
+	readBackWindow = 64 << 20
+	readBackBuffer = 256 << 10
+)
 
 // readBack reads the published object back in parallel ranged GETs
 // (CopyConcurrency at a time, each window's CRC-32C computed as its bytes
-// arrive, then combined in order: one pass, bounded memory) and compares
-// the whole object's CRC with the expected one. A mismatch fails with
+// arrive, then combined in order: one pass, and memory of a small buffer
+// per window in flight, whatever the object's size) and compares the
+// whole object's CRC with the expected one. A mismatch fails with
 // ErrPublishedBad and leaves the object where it is: deleting it here
 // would bypass the fence and the catalog re-check of the reap step (the
 // caller condemns the key, and the reap deletes it).
@@ -602,28 +610,42 @@ func (a *assembly) readBack(ctx context.Context) error {
 		off, len int64
 		crc      uint32
 	}
-	wins := make([]window, 0, n/readBackWindow+1)
-	for off := int64(0); off < n; off += readBackWindow {
-		wins = append(wins, window{off: off, len: min(readBackWindow, n-off)})
+	size := int64(readBackWindow)
+	if a.s.readBackWin > 0 {
+		size = a.s.readBackWin
+	}
+	wins := make([]window, 0, n/size+1)
+	for off := int64(0); off < n; off += size {
+		wins = append(wins, window{off: off, len: min(size, n-off)})
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, a.s.cfg.CopyConcurrency))
 	for i := range wins {
 		w := &wins[i]
 		g.Go(func() error {
-			buf := make([]byte, w.len)
+			buf := make([]byte, min(readBackBuffer, w.len))
 			rng := fmt.Sprintf("bytes=%d-%d", w.off, w.off+w.len-1)
-			got, total, err := a.s.getRange(gctx, a.req.Bucket, a.fullKey, rng, "", w.off, w.len, false, buf)
-			a.fetched.Add(int64(len(got)))
-			a.readBackBytes.Add(int64(len(got)))
+			total, err := a.s.readRange(gctx, a.req.Bucket, a.fullKey, rng, "", w.off, w.len, false, func(body io.Reader, want int64) error {
+				h := crc32c.New()
+				got, err := io.CopyBuffer(h, io.LimitReader(body, want), buf)
+				a.fetched.Add(got)
+				a.readBackBytes.Add(got)
+				if err == nil && got != want {
+					err = io.ErrUnexpectedEOF
+				}
+				if err != nil {
+					return fmt.Errorf("read %s: %w", rng, err)
+				}
+				w.crc = h.Sum32()
+				return nil
+			})
 			if err != nil {
 				return fmt.Errorf("read back [%d,+%d): %w", w.off, w.len, mapErr(err, nil))
 			}
-			if total != n || int64(len(got)) != w.len {
+			if total != n {
 				return fmt.Errorf("read back [%d,+%d): object of %d bytes, expected %d: %w (%w)",
 					w.off, w.len, total, n, objstore.ErrChecksum, objstore.ErrPublishedBad)
 			}
-			w.crc = crc32c.Checksum(got)
 			return nil
 		})
 	}

@@ -43,6 +43,9 @@ type Store struct {
 	cfg    objstore.S3Config
 	limits objstore.Limits
 	algs   *algCache // sources' stored checksum algorithms (ChecksumBySource)
+	// readBackWin is the bytes of one read-back GET (0: readBackWindow;
+	// tests set less, to read back in several windows)
+	readBackWin int64
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -187,6 +190,29 @@ func mapErr(err, on412 error) error {
 // anything else is retried (a proxy's error page is never taken for data).
 func (s *Store) getRange(ctx context.Context, bucket, fullKey, rng, etag string, off, n int64, suffix bool, dst []byte) ([]byte, int64, error) {
 	var data []byte
+	size, err := s.readRange(ctx, bucket, fullKey, rng, etag, off, n, suffix, func(body io.Reader, want int64) error {
+		buf := dst
+		if int64(len(buf)) != want {
+			buf = make([]byte, want)
+		}
+		if _, err := io.ReadFull(body, buf); err != nil {
+			return fmt.Errorf("read %s: %w", rng, err)
+		}
+		data = buf
+		return nil
+	})
+	if size == 0 {
+		data = nil
+	}
+	return data, size, err
+}
+
+// readRange is getRange handing the body to consume instead: consume gets
+// the body of a checked response and the bytes it must read from it
+// (want > 0), on every attempt (a failed one is retried with a fresh
+// body: consume starts over). It returns the object's size (0 for an
+// empty object, whose body is not handed on).
+func (s *Store) readRange(ctx context.Context, bucket, fullKey, rng, etag string, off, n int64, suffix bool, consume func(body io.Reader, want int64) error) (int64, error) {
 	var size int64
 	err := s.do(ctx, "GetObject", func(ctx context.Context) error {
 		in := &s3.GetObjectInput{Bucket: &bucket, Key: &fullKey, Range: &rng}
@@ -203,7 +229,7 @@ func (s *Store) getRange(ctx context.Context, bucket, fullKey, rng, etag string,
 			if cl != 0 || (!suffix && off != 0) {
 				return fmt.Errorf("%w: no Content-Range for %s", errProtocol, rng)
 			}
-			data, size = nil, 0
+			size = 0
 			return nil
 		}
 		first, last, total, err := parseContentRange(*out.ContentRange)
@@ -218,17 +244,13 @@ func (s *Store) getRange(ctx context.Context, bucket, fullKey, rng, etag string,
 		if first != start || last-first+1 != want || cl != want {
 			return fmt.Errorf("%w: Content-Range %q, length %d for %s", errProtocol, *out.ContentRange, cl, rng)
 		}
-		buf := dst
-		if int64(len(buf)) != want {
-			buf = make([]byte, want)
+		if err := consume(out.Body, want); err != nil {
+			return err
 		}
-		if _, err := io.ReadFull(out.Body, buf); err != nil {
-			return fmt.Errorf("read %s: %w", rng, err)
-		}
-		data, size = buf, total
+		size = total
 		return nil
 	})
-	return data, size, err
+	return size, err
 }
 
 // parseContentRange parses "bytes first-last/total".
