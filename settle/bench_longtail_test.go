@@ -145,6 +145,7 @@ func (o *opCounter) snapshot() map[string]int64 {
 // NOVA_BENCH_TAIL_CMP=0 leaves it out. NOVA_BENCH_TAIL_FRACTIONS (say "1")
 // picks the fractions instead, and NOVA_BENCH_TAIL_COHORTS the rule's
 // cohorts (--denorm-tail-cohorts' default; 1: none);
+// NOVA_BENCH_TAIL_GAP_KIB sets the slot reads' gap (settle.Config.SlotReadGap);
 // NOVA_BENCH_TAIL_CPUPROFILE names a file for a CPU profile of each
 // run's last cycle (the last run's is kept). The streams' Zipf
 // ranks are shuffled over their IDs, as a production star's UUIDs say
@@ -331,7 +332,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 			}
 			s = e.newSettler(settle.Deps{DB: rdb, Topology: top, Pending: e.pending, Metrics: m},
 				settle.Config{Policy: policy, CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
-					Concurrency: p.conc, ReapGrace: time.Hour})
+					Concurrency: p.conc, ReapGrace: time.Hour, SlotReadGap: int64(envInt("NOVA_BENCH_TAIL_GAP_KIB", 0)) << 10})
 		}
 		rd := tailRound{round: k + 1, newBytes: newBytes}
 		rd.due, rd.oldest, rd.overCap = tailTransit(t, e, policy)

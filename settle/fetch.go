@@ -47,8 +47,12 @@ func (s *Settler) beginSlotReads(rd *bundle.Reader, due []catalog.DueStream) *bu
 	for _, ds := range due {
 		streams[ds.Stream] = true
 	}
+	gap := s.c.SlotReadGap
+	if gap == 0 {
+		gap = bundle.DefaultSlotReadGap
+	}
 	rd = rd.WithSlotReads(bundle.SlotReads{Streams: streams, MaxRun: s.planLimits().CopyMin,
-		Gap: bundle.DefaultSlotReadGap, Budget: s.c.SlotReadBytes})
+		Gap: gap, Budget: s.c.SlotReadBytes})
 	s.slotReads.Store(rd)
 	return rd
 }

@@ -62,6 +62,7 @@ type Config struct {
 	ReapGrace        time.Duration
 	FooterCacheBytes int64 // --settle-footer-cache-mib in bytes (when Deps.Footers is nil)
 	SlotReadBytes    int64 // --settle-slot-read-mib in bytes (0: no slot reads: fetch.go)
+	SlotReadGap      int64 // the slot reads' gap (0: bundle.DefaultSlotReadGap)
 	TailCacheBytes   int64 // --settle-tail-cache-mib in bytes (0: no tail cache: fetch.go)
 	// TailSpillDir and TailSpillBytes: where the tail cache writes what its
 	// memory evicts (--data-dir's tails/<star>), and how much

@@ -35,6 +35,9 @@ func (c Config) Validate() error {
 	if c.BatchStreams < 0 {
 		bad("BatchStreams", "%d is negative", c.BatchStreams)
 	}
+	if c.SlotReadGap < 0 {
+		bad("SlotReadGap", "%d must not be negative (0 is bundle.DefaultSlotReadGap)", c.SlotReadGap)
+	}
 	if c.SlotReadBytes < 0 || c.TailCacheBytes < 0 || c.TailSpillBytes < 0 {
 		bad("SlotReadBytes/TailCacheBytes/TailSpillBytes", "%d/%d/%d must not be negative (0 turns one off)", c.SlotReadBytes, c.TailCacheBytes, c.TailSpillBytes)
 	}
