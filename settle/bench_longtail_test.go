@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -408,18 +407,9 @@ func tailProfile(t *testing.T, last bool) func() {
 	if path == "" || !last {
 		return func() {}
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		t.Fatal(err)
-	}
+	stop := startProfile(t, path)
 	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			t.Error(err)
-		}
+		stop()
 		t.Logf("CPU profile of the last round's cycle: %s", path)
 	}
 }

@@ -175,17 +175,23 @@ func cycleProfile(b *testing.B, name string) func() {
 	if dir == "" {
 		return func() {}
 	}
-	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	return startProfile(b, filepath.Join(dir, name+".pprof"))
+}
+
+// startProfile starts a CPU profile into the file at path and returns
+// what stops it.
+func startProfile(tb testing.TB, path string) func() {
+	f, err := os.Create(path)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return func() {
 		pprof.StopCPUProfile()
 		if err := f.Close(); err != nil {
-			b.Fatal(err)
+			tb.Error(err)
 		}
 	}
 }
