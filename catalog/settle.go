@@ -65,10 +65,14 @@ type DuePolicy struct {
 	// DeferMargin. A forced stream, or one with a pending erasure, never
 	// waits. 0 turns the rule off: every stream past its linger is due.
 	TailGrowth float64
-	// CopyFloor is the smallest standing tail a rewrite copies server side
+	// CopyFloor is the rule's floor (objstore.TailFloor): the smallest
+	// standing tail a rewrite copies server side
 	// (objstore.Limits.CopyFloor), or the output cap when that is smaller
-	// (a tail at the cap is never rewritten). Below it a rewrite fetches
-	// and uploads the whole tail again: what the rule saves.
+	// (a tail at the cap is never rewritten), or the output cap on a
+	// store that reads back what its assemblies copy (there a rewrite
+	// moves the whole tail through the process at any size). Below it a
+	// rewrite fetches and uploads, or reads back, the whole tail again:
+	// what the rule saves.
 	CopyFloor int64
 	// Cohorts is --denorm-tail-cohorts, the rule's cohorts: the star's
 	// streams in stream-ID order, in that many parts of (nearly) equal

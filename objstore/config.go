@@ -94,6 +94,24 @@ func (p ChecksumProbe) Configure(cfg S3Config) S3Config {
 	return cfg
 }
 
+// ReadsBackCopies reports whether assemblies that copy from the auditor's
+// own settled objects are read back after their completion: per-part
+// checksums with read-back; or by source when the probe found copies from
+// CRC-32C sources misreported, since a server-checked assembly's output
+// is stored with CRC-32C (versitygw 1.8.0: at least every other rewrite
+// of a tail is read back). A tail rewrite then moves the whole tail
+// through the process however large it is (TailFloor).
+func (c S3Config) ReadsBackCopies() bool {
+	switch c.Checksum {
+	case ChecksumFullObject:
+		return false
+	case ChecksumBySource:
+		return c.VerifyReadback && !slices.Contains(c.ServerChecked, AlgorithmCRC32C)
+	default:
+		return c.VerifyReadback
+	}
+}
+
 // S3Config configures the S3 backend. Start from DefaultS3Config: the
 // backend takes a complete configuration, and Validate names a missing or
 // offending field.

@@ -42,6 +42,22 @@ func (l Limits) copyMin() int64 { return max(l.MinPart, l.CopyMin) }
 // catalog.DuePolicy.CopyFloor).
 func (l Limits) CopyFloor() int64 { return l.copyMin() }
 
+// TailFloor is the largest standing tail whose rewrite moves every one of
+// its bytes through the process, plus one: the tail-growth rule's floor
+// (catalog.DuePolicy.CopyFloor), for outputs of at most capBytes. Below
+// the copy floor a rewrite fetches the tail and uploads it again. When
+// the store reads back what an assembly copied (readsBack: an S3 server
+// whose copied parts cannot be checksummed, S3Config.ReadsBackCopies) a
+// rewrite copies the tail server side and then reads it back whole, at
+// any size: then every tail below the output cap counts. A tail at the
+// cap is never rewritten.
+func TailFloor(l Limits, readsBack bool, capBytes int64) int64 {
+	if readsBack {
+		return capBytes
+	}
+	return min(l.CopyFloor(), capBytes)
+}
+
 // Validate checks the limits. Gathered parts may reach twice the minimum and
 // any part twice the smallest copy: then every run of at least the minimum
 // splits into valid parts, which makes the planner's arithmetic exact.

@@ -25,6 +25,7 @@ import (
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/settle"
 )
 
@@ -35,6 +36,9 @@ import (
 // the 5 MiB copy floor in its second round, while the coldest get a record
 // every few rounds: a few hot streams and a long trickle tail.
 const tailZipfS = 1.1
+
+// tailCap is the run's output cap (--denorm-output-cap-mib's default).
+const tailCap = 256 << 20
 
 // tailParams is one long-tail run.
 type tailParams struct {
@@ -276,6 +280,10 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		t.Fatal(err)
 	}
 	top := e.topologyOver(objstore.Instrument(e.store, om))
+	s3, ok := e.store.(*s3store.Store)
+	readsBack := ok && s3.Config().ReadsBackCopies()
+	t.Logf("fraction %g: the rule's floor %d bytes (the store reads back copies: %v)", p.fraction,
+		objstore.TailFloor(objstore.DefaultLimits, readsBack, tailCap), readsBack)
 	var (
 		s   *settle.Settler
 		sp  catalog.DuePolicy    // s's
@@ -311,8 +319,9 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		if p.ageCap == 0 {
 			policy.AgeCap, policy.ExpressAgeCap = time.Hour, time.Hour // round 1 of the first run: all is due at linger 0 anyway
 		}
-		// the copy floor the daemon plans with (cmd/auditor's duePolicy)
-		policy.TailGrowth, policy.CopyFloor = p.fraction, objstore.DefaultLimits.CopyFloor()
+		// the rule's floor the daemon plans with on this store (cmd/auditor's
+		// storePolicy): the output cap on versitygw, which reads back copies
+		policy.TailGrowth, policy.CopyFloor = p.fraction, objstore.TailFloor(objstore.DefaultLimits, readsBack, tailCap)
 		policy.Cohorts = p.cohorts
 		sdb := settleDB(t, e, p.conc)
 		rdb.DB = sdb
@@ -330,7 +339,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 				t.Fatal(err)
 			}
 			s = e.newSettler(settle.Deps{DB: rdb, Topology: top, Pending: e.pending, Metrics: m},
-				settle.Config{Policy: policy, CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
+				settle.Config{Policy: policy, CapBytes: tailCap, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 					Concurrency: p.conc, ReapGrace: time.Hour, SlotReadGap: int64(envInt("NOVA_BENCH_TAIL_GAP_KIB", 0)) << 10})
 		}
 		rd := tailRound{round: k + 1, newBytes: newBytes}

@@ -79,7 +79,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		if err != nil {
 			return fleet.Built{}, fmt.Errorf("metrics of star %q: %w", star, err)
 		}
-		steps, closeSteps, err := buildCycleWith(ctx, scfg, db, slg, starReg, false, sh)
+		steps, policy, closeSteps, err := buildCycleWith(ctx, scfg, db, slg, starReg, false, sh)
 		if err != nil {
 			return fleet.Built{}, err
 		}
@@ -89,6 +89,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 			return fleet.Built{}, err
 		}
 		dc := daemonConfig(scfg)
+		dc.Policy = policy
 		dc.HTTPAddr = "" // the member serves HTTP for all its stars
 		dc.Buckets, dc.KeyPrefixes = checkedBuckets(scfg)
 		d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: slg, Metrics: m, Gatherer: sreg,

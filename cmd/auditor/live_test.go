@@ -100,7 +100,7 @@ func TestLiveTraffic(t *testing.T) {
 }
 
 // livePolicy is the due policy the daemons run with (cmd/auditor's
-// duePolicy of their flags).
+// storePolicy for their flags and store).
 func livePolicy(t *testing.T, b liveBackend) catalog.DuePolicy {
 	capMiB, err := strconv.ParseInt(b.capMiB, 10, 64)
 	if err != nil {
@@ -111,7 +111,7 @@ func livePolicy(t *testing.T, b liveBackend) catalog.DuePolicy {
 		t.Fatal(err)
 	}
 	return catalog.DuePolicy{AgeCap: liveAgeCap, ExpressAgeCap: liveAgeCap, TailGrowth: g, Cohorts: liveCohorts,
-		CopyFloor: min(objstore.DefaultLimits.CopyFloor(), capMiB<<20)}
+		CopyFloor: objstore.TailFloor(objstore.DefaultLimits, b.readsBack, capMiB<<20)}
 }
 
 // liveBackend is the storage of one live run.
@@ -123,6 +123,9 @@ type liveBackend struct {
 	express []string // the express bucket set (zones za, zb)
 	// traffic: novasim's --flight-bytes and --rate, the auditor's cap
 	flightBytes, rate, capMiB string
+	// readsBack: the daemons' probe of the server finds copies from their
+	// own objects read back (objstore.S3Config.ReadsBackCopies: versitygw)
+	readsBack bool
 }
 
 type liveOpener func(t *testing.T, root string) liveBackend
@@ -138,7 +141,7 @@ func liveS3Store(t *testing.T, _ string) liveBackend {
 	// Objects of up to 8 MiB: tail rewrites copy the standing object's
 	// bytes as server-side parts, the new records are gathered and staged.
 	return liveBackend{store: b.Store, bucket: b.Std, express: b.Express, flags: b.Flags(), env: b.Env(),
-		flightBytes: "256KiB", rate: "2MiB", capMiB: "8"}
+		flightBytes: "256KiB", rate: "2MiB", capMiB: "8", readsBack: true}
 }
 
 // liveDaemon is one daemon's place (a pod): its star, zone and data

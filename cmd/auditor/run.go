@@ -64,12 +64,13 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	}
 	defer db.Close()
 	reg := prometheus.NewRegistry()
-	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, reg, *dryRun)
+	steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, reg, *dryRun)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
 	defer closeSteps()
 	dc := daemonConfig(cfg)
+	dc.Policy = policy
 	deps := daemon.Deps{DB: db, Steps: steps, Log: log, Crash: leaseCrash()}
 	if !*dryRun {
 		// The erase step marks no erasure applied while a bucket keeps
@@ -98,14 +99,17 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 }
 
 // duePolicy is the due policy of the configuration, for the settle step,
-// the gauges and status alike. The tail-growth rule's copy floor is the
-// object store's (objstore.Limits.CopyFloor: every store plans with S3's
-// part minimum), or the output cap when that is smaller: a tail at the cap
-// is never rewritten.
+// the gauges and status alike, before the store is known. The tail-growth
+// rule's floor is objstore.TailFloor: the store's copy floor
+// (objstore.Limits.CopyFloor: every store plans with S3's part minimum),
+// or the output cap when that is smaller (a tail at the cap is never
+// rewritten). storePolicy raises it to the cap for a store that reads
+// back its copies.
 func duePolicy(cfg config.Config) catalog.DuePolicy {
 	return catalog.DuePolicy{Linger: cfg.DenormLinger, AgeCap: cfg.DenormAgeCap,
 		ExpressLinger: cfg.ExpressDenormLinger, ExpressAgeCap: cfg.ExpressDenormAgeCap,
-		TailGrowth: cfg.DenormTailGrowth, Cohorts: int(cfg.DenormTailCohorts), CopyFloor: min(objstore.DefaultLimits.CopyFloor(), cfg.DenormOutputCapMiB<<20)}
+		TailGrowth: cfg.DenormTailGrowth, Cohorts: int(cfg.DenormTailCohorts),
+		CopyFloor: objstore.TailFloor(objstore.DefaultLimits, false, cfg.DenormOutputCapMiB<<20)}
 }
 
 // daemonConfig is the daemon's part of the configuration.

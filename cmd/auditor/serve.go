@@ -92,7 +92,7 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 			return code
 		}
 	}
-	steps, closeSteps, err := buildCycle(ctx, cfg, db, log, starReg, false)
+	steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, starReg, false)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -103,6 +103,7 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	dc := daemonConfig(cfg)
+	dc.Policy = policy
 	dc.RunNow = *runNow
 	dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
 	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db)})

@@ -23,14 +23,16 @@ import (
 )
 
 // buildCycle wires the cycle's steps in the order of docs/architecture.md#the-cycle:
-// recover and settle, retention, trim, reap (erasure is not built yet). The
-// returned close function releases what the steps hold. For a dry run the
-// server's checksum support is not probed: the probe writes an object, and
-// a plan assembles nothing.
-func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool) ([]cycle.Step, func(), error) {
+// recover and settle, retention, erase, trim, reap; and returns the due
+// policy they settle by (storePolicy), which the daemon's gauges and
+// status must share. The returned close function releases what the steps
+// hold. For a dry run the server's checksum support is not probed: the
+// probe writes an object, and a plan assembles nothing (its policy is the
+// store's as configured, which --verify readback makes a read-back one).
+func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool) ([]cycle.Step, catalog.DuePolicy, func(), error) {
 	crash, err := envCrash()
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	return buildCycleWith(ctx, cfg, db, log, reg, dryRun, shared{crash: crash, footers: bundle.NewFooterCache(cfg.SettleFooterCacheMiB << 20)})
 }
@@ -54,20 +56,21 @@ func envCrash() (*crashpoint.Set, error) {
 
 // buildCycleWith is buildCycle with what the process's stars share given:
 // a fleet member builds it once for all the stars it leads.
-func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool, sh shared) ([]cycle.Step, func(), error) {
+func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool, sh shared) ([]cycle.Step, catalog.DuePolicy, func(), error) {
 	crash := sh.crash
 	store, err := openStore(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	if !dryRun {
 		if store, err = probeChecksums(ctx, cfg, store, log); err != nil {
-			return nil, nil, err
+			return nil, catalog.DuePolicy{}, nil, err
 		}
 	}
+	policy := storePolicy(cfg, store, log)
 	sm, err := objstore.NewMetrics(reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	_, isS3 := store.(*s3store.Store)
 	var zones []string
@@ -78,23 +81,23 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 	store = objstore.Instrument(store, sm)
 	pending, err := openPending(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	// One storage topology, with one record of zone health shared by slot
 	// reads, copy sources and deletes for as long as the process runs.
 	top, err := wire.Topology(cfg, store, objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax))
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	sem, err := settle.NewMetrics(reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	settler, err := settle.New(settle.Deps{
 		DB: db, Topology: top, Pending: pending,
 		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(), Footers: sh.footers,
 	}, settle.Config{
-		Policy:       duePolicy(cfg),
+		Policy:       policy,
 		CapBytes:     cfg.DenormOutputCapMiB << 20,
 		TargetBytes:  cfg.DenormChunkTargetKiB << 10,
 		MaxStreams:   int(cfg.SettleMaxStreams),
@@ -115,28 +118,47 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 		MaxPendingErasures: settle.DefaultMaxPendingErasures,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	tm, err := trim.NewMetrics(reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	td := trim.Deps{DB: db, Topology: top,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
 	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize), Concurrency: trim.DefaultConcurrency}
 	retention, err := trim.NewRetention(td, tc)
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	trimmer, err := trim.NewTrim(td, tc)
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
 	reaper, err := trim.NewReap(td, tc)
 	if err != nil {
-		return nil, nil, err
+		return nil, catalog.DuePolicy{}, nil, err
 	}
-	return []cycle.Step{settler, retention, settler.Eraser(), trimmer, reaper}, func() {}, nil
+	return []cycle.Step{settler, retention, settler.Eraser(), trimmer, reaper}, policy, func() {}, nil
+}
+
+// storePolicy is duePolicy for the store the cycles write to: when it
+// reads back assemblies that copy from the auditor's own objects
+// (objstore.S3Config.ReadsBackCopies), a tail rewrite moves the whole tail
+// through the process at any size, and the tail-growth rule covers every
+// tail below the output cap (objstore.TailFloor).
+func storePolicy(cfg config.Config, store objstore.Store, log *slog.Logger) catalog.DuePolicy {
+	p := duePolicy(cfg)
+	s3, ok := store.(*s3store.Store)
+	if !ok || !s3.Config().ReadsBackCopies() {
+		return p
+	}
+	p.CopyFloor = objstore.TailFloor(s3.Limits(), true, cfg.DenormOutputCapMiB<<20)
+	if p.TailGrowth > 0 {
+		log.Info("tail rewrites are read back on this server: the tail-growth rule covers every tail below the output cap",
+			"floor_bytes", p.CopyFloor, "tail_growth", p.TailGrowth)
+	}
+	return p
 }
 
 // openStore builds the object store and, for the file backend, its buckets.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/s3store"
 )
 
 // TestBuildCycleMetrics: the wiring registers the object store's metrics
@@ -24,8 +26,12 @@ func TestBuildCycleMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
-	if _, _, err := buildCycle(ctx, cfg, db, log, reg, false); err != nil {
+	steps, policy, _, err := buildCycle(ctx, cfg, db, log, reg, false)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(steps) == 0 || policy != duePolicy(cfg) {
+		t.Errorf("the file store's cycle: %d steps, policy %+v, want the configuration's %+v", len(steps), policy, duePolicy(cfg))
 	}
 	fams, err := reg.Gather()
 	if err != nil {
@@ -46,9 +52,46 @@ func TestBuildCycleMetrics(t *testing.T) {
 				t.Fatalf("a second wiring on the same registry panicked: %v", r)
 			}
 		}()
-		_, _, err = buildCycle(ctx, cfg, db, log, reg, false)
+		_, _, _, err = buildCycle(ctx, cfg, db, log, reg, false)
 	}()
 	if err == nil || !strings.Contains(err.Error(), "metrics") {
 		t.Fatalf("a second wiring on the same registry: %v, want a registration error", err)
+	}
+}
+
+// TestStorePolicyCoversReadBackTails: on a store that reads back what its
+// assemblies copy from the auditor's own objects, every tail rewrite moves
+// the whole tail through the process, and the tail-growth rule's floor is
+// the output cap; on one whose server checks copies, the copy floor.
+func TestStorePolicyCoversReadBackTails(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.DenormOutputCapMiB = 64
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		name string
+		tune func(*objstore.S3Config)
+		want int64
+	}{
+		{"full object", func(c *objstore.S3Config) { c.Checksum = objstore.ChecksumFullObject }, objstore.DefaultLimits.CopyFloor()},
+		{"per-part checksums, read back", func(c *objstore.S3Config) { c.Checksum, c.VerifyReadback = objstore.ChecksumParts, true }, 64 << 20},
+		{"by source, CRC-32C sources read back", func(c *objstore.S3Config) {
+			c.Checksum, c.VerifyReadback = objstore.ChecksumBySource, true
+			c.ServerChecked = []objstore.ChecksumAlgorithm{objstore.AlgorithmCRC32, objstore.AlgorithmNone}
+		}, 64 << 20},
+	} {
+		sc := objstore.DefaultS3Config()
+		sc.Endpoint, sc.Region, sc.AccessKey, sc.SecretKey = "http://127.0.0.1:1", "us-east-1", "k", "s"
+		c.tune(&sc)
+		s, err := s3store.New(context.Background(), sc)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		p := storePolicy(cfg, s, log)
+		if p.CopyFloor != c.want {
+			t.Errorf("%s: the rule's floor %d, want %d", c.name, p.CopyFloor, c.want)
+		}
+		if q := duePolicy(cfg); p.TailGrowth != q.TailGrowth || p.AgeCap != q.AgeCap || p.Cohorts != q.Cohorts {
+			t.Errorf("%s: storePolicy %+v changed more than the floor of %+v", c.name, p, q)
+		}
 	}
 }
