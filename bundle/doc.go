@@ -16,8 +16,9 @@
 //     (docs/architecture.md#error-classes): bad bytes, a wrong version or a
 //     missing slot is a *cycle.QuarantineError naming the key and its class;
 //     anything else (network, throttling, a down zone) stays a retry;
-//   - the footer cache of one cycle: each slot's envelope and footer are
-//     read once however many streams share the slot.
+//   - the footer cache (FooterCache), kept across cycles and shared by a
+//     process's stars: each slot's envelope and footer are read once
+//     however many streams and cycles read the slot, while it is held.
 //
 // What a footer says is bundlefmt's business (decoding, CRCs, bounds);
 // which keys exist and who references them is the catalog's. novasim's

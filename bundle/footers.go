@@ -3,6 +3,7 @@ package bundle
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,12 @@ func (c *FooterCache) get(ctx context.Context, r *Reader, class, key string, off
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		if fl.err != nil && ctx.Err() == nil && isContextErr(fl.err) {
+			// The fetch was its caller's, cancelled or out of time (a
+			// cycle that ended: the cache outlives it); this caller's
+			// context is live, so it fetches for itself.
+			return c.get(ctx, r, class, key, off, length)
+		}
 		if fl.err != nil {
 			return nil, fl.err
 		}
@@ -119,6 +126,10 @@ func (c *FooterCache) get(ctx context.Context, r *Reader, class, key string, off
 		return nil, fl.err
 	}
 	return fl.c.check(key, off, length)
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // Bytes returns the footer bytes the cache holds.

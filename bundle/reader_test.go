@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
@@ -302,5 +303,67 @@ func TestSettledObjectReads(t *testing.T) {
 	}
 	if _, _, err := f.rd.Find(f.ctx, gone); !errors.Is(err, objstore.ErrNotFound) {
 		t.Errorf("Find of a missing key: %v", err)
+	}
+}
+
+// stalling is a store whose first ranged read blocks until its caller's
+// context ends.
+type stalling struct {
+	objstore.Store
+	once    sync.Once
+	started chan struct{}
+}
+
+func (s *stalling) GetRange(ctx context.Context, b, k string, off, n int64) ([]byte, int64, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.started)
+		<-ctx.Done()
+		return nil, 0, ctx.Err()
+	}
+	return s.Store.GetRange(ctx, b, k, off, n)
+}
+
+// TestFooterCacheWaiterOutlivesACancelledFetch: a caller waiting for a
+// footer another caller is fetching, whose context then ends (its cycle
+// over: the cache outlives it), fetches the footer itself rather than
+// failing with the other's cancellation.
+func TestFooterCacheWaiterOutlivesACancelledFetch(t *testing.T) {
+	f := newFixture(t)
+	key, off, length := f.slot(t, 3)
+	st := &stalling{Store: f.fs, started: make(chan struct{})}
+	top, err := bundle.Topology(st, f.std, nil, "", "--s3-express-buckets", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := bundle.NewFooterCache(1 << 20)
+	old := bundle.NewReader(top).WithFooters(cache)
+	cctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := old.SlotFooter(cctx, catalog.ClassStandard, key, off, length)
+		done <- err
+	}()
+	<-st.started // the old cycle's fetch is under way
+	waiter := make(chan error, 1)
+	next := bundle.NewReader(top).WithFooters(cache)
+	go func() {
+		ft, err := next.SlotFooter(f.ctx, catalog.ClassStandard, key, off, length)
+		if err == nil && ft.NumChunks() != 1 {
+			err = fmt.Errorf("%d chunks", ft.NumChunks())
+		}
+		waiter <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter waits on the fetch in flight
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled caller: %v, want context.Canceled", err)
+	}
+	if err := <-waiter; err != nil {
+		t.Errorf("the waiter, its context live: %v, want the footer", err)
+	}
+	if gets, _ := next.FooterReads(); gets != 1 {
+		t.Errorf("the waiter's FooterReads = %d, want 1 (it fetched for itself)", gets)
 	}
 }

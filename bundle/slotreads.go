@@ -62,8 +62,8 @@ const DefaultSlotReadGap = 64 << 10
 // is read with one ranged GET when a piece in it is first asked for. A
 // range is held until every run in it was taken, or until the budget
 // evicts it (least recently used out); one that does not fit the budget
-// is not read at all (the caller reads its piece alone). Like the footer
-// cache it is one cycle's.
+// is not read at all (the caller reads its piece alone). Unlike the
+// footer cache (which outlives the cycle) it is one cycle's.
 func (r *Reader) WithSlotReads(sr SlotReads) *Reader {
 	nr := &Reader{top: r.top, footers: r.footers, counts: r.counts}
 	if sr.Budget > 0 && len(sr.Streams) > 0 {

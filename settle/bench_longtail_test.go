@@ -594,14 +594,15 @@ func readSources(reg *prometheus.Registry) [4]int64 {
 }
 
 // tailSources is the per-round table of where a run's GETs and fetched
-// bytes went, per object and per new byte.
+// bytes went, per object and per new byte. alone+rb is every other GET: a
+// piece read alone, or a window of a read-back.
 func tailSources(rs []tailRound) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "round  objects  get/obj: footer  slot-range  tail-miss  alone  slots-read  fetch/new: slot-range  read-back  other\n")
+	fmt.Fprintf(&b, "round  objects  get/obj: footer  slot-range  tail-miss  alone+rb  slots-read  fetch/new: slot-range  read-back  other\n")
 	for _, rd := range rs {
 		gets := rd.ops["GetObject"]
 		alone := gets - 2*rd.footers - rd.slotGets - rd.tailMisses
-		fmt.Fprintf(&b, "%5d  %7d  %15.2f  %10.2f  %9.2f  %5.2f  %10d  %21.2f  %9.2f  %5.2f\n", rd.round, rd.objects,
+		fmt.Fprintf(&b, "%5d  %7d  %15.2f  %10.2f  %9.2f  %8.2f  %10d  %21.2f  %9.2f  %5.2f\n", rd.round, rd.objects,
 			per(2*rd.footers, rd.objects), per(rd.slotGets, rd.objects), per(rd.tailMisses, rd.objects), per(alone, rd.objects),
 			rd.footers, per(rd.slotBytes, rd.newBytes), per(rd.readBack, rd.newBytes), per(rd.fetched-rd.slotBytes-rd.readBack, rd.newBytes))
 	}

@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"class"}),
 		footers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nova_auditor_slot_footer_gets_total",
-			Help: "Slot footer GETs (one per slot per cycle is the goal).",
+			Help: "Slot footers fetched, an envelope and a footer GET each (one per slot while the footer cache holds it is the goal).",
 		}),
 		slotGets: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nova_auditor_slot_range_gets_total",

@@ -25,7 +25,7 @@ type Resolved struct {
 // the next_record of the stream snapshot, so a backlog of any length is
 // checked and planned in pieces of bounded size.
 type resolver struct {
-	rd      *bundle.Reader // with the cycle's footer cache
+	rd      *bundle.Reader // the cycle's, over the footer cache
 	star    string
 	st      catalog.Stream
 	at      int64 // the next record the chunks must start at

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/fleet"
@@ -68,7 +67,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 
 	// One slot footer cache for the member: its budget is the process's,
 	// however many stars it leads.
-	sh := shared{crash: crash, footers: bundle.NewFooterCache(cfg.SettleFooterCacheMiB << 20)}
+	sh := shared{crash: crash, footers: footerCache(cfg)}
 	build := func(ctx context.Context, star string) (fleet.Built, error) {
 		scfg := cfg
 		scfg.Star, scfg.Stars = star, ""

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,14 +28,20 @@ import (
 // policy they settle by (storePolicy), which the daemon's gauges and
 // status must share. The returned close function releases what the steps
 // hold. For a dry run the server's checksum support is not probed: the
-// probe writes an object, and a plan assembles nothing (its policy is the
-// store's as configured, which --verify readback makes a read-back one).
+// probe writes an object, and a plan assembles nothing (its policy takes
+// the rule's floor the leader recorded, else the store's as configured,
+// which --verify readback makes a read-back one).
 func buildCycle(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool) ([]cycle.Step, catalog.DuePolicy, func(), error) {
 	crash, err := envCrash()
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
 	}
-	return buildCycleWith(ctx, cfg, db, log, reg, dryRun, shared{crash: crash, footers: bundle.NewFooterCache(cfg.SettleFooterCacheMiB << 20)})
+	return buildCycleWith(ctx, cfg, db, log, reg, dryRun, shared{crash: crash, footers: footerCache(cfg)})
+}
+
+// footerCache is the process's slot footer cache (--settle-footer-cache-mib).
+func footerCache(cfg config.Config) *bundle.FooterCache {
+	return bundle.NewFooterCache(cfg.SettleFooterCacheMiB << 20)
 }
 
 // shared is what the cycles of every star a process leads share: the crash
@@ -68,6 +75,17 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 		}
 	}
 	policy := storePolicy(cfg, store, log)
+	if dryRun {
+		// A dry run does not probe the server (the probe writes): it plans
+		// with the rule's floor the leader found, when one recorded it.
+		rt, err := db.GetRuntime(ctx, cfg.Star)
+		switch {
+		case err == nil && rt.Policy.CopyFloor > 0:
+			policy.CopyFloor = rt.Policy.CopyFloor
+		case err != nil && !errors.Is(err, catalog.ErrNotFound):
+			log.Warn("the dry run plans with the configured store's floor for the tail-growth rule", "err", err)
+		}
+	}
 	sm, err := objstore.NewMetrics(reg)
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
