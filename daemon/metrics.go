@@ -143,7 +143,7 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		HeadSeq:         g("absorbed_head_seq", "The star's absorbed head seq (next_seq)."),
 
 		DeferredStreams: gv("deferred_streams",
-			"Streams past their linger that the tail-growth rule (--denorm-tail-growth) holds back: their standing tail is below the copy floor and their unsettled bytes have not grown enough, or they have and wait for their cohort's turn (--denorm-tail-cohorts); they still hold their transit slots.", "class"),
+			"Streams past their linger that the tail-growth rule (--denorm-tail-growth) holds back: their standing tail is below the rule's floor (the copy floor, or the output cap where copies are read back) and their unsettled bytes have not grown enough, or they have and wait for their cohort's turn (--denorm-tail-cohorts); they still hold their transit slots.", "class"),
 		DeferredTransitBytes: gv("deferred_transit_bytes",
 			"Bytes the deferred streams hold in transit slots, estimated as their unsettled records times their tails' bytes per record (the metastore has no byte sizes of refs).", "class"),
 		DeferredDeadline: gv("deferred_oldest_deadline_timestamp_seconds",

@@ -38,7 +38,7 @@ import (
 const tailZipfS = 1.1
 
 // tailCap is the run's output cap (--denorm-output-cap-mib's default).
-const tailCap = 256 << 20
+func tailCap() int64 { return config.Defaults().DenormOutputCapMiB << 20 }
 
 // tailParams is one long-tail run.
 type tailParams struct {
@@ -283,7 +283,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 	s3, ok := e.store.(*s3store.Store)
 	readsBack := ok && s3.Config().ReadsBackCopies()
 	t.Logf("fraction %g: the rule's floor %d bytes (the store reads back copies: %v)", p.fraction,
-		objstore.TailFloor(objstore.DefaultLimits, readsBack, tailCap), readsBack)
+		objstore.TailFloor(objstore.DefaultLimits, readsBack, tailCap()), readsBack)
 	var (
 		s   *settle.Settler
 		sp  catalog.DuePolicy    // s's
@@ -321,7 +321,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		}
 		// the rule's floor the daemon plans with on this store (cmd/auditor's
 		// storePolicy): the output cap on versitygw, which reads back copies
-		policy.TailGrowth, policy.CopyFloor = p.fraction, objstore.TailFloor(objstore.DefaultLimits, readsBack, tailCap)
+		policy.TailGrowth, policy.CopyFloor = p.fraction, objstore.TailFloor(objstore.DefaultLimits, readsBack, tailCap())
 		policy.Cohorts = p.cohorts
 		sdb := settleDB(t, e, p.conc)
 		rdb.DB = sdb
@@ -339,7 +339,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 				t.Fatal(err)
 			}
 			s = e.newSettler(settle.Deps{DB: rdb, Topology: top, Pending: e.pending, Metrics: m},
-				settle.Config{Policy: policy, CapBytes: tailCap, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
+				settle.Config{Policy: policy, CapBytes: tailCap(), TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 					Concurrency: p.conc, ReapGrace: time.Hour, SlotReadGap: int64(envInt("NOVA_BENCH_TAIL_GAP_KIB", 0)) << 10})
 		}
 		rd := tailRound{round: k + 1, newBytes: newBytes}
