@@ -36,24 +36,33 @@ type SlotReads struct {
 // A bridged gap saves one request. In region S3 bills no transfer and a
 // GET $0.0004 a thousand, and the ranges of a slot are read at once (the
 // pieces of an output are), so what a request costs beyond its price is
-// the CPU of making it, against that of receiving the bytes a bridge
-// wastes (and the store's reading them): some tens of KiB, so a gap of up
-// to 64 KiB is worth bridging by itself. What that rule alone misses is
-// that wasted bytes repeat: the chunks between due ones belong to streams
-// held in transit or settled already, and are spanned again on every cycle
-// in which any stream of the slot is due, while wanted bytes are read
-// once, when their stream settles. With the gap rule alone (256 KiB, as
-// first written) a slot's range spanned almost the whole slot once its due
-// chunks were denser than one per gap, and a slot was read again on every
-// cycle while it held anything: the long tail's fetched bytes per new byte
-// reached 17 to 35. Bounding each range's waste by its wanted bytes bounds
-// a cycle's bytes read by about twice the bytes it reads for settling,
-// however long streams are held. A dense slot (due chunks between others no larger) is
-// still one range, and merging the smallest gaps first spends the waste
-// where it saves the most requests (a gap refused is tried again once the
-// ranges beside it grew); where due chunks are sparse, their ranges are
-// read apart, at worst a GET a piece, as without slot reads.
-const DefaultSlotReadGap = 64 << 10
+// the CPU of making it (and, on a store 30 ms away, a round trip), against
+// that of receiving the bytes a bridge wastes. What the gap alone misses
+// is that wasted bytes repeat: the chunks between due ones belong to
+// streams held in transit or settled already, and are spanned again on
+// every cycle in which a stream beside them is due, while wanted bytes are
+// read once, when their stream settles. With the gap rule alone (256 KiB,
+// as first written) a slot's range spanned almost the whole slot once its
+// due chunks were denser than one per gap, and a slot was read again on
+// every cycle while it held anything: the long tail's fetched bytes per
+// new byte reached 17 to 35. Bounding each range's waste by its wanted
+// bytes bounds a cycle's bytes read by about twice the bytes it reads for
+// settling plus a gap per range, however long streams are held.
+//
+// With that bound, 256 KiB is the width: the tail-growth rule's cohorts
+// (catalog.DuePolicy) cut a slot into one stretch per cohort (a slot's
+// chunks are in stream-ID order), and a stretch's trickle streams are let
+// go together at their cohort's turn, so the waste between them is paid
+// once a turn, not every cycle. Against 64 KiB (measured by make
+// bench-tail at its default shape, docs/architecture.md) it halved the
+// long tail's GETs, from 1.32 to 1.15 S3 requests per object, for 1.6 to
+// 1.9 fetched bytes per new byte. A dense slot (due chunks between others
+// no larger) is still one range, and merging the smallest gaps first
+// spends the waste where it saves the most requests (a gap refused is
+// tried again once the ranges beside it grew); where due chunks are
+// sparse, their ranges are read apart, at worst a GET a piece, as without
+// slot reads.
+const DefaultSlotReadGap = 256 << 10
 
 // WithSlotReads returns a reader over the same topology and footer cache
 // that also serves piece reads of the cycle's slots (Piece) from ranges

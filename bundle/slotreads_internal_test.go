@@ -88,13 +88,22 @@ func TestMergeRunsDense(t *testing.T) {
 		return runs
 	}
 	even := layout(200, func(int) int64 { return 4 << 10 }, func(i int) int64 { return int64(i%5+1) << 10 })
-	if g := mergeRuns(even, DefaultSlotReadGap); len(g) != 1 {
-		t.Errorf("gaps no wider than the runs: %d ranges, want 1", len(g))
+	for _, gap := range []int64{64 << 10, DefaultSlotReadGap} {
+		if g := mergeRuns(even, gap); len(g) != 1 {
+			t.Errorf("gap %d KiB, gaps no wider than the runs: %d ranges, want 1", gap>>10, len(g))
+		}
 	}
 	wide := layout(200, func(int) int64 { return 1 << 10 }, func(int) int64 { return 3 << 10 })
-	// A range wastes at most the gap's worth: 21 gaps of 3 KiB (63 KiB)
-	// and 22 runs.
-	if g := mergeRuns(wide, DefaultSlotReadGap); len(g) != 10 {
-		t.Errorf("gaps 3 times the runs: %d ranges, want 10 (22 runs each, the last 2)", len(g))
+	// A range wastes at most the gap's worth: at 64 KiB 21 gaps of 3 KiB
+	// (63 KiB) and 22 runs; at the default (256 KiB) 85 gaps (255 KiB)
+	// and 86 runs.
+	if g := mergeRuns(wide, 64<<10); len(g) != 10 {
+		t.Errorf("gap 64 KiB, gaps 3 times the runs: %d ranges, want 10 (22 runs each, the last 2)", len(g))
+	}
+	if DefaultSlotReadGap != 256<<10 {
+		t.Fatalf("DefaultSlotReadGap is %d: this test's count is for 256 KiB", DefaultSlotReadGap)
+	}
+	if g := mergeRuns(wide, DefaultSlotReadGap); len(g) != 3 {
+		t.Errorf("default gap, gaps 3 times the runs: %d ranges, want 3 (86, 86 and 28 runs)", len(g))
 	}
 }

@@ -136,31 +136,40 @@ func TestSlotReadsBudget(t *testing.T) {
 // TestSlotReadsWasteBound: the due streams' chunks of a slot alternate
 // with chunks of streams not due, of various sizes. Where those are small
 // the slot is read in one range; where some are wider than the gap rule
-// bridges, the slot is read in one range per stretch between them; either
-// way the bytes read are at most twice the bytes wanted (each range wants
-// more than DefaultSlotReadGap here), where the gap rule alone (what slot
-// reads did first) read all but the widest gaps.
+// bridges, the slot is read in one range per stretch between them. With a
+// gap of 64 KiB every range here wants more than the gap, so the bytes
+// read are at most twice the bytes wanted, where the gap rule alone (what
+// slot reads did first) read all but the widest gaps. With the default
+// (256 KiB) a range may waste up to the gap when it wants less: fewer
+// GETs, and each range reads at most its wanted bytes and max(them, gap).
 func TestSlotReadsWasteBound(t *testing.T) {
 	const kib = 1 << 10
 	body := func(n int) []string { return []string{strings.Repeat("x", n)} }
 	for _, tc := range []struct {
 		name    string
 		notDue  []int // body bytes of the not-due chunks, by turn
+		gap     int64
 		wantGet int
 	}{
 		// 40 due chunks of 8 KiB (320 KiB) between not-due ones of up to
 		// their size: one range.
-		{"small gaps", []int{1 * kib, 8 * kib, 3 * kib, 200, 6 * kib, 5 * kib}, 1},
+		{"small gaps", []int{1 * kib, 8 * kib, 3 * kib, 200, 6 * kib, 5 * kib}, 64 * kib, 1},
+		{"small gaps, default gap", []int{1 * kib, 8 * kib, 3 * kib, 200, 6 * kib, 5 * kib}, bundle.DefaultSlotReadGap, 1},
 		// Not-due chunks mostly larger than the due ones (59 KiB of them
 		// to 41 KiB due in every five): no range may waste more than it
-		// wants beyond DefaultSlotReadGap, so each wastes up to that: 9
+		// wants beyond the gap (64 KiB), so each wastes up to that: 9
 		// ranges as the smallest gaps fall first (7 at the fewest, a
 		// dynamic program over the layout says; the gap rule alone: one
 		// GET of 2.4 times the bytes wanted; none: 40).
-		{"gaps larger than the chunks", []int{12 * kib, 2 * kib, 20 * kib, 9 * kib, 16 * kib}, 9},
+		{"gaps larger than the chunks", []int{12 * kib, 2 * kib, 20 * kib, 9 * kib, 16 * kib}, 64 * kib, 9},
+		// At the default gap (256 KiB) a range wanting less than 256 KiB
+		// may waste up to it: 2 ranges.
+		{"gaps larger than the chunks, default gap", []int{12 * kib, 2 * kib, 20 * kib, 9 * kib, 16 * kib}, bundle.DefaultSlotReadGap, 2},
 		// Every tenth not-due chunk (100 KiB) is wider than a request is
 		// worth: a range per stretch of ten due chunks between them.
-		{"a wide gap every ten", []int{1 * kib, 4 * kib, 9 * kib, 2 * kib, 7 * kib, 3 * kib, 5 * kib, 6 * kib, 8 * kib, 100 * kib}, 4},
+		{"a wide gap every ten", []int{1 * kib, 4 * kib, 9 * kib, 2 * kib, 7 * kib, 3 * kib, 5 * kib, 6 * kib, 8 * kib, 100 * kib}, 64 * kib, 4},
+		// The default gap bridges them.
+		{"a wide gap every ten, default gap", []int{1 * kib, 4 * kib, 9 * kib, 2 * kib, 7 * kib, 3 * kib, 5 * kib, 6 * kib, 8 * kib, 100 * kib}, bundle.DefaultSlotReadGap, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const pairs = 40
@@ -180,7 +189,7 @@ func TestSlotReadsWasteBound(t *testing.T) {
 				}
 			}
 			span = int64(es[len(es)-2].DataOffset+es[len(es)-2].ChunkBytes()) - int64(es[0].DataOffset)
-			rd := fx.rd.WithFooterCache(1 << 20).WithSlotReads(bundle.SlotReads{Streams: due, MaxRun: 5 << 20, Gap: bundle.DefaultSlotReadGap, Budget: 16 << 20})
+			rd := fx.rd.WithFooterCache(1 << 20).WithSlotReads(bundle.SlotReads{Streams: due, MaxRun: 5 << 20, Gap: tc.gap, Budget: 16 << 20})
 			src := bundle.Source{Key: key, Class: catalog.ClassStandard}
 			if _, err := rd.SlotFooter(fx.ctx, src.Class, key, win[0], win[1]); err != nil {
 				t.Fatal(err)
@@ -197,7 +206,12 @@ func TestSlotReadsWasteBound(t *testing.T) {
 			if gets != int64(tc.wantGet) {
 				t.Errorf("%d GETs, want %d", gets, tc.wantGet)
 			}
-			if fetched > 2*wanted {
+			// Each range reads its wanted bytes and at most max(them, gap):
+			// in all, at most twice the wanted bytes and a gap per GET.
+			if bound := 2*wanted + gets*tc.gap; fetched > bound {
+				t.Errorf("%d bytes read for %d wanted in %d GETs: more than twice and a gap each (%d)", fetched, wanted, gets, bound)
+			}
+			if tc.gap == 64*kib && fetched > 2*wanted {
 				t.Errorf("%d bytes read for %d wanted: more than twice", fetched, wanted)
 			}
 		})
