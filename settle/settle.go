@@ -157,6 +157,12 @@ func New(d Deps, c Config) (*Settler, error) {
 // Name implements cycle.Step.
 func (s *Settler) Name() string { return "settle" }
 
+// Close releases what the Settler holds across cycles beyond memory: the
+// tail cache's spill segments (closed, and their files removed). Call it
+// once no cycle runs; a cycle after it settles without the tail cache's
+// spill.
+func (s *Settler) Close() { s.tails.close() }
+
 func (s *Settler) crash(name crashpoint.Point) {
 	if s.d.Crash != nil {
 		s.d.Crash(name)

@@ -12,20 +12,26 @@ import (
 )
 
 // tailEntryOverhead is what the tail cache charges its memory budget for
-// an entry besides its bytes and key: the map slot, the list element and
-// the entry itself (about 150 bytes on 64-bit), rounded up. A spilled
+// an entry besides its bytes and key: the map slot, the list elements (of
+// the LRU and of its spill segment) and the entry itself (about 200 bytes
+// on 64-bit), rounded up. A spilled
 // entry is charged it too (its bytes are on disk, its bookkeeping is
 // not), so that many small spilled tails cannot grow the heap past the
 // budget either.
 const tailEntryOverhead = 256
 
-// tailSpillBlock is what a spilled entry is charged on disk at least, and
-// what its size is rounded up to: a file takes whole blocks.
-const tailSpillBlock = 4096
-
 // tailSpillSuffix names the cache's files in its directory: only those are
 // ever removed from it.
 const tailSpillSuffix = ".tail"
+
+// tailSegmentMax and tailSegmentMin bound a spill segment's size: a
+// sixteenth of the disk budget between them (and never more than the
+// budget), so that the oldest segment, evicted whole, is a small part of
+// the disk.
+const (
+	tailSegmentMax = 32 << 20
+	tailSegmentMin = 64 << 10
+)
 
 // tailCache holds the bytes of the settled objects below the copy floor
 // that this process published (docs/architecture.md#settled-tail-cache):
@@ -38,49 +44,66 @@ const tailSpillSuffix = ".tail"
 // bytes are uploaded again.
 //
 // With a spill directory, an entry the memory budget evicts is written to
-// a file of its own there instead of being forgotten, within a disk
-// budget (least recently used out again): a star of many trickle streams
-// keeps far more standing tails than memory holds, and each is read again
-// only when its stream next settles, long after. A file is only ever read
-// back as a candidate: the same checks apply, and bytes that disagree are
-// dropped and read from the store.
+// disk instead of being forgotten, within a disk budget: a star of many
+// trickle streams keeps far more standing tails than memory holds, and
+// each is read again only when its stream next settles, long after. The
+// disk is a log of segments (files of up to segBytes, written at the
+// end, each write one pwrite and each read one pread on a file held
+// open): a file a tail cost an open, a write, a close and an unlink per
+// spilled tail, a sixth of a long-tail cycle's CPU. A segment is removed
+// when its last entry is dropped (a tail is dropped when its stream's
+// next settle supersedes it, so segments empty in the order they were
+// written), and when the disk budget is full the oldest segment goes
+// whole, with its entries still held (first in, first out: an entry that
+// waited that long is the likeliest to wait longer). A spilled entry is
+// only ever read back as a candidate: the same checks apply, and bytes
+// that disagree are dropped and read from the store.
 type tailCache struct {
 	limit int64 // memory: bytes held in memory, plus every entry's key and overhead
 
 	// spill: the directory of this cache's files ("" none), its budget,
-	// and the files' sequence numbers.
+	// a segment's size, and the segments' sequence numbers.
 	dir       string
 	diskLimit int64
+	segBytes  int64
 	seq       uint64
 
 	mu       sync.Mutex
 	size     int64      // charged to limit
-	diskSize int64      // charged to diskLimit
+	diskSize int64      // charged to diskLimit: the segments' bytes, dropped entries' included
 	lru      *list.List // of *tailEntry in memory, most recent at the front
 	disk     *list.List // of *tailEntry spilled, most recent at the front
 	byKey    map[string]*list.Element
+	segs     *list.List   // of *tailSegment, oldest at the front
+	cur      *tailSegment // the segment written at its end (nil: none yet)
 }
 
 type tailEntry struct {
 	key string
 	obj []byte // in memory; nil once spilled
-	// Spilled: its file, its length, and whether the file is written (a
-	// get before then is a miss).
-	file  string
-	n     int64
-	ready bool
+	// Spilled: its segment and place there, and whether its bytes are
+	// written (a get before then is a miss).
+	seg     *tailSegment
+	segElem *list.Element // in seg.live
+	off, n  int64
+	ready   bool
+}
+
+// tailSegment is one file of the spill log.
+type tailSegment struct {
+	path string
+	f    *os.File
+	size int64      // bytes placed in it
+	live *list.List // of *tailEntry placed in it and not dropped
+	elem *list.Element
 }
 
 func (e *tailEntry) cost() int64 {
 	c := int64(len(e.key)) + tailEntryOverhead
-	if e.file == "" {
+	if e.seg == nil {
 		c += int64(len(e.obj))
 	}
 	return c
-}
-
-func (e *tailEntry) diskCost() int64 {
-	return (e.n + tailSpillBlock - 1) / tailSpillBlock * tailSpillBlock
 }
 
 // newTailCache returns a cache of limit bytes of memory; nil (which caches
@@ -92,7 +115,7 @@ func newTailCache(limit int64, dir string, diskLimit int64) (*tailCache, error) 
 	if limit <= 0 {
 		return nil, nil
 	}
-	c := &tailCache{limit: limit, lru: list.New(), disk: list.New(), byKey: map[string]*list.Element{}}
+	c := &tailCache{limit: limit, lru: list.New(), disk: list.New(), segs: list.New(), byKey: map[string]*list.Element{}}
 	if dir == "" || diskLimit <= 0 {
 		return c, nil
 	}
@@ -111,17 +134,18 @@ func newTailCache(limit int64, dir string, diskLimit int64) (*tailCache, error) 
 		}
 	}
 	c.dir, c.diskLimit = dir, diskLimit
+	c.segBytes = min(max(diskLimit/16, tailSegmentMin), tailSegmentMax, diskLimit)
 	return c, nil
 }
 
 // get returns the cached bytes of the object at key, or nil: from memory,
-// or read back from its spilled file.
+// or read back from its segment.
 func (c *tailCache) get(key string) []byte {
 	obj, _ := c.lookup(key)
 	return obj
 }
 
-// lookup is get, and whether the bytes came from a spilled file.
+// lookup is get, and whether the bytes came from a spill segment.
 func (c *tailCache) lookup(key string) (obj []byte, spilled bool) {
 	if c == nil {
 		return nil, false
@@ -133,7 +157,7 @@ func (c *tailCache) lookup(key string) (obj []byte, spilled bool) {
 		return nil, false
 	}
 	e := el.Value.(*tailEntry)
-	if e.file == "" {
+	if e.seg == nil {
 		c.lru.MoveToFront(el)
 		obj := e.obj
 		c.mu.Unlock()
@@ -144,12 +168,12 @@ func (c *tailCache) lookup(key string) (obj []byte, spilled bool) {
 		return nil, false
 	}
 	c.disk.MoveToFront(el)
-	file, n := e.file, e.n
+	f, off, n := e.seg.f, e.off, e.n
 	c.mu.Unlock()
-	obj, err := os.ReadFile(file)
-	if err != nil || int64(len(obj)) != n {
-		// Dropped and removed meanwhile, or the file is not what was
-		// written: a miss, and the entry goes.
+	obj = make([]byte, n)
+	if _, err := f.ReadAt(obj, off); err != nil {
+		// The segment was removed meanwhile (its file closed), or it is
+		// not what was written (short): a miss, and the entry goes.
 		c.dropEntry(key, e)
 		return nil, false
 	}
@@ -157,57 +181,54 @@ func (c *tailCache) lookup(key string) (obj []byte, spilled bool) {
 }
 
 // put keeps obj, the bytes this process stored at key, when it fits.
-// Entries the memory budget evicts are spilled (written here, outside the
-// lock: until then their bytes are held beyond the budget) or forgotten.
+// Entries the memory budget evicts are spilled (placed at the log's end
+// here, written outside the lock: until then their bytes are held beyond
+// the budget) or forgotten.
 func (c *tailCache) put(key string, obj []byte) {
 	if c == nil {
 		return
 	}
 	e := &tailEntry{key: key, obj: obj, n: int64(len(obj))}
-	if e.cost() > c.limit && (c.dir == "" || e.diskCost() > c.diskLimit || int64(len(key))+tailEntryOverhead > c.limit) {
+	if e.cost() > c.limit && (c.dir == "" || e.n > c.segBytes || int64(len(key))+tailEntryOverhead > c.limit) {
 		return // fits neither budget (one larger than the memory goes straight to disk, below)
 	}
 	c.mu.Lock()
-	remove := c.dropLocked(key, nil)
+	retire := c.dropLocked(key, nil)
 	c.byKey[key] = c.lru.PushFront(e)
 	c.size += e.cost()
 	var spill []*tailEntry
+	var data [][]byte
 	for c.size > c.limit {
 		if back := c.lru.Back(); back != nil {
 			v := back.Value.(*tailEntry)
-			if c.dir == "" || v.diskCost() > c.diskLimit {
-				remove = append(remove, c.dropLocked(v.key, nil)...)
+			if c.dir == "" || v.n > c.segBytes {
+				retire = append(retire, c.dropLocked(v.key, nil)...)
 				continue
 			}
-			// To disk: off the memory list, onto the disk list.
+			// To disk: off the memory list, onto the disk list, placed
+			// at the log's end (its bytes taken while they are still
+			// its: a drop before the write below forgets them).
 			c.lru.Remove(back)
 			c.size -= v.cost()
-			c.seq++
-			v.file = filepath.Join(c.dir, fmt.Sprintf("%016x%s", c.seq, tailSpillSuffix))
+			r, ok := c.placeLocked(v)
+			retire = append(retire, r...)
+			if !ok {
+				delete(c.byKey, v.key)
+				continue
+			}
 			c.byKey[v.key] = c.disk.PushFront(v)
 			c.size += v.cost()
-			c.diskSize += v.diskCost()
-			spill = append(spill, v)
-			for c.diskSize > c.diskLimit {
-				remove = append(remove, c.dropLocked(c.disk.Back().Value.(*tailEntry).key, nil)...)
-			}
+			spill, data = append(spill, v), append(data, v.obj)
+			v.obj = nil
 			continue
 		}
 		// Only spilled entries' bookkeeping is left over the budget.
-		remove = append(remove, c.dropLocked(c.disk.Back().Value.(*tailEntry).key, nil)...)
-	}
-	// The bytes of the entries to spill, taken while they are still
-	// theirs (a drop before the write below forgets them).
-	data := make([][]byte, len(spill))
-	for i, v := range spill {
-		data[i], v.obj = v.obj, nil
+		retire = append(retire, c.dropLocked(c.disk.Back().Value.(*tailEntry).key, nil)...)
 	}
 	c.mu.Unlock()
-	for _, f := range remove {
-		_ = os.Remove(f) // a cache file: one left behind is removed at the next start
-	}
+	closeSegments(retire)
 	for i, v := range spill {
-		err := os.WriteFile(v.file, data[i], 0o640)
+		_, err := v.seg.f.WriteAt(data[i], v.off)
 		c.mu.Lock()
 		el, ok := c.byKey[v.key]
 		live := ok && el.Value.(*tailEntry) == v
@@ -215,10 +236,72 @@ func (c *tailCache) put(key string, obj []byte) {
 			v.ready = true
 		}
 		c.mu.Unlock()
-		if !live || err != nil {
+		if live && err != nil {
 			c.dropEntry(v.key, v)
-			_ = os.Remove(v.file)
 		}
+	}
+}
+
+// placeLocked gives v (n bytes, off the memory list) its place at the
+// end of the log: the oldest segments go whole while the disk budget has
+// no room, and a new segment is begun when the current one is full. It
+// returns the segments to close and remove, and false when no segment
+// could be opened (v is forgotten).
+func (c *tailCache) placeLocked(v *tailEntry) (retire []*tailSegment, ok bool) {
+	for c.diskSize+v.n > c.diskLimit && c.segs.Len() > 0 {
+		retire = append(retire, c.evictLocked(c.segs.Front().Value.(*tailSegment))...)
+	}
+	if c.cur == nil || c.cur.size+v.n > c.segBytes {
+		c.seq++
+		path := filepath.Join(c.dir, fmt.Sprintf("%016x%s", c.seq, tailSpillSuffix))
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+		if err != nil {
+			return retire, false
+		}
+		if c.cur != nil && c.cur.live.Len() == 0 {
+			retire = append(retire, c.retireLocked(c.cur))
+		}
+		c.cur = &tailSegment{path: path, f: f, live: list.New()}
+		c.cur.elem = c.segs.PushBack(c.cur)
+	}
+	v.seg, v.off = c.cur, c.cur.size
+	v.segElem = c.cur.live.PushBack(v)
+	c.cur.size += v.n
+	c.diskSize += v.n
+	return retire, true
+}
+
+// evictLocked forgets every entry still in seg and retires it.
+func (c *tailCache) evictLocked(seg *tailSegment) []*tailSegment {
+	for el := seg.live.Front(); el != nil; {
+		next := el.Next()
+		v := el.Value.(*tailEntry)
+		c.size -= v.cost()
+		c.disk.Remove(c.byKey[v.key])
+		delete(c.byKey, v.key)
+		el = next
+	}
+	seg.live.Init()
+	return []*tailSegment{c.retireLocked(seg)}
+}
+
+// retireLocked takes seg out of the log (its file is closed and removed
+// by the caller, outside the lock).
+func (c *tailCache) retireLocked(seg *tailSegment) *tailSegment {
+	c.segs.Remove(seg.elem)
+	c.diskSize -= seg.size
+	if c.cur == seg {
+		c.cur = nil
+	}
+	return seg
+}
+
+// closeSegments closes and removes retired segments' files: a file left
+// behind (a failed remove) is removed at the next start.
+func closeSegments(segs []*tailSegment) {
+	for _, s := range segs {
+		_ = s.f.Close()
+		_ = os.Remove(s.path)
 	}
 }
 
@@ -231,19 +314,18 @@ func (c *tailCache) drop(key string) {
 }
 
 // dropEntry forgets key when it is e (any entry when e is nil), and
-// removes its file.
+// removes its segment when it was the segment's last.
 func (c *tailCache) dropEntry(key string, e *tailEntry) {
 	c.mu.Lock()
-	remove := c.dropLocked(key, e)
+	retire := c.dropLocked(key, e)
 	c.mu.Unlock()
-	for _, f := range remove {
-		_ = os.Remove(f)
-	}
+	closeSegments(retire)
 }
 
 // dropLocked forgets key (when it is e, or any entry when e is nil) and
-// returns the file to remove, if it was spilled.
-func (c *tailCache) dropLocked(key string, e *tailEntry) []string {
+// returns its segment to retire when it was the last entry of a segment
+// no longer written.
+func (c *tailCache) dropLocked(key string, e *tailEntry) []*tailSegment {
 	el, ok := c.byKey[key]
 	if !ok {
 		return nil
@@ -254,13 +336,40 @@ func (c *tailCache) dropLocked(key string, e *tailEntry) []string {
 	}
 	c.size -= v.cost()
 	delete(c.byKey, key)
-	if v.file == "" {
+	if v.seg == nil {
 		c.lru.Remove(el)
 		return nil
 	}
 	c.disk.Remove(el)
-	c.diskSize -= v.diskCost()
-	return []string{v.file}
+	seg := v.seg
+	seg.live.Remove(v.segElem)
+	if seg.live.Len() == 0 && seg != c.cur {
+		return []*tailSegment{c.retireLocked(seg)}
+	}
+	return nil
+}
+
+// close forgets every entry and closes and removes the spill segments
+// (the Settler is done: a star released or the process stopping). A put
+// after it holds bytes in memory only, and a spill write that was under
+// way fails and is forgotten.
+func (c *tailCache) close() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	var retire []*tailSegment
+	for el := c.segs.Front(); el != nil; el = el.Next() {
+		retire = append(retire, el.Value.(*tailSegment))
+	}
+	c.dir, c.segBytes, c.cur = "", 0, nil
+	c.size, c.diskSize = 0, 0
+	c.lru.Init()
+	c.disk.Init()
+	c.segs.Init()
+	clear(c.byKey)
+	c.mu.Unlock()
+	closeSegments(retire)
 }
 
 // stats returns the entries and bytes held in memory and spilled.

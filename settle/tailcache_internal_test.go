@@ -12,37 +12,44 @@ import (
 func tailBytes(i, n int) []byte { return bytes.Repeat([]byte{byte(i)}, n) }
 
 // TestTailCacheSpillsWhatMemoryEvicts: with a spill directory, the memory
-// budget's victims are kept on disk within the disk budget, read back
-// whole, and the memory charged stays within the budget (spilled entries
-// cost their bookkeeping); without one they are forgotten.
+// budget's victims are kept on disk, in segments, within the disk budget
+// (the oldest segment goes whole when it is full), read back whole, and
+// the memory charged stays within the budget (spilled entries cost their
+// bookkeeping); without one they are forgotten.
 func TestTailCacheSpillsWhatMemoryEvicts(t *testing.T) {
 	dir := t.TempDir()
 	const n = 10 << 10
-	c, err := newTailCache(4*(n+300)+20*300, dir, 20*tailSpillBlock*3) // 4 in memory and the bookkeeping of 20 spilled
+	c, err := newTailCache(4*(n+300)+20*300, dir, 20*n) // 4 in memory and the bookkeeping of 20 spilled
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.segBytes = 4 * n // segments of 4 entries
 	for i := range 30 {
 		c.put(fmt.Sprintf("k%02d", i), tailBytes(i, n))
 		if _, _, mem, disk := c.stats(); mem > c.limit || disk > c.diskLimit {
 			t.Fatalf("after %d puts: %d bytes of memory (budget %d), %d of disk (budget %d)", i+1, mem, c.limit, disk, c.diskLimit)
 		}
 	}
+	// k26..k29 in memory; k00..k25 spilled in segments of four: placing
+	// k20 and k24 found the disk full and took the two oldest segments
+	// (k00..k07) with them.
 	memN, diskN, _, diskB := c.stats()
-	// 12 KiB a file (3 blocks): 20 fit the disk budget; 4 in memory.
-	if memN != 4 || diskN != 20 || diskB != 20*3*tailSpillBlock {
-		t.Fatalf("held %d in memory, %d spilled (%d bytes): want 4 and 20", memN, diskN, diskB)
+	if memN != 4 || diskN != 18 || diskB != 18*n {
+		t.Fatalf("held %d in memory, %d spilled (%d bytes): want 4 and 18 (%d bytes)", memN, diskN, diskB, 18*n)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*"+tailSpillSuffix))
-	if len(files) != 20 {
-		t.Fatalf("%d files in the spill directory, want 20", len(files))
+	segFiles := func() int {
+		files, _ := filepath.Glob(filepath.Join(dir, "*"+tailSpillSuffix))
+		return len(files)
+	}
+	if got := segFiles(); got != 5 {
+		t.Fatalf("%d files in the spill directory, want 5 segments", got)
 	}
 	for i := range 30 {
 		obj, spilled := c.lookup(fmt.Sprintf("k%02d", i))
 		switch {
-		case i < 6:
+		case i < 8:
 			if obj != nil {
-				t.Fatalf("k%02d: held, but it was the least recently used past both budgets", i)
+				t.Fatalf("k%02d: held, but its segment was the oldest when the disk was full", i)
 			}
 		case !bytes.Equal(obj, tailBytes(i, n)):
 			t.Fatalf("k%02d: %d bytes read back, not the ones put", i, len(obj))
@@ -50,14 +57,30 @@ func TestTailCacheSpillsWhatMemoryEvicts(t *testing.T) {
 			t.Fatalf("k%02d: spilled %v", i, spilled)
 		}
 	}
-	// A drop removes the file; a file gone from under the cache is a miss.
-	c.drop("k10")
-	os.Remove(c.byKey["k11"].Value.(*tailEntry).file)
-	if c.get("k10") != nil || c.get("k11") != nil {
-		t.Fatal("a dropped or removed entry was served")
+	// Dropping a segment's every entry removes its file; the others stay.
+	for i := 8; i < 12; i++ {
+		c.drop(fmt.Sprintf("k%02d", i))
 	}
-	if files, _ := filepath.Glob(filepath.Join(dir, "*"+tailSpillSuffix)); len(files) != 18 {
-		t.Fatalf("%d files after two drops, want 18", len(files))
+	if got := segFiles(); got != 4 {
+		t.Fatalf("%d segments after a segment's entries were dropped, want 4", got)
+	}
+	if _, diskN, _, diskB := c.stats(); diskN != 14 || diskB != 14*n {
+		t.Fatalf("%d spilled (%d bytes) after four drops, want 14", diskN, diskB)
+	}
+	// A segment that is not what was written (cut short under the cache)
+	// serves nothing from its lost part: a miss, and the entry goes.
+	seg := c.byKey["k13"].Value.(*tailEntry).seg
+	if err := os.Truncate(seg.path, n+n/2); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c.get("k12"), tailBytes(12, n)) {
+		t.Fatal("k12, whole before the cut, is not served")
+	}
+	if c.get("k13") != nil {
+		t.Fatal("an entry cut short was served")
+	}
+	if _, ok := c.byKey["k13"]; ok {
+		t.Fatal("an entry cut short is still held")
 	}
 	// A new cache over the directory starts cold and clears it (but not
 	// files of other names).
@@ -82,6 +105,50 @@ func TestTailCacheSpillsWhatMemoryEvicts(t *testing.T) {
 	}
 	if memN, diskN, _, _ := c3.stats(); memN != 4 || diskN != 0 || c3.get("k00") != nil {
 		t.Fatalf("no spill: %d in memory, %d spilled", memN, diskN)
+	}
+}
+
+// TestTailCacheSpillCostsNoFilePerTail: spilling many small tails opens a
+// file per segment, not per tail: the directory holds few files however
+// many tails were spilled, and a tail read back is the one put.
+func TestTailCacheSpillCostsNoFilePerTail(t *testing.T) {
+	dir := t.TempDir()
+	c, err := newTailCache(2<<20, dir, 64<<20) // bookkeeping of 5,000 (1.3 MiB) and some in memory
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tails = 5000
+	for i := range tails {
+		c.put(fmt.Sprintf("t%05d", i), tailBytes(i, 1000+i%700))
+	}
+	memN, diskN, _, diskB := c.stats()
+	files, _ := filepath.Glob(filepath.Join(dir, "*"+tailSpillSuffix))
+	t.Logf("%d tails in memory, %d spilled (%d bytes) in %d files of up to %d bytes", memN, diskN, diskB, len(files), c.segBytes)
+	if memN+diskN != tails || diskN < tails/2 {
+		t.Fatalf("%d tails in memory and %d spilled of %d put", memN, diskN, tails)
+	}
+	if want := int(diskB/c.segBytes) + 1; len(files) > want {
+		t.Fatalf("%d files for %d bytes in segments of %d: want at most %d", len(files), diskB, c.segBytes, want)
+	}
+	for _, i := range []int{0, 1234, 4000} {
+		if got := c.get(fmt.Sprintf("t%05d", i)); !bytes.Equal(got, tailBytes(i, 1000+i%700)) {
+			t.Fatalf("t%05d: %d bytes read back, not the ones put", i, len(got))
+		}
+	}
+	// Closed (the Settler done): the segments are closed and removed, and
+	// the cache holds in memory only from then on.
+	c.close()
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
+		t.Fatalf("%v left after close", files)
+	}
+	if memN, diskN, mem, disk := c.stats(); memN+diskN != 0 || mem != 0 || disk != 0 || c.get("t04000") != nil {
+		t.Fatalf("after close: %d in memory, %d spilled, %d and %d bytes", memN, diskN, mem, disk)
+	}
+	for i := range 100 {
+		c.put(fmt.Sprintf("u%03d", i), tailBytes(i, 50<<10))
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 || !bytes.Equal(c.get("u099"), tailBytes(99, 50<<10)) {
+		t.Fatalf("after close, puts spilled to %v, or the newest is not held", files)
 	}
 }
 
@@ -138,5 +205,26 @@ func TestTailCacheConcurrent(t *testing.T) {
 	_, _, mem, disk := c.stats()
 	if mem > c.limit || disk > c.diskLimit {
 		t.Fatalf("%d bytes of memory (budget %d), %d of disk (budget %d)", mem, c.limit, disk, c.diskLimit)
+	}
+}
+
+// BenchmarkTailCacheSpill: the settle's pattern on a star of trickle
+// streams whose tails do not fit the memory: each settle drops the
+// stream's old tail and puts its new one, and the memory spills its
+// least recently used. It reports the process CPU a put costs (the
+// spill's writes and the dropped tails' removal included).
+func BenchmarkTailCacheSpill(b *testing.B) {
+	c, err := newTailCache(1<<20, b.TempDir(), 256<<20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const streams = 2000
+	tail := tailBytes(7, 3<<10)
+	b.SetBytes(int64(len(tail)))
+	b.ResetTimer()
+	for i := range b.N {
+		s := i % streams
+		c.drop(fmt.Sprintf("s%05d~%d", s, i/streams-1))
+		c.put(fmt.Sprintf("s%05d~%d", s, i/streams), tail)
 	}
 }

@@ -157,7 +157,7 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
 	}
-	return []cycle.Step{settler, retention, settler.Eraser(), trimmer, reaper}, policy, func() {}, nil
+	return []cycle.Step{settler, retention, settler.Eraser(), trimmer, reaper}, policy, settler.Close, nil
 }
 
 // storePolicy is duePolicy for the store the cycles write to: when it
