@@ -651,6 +651,16 @@ func perSec(n int64, s float64) float64 {
 	return float64(n) / s
 }
 
+// perMiB is the CPU in ms per MiB of newB: what settling costs per new
+// byte, which the rule's fewer, larger objects do not inflate the way they
+// inflate the CPU per object.
+func perMiB(cpu time.Duration, newB int64) float64 {
+	if newB == 0 {
+		return 0
+	}
+	return float64(cpu.Microseconds()) / 1000 / (float64(newB) / (1 << 20))
+}
+
 // tailTable is the per-round table of a run.
 func tailTable(rs []tailRound, p tailParams) string {
 	var b strings.Builder
@@ -658,7 +668,7 @@ func tailTable(rs []tailRound, p tailParams) string {
 	for _, c := range tailOps {
 		fmt.Fprintf(&b, "  %5s", c.col)
 	}
-	fmt.Fprintf(&b, "  other  s3/obj  pgc/obj  cpu-ms/obj  new-KiB  up/new  fetch/new  transit-KiB  oldest/cap  over-cap\n")
+	fmt.Fprintf(&b, "  other  s3/obj  pgc/obj  cpu-ms/obj  cpu-ms/new-MiB  new-KiB  up/new  fetch/new  transit-KiB  oldest/cap  over-cap\n")
 	for _, rd := range rs {
 		objs := perSec(rd.objects, rd.secs)
 		raw := perSec(rd.rawObjects, rd.rawSecs)
@@ -670,9 +680,9 @@ func tailTable(rs []tailRound, p tailParams) string {
 		for _, v := range rd.ops {
 			all += v
 		}
-		fmt.Fprintf(&b, "  %5.2f  %6.2f  %7.2f  %10.2f  %7d  %6.2f  %9.2f  %11d  %5.1f/%-5.0f  %8d\n",
+		fmt.Fprintf(&b, "  %5.2f  %6.2f  %7.2f  %10.2f  %14.1f  %7d  %6.2f  %9.2f  %11d  %5.1f/%-5.0f  %8d\n",
 			per(tailOther(rd.ops), rd.objects), per(all, rd.objects), per(rd.commits, rd.objects),
-			per(rd.cpu.Microseconds(), rd.objects)/1000, rd.newBytes>>10, per(rd.uploaded, rd.newBytes), per(rd.fetched, rd.newBytes),
+			per(rd.cpu.Microseconds(), rd.objects)/1000, perMiB(rd.cpu, rd.newBytes), rd.newBytes>>10, per(rd.uploaded, rd.newBytes), per(rd.fetched, rd.newBytes),
 			rd.transit>>10, rd.oldest.Seconds(), p.ageCap.Seconds(), rd.overCap)
 	}
 	// the rare operations (a hot stream's multipart copy) round to 0.00 per
@@ -696,7 +706,7 @@ func tailTable(rs []tailRound, p tailParams) string {
 	return b.String()
 }
 
-const tailSummaryHeader = "run                 objects  obj/s  raw/s  ratio  s3/obj  put/obj  get/obj  pgc/obj  cpu-ms/obj  up/new  fetch/new  up/new@5  up/new@last  up/settled@5  up/settled@last  max-oldest/cap  over-cap"
+const tailSummaryHeader = "run                 objects  obj/s  raw/s  ratio  s3/obj  put/obj  get/obj  pgc/obj  cpu-ms/obj  cpu-ms/new-MiB  up/new  fetch/new  up/new@5  up/new@last  up/settled@5  up/settled@last  max-oldest/cap  over-cap"
 
 // settledBytes is the record bytes round k (1-based) settled: what it
 // wrote and what was unsettled before it, less what is unsettled after.
@@ -747,9 +757,9 @@ func tailSummary(name string, rs []tailRound, p tailParams) string {
 		return per(rs[k-1].uploaded, settledBytes(rs, k))
 	}
 	objs, raw := perSec(objects, secs), perSec(rawObjects, rawSecs)
-	return fmt.Sprintf("%-18s  %7d  %5.0f  %5.0f  %5.2f  %6.2f  %7.2f  %7.2f  %7.2f  %10.2f  %6.2f  %9.2f  %8.2f  %11.2f  %12.2f  %15.2f  %7.0f/%-6.0f  %8d",
+	return fmt.Sprintf("%-18s  %7d  %5.0f  %5.0f  %5.2f  %6.2f  %7.2f  %7.2f  %7.2f  %10.2f  %14.1f  %6.2f  %9.2f  %8.2f  %11.2f  %12.2f  %15.2f  %7.0f/%-6.0f  %8d",
 		name, objects, objs, raw, ratio(objs, raw), per(reqs, objects), per(puts, objects), per(gets, objects),
-		per(commits, objects), per(cpu.Microseconds(), objects)/1000, per(up, newB), per(fetched, newB), at(5), at(len(rs)), amp(5), amp(len(rs)),
+		per(commits, objects), per(cpu.Microseconds(), objects)/1000, perMiB(cpu, newB), per(up, newB), per(fetched, newB), at(5), at(len(rs)), amp(5), amp(len(rs)),
 		oldest.Seconds(), p.ageCap.Seconds(), over)
 }
 

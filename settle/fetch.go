@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -120,19 +118,18 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 	// The pieces are read at once, as the store would fetch them.
 	got := make([][]byte, len(o.Pieces))
 	each := make([]ownReads, len(o.Pieces))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(objstore.DefaultCopyConcurrency)
+	var read []int // the pieces to read
 	for i, p := range o.Pieces {
-		if p.Data != nil || fetched[i] != int64(p.Len) {
-			continue
+		if p.Data == nil && fetched[i] == int64(p.Len) {
+			read = append(read, i)
 		}
-		g.Go(func() error {
-			d, err := s.pieceBytes(gctx, o, p, !plan.Multipart, own, &each[i])
-			got[i] = d
-			return err
-		})
 	}
-	err = g.Wait()
+	err = forEach(ctx, len(read), objstore.DefaultCopyConcurrency, func(gctx context.Context, k int) error {
+		i := read[k]
+		d, err := s.pieceBytes(gctx, o, o.Pieces[i], !plan.Multipart, own, &each[i])
+		got[i] = d
+		return err
+	})
 	for _, r := range each {
 		reads.gets += r.gets
 		reads.bytes += r.bytes
