@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/nova/auditor/bundle"
@@ -103,7 +104,7 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 	}
 	// Phase 1: each stream's tail, chunks and plan (S3 reads only).
 	var ready []*batched
-	var plan []catalog.DueStream
+	g, gctx := errgroup.WithContext(ctx)
 	for _, ds := range batch {
 		snap, ok := snaps[ds.Stream]
 		if erasing[ds.Stream] || !ok {
@@ -118,33 +119,30 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 			alone(ds)
 			continue
 		}
-		plan = append(plan, ds)
+		g.Go(func() error {
+			if err := work.Acquire(gctx, 1); err != nil {
+				return err
+			}
+			defer work.Release(1)
+			b := &batched{ds: ds, st: st}
+			how, err := s.planOne(gctx, f, rd, b, snap, take, opts)
+			t.add(b.counts)
+			b.counts = cycle.Counts{}
+			if err != nil {
+				return s.failed(gctx, f, ds.Stream, err, opts, t)
+			}
+			switch how {
+			case planned:
+				mu.Lock()
+				ready = append(ready, b)
+				mu.Unlock()
+			case settleAlone:
+				alone(ds)
+			}
+			return nil
+		})
 	}
-	err = forEach(ctx, len(plan), s.c.Concurrency, func(gctx context.Context, i int) error {
-		ds := plan[i]
-		snap := snaps[ds.Stream]
-		if err := work.Acquire(gctx, 1); err != nil {
-			return err
-		}
-		defer work.Release(1)
-		b := &batched{ds: ds, st: snap.Stream}
-		how, err := s.planOne(gctx, f, rd, b, snap, take, opts)
-		t.add(b.counts)
-		b.counts = cycle.Counts{}
-		if err != nil {
-			return s.failed(gctx, f, ds.Stream, err, opts, t)
-		}
-		switch how {
-		case planned:
-			mu.Lock()
-			ready = append(ready, b)
-			mu.Unlock()
-		case settleAlone:
-			alone(ds)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	if len(ready) == 0 {
@@ -186,29 +184,32 @@ func (s *Settler) settleBatch(ctx context.Context, f catalog.Fence, rd *bundle.R
 	// group (the committer's goroutine commits it with others and counts
 	// it), and its PUT's slot goes to the next stream.
 	gc := s.newGroupCommit(ctx, f, opts, t, len(publishing))
-	err = forEach(ctx, len(publishing), s.c.Concurrency, func(gctx context.Context, i int) error {
-		b := publishing[i]
-		if err := work.Acquire(gctx, 1); err != nil {
-			return err
-		}
-		defer work.Release(1)
-		o := b.out
-		res, err := s.assemble(gctx, o, s.assembleRequest(gctx, f, o, b.intent, settlePoints))
-		if err != nil {
-			if ferr := s.assembleFailed(gctx, o, err); ferr != nil {
-				return s.failed(gctx, f, b.ds.Stream, ferr, opts, t)
+	g, gctx = errgroup.WithContext(ctx)
+	for _, b := range publishing {
+		g.Go(func() error {
+			if err := work.Acquire(gctx, 1); err != nil {
+				return err
 			}
-			// The key holds an object: the per-stream path takes the
-			// intent up again and adopts what stands.
-			alone(b.ds)
+			defer work.Release(1)
+			o := b.out
+			res, err := s.assemble(gctx, o, s.assembleRequest(gctx, f, o, b.intent, settlePoints))
+			if err != nil {
+				if ferr := s.assembleFailed(gctx, o, err); ferr != nil {
+					return s.failed(gctx, f, b.ds.Stream, ferr, opts, t)
+				}
+				// The key holds an object: the per-stream path takes the
+				// intent up again and adopts what stands.
+				alone(b.ds)
+				return nil
+			}
+			b.p = &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
+				size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}
+			s.crash(CrashBeforeCommit)
+			gc.submit(b, s.settleCommit(b.st, o, b.p, b.intent.ID))
 			return nil
-		}
-		b.p = &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
-			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}
-		s.crash(CrashBeforeCommit)
-		gc.submit(b, s.settleCommit(b.st, o, b.p, b.intent.ID))
-		return nil
-	})
+		})
+	}
+	err = g.Wait()
 	if cerr := gc.close(); err == nil {
 		err = cerr
 	}
