@@ -144,6 +144,9 @@ func TestSlotReadsBudget(t *testing.T) {
 // GETs, and each range reads at most its wanted bytes and max(them, gap).
 func TestSlotReadsWasteBound(t *testing.T) {
 	const kib = 1 << 10
+	if bundle.DefaultSlotReadGap != 256*kib {
+		t.Fatalf("DefaultSlotReadGap is %d: the default-gap cases' counts are for 256 KiB", bundle.DefaultSlotReadGap)
+	}
 	body := func(n int) []string { return []string{strings.Repeat("x", n)} }
 	for _, tc := range []struct {
 		name    string

@@ -159,8 +159,9 @@ func (s *Settler) Name() string { return "settle" }
 
 // Close releases what the Settler holds across cycles beyond memory: the
 // tail cache's spill segments (closed, and their files removed). Call it
-// once no cycle runs; a cycle after it settles without the tail cache's
-// spill.
+// when its cycles are done; a cycle still running, or one after it,
+// settles without the tail cache's spill (a tail not held is read from
+// the store).
 func (s *Settler) Close() { s.tails.close() }
 
 func (s *Settler) crash(name crashpoint.Point) {

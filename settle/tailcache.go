@@ -24,14 +24,16 @@ const tailEntryOverhead = 256
 // ever removed from it.
 const tailSpillSuffix = ".tail"
 
-// tailSegmentMax and tailSegmentMin bound a spill segment's size: a
-// sixteenth of the disk budget between them (and never more than the
-// budget), so that the oldest segment, evicted whole, is a small part of
-// the disk.
-const (
-	tailSegmentMax = 32 << 20
-	tailSegmentMin = 64 << 10
-)
+// tailSegments is how many segments the spill's disk budget is cut into
+// (a segment is budget/tailSegments bytes, at least tailSegmentMin and at
+// most the budget): the oldest segment, evicted whole, is a small part of
+// the disk, and a star holds about tailSegments spill files open (at most
+// twice that: two neighbouring segments hold more than one segment's
+// bytes), whatever the budget.
+const tailSegments = 32
+
+// tailSegmentMin is the least size of a spill segment.
+const tailSegmentMin = 64 << 10
 
 // tailCache holds the bytes of the settled objects below the copy floor
 // that this process published (docs/architecture.md#settled-tail-cache):
@@ -49,9 +51,10 @@ const (
 // each is read again only when its stream next settles, long after. The
 // disk is a log of segments (files of up to segBytes, written at the
 // end, each write one pwrite and each read one pread on a file held
-// open): a file a tail cost an open, a write, a close and an unlink per
-// spilled tail, a sixth of a long-tail cycle's CPU. A segment is removed
-// when its last entry is dropped (a tail is dropped when its stream's
+// open; a tail larger than a segment gets one of its own): a file a tail
+// cost an open, a write, a close and an unlink per spilled tail, about a
+// fifth of a long-tail cycle's CPU. A segment is removed when its last
+// entry is dropped (a tail is dropped when its stream's
 // next settle supersedes it, so segments empty in the order they were
 // written), and when the disk budget is full the oldest segment goes
 // whole, with its entries still held (first in, first out: an entry that
@@ -61,14 +64,15 @@ const (
 type tailCache struct {
 	limit int64 // memory: bytes held in memory, plus every entry's key and overhead
 
-	// spill: the directory of this cache's files ("" none), its budget,
-	// a segment's size, and the segments' sequence numbers.
+	// spill: the directory of this cache's files ("" none), its budget
+	// and a segment's size, set once; and the segments' sequence numbers.
 	dir       string
 	diskLimit int64
 	segBytes  int64
 	seq       uint64
 
 	mu       sync.Mutex
+	closed   bool       // close was called: nothing is spilled any more
 	size     int64      // charged to limit
 	diskSize int64      // charged to diskLimit: the segments' bytes, dropped entries' included
 	lru      *list.List // of *tailEntry in memory, most recent at the front
@@ -134,7 +138,7 @@ func newTailCache(limit int64, dir string, diskLimit int64) (*tailCache, error) 
 		}
 	}
 	c.dir, c.diskLimit = dir, diskLimit
-	c.segBytes = min(max(diskLimit/16, tailSegmentMin), tailSegmentMax, diskLimit)
+	c.segBytes = min(max(diskLimit/tailSegments, tailSegmentMin), diskLimit)
 	return c, nil
 }
 
@@ -189,7 +193,7 @@ func (c *tailCache) put(key string, obj []byte) {
 		return
 	}
 	e := &tailEntry{key: key, obj: obj, n: int64(len(obj))}
-	if e.cost() > c.limit && (c.dir == "" || e.n > c.segBytes || int64(len(key))+tailEntryOverhead > c.limit) {
+	if e.cost() > c.limit && (c.dir == "" || e.n > c.diskLimit || int64(len(key))+tailEntryOverhead > c.limit) {
 		return // fits neither budget (one larger than the memory goes straight to disk, below)
 	}
 	c.mu.Lock()
@@ -201,7 +205,7 @@ func (c *tailCache) put(key string, obj []byte) {
 	for c.size > c.limit {
 		if back := c.lru.Back(); back != nil {
 			v := back.Value.(*tailEntry)
-			if c.dir == "" || v.n > c.segBytes {
+			if c.dir == "" || c.closed || v.n > c.diskLimit {
 				retire = append(retire, c.dropLocked(v.key, nil)...)
 				continue
 			}
@@ -323,8 +327,7 @@ func (c *tailCache) dropEntry(key string, e *tailEntry) {
 }
 
 // dropLocked forgets key (when it is e, or any entry when e is nil) and
-// returns its segment to retire when it was the last entry of a segment
-// no longer written.
+// returns its segment to retire when it was the segment's last entry.
 func (c *tailCache) dropLocked(key string, e *tailEntry) []*tailSegment {
 	el, ok := c.byKey[key]
 	if !ok {
@@ -343,16 +346,19 @@ func (c *tailCache) dropLocked(key string, e *tailEntry) []*tailSegment {
 	c.disk.Remove(el)
 	seg := v.seg
 	seg.live.Remove(v.segElem)
-	if seg.live.Len() == 0 && seg != c.cur {
+	if seg.live.Len() == 0 {
+		// Its last entry (the current segment's too: the next spill
+		// begins another).
 		return []*tailSegment{c.retireLocked(seg)}
 	}
 	return nil
 }
 
 // close forgets every entry and closes and removes the spill segments
-// (the Settler is done: a star released or the process stopping). A put
-// after it holds bytes in memory only, and a spill write that was under
-// way fails and is forgotten.
+// (the Settler is done: a star released or the process stopping). A cycle
+// still running (one given up on) may use the cache after it: a put holds
+// bytes in memory only, and a spill write or read that was under way
+// fails and is forgotten.
 func (c *tailCache) close() {
 	if c == nil {
 		return
@@ -362,7 +368,7 @@ func (c *tailCache) close() {
 	for el := c.segs.Front(); el != nil; el = el.Next() {
 		retire = append(retire, el.Value.(*tailSegment))
 	}
-	c.dir, c.segBytes, c.cur = "", 0, nil
+	c.closed, c.cur = true, nil
 	c.size, c.diskSize = 0, 0
 	c.lru.Init()
 	c.disk.Init()

@@ -95,9 +95,9 @@ func TestTailRewritesFromSpill(t *testing.T) {
 	}
 	hit0, spill0, miss0 := reads("hit"), reads("spill"), reads("miss")
 	// Each tail not held in memory is corrupted, and is read from the
-	// store once: a GET of its bytes (its footer may still open from the
-	// spilled bytes: then a bad chunk is caught by its CRC, and the pieces
-	// are read by a ranged GET).
+	// store once: a GET of its bytes when its footer no longer opens (the
+	// likely case: a footer is longer than 128 bytes), else a ranged GET
+	// of a piece whose chunk fails its CRC.
 	star.write(t, k, 2, 256, nil)
 	g0, _ := rc.now()
 	c, err := e.cycle("s1", s)
