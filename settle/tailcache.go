@@ -262,9 +262,8 @@ func (c *tailCache) placeLocked(v *tailEntry) (retire []*tailSegment, ok bool) {
 		if err != nil {
 			return retire, false
 		}
-		if c.cur != nil && c.cur.live.Len() == 0 {
-			retire = append(retire, c.retireLocked(c.cur))
-		}
+		// The current segment, full, stays in the log (an emptied one
+		// was retired by its last drop, dropLocked).
 		c.cur = &tailSegment{path: path, f: f, live: list.New()}
 		c.cur.elem = c.segs.PushBack(c.cur)
 	}
