@@ -337,6 +337,40 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
+	// A server may refuse a taken key while the body is on its way and
+	// reset the connection (versitygw does); the retry asks with a HEAD
+	// first and does not resend a body it would refuse the same way.
+	t.Run("put reset while sending", func(t *testing.T) {
+		ft.set()
+		if err := s.PutIfAbsent(ctx, b, "taken", []byte("theirs")); err != nil {
+			t.Fatal(err)
+		}
+		ft.set(rule{"PutObject", resetRequest, -1})
+		if err := s.PutIfAbsent(ctx, b, "taken", []byte("ours")); !errors.Is(err, objstore.ErrExists) || objstore.IsRetryable(err) {
+			t.Fatalf("put on a taken key, reset: %v, want ErrExists", err)
+		}
+		if p, h := ft.seen("PutObject"), ft.seen("HeadObject"); p != 1 || h != 1 {
+			t.Fatalf("taken key: %d PUTs and %d HEADs, want one of each", p, h)
+		}
+		ft.set(rule{"PutObject", resetRequest, 1})
+		if err := s.PutIfAbsent(ctx, b, "free", []byte("ours")); err != nil {
+			t.Fatalf("put on a free key after a reset: %v", err)
+		}
+		if p, h := ft.seen("PutObject"), ft.seen("HeadObject"); p != 2 || h != 1 {
+			t.Fatalf("free key: %d PUTs and %d HEADs, want 2 and 1", p, h)
+		}
+		ft.set(rule{"PutObject", resetRequest, -1})
+		if err := s.PutIfAbsent(ctx, b, "free", []byte("ours")); err != nil {
+			t.Fatalf("a put reset, the key holding exactly its bytes: %v, want it taken as ours", err)
+		}
+		ft.set()
+		for key, want := range map[string]string{"taken": "theirs", "free": "ours"} {
+			if got := storetest.ReadAll(t, raw, b, key); string(got) != want {
+				t.Fatalf("%s holds %q, want %q", key, got, want)
+			}
+		}
+	})
+
 	if got := testutil.ToFloat64(m.Retries().WithLabelValues("UploadPartCopy")); got == 0 {
 		t.Error("no UploadPartCopy retries counted")
 	}

@@ -38,6 +38,9 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 			}
 		}
 		cancel()
+		if errors.Is(err, errFoundTaken) {
+			return err // the attempt sent nothing: the HEAD before it answered
+		}
 		obs.Request(op, statusOf(err), took)
 		if err == nil {
 			return nil

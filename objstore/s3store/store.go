@@ -341,16 +341,35 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (objstore.Attrs, e
 }
 
 // PutIfAbsent implements objstore.Store. When an earlier attempt's answer
-// was lost and a retry finds the key taken by exactly these bytes (same
-// MD5 ETag), the write is ours and succeeds.
+// was lost and the key is found taken by exactly these bytes (same MD5
+// ETag), the write is ours and succeeds.
+//
+// After an attempt that ended without an answer, the next one first asks
+// with a HEAD whether the key is taken, and stops there if it is. A server
+// may refuse a taken key while the body is still on its way and close the
+// connection (versitygw answers 412 and resets): the client sees a reset,
+// not the 412, and resending the body would be refused the same way, so a
+// retry that only resent would give up on a key whose answer is ErrExists.
 func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
 	fk, err := s.fullKey(key)
 	if err != nil {
 		return err
 	}
-	attempts := 0
+	var (
+		unanswered bool           // the last attempt ended without the server's answer
+		taken      objstore.Attrs // what the HEAD found, when it found the key taken
+		headFound  bool           // a HEAD found the key taken
+		attempts   int
+	)
 	err = s.do(ctx, "PutObject", func(ctx context.Context) error {
 		attempts++
+		if unanswered {
+			if a, herr := s.Head(ctx, bucket, key); herr == nil {
+				taken, headFound = a, true
+				return errFoundTaken
+			}
+			// not found, or the HEAD failed too: send the body again
+		}
 		in := &s3.PutObjectInput{
 			Bucket: &bucket, Key: &fk, Body: bytes.NewReader(data),
 			ContentLength: aws.Int64(int64(len(data))),
@@ -358,13 +377,17 @@ func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte
 		}
 		putChecksum(in, s.cfg.PutChecksum, data)
 		_, err := s.client.PutObject(ctx, in)
+		unanswered = err != nil && httpStatus(err) == 0 && errorCode(err) == ""
 		return err
 	})
 	err = mapErr(err, objstore.ErrExists)
 	if errors.Is(err, objstore.ErrExists) && attempts > 1 {
+		a, herr := taken, error(nil)
+		if !headFound {
+			a, herr = s.Head(ctx, bucket, key)
+		}
 		sum := md5.Sum(data)
-		if a, herr := s.Head(ctx, bucket, key); herr == nil && a.Size == int64(len(data)) &&
-			strings.Trim(a.ETag, `"`) == hex.EncodeToString(sum[:]) {
+		if herr == nil && a.Size == int64(len(data)) && strings.Trim(a.ETag, `"`) == hex.EncodeToString(sum[:]) {
 			return nil
 		}
 	}
@@ -373,6 +396,11 @@ func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte
 	}
 	return nil
 }
+
+// errFoundTaken ends PutIfAbsent's retries when a HEAD after a lost
+// answer finds the key taken; the attempt it ends sent nothing (do counts
+// no request for it).
+var errFoundTaken = fmt.Errorf("%w (found by a HEAD after an attempt's answer was lost)", objstore.ErrExists)
 
 // putChecksum sets the upload checksum of a PutObject: the configured
 // algorithm's, which the server checks and stores; with AlgorithmNone a

@@ -2,6 +2,7 @@ package s3store
 
 import (
 	"context"
+	"errors"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"net/http"
 	"reflect"
@@ -98,5 +99,24 @@ func TestConnectTimeout(t *testing.T) {
 	}
 	if h := bc.GetTransport().TLSHandshakeTimeout; h != 1500*time.Millisecond {
 		t.Fatalf("TLS handshake timeout %v", h)
+	}
+}
+
+// TestPutIfAbsentLargeOnTakenKey: versitygw refuses a conditional PUT on a
+// taken key before reading its body and resets the connection, about half
+// the time for 6 MiB; the put must still answer ErrExists (not give up as
+// transient), every time.
+func TestPutIfAbsentLargeOnTakenKey(t *testing.T) {
+	s := newStore(t, objstore.S3Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond})
+	b := newBucket(t, s, "taken")
+	ctx := context.Background()
+	if err := s.PutIfAbsent(ctx, b, "k", storetest.Bytes(1, 6<<20)); err != nil {
+		t.Fatal(err)
+	}
+	other := storetest.Bytes(2, 6<<20)
+	for i := range 20 {
+		if err := s.PutIfAbsent(ctx, b, "k", other); !errors.Is(err, objstore.ErrExists) || objstore.IsRetryable(err) {
+			t.Fatalf("put %d on a taken key: %v, want ErrExists", i, err)
+		}
 	}
 }
