@@ -54,6 +54,7 @@ type assembly struct {
 	copied, fetched, uploaded atomic.Int64
 	readBackBytes             atomic.Int64
 	checked                   bool // the server checked the whole CRC, or it was checked locally
+	fullKnown                 bool // the whole object's CRC was known at the complete
 }
 
 func (a *assembly) result() objstore.AssembleResult {
@@ -184,6 +185,10 @@ type partState struct {
 	hasCRC bool // confirmed by the server or computed from the bytes
 }
 
+// completeTries bounds the passes of a multipart assembly whose complete
+// is refused with InvalidPart (a part replaced after it was made: below).
+const completeTries = 3
+
 func (a *assembly) multipart(ctx context.Context) error {
 	existing := map[int]objstore.PartInfo{}
 	if a.uploadID == "" {
@@ -194,18 +199,61 @@ func (a *assembly) multipart(ctx context.Context) error {
 			return err
 		}
 	} else {
-		parts, ctype, err := a.s.listParts(ctx, a.req.Bucket, a.req.Key, a.uploadID)
-		if err != nil {
+		var err error
+		if existing, err = a.listExisting(ctx); err != nil {
 			return err
 		}
-		a.mode = objstore.ChecksumParts
-		if ctype == types.ChecksumTypeFullObject {
-			a.mode = objstore.ChecksumFullObject
+	}
+	// A part request of an earlier attempt (a process that died or was
+	// paused, its requests already sent) may land after this pass made
+	// the part, replacing it with another plan's bytes; the complete then
+	// names an ETag the upload no longer holds, and the server refuses it
+	// (InvalidPart) before anything is published. The parts are listed
+	// again and every part not this plan's is made again; each late
+	// request lands once, so a few passes settle it.
+	for try := 1; ; try++ {
+		err := a.parts(ctx, existing)
+		if err == nil || errorCode(err) != "InvalidPart" || try == completeTries {
+			if err != nil {
+				return err
+			}
+			break
 		}
-		for _, p := range parts {
-			existing[p.Number] = p
+		if existing, err = a.listExisting(ctx); err != nil {
+			return err
 		}
 	}
+	a.checked = a.mode == objstore.ChecksumFullObject && a.fullKnown
+	if a.mode == objstore.ChecksumParts && a.s.cfg.VerifyReadback && a.req.HasExpectedCRC32C {
+		if err := a.readBack(ctx); err != nil {
+			return err
+		}
+	}
+	return a.hook(a.req.Hooks.CallCompleted)
+}
+
+// listExisting lists the parts a resumed upload holds, by number, and
+// takes the upload's checksum mode from it.
+func (a *assembly) listExisting(ctx context.Context) (map[int]objstore.PartInfo, error) {
+	parts, ctype, err := a.s.listParts(ctx, a.req.Bucket, a.req.Key, a.uploadID)
+	if err != nil {
+		return nil, err
+	}
+	a.mode = objstore.ChecksumParts
+	if ctype == types.ChecksumTypeFullObject {
+		a.mode = objstore.ChecksumFullObject
+	}
+	existing := make(map[int]objstore.PartInfo, len(parts))
+	for _, p := range parts {
+		existing[p.Number] = p
+	}
+	return existing, nil
+}
+
+// parts makes every part of the plan present in the upload (keeping what
+// existing holds of it), checks that their CRCs combine to the expected
+// one, and completes the upload.
+func (a *assembly) parts(ctx context.Context, existing map[int]objstore.PartInfo) error {
 	states := make([]partState, len(a.plan.Parts))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(a.s.cfg.CopyConcurrency)
@@ -237,16 +285,8 @@ func (a *assembly) multipart(ctx context.Context) error {
 		}
 		full, fullKnown = a.req.ExpectedCRC32C, true
 	}
-	if err := a.complete(ctx, states, full, fullKnown); err != nil {
-		return err
-	}
-	a.checked = a.mode == objstore.ChecksumFullObject && fullKnown
-	if a.mode == objstore.ChecksumParts && a.s.cfg.VerifyReadback && a.req.HasExpectedCRC32C {
-		if err := a.readBack(ctx); err != nil {
-			return err
-		}
-	}
-	return a.hook(a.req.Hooks.CallCompleted)
+	a.fullKnown = fullKnown
+	return a.complete(ctx, states, full, fullKnown)
 }
 
 // chooseMode decides a new upload's checksum mode under ChecksumBySource:

@@ -8,6 +8,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
@@ -148,5 +152,50 @@ func TestResumeWithAnotherPlan(t *testing.T) {
 			}
 			t.Logf("resume: %+v", res)
 		})
+	}
+}
+
+// TestLatePartBeforeComplete: a part request of an earlier attempt lands
+// after this assembly made the part, replacing it with other bytes (a
+// process that died or was paused with its request already sent). The
+// complete is refused (InvalidPart), the parts are listed again, the
+// replaced part is made again, and the object published is this plan's.
+func TestLatePartBeforeComplete(t *testing.T) {
+	ft := &faultyTransport{base: http.DefaultTransport.(*http.Transport).Clone(), hits: map[string]int{}}
+	s := newStore(t, objstore.S3Config{HTTPClient: &http.Client{Transport: ft}})
+	b := newBucket(t, s, "late")
+	ctx := context.Background()
+	_, other, _, want := otherPlans(t, s, b)
+	late := storetest.Bytes(15, len(other[2].Data)) // another plan's part 3
+	var uploadID string
+	landed := false
+	hooks := objstore.Hooks{
+		UploadCreated: func(id string) error { uploadID = id; return nil },
+		PartDone: func(part int, _ bool) error {
+			if part != 3 || landed {
+				return nil
+			}
+			landed = true
+			crc := objstore.EncodeCRC32C(crc32c.Checksum(late))
+			fk := s.cfg.KeyPrefix + "out"
+			_, err := s.Client().UploadPart(ctx, &s3.UploadPartInput{Bucket: &b, Key: &fk, UploadId: &uploadID,
+				PartNumber: aws.Int32(3), Body: bytes.NewReader(late), ContentLength: aws.Int64(int64(len(late))),
+				ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c, ChecksumCRC32C: &crc})
+			return err
+		},
+	}
+	ft.set()
+	if _, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out", Pieces: other, Stager: storetest.NewMemStager(),
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true, Hooks: hooks}); err != nil {
+		t.Fatalf("assemble with a late part: %v", err)
+	}
+	if !landed {
+		t.Fatal("no late part was sent")
+	}
+	if n := ft.seen("CompleteMultipartUpload"); n != 2 {
+		t.Fatalf("%d completes, want 2 (refused, then after the part was made again)", n)
+	}
+	if got := storetest.ReadAll(t, s, b, "out"); !bytes.Equal(got, want) {
+		t.Fatal("the published object is not the plan's")
 	}
 }
