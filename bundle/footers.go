@@ -49,9 +49,10 @@ type cached struct {
 }
 
 type fetch struct {
-	done chan struct{}
-	c    *cached
-	err  error
+	done   chan struct{}
+	window [2]int64 // the (off, length) the fetch was asked for
+	c      *cached
+	err    error
 }
 
 // NewFooterCache returns an empty footer cache of at most limit bytes of
@@ -91,12 +92,19 @@ func (c *FooterCache) get(ctx context.Context, r *Reader, class, key string, off
 			// context is live, so it fetches for itself.
 			return c.get(ctx, r, class, key, off, length)
 		}
+		if fl.err != nil && fl.window != [2]int64{off, length} {
+			// The fetch failed for another ref's window (one broken ref
+			// that disagrees with the envelope), which may say nothing of
+			// this one's: a stream must not be quarantined for another
+			// stream's bad ref, so this caller fetches for itself.
+			return c.get(ctx, r, class, key, off, length)
+		}
 		if fl.err != nil {
 			return nil, fl.err
 		}
 		return fl.c.check(key, off, length)
 	}
-	fl := &fetch{done: make(chan struct{})}
+	fl := &fetch{done: make(chan struct{}), window: [2]int64{off, length}}
 	c.inflight[id] = fl
 	c.mu.Unlock()
 

@@ -367,3 +367,58 @@ func TestFooterCacheWaiterOutlivesACancelledFetch(t *testing.T) {
 		t.Errorf("the waiter's FooterReads = %d, want 1 (it fetched for itself)", gets)
 	}
 }
+
+// gated is a store whose first ranged read waits for release.
+type gated struct {
+	objstore.Store
+	once             sync.Once
+	started, release chan struct{}
+}
+
+func (s *gated) GetRange(ctx context.Context, b, k string, off, n int64) ([]byte, int64, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.started)
+		<-s.release
+	}
+	return s.Store.GetRange(ctx, b, k, off, n)
+}
+
+// TestFooterCacheWaiterOutlivesAnotherRefsBadWindow: a caller waiting for
+// a footer that another caller is fetching through a broken ref (a window
+// the envelope disagrees with) is not failed with that ref's corruption:
+// it fetches through its own window and gets the footer. One stream's bad
+// ref must not quarantine the other streams of the slot.
+func TestFooterCacheWaiterOutlivesAnotherRefsBadWindow(t *testing.T) {
+	f := newFixture(t)
+	key, off, length := f.slot(t, 3)
+	st := &gated{Store: f.fs, started: make(chan struct{}), release: make(chan struct{})}
+	top, err := bundle.Topology(st, f.std, nil, "", "--s3-express-buckets", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := bundle.NewFooterCache(1 << 20)
+	bad := make(chan error, 1)
+	go func() {
+		_, err := bundle.NewReader(top).WithFooters(cache).SlotFooter(f.ctx, catalog.ClassStandard, key, off+1, length)
+		bad <- err
+	}()
+	<-st.started // the broken ref's fetch is under way
+	waiter := make(chan error, 1)
+	go func() {
+		ft, err := bundle.NewReader(top).WithFooters(cache).SlotFooter(f.ctx, catalog.ClassStandard, key, off, length)
+		if err == nil && ft.NumChunks() != 1 {
+			err = fmt.Errorf("%d chunks", ft.NumChunks())
+		}
+		waiter <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter waits on the fetch in flight
+	close(st.release)
+	if _, ok := cycle.AsQuarantine(<-bad); !ok {
+		t.Error("the broken ref's caller: no quarantine")
+	}
+	if err := <-waiter; err != nil {
+		t.Errorf("the waiter, its window right: %v, want the footer", err)
+	}
+}
