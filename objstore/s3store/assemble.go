@@ -213,11 +213,11 @@ func (a *assembly) multipart(ctx context.Context) error {
 	// request lands once, so a few passes settle it.
 	for try := 1; ; try++ {
 		err := a.parts(ctx, existing)
-		if err == nil || errorCode(err) != "InvalidPart" || try == completeTries {
-			if err != nil {
-				return err
-			}
+		if err == nil {
 			break
+		}
+		if errorCode(err) != "InvalidPart" || try == completeTries {
+			return err
 		}
 		if existing, err = a.listExisting(ctx); err != nil {
 			return err
