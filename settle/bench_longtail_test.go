@@ -150,7 +150,8 @@ func (o *opCounter) snapshot() map[string]int64 {
 // cohorts (--denorm-tail-cohorts' default; 1: none);
 // NOVA_BENCH_TAIL_GAP_KIB sets the slot reads' gap (settle.Config.SlotReadGap);
 // NOVA_BENCH_TAIL_CPUPROFILE names a file for a CPU profile of each
-// run's last cycle (the last run's is kept). The streams' Zipf
+// run's last cycle (the last run's is kept; with
+// NOVA_BENCH_TAIL_CPUPROFILE_FROM, of every round from that one on). The streams' Zipf
 // ranks are shuffled over their IDs, as a production star's UUIDs say
 // nothing of a stream's rate. Off by default: set NOVA_BENCH_TAIL=1.
 func TestLongTailStar(t *testing.T) {
@@ -359,7 +360,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		runtime.GC() // the setup's garbage (the write path's: another process in production) is not the cycle's
 		srv0 := serverCPU(t)
 		cpu0 := processCPU()
-		stopProfile := tailProfile(t, k+1 == p.rounds)
+		stopProfile := tailProfile(t, k+1, p.rounds)
 		t0 := time.Now()
 		c, err := s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 		rd.secs = time.Since(t0).Seconds()
@@ -408,18 +409,27 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 	return out
 }
 
-// tailProfile starts a CPU profile of the cycle into the file
-// NOVA_BENCH_TAIL_CPUPROFILE names, when last (the run's last round: the
-// longest-held streams), and returns what stops it.
-func tailProfile(t *testing.T, last bool) func() {
+// tailProfile starts a CPU profile of round's cycle into the file
+// NOVA_BENCH_TAIL_CPUPROFILE names, when round is the run's last (the
+// longest-held streams), and returns what stops it. With
+// NOVA_BENCH_TAIL_CPUPROFILE_FROM=n every round from n on is profiled, each
+// into the named file with ".<round>" appended (go tool pprof merges them:
+// one round's cycle holds too few samples to rank its costs).
+func tailProfile(t *testing.T, round, rounds int) func() {
 	path := os.Getenv("NOVA_BENCH_TAIL_CPUPROFILE")
-	if path == "" || !last {
+	from := envInt("NOVA_BENCH_TAIL_CPUPROFILE_FROM", 0)
+	switch {
+	case path == "":
+		return func() {}
+	case from > 0 && round >= from:
+		path = fmt.Sprintf("%s.%d", path, round)
+	case round != rounds:
 		return func() {}
 	}
 	stop := startProfile(t, path)
 	return func() {
 		stop()
-		t.Logf("CPU profile of the last round's cycle: %s", path)
+		t.Logf("CPU profile of round %d's cycle: %s", round, path)
 	}
 }
 
