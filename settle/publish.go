@@ -450,6 +450,11 @@ func sameRecords(kc *knownChunk, lengths []uint32, data []byte) error {
 // its parts. A recorded upload that is gone is started afresh.
 func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
 	pieces := func() ([]objstore.Piece, error) {
+		if o.obj != nil {
+			// Laid out whole here (localize): one piece, its CRC the
+			// object's, which the store checks once before the PUT.
+			return []objstore.Piece{{Data: o.obj, CRC32C: o.Footer.ObjectCRC, HasCRC32C: true}}, nil
+		}
 		out := make([]objstore.Piece, 0, len(o.Pieces)+1)
 		for _, p := range o.Pieces {
 			if p.Data != nil {

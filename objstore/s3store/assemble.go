@@ -82,15 +82,20 @@ func (a *assembly) prepare() error {
 		return err
 	}
 	a.fullKey = fk
+	// Each local piece's bytes are read once here: their CRC is checked
+	// against the piece's when it has one, and kept (dataCRC) for the
+	// parts' and the object's CRCs, which combine it instead of reading
+	// the bytes again.
 	for i, p := range a.req.Pieces {
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("piece %d: %w", i, err)
 		}
+		var crc uint32
 		if p.SrcKey != "" {
 			if err := objstore.ValidKey(p.SrcKey); err != nil {
 				return fmt.Errorf("piece %d: %w", i, err)
 			}
-		} else if p.HasCRC32C && crc32c.Checksum(p.Data) != p.CRC32C {
+		} else if crc = crc32c.Checksum(p.Data); p.HasCRC32C && crc != p.CRC32C {
 			return fmt.Errorf("piece %d: local bytes: %w", i, objstore.ErrChecksum)
 		}
 		if p.Size() == 0 {
@@ -106,14 +111,11 @@ func (a *assembly) prepare() error {
 			}
 		}
 		a.pieces = append(a.pieces, p)
+		a.dataCRC = append(a.dataCRC, crc)
 	}
-	a.dataCRC = make([]uint32, len(a.pieces))
 	specs := make([]objstore.PieceSpec, len(a.pieces))
 	for i, p := range a.pieces {
 		specs[i] = objstore.PieceSpec{Len: p.Size(), Copy: p.SrcKey != ""}
-		if p.SrcKey == "" {
-			a.dataCRC[i] = crc32c.Checksum(p.Data)
-		}
 	}
 	a.plan, err = objstore.PlanParts(specs, a.s.limits)
 	return err
@@ -137,19 +139,29 @@ func (a *assembly) run(ctx context.Context) error {
 }
 
 // putSingle builds a small object in memory and PUTs it create-once; its
-// CRC is checked locally before anything is written.
+// CRC is checked locally before anything is written. The CRC is the
+// combine of its pieces' (each checked against its bytes when they were
+// read or prepared), computed from the gathered bytes only where a
+// piece's is not known; the same CRC is the PUT's upload checksum, which
+// the server checks against the bytes it receives.
 func (a *assembly) putSingle(ctx context.Context) error {
 	var data []byte
+	var crc uint32
 	if len(a.plan.Parts) == 1 {
+		part := a.plan.Parts[0]
 		var err error
-		if data, err = a.gather(ctx, a.plan.Parts[0]); err != nil {
+		if data, err = a.gather(ctx, part); err != nil {
 			return err
 		}
+		known := false
+		if crc, known = a.expectedCRC(part); !known {
+			crc = crc32c.Checksum(data)
+		}
 	}
-	if a.req.HasExpectedCRC32C && crc32c.Checksum(data) != a.req.ExpectedCRC32C {
-		return fmt.Errorf("object CRC %08x, expected %08x: %w", crc32c.Checksum(data), a.req.ExpectedCRC32C, objstore.ErrChecksum)
+	if a.req.HasExpectedCRC32C && crc != a.req.ExpectedCRC32C {
+		return fmt.Errorf("object CRC %08x, expected %08x: %w", crc, a.req.ExpectedCRC32C, objstore.ErrChecksum)
 	}
-	if err := a.s.PutIfAbsent(ctx, a.req.Bucket, a.req.Key, data); err != nil {
+	if err := a.s.putIfAbsent(ctx, a.req.Bucket, a.req.Key, data, crc); err != nil {
 		return err
 	}
 	a.uploaded.Add(int64(len(data)))
@@ -434,6 +446,14 @@ func sameBytes(have objstore.PartInfo, data []byte, crc uint32) bool {
 // by ranged GET (pinned, and checked against the piece's CRC when the
 // segment is the whole piece).
 func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, error) {
+	if len(part.Segments) == 1 {
+		// One local piece, whole: its bytes are the part's (a small
+		// object the caller laid out in one buffer), not copied again.
+		seg := part.Segments[0]
+		if p := a.pieces[seg.Piece]; p.SrcKey == "" && seg.Off == 0 && seg.Len == int64(len(p.Data)) {
+			return p.Data, nil
+		}
+	}
 	buf := make([]byte, part.Size)
 	fetches := 0
 	for _, seg := range part.Segments {

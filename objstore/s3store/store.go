@@ -351,6 +351,12 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (objstore.Attrs, e
 // not the 412, and resending the body would be refused the same way, so a
 // retry that only resent would give up on a key whose answer is ErrExists.
 func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
+	return s.putIfAbsent(ctx, bucket, key, data, crc32c.Checksum(data))
+}
+
+// putIfAbsent is PutIfAbsent of data whose CRC-32C the caller knows
+// (crc): the upload checksum, when it is CRC-32C, is not computed again.
+func (s *Store) putIfAbsent(ctx context.Context, bucket, key string, data []byte, crc uint32) error {
 	fk, err := s.fullKey(key)
 	if err != nil {
 		return err
@@ -375,7 +381,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte
 			ContentLength: aws.Int64(int64(len(data))),
 			IfNoneMatch:   aws.String("*"),
 		}
-		putChecksum(in, s.cfg.PutChecksum, data)
+		putChecksum(in, s.cfg.PutChecksum, data, crc)
 		_, err := s.client.PutObject(ctx, in)
 		unanswered = err != nil && httpStatus(err) == 0 && errorCode(err) == ""
 		return err
@@ -405,7 +411,8 @@ var errFoundTaken = fmt.Errorf("%w (found by a HEAD after an attempt's answer wa
 // putChecksum sets the upload checksum of a PutObject: the configured
 // algorithm's, which the server checks and stores; with AlgorithmNone a
 // Content-MD5, checked and not stored (the server stores its default).
-func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []byte) {
+// crc is data's CRC-32C, known to the caller.
+func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []byte, crc uint32) {
 	switch alg {
 	case objstore.AlgorithmCRC32:
 		var b [4]byte
@@ -418,7 +425,7 @@ func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []b
 		sum := md5.Sum(data)
 		in.ContentMD5 = aws.String(base64.StdEncoding.EncodeToString(sum[:]))
 	default:
-		in.ChecksumAlgorithm, in.ChecksumCRC32C = types.ChecksumAlgorithmCrc32c, aws.String(objstore.EncodeCRC32C(crc32c.Checksum(data)))
+		in.ChecksumAlgorithm, in.ChecksumCRC32C = types.ChecksumAlgorithmCrc32c, aws.String(objstore.EncodeCRC32C(crc))
 	}
 }
 

@@ -686,6 +686,35 @@ func testAssembleChecksum(t *testing.T, h Harness) {
 			}
 		}
 	}
+	// A small object laid out whole by the caller, one local piece with
+	// its CRC (settle's single PUT): a piece CRC or an expected CRC that
+	// disagrees with the bytes publishes nothing; the right ones publish
+	// exactly those bytes.
+	obj := bytes.Repeat([]byte("laid out whole "), 4096)
+	crc := crc32c.Checksum(obj)
+	for _, c := range []struct {
+		name          string
+		piece, expect uint32
+	}{{"piece", crc ^ 1, crc}, {"expected", crc, crc ^ 1}} {
+		key := "badcrc/whole-" + c.name
+		_, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: key,
+			Pieces:         []objstore.Piece{{Data: obj, CRC32C: c.piece, HasCRC32C: true}},
+			ExpectedCRC32C: c.expect, HasExpectedCRC32C: true})
+		if !errors.Is(err, objstore.ErrChecksum) {
+			t.Fatalf("whole, wrong %s CRC: %v, want ErrChecksum", c.name, err)
+		}
+		if _, herr := s.Head(ctx, b, key); !errors.Is(herr, objstore.ErrNotFound) {
+			t.Fatalf("whole, wrong %s CRC: the key holds an object (%v)", c.name, herr)
+		}
+	}
+	if _, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "badcrc/whole",
+		Pieces:         []objstore.Piece{{Data: obj, CRC32C: crc, HasCRC32C: true}},
+		ExpectedCRC32C: crc, HasExpectedCRC32C: true}); err != nil {
+		t.Fatalf("whole: %v", err)
+	}
+	if got, _, err := s.GetRange(ctx, b, "badcrc/whole", 0, int64(len(obj))); err != nil || !bytes.Equal(got, obj) {
+		t.Fatalf("whole: read back %d bytes (%v), want the %d laid out", len(got), err, len(obj))
+	}
 }
 
 // MemStager is an in-memory objstore.Stager for tests.
