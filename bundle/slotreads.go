@@ -1,9 +1,11 @@
 package bundle
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -76,7 +78,14 @@ const DefaultSlotReadGap = 256 << 10
 func (r *Reader) WithSlotReads(sr SlotReads) *Reader {
 	nr := &Reader{top: r.top, footers: r.footers, counts: r.counts}
 	if sr.Budget > 0 && len(sr.Streams) > 0 {
-		nr.slots = &slotCache{r: nr, sr: sr, slots: map[string]*slotRanges{}, lru: list.New()}
+		ids := make([]bundlefmt.StreamID, 0, len(sr.Streams))
+		for id, due := range sr.Streams {
+			if due {
+				ids = append(ids, id)
+			}
+		}
+		slices.SortFunc(ids, func(a, b bundlefmt.StreamID) int { return bytes.Compare(a[:], b[:]) })
+		nr.slots = &slotCache{r: nr, sr: sr, ids: ids, slots: map[string]*slotRanges{}, lru: list.New()}
 	}
 	return nr
 }
@@ -119,8 +128,9 @@ func (r *Reader) Piece(ctx context.Context, src Source, off, n int64, crc uint32
 // into ranges once; a range's bytes are held in the LRU while some run in
 // it is not yet taken.
 type slotCache struct {
-	r  *Reader
-	sr SlotReads
+	r   *Reader
+	sr  SlotReads
+	ids []bundlefmt.StreamID // sr.Streams', sorted as a footer's rows are
 
 	mu    sync.Mutex
 	slots map[string]*slotRanges // by class and key
@@ -267,26 +277,38 @@ func (c *slotCache) plan(src Source) *slotRanges {
 	if f == nil {
 		return nil
 	}
-	// Rows sort by stream: a stream's chunks are one stretch of rows, and
-	// a run is a stretch of them whose bytes are adjacent.
-	var runs [][2]int64
-	for i, n := 0, f.NumChunks(); i < n; {
-		id := f.Row(i).Stream
-		start := int64(f.DataOffset(i))
-		end := start + int64(f.Row(i).ChunkBytes)
-		for i++; i < n && f.Row(i).Stream == id && int64(f.DataOffset(i)) == end; i++ {
-			end += int64(f.Row(i).ChunkBytes)
-		}
-		if c.sr.Streams[id] && end-start < c.sr.MaxRun {
-			runs = append(runs, [2]int64{start, end})
-		}
-	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i][0] < runs[j][0] })
+	runs := c.wantedRuns(f)
 	sl := &slotRanges{}
 	for _, g := range mergeRuns(runs, c.sr.Gap) {
 		sl.ranges = append(sl.ranges, &slotRange{src: src, off: runs[g[0]][0], end: runs[g[1]-1][1], runs: runs[g[0]:g[1]:g[1]]})
 	}
 	return sl
+}
+
+// wantedRuns returns the wanted runs of the slot whose footer is f, by
+// offset. Rows sort by stream: a stream's chunks are one stretch of rows,
+// and a run is a stretch of them whose bytes are adjacent. The due streams
+// are walked in the same order, each found from where the last one's rows
+// ended (a slot holds thousands of streams, a cycle's turn a few of them:
+// the rows between are skipped, not read).
+func (c *slotCache) wantedRuns(f *bundlefmt.Footer) [][2]int64 {
+	var runs [][2]int64
+	n := f.NumChunks()
+	for i, k := 0, 0; k < len(c.ids) && i < n; k++ {
+		id := c.ids[k]
+		for i = f.SearchStreamFrom(i, id); i < n && f.StreamAt(i) == id; {
+			start := int64(f.DataOffset(i))
+			end := start + int64(f.Row(i).ChunkBytes)
+			for i++; i < n && f.StreamAt(i) == id && int64(f.DataOffset(i)) == end; i++ {
+				end += int64(f.Row(i).ChunkBytes)
+			}
+			if end-start < c.sr.MaxRun {
+				runs = append(runs, [2]int64{start, end})
+			}
+		}
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i][0] < runs[j][0] })
+	return runs
 }
 
 // mergeRuns groups runs (sorted by offset, not overlapping) into ranges

@@ -1,8 +1,12 @@
 package bundle
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
+
+	"github.com/nova/auditor/bundlefmt"
 )
 
 // TestMergeRunsBound checks mergeRuns over random slots: the ranges cover
@@ -105,5 +109,69 @@ func TestMergeRunsDense(t *testing.T) {
 	}
 	if g := mergeRuns(wide, DefaultSlotReadGap); len(g) != 3 {
 		t.Errorf("default gap, gaps 3 times the runs: %d ranges, want 3 (86, 86 and 28 runs)", len(g))
+	}
+}
+
+// TestWantedRunsAgainstAScan: the wanted runs a slot's footer gives the
+// due streams (found by galloping through the rows) are those a pass over
+// every row finds, over random slots (a chunk a stream, streams sorted)
+// and random due sets, from none to all of them, with runs at or above
+// MaxRun left out.
+func TestWantedRunsAgainstAScan(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 2))
+	for trial := range 200 {
+		var chunks []bundlefmt.Chunk
+		var ids []bundlefmt.StreamID
+		for s := range 1 + r.IntN(300) {
+			id := bundlefmt.StreamID{0: byte(r.IntN(4)), 13: byte(s >> 16), 14: byte(s >> 8), 15: byte(s)}
+			ids = append(ids, id)
+			b := bundlefmt.NewChunkBuilder(id, uint64(r.IntN(100)))
+			n := 1 + r.IntN(4)
+			for j := range n {
+				if err := b.Add(bundlefmt.Record{Body: make([]byte, 1+r.IntN(2000))}, 1, j == n-1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			chunks = append(chunks, b.Chunk())
+		}
+		slices.SortFunc(chunks, func(a, b bundlefmt.Chunk) int { return bytes.Compare(a.Entry.Stream[:], b.Entry.Stream[:]) })
+		obj, err := bundlefmt.EncodeFlight(1, uint64(trial+1), 7, chunks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := bundlefmt.OpenObjectFooter("slot", obj, bundlefmt.EnvelopeSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		due := map[bundlefmt.StreamID]bool{}
+		p := r.Float64()
+		for _, id := range ids {
+			if r.Float64() < p {
+				due[id] = true
+			} else if r.IntN(4) == 0 {
+				due[id] = false // listed, not due
+			}
+		}
+		due[bundlefmt.StreamID{0: 9}] = true // due, in no row of the slot
+		maxRun := int64(1 + r.IntN(8000))
+		rd := (&Reader{}).WithSlotReads(SlotReads{Streams: due, MaxRun: maxRun, Gap: DefaultSlotReadGap, Budget: 1})
+		got := rd.slots.wantedRuns(f)
+		// the plain scan: every row, a run per stretch of one stream's
+		// adjacent chunks
+		var want [][2]int64
+		for i, n := 0, f.NumChunks(); i < n; {
+			id := f.Row(i).Stream
+			start := int64(f.DataOffset(i))
+			end := start + int64(f.Row(i).ChunkBytes)
+			for i++; i < n && f.Row(i).Stream == id && int64(f.DataOffset(i)) == end; i++ {
+				end += int64(f.Row(i).ChunkBytes)
+			}
+			if due[id] && end-start < maxRun {
+				want = append(want, [2]int64{start, end})
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d (%d rows, %d due listed): runs %v, the scan finds %v", trial, f.NumChunks(), len(due), got, want)
+		}
 	}
 }

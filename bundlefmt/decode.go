@@ -393,6 +393,38 @@ func (f *Footer) FindStream(stream StreamID) (lo, hi int) {
 	return f.searchStream(&stream, false), f.searchStream(&stream, true)
 }
 
+// StreamAt returns row i's stream, without decoding the rest of the row;
+// i must be in [0, NumChunks()).
+func (f *Footer) StreamAt(i int) (s StreamID) {
+	copy(s[:], f.idx[i*RowSize+rowStreamOff:i*RowSize+rowFirstRecordOff])
+	return s
+}
+
+// SearchStreamFrom returns the first row at or after from whose stream
+// sorts at or after stream, where every row before from sorts before it.
+// It gallops from from (rows from, from+1, from+2, from+4, ...) and then
+// halves: walking a sorted list of streams through the index costs
+// O(log gap) rows a stream, not a pass over every row.
+func (f *Footer) SearchStreamFrom(from int, stream StreamID) int {
+	before := func(i int) bool {
+		return bytes.Compare(f.idx[i*RowSize+rowStreamOff:i*RowSize+rowFirstRecordOff], stream[:]) < 0
+	}
+	lo, hi, step := from, from, 1
+	for hi < f.n && before(hi) {
+		lo, hi, step = hi+1, from+step, step<<1
+	}
+	hi = min(hi, f.n)
+	for lo < hi { // rows < lo sort before stream; row hi, if any, does not
+		m := int(uint(lo+hi) >> 1)
+		if before(m) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
 // searchStream returns the first row whose stream sorts at or after stream
 // (upper: after stream).
 func (f *Footer) searchStream(stream *StreamID, upper bool) int {

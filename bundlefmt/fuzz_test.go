@@ -166,6 +166,9 @@ func FuzzOpenFooter(f *testing.F) {
 		if lo > hi || hi > ft.NumChunks() || found && (i < lo || i >= hi) {
 			t.Fatalf("FindStream = [%d, %d), Find = %d", lo, hi, i)
 		}
+		if got := ft.SearchStreamFrom(lo/2, s); got != lo {
+			t.Fatalf("SearchStreamFrom(%d) = %d, FindStream's first row %d", lo/2, got, lo)
+		}
 		entryErr := false
 		for j := 0; j < ft.NumChunks(); j++ {
 			v, err := ft.EntryView(j)

@@ -157,6 +157,14 @@ func checkLookups(t *testing.T, r *rand.Rand, f *Footer, entries []Entry) {
 		if lo > i || hi <= i {
 			t.Fatalf("FindStream: [%d, %d) misses row %d", lo, hi, i)
 		}
+		for _, from := range []int{0, lo / 2, lo} {
+			if got := f.SearchStreamFrom(from, e.Stream); got != lo {
+				t.Fatalf("SearchStreamFrom(%d, %s) = %d, FindStream's first row %d", from, e.Stream, got, lo)
+			}
+		}
+		if f.StreamAt(i) != e.Stream {
+			t.Fatalf("StreamAt(%d) = %s, want %s", i, f.StreamAt(i), e.Stream)
+		}
 		for k := lo; k < hi; k++ {
 			if f.Row(k).Stream != e.Stream {
 				t.Fatalf("FindStream: row %d of another stream", k)
