@@ -208,3 +208,40 @@ func TestEnvelopeLevel(t *testing.T) {
 		t.Fatalf("2 bytes: %v", err)
 	}
 }
+
+// TestSearchStreamFrom checks the galloping search against a scan of the
+// rows, for every start a caller may pass (every row before it sorts
+// before the stream) and streams present, absent between rows, before the
+// first row and after the last.
+func TestSearchStreamFrom(t *testing.T) {
+	var chunks []Chunk
+	for i := 1; i <= 40; i++ {
+		chunks = append(chunks, fixedChunk(t, StreamID{0: byte(3 * i)}, 0, 1, 10))
+	}
+	obj, err := EncodeFlight(1, 1, 7, chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenObjectFooter("slot", obj, EnvelopeSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := f.NumChunks()
+	for b := 0; b < 256; b++ {
+		s := StreamID{0: byte(b)}
+		want := 0
+		for ; want < n; want++ {
+			if r := f.Row(want); bytes.Compare(r.Stream[:], s[:]) >= 0 {
+				break
+			}
+		}
+		for from := 0; from <= want; from++ {
+			if got := f.SearchStreamFrom(from, s); got != want {
+				t.Fatalf("SearchStreamFrom(%d, %02x...) = %d, want %d", from, b, got, want)
+			}
+		}
+		if want < n && f.StreamAt(want) != f.Row(want).Stream {
+			t.Fatalf("StreamAt(%d) = %s, Row says %s", want, f.StreamAt(want), f.Row(want).Stream)
+		}
+	}
+}
