@@ -125,7 +125,11 @@ func (o *opCounter) snapshot() map[string]int64 {
 // database, the readings' own few commits included), this process's CPU per object (getrusage around the cycle;
 // versitygw and Postgres are other processes), uploaded and fetched bytes
 // per new record byte, bytes in transit after the cycle, and the oldest
-// unsettled age before the cycle against the age cap.
+// unsettled age before the cycle against the age cap. The run's summary
+// gives uploaded bytes per new byte at round 5 and at the last round, and
+// over the first and the last turn of the rule's cohorts (as many rounds
+// as cohorts, each cohort's turn once): one round's figure swings with
+// whose turn it is.
 //
 // Linger is 0 (every stream with new data is due at once: the due rule
 // reads the database clock, so rounds are real time) and the age cap is
@@ -716,7 +720,7 @@ func tailTable(rs []tailRound, p tailParams) string {
 	return b.String()
 }
 
-const tailSummaryHeader = "run                 objects  obj/s  raw/s  ratio  s3/obj  put/obj  get/obj  pgc/obj  cpu-ms/obj  cpu-ms/new-MiB  up/new  fetch/new  up/new@5  up/new@last  up/settled@5  up/settled@last  max-oldest/cap  over-cap"
+const tailSummaryHeader = "run                 objects  obj/s  raw/s  ratio  s3/obj  put/obj  get/obj  pgc/obj  cpu-ms/obj  cpu-ms/new-MiB  up/new  fetch/new  up/new@5  up/new@last  up/new@first-turns  up/new@last-turns  up/settled@5  up/settled@last  max-oldest/cap  over-cap"
 
 // settledBytes is the record bytes round k (1-based) settled: what it
 // wrote and what was unsettled before it, less what is unsettled after.
@@ -766,11 +770,21 @@ func tailSummary(name string, rs []tailRound, p tailParams) string {
 		}
 		return per(rs[k-1].uploaded, settledBytes(rs, k))
 	}
+	// uploaded per new byte over one turn of the rule's cohorts (as many
+	// rounds as cohorts: every cohort's turn once), the first and the
+	// last: a single round's figure depends on whose turn it is
+	turns := func(from int) float64 {
+		var u, n int64
+		for k := max(from, 0); k < min(from+max(p.cohorts, 1), len(rs)); k++ {
+			u, n = u+rs[k].uploaded, n+rs[k].newBytes
+		}
+		return per(u, n)
+	}
 	objs, raw := perSec(objects, secs), perSec(rawObjects, rawSecs)
-	return fmt.Sprintf("%-18s  %7d  %5.0f  %5.0f  %5.2f  %6.2f  %7.2f  %7.2f  %7.2f  %10.2f  %14.1f  %6.2f  %9.2f  %8.2f  %11.2f  %12.2f  %15.2f  %7.0f/%-6.0f  %8d",
+	return fmt.Sprintf("%-18s  %7d  %5.0f  %5.0f  %5.2f  %6.2f  %7.2f  %7.2f  %7.2f  %10.2f  %14.1f  %6.2f  %9.2f  %8.2f  %11.2f  %18.2f  %17.2f  %12.2f  %15.2f  %7.0f/%-6.0f  %8d",
 		name, objects, objs, raw, ratio(objs, raw), per(reqs, objects), per(puts, objects), per(gets, objects),
-		per(commits, objects), per(cpu.Microseconds(), objects)/1000, perMiB(cpu, newB), per(up, newB), per(fetched, newB), at(5), at(len(rs)), amp(5), amp(len(rs)),
-		oldest.Seconds(), p.ageCap.Seconds(), over)
+		per(commits, objects), per(cpu.Microseconds(), objects)/1000, perMiB(cpu, newB), per(up, newB), per(fetched, newB), at(5), at(len(rs)),
+		turns(0), turns(len(rs)-max(p.cohorts, 1)), amp(5), amp(len(rs)), oldest.Seconds(), p.ageCap.Seconds(), over)
 }
 
 // cpuOfServers is the CPU the test's S3 server and Postgres have used.
