@@ -161,7 +161,7 @@ func (a *assembly) putSingle(ctx context.Context) error {
 	if a.req.HasExpectedCRC32C && crc != a.req.ExpectedCRC32C {
 		return fmt.Errorf("object CRC %08x, expected %08x: %w", crc, a.req.ExpectedCRC32C, objstore.ErrChecksum)
 	}
-	if err := a.s.putIfAbsent(ctx, a.req.Bucket, a.req.Key, data, crc); err != nil {
+	if err := a.s.putIfAbsent(ctx, a.req.Bucket, a.req.Key, data, &crc); err != nil {
 		return err
 	}
 	a.uploaded.Add(int64(len(data)))

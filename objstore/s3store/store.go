@@ -351,12 +351,13 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (objstore.Attrs, e
 // not the 412, and resending the body would be refused the same way, so a
 // retry that only resent would give up on a key whose answer is ErrExists.
 func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
-	return s.putIfAbsent(ctx, bucket, key, data, crc32c.Checksum(data))
+	return s.putIfAbsent(ctx, bucket, key, data, nil)
 }
 
-// putIfAbsent is PutIfAbsent of data whose CRC-32C the caller knows
-// (crc): the upload checksum, when it is CRC-32C, is not computed again.
-func (s *Store) putIfAbsent(ctx context.Context, bucket, key string, data []byte, crc uint32) error {
+// putIfAbsent is PutIfAbsent of data whose CRC-32C the caller may know
+// (crc, nil when it does not): the upload checksum, when it is CRC-32C,
+// is not computed again.
+func (s *Store) putIfAbsent(ctx context.Context, bucket, key string, data []byte, crc *uint32) error {
 	fk, err := s.fullKey(key)
 	if err != nil {
 		return err
@@ -411,8 +412,9 @@ var errFoundTaken = fmt.Errorf("%w (found by a HEAD after an attempt's answer wa
 // putChecksum sets the upload checksum of a PutObject: the configured
 // algorithm's, which the server checks and stores; with AlgorithmNone a
 // Content-MD5, checked and not stored (the server stores its default).
-// crc is data's CRC-32C, known to the caller.
-func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []byte, crc uint32) {
+// crc is data's CRC-32C when the caller knows it (nil: computed here when
+// needed).
+func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []byte, crc *uint32) {
 	switch alg {
 	case objstore.AlgorithmCRC32:
 		var b [4]byte
@@ -425,7 +427,11 @@ func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []b
 		sum := md5.Sum(data)
 		in.ContentMD5 = aws.String(base64.StdEncoding.EncodeToString(sum[:]))
 	default:
-		in.ChecksumAlgorithm, in.ChecksumCRC32C = types.ChecksumAlgorithmCrc32c, aws.String(objstore.EncodeCRC32C(crc))
+		if crc == nil {
+			c := crc32c.Checksum(data)
+			crc = &c
+		}
+		in.ChecksumAlgorithm, in.ChecksumCRC32C = types.ChecksumAlgorithmCrc32c, aws.String(objstore.EncodeCRC32C(*crc))
 	}
 }
 
