@@ -396,8 +396,13 @@ func (f *Footer) FindStream(stream StreamID) (lo, hi int) {
 // StreamAt returns row i's stream, without decoding the rest of the row;
 // i must be in [0, NumChunks()).
 func (f *Footer) StreamAt(i int) (s StreamID) {
-	copy(s[:], f.idx[i*RowSize+rowStreamOff:i*RowSize+rowFirstRecordOff])
+	copy(s[:], f.rowStream(i))
 	return s
+}
+
+// rowStream is row i's stream bytes.
+func (f *Footer) rowStream(i int) []byte {
+	return f.idx[i*RowSize+rowStreamOff : i*RowSize+rowFirstRecordOff]
 }
 
 // SearchStreamFrom returns the first row at or after from whose stream
@@ -406,33 +411,26 @@ func (f *Footer) StreamAt(i int) (s StreamID) {
 // halves: walking a sorted list of streams through the index costs
 // O(log gap) rows a stream, not a pass over every row.
 func (f *Footer) SearchStreamFrom(from int, stream StreamID) int {
-	before := func(i int) bool {
-		return bytes.Compare(f.idx[i*RowSize+rowStreamOff:i*RowSize+rowFirstRecordOff], stream[:]) < 0
-	}
 	lo, hi, step := from, from, 1
-	for hi < f.n && before(hi) {
+	for hi < f.n && bytes.Compare(f.rowStream(hi), stream[:]) < 0 {
 		lo, hi, step = hi+1, from+step, step<<1
 	}
-	hi = min(hi, f.n)
-	for lo < hi { // rows < lo sort before stream; row hi, if any, does not
-		m := int(uint(lo+hi) >> 1)
-		if before(m) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
+	return f.searchStreamIn(&stream, false, lo, min(hi, f.n))
 }
 
 // searchStream returns the first row whose stream sorts at or after stream
 // (upper: after stream).
 func (f *Footer) searchStream(stream *StreamID, upper bool) int {
-	lo, hi := 0, f.n
+	return f.searchStreamIn(stream, upper, 0, f.n)
+}
+
+// searchStreamIn is searchStream over the rows [lo, hi), where the rows
+// before lo sort before stream (upper: at or before) and row hi, if any,
+// does not.
+func (f *Footer) searchStreamIn(stream *StreamID, upper bool, lo, hi int) int {
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		c := bytes.Compare(f.idx[m*RowSize+rowStreamOff:m*RowSize+rowFirstRecordOff], stream[:])
-		if c < 0 || upper && c == 0 {
+		if c := bytes.Compare(f.rowStream(m), stream[:]); c < 0 || upper && c == 0 {
 			lo = m + 1
 		} else {
 			hi = m
