@@ -106,8 +106,9 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 	// A single PUT of an object below the copy floor is read whole here
 	// when the tail cache is on: its bytes are kept for the next rewrite.
 	// Its bytes are laid out in one buffer, the object as it will be
-	// stored: no piece pins the slot range it came from, and the tail
-	// cache keeps the buffer as it is (keepTail).
+	// stored: no piece pins the slot range it came from, the store PUTs
+	// the buffer as it is (assemble hands it over as one piece), and the
+	// tail cache keeps it (keepTail).
 	own := !plan.Multipart && s.tails != nil && int64(o.Footer.ObjectSize) < s.copyFloor()
 	var whole []byte
 	var out []Piece // a copy, made at the first piece localized
