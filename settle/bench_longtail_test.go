@@ -148,7 +148,8 @@ func (o *opCounter) snapshot() map[string]int64 {
 // concurrencies 4, 16 and 64 (NOVA_BENCH_TAIL_CMP_ROUNDS rounds each, 3,
 // fraction 0; 50 rounds at three concurrencies would take hours at the
 // issue's scale), with where the CPU went (this process, versitygw and
-// Postgres, per object); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone,
+// Postgres, per object; NOVA_BENCH_TAIL_CMP_CONCURRENCIES, say "64", picks
+// the concurrencies); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone,
 // NOVA_BENCH_TAIL_CMP=0 leaves it out. NOVA_BENCH_TAIL_FRACTIONS (say "1")
 // picks the fractions instead, and NOVA_BENCH_TAIL_COHORTS the rule's
 // cohorts (--denorm-tail-cohorts' default; 1: none);
@@ -233,7 +234,18 @@ func TestLongTailStar(t *testing.T) {
 	var cmp, cpu strings.Builder
 	fmt.Fprintf(&cmp, "settle against the raw PUT loop, fraction 0, first %d rounds:\n%s\n", cmpRounds, tailSummaryHeader)
 	fmt.Fprintf(&cpu, "where the CPU went in the same rounds, per object (Postgres: every postgres process, its background workers included):\n%s\n", tailCPUHeader)
-	for _, conc := range []int{4, 16, 64} {
+	concs := []int{4, 16, 64}
+	if v := os.Getenv("NOVA_BENCH_TAIL_CMP_CONCURRENCIES"); v != "" {
+		concs = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				t.Fatalf("NOVA_BENCH_TAIL_CMP_CONCURRENCIES: %q is not a concurrency", f)
+			}
+			concs = append(concs, n)
+		}
+	}
+	for _, conc := range concs {
 		q := p
 		q.rounds, q.conc = cmpRounds, conc
 		t.Run(fmt.Sprintf("concurrency-%d", conc), func(t *testing.T) {
