@@ -350,8 +350,9 @@ func (a *entryArrays) args() []any {
 // transaction tx: when every request names a base of its own and each
 // opens a new intent at its planned revision (no revision of the base
 // used at or above it, no intent open on the key), all are opened in
-// four statements. ok false: some request is not that case, nothing is
-// changed, and the caller runs the request-by-request path.
+// two statements (and the savepoint's). ok false: some request is not
+// that case, nothing is changed, and the caller runs the
+// request-by-request path.
 func openIntentsAtOnce(ctx context.Context, tx pgx.Tx, f Fence, reqs []IntentRequest) (intents []Intent, ok bool, err error) {
 	n := len(reqs)
 	byBase := make(map[KeyBase]int, n)
@@ -386,22 +387,22 @@ func openIntentsAtOnce(ctx context.Context, tx pgx.Tx, f Fence, reqs []IntentReq
 func openIntents(ctx context.Context, tx pgx.Tx, f Fence, reqs []IntentRequest, ids []StreamID, epochs, firsts []int64, revs []int32,
 	keys, classes []string, byKey map[string]int) ([]Intent, bool, error) {
 	n := len(reqs)
-	// lockHighRevision over arrays, in key order. A base some revision of
-	// which was used at or above the planned one is not the set path's.
-	var above int
-	if err := tx.QueryRow(ctx, `WITH locked AS (
-			INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
-			SELECT u.stream_id, u.epoch, u.first_record, 0 FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) AS u(stream_id, epoch, first_record)
-			ORDER BY 1, 2, 3
-			ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = k.high_revision
-			RETURNING k.stream_id, k.epoch, k.first_record, CASE WHEN xmax = 0 THEN -1 ELSE high_revision END AS high
-		)
-		SELECT count(*) FROM locked l JOIN unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[]) AS u(stream_id, epoch, first_record, revision)
-			USING (stream_id, epoch, first_record)
-		WHERE l.high >= u.revision`, ids, epochs, firsts, revs).Scan(&above); err != nil {
-		return nil, false, fmt.Errorf("lock the revisions of %d bases: %w", n, err)
+	// lockHighRevision and setHighRevision over arrays, in one statement
+	// and in key order: each base's row is created at, or raised to, its
+	// planned revision. A base some revision of which was used at or above
+	// the planned one is left as it is (the conflict's WHERE), so fewer
+	// rows than requests are written: not the set path's (the savepoint
+	// undoes the others).
+	tag, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
+		SELECT u.stream_id, u.epoch, u.first_record, u.revision
+		FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[]) AS u(stream_id, epoch, first_record, revision)
+		ORDER BY 1, 2, 3
+		ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = EXCLUDED.high_revision
+			WHERE k.high_revision < EXCLUDED.high_revision`, ids, epochs, firsts, revs)
+	if err != nil {
+		return nil, false, fmt.Errorf("raise the revisions of %d bases: %w", n, err)
 	}
-	if above > 0 {
+	if tag.RowsAffected() != int64(n) {
 		return nil, false, nil
 	}
 	rows, err := tx.Query(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class)
@@ -429,15 +430,6 @@ func openIntents(ctx context.Context, tx pgx.Tx, f Fence, reqs []IntentRequest, 
 	}
 	if got != n {
 		return nil, false, nil // an intent already open on a key: taken up again, request by request
-	}
-	tag, err := tx.Exec(ctx, `UPDATE nova.auditor_key_revisions k SET high_revision = u.revision
-		FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[]) AS u(stream_id, epoch, first_record, revision)
-		WHERE k.stream_id = u.stream_id AND k.epoch = u.epoch AND k.first_record = u.first_record`, ids, epochs, firsts, revs)
-	if err != nil {
-		return nil, false, fmt.Errorf("raise the revisions of %d bases: %w", n, err)
-	}
-	if tag.RowsAffected() != int64(n) {
-		return nil, false, nil
 	}
 	return intents, true, nil
 }

@@ -154,6 +154,8 @@ func (o *opCounter) snapshot() map[string]int64 {
 // picks the fractions instead, and NOVA_BENCH_TAIL_COHORTS the rule's
 // cohorts (--denorm-tail-cohorts' default; 1: none);
 // NOVA_BENCH_TAIL_GAP_KIB sets the slot reads' gap (settle.Config.SlotReadGap);
+// NOVA_BENCH_TAIL_LOG_STATEMENTS=1 has Postgres log every statement of the
+// settle's pool with its duration (log_min_duration_statement 0);
 // NOVA_BENCH_TAIL_CPUPROFILE names a file for a CPU profile of each
 // run's last cycle (the last run's is kept; with
 // NOVA_BENCH_TAIL_CPUPROFILE_FROM, of every round from that one on). The streams' Zipf
@@ -459,7 +461,19 @@ func tailProfile(t *testing.T, round, rounds int) func() {
 type roundDB struct{ *catalog.DB }
 
 func settleDB(t *testing.T, e *env, conc int) *catalog.DB {
-	db, err := catalog.Open(e.ctx, e.url)
+	u := e.url
+	if os.Getenv("NOVA_BENCH_TAIL_LOG_STATEMENTS") != "" {
+		// every statement of the settle's pool, with its duration, in the
+		// server's log (where the metastore's time goes, statement by
+		// statement; pg_stat_statements needs a server restart)
+		if strings.Contains(u, "?") {
+			u += "&"
+		} else {
+			u += "?"
+		}
+		u += "options=-c%20log_min_duration_statement%3D0"
+	}
+	db, err := catalog.Open(e.ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
