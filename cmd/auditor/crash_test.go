@@ -175,11 +175,16 @@ func newCrashEnv(t *testing.T, bin string, open crashStore) *crashEnv {
 	db, url := testenv.MigratedDB(t)
 	root := t.TempDir()
 	fs, flags, procEnv, flightBytes, capMiB := open(t, root)
+	// The lease's ttl stands only for a process stalled past it: a killed
+	// process's lease is expired by run (expireDeadLease), and a cycle that
+	// ends releases its own. 3 s was once outlived by a cycle starved of
+	// CPU while the test packages ran in parallel (renewals stalled, the
+	// lease lost in the middle of an erase): a flake, not a crash.
 	e := &crashEnv{t: t, ctx: ctx, bin: bin, url: url, root: root, db: db, fs: fs, seen: map[string]uint32{}, stars: []string{"s1"},
 		bucket: flags[len(flags)-1], env: procEnv, flightBytes: flightBytes,
 		common: append([]string{"--star", "s1", "--database-url", url,
 			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1h", "--reap-batch-size", "1",
-			"--lease-ttl", "3s", "--lease-renew", "100ms", "--holder", "crash-test", "--denorm-output-cap-mib", capMiB,
+			"--lease-ttl", "10s", "--lease-renew", "100ms", "--holder", "crash-test", "--denorm-output-cap-mib", capMiB,
 			"--denorm-chunk-target-kib", "64", "--log-format", "json", "--log-level", "warn"}, flags...)}
 	streams := 6
 	if flightBytes > 1<<20 {
