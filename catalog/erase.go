@@ -495,8 +495,12 @@ func (db *DB) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []Entr
 			}
 		}
 		var held bool
+		// Either kind of intent, each through its own key index (both are
+		// partial: publish and reap are the only kinds).
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.orphan_intents
-			WHERE object_key >= $1 AND object_key < $2)`, keyLow, keyEnd).Scan(&held); err != nil {
+				WHERE kind = 'publish' AND object_key >= $1 AND object_key < $2)
+			OR EXISTS (SELECT 1 FROM nova.orphan_intents
+				WHERE kind = 'reap' AND object_key >= $1 AND object_key < $2)`, keyLow, keyEnd).Scan(&held); err != nil {
 			return fmt.Errorf("read intents of erasure %s@%d: %w", e.Stream, e.FirstRecord, err)
 		}
 		if held {

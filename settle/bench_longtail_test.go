@@ -58,6 +58,7 @@ type tailRound struct {
 	secs, rawSecs    float64
 	ops              map[string]int64 // S3 requests of the settle by operation
 	commits          int64            // xact_commit delta of the test database around the settle
+	wal              int64            // WAL bytes the cluster wrote during the settle (walPosition)
 	cpu              time.Duration    // this process's user + system CPU during the settle
 	newBytes         int64            // record bytes written this round
 	uploaded         int64
@@ -148,7 +149,8 @@ func (o *opCounter) snapshot() map[string]int64 {
 // concurrencies 4, 16 and 64 (NOVA_BENCH_TAIL_CMP_ROUNDS rounds each, 3,
 // fraction 0; 50 rounds at three concurrencies would take hours at the
 // issue's scale), with where the CPU went (this process, versitygw and
-// Postgres, per object; NOVA_BENCH_TAIL_CMP_CONCURRENCIES, say "64", picks
+// Postgres, per object) and the WAL the cluster wrote per object during
+// the cycles (catalog.WALPosition; NOVA_BENCH_TAIL_CMP_CONCURRENCIES, say "64", picks
 // the concurrencies); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone,
 // NOVA_BENCH_TAIL_CMP=0 leaves it out. NOVA_BENCH_TAIL_FRACTIONS (say "1")
 // picks the fractions instead, and NOVA_BENCH_TAIL_COHORTS the rule's
@@ -235,7 +237,7 @@ func TestLongTailStar(t *testing.T) {
 	cmpRounds := envInt("NOVA_BENCH_TAIL_CMP_ROUNDS", 3)
 	var cmp, cpu strings.Builder
 	fmt.Fprintf(&cmp, "settle against the raw PUT loop, fraction 0, first %d rounds:\n%s\n", cmpRounds, tailSummaryHeader)
-	fmt.Fprintf(&cpu, "where the CPU went in the same rounds, per object (Postgres: every postgres process, its background workers included):\n%s\n", tailCPUHeader)
+	fmt.Fprintf(&cpu, "where the CPU went in the same rounds, per object (Postgres: every postgres process, its background workers included), and the WAL written during the cycles:\n%s\n", tailCPUHeader)
 	concs := []int{4, 16, 64}
 	if v := os.Getenv("NOVA_BENCH_TAIL_CMP_CONCURRENCIES"); v != "" {
 		concs = nil
@@ -376,6 +378,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		m0 := readSources(reg)
 		rb0 := testutil.ToFloat64(om.Bytes().WithLabelValues("read_back"))
 		runtime.GC() // the setup's garbage (the write path's: another process in production) is not the cycle's
+		wal0 := walPosition(t, e)
 		srv0 := serverCPU(t)
 		cpu0 := processCPU()
 		stopProfile := tailProfile(t, k+1, p.rounds)
@@ -386,6 +389,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		rd.cpu = processCPU() - cpu0
 		srv1 := serverCPU(t) // before the pool closes: its backends are still counted
 		rd.vgwCPU, rd.pgCPU = srv1.vgw-srv0.vgw, srv1.pg-srv0.pg
+		rd.wal = walPosition(t, e) - wal0
 		ops1 := ops.snapshot()
 		m1 := readSources(reg)
 		rd.readBack = int64(testutil.ToFloat64(om.Bytes().WithLabelValues("read_back")) - rb0)
@@ -499,6 +503,17 @@ func settleDB(t *testing.T, e *env, conc int) *catalog.DB {
 func quietCommits(t *testing.T, e *env) int64 {
 	time.Sleep(10 * time.Second)
 	return xactCommits(t, e)
+}
+
+// walPosition is the cluster's WAL insert position (catalog.WALPosition).
+// Around the settle nothing else writes: the round's flights were
+// absorbed before it, and the benchmark's own reads write no WAL.
+func walPosition(t *testing.T, e *env) int64 {
+	n, err := e.db.WALPosition(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // settledCommits is the test database's xact_commit once it has stopped
@@ -879,22 +894,23 @@ func procStat(pid int) (procCPU, bool) {
 	return procCPU{comm: string(raw[open+1 : end]), ppid: ppid, self: tick(11) + tick(12), children: tick(13) + tick(14)}, true
 }
 
-const tailCPUHeader = "run                 objects  raw-objects  ms/obj: auditor  versitygw  postgres  total | raw: client  versitygw  total | total raw/settle"
+const tailCPUHeader = "run                 objects  raw-objects  ms/obj: auditor  versitygw  postgres  total | raw: client  versitygw  total | total raw/settle | WAL B/obj"
 
 // tailCPU is one line of where a run's CPU went per object: the settle's
 // (this process, versitygw, Postgres) against the raw loop's.
 func tailCPU(name string, rs []tailRound) string {
 	var objects, rawObjects int64
 	var self, vgw, pg, rawSelf, rawVgw, rawPg time.Duration
+	var wal int64
 	for _, rd := range rs {
-		objects, rawObjects = objects+rd.objects, rawObjects+rd.rawObjects
+		objects, rawObjects, wal = objects+rd.objects, rawObjects+rd.rawObjects, wal+rd.wal
 		self, vgw, pg = self+rd.cpu, vgw+rd.vgwCPU, pg+rd.pgCPU
 		rawSelf, rawVgw, rawPg = rawSelf+rd.rawCPU, rawVgw+rd.rawVgwCPU, rawPg+rd.rawPgCPU
 	}
 	ms := func(d time.Duration, n int64) float64 { return per(d.Microseconds(), n) / 1000 }
 	settleMs := ms(self+vgw+pg, objects)
 	rawMs := ms(rawSelf+rawVgw+rawPg, rawObjects)
-	return fmt.Sprintf("%-18s  %7d  %11d  %15.2f  %9.2f  %8.2f  %5.2f | %11.2f  %9.2f  %5.2f | %16.2f",
+	return fmt.Sprintf("%-18s  %7d  %11d  %15.2f  %9.2f  %8.2f  %5.2f | %11.2f  %9.2f  %5.2f | %16.2f | %9.0f",
 		name, objects, rawObjects, ms(self, objects), ms(vgw, objects), ms(pg, objects), settleMs,
-		ms(rawSelf, rawObjects), ms(rawVgw, rawObjects), rawMs, ratio(rawMs, settleMs))
+		ms(rawSelf, rawObjects), ms(rawVgw, rawObjects), rawMs, ratio(rawMs, settleMs), per(wal, objects))
 }
