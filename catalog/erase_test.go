@@ -98,8 +98,8 @@ func TestMalformedErasureRowsAreReportedNotApplied(t *testing.T) {
 }
 
 // TestApplyErasureWaitsForEverythingThatHoldsTheBytes: not settled yet, an
-// intersecting entry not checked, or a reap intent left on the stream's
-// keys below the end each keep the erasure pending.
+// intersecting entry not checked, or a reap or publish intent left on the
+// stream's keys below the end each keep the erasure pending.
 func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	t.Parallel()
 	db, ctx := oneStream(t)
@@ -153,6 +153,15 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 		t.Fatalf("reaps: %+v %v", reaps, err)
 	}
 	if err := db.FinishReaps(ctx, l.Fence, []int64{reaps[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	// A publish intent open on the stream's keys (a PUT that may have
+	// landed and is in no catalog row) holds it as a reap intent does.
+	pub := intent(t, db, "k/0~2")
+	if apply([]catalog.EntryRevision{{FirstRecord: 0, Revision: 1}}) {
+		t.Fatal("applied while a publish intent is open on the stream's keys")
+	}
+	if err := db.DeleteIntent(ctx, l.Fence, pub); err != nil {
 		t.Fatal(err)
 	}
 	if !apply([]catalog.EntryRevision{{FirstRecord: 0, Revision: 1}}) {

@@ -506,8 +506,10 @@ func quietCommits(t *testing.T, e *env) int64 {
 }
 
 // walPosition is the cluster's WAL insert position (catalog.WALPosition).
-// Around the settle nothing else writes: the round's flights were
-// absorbed before it, and the benchmark's own reads write no WAL.
+// Its moves around the settle are the cycle's writes, plus whatever else
+// the cluster writes meanwhile: another test package's databases, a
+// checkpoint's full-page images, autovacuum, page pruning by reads. Read
+// it on a quiet machine, and over rounds rather than one.
 func walPosition(t *testing.T, e *env) int64 {
 	n, err := e.db.WALPosition(e.ctx)
 	if err != nil {
