@@ -39,6 +39,35 @@ func SlotKey(star string, epoch, seq uint64) string {
 	return fmt.Sprintf("stars/%s/chain/%020d/%020d", star, epoch, seq)
 }
 
+// MarkKey is the key of a star's n-th marker object, and MarkConfirmKey
+// that of its confirmation: stars/<star>/auditor/marks/<n:20> and the same
+// with ".ok" (docs/format.md#marker-objects). Auditor-owned: only the
+// auditor writes and reads them, in the standard bucket.
+func MarkKey(star string, n uint64) string { return MarkPrefix(star) + fmt.Sprintf("%020d", n) }
+
+// MarkConfirmKey is the key that confirms marker n of star (see MarkKey).
+func MarkConfirmKey(star string, n uint64) string { return MarkKey(star, n) + markConfirmSuffix }
+
+const markConfirmSuffix = ".ok"
+
+// MarkPrefix is the prefix of every marker key of star.
+func MarkPrefix(star string) string { return "stars/" + star + "/auditor/marks/" }
+
+// ParseMarkKey parses a marker or confirmation key of star (no store
+// prefix): its number and whether it is a confirmation.
+func ParseMarkKey(star, key string) (n uint64, confirm bool, err error) {
+	rest, ok := strings.CutPrefix(key, MarkPrefix(star))
+	if !ok {
+		return 0, false, fmt.Errorf("marker key %q: not under %s", key, MarkPrefix(star))
+	}
+	rest, confirm = strings.CutSuffix(rest, markConfirmSuffix)
+	n, ok = parsePadded(rest)
+	if !ok || n == 0 {
+		return 0, false, fmt.Errorf("marker key %q: number %q is not 20 digits in [1, 2^63-1]", key, rest)
+	}
+	return n, confirm, nil
+}
+
 // SettledKey is the key of a settled object:
 // buckets/<bucket>/streams/<stream-hex>/<stream-epoch:20>/<first-record:20>~<revision>.
 // It only formats; see ParseSettledKey for the ranges that parse back.

@@ -245,3 +245,27 @@ func TestSearchStreamFrom(t *testing.T) {
 		}
 	}
 }
+
+func TestMarkKeysRoundTrip(t *testing.T) {
+	for _, n := range []uint64{1, 7, 1 << 62} {
+		for _, confirm := range []bool{false, true} {
+			key := MarkKey("s-1", n)
+			if confirm {
+				key = MarkConfirmKey("s-1", n)
+			}
+			got, c, err := ParseMarkKey("s-1", key)
+			if err != nil || got != n || c != confirm {
+				t.Errorf("ParseMarkKey(%q) = %d, %v, %v; want %d, %v", key, got, c, err, n, confirm)
+			}
+		}
+	}
+	if MarkKey("s1", 3) != "stars/s1/auditor/marks/00000000000000000003" {
+		t.Errorf("MarkKey = %q", MarkKey("s1", 3))
+	}
+	for _, bad := range []string{"stars/s2/auditor/marks/00000000000000000003", "stars/s1/auditor/marks/3",
+		"stars/s1/auditor/marks/00000000000000000000", "stars/s1/auditor/marks/00000000000000000003.tmp"} {
+		if _, _, err := ParseMarkKey("s1", bad); err == nil {
+			t.Errorf("ParseMarkKey(%q) accepted", bad)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -208,6 +209,10 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 		return cycle.Counts{}, err
 	}
 	if !opts.DryRun {
+		if cycle.IsRewoundReason(state.HaltedReason) {
+			return cycle.Counts{}, fmt.Errorf("%w: %w", ErrHalted, &cycle.RewoundError{
+				Detail: strings.TrimPrefix(state.HaltedReason, cycle.ReasonRewound+": ")})
+		}
 		if state.Halted() {
 			return cycle.Counts{}, fmt.Errorf("%w: %s (auditor resume clears it)", ErrHalted, state.HaltedReason)
 		}
@@ -517,12 +522,13 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 	}
 	r.prune(fctx, f, opts, res.outcome)
 	if res.outcome == catalog.RunHalted {
-		herr := db.SetHalted(fctx, f, errText)
+		herr := db.SetHalted(fctx, f, cycle.HaltReason(res.err))
 		m.tx(herr)
 		if herr != nil {
 			log.Error("persisting the halt failed", "err", herr)
 		}
 		m.Halted.Set(1)
+		m.Rewound.Set(b2f(cycle.IsRewoundReason(cycle.HaltReason(res.err))))
 	}
 	elapsed := time.Since(start)
 	m.Cycles.WithLabelValues(opts.Trigger, res.outcome).Inc()

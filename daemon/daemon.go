@@ -421,6 +421,7 @@ func (d *Daemon) admin(t *term, st *adminState) {
 	st.newTriggers = untried || (st.rerun && triggers)
 	d.m.Paused.Set(b2f(state.Paused))
 	d.m.Halted.Set(b2f(state.Halted()))
+	d.m.Rewound.Set(b2f(cycle.IsRewoundReason(state.HaltedReason)))
 }
 
 func containsStream(ids []catalog.StreamID, id catalog.StreamID) bool {
@@ -656,6 +657,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 	}
 	d.m.Paused.Set(b2f(st.Paused))
 	d.m.Halted.Set(b2f(st.Halted()))
+	d.m.Rewound.Set(b2f(cycle.IsRewoundReason(st.HaltedReason)))
 	last, ok, err := d.db.LastRunWithOutcome(ctx, d.cfg.Star, catalog.RunOK)
 	if err != nil {
 		return err

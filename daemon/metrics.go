@@ -24,6 +24,7 @@ type Metrics struct {
 	LeaseAcquisitions prometheus.Counter
 	LeaseLosses       prometheus.Counter
 	Halted            prometheus.Gauge
+	Rewound           prometheus.Gauge
 	Paused            prometheus.Gauge
 	// StartCheckWarnings: serve's start-up checks that warned (scope, check).
 	StartCheckWarnings *prometheus.GaugeVec
@@ -106,6 +107,7 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 		LeaseAcquisitions:  c("lease_acquisitions_total", "Leases this instance acquired."),
 		LeaseLosses:        c("lease_losses_total", "Leases this instance lost without releasing them."),
 		Halted:             g("halted", "1 while the star is halted on a broken invariant (auditor status shows why)."),
+		Rewound:            g("metastore_rewound", "1 while the star is halted because its metastore is behind the object store (restored from backup, or failed over to a replica that lost commits): auditor reconcile --apply lifts it."),
 		Paused:             g("paused", "1 while an operator has paused the star."),
 		StartCheckWarnings: gv("start_check_warning", "1 for each check of serve's start-up checks (auditor doctor's) that warned, by scope (postgres or the bucket) and check.", "scope", "check"),
 
@@ -168,7 +170,7 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}
 	var errs []error
 	for _, col := range []prometheus.Collector{m.BuildInfo, m.Leader, m.LeaseToken, m.LeaseAcquisitions, m.LeaseLosses,
-		m.Halted, m.Paused, m.StartCheckWarnings, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.StepDuration, m.LastSuccess,
+		m.Halted, m.Rewound, m.Paused, m.StartCheckWarnings, m.Cycles, m.CyclesSkipped, m.CycleRetries, m.CycleDuration, m.StepDuration, m.LastSuccess,
 		m.AdminRequests, m.PGTransactions, m.StatusRefreshes, m.StatusRefreshed, m.DueStreams, m.SettleLag,
 		m.OldestTransitAge, m.AgeCap, m.AgeCapBreached, m.UnsettledRecords,
 		m.DeferredStreams, m.DeferredTransitBytes, m.DeferredDeadline, m.Quarantined, m.OpenIntents, m.ReapObjects,

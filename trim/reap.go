@@ -177,6 +177,14 @@ func notIn(all, done []string) []string {
 	return out
 }
 
+// fresh asks the rewind check, when there is one, before deletes.
+func (r *Reap) fresh(ctx context.Context, f catalog.Fence) error {
+	if r.d.Marks == nil {
+		return nil
+	}
+	return r.d.Marks.Fresh(ctx, f)
+}
+
 // reapSlots deletes the due slot ranges from every bucket of the star's
 // class, in DeleteObjects batches enumerated from the epochs' end_seq. A
 // range leaves slot_reaps only once every bucket confirmed every key; a
@@ -228,6 +236,9 @@ func (r *Reap) reapSlots(ctx context.Context, f catalog.Fence, opts cycle.Option
 		}
 		if fo.allDown() {
 			continue
+		}
+		if err := r.fresh(ctx, f); err != nil {
+			return err
 		}
 		r.d.crash(CrashSlotsBeforeDelete)
 		done, next, complete, err := r.deleteRange(ctx, c, rp, fo)
@@ -375,7 +386,7 @@ func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Opti
 		var verdicts map[int64]catalog.KeyVerdict
 		if opts.DryRun {
 			verdicts, err = r.db.PreviewReaps(ctx, f.Star, r.c.ReapGrace, cands)
-		} else {
+		} else if err = r.fresh(ctx, f); err == nil {
 			verdicts, err = r.db.ClassifyReaps(ctx, f, r.c.ReapGrace, cands)
 		}
 		if err != nil {

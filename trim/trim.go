@@ -47,6 +47,16 @@ type Deps struct {
 	Log      *slog.Logger
 	Metrics  *Metrics               // nil: none
 	Crash    func(crashpoint.Point) // the crash points above (nil: none)
+	// Marks is the rewind check the reap asks before it deletes (nil:
+	// none): a metastore restored behind the store halts the star instead
+	// (docs/architecture.md#rewind-detection).
+	Marks Freshener
+}
+
+// Freshener makes sure the metastore is not behind the store before the
+// reap deletes: rewind.Guard.
+type Freshener interface {
+	Fresh(ctx context.Context, f catalog.Fence) error
 }
 
 // Config is the trim and reap policy.

@@ -26,6 +26,10 @@ const (
 	// (credentials, access, transport): nothing was judged corrupt;
 	// doctor's when no bucket could be reached.
 	exitUnreachable = 5
+	// exitRewound is the code of a command that found the metastore behind
+	// the object store (a restore from backup, a failover that lost
+	// commits): the star is halted until auditor reconcile has run.
+	exitRewound = 6
 )
 
 var exitCodes = []struct {
@@ -38,6 +42,7 @@ var exitCodes = []struct {
 	{exitFindings, "verify: findings in the catalog; inspect: a corrupt object (checksum mismatch included); doctor: a check failed; serve: a start check failed, it refused to start"},
 	{exitUnsupported, "inspect: an unsupported format version"},
 	{exitUnreachable, "verify: the store could not be read (credentials, access, transport); nothing was judged; doctor: no bucket could be reached"},
+	{exitRewound, "run: the metastore is behind the object store (restored from backup, or failed over to a replica that lost commits); the star is halted (metastore_rewound) until auditor reconcile --apply"},
 }
 
 // inspectExitCode maps a validation error to the exit code of `auditor

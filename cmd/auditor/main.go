@@ -16,6 +16,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/migrations"
 )
 
@@ -84,7 +85,10 @@ func exitCode(e env, cfg config.Config, err error) int {
 		return exitOK
 	}
 	fmt.Fprintf(e.stderr, "auditor: %s\n", cfg.Scrub(err.Error()))
+	var rewound *cycle.RewoundError
 	switch {
+	case errors.As(err, &rewound):
+		return exitRewound
 	case errors.Is(err, config.ErrConfig),
 		errors.Is(err, catalog.ErrUnreachable),
 		errors.Is(err, catalog.ErrRefused),

@@ -19,12 +19,13 @@ import (
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
 	"github.com/nova/auditor/pendingobj"
+	"github.com/nova/auditor/rewind"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
 )
 
 // buildCycle wires the cycle's steps in the order of docs/architecture.md#the-cycle:
-// recover and settle, retention, erase, trim, reap; and returns the due
+// the rewind check, recover and settle, retention, erase, trim, reap; and returns the due
 // policy they settle by (storePolicy), which the daemon's gauges and
 // status must share. The returned close function releases what the steps
 // hold. For a dry run the server's checksum support is not probed: the
@@ -138,12 +139,21 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
 	}
+	marks, err := rewind.NewMarksCounter(reg)
+	if err != nil {
+		return nil, catalog.DuePolicy{}, nil, err
+	}
+	guard, err := rewind.New(rewind.Deps{DB: db, Store: store, Bucket: top.Standard(), Log: log.With("step", "rewind"), Marks: marks},
+		rewind.Config{Star: cfg.Star, Holder: cfg.Holder, MaxAge: rewind.MaxAgeFor(cfg.ReapGrace)})
+	if err != nil {
+		return nil, catalog.DuePolicy{}, nil, err
+	}
 	tm, err := trim.NewMetrics(reg)
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
 	}
 	td := trim.Deps{DB: db, Topology: top,
-		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func()}
+		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func(), Marks: guard}
 	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize), Concurrency: trim.DefaultConcurrency}
 	retention, err := trim.NewRetention(td, tc)
 	if err != nil {
@@ -157,7 +167,7 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
 	}
-	return []cycle.Step{settler, retention, settler.Eraser(), trimmer, reaper}, policy, settler.Close, nil
+	return []cycle.Step{guard, settler, retention, settler.Eraser(), trimmer, reaper}, policy, settler.Close, nil
 }
 
 // storePolicy is duePolicy for the store the cycles write to: when it

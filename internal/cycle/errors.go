@@ -3,6 +3,7 @@ package cycle
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -36,6 +37,39 @@ func Haltf(format string, args ...any) error {
 func IsHalt(err error) bool {
 	return errors.Is(err, ErrHalt) || errors.Is(err, catalog.ErrInvariant)
 }
+
+// ReasonRewound begins the persisted halt reason of a star whose metastore
+// is behind its object store (a restore from backup, a failover to a
+// replica that lost commits): no cycle runs until `auditor reconcile`
+// (docs/architecture.md#rewind-detection).
+const ReasonRewound = "metastore_rewound"
+
+// RewoundError halts a star whose metastore has forgotten commits the
+// object store remembers. It is a halt (IsHalt), and its text, which
+// begins with ReasonRewound, is the reason the halt persists (HaltReason).
+type RewoundError struct{ Detail string }
+
+func (e *RewoundError) Error() string { return ReasonRewound + ": " + e.Detail }
+
+// Is makes a RewoundError a halt.
+func (e *RewoundError) Is(target error) bool { return target == ErrHalt }
+
+// HaltReason is the reason a halt persists: a named reason's own text (a
+// RewoundError), else the whole error's.
+func HaltReason(err error) string {
+	var rw *RewoundError
+	if errors.As(err, &rw) {
+		return rw.Error()
+	}
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// IsRewoundReason reports whether a persisted halt reason is a metastore
+// behind the store's (HaltReason of a RewoundError).
+func IsRewoundReason(reason string) bool { return strings.HasPrefix(reason, ReasonRewound+":") }
 
 // IsLeaseLost reports whether err says the lease was lost: stop at once.
 func IsLeaseLost(err error) bool {

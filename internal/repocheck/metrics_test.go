@@ -15,6 +15,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/fleet"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/rewind"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
 )
@@ -39,6 +40,7 @@ var metricPackages = map[string]func(process, star prometheus.Registerer) error{
 	"objstore": func(_, reg prometheus.Registerer) error { _, err := objstore.NewMetrics(reg); return err },
 	"settle":   func(_, reg prometheus.Registerer) error { _, err := settle.NewMetrics(reg); return err },
 	"trim":     func(_, reg prometheus.Registerer) error { _, err := trim.NewMetrics(reg); return err },
+	"rewind":   func(_, reg prometheus.Registerer) error { _, err := rewind.NewMarksCounter(reg); return err },
 }
 
 // registeredMetrics builds every package's metrics into one registry and
