@@ -54,3 +54,34 @@ func EraseRecords(key string, e Entry, data []byte, dead func(record uint64) boo
 func IsTombstone(stored []byte) bool {
 	return len(stored) == recFlagsLen && stored[recFlagsOff] == TombstoneByte
 }
+
+// TruncateRecords keeps the first n records of one chunk: the cut of a
+// settled object at a stream's next_record, when a metastore restored from
+// backup knows fewer records than the object holds (auditor reconcile).
+// data must be the chunk's bytes, whose CRC-32C must be e.DataCRC
+// (ErrChecksum otherwise). The kept chunk must end a batch, as every chunk
+// does; n must be in [1, e.Count()]. It returns the new entry (DataOffset
+// unchanged) and its bytes.
+func TruncateRecords(key string, e Entry, data []byte, n int) (Entry, []byte, error) {
+	if uint64(len(data)) != e.ChunkBytes() {
+		return e, nil, corruptf(key, e.DataOffset, "chunk.data", "%d bytes, the entry's lengths sum to %d", len(data), e.ChunkBytes())
+	}
+	if got := crc32c.Checksum(data); got != e.DataCRC {
+		return e, nil, checksumErr(key, e.DataOffset, "chunk.data_crc", e.DataCRC, got)
+	}
+	if n < 1 || n > e.Count() {
+		return e, nil, invalidf("keep %d of the %d records of chunk [%d, %d)", n, e.Count(), e.FirstRecord, e.EndRecord())
+	}
+	out := Entry{Stream: e.Stream, FirstRecord: e.FirstRecord, DataOffset: e.DataOffset,
+		Lengths: slices.Clone(e.Lengths[:n]), Timestamps: slices.Clone(e.Timestamps[:n]),
+		BatchEnd: slices.Clone(e.BatchEnd[:batchEndLen(n)])}
+	if n%8 != 0 {
+		out.BatchEnd[len(out.BatchEnd)-1] &= byte(1)<<(n%8) - 1
+	}
+	if err := out.validate(); err != nil {
+		return e, nil, err
+	}
+	kept := data[:out.ChunkBytes()]
+	out.DataCRC = crc32c.Checksum(kept)
+	return out, kept, nil
+}

@@ -44,3 +44,35 @@ func TestEraseRecords(t *testing.T) {
 		t.Fatalf("short chunk: %v", err)
 	}
 }
+
+func TestTruncateRecords(t *testing.T) {
+	b := NewChunkBuilder(StreamID{1}, 10)
+	for i := 0; i < 11; i++ { // batches end at 12 and at 20
+		if err := b.Add(Record{Body: []byte{'a' + byte(i), 'x'}}, int64(100+i), i == 2 || i == 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := b.Chunk()
+	e, data, err := TruncateRecords("k", c.Entry, c.Data, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Count() != 3 || e.EndRecord() != 13 || e.DataCRC != crc32c.Checksum(data) || uint64(len(data)) != e.ChunkBytes() ||
+		string(data) != string(c.Data[:len(data)]) || len(e.BatchEnd) != 1 || e.BatchEnd[0] != 1<<2 || e.Timestamps[2] != 102 {
+		t.Fatalf("kept %d records, end %d, batch end %08b, bytes %q", e.Count(), e.EndRecord(), e.BatchEnd, data)
+	}
+	if e, _, err := TruncateRecords("k", c.Entry, c.Data, 11); err != nil || e.DataCRC != c.Entry.DataCRC {
+		t.Fatalf("keeping every record: %v, CRC %08x want %08x", err, e.DataCRC, c.Entry.DataCRC)
+	}
+	// A cut that would not end a batch, out of range, or over bad bytes.
+	for _, n := range []int{2, 5, 0, 12} {
+		if _, _, err := TruncateRecords("k", c.Entry, c.Data, n); err == nil {
+			t.Errorf("keeping %d records was accepted", n)
+		}
+	}
+	bad := append([]byte(nil), c.Data...)
+	bad[0] ^= 1
+	if _, _, err := TruncateRecords("k", c.Entry, bad, 3); !errors.Is(err, ErrChecksum) {
+		t.Errorf("bad bytes: %v, want ErrChecksum", err)
+	}
+}

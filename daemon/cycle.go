@@ -230,6 +230,35 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 	return res.counts, res.err
 }
 
+// WithLease runs fn under the star's lease, as RunOnce runs a cycle: it
+// takes the lease (a *catalog.LeaseHeldError when another auditor holds
+// it), renews it while fn runs (fn's context ends when it is lost) and
+// releases it after. For the commands that change a star outside a cycle
+// (auditor reconcile): fn's writes are fenced by the fence it is given.
+func WithLease(ctx context.Context, cfg Config, deps Deps, fn func(ctx context.Context, f catalog.Fence) error) error {
+	if err := cfg.validate(false); err != nil {
+		return err
+	}
+	if err := deps.defaults(cfg.Version); err != nil {
+		return err
+	}
+	r := newRunner(cfg, deps)
+	lease, sent, err := r.acquire(ctx)
+	deps.Metrics.tx(err)
+	if err != nil {
+		return err
+	}
+	t := r.hold(ctx, heldLease{Lease: lease, sent: sent})
+	defer r.release(t)
+	fctx, stop := afterShutdown(ctx, t.ctx, cfg.ShutdownTimeout)
+	defer stop()
+	err = fn(fctx, t.lease.Fence)
+	if errors.Is(err, catalog.ErrStaleToken) {
+		t.lose(err)
+	}
+	return err
+}
+
 // dryRun runs the steps once in plan mode, outside the lease and the
 // ledger. Its fence has token 0, which no lease ever has, so a write a step
 // attempted by mistake would fail as stale rather than land.
@@ -547,7 +576,11 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 	case catalog.RunOK:
 		log.Info("cycle", attrs...)
 	case catalog.RunHalted:
-		log.Error("cycle halted: an invariant is broken; no more cycles until auditor resume", append(attrs, "err", res.err)...)
+		msg := "cycle halted: an invariant is broken; no more cycles until auditor resume"
+		if cycle.IsRewoundReason(cycle.HaltReason(res.err)) {
+			msg = "cycle halted: the metastore is behind the object store; no more cycles until auditor reconcile --apply"
+		}
+		log.Error(msg, append(attrs, "err", res.err)...)
 	default:
 		log.Warn("cycle", append(attrs, "err", res.err)...)
 	}

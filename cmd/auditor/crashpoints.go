@@ -5,6 +5,7 @@ import (
 
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/crashpoint"
+	"github.com/nova/auditor/reconcile"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/trim"
 )
@@ -13,5 +14,5 @@ import (
 // own (declared beside the code that places them), then the daemon's. It is
 // what NOVA_AUDITOR_CRASHPOINT accepts and `auditor crashpoints` prints.
 func crashPoints() []crashpoint.Point {
-	return slices.Concat(settle.CrashPoints(), trim.CrashPoints(), daemon.CrashPoints())
+	return slices.Concat(settle.CrashPoints(), trim.CrashPoints(), daemon.CrashPoints(), reconcile.CrashPoints())
 }

@@ -65,14 +65,34 @@ func envCrash() (*crashpoint.Set, error) {
 // buildCycleWith is buildCycle with what the process's stars share given:
 // a fleet member builds it once for all the stars it leads.
 func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool, sh shared) ([]cycle.Step, catalog.DuePolicy, func(), error) {
-	crash := sh.crash
-	store, err := openStore(ctx, cfg)
+	p, err := buildParts(ctx, cfg, db, log, reg, dryRun, sh)
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
 	}
+	return p.steps, p.policy, p.settler.Close, nil
+}
+
+// parts are the cycle's steps and what they are built on: the (instrumented)
+// store, its topology and the settler, which auditor reconcile uses
+// outside a cycle.
+type parts struct {
+	steps   []cycle.Step
+	policy  catalog.DuePolicy
+	store   objstore.Store
+	top     *objstore.Topology
+	settler *settle.Settler
+}
+
+// buildParts builds the cycle's parts (buildCycleWith).
+func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool, sh shared) (parts, error) {
+	crash := sh.crash
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return parts{}, err
+	}
 	if !dryRun {
 		if store, err = probeChecksums(ctx, cfg, store, log); err != nil {
-			return nil, catalog.DuePolicy{}, nil, err
+			return parts{}, err
 		}
 	}
 	policy := storePolicy(cfg, store, log)
@@ -89,7 +109,7 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 	}
 	sm, err := objstore.NewMetrics(reg)
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	_, isS3 := store.(*s3store.Store)
 	var zones []string
@@ -100,17 +120,17 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 	store = objstore.Instrument(store, sm)
 	pending, err := openPending(cfg)
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	// One storage topology, with one record of zone health shared by slot
 	// reads, copy sources and deletes for as long as the process runs.
 	top, err := wire.Topology(cfg, store, objstore.NewHealth(objstore.HoldOffMin, objstore.HoldOffMax))
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	sem, err := settle.NewMetrics(reg)
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	settler, err := settle.New(settle.Deps{
 		DB: db, Topology: top, Pending: pending,
@@ -137,37 +157,38 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 		MaxPendingErasures: settle.DefaultMaxPendingErasures,
 	})
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	marks, err := rewind.NewMarksCounter(reg)
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	guard, err := rewind.New(rewind.Deps{DB: db, Store: store, Bucket: top.Standard(), Log: log.With("step", "rewind"), Marks: marks},
 		rewind.Config{Star: cfg.Star, Holder: cfg.Holder, MaxAge: rewind.MaxAgeFor(cfg.ReapGrace)})
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	tm, err := trim.NewMetrics(reg)
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	td := trim.Deps{DB: db, Topology: top,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func(), Marks: guard}
 	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize), Concurrency: trim.DefaultConcurrency}
 	retention, err := trim.NewRetention(td, tc)
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	trimmer, err := trim.NewTrim(td, tc)
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
 	reaper, err := trim.NewReap(td, tc)
 	if err != nil {
-		return nil, catalog.DuePolicy{}, nil, err
+		return parts{}, err
 	}
-	return []cycle.Step{guard, settler, retention, settler.Eraser(), trimmer, reaper}, policy, settler.Close, nil
+	return parts{steps: []cycle.Step{guard, settler, retention, settler.Eraser(), trimmer, reaper}, policy: policy,
+		store: store, top: top, settler: settler}, nil
 }
 
 // storePolicy is duePolicy for the store the cycles write to: when it

@@ -1,0 +1,417 @@
+// Package reconcile rebuilds a star's metastore view from its object store
+// after the metastore went back in time (docs/architecture.md#reconcile):
+// `auditor reconcile`. The store is the last word: every settled object is
+// self-describing (its key, trailer and footer say what it holds), so each
+// stream's catalog is chosen again from what its settled prefix holds, the
+// refs those objects cover are released, what the chain supersedes is
+// armed for the reap, every key base's high-water revision is raised above
+// every key found, and the star's mark past every marker.
+//
+// It lists (a recovery tool may; the auditor's cycles never do) and reads
+// footers through the bundle reader; it writes through the catalog, fenced
+// by the lease its caller holds, one transaction per stream, so a stream is
+// reconciled whole or not at all and a rerun continues. It does not own the
+// rewind check (package rewind) nor the cut's publish (settle.PublishCut).
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/settle"
+)
+
+// Crash points of reconcile --apply (the cut's are settle's: settle.CrashCut*).
+const (
+	CrashAfterRaise  crashpoint.Point = "reconcile.after-raise"  // a stream's high-water revisions are raised
+	CrashAfterStream crashpoint.Point = "reconcile.after-stream" // a stream's commit is done
+	CrashAfterMark   crashpoint.Point = "reconcile.after-mark"   // the star's mark is raised, the halt not yet lifted
+)
+
+// CrashPoints lists reconcile's crash points, the cut's included, in order.
+func CrashPoints() []crashpoint.Point {
+	return []crashpoint.Point{CrashAfterRaise, settle.CrashCutAfterIntent, settle.CrashCutAfterComplete, CrashAfterStream, CrashAfterMark}
+}
+
+// Catalog is what reconcile reads and writes in the metastore.
+type Catalog interface {
+	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
+	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+	ReadReconcileView(ctx context.Context, id catalog.StreamID, keyLow, keyHigh string) (catalog.ReconcileView, error)
+	RaiseHighRevisions(ctx context.Context, f catalog.Fence, id catalog.StreamID, epoch int64, firsts []int64, revs []int32) (int64, error)
+	CommitReconcile(ctx context.Context, f catalog.Fence, c catalog.ReconcileCommit) error
+	ReadMark(ctx context.Context, star string) (catalog.Mark, error)
+	RaiseMark(ctx context.Context, f catalog.Fence, n int64) error
+	ClearRewoundHalt(ctx context.Context, f catalog.Fence, prefix string) (bool, error)
+}
+
+// Cutter publishes the cut of an object at a stream's next_record
+// (settle.Settler).
+type Cutter interface {
+	PublishCut(ctx context.Context, f catalog.Fence, st catalog.Stream, key string, entries []bundlefmt.Entry, end uint64) (settle.Cut, error)
+}
+
+// Lister lists keys under a prefix (objstore.Store has it).
+type Lister interface {
+	List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error
+	Head(ctx context.Context, bucket, key string) (objstore.Attrs, error)
+}
+
+// Deps are what reconcile works with.
+type Deps struct {
+	DB     Catalog
+	Reader *bundle.Reader // footers and chunks, through the topology
+	Store  Lister         // listings and slot HEADs (the topology's store)
+	Cutter Cutter         // nil: a stream that needs a cut is reported, not applied
+	Log    *slog.Logger
+	Crash  func(crashpoint.Point) // nil: none
+	// Progress, when set, is told of each stream as it is done.
+	Progress func(done, total int, s StreamReport)
+}
+
+// Config is one reconcile.
+type Config struct {
+	Star      string
+	Apply     bool               // false: a dry run, nothing written
+	Streams   []catalog.StreamID // only these (none: every stream of the star)
+	ReapGrace time.Duration      // what the chain supersedes is reaped after it
+}
+
+// ErrIncomplete is a stream that could not be read whole (a listing or a
+// read that failed): nothing of it was applied.
+var ErrIncomplete = errors.New("the store could not be read whole")
+
+// Run reconciles the star's streams, applied under f when c.Apply. It
+// stops at the first stream it cannot read whole or commit: the streams
+// before it are done (each in its own transaction), and a rerun goes on.
+// The mark is raised and the rewind halt lifted only once every stream is.
+func Run(ctx context.Context, d Deps, c Config, f catalog.Fence) (rep Report, err error) {
+	start := time.Now()
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	crash := func(p crashpoint.Point) {
+		if d.Crash != nil {
+			d.Crash(p)
+		}
+	}
+	rep = Report{Star: c.Star, Apply: c.Apply}
+	defer func() { rep.Seconds = time.Since(start).Seconds() }()
+	streams, err := streamsOf(ctx, d.DB, c)
+	if err != nil {
+		return rep, err
+	}
+	for i, st := range streams {
+		sr, err := reconcileStream(ctx, d, c, f, st, crash)
+		rep.add(sr)
+		if err != nil {
+			return rep, fmt.Errorf("stream %s: %w", st.ID, err)
+		}
+		if d.Progress != nil {
+			d.Progress(i+1, len(streams), sr)
+		}
+	}
+	marks, err := maxMarker(ctx, d, c.Star)
+	if err != nil {
+		return rep, err
+	}
+	m, err := d.DB.ReadMark(ctx, c.Star)
+	if err != nil {
+		return rep, err
+	}
+	rep.MarkersFound, rep.Mark = marks, max(m.N, marks)
+	if marks > m.N {
+		rep.Changes++
+	}
+	if !c.Apply {
+		return rep, nil
+	}
+	if marks > m.N {
+		if err := d.DB.RaiseMark(ctx, f, marks); err != nil {
+			return rep, err
+		}
+	}
+	crash(CrashAfterMark)
+	lifted, err := d.DB.ClearRewoundHalt(ctx, f, cycle.ReasonRewound)
+	if err != nil {
+		return rep, err
+	}
+	if lifted {
+		rep.HaltLifted = true
+		rep.Changes++
+	}
+	return rep, nil
+}
+
+func streamsOf(ctx context.Context, db Catalog, c Config) ([]catalog.Stream, error) {
+	if len(c.Streams) == 0 {
+		return db.StreamsOfStar(ctx, c.Star)
+	}
+	var out []catalog.Stream
+	for _, id := range c.Streams {
+		st, err := db.GetStream(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if st.Star != c.Star {
+			return nil, fmt.Errorf("stream %s is of star %q, not %q: %w", id, st.Star, c.Star, catalog.ErrNotFound)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// maxMarker is the highest marker number the star's marker prefix holds
+// (0: none), by a listing.
+func maxMarker(ctx context.Context, d Deps, star string) (int64, error) {
+	bucket := d.Reader.Topology().Standard()
+	var high int64
+	err := d.Store.List(ctx, bucket, bundlefmt.MarkPrefix(star), func(key string, _ int64) error {
+		if n, _, err := bundlefmt.ParseMarkKey(star, key); err == nil {
+			high = max(high, int64(n))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: list the markers of star %q: %w", ErrIncomplete, star, err)
+	}
+	return high, nil
+}
+
+// keyRange bounds every settled key of the stream's epoch: [low, high).
+func keyRange(st catalog.Stream) (string, string) {
+	zero := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 0, 0)
+	prefix := zero[:strings.LastIndexByte(zero, '/')+1]
+	return prefix, prefix[:len(prefix)-1] + "0" // '/' + 1 is '0'
+}
+
+// reconcileStream reads the stream from the metastore and the store,
+// plans its chain and, when applying, carries it out.
+func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st catalog.Stream, crash func(crashpoint.Point)) (StreamReport, error) {
+	sr := StreamReport{Stream: st.ID.String(), SettledBefore: st.SettledThrough, NextRecord: st.NextRecord}
+	low, high := keyRange(st)
+	v, err := d.DB.ReadReconcileView(ctx, st.ID, low, high)
+	if err != nil {
+		return sr, err
+	}
+	st = v.Stream
+	sr.SettledBefore, sr.NextRecord = st.SettledThrough, st.NextRecord
+	objs, present, err := listObjects(ctx, d, st, v, low, &sr)
+	if err != nil {
+		return sr, err
+	}
+	// Choose the chain; an object chosen and not yet cataloged has its
+	// bytes read first, and one that fails is set aside and the chain
+	// chosen again.
+	cataloged := map[string]bool{}
+	for _, e := range v.Entries {
+		cataloged[entryKeyOf(st, e)] = true
+	}
+	var ch chain
+	for {
+		ch = plan(st, v.Entries, objs, present)
+		again := false
+		for _, l := range ch.links {
+			if l.obj == nil || l.obj.verified || cataloged[l.obj.key] && !l.cut {
+				continue
+			}
+			n, err := verifyObject(ctx, d, l.obj)
+			sr.BytesRead += n
+			sr.ObjectsRead++
+			var q *cycle.QuarantineError
+			if errors.As(err, &q) {
+				l.obj.bad = true
+				sr.Unsound = append(sr.Unsound, Problem{Key: l.obj.key, Error: err.Error()})
+				again = true
+				break
+			}
+			if err != nil {
+				return sr, fmt.Errorf("%w: %w", ErrIncomplete, err)
+			}
+			l.obj.verified = true
+		}
+		if !again {
+			break
+		}
+	}
+	ops := diff(st, v, ch, objs)
+	sr.fill(st, ch, ops)
+	if err := checkRefs(ctx, d, st, v.Refs, ch.end, &sr); err != nil {
+		return sr, err
+	}
+	if !c.Apply || sr.Changes == 0 {
+		return sr, nil
+	}
+	if len(ops.raiseFirst) > 0 {
+		if _, err := d.DB.RaiseHighRevisions(ctx, f, st.ID, st.Epoch, ops.raiseFirst, ops.raiseRev); err != nil {
+			return sr, err
+		}
+	}
+	crash(CrashAfterRaise)
+	commit := catalog.ReconcileCommit{Stream: st.ID, ExpectSettled: v.Stream.SettledThrough, ExpectNext: v.Stream.NextRecord,
+		Remove: ops.remove, Add: ops.add, Settled: int64(ch.end), Close: ops.close, Reap: ops.reap, ReapGrace: c.ReapGrace}
+	if ops.cut != nil {
+		if d.Cutter == nil {
+			return sr, fmt.Errorf("the object %s must be cut at record %d, and this reconcile cannot publish", ops.cut.key, st.NextRecord)
+		}
+		cut, err := d.Cutter.PublishCut(ctx, f, st, ops.cut.key, ops.cut.entries, uint64(st.NextRecord))
+		if err != nil {
+			return sr, err
+		}
+		commit.Add = append(commit.Add, cut.Entry)
+		commit.Close = append(commit.Close, cut.IntentID)
+		sr.Cut.Published = cut.Key
+	}
+	if err := d.DB.CommitReconcile(ctx, f, commit); err != nil {
+		return sr, err
+	}
+	crash(CrashAfterStream)
+	d.Log.Info("stream reconciled", "stream", st.ID, "settled_before", sr.SettledBefore, "settled_after", sr.SettledAfter,
+		"entries_added", sr.EntriesAdded, "entries_removed", sr.EntriesRemoved, "reaps_armed", sr.ReapsArmed, "lost", len(sr.Lost))
+	return sr, nil
+}
+
+// listObjects lists the stream's settled prefix and reads each object's
+// footer: the objects by key base, and every key present.
+func listObjects(ctx context.Context, d Deps, st catalog.Stream, v catalog.ReconcileView, prefix string, sr *StreamReport) (map[uint64][]*object, map[string]bool, error) {
+	bucket := d.Reader.Topology().Standard()
+	var keys []string
+	err := d.Store.List(ctx, bucket, prefix, func(key string, _ int64) error {
+		keys = append(keys, key)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: list %s: %w", ErrIncomplete, prefix, err)
+	}
+	sr.ObjectsListed = len(keys)
+	intents := map[string]string{} // key -> kind (publish wins)
+	for _, in := range v.Intents {
+		if intents[in.ObjectKey] != "publish" {
+			intents[in.ObjectKey] = in.Kind
+		}
+	}
+	cataloged := map[string]bool{}
+	for _, e := range v.Entries {
+		cataloged[entryKeyOf(st, e)] = true
+	}
+	byBase := map[uint64][]*object{}
+	present := map[string]bool{}
+	for _, key := range keys {
+		present[key] = true
+		kp, err := bundlefmt.ParseSettledKey(key)
+		if err != nil || kp.Stream != st.ID || kp.StreamEpoch != uint64(st.Epoch) || kp.Bucket != st.Bucket {
+			sr.Foreign = append(sr.Foreign, key)
+			continue
+		}
+		f, err := d.Reader.StandingFooter(ctx, key)
+		var q *cycle.QuarantineError
+		if errors.As(err, &q) {
+			sr.Unsound = append(sr.Unsound, Problem{Key: key, Error: err.Error()})
+			continue
+		}
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue // gone since the listing (a reap of an earlier run's, or a late delete)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrIncomplete, err)
+		}
+		entries, err := f.Entries()
+		if err == nil {
+			err = contiguous(key, st.ID, kp.FirstRecord, entries)
+		}
+		if err != nil {
+			sr.Unsound = append(sr.Unsound, Problem{Key: key, Error: err.Error()})
+			continue
+		}
+		h, known := v.High[int64(kp.FirstRecord)]
+		o := &object{key: key, first: kp.FirstRecord, revision: kp.Revision, end: entries[len(entries)-1].EndRecord(),
+			entries: entries, size: f.ObjectSize(), footOff: f.FooterOffset(), footLen: f.FooterLength(),
+			reaping: intents[key] == "reap"}
+		o.eligible = cataloged[key] || intents[key] == "publish" || !known || int32(kp.Revision) > h
+		byBase[kp.FirstRecord] = append(byBase[kp.FirstRecord], o)
+	}
+	sortObjects(byBase)
+	return byBase, present, nil
+}
+
+// contiguous checks that a settled object's chunks are the stream's,
+// contiguous from its key's first record.
+func contiguous(key string, id catalog.StreamID, first uint64, entries []bundlefmt.Entry) error {
+	if len(entries) == 0 {
+		return fmt.Errorf("%s holds no chunk", key)
+	}
+	next := first
+	for _, e := range entries {
+		if e.Stream != id {
+			return fmt.Errorf("%s holds a chunk of stream %s", key, e.Stream)
+		}
+		if e.FirstRecord != next {
+			return fmt.Errorf("%s: a chunk starts at record %d, want %d", key, e.FirstRecord, next)
+		}
+		next = e.EndRecord()
+	}
+	return nil
+}
+
+// verifyObject reads every chunk of o, each checked against its DataCRC
+// (one chunk in memory at a time). A mismatch is a *cycle.QuarantineError.
+func verifyObject(ctx context.Context, d Deps, o *object) (int64, error) {
+	var n int64
+	for _, e := range o.entries {
+		data, err := d.Reader.Chunk(ctx, bundle.Settled(o.key), e)
+		n += int64(len(data))
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// checkRefs reports the refs the chain leaves whose slots are gone: their
+// records are held by nothing (the catalog stops before them).
+func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, end uint64, sr *StreamReport) error {
+	top := d.Reader.Topology()
+	seen := map[string]bool{}
+	for _, r := range refs {
+		if uint64(r.EndRecord()) <= end {
+			continue
+		}
+		buckets, err := top.Buckets(r.Class)
+		if err != nil {
+			return err
+		}
+		for _, s := range r.Slots {
+			key := bundlefmt.SlotKey(r.Star, uint64(s.Epoch), uint64(s.Seq))
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			found := false
+			for _, b := range buckets {
+				_, err := d.Store.Head(ctx, b, key)
+				if err == nil {
+					found = true
+					break
+				}
+				if !errors.Is(err, objstore.ErrNotFound) {
+					return fmt.Errorf("%w: head %s in %s: %w", ErrIncomplete, key, b, err)
+				}
+			}
+			if !found {
+				sr.Lost = append(sr.Lost, Range{From: max(r.FirstRecord, int64(end)), To: r.EndRecord(),
+					Why: "its span ref names slot " + key + ", which the store no longer holds, and no settled object holds them"})
+			}
+		}
+	}
+	return nil
+}
