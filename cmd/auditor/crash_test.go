@@ -173,21 +173,10 @@ type crashEnv struct {
 // newCrashEnv is a fresh database with a star of streams, a store, and the
 // flags that point the auditor binary at both.
 func newCrashEnv(t *testing.T, bin string, open crashStore) *crashEnv {
-	ctx := context.Background()
 	db, url := testenv.MigratedDB(t)
 	root := t.TempDir()
 	fs, flags, procEnv, flightBytes, capMiB := open(t, root)
-	// The lease's ttl stands only for a process stalled past it: a killed
-	// process's lease is expired by run (expireDeadLease), and a cycle that
-	// ends releases its own. 3 s was once outlived by a cycle starved of
-	// CPU while the test packages ran in parallel (renewals stalled, the
-	// lease lost in the middle of an erase): a flake, not a crash.
-	e := &crashEnv{t: t, ctx: ctx, bin: bin, url: url, root: root, db: db, fs: fs, seen: map[string]uint32{}, stars: []string{"s1"},
-		bucket: flags[len(flags)-1], env: procEnv, flightBytes: flightBytes,
-		common: append([]string{"--star", "s1", "--database-url", url,
-			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1h", "--reap-batch-size", "1",
-			"--lease-ttl", "10s", "--lease-renew", "100ms", "--holder", "crash-test", "--denorm-output-cap-mib", capMiB,
-			"--denorm-chunk-target-kib", "64", "--log-format", "json", "--log-level", "warn"}, flags...)}
+	e := crashEnvOn(t, bin, db, url, root, fs, flags, procEnv, flightBytes, capMiB)
 	streams := 6
 	if flightBytes > 1<<20 {
 		// Big chunks: parts copied server side. The two hottest streams'
@@ -195,10 +184,29 @@ func newCrashEnv(t *testing.T, bin string, open crashStore) *crashEnv {
 		// object a round, which settles in a batch (settle/batch.go).
 		streams = 3
 	}
-	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: streams, FenceWindow: 2, Content: sim.DefaultContent(5)}); err != nil {
+	if _, err := sim.Setup(e.ctx, db, sim.SetupOptions{Star: "s1", Streams: streams, FenceWindow: 2, Content: sim.DefaultContent(5)}); err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// crashEnvOn is a crash env over an existing metastore (migrated, with
+// star s1) and store, as a crashStore opens it: flags end with the
+// standard bucket's --bucket (teststore.Backend.Flags with no express
+// set). Data directories go under root. It sets up nothing.
+func crashEnvOn(t *testing.T, bin string, db *catalog.DB, url, root string, fs objstore.Store, flags, procEnv []string, flightBytes int64, capMiB string) *crashEnv {
+	ctx := context.Background()
+	// The lease's ttl stands only for a process stalled past it: a killed
+	// process's lease is expired by run (expireDeadLease), and a cycle that
+	// ends releases its own. 3 s was once outlived by a cycle starved of
+	// CPU while the test packages ran in parallel (renewals stalled, the
+	// lease lost in the middle of an erase): a flake, not a crash.
+	return &crashEnv{t: t, ctx: ctx, bin: bin, url: url, root: root, db: db, fs: fs, seen: map[string]uint32{}, stars: []string{"s1"},
+		bucket: flags[len(flags)-1], env: procEnv, flightBytes: flightBytes,
+		common: append([]string{"--star", "s1", "--database-url", url,
+			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1h", "--reap-batch-size", "1",
+			"--lease-ttl", "10s", "--lease-renew", "100ms", "--holder", "crash-test", "--denorm-output-cap-mib", capMiB,
+			"--denorm-chunk-target-kib", "64", "--log-format", "json", "--log-level", "warn"}, flags...)}
 }
 
 // crashRun runs three rounds of traffic, each with its first cycle armed at

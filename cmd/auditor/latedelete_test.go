@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
+	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/sim"
@@ -37,6 +39,23 @@ func TestPausedLeaderLateDelete(t *testing.T) {
 			pausedLeaderLateDelete(t, newCrashEnv(t, bin, c.open))
 		})
 	}
+}
+
+// pausedLeaderLateDeleteOn runs the scenario of TestPausedLeaderLateDelete
+// against an existing metastore and store rather than fresh ones: the
+// database at url (migrated; star s1 set up by novasim, with streams; no
+// stream quarantined; the star neither paused nor halted; no slot in the
+// store at an epoch past the star's, since the scenario's writer fences
+// one epoch up and must not meet a 412 there) and the store of b (no
+// express set), with
+// flights of flightBytes and the auditor's --denorm-output-cap-mib capMiB
+// (the crash env's sizes: fileCrashStore's 256 KiB and "1", or
+// s3CrashStore's 8 MiB and "16"). It writes, settles, condemns a key,
+// pauses a leader before its delete and releases a stream there; every
+// cataloged key must still exist and novasim check must pass at the end.
+func pausedLeaderLateDeleteOn(t *testing.T, db *catalog.DB, url string, b teststore.Backend, flightBytes int64, capMiB string) {
+	t.Helper()
+	pausedLeaderLateDelete(t, crashEnvOn(t, auditorBinary(t), db, url, t.TempDir(), b.Store, b.Flags(), b.Env(), flightBytes, capMiB))
 }
 
 func pausedLeaderLateDelete(t *testing.T, e *crashEnv) {
