@@ -18,6 +18,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
@@ -69,11 +70,9 @@ import (
 // differ).
 
 const (
-	// exitRewound is the exit code of a cycle that found its metastore
-	// behind the store and halted the star.
-	exitRewound = 6
-	// drillHaltReason starts auditor_state.halted_reason of that halt.
-	drillHaltReason = "metastore_rewound"
+	// drillHaltReason starts auditor_state.halted_reason of the halt of a
+	// cycle that found its metastore behind the store (exit exitRewound).
+	drillHaltReason = cycle.ReasonRewound
 	// reconcileChangesField is the top-level integer of `auditor
 	// reconcile --json` that counts the changes made (--apply) or that
 	// would be made (a dry run).
