@@ -83,26 +83,49 @@ func (db *DB) ReadReconcileView(ctx context.Context, id StreamID, keyLow, keyHig
 	return v, err
 }
 
-// RaiseHighRevisions raises, fenced, the high-water revision of each key
-// base (first records of the stream's epoch) to at least the revision
-// given, never lowering one. It returns how many rows it raised or made.
-func (db *DB) RaiseHighRevisions(ctx context.Context, f Fence, id StreamID, epoch int64, firsts []int64, revs []int32) (int64, error) {
-	var n int64
-	if len(firsts) == 0 {
-		return 0, nil
-	}
+// ClaimForReconcile prepares, fenced and in one transaction, the objects
+// `auditor reconcile` is about to catalog (or cut) in one stream: a
+// publish intent is opened on each of the keys that has none (the
+// reconcile's adoption of standing objects the metastore does not know;
+// its commit closes them), and the high-water revision of each key base
+// found (first records of the stream's epoch) is raised to at least the
+// revision given, never lowered. The intents come first so that a rerun
+// after a crash still tells the claimed keys (an open intent names them)
+// from keys given up below the raised high-water. It returns the intents
+// of the claimed keys, by key.
+func (db *DB) ClaimForReconcile(ctx context.Context, f Fence, id StreamID, epoch int64, keys []string,
+	firsts []int64, revs []int32) (map[string]int64, error) {
+	out := make(map[string]int64, len(keys))
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
+		clear(out)
+		if len(keys) > 0 {
+			if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class)
+				SELECT $1, 'publish', k, 'standard' FROM unnest($2::text[]) AS k ORDER BY k
+				ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING`, f.Star, keys); err != nil {
+				return fmt.Errorf("claim %d keys of %s: %w", len(keys), id, err)
+			}
+			rows, err := tx.Query(ctx, `SELECT object_key, id FROM nova.orphan_intents WHERE kind = 'publish' AND object_key = ANY($1)`, keys)
+			if err != nil {
+				return fmt.Errorf("read the claims of %s: %w", id, err)
+			}
+			var key string
+			var in int64
+			if _, err := pgx.ForEachRow(rows, []any{&key, &in}, func() error { out[key] = in; return nil }); err != nil {
+				return fmt.Errorf("read the claims of %s: %w", id, err)
+			}
+		}
+		if len(firsts) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
 			SELECT $1, $2, first, max(rev) FROM unnest($3::bigint[], $4::int[]) AS u(first, rev) GROUP BY first ORDER BY first
 			ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = EXCLUDED.high_revision
-			WHERE k.high_revision < EXCLUDED.high_revision`, id, epoch, firsts, revs)
-		if err != nil {
+			WHERE k.high_revision < EXCLUDED.high_revision`, id, epoch, firsts, revs); err != nil {
 			return fmt.Errorf("raise %d high-water revisions of %s: %w", len(firsts), id, err)
 		}
-		n = tag.RowsAffected()
 		return nil
 	})
-	return n, err
+	return out, err
 }
 
 // ReconcileCommit is what `auditor reconcile --apply` changes in one
@@ -121,8 +144,9 @@ type ReconcileCommit struct {
 	// Settled is the new settled_through (refs wholly below it are
 	// deleted, the due marker follows the rest).
 	Settled int64
-	// Close are publish intents on keys Add catalogs: deleted, with any
-	// reap intent on those keys.
+	// Close are the publish intents of the keys Add catalogs and of the
+	// object a cut was made from: deleted, with any reap intent on those
+	// keys.
 	Close []int64
 	// Reap are keys no state references that the stream's chain
 	// supersedes: a reap intent is armed for each (unless one is).

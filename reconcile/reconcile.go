@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ import (
 
 // Crash points of reconcile --apply (the cut's are settle's: settle.CrashCut*).
 const (
-	CrashAfterRaise  crashpoint.Point = "reconcile.after-raise"  // a stream's high-water revisions are raised
+	CrashAfterRaise  crashpoint.Point = "reconcile.after-raise"  // a stream's keys are claimed and its high-water revisions raised
 	CrashAfterStream crashpoint.Point = "reconcile.after-stream" // a stream's commit is done
 	CrashAfterMark   crashpoint.Point = "reconcile.after-mark"   // the star's mark is raised, the halt not yet lifted
 )
@@ -48,7 +49,7 @@ type Catalog interface {
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
 	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
 	ReadReconcileView(ctx context.Context, id catalog.StreamID, keyLow, keyHigh string) (catalog.ReconcileView, error)
-	RaiseHighRevisions(ctx context.Context, f catalog.Fence, id catalog.StreamID, epoch int64, firsts []int64, revs []int32) (int64, error)
+	ClaimForReconcile(ctx context.Context, f catalog.Fence, id catalog.StreamID, epoch int64, keys []string, firsts []int64, revs []int32) (map[string]int64, error)
 	CommitReconcile(ctx context.Context, f catalog.Fence, c catalog.ReconcileCommit) error
 	ReadMark(ctx context.Context, star string) (catalog.Mark, error)
 	RaiseMark(ctx context.Context, f catalog.Fence, n int64) error
@@ -252,14 +253,28 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 	if !c.Apply || sr.Changes == 0 {
 		return sr, nil
 	}
-	if len(ops.raiseFirst) > 0 {
-		if _, err := d.DB.RaiseHighRevisions(ctx, f, st.ID, st.Epoch, ops.raiseFirst, ops.raiseRev); err != nil {
-			return sr, err
+	// Claim what the commit catalogs (and the object a cut is made
+	// from) with publish intents, and raise every base found, in one
+	// transaction: a rerun after a crash tells the claimed keys, named by
+	// their intents, from keys given up below the raised high-water.
+	var claims []string
+	for _, l := range ch.links {
+		if l.obj != nil && (l.cut || !cataloged[l.obj.key]) {
+			claims = append(claims, l.obj.key)
 		}
+	}
+	claimed, err := d.DB.ClaimForReconcile(ctx, f, st.ID, st.Epoch, claims, ops.raiseFirst, ops.raiseRev)
+	if err != nil {
+		return sr, err
 	}
 	crash(CrashAfterRaise)
 	commit := catalog.ReconcileCommit{Stream: st.ID, ExpectSettled: v.Stream.SettledThrough, ExpectNext: v.Stream.NextRecord,
 		Remove: ops.remove, Add: ops.add, Settled: int64(ch.end), Close: ops.close, Reap: ops.reap, ReapGrace: c.ReapGrace}
+	for _, id := range claimed {
+		if !slices.Contains(commit.Close, id) {
+			commit.Close = append(commit.Close, id)
+		}
+	}
 	if ops.cut != nil {
 		if d.Cutter == nil {
 			return sr, fmt.Errorf("the object %s must be cut at record %d, and this reconcile cannot publish", ops.cut.key, st.NextRecord)

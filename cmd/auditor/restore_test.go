@@ -547,6 +547,7 @@ func (d *drill) applyReconcile(what string) (int64, time.Duration) {
 	if err != nil {
 		d.t.Fatalf("reconcile --apply --json (%s): %v\n%s", what, err, out)
 	}
+	delete(rep, "streams") // per stream: too long for the log
 	b, _ := json.Marshal(rep)
 	d.t.Logf("reconcile --apply (%s) in %s: %d changes; report %s", what, took.Round(time.Millisecond), n, b)
 	return n, took

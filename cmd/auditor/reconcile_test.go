@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/crashpoint"
+	"github.com/nova/auditor/internal/testenv/teststore"
+	"github.com/nova/auditor/reconcile"
+)
+
+// restoredFile is a file-backed drill taken once to the backup older than
+// the grace; fork gives each subtest its own copy of the store and a
+// fresh restore of the dump, halted by its first cycle.
+type restoredFile struct {
+	d    *drill
+	dump string
+}
+
+func newRestoredFile(t *testing.T) *restoredFile {
+	d := newDrill(t, auditorBinary(t), novasimBinary(t), drillBackends[0])
+	return &restoredFile{d: d, dump: backupOlderThanGrace(d)}
+}
+
+// fork is a drill over a copy of the store, pointed at a fresh restore of
+// the dump, after the cycle that halts it.
+func (r *restoredFile) fork(t *testing.T) *drill {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "store")
+	if out, err := exec.Command("cp", "-a", r.d.b.Root, root).CombinedOutput(); err != nil {
+		t.Fatalf("copy the store: %v\n%s", err, out)
+	}
+	b := teststore.File(t, teststore.Options{Root: root})
+	d := &drill{t: t, ctx: context.Background(), bin: r.d.bin, simBin: r.d.simBin, be: r.d.be, b: b, root: t.TempDir(),
+		finalHead: r.d.finalHead}
+	d.restore(r.dump)
+	if code, out := d.e.run(""); code != exitRewound {
+		t.Fatalf("the restored metastore's first cycle: exit %d, want %d\n%s", code, exitRewound, out)
+	}
+	return d
+}
+
+// tiles checks that every stream's catalog entries run contiguously to
+// its settled_through, within next_record: a stream half reconciled
+// would not.
+func tiles(t *testing.T, d *drill, what string) {
+	t.Helper()
+	for _, st := range d.e.streams() {
+		v, err := d.e.db.ReadReconcileView(d.ctx, st.ID, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range v.Entries {
+			if i > 0 && e.FirstRecord != v.Entries[i-1].EndRecord() {
+				t.Errorf("%s: stream %s: entry at %d does not follow the one ending at %d", what, st.ID, e.FirstRecord, v.Entries[i-1].EndRecord())
+			}
+		}
+		if n := len(v.Entries); n > 0 && v.Entries[n-1].EndRecord() != st.SettledThrough || st.SettledThrough > st.NextRecord {
+			t.Errorf("%s: stream %s: entries end at %d, settled_through %d, next_record %d", what, st.ID,
+				v.Entries[len(v.Entries)-1].EndRecord(), st.SettledThrough, st.NextRecord)
+		}
+	}
+}
+
+// finish reconciles to the end and holds the star to the drill's
+// contract: nothing the metastore knows is lost.
+func finish(t *testing.T, d *drill, what string) {
+	t.Helper()
+	d.applyReconcile(what)
+	if n, _ := d.applyReconcile(what + ", again"); n != 0 {
+		t.Errorf("%s: a second reconcile --apply made %d changes", what, n)
+	}
+	for i := 0; i < 2; i++ {
+		if code, out := d.e.run(""); code != 0 {
+			t.Fatalf("%s: run --once after the reconcile: exit %d\n%s", what, code, out)
+		}
+		time.Sleep(drillPastGrace)
+	}
+	d.checkKnown(what)
+	d.verify(what)
+}
+
+// TestReconcileCrashes kills `reconcile --apply` at each of its crash
+// points on a restored metastore: the star stays halted, no stream is
+// half applied, and a rerun finishes with nothing the metastore knows
+// lost.
+func TestReconcileCrashes(t *testing.T) {
+	t.Parallel()
+	r := newRestoredFile(t)
+	for _, p := range reconcile.CrashPoints() {
+		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
+			d := r.fork(t)
+			cmd := exec.Command(d.bin, append([]string{"reconcile", "--apply"}, d.e.common...)...)
+			cmd.Env = append(os.Environ(), crashpoint.EnvVar+"="+string(p)+":1")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			ws, _ := func() (syscall.WaitStatus, bool) {
+				if errors.As(err, &ee) {
+					w, ok := ee.Sys().(syscall.WaitStatus)
+					return w, ok
+				}
+				return 0, false
+			}()
+			if !ws.Signaled() {
+				t.Fatalf("reconcile --apply armed at %s was not killed: %v\n%s", p, err, out)
+			}
+			d.e.expireDeadLease()
+			if r := d.halted(); !strings.HasPrefix(r, drillHaltReason) {
+				t.Errorf("after a crash at %s the halt is %q, want the rewind's", p, r)
+			}
+			if code, out := d.e.run(""); code != exitRewound {
+				t.Errorf("run --once after a crash at %s: exit %d, want %d\n%s", p, code, exitRewound, out)
+			}
+			tiles(t, d, "after the crash at "+string(p))
+			finish(t, d, "after the crash at "+string(p))
+		})
+	}
+}
+
+// failingList fails the n-th listing of a settled prefix (counting from
+// 1) after handing over some keys: a store that lists partially.
+type failingList struct {
+	reconcile.Lister
+	n, calls int
+}
+
+func (f *failingList) List(ctx context.Context, bucket, prefix string, fn func(string, int64) error) error {
+	if strings.Contains(prefix, "/streams/") {
+		f.calls++
+		if f.calls == f.n {
+			stop := errors.New("injected: the listing broke off")
+			seen := 0
+			err := f.Lister.List(ctx, bucket, prefix, func(k string, s int64) error {
+				if seen++; seen > 1 {
+					return stop
+				}
+				return fn(k, s)
+			})
+			if err == nil {
+				err = stop
+			}
+			return err
+		}
+	}
+	return f.Lister.List(ctx, bucket, prefix, fn)
+}
+
+// TestReconcileBadInput: a stream the metastore does not know, a store
+// that lists partially, and a settled object that fails its checksum.
+// Each ends with a clear error or a correct report, never a stream half
+// applied, and the star recovers after.
+func TestReconcileBadInput(t *testing.T) {
+	t.Parallel()
+	r := newRestoredFile(t)
+
+	t.Run("unknown stream", func(t *testing.T) {
+		t.Parallel()
+		d := r.fork(t)
+		code, out, errs := d.auditor("reconcile", "--apply", "--stream", "0123456789abcdef0123456789abcdef")
+		if code != exitUsage || !strings.Contains(errs, "0123456789abcdef0123456789abcdef") && !strings.Contains(errs, "01234567-89ab") {
+			t.Fatalf("reconcile of an unknown stream: exit %d, want %d naming it\n%s%s", code, exitUsage, out, errs)
+		}
+		if r := d.halted(); !strings.HasPrefix(r, drillHaltReason) {
+			t.Errorf("the halt was lifted: %q", r)
+		}
+	})
+
+	t.Run("listing breaks off", func(t *testing.T) {
+		t.Parallel()
+		d := r.fork(t)
+		before := map[catalog.StreamID]string{}
+		for _, st := range d.e.streams() {
+			before[st.ID] = streamPrint(t, d, st.ID)
+		}
+		cfg, err := newFlags(env{stdout: io.Discard, stderr: io.Discard, getenv: os.Getenv}, "reconcile").
+			Load(d.e.common, "star", "database-url")
+		if err != nil {
+			t.Fatal(err)
+		}
+		crash, err := envCrash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := buildParts(d.ctx, cfg, d.e.db, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), false, shared{crash: crash, footers: footerCache(cfg)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.settler.Close()
+		fl := &failingList{Lister: p.store, n: 3}
+		deps := reconcile.Deps{DB: d.e.db, Reader: bundle.NewReader(p.top), Store: fl, Cutter: p.settler}
+		var rep reconcile.Report
+		err = daemon.WithLease(d.ctx, daemonConfig(cfg), daemon.Deps{DB: d.e.db}, func(ctx context.Context, f catalog.Fence) error {
+			var err error
+			rep, err = reconcile.Run(ctx, deps, reconcile.Config{Star: "s1", Apply: true, ReapGrace: cfg.ReapGrace}, f)
+			return err
+		})
+		if !errors.Is(err, reconcile.ErrIncomplete) {
+			t.Fatalf("a listing that broke off: %v, want ErrIncomplete", err)
+		}
+		if len(rep.Streams) != 3 {
+			t.Fatalf("the report has %d streams, want the two reconciled and the one that failed", len(rep.Streams))
+		}
+		failed := rep.Streams[2].Stream
+		for id, was := range before {
+			if id.String() == failed && streamPrint(t, d, id) != was {
+				t.Errorf("the stream whose listing failed changed:\n%s\nwas\n%s", streamPrint(t, d, id), was)
+			}
+		}
+		if r := d.halted(); !strings.HasPrefix(r, drillHaltReason) {
+			t.Errorf("the halt was lifted after a failed reconcile: %q", r)
+		}
+		tiles(t, d, "after the broken listing")
+		finish(t, d, "after the broken listing")
+	})
+
+	t.Run("an object fails its checksum", func(t *testing.T) {
+		t.Parallel()
+		d := r.fork(t)
+		// An object the dry run would cut: the only one that holds its
+		// stream's records (their slots and older revisions are reaped).
+		out, _ := d.reconcile("--json")
+		var plan reconcile.Report
+		if err := json.Unmarshal([]byte(out), &plan); err != nil {
+			t.Fatal(err)
+		}
+		var key string
+		for _, s := range plan.Streams {
+			if s.Cut.From != "" {
+				key = s.Cut.From
+				break
+			}
+		}
+		if key == "" {
+			t.Fatalf("the dry run cuts nothing: %s", out)
+		}
+		path := filepath.Join(d.b.Root, d.b.Std, key)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0xff // the first data byte: its chunk's DataCRC no longer holds
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errs := d.auditor("reconcile", "--apply", "--json")
+		var rep reconcile.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitFindings {
+			t.Fatalf("reconcile over a corrupt object: exit %d (want %d), %v\n%s%s", code, exitFindings, err, out, errs)
+		}
+		unsound := false
+		for _, s := range rep.Streams {
+			for _, p := range s.Unsound {
+				unsound = unsound || p.Key == key
+			}
+		}
+		if !unsound {
+			t.Errorf("the corrupt object %s is not reported unsound\n%s", key, out)
+		}
+		// Records lost only in the corrupt object's stream, when nothing
+		// else holds them; otherwise the chain went around it and nothing
+		// the metastore knows is lost.
+		for _, s := range rep.Streams {
+			if len(s.Lost) > 0 && !strings.Contains(key, strings.ReplaceAll(s.Stream, "-", "")) {
+				t.Errorf("stream %s lost records %v; only the corrupt object's stream may", s.Stream, s.Lost)
+			}
+		}
+		t.Logf("a corrupt object: %d records reported lost, %d objects unsound", rep.LostRecords, rep.Unsound)
+		for _, st := range d.e.streams() {
+			v, err := d.e.db.ReadReconcileView(d.ctx, st.ID, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range v.Entries {
+				if bundle.EntryKey(st.Bucket, e) == key {
+					t.Fatalf("the corrupt object %s was cataloged", key)
+				}
+			}
+		}
+		tiles(t, d, "after a corrupt object")
+		d.verify("after a corrupt object")
+	})
+}
+
+// streamPrint is a stream's row and catalog entries, to compare.
+func streamPrint(t *testing.T, d *drill, id catalog.StreamID) string {
+	t.Helper()
+	v, err := d.e.db.ReadReconcileView(d.ctx, id, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fmt.Sprintf("settled %d next %d refs %d:", v.Stream.SettledThrough, v.Stream.NextRecord, len(v.Refs))
+	for _, e := range v.Entries {
+		s += fmt.Sprintf(" %d+%d~%d", e.FirstRecord, e.RecordCount, e.Revision)
+	}
+	return s
+}

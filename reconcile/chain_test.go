@@ -1,0 +1,160 @@
+package reconcile
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+)
+
+var testStream = catalog.Stream{ID: catalog.StreamID{7}, Bucket: "b0", Epoch: 1}
+
+// obj is a store object [first, end) at revision rev; flags: e eligible,
+// b bad, r reaping.
+func obj(first, end uint64, rev uint32, flags string) *object {
+	o := &object{first: first, end: end, revision: rev,
+		key: bundlefmt.SettledKey(testStream.Bucket, testStream.ID, 1, first, rev)}
+	for _, f := range flags {
+		switch f {
+		case 'e':
+			o.eligible = true
+		case 'b':
+			o.bad = true
+		case 'r':
+			o.reaping = true
+		}
+	}
+	return o
+}
+
+func entry(first, end int64, rev int32) catalog.Entry {
+	return catalog.Entry{Stream: testStream.ID, Epoch: 1, FirstRecord: first, RecordCount: end - first, Revision: rev}
+}
+
+// render is a chain as text: each link "first-end~rev", "cut(first~rev)"
+// or "kept(first-end~rev)", then the end and what was lost.
+func render(c chain) string {
+	s := ""
+	for _, l := range c.links {
+		switch {
+		case l.kept != nil:
+			s += fmt.Sprintf("kept(%d-%d~%d) ", l.kept.FirstRecord, l.kept.EndRecord(), l.kept.Revision)
+		case l.cut:
+			s += fmt.Sprintf("cut(%d~%d) ", l.obj.first, l.obj.revision)
+		default:
+			s += fmt.Sprintf("%d-%d~%d ", l.obj.first, l.obj.end, l.obj.revision)
+		}
+	}
+	s += fmt.Sprintf("end %d", c.end)
+	if c.lostLead != nil {
+		s += fmt.Sprintf(" lostLead %d-%d", c.lostLead.from, c.lostLead.to)
+	}
+	for _, k := range c.lostKept {
+		s += fmt.Sprintf(" lostKept %d-%d", k.from, k.to)
+	}
+	return s
+}
+
+func TestPlanChoosesTheChain(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		settled, next  int64
+		entries        []catalog.Entry
+		objs           []*object
+		presentEntries bool // the entries' own keys are present in the store
+		want           string
+	}{
+		{name: "tail rewritten past next_record: cut", settled: 100, next: 250,
+			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 300, 3, "e")},
+			want: "cut(0~3) end 250"},
+		{name: "a healthy star: a buried newer revision is not taken", settled: 100, next: 120, presentEntries: true,
+			entries: []catalog.Entry{entry(0, 100, 1)}, objs: []*object{obj(0, 100, 1, "e"), obj(0, 150, 2, "")},
+			want: "0-100~1 end 100"},
+		{name: "leading entries gone, the next base goes on", settled: 150, next: 280,
+			entries: []catalog.Entry{entry(0, 100, 0), entry(100, 150, 0)}, objs: []*object{obj(100, 300, 2, "e")},
+			want: "cut(100~2) end 280 lostLead 0-100"},
+		{name: "a middle entry gone: kept and reported", settled: 250, next: 300,
+			entries: []catalog.Entry{entry(0, 100, 0), entry(100, 200, 0), entry(200, 250, 0)},
+			objs:    []*object{obj(0, 100, 0, "e"), obj(200, 250, 0, "e")},
+			want:    "0-100~0 kept(100-200~0) 200-250~0 end 250 lostKept 100-200"},
+		{name: "the store settled past settled_through: the chain goes on, refs hold the rest", settled: 100, next: 250,
+			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 100, 1, "e"), obj(100, 200, 0, "e")},
+			want: "0-100~1 100-200~0 end 200"},
+		{name: "an unsound object is never taken", settled: 100, next: 250,
+			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 300, 3, "eb")},
+			want: "end 100 lostLead 0-100"},
+		{name: "a key a reap intent names is never taken", settled: 100, next: 250, presentEntries: true,
+			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 100, 0, "e"), obj(0, 300, 3, "er")},
+			want: "0-100~0 end 100"},
+		{name: "the furthest reach wins over the newest revision", settled: 100, next: 400,
+			entries: []catalog.Entry{entry(0, 100, 0)},
+			objs:    []*object{obj(0, 150, 4, "e"), obj(0, 200, 3, "e"), obj(200, 390, 0, "e")},
+			want:    "0-200~3 200-390~0 end 390"},
+		{name: "equal reach: the highest revision", settled: 100, next: 150,
+			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 150, 2, "e"), obj(0, 150, 5, "e")},
+			want: "0-150~5 end 150"},
+		{name: "no entry and nothing stored: nothing", settled: 40, next: 90,
+			want: "end 40"},
+		{name: "no entry, a new run in the store", settled: 40, next: 90,
+			objs: []*object{obj(40, 90, 0, "e")},
+			want: "40-90~0 end 90"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := testStream
+			st.SettledThrough, st.NextRecord = tc.settled, tc.next
+			byBase := map[uint64][]*object{}
+			present := map[string]bool{}
+			for _, o := range tc.objs {
+				byBase[o.first] = append(byBase[o.first], o)
+				present[o.key] = true
+			}
+			if tc.presentEntries {
+				for _, e := range tc.entries {
+					present[entryKeyOf(st, e)] = true
+				}
+			}
+			sortObjects(byBase)
+			if got := render(plan(st, tc.entries, byBase, present)); got != tc.want {
+				t.Errorf("plan: %s\n            want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDiffOfAHealthyStreamIsNothing: a chain equal to the catalog asks for
+// no change; a superseded tail is removed, its successor added, the old
+// key and every unused key reaped, the bases raised, the refs below the
+// new end released.
+func TestDiffOfAHealthyStreamIsNothing(t *testing.T) {
+	st := testStream
+	st.SettledThrough, st.NextRecord = 100, 100
+	o1 := obj(0, 100, 1, "e")
+	v := catalog.ReconcileView{Stream: st, Entries: []catalog.Entry{entry(0, 100, 1)}, High: map[int64]int32{0: 1}}
+	byBase := map[uint64][]*object{0: {o1}}
+	ch := plan(st, v.Entries, byBase, map[string]bool{o1.key: true})
+	if o := diff(st, v, ch, byBase); len(o.remove)+len(o.add)+len(o.reap)+len(o.raiseFirst)+len(o.close)+o.refs != 0 || o.cut != nil {
+		t.Fatalf("a healthy stream's diff: %+v", o)
+	}
+
+	st.NextRecord = 200
+	o3, stale := obj(0, 180, 3, "e"), obj(0, 120, 2, "e")
+	byBase = map[uint64][]*object{0: {o3, stale, o1}}
+	v = catalog.ReconcileView{Stream: st, Entries: []catalog.Entry{entry(0, 100, 1)}, High: map[int64]int32{0: 1},
+		Refs:    []catalog.SpanRef{{FirstRecord: 100, RecordCount: 80}, {FirstRecord: 180, RecordCount: 20}},
+		Intents: []catalog.Intent{{ID: 9, Kind: "publish", ObjectKey: o3.key}}}
+	ch = plan(st, v.Entries, byBase, map[string]bool{o1.key: true, o3.key: true, stale.key: true})
+	o := diff(st, v, ch, byBase)
+	wantAdd := []catalog.EntryRevision{{FirstRecord: 0, Revision: 3}}
+	var gotAdd []catalog.EntryRevision
+	for _, e := range o.add {
+		gotAdd = append(gotAdd, catalog.EntryRevision{FirstRecord: e.FirstRecord, Revision: e.Revision})
+	}
+	if !reflect.DeepEqual(gotAdd, wantAdd) || !reflect.DeepEqual(o.remove, []catalog.EntryRevision{{FirstRecord: 0, Revision: 1}}) ||
+		!reflect.DeepEqual(o.reap, []string{stale.key, o1.key}) || !reflect.DeepEqual(o.close, []int64{9}) ||
+		!reflect.DeepEqual(o.raiseFirst, []int64{0}) || !reflect.DeepEqual(o.raiseRev, []int32{3}) || o.refs != 1 || ch.end != 180 {
+		t.Fatalf("diff: add %v remove %v reap %v close %v raise %v/%v refs %d end %d", gotAdd, o.remove, o.reap, o.close,
+			o.raiseFirst, o.raiseRev, o.refs, ch.end)
+	}
+}
