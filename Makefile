@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-compat test-short soak soak-fleet demo trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase lint services-up services-down clean
+.PHONY: help build test test-compat test-short soak soak-fleet demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ test-short: ## unit tests only (integration tests skip without services)
 
 demo: build ## the main job end to end on a fresh database and the file-backed store
 	scripts/demo.sh
+
+restore-drill: build ## the metastore restored from a backup behind the store, end to end on the file store: the halt, auditor reconcile, cycles and checks (DRILL_STREAMS, DRILL_FLIGHTS, DRILL_ROUNDS)
+	scripts/restore-drill.sh
 
 trace-settle: ## the files and packages one settle of one stream runs (coverage with and without it; needs services-up)
 	scripts/trace-settle.sh

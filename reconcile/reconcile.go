@@ -20,7 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/nova/auditor/bundle"
@@ -62,17 +62,18 @@ type Cutter interface {
 	PublishCut(ctx context.Context, f catalog.Fence, st catalog.Stream, key string, entries []bundlefmt.Entry, end uint64) (settle.Cut, error)
 }
 
-// Lister lists keys under a prefix (objstore.Store has it).
+// Lister lists keys under a prefix and heads one (objstore.Store has it):
+// the star's markers, the slots of refs left.
 type Lister interface {
-	List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error
+	List(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error
 	Head(ctx context.Context, bucket, key string) (objstore.Attrs, error)
 }
 
 // Deps are what reconcile works with.
 type Deps struct {
 	DB     Catalog
-	Reader *bundle.Reader // footers and chunks, through the topology
-	Store  Lister         // listings and slot HEADs (the topology's store)
+	Reader *bundle.Reader // settled listings, footers and chunks, through the topology
+	Store  Lister         // the markers' listing and slot HEADs (the topology's store)
 	Cutter Cutter         // nil: a stream that needs a cut is reported, not applied
 	Log    *slog.Logger
 	Crash  func(crashpoint.Point) // nil: none
@@ -86,7 +87,15 @@ type Config struct {
 	Apply     bool               // false: a dry run, nothing written
 	Streams   []catalog.StreamID // only these (none: every stream of the star)
 	ReapGrace time.Duration      // what the chain supersedes is reaped after it
+	// Concurrency is how many streams are reconciled at once
+	// (DefaultConcurrency when 0).
+	Concurrency int
 }
+
+// DefaultConcurrency is how many streams a reconcile works on at once:
+// each is a few requests in a row (a listing, two footer reads per
+// object), so latency, not the machine, bounds one at a time.
+const DefaultConcurrency = 8
 
 // ErrIncomplete is a stream that could not be read whole (a listing or a
 // read that failed): nothing of it was applied.
@@ -107,20 +116,61 @@ func Run(ctx context.Context, d Deps, c Config, f catalog.Fence) (rep Report, er
 		}
 	}
 	rep = Report{Star: c.Star, Apply: c.Apply}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
 	defer func() { rep.Seconds = time.Since(start).Seconds() }()
 	streams, err := streamsOf(ctx, d.DB, c)
 	if err != nil {
 		return rep, err
 	}
-	for i, st := range streams {
-		sr, err := reconcileStream(ctx, d, c, f, st, crash)
-		rep.add(sr)
-		if err != nil {
-			return rep, fmt.Errorf("stream %s: %w", st.ID, err)
+	// Streams are independent (one transaction each): Concurrency of them
+	// at a time. The first failure stops new ones; those running finish
+	// (each commits whole or not at all).
+	reports := make([]*StreamReport, len(streams))
+	var (
+		mu    sync.Mutex
+		first error
+		done  int
+		next  int
+		wg    sync.WaitGroup
+	)
+	for w := 0; w < max(c.Concurrency, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if first != nil || next == len(streams) {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				st := streams[i]
+				sr, err := reconcileStream(ctx, d, c, f, st, crash)
+				mu.Lock()
+				reports[i] = &sr
+				if err != nil && first == nil {
+					first = fmt.Errorf("stream %s: %w", st.ID, err)
+				}
+				done++
+				if err == nil && d.Progress != nil {
+					d.Progress(done, len(streams), sr)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, sr := range reports {
+		if sr != nil {
+			rep.add(*sr)
 		}
-		if d.Progress != nil {
-			d.Progress(i+1, len(streams), sr)
-		}
+	}
+	if first != nil {
+		return rep, first
 	}
 	marks, err := maxMarker(ctx, d, c.Star)
 	if err != nil {
@@ -177,8 +227,8 @@ func streamsOf(ctx context.Context, db Catalog, c Config) ([]catalog.Stream, err
 func maxMarker(ctx context.Context, d Deps, star string) (int64, error) {
 	bucket := d.Reader.Topology().Standard()
 	var high int64
-	err := d.Store.List(ctx, bucket, bundlefmt.MarkPrefix(star), func(key string, _ int64) error {
-		if n, _, err := bundlefmt.ParseMarkKey(star, key); err == nil {
+	err := d.Store.List(ctx, bucket, bundlefmt.MarkPrefix(star), func(o objstore.ObjectInfo) error {
+		if n, _, err := bundlefmt.ParseMarkKey(star, o.Key); err == nil {
 			high = max(high, int64(n))
 		}
 		return nil
@@ -191,8 +241,7 @@ func maxMarker(ctx context.Context, d Deps, star string) (int64, error) {
 
 // keyRange bounds every settled key of the stream's epoch: [low, high).
 func keyRange(st catalog.Stream) (string, string) {
-	zero := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 0, 0)
-	prefix := zero[:strings.LastIndexByte(zero, '/')+1]
+	prefix := bundle.SettledPrefix(st)
 	return prefix, prefix[:len(prefix)-1] + "0" // '/' + 1 is '0'
 }
 
@@ -207,7 +256,7 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 	}
 	st = v.Stream
 	sr.SettledBefore, sr.NextRecord = st.SettledThrough, st.NextRecord
-	objs, present, err := listObjects(ctx, d, st, v, low, &sr)
+	objs, present, err := listObjects(ctx, d, st, v, &sr)
 	if err != nil {
 		return sr, err
 	}
@@ -298,17 +347,19 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 
 // listObjects lists the stream's settled prefix and reads each object's
 // footer: the objects by key base, and every key present.
-func listObjects(ctx context.Context, d Deps, st catalog.Stream, v catalog.ReconcileView, prefix string, sr *StreamReport) (map[uint64][]*object, map[string]bool, error) {
-	bucket := d.Reader.Topology().Standard()
-	var keys []string
-	err := d.Store.List(ctx, bucket, prefix, func(key string, _ int64) error {
-		keys = append(keys, key)
+func listObjects(ctx context.Context, d Deps, st catalog.Stream, v catalog.ReconcileView, sr *StreamReport) (map[uint64][]*object, map[string]bool, error) {
+	var found []bundle.SettledObject
+	err := d.Reader.ListSettled(ctx, st, func(o bundle.SettledObject) error {
+		found = append(found, o)
+		return nil
+	}, func(_ string, o objstore.ObjectInfo, _ error) error {
+		sr.Foreign = append(sr.Foreign, o.Key)
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: list %s: %w", ErrIncomplete, prefix, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrIncomplete, err)
 	}
-	sr.ObjectsListed = len(keys)
+	sr.ObjectsListed = len(found) + len(sr.Foreign)
 	intents := map[string]string{} // key -> kind (publish wins)
 	for _, in := range v.Intents {
 		if intents[in.ObjectKey] != "publish" {
@@ -321,13 +372,15 @@ func listObjects(ctx context.Context, d Deps, st catalog.Stream, v catalog.Recon
 	}
 	byBase := map[uint64][]*object{}
 	present := map[string]bool{}
-	for _, key := range keys {
+	for _, so := range found {
+		key, kc := so.Key, so.Coords
 		present[key] = true
-		kp, err := bundlefmt.ParseSettledKey(key)
-		if err != nil || kp.Stream != st.ID || kp.StreamEpoch != uint64(st.Epoch) || kp.Bucket != st.Bucket {
+		if kc.Stream != st.ID || kc.Epoch != st.Epoch || kc.Bucket != st.Bucket {
 			sr.Foreign = append(sr.Foreign, key)
 			continue
 		}
+		kp := bundlefmt.SettledKeyParts{Bucket: kc.Bucket, Stream: kc.Stream, StreamEpoch: uint64(kc.Epoch),
+			FirstRecord: uint64(kc.FirstRecord), Revision: uint32(kc.Revision)}
 		f, err := d.Reader.StandingFooter(ctx, key)
 		var q *cycle.QuarantineError
 		if errors.As(err, &q) {

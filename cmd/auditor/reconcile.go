@@ -31,11 +31,15 @@ func cmdReconcile(ctx context.Context, e env, args []string) int {
 	apply := fs.Bool("apply", false, "change the metastore (default: a dry run that prints what it would change)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	stream := fs.String("stream", "", "reconcile only this stream (uuid or 32 hex digits)")
+	concurrency := fs.Int("concurrency", reconcile.DefaultConcurrency, "how many streams to reconcile at once")
 	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
-	rc := reconcile.Config{Star: cfg.Star, Apply: *apply, ReapGrace: cfg.ReapGrace}
+	if *concurrency < 1 {
+		return exitCode(e, cfg, &config.Error{Field: "concurrency", Msg: fmt.Sprintf("%d: must be at least 1", *concurrency)})
+	}
+	rc := reconcile.Config{Star: cfg.Star, Apply: *apply, ReapGrace: cfg.ReapGrace, Concurrency: *concurrency}
 	if *stream != "" {
 		id, err := bundlefmt.ParseStreamID(*stream)
 		if err != nil {

@@ -414,8 +414,8 @@ func (d *drill) gone(key string) bool {
 // listing is every key of the store's standard bucket with its size.
 func (d *drill) listing() map[string]int64 {
 	keys := map[string]int64{}
-	if err := d.b.Store.List(d.ctx, d.b.Std, "", func(key string, size int64) error {
-		keys[key] = size
+	if err := d.b.Store.List(d.ctx, d.b.Std, "", func(o objstore.ObjectInfo) error {
+		keys[o.Key] = o.Size
 		return nil
 	}); err != nil {
 		d.t.Fatal(err)
