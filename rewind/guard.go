@@ -64,7 +64,8 @@ type Config struct {
 	Star   string
 	Holder string
 	// MaxAge is how old the term's last begin may be when something is
-	// about to be deleted: half the reap grace (NewConfig). A DELETE is
+	// about to be deleted: half the reap grace (MaxAgeFor). Zero (a zero
+	// grace, in tests) begins again before every delete. A DELETE is
 	// harmful after a rewind only if what it removes was armed after the
 	// restored point, so at least a reap grace after it: a begin younger
 	// than half the grace was made after that point and is in the store.
@@ -94,8 +95,8 @@ func New(d Deps, c Config) (*Guard, error) {
 		return nil, errors.New("rewind: no store or bucket")
 	case !bundlefmt.ValidStar(c.Star):
 		return nil, fmt.Errorf("rewind: invalid star %q", c.Star)
-	case c.MaxAge <= 0:
-		return nil, fmt.Errorf("rewind: MaxAge %s must be positive", c.MaxAge)
+	case c.MaxAge < 0:
+		return nil, fmt.Errorf("rewind: MaxAge %s must not be negative", c.MaxAge)
 	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
