@@ -48,7 +48,7 @@ const denied = "SQLSTATE 42501"
 //     range that fails partway, a quarantine and its release, pause,
 //     resume, trigger, serve with its admin requests, runtime record and
 //     history pruning, a fleet member's claim, run, hand-off and leave,
-//     status, verify, doctor) with no permission denied
+//     status, verify, reconcile, doctor) with no permission denied
 //     anywhere in its output (debug logs included), and the work is seen
 //     done (a tombstone revision, the erasure applied, reaped keys and
 //     slots, verify clean);
@@ -719,6 +719,14 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 	}
 	if !regexp.MustCompile(`verified [1-9][0-9]* objects .*: 0 findings`).MatchString(out) {
 		return fmt.Errorf("verify: %q", out)
+	}
+	// reconcile on a healthy star: it reads every stream and the store,
+	// takes the lease and changes nothing.
+	if out, err = r.cli(ctx, exitOK, "reconcile", "--apply"); err != nil {
+		return err
+	}
+	if !strings.Contains(out, "changed 0;") {
+		return fmt.Errorf("reconcile --apply of a healthy star: %q", out)
 	}
 	_, err = r.cli(ctx, exitOK, "doctor")
 	return err
