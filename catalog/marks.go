@@ -34,6 +34,24 @@ func (db *DB) ReadMark(ctx context.Context, star string) (Mark, error) {
 	return m, nil
 }
 
+// ReadMarkFenced reads the star's mark in a fenced transaction: under a
+// live lease of f's token (ErrStaleToken otherwise).
+func (db *DB) ReadMarkFenced(ctx context.Context, f Fence) (Mark, error) {
+	var m Mark
+	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT mark, mark_at FROM nova.auditor_state WHERE star = $1`, f.Star).Scan(&m.N, &m.At)
+		if errors.Is(err, pgx.ErrNoRows) {
+			m = Mark{}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read mark of star %q: %w", f.Star, err)
+		}
+		return nil
+	})
+	return m, err
+}
+
 // CommitMark moves the star's mark from prev to next (> prev), fenced.
 // ErrMarkMoved, and nothing written, when the mark is no longer prev.
 func (db *DB) CommitMark(ctx context.Context, f Fence, prev, next int64) error {
@@ -63,7 +81,7 @@ func (db *DB) CommitMark(ctx context.Context, f Fence, prev, next int64) error {
 func (db *DB) RaiseMark(ctx context.Context, f Fence, n int64) error {
 	return db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_state AS a (star, mark, mark_at) VALUES ($1, $2, now())
-			ON CONFLICT (star) DO UPDATE SET mark = greatest(a.mark, EXCLUDED.mark), mark_at = now()`, f.Star, n); err != nil {
+			ON CONFLICT (star) DO UPDATE SET mark = EXCLUDED.mark, mark_at = now() WHERE a.mark < EXCLUDED.mark`, f.Star, n); err != nil {
 			return fmt.Errorf("raise mark of star %q to %d: %w", f.Star, n, err)
 		}
 		return nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nova/auditor/bundlefmt"
 )
 
 // ReconcileView is one stream as the metastore holds it, read from one
@@ -92,26 +94,24 @@ func (db *DB) ReadReconcileView(ctx context.Context, id StreamID, keyLow, keyHig
 // revision given, never lowered. The intents come first so that a rerun
 // after a crash still tells the claimed keys (an open intent names them)
 // from keys given up below the raised high-water. It returns the intents
-// of the claimed keys, by key.
+// it opened (a key with a publish intent open already keeps it: a rerun's
+// own claim, or an intent of the restored metastore, which recovery
+// finishes, aborting its upload, once the key is cataloged).
 func (db *DB) ClaimForReconcile(ctx context.Context, f Fence, id StreamID, epoch int64, keys []string,
-	firsts []int64, revs []int32) (map[string]int64, error) {
-	out := make(map[string]int64, len(keys))
+	firsts []int64, revs []int32) ([]int64, error) {
+	var out []int64
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
-		clear(out)
+		out = out[:0]
 		if len(keys) > 0 {
-			if _, err := tx.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class)
+			rows, err := tx.Query(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class)
 				SELECT $1, 'publish', k, 'standard' FROM unnest($2::text[]) AS k ORDER BY k
-				ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING`, f.Star, keys); err != nil {
+				ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING
+				RETURNING id`, f.Star, keys)
+			if err != nil {
 				return fmt.Errorf("claim %d keys of %s: %w", len(keys), id, err)
 			}
-			rows, err := tx.Query(ctx, `SELECT object_key, id FROM nova.orphan_intents WHERE kind = 'publish' AND object_key = ANY($1)`, keys)
-			if err != nil {
-				return fmt.Errorf("read the claims of %s: %w", id, err)
-			}
-			var key string
-			var in int64
-			if _, err := pgx.ForEachRow(rows, []any{&key, &in}, func() error { out[key] = in; return nil }); err != nil {
-				return fmt.Errorf("read the claims of %s: %w", id, err)
+			if out, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+				return fmt.Errorf("claim %d keys of %s: %w", len(keys), id, err)
 			}
 		}
 		if len(firsts) == 0 {
@@ -132,10 +132,12 @@ func (db *DB) ClaimForReconcile(ctx context.Context, f Fence, id StreamID, epoch
 // stream, in one fenced transaction.
 type ReconcileCommit struct {
 	Stream StreamID
-	// Expect are the stream's settled_through and next_record as the
-	// reconcile read them: anything else and nothing is written
-	// (ErrInvariant: the metastore moved under it).
-	ExpectSettled, ExpectNext int64
+	Bucket string // the stream's bucket (a key coordinate)
+	// ExpectSettled is the stream's settled_through as the reconcile read
+	// it: anything else and nothing is written (ErrInvariant: the
+	// metastore moved under it). next_record may have grown meanwhile (the
+	// write path goes on); Settled must not pass it.
+	ExpectSettled int64
 	// Remove are the catalog entries (first record, revision) that go;
 	// Add, the entries that come (each a new row: Remove frees its first
 	// record first).
@@ -144,9 +146,9 @@ type ReconcileCommit struct {
 	// Settled is the new settled_through (refs wholly below it are
 	// deleted, the due marker follows the rest).
 	Settled int64
-	// Close are the publish intents of the keys Add catalogs and of the
-	// object a cut was made from: deleted, with any reap intent on those
-	// keys.
+	// Close are publish intents the reconcile opened (its claims, its
+	// cut's): deleted, with any reap intent on their keys. Every key Add
+	// catalogs must have an open publish intent (ErrIntentGone otherwise).
 	Close []int64
 	// Reap are keys no state references that the stream's chain
 	// supersedes: a reap intent is armed for each (unless one is).
@@ -164,9 +166,9 @@ func (db *DB) CommitReconcile(ctx context.Context, f Fence, c ReconcileCommit) e
 			Scan(&settled, &next, &low); err != nil {
 			return fmt.Errorf("lock stream %s: %w", c.Stream, err)
 		}
-		if settled != c.ExpectSettled || next != c.ExpectNext {
-			return fmt.Errorf("%w: stream %s moved under reconcile: settled_through %d, next_record %d (planned with %d, %d)",
-				ErrInvariant, c.Stream, settled, next, c.ExpectSettled, c.ExpectNext)
+		if settled != c.ExpectSettled {
+			return fmt.Errorf("%w: stream %s moved under reconcile: settled_through %d (planned with %d)",
+				ErrInvariant, c.Stream, settled, c.ExpectSettled)
 		}
 		if c.Settled > next {
 			return fmt.Errorf("%w: stream %s: settled_through %d past next_record %d", ErrInvariant, c.Stream, c.Settled, next)
@@ -202,10 +204,34 @@ func (db *DB) CommitReconcile(ctx context.Context, f Fence, c ReconcileCommit) e
 		if err := refreshRefsAndMarker(ctx, tx, c.Stream, c.Settled); err != nil {
 			return err
 		}
+		if len(c.Add) > 0 {
+			// As a settle commit: the catalog only comes to reference a key
+			// whose publish intent is open at that moment.
+			keys := make([]string, len(c.Add))
+			for i, e := range c.Add {
+				keys[i] = bundlefmt.SettledKey(c.Bucket, e.Stream, uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
+			}
+			var open int
+			if err := tx.QueryRow(ctx, `SELECT count(DISTINCT object_key) FROM nova.orphan_intents
+				WHERE kind = 'publish' AND object_key = ANY($1)`, keys).Scan(&open); err != nil {
+				return fmt.Errorf("read the publish intents of %s: %w", c.Stream, err)
+			}
+			if open != len(keys) {
+				return fmt.Errorf("%w: %d of the %d keys reconcile catalogs in %s", ErrIntentGone, len(keys)-open, len(keys), c.Stream)
+			}
+		}
 		if len(c.Close) > 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents o USING nova.orphan_intents p
-				WHERE p.id = ANY($1) AND p.kind = 'publish' AND o.object_key = p.object_key`, c.Close); err != nil {
+			// Each kind through its own key index.
+			rows, err := tx.Query(ctx, `DELETE FROM nova.orphan_intents WHERE id = ANY($1) AND kind = 'publish' RETURNING object_key`, c.Close)
+			if err != nil {
 				return fmt.Errorf("close %d publish intents of %s: %w", len(c.Close), c.Stream, err)
+			}
+			keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return fmt.Errorf("close %d publish intents of %s: %w", len(c.Close), c.Stream, err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE kind = 'reap' AND object_key = ANY($1)`, keys); err != nil {
+				return fmt.Errorf("drop the reap intents of %d keys of %s: %w", len(keys), c.Stream, err)
 			}
 		}
 		if len(c.Reap) > 0 {

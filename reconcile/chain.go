@@ -82,15 +82,18 @@ type span struct{ from, to uint64 }
 
 // plan chooses the stream's chain (pure): from the first record the
 // catalog covers (its first entry, else settled_through), at each key base
-// the eligible, sound object that reaches furthest toward next_record
-// (ties: the highest revision); a reach past next_record is cut there.
+// the eligible, sound object that reaches furthest toward limit
+// (next_record, or lower where the store's bytes disagree with a slot's)
+// (ties: the highest revision); a reach past limit is cut there. At
+// settled_through, where retention left a gap, a run may start above it,
+// up to low_record, as settle's does.
 // Where no object starts at a base below settled_through, the catalog's
 // entry there is kept (its records are reported lost when its object is
 // gone); past settled_through the chain simply ends, and the refs hold
 // the rest. Leading entries whose objects are all gone, and that no
 // object continues, are dropped: nothing holds their records.
-func plan(st catalog.Stream, entries []catalog.Entry, byBase map[uint64][]*object, present map[string]bool) chain {
-	next, settled := uint64(st.NextRecord), uint64(st.SettledThrough)
+func plan(st catalog.Stream, entries []catalog.Entry, byBase map[uint64][]*object, present map[string]bool, limit uint64) chain {
+	next, settled, low := limit, uint64(st.SettledThrough), uint64(max(st.LowRecord, 0))
 	start := settled
 	if len(entries) > 0 {
 		start = uint64(entries[0].FirstRecord)
@@ -135,6 +138,20 @@ func plan(st catalog.Stream, entries []catalog.Entry, byBase map[uint64][]*objec
 	}
 	for p < next {
 		o := pick(p, byBase[p], reach, next)
+		if o == nil && p >= settled && p < low {
+			// A run settle began in the retention gap: the first base up
+			// to low_record that starts a chain (the records before it
+			// are dead).
+			for _, b := range sortedBases(byBase) {
+				if b <= p || b > low || b >= next {
+					continue
+				}
+				if o = pick(b, byBase[b], reach, next); o != nil {
+					p = b
+					break
+				}
+			}
+		}
 		if o == nil {
 			e := entryAt[p]
 			if e == nil || p >= settled {
@@ -181,6 +198,16 @@ func pick(p uint64, cands []*object, reach func(uint64) uint64, next uint64) *ob
 
 func entryKeyOf(st catalog.Stream, e catalog.Entry) string {
 	return bundlefmt.SettledKey(st.Bucket, st.ID, uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
+}
+
+// sortedBases are the key bases of byBase in record order.
+func sortedBases(byBase map[uint64][]*object) []uint64 {
+	out := make([]uint64, 0, len(byBase))
+	for b := range byBase {
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // sortObjects orders each base's objects by revision, highest first.

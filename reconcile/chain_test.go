@@ -61,6 +61,7 @@ func TestPlanChoosesTheChain(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		settled, next  int64
+		low            int64
 		entries        []catalog.Entry
 		objs           []*object
 		presentEntries bool // the entries' own keys are present in the store
@@ -95,6 +96,15 @@ func TestPlanChoosesTheChain(t *testing.T) {
 		{name: "equal reach: the highest revision", settled: 100, next: 150,
 			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 150, 2, "e"), obj(0, 150, 5, "e")},
 			want: "0-150~5 end 150"},
+		{name: "a run begun in the retention gap, up to low_record", settled: 100, next: 250, low: 150, presentEntries: true,
+			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 100, 0, "e"), obj(120, 200, 0, "e")},
+			want: "0-100~0 120-200~0 end 200"},
+		{name: "no run begins past low_record", settled: 100, next: 250, low: 110, presentEntries: true,
+			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 100, 0, "e"), obj(120, 200, 0, "e")},
+			want: "0-100~0 end 100"},
+		{name: "a cut short of next_record (a limit)", settled: 100, next: 180,
+			entries: []catalog.Entry{entry(0, 100, 0)}, objs: []*object{obj(0, 300, 3, "e")},
+			want: "cut(0~3) end 180"},
 		{name: "no entry and nothing stored: nothing", settled: 40, next: 90,
 			want: "end 40"},
 		{name: "no entry, a new run in the store", settled: 40, next: 90,
@@ -103,7 +113,7 @@ func TestPlanChoosesTheChain(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := testStream
-			st.SettledThrough, st.NextRecord = tc.settled, tc.next
+			st.SettledThrough, st.NextRecord, st.LowRecord = tc.settled, tc.next, tc.low
 			byBase := map[uint64][]*object{}
 			present := map[string]bool{}
 			for _, o := range tc.objs {
@@ -116,7 +126,7 @@ func TestPlanChoosesTheChain(t *testing.T) {
 				}
 			}
 			sortObjects(byBase)
-			if got := render(plan(st, tc.entries, byBase, present)); got != tc.want {
+			if got := render(plan(st, tc.entries, byBase, present, uint64(tc.next))); got != tc.want {
 				t.Errorf("plan: %s\n            want %s", got, tc.want)
 			}
 		})
@@ -133,7 +143,7 @@ func TestDiffOfAHealthyStreamIsNothing(t *testing.T) {
 	o1 := obj(0, 100, 1, "e")
 	v := catalog.ReconcileView{Stream: st, Entries: []catalog.Entry{entry(0, 100, 1)}, High: map[int64]int32{0: 1}}
 	byBase := map[uint64][]*object{0: {o1}}
-	ch := plan(st, v.Entries, byBase, map[string]bool{o1.key: true})
+	ch := plan(st, v.Entries, byBase, map[string]bool{o1.key: true}, 100)
 	if o := diff(st, v, ch, byBase); len(o.remove)+len(o.add)+len(o.reap)+len(o.raiseFirst)+len(o.close)+o.refs != 0 || o.cut != nil {
 		t.Fatalf("a healthy stream's diff: %+v", o)
 	}
@@ -143,8 +153,8 @@ func TestDiffOfAHealthyStreamIsNothing(t *testing.T) {
 	byBase = map[uint64][]*object{0: {o3, stale, o1}}
 	v = catalog.ReconcileView{Stream: st, Entries: []catalog.Entry{entry(0, 100, 1)}, High: map[int64]int32{0: 1},
 		Refs:    []catalog.SpanRef{{FirstRecord: 100, RecordCount: 80}, {FirstRecord: 180, RecordCount: 20}},
-		Intents: []catalog.Intent{{ID: 9, Kind: "publish", ObjectKey: o3.key}}}
-	ch = plan(st, v.Entries, byBase, map[string]bool{o1.key: true, o3.key: true, stale.key: true})
+		Intents: []catalog.Intent{{ID: 9, Kind: "publish", ObjectKey: o3.key}, {ID: 10, Kind: "publish", ObjectKey: stale.key}}}
+	ch = plan(st, v.Entries, byBase, map[string]bool{o1.key: true, o3.key: true, stale.key: true}, 200)
 	o := diff(st, v, ch, byBase)
 	wantAdd := []catalog.EntryRevision{{FirstRecord: 0, Revision: 3}}
 	var gotAdd []catalog.EntryRevision
@@ -156,5 +166,69 @@ func TestDiffOfAHealthyStreamIsNothing(t *testing.T) {
 		!reflect.DeepEqual(o.raiseFirst, []int64{0}) || !reflect.DeepEqual(o.raiseRev, []int32{3}) || o.refs != 1 || ch.end != 180 {
 		t.Fatalf("diff: add %v remove %v reap %v close %v raise %v/%v refs %d end %d", gotAdd, o.remove, o.reap, o.close,
 			o.raiseFirst, o.raiseRev, o.refs, ch.end)
+	}
+}
+
+// TestDiffNeverReapsWhatTheChainDoesNotReach: an object the chain stops
+// short of (an unsound one before it) and the unsound one itself are left,
+// never armed for the reap; their bases are raised all the same.
+func TestDiffNeverReapsWhatTheChainDoesNotReach(t *testing.T) {
+	st := testStream
+	st.SettledThrough, st.NextRecord = 100, 300
+	bad, after := obj(100, 200, 0, "eb"), obj(200, 300, 0, "e")
+	o1 := obj(0, 100, 0, "e")
+	byBase := map[uint64][]*object{0: {o1}, 100: {bad}, 200: {after}}
+	v := catalog.ReconcileView{Stream: st, Entries: []catalog.Entry{entry(0, 100, 0)}, High: map[int64]int32{0: 0}}
+	ch := plan(st, v.Entries, byBase, map[string]bool{o1.key: true, bad.key: true, after.key: true}, 300)
+	if render(ch) != "0-100~0 end 100" {
+		t.Fatalf("plan: %s", render(ch))
+	}
+	o := diff(st, v, ch, byBase)
+	if len(o.reap) != 0 || !reflect.DeepEqual(o.left, []string{bad.key, after.key}) ||
+		!reflect.DeepEqual(o.raiseFirst, []int64{100, 200}) {
+		t.Fatalf("reap %v, left %v, raised %v", o.reap, o.left, o.raiseFirst)
+	}
+}
+
+// TestRecordBytesAndBatchEnds: the bytes of a range of records of a chunk,
+// and where a cut may fall.
+func TestRecordBytesAndBatchEnds(t *testing.T) {
+	b := bundlefmt.NewChunkBuilder(testStream.ID, 10)
+	for i := 0; i < 5; i++ {
+		if err := b.Add(bundlefmt.Record{Body: []byte{'a' + byte(i)}}, int64(i), i == 1 || i == 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := b.Chunk()
+	whole := recordBytes(c.Entry, c.Data, 10, 15)
+	if string(whole) != string(c.Data) {
+		t.Fatalf("every record: %q, want %q", whole, c.Data)
+	}
+	mid := recordBytes(c.Entry, c.Data, 12, 14)
+	off := c.Entry.Lengths[0] + c.Entry.Lengths[1]
+	if string(mid) != string(c.Data[off:off+c.Entry.Lengths[2]+c.Entry.Lengths[3]]) {
+		t.Fatalf("records 12 and 13: %q", mid)
+	}
+	o := &object{first: 10, end: 15, entries: []bundlefmt.Entry{c.Entry}}
+	for end, want := range map[uint64]bool{12: true, 15: true, 11: false, 13: false, 14: false, 16: false} {
+		if endsBatch(o, end) != want {
+			t.Errorf("endsBatch at %d: %v, want %v", end, !want, want)
+		}
+	}
+}
+
+func TestLastBatchEnd(t *testing.T) {
+	b := bundlefmt.NewChunkBuilder(testStream.ID, 10)
+	for i := 0; i < 5; i++ {
+		if err := b.Add(bundlefmt.Record{Body: []byte{'x'}}, int64(i), i == 1 || i == 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := b.Chunk()
+	o := &object{first: 10, end: 15, entries: []bundlefmt.Entry{c.Entry}}
+	for end, want := range map[uint64]uint64{15: 12, 14: 12, 13: 12, 12: 0, 16: 15} {
+		if got := lastBatchEnd(o, end); got != want {
+			t.Errorf("lastBatchEnd below %d: %d, want %d", end, got, want)
+		}
 	}
 }

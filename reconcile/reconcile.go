@@ -15,11 +15,11 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -49,7 +49,7 @@ type Catalog interface {
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
 	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
 	ReadReconcileView(ctx context.Context, id catalog.StreamID, keyLow, keyHigh string) (catalog.ReconcileView, error)
-	ClaimForReconcile(ctx context.Context, f catalog.Fence, id catalog.StreamID, epoch int64, keys []string, firsts []int64, revs []int32) (map[string]int64, error)
+	ClaimForReconcile(ctx context.Context, f catalog.Fence, id catalog.StreamID, epoch int64, keys []string, firsts []int64, revs []int32) ([]int64, error)
 	CommitReconcile(ctx context.Context, f catalog.Fence, c catalog.ReconcileCommit) error
 	ReadMark(ctx context.Context, star string) (catalog.Mark, error)
 	RaiseMark(ctx context.Context, f catalog.Fence, n int64) error
@@ -172,6 +172,11 @@ func Run(ctx context.Context, d Deps, c Config, f catalog.Fence) (rep Report, er
 	if first != nil {
 		return rep, first
 	}
+	if len(c.Streams) > 0 {
+		// Some streams only: the star's others are as the restore left
+		// them, so the mark stays and the halt with it.
+		return rep, nil
+	}
 	marks, err := maxMarker(ctx, d, c.Star)
 	if err != nil {
 		return rep, err
@@ -268,8 +273,9 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 		cataloged[entryKeyOf(st, e)] = true
 	}
 	var ch chain
+	limit := uint64(st.NextRecord)
 	for {
-		ch = plan(st, v.Entries, objs, present)
+		ch = plan(st, v.Entries, objs, present, limit)
 		again := false
 		for _, l := range ch.links {
 			if l.obj == nil || l.obj.verified || cataloged[l.obj.key] && !l.cut {
@@ -290,9 +296,42 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 			}
 			l.obj.verified = true
 		}
-		if !again {
-			break
+		if again {
+			continue
 		}
+		// Records past settled_through may have been given again since
+		// the restore (the write path goes on): where a ref's slot still
+		// stands, the chain's bytes must be its bytes; the chain ends at
+		// the first chunk that differs, and the refs keep the rest.
+		at, n, err := firstMismatch(ctx, d, st, v.Refs, ch)
+		sr.BytesRead += n
+		if err != nil {
+			return sr, err
+		}
+		if at < ch.end && at < limit {
+			sr.Differ = append(sr.Differ, Range{From: int64(at), To: int64(ch.end),
+				Why: "the store's objects hold other bytes than the slots the refs name: the write path gave these records again since the restore"})
+			limit = at
+			continue
+		}
+		// A cut falls on a batch end of the object cut (every chunk the
+		// write path absorbs ends one); else the chain ends at the last
+		// batch end before, and the refs keep the rest.
+		if n := len(ch.links); n > 0 && ch.links[n-1].cut {
+			o := ch.links[n-1].obj
+			if !endsBatch(o, limit) {
+				b := lastBatchEnd(o, limit)
+				if b <= max(o.first, uint64(st.SettledThrough)) {
+					o.bad = true
+					sr.Unsound = append(sr.Unsound, Problem{Key: o.key,
+						Error: fmt.Sprintf("cannot be cut at record %d: no batch ends there, nor after settled_through before it", limit)})
+				} else {
+					limit = b
+				}
+				continue
+			}
+		}
+		break
 	}
 	ops := diff(st, v, ch, objs)
 	sr.fill(st, ch, ops)
@@ -317,18 +356,13 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 		return sr, err
 	}
 	crash(CrashAfterRaise)
-	commit := catalog.ReconcileCommit{Stream: st.ID, ExpectSettled: v.Stream.SettledThrough, ExpectNext: v.Stream.NextRecord,
-		Remove: ops.remove, Add: ops.add, Settled: int64(ch.end), Close: ops.close, Reap: ops.reap, ReapGrace: c.ReapGrace}
-	for _, id := range claimed {
-		if !slices.Contains(commit.Close, id) {
-			commit.Close = append(commit.Close, id)
-		}
-	}
+	commit := catalog.ReconcileCommit{Stream: st.ID, Bucket: st.Bucket, ExpectSettled: v.Stream.SettledThrough,
+		Remove: ops.remove, Add: ops.add, Settled: int64(ch.end), Close: append(claimed, ops.close...), Reap: ops.reap, ReapGrace: c.ReapGrace}
 	if ops.cut != nil {
 		if d.Cutter == nil {
-			return sr, fmt.Errorf("the object %s must be cut at record %d, and this reconcile cannot publish", ops.cut.key, st.NextRecord)
+			return sr, fmt.Errorf("the object %s must be cut at record %d, and this reconcile cannot publish", ops.cut.key, ch.end)
 		}
-		cut, err := d.Cutter.PublishCut(ctx, f, st, ops.cut.key, ops.cut.entries, uint64(st.NextRecord))
+		cut, err := d.Cutter.PublishCut(ctx, f, st, ops.cut.key, ops.cut.entries, ch.end)
 		if err != nil {
 			return sr, err
 		}
@@ -381,10 +415,17 @@ func listObjects(ctx context.Context, d Deps, st catalog.Stream, v catalog.Recon
 		}
 		kp := bundlefmt.SettledKeyParts{Bucket: kc.Bucket, Stream: kc.Stream, StreamEpoch: uint64(kc.Epoch),
 			FirstRecord: uint64(kc.FirstRecord), Revision: uint32(kc.Revision)}
+		// An unsound object is never cataloged nor reaped, but its base is
+		// raised past it all the same.
+		unsound := func(err error) {
+			sr.Unsound = append(sr.Unsound, Problem{Key: key, Error: err.Error()})
+			byBase[kp.FirstRecord] = append(byBase[kp.FirstRecord],
+				&object{key: key, first: kp.FirstRecord, revision: kp.Revision, end: kp.FirstRecord, bad: true})
+		}
 		f, err := d.Reader.StandingFooter(ctx, key)
 		var q *cycle.QuarantineError
 		if errors.As(err, &q) {
-			sr.Unsound = append(sr.Unsound, Problem{Key: key, Error: err.Error()})
+			unsound(err)
 			continue
 		}
 		if errors.Is(err, objstore.ErrNotFound) {
@@ -398,7 +439,7 @@ func listObjects(ctx context.Context, d Deps, st catalog.Stream, v catalog.Recon
 			err = contiguous(key, st.ID, kp.FirstRecord, entries)
 		}
 		if err != nil {
-			sr.Unsound = append(sr.Unsound, Problem{Key: key, Error: err.Error()})
+			unsound(err)
 			continue
 		}
 		h, known := v.High[int64(kp.FirstRecord)]
@@ -482,4 +523,145 @@ func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.Sp
 		}
 	}
 	return nil
+}
+
+// endsBatch reports whether record end-1 of o ends a batch: where a cut
+// at end may fall.
+func endsBatch(o *object, end uint64) bool {
+	for i := range o.entries {
+		e := &o.entries[i]
+		if e.FirstRecord < end && end <= e.EndRecord() {
+			return e.IsBatchEnd(int(end - 1 - e.FirstRecord))
+		}
+	}
+	return false
+}
+
+// lastBatchEnd is the highest record b < end (0: none) of o such that
+// record b-1 ends a batch.
+func lastBatchEnd(o *object, end uint64) uint64 {
+	for j := len(o.entries) - 1; j >= 0; j-- {
+		e := &o.entries[j]
+		if e.FirstRecord >= end {
+			continue
+		}
+		// b = r + 1 for record r of e, highest first, b < end.
+		for i := min(uint64(e.Count()), end-1-e.FirstRecord) - 1; ; i-- {
+			if e.IsBatchEnd(int(i)) && e.FirstRecord+i+1 > o.first {
+				return e.FirstRecord + i + 1
+			}
+			if i == 0 {
+				break
+			}
+		}
+	}
+	return 0
+}
+
+// firstMismatch compares the chain's bytes with those of every slot chunk
+// the stream's refs name that the store still holds, from settled_through
+// on, and returns the first record of the first chunk that differs (and
+// of a chunk that straddles the chain's end) or ch.end, and the bytes it
+// read. A slot that is gone was reaped after the records settled, so
+// before the restore: its records are the store's.
+func firstMismatch(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, ch chain) (uint64, int64, error) {
+	settled := uint64(st.SettledThrough)
+	var read int64
+	for _, r := range refs {
+		if uint64(r.EndRecord()) <= settled || uint64(r.FirstRecord) >= ch.end {
+			continue
+		}
+		for _, sl := range r.Slots {
+			key := bundlefmt.SlotKey(r.Star, uint64(sl.Epoch), uint64(sl.Seq))
+			src := bundle.Source{Key: key, Class: r.Class}
+			foot, err := d.Reader.SlotFooter(ctx, r.Class, key, sl.FooterOffset, sl.FooterLength)
+			if errors.Is(err, objstore.ErrNotFound) || cycle.IsQuarantine(err) && bundle.ClassOf(err) == cycle.ClassMissing {
+				continue
+			}
+			if err != nil {
+				return 0, read, fmt.Errorf("%w: %w", ErrIncomplete, err)
+			}
+			lo, hi := foot.FindStream(st.ID)
+			if lo >= hi {
+				return 0, read, fmt.Errorf("%w: slot %s holds no chunk of stream %s its ref names", ErrIncomplete, key, st.ID)
+			}
+			e, err := foot.Entry(lo)
+			if err != nil {
+				return 0, read, fmt.Errorf("%w: slot %s: %w", ErrIncomplete, key, err)
+			}
+			if e.EndRecord() <= settled || e.FirstRecord >= ch.end {
+				continue
+			}
+			from := max(e.FirstRecord, settled)
+			if e.EndRecord() > ch.end {
+				return max(from, settled), read, nil // the chain cannot end inside a slot's chunk
+			}
+			data, err := d.Reader.Chunk(ctx, src, e)
+			read += int64(len(data))
+			if err != nil {
+				return 0, read, fmt.Errorf("%w: %w", ErrIncomplete, err)
+			}
+			want := recordBytes(e, data, from, e.EndRecord())
+			got, n, err := chainBytes(ctx, d, ch, from, e.EndRecord())
+			read += n
+			if err != nil {
+				return 0, read, err
+			}
+			if !bytes.Equal(got, want) {
+				return from, read, nil
+			}
+		}
+	}
+	return ch.end, read, nil
+}
+
+// recordBytes is the bytes of records [from, to) of a chunk e whose bytes
+// are data.
+func recordBytes(e bundlefmt.Entry, data []byte, from, to uint64) []byte {
+	var off, n uint64
+	for i, l := range e.Lengths {
+		r := e.FirstRecord + uint64(i)
+		switch {
+		case r < from:
+			off += uint64(l)
+		case r < to:
+			n += uint64(l)
+		}
+	}
+	return data[off : off+n]
+}
+
+// chainBytes reads the bytes of records [from, to) from the chain's
+// objects (a kept entry's object is not the store's to compare: nil).
+func chainBytes(ctx context.Context, d Deps, ch chain, from, to uint64) ([]byte, int64, error) {
+	var out []byte
+	var read int64
+	for _, l := range ch.links {
+		if l.obj == nil {
+			continue
+		}
+		for _, e := range l.obj.entries {
+			a, b := max(e.FirstRecord, from), min(e.EndRecord(), to)
+			if a >= b {
+				continue
+			}
+			off := e.DataOffset
+			var n uint64
+			for i, ln := range e.Lengths {
+				r := e.FirstRecord + uint64(i)
+				if r < a {
+					off += uint64(ln)
+				} else if r < b {
+					n += uint64(ln)
+				}
+			}
+			data, err := d.Reader.Range(ctx, bundle.Settled(l.obj.key), int64(off), int64(n))
+			read += int64(len(data))
+			if err != nil {
+				return nil, read, fmt.Errorf("%w: %w", ErrIncomplete, err)
+			}
+			out = append(out, data...)
+		}
+	}
+	return out, read, nil
 }

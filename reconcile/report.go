@@ -12,13 +12,14 @@ import (
 type ops struct {
 	remove     []catalog.EntryRevision
 	add        []catalog.Entry
-	close      []int64 // publish intents on keys add catalogs
+	close      []int64 // publish intents with no upload on keys the chain catalogs or cuts
 	reap       []string
 	raiseFirst []int64
 	raiseRev   []int32
-	cut        *object // the object cut at next_record (its cut is published at apply)
-	forgotten  []Range // records past next_record the store holds
-	refs       int     // refs wholly below the new settled_through
+	cut        *object  // the object cut at next_record (its cut is published at apply)
+	forgotten  []Range  // records past next_record the store holds
+	left       []string // objects past the chain's end: neither cataloged nor reaped
+	refs       int      // refs wholly below the new settled_through
 }
 
 // diff compares the chain with the stream as the metastore holds it.
@@ -57,8 +58,13 @@ func diff(st catalog.Stream, v catalog.ReconcileView, ch chain, byBase map[uint6
 			reaping[in.ObjectKey] = true
 		}
 	}
+	// The publish intents of what the commit catalogs (and of the object
+	// a cut is made from) close with it, unless an upload is recorded
+	// there: recovery aborts it and finishes the intent once the key is
+	// cataloged.
 	for _, in := range v.Intents {
-		if in.Kind == "publish" && chained[in.ObjectKey] {
+		if in.Kind == "publish" && (chained[in.ObjectKey] || o.cut != nil && in.ObjectKey == o.cut.key) &&
+			in.UploadID == "" && len(in.StagedParts) == 0 {
 			o.close = append(o.close, in.ID)
 		}
 	}
@@ -77,7 +83,14 @@ func diff(st catalog.Stream, v catalog.ReconcileView, ch chain, byBase map[uint6
 				// will be given to other records. Left as a stray (the
 				// sweep removes it after its guard), never cataloged.
 				o.forgotten = append(o.forgotten, Range{From: int64(max(ob.first, next)), To: int64(ob.end), Key: ob.key})
-			case !chained[ob.key] && !reaping[ob.key] && !old[catalog.EntryRevision{FirstRecord: int64(ob.first), Revision: int32(ob.revision)}]:
+			case chained[ob.key] || reaping[ob.key] || old[catalog.EntryRevision{FirstRecord: int64(ob.first), Revision: int32(ob.revision)}]:
+			case ob.bad || ob.end > ch.end:
+				// Unsound, or it may hold the only copy of records the
+				// chain does not reach (a chain cut short by an unsound
+				// object, or by bytes the slots disagree with): never
+				// armed.
+				o.left = append(o.left, ob.key)
+			default:
 				o.reap = append(o.reap, ob.key)
 			}
 		}
@@ -143,11 +156,19 @@ type StreamReport struct {
 	Lost []Range `json:"lost,omitempty"`
 	// Forgotten are records past next_record that objects hold: the
 	// metastore forgot them; they are not cataloged.
-	Forgotten []Range    `json:"forgotten,omitempty"`
-	Unsound   []Problem  `json:"unsound,omitempty"` // objects whose footer or bytes do not check
-	Foreign   []string   `json:"foreign,omitempty"` // keys under the prefix that are not this stream's settled keys
-	Changes   int64      `json:"changes"`
-	Entries   []EntryRow `json:"entries,omitempty"` // the catalog it leaves (or would)
+	Forgotten []Range `json:"forgotten,omitempty"`
+	// Differ are records past settled_through the store's objects hold
+	// other bytes for than the slots the refs name (the write path gave
+	// the numbers again since the restore): the refs keep them.
+	Differ []Range `json:"differ,omitempty"`
+	// Left are objects neither cataloged nor reaped: they hold records at
+	// or past the chain's end that nothing else may hold (strays until the
+	// sweep's guard).
+	Left    []string   `json:"left,omitempty"`
+	Unsound []Problem  `json:"unsound,omitempty"` // objects whose footer or bytes do not check
+	Foreign []string   `json:"foreign,omitempty"` // keys under the prefix that are not this stream's settled keys
+	Changes int64      `json:"changes"`
+	Entries []EntryRow `json:"entries,omitempty"` // the catalog it leaves (or would)
 }
 
 // EntryRow is one catalog entry of a report.
@@ -164,8 +185,9 @@ func (sr *StreamReport) fill(st catalog.Stream, ch chain, o ops) {
 	sr.EntriesRemoved, sr.EntriesAdded = len(o.remove), len(o.add)
 	sr.RefsReleased, sr.ReapsArmed, sr.BasesRaised, sr.IntentsClosed = o.refs, len(o.reap), len(o.raiseFirst), len(o.close)
 	sr.Forgotten = append(sr.Forgotten, o.forgotten...)
+	sr.Left = append(sr.Left, o.left...)
 	if o.cut != nil {
-		sr.Cut = CutReport{From: o.cut.key, At: st.NextRecord}
+		sr.Cut = CutReport{From: o.cut.key, At: int64(ch.end)}
 		sr.EntriesAdded++
 	}
 	if ch.lostLead != nil {
@@ -181,7 +203,7 @@ func (sr *StreamReport) fill(st catalog.Stream, ch chain, o ops) {
 		case l.kept != nil:
 			sr.Entries = append(sr.Entries, EntryRow{First: l.kept.FirstRecord, End: l.kept.EndRecord(), Revision: l.kept.Revision, Kept: true})
 		case l.cut:
-			sr.Entries = append(sr.Entries, EntryRow{First: int64(l.obj.first), End: st.NextRecord, Cut: true})
+			sr.Entries = append(sr.Entries, EntryRow{First: int64(l.obj.first), End: int64(ch.end), Cut: true})
 		default:
 			sr.Entries = append(sr.Entries, EntryRow{First: int64(l.obj.first), End: int64(l.obj.end), Revision: int32(l.obj.revision)})
 		}

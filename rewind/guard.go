@@ -40,14 +40,16 @@ import (
 // Catalog is what the guard reads and writes in the metastore.
 type Catalog interface {
 	ReadMark(ctx context.Context, star string) (catalog.Mark, error)
+	ReadMarkFenced(ctx context.Context, f catalog.Fence) (catalog.Mark, error)
 	CommitMark(ctx context.Context, f catalog.Fence, prev, next int64) error
 }
 
 // MaxSkips bounds the markers a begin passes over that were written and
-// never confirmed (each one a leader that died between its marker and its
-// commit). More than that in a row is not a crash pattern: the begin fails
-// (retried) and says so.
-const MaxSkips = 64
+// never confirmed (each one a process that died, or whose commit failed,
+// between its marker and its commit; a process takes up its own marker
+// again): a cost bound of two requests each, met only after thousands of
+// such deaths in a row. Past it the begin fails (retried) and says so.
+const MaxSkips = 4096
 
 // Deps are what the guard works with.
 type Deps struct {
@@ -78,6 +80,11 @@ type Guard struct {
 	d Deps
 	c Config
 
+	// nonce tells this process's markers from every other's: one per
+	// guard, so a begin retried after a failed commit (a database outage)
+	// takes up its own marker instead of passing over it.
+	nonce string
+
 	mu    sync.Mutex
 	token int64     // the term of the last begin (0: none)
 	at    time.Time // when the last begin started (host monotonic clock)
@@ -101,7 +108,9 @@ func New(d Deps, c Config) (*Guard, error) {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Guard{d: d, c: c}, nil
+	nonce := make([]byte, 12)
+	_, _ = rand.Read(nonce) // crypto/rand never fails on supported platforms
+	return &Guard{d: d, c: c, nonce: hex.EncodeToString(nonce)}, nil
 }
 
 // MaxAgeFor is the freshness bound of a begin for a reap grace: half of it.
@@ -134,7 +143,16 @@ func (g *Guard) fresh(ctx context.Context, f catalog.Fence, c *cycle.Counts) err
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.token == f.Token && time.Since(g.at) < g.c.MaxAge {
-		return nil
+		// Within the term and the age, unless the metastore's mark is no
+		// longer this term's own: a restore can hand out the same token
+		// again, so the token alone does not tell.
+		m, err := g.d.DB.ReadMark(ctx, g.c.Star)
+		if err != nil {
+			return err
+		}
+		if m.N == g.mark {
+			return nil
+		}
 	}
 	start := time.Now() // before the marker goes out: the begin is no older than this
 	n, err := g.begin(ctx, f, c)
@@ -170,10 +188,8 @@ func (g *Guard) begin(ctx context.Context, f catalog.Fence, c *cycle.Counts) (in
 	if err != nil {
 		return 0, err
 	}
-	nonce := make([]byte, 12)
-	_, _ = rand.Read(nonce) // crypto/rand never fails on supported platforms
 	mk := marker{Format: MarkerFormat, Star: g.c.Star, Token: f.Token, Holder: g.c.Holder,
-		Nonce: hex.EncodeToString(nonce), WrittenAt: time.Now().UTC().Format(time.RFC3339Nano)}
+		Nonce: g.nonce, WrittenAt: time.Now().UTC().Format(time.RFC3339Nano)}
 	n := m.N + 1
 	for skips := 0; ; n++ {
 		mk.Mark = n
@@ -199,6 +215,16 @@ func (g *Guard) begin(ctx context.Context, f catalog.Fence, c *cycle.Counts) (in
 			return 0, err
 		}
 		if confirmed {
+			// A leader that lost its lease meanwhile sees its successor's
+			// markers: only a fenced read under a live lease, still at the
+			// mark read, proves the metastore forgot them.
+			now, err := g.d.DB.ReadMarkFenced(ctx, f)
+			if err != nil {
+				return 0, err
+			}
+			if now.N != m.N {
+				return 0, fmt.Errorf("star %q: the mark moved from %d to %d during a begin; the next cycle begins again", g.c.Star, m.N, now.N)
+			}
 			return 0, &cycle.RewoundError{Detail: fmt.Sprintf(
 				"the store holds confirmed marker %d of star %q (%s), the metastore's mark is %d: it has forgotten commits "+
 					"(a restore from backup or a failover to a replica that lost them); run auditor reconcile --star %s",

@@ -179,3 +179,43 @@ func TestGuardPassesUnconfirmedMarkers(t *testing.T) {
 		t.Fatalf("after a raise to 9: mark %d, %v; want 10", mark(t, db), err)
 	}
 }
+
+// failingCommits is the metastore with its first n mark commits failing
+// (a database that refuses writes for a while).
+type failingCommits struct {
+	*catalog.DB
+	n int
+}
+
+func (f *failingCommits) CommitMark(ctx context.Context, fence catalog.Fence, prev, next int64) error {
+	if f.n > 0 {
+		f.n--
+		return errors.New("injected: the database refuses writes")
+	}
+	return f.DB.CommitMark(ctx, fence, prev, next)
+}
+
+// TestGuardRetriesItsOwnMarker: begins whose commit fails, again and
+// again (a database outage), take up their own marker each time instead
+// of passing over it: once the database answers, the mark is 1.
+func TestGuardRetriesItsOwnMarker(t *testing.T) {
+	b := teststore.File(t, teststore.Options{})
+	db, _ := testenv.MigratedDB(t)
+	fc := &failingCommits{DB: db, n: 100}
+	g, err := rewind.New(rewind.Deps{DB: fc, Store: b.Store, Bucket: b.Std}, rewind.Config{Star: star, Holder: "h", MaxAge: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := lease(t, db)
+	for i := 0; i < 100; i++ {
+		if _, err := run(t, g, f); err == nil {
+			t.Fatalf("begin %d succeeded while the commit fails", i)
+		}
+	}
+	if _, err := run(t, g, f); err != nil {
+		t.Fatalf("the begin once the database answers: %v", err)
+	}
+	if m := mark(t, db); m != 1 || exists(t, b, bundlefmt.MarkKey(star, 2)) {
+		t.Fatalf("mark %d (want 1), marker 2 written: %v", m, exists(t, b, bundlefmt.MarkKey(star, 2)))
+	}
+}
