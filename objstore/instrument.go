@@ -161,7 +161,7 @@ func (s *instrumented) Delete(ctx context.Context, bucket string, keys []string)
 	return s.Store.Delete(s.ctx(ctx), bucket, keys)
 }
 
-func (s *instrumented) List(ctx context.Context, bucket, prefix string, fn func(string, int64) error) error {
+func (s *instrumented) List(ctx context.Context, bucket, prefix string, fn func(ObjectInfo) error) error {
 	return s.Store.List(s.ctx(ctx), bucket, prefix, fn)
 }
 

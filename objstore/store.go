@@ -3,6 +3,7 @@ package objstore
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Store is object storage as settle, trim, verify and novasim use it. Every
@@ -35,10 +36,11 @@ type Store interface {
 	// deleted are listed in a *DeleteError so the caller can retry just them.
 	Delete(ctx context.Context, bucket string, keys []string) error
 
-	// List calls fn for every key under prefix, in no promised order; fn's
-	// error stops the walk and is returned. For fsck --strays and tests
-	// only: nothing in Nova finds data by listing.
-	List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error
+	// List calls fn for every object under prefix, in no promised order;
+	// fn's error stops the walk and is returned. For finding strays and for
+	// tests only: nothing in Nova finds data by listing
+	// (docs/metastore.md#no-listing).
+	List(ctx context.Context, bucket, prefix string, fn func(ObjectInfo) error) error
 
 	// Assemble builds req.Key create-once from req.Pieces (see
 	// AssembleRequest). Completion onto a taken key is ErrExists: the
@@ -61,6 +63,15 @@ type Store interface {
 	// exactly key, in no promised order (none: an empty list). Recovery
 	// uses it to find an upload whose ID a crash kept from being recorded.
 	ListAssemblies(ctx context.Context, bucket, key string) ([]string, error)
+}
+
+// ObjectInfo is one object a listing found.
+type ObjectInfo struct {
+	Key  string // the logical key (without the backend's key prefix)
+	Size int64
+	// LastModified is when the object was created, by the store's clock
+	// (S3: the listing's LastModified; the file backend: the file's mtime).
+	LastModified time.Time
 }
 
 // Attrs describes a stored object.

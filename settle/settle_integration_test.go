@@ -953,7 +953,7 @@ func contents(e *env) map[string]uint32 {
 
 func listKeys(e *env) map[string]bool {
 	keys := map[string]bool{}
-	if err := e.store.List(e.ctx, e.std, "", func(k string, _ int64) error { keys[k] = true; return nil }); err != nil {
+	if err := e.store.List(e.ctx, e.std, "", func(o objstore.ObjectInfo) error { keys[o.Key] = true; return nil }); err != nil {
 		e.t.Fatal(fmt.Errorf("list: %w", err))
 	}
 	return keys

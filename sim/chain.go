@@ -183,7 +183,8 @@ func (c *checker) listChain(ctx context.Context, v *chainState) error {
 	name := v.name
 	prefix := "stars/" + name + "/chain/"
 	for bi, b := range v.buckets {
-		err := c.st.Store.List(ctx, b, prefix, func(key string, size int64) error {
+		err := c.st.Store.List(ctx, b, prefix, func(o objstore.ObjectInfo) error {
+			key, size := o.Key, o.Size
 			kstar, e, s, err := bundlefmt.ParseSlotKey(key)
 			if err != nil || kstar != name {
 				c.invariant(name, nil, key, "a key under the chain is not a slot key of the star: %v", err)
@@ -203,8 +204,8 @@ func (c *checker) listChain(ctx context.Context, v *chainState) error {
 		if containsString(v.buckets, b) {
 			continue
 		}
-		err := c.st.Store.List(ctx, b, prefix, func(key string, _ int64) error {
-			c.invariant(name, nil, key, "a %s star's slot in bucket %s, outside its class's buckets", v.star.ChainClass, b)
+		err := c.st.Store.List(ctx, b, prefix, func(o objstore.ObjectInfo) error {
+			c.invariant(name, nil, o.Key, "a %s star's slot in bucket %s, outside its class's buckets", v.star.ChainClass, b)
 			return nil
 		})
 		if err != nil && !errors.Is(err, objstore.ErrBucketNotFound) {

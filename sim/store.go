@@ -18,8 +18,8 @@ type Store interface {
 	// end) and returns them with the object's total size; an error wrapping
 	// objstore.ErrNotFound when there is no object.
 	GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error)
-	// List calls fn for every key under prefix, in any order.
-	List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error
+	// List calls fn for every object under prefix, in any order.
+	List(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error
 }
 
 // Storage says where novasim's objects live (docs/architecture.md#buckets-and-zone-health): the

@@ -93,8 +93,8 @@ func exists(ctx context.Context, s objstore.Store, bucket, key string) (bool, er
 // keysUnder lists a bucket's keys under prefix, sorted.
 func keysUnder(ctx context.Context, s objstore.Store, bucket, prefix string) ([]string, error) {
 	var out []string
-	err := s.List(ctx, bucket, prefix, func(k string, _ int64) error {
-		out = append(out, k)
+	err := s.List(ctx, bucket, prefix, func(o objstore.ObjectInfo) error {
+		out = append(out, o.Key)
 		return nil
 	})
 	sort.Strings(out)

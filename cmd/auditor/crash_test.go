@@ -470,7 +470,8 @@ func (e *crashEnv) expireDeadLease() {
 // snapshot records every settled object's CRC and fails if a key seen
 // before now holds other bytes (create-once: never written twice).
 func (e *crashEnv) snapshot() {
-	err := e.fs.List(e.ctx, e.bucket, "buckets/", func(key string, size int64) error {
+	err := e.fs.List(e.ctx, e.bucket, "buckets/", func(o objstore.ObjectInfo) error {
+		key, size := o.Key, o.Size
 		b, _, err := e.fs.GetRange(e.ctx, e.bucket, key, 0, size)
 		if errors.Is(err, objstore.ErrNotFound) {
 			return nil // reaped meanwhile
@@ -557,9 +558,9 @@ func (e *crashEnv) checkClean() {
 			e.t.Errorf("multipart upload left open: %s (upload %s, initiated %s)", *u.Key, *u.UploadId, u.Initiated)
 		}
 	}
-	err = e.fs.List(e.ctx, e.bucket, "buckets/", func(key string, _ int64) error {
-		if !referenced[key] {
-			e.t.Errorf("stray settled object %s", key)
+	err = e.fs.List(e.ctx, e.bucket, "buckets/", func(o objstore.ObjectInfo) error {
+		if !referenced[o.Key] {
+			e.t.Errorf("stray settled object %s", o.Key)
 		}
 		return nil
 	})

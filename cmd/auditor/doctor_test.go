@@ -106,7 +106,7 @@ func tableHas(table, status, scope, check string) bool {
 func noProbeLeft(t *testing.T, st objstore.Store, bucket string) {
 	t.Helper()
 	var left []string
-	if err := st.List(context.Background(), bucket, "doctor/", func(k string, _ int64) error { left = append(left, k); return nil }); err != nil {
+	if err := st.List(context.Background(), bucket, "doctor/", func(o objstore.ObjectInfo) error { left = append(left, o.Key); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(left) > 0 {

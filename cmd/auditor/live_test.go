@@ -598,7 +598,8 @@ func (r *liveRunEnv) checkSlotsReaped() {
 		}
 	}
 	for _, bucket := range append([]string{r.b.bucket}, r.b.express...) {
-		err := r.b.store.List(r.e.ctx, bucket, "", func(key string, _ int64) error {
+		err := r.b.store.List(r.e.ctx, bucket, "", func(o objstore.ObjectInfo) error {
+			key := o.Key
 			star, ep, seq, err := bundlefmt.ParseSlotKey(key)
 			if err != nil {
 				return nil // not a slot

@@ -102,8 +102,8 @@ func (w *liveWatcher) poll() {
 
 func (w *liveWatcher) pollObjects() {
 	var keys []string
-	err := w.store.List(w.ctx, w.bucket, "buckets/", func(key string, _ int64) error {
-		keys = append(keys, key)
+	err := w.store.List(w.ctx, w.bucket, "buckets/", func(o objstore.ObjectInfo) error {
+		keys = append(keys, o.Key)
 		return nil
 	})
 	if err != nil {

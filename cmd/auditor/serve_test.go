@@ -495,9 +495,9 @@ func TestServeOnVersitygw(t *testing.T) {
 		t.Fatalf("verify on a healthy catalog: exit %d\n%s%s", code, out, errs)
 	}
 	var victim string
-	if err := st.List(ctx, bucket, "buckets/", func(key string, _ int64) error {
+	if err := st.List(ctx, bucket, "buckets/", func(o objstore.ObjectInfo) error {
 		if victim == "" {
-			victim = key
+			victim = o.Key
 		}
 		return nil
 	}); err != nil || victim == "" {

@@ -157,8 +157,8 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = direct.List(ctx, bucket, "", func(key string, _ int64) error {
-			star, ep, seq, err := bundlefmt.ParseSlotKey(key)
+		err = direct.List(ctx, bucket, "", func(o objstore.ObjectInfo) error {
+			star, ep, seq, err := bundlefmt.ParseSlotKey(o.Key)
 			if err != nil || star != "s1-x" {
 				return nil
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
+	"github.com/nova/auditor/objstore"
 )
 
 // run runs novasim in-process with the given environment.
@@ -147,7 +148,7 @@ func TestWriteSlotChecksumOnS3(t *testing.T) {
 		t.Fatalf("write: exit %d\n%s\n%s", code, out, stderr)
 	}
 	var slots []string
-	if err := st.List(ctx, bucket, "stars/", func(k string, _ int64) error { slots = append(slots, k); return nil }); err != nil || len(slots) == 0 {
+	if err := st.List(ctx, bucket, "stars/", func(o objstore.ObjectInfo) error { slots = append(slots, o.Key); return nil }); err != nil || len(slots) == 0 {
 		t.Fatalf("no slots written: %v", err)
 	}
 	for _, k := range slots {

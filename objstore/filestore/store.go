@@ -367,7 +367,7 @@ func (s *Store) pruneDirs(bucket, dir string) {
 }
 
 // List implements objstore.Store.
-func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error {
+func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error {
 	if err := s.checkBucket(bucket); err != nil {
 		return fmt.Errorf("list: %w", err)
 	}
@@ -408,7 +408,7 @@ func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(key str
 			}
 			return err
 		}
-		return fn(k, fi.Size())
+		return fn(objstore.ObjectInfo{Key: k, Size: fi.Size(), LastModified: fi.ModTime()})
 	})
 	if err != nil {
 		return fmt.Errorf("list %s/%s: %w", bucket, prefix, err)

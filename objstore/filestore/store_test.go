@@ -88,7 +88,7 @@ func TestLayout(t *testing.T) {
 		t.Errorf("temporary files left: %v", entries)
 	}
 	var keys []string
-	if err := s.List(ctx, "std", "", func(k string, _ int64) error { keys = append(keys, k); return nil }); err != nil {
+	if err := s.List(ctx, "std", "", func(o objstore.ObjectInfo) error { keys = append(keys, o.Key); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(keys) != 2 {

@@ -83,7 +83,7 @@ func TestProbe(t *testing.T) {
 		t.Errorf("by source with read-back %v, server checked %v; want read-back, CRC32C not server checked", c.VerifyReadback, c.ServerChecked)
 	}
 	var keys []string
-	s.List(context.Background(), b, "", func(k string, _ int64) error { keys = append(keys, k); return nil })
+	s.List(context.Background(), b, "", func(o objstore.ObjectInfo) error { keys = append(keys, o.Key); return nil })
 	if len(keys) != 0 {
 		t.Errorf("probe left %v", keys)
 	}

@@ -114,7 +114,7 @@ func TestAttemptDeadlineByClass(t *testing.T) {
 	_, _ = s.Head(ctx, "b", "k")
 	_ = s.PutIfAbsent(ctx, "b", "k", []byte("x"))
 	_ = s.Delete(ctx, "b", []string{"k"})
-	_ = s.List(ctx, "b", "", func(string, int64) error { return nil })
+	_ = s.List(ctx, "b", "", func(objstore.ObjectInfo) error { return nil })
 	_, _ = s.ListParts(ctx, "b", "k", "u1")
 	_, _ = s.ListAssemblies(ctx, "b", "k")
 	_ = s.AbortAssembly(ctx, "b", "k", "u1")

@@ -495,7 +495,7 @@ func (s *Store) Delete(ctx context.Context, bucket string, keys []string) error 
 }
 
 // List implements objstore.Store.
-func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(key string, size int64) error) error {
+func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error {
 	full := s.cfg.KeyPrefix + prefix
 	var token *string
 	for {
@@ -515,7 +515,8 @@ func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(key str
 			if !ok || objstore.ValidKey(k) != nil {
 				continue // not ours, or a probe's
 			}
-			if err := fn(k, aws.ToInt64(o.Size)); err != nil {
+			info := objstore.ObjectInfo{Key: k, Size: aws.ToInt64(o.Size), LastModified: aws.ToTime(o.LastModified)}
+			if err := fn(info); err != nil {
 				return err
 			}
 		}

@@ -28,6 +28,11 @@ type Harness struct {
 
 const mib = 1 << 20
 
+// listClockSlack is how far a listed object's LastModified may lie from the
+// test's clock around its PUT: the server's second granularity and a
+// little skew between the server's clock and ours.
+const listClockSlack = 30 * time.Second
+
 // Run runs the whole suite.
 func Run(t *testing.T, h Harness) {
 	t.Run("RoundTrip", func(t *testing.T) { t.Parallel(); testRoundTrip(t, h) })
@@ -221,23 +226,31 @@ func testDelete(t *testing.T, h Harness) {
 func testList(t *testing.T, h Harness) {
 	s, b, ctx := h.Store, h.NewBucket(t), ctxT(t)
 	want := map[string]int64{"l/a/1": 1, "l/a/2": 2, "l/b": 3, "m": 4}
+	before := time.Now()
 	for k, n := range want {
 		mustPut(t, s, b, k, make([]byte, n))
 	}
+	after := time.Now()
 	for prefix, keys := range map[string][]string{"l/": {"l/a/1", "l/a/2", "l/b"}, "l/a": {"l/a/1", "l/a/2"}, "": {"l/a/1", "l/a/2", "l/b", "m"}, "z": nil} {
-		got := map[string]int64{}
-		err := s.List(ctx, b, prefix, func(k string, size int64) error { got[k] = size; return nil })
+		got := map[string]objstore.ObjectInfo{}
+		err := s.List(ctx, b, prefix, func(o objstore.ObjectInfo) error { got[o.Key] = o; return nil })
 		if err != nil || len(got) != len(keys) {
 			t.Errorf("List(%q) = %v, %v; want %v", prefix, got, err, keys)
 		}
 		for _, k := range keys {
-			if got[k] != want[k] {
-				t.Errorf("List(%q): %s has size %d, want %d", prefix, k, got[k], want[k])
+			if got[k].Size != want[k] {
+				t.Errorf("List(%q): %s has size %d, want %d", prefix, k, got[k].Size, want[k])
+			}
+			// S3 reports whole seconds, and the server's clock is not
+			// ours: a small skew either side is allowed, a zero time or
+			// a wrong unit is not.
+			if lm := got[k].LastModified; lm.Before(before.Add(-listClockSlack)) || lm.After(after.Add(listClockSlack)) {
+				t.Errorf("List(%q): %s last modified %v, want within %v of the PUTs (%v .. %v)", prefix, k, lm, listClockSlack, before, after)
 			}
 		}
 	}
 	stop := errors.New("stop")
-	if err := s.List(ctx, b, "", func(string, int64) error { return stop }); !errors.Is(err, stop) {
+	if err := s.List(ctx, b, "", func(objstore.ObjectInfo) error { return stop }); !errors.Is(err, stop) {
 		t.Errorf("List did not return fn's error: %v", err)
 	}
 }
