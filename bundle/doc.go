@@ -19,6 +19,11 @@
 //   - the footer cache (FooterCache), kept across cycles and shared by a
 //     process's stars: each slot's envelope and footer are read once
 //     however many streams and cycles read the slot, while it is held.
+
+// It also lists what the store holds under a stream's settled prefix
+// (ListSettled), each key parsed to its coordinates, for the one use
+// listing has: finding objects no metadata names
+// (docs/metastore.md#no-listing).
 //
 // What a footer says is bundlefmt's business (decoding, CRCs, bounds);
 // which keys exist and who references them is the catalog's. novasim's

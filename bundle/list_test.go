@@ -1,0 +1,130 @@
+package bundle_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/testenv/teststore"
+	"github.com/nova/auditor/objstore"
+)
+
+// failingList is a store whose listings fail after handing on after keys.
+type failingList struct {
+	objstore.Store
+	after int
+}
+
+var errListCut = errors.New("listing cut")
+
+func (s *failingList) List(ctx context.Context, b, prefix string, fn func(objstore.ObjectInfo) error) error {
+	n := 0
+	err := s.Store.List(ctx, b, prefix, func(o objstore.ObjectInfo) error {
+		if n == s.after {
+			return errListCut
+		}
+		n++
+		return fn(o)
+	})
+	return err
+}
+
+// TestListSettled lists a stream's settled prefix on both backends: the
+// stream's objects with their coordinates, size and time; every other key
+// under the prefix apart; nothing outside it; and a listing cut part way
+// is an error.
+func TestListSettled(t *testing.T) {
+	for _, name := range []string{"file", "s3"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := teststore.File(t, teststore.Options{})
+			if name == "s3" {
+				b = teststore.S3(t, teststore.Options{Prefix: "list"})
+			}
+			top, err := bundle.Topology(b.Store, b.Std, nil, "", "--s3-express-buckets", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testListSettled(t, &fixture{ctx: context.Background(), fs: b.Store, std: b.Std, rd: bundle.NewReader(top)})
+		})
+	}
+}
+
+func testListSettled(t *testing.T, f *fixture) {
+	st := catalog.Stream{ID: stream, Bucket: "b", Epoch: 2}
+	other := bundlefmt.StreamID{15: 8}
+	if got, want := bundle.SettledPrefix(st), "buckets/b/streams/00000000000000000000000000000007/00000000000000000002/"; got != want {
+		t.Fatalf("SettledPrefix = %s, want %s", got, want)
+	}
+	before := time.Now()
+	want := map[string]catalog.KeyCoords{}
+	for _, c := range []catalog.KeyCoords{{Bucket: "b", Stream: stream, Epoch: 2, FirstRecord: 0, Revision: 0},
+		{Bucket: "b", Stream: stream, Epoch: 2, FirstRecord: 0, Revision: 3}, {Bucket: "b", Stream: stream, Epoch: 2, FirstRecord: 40, Revision: 0}} {
+		key := bundlefmt.SettledKey(c.Bucket, c.Stream, uint64(c.Epoch), uint64(c.FirstRecord), uint32(c.Revision))
+		f.put(t, key, []byte(key))
+		want[key] = c
+	}
+	// Not the stream's epoch, not the stream, not its bucket: not listed.
+	for _, key := range []string{bundlefmt.SettledKey("b", stream, 3, 0, 0), bundlefmt.SettledKey("b", other, 2, 0, 0),
+		bundlefmt.SettledKey("c", stream, 2, 0, 0)} {
+		f.put(t, key, []byte("elsewhere"))
+	}
+	// Under the prefix, not settled keys.
+	bad := []string{bundle.SettledPrefix(st) + "junk", bundle.SettledPrefix(st) + "00000000000000000005~01",
+		bundle.SettledPrefix(st) + "sub/00000000000000000005~0"}
+	for _, key := range bad {
+		f.put(t, key, []byte("bad"))
+	}
+
+	got := map[string]bundle.SettledObject{}
+	var unparsed []string
+	err := f.rd.ListSettled(f.ctx, st, func(o bundle.SettledObject) error {
+		got[o.Key] = o
+		return nil
+	}, func(b string, o objstore.ObjectInfo, err error) error {
+		if b != f.std || err == nil {
+			t.Errorf("unparsed %s in %s: %v", o.Key, b, err)
+		}
+		unparsed = append(unparsed, o.Key)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Errorf("listed %d settled objects, want %d: %v", len(got), len(want), got)
+	}
+	for key, c := range want {
+		o, ok := got[key]
+		switch {
+		case !ok:
+			t.Errorf("%s not listed", key)
+		case o.Coords != c || o.Bucket != f.std || o.Size != int64(len(key)):
+			t.Errorf("%s listed as %+v, want %+v in %s, %d bytes", key, o, c, f.std, len(key))
+		case o.LastModified.Before(before.Add(-30*time.Second)) || o.LastModified.After(time.Now().Add(30*time.Second)):
+			t.Errorf("%s last modified %v, not around its PUT at %v", key, o.LastModified, before)
+		}
+	}
+	slices.Sort(unparsed)
+	slices.Sort(bad)
+	if !slices.Equal(unparsed, bad) {
+		t.Errorf("unparsed %v, want %v", unparsed, bad)
+	}
+
+	// A listing cut part way is an error, after what it listed.
+	top, err := bundle.Topology(&failingList{Store: f.fs, after: 2}, f.std, nil, "", "--s3-express-buckets", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = bundle.NewReader(top).ListSettled(f.ctx, st, func(bundle.SettledObject) error { n++; return nil },
+		func(string, objstore.ObjectInfo, error) error { n++; return nil })
+	if !errors.Is(err, errListCut) || n != 2 {
+		t.Errorf("a listing cut after 2 keys: %v after %d, want errListCut after 2", err, n)
+	}
+}
