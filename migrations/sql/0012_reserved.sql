@@ -1,0 +1,4 @@
+-- Reserved. Version 12 belongs to a migration made on another branch;
+-- this placeholder changes nothing and only keeps the versions dense
+-- (migrations.All) until that branch is merged, when its migration takes
+-- this file's place. 0013 does not depend on what 12 does.
