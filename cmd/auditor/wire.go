@@ -24,7 +24,7 @@ import (
 )
 
 // buildCycle wires the cycle's steps in the order of docs/architecture.md#the-cycle:
-// recover and settle, retention, erase, trim, reap; and returns the due
+// recover and settle, retention, erase, strays, trim, reap; and returns the due
 // policy they settle by (storePolicy), which the daemon's gauges and
 // status must share. The returned close function releases what the steps
 // hold. For a dry run the server's checksum support is not probed: the
@@ -157,7 +157,18 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
 	}
-	return []cycle.Step{settler, retention, settler.Eraser(), trimmer, reaper}, policy, settler.Close, nil
+	strays, err := trim.NewStrays(td, tc, strayConfig(cfg))
+	if err != nil {
+		return nil, catalog.DuePolicy{}, nil, err
+	}
+	return []cycle.Step{settler, retention, settler.Eraser(), strays, trimmer, reaper}, policy, settler.Close, nil
+}
+
+// strayConfig is the strays step's policy (--stray-guard,
+// --stray-sweep-every), which `auditor verify --strays` shares.
+func strayConfig(cfg config.Config) trim.StrayConfig {
+	return trim.StrayConfig{Guard: cfg.StrayGuard, Every: cfg.StraySweepEvery,
+		ListConcurrency: trim.DefaultStrayListConcurrency, MaxArmed: trim.DefaultMaxArmedStrays}
 }
 
 // storePolicy is duePolicy for the store the cycles write to: when it
