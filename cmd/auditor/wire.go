@@ -134,6 +134,7 @@ func buildCycleWith(ctx context.Context, cfg config.Config, db *catalog.DB, log 
 		HotStreams:       settle.DefaultHotStreams,
 
 		MaxPendingErasures: settle.DefaultMaxPendingErasures,
+		StrayGuard:         cfg.StrayGuard,
 	})
 	if err != nil {
 		return nil, catalog.DuePolicy{}, nil, err
