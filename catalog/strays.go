@@ -51,10 +51,14 @@ func listedArgs(keys []ListedKey) []any {
 	return []any{ks, buckets, streams, epochs, firsts, revs}
 }
 
+// NamedKeysPage is how many listed keys a caller hands NamedSettledKeys at
+// once: a page of a listing (S3 lists 1000 keys a request).
+const NamedKeysPage = 1000
+
 // NamedSettledKeys reports, for each key in order, whether metadata names
 // it: a catalog row has its coordinates with its stream's bucket, or an
 // intent (publish or reap) has it as its object key. One statement for
-// the lot: the caller pages a listing through it.
+// the lot: the caller pages a listing through it (NamedKeysPage).
 func (db *DB) NamedSettledKeys(ctx context.Context, keys []ListedKey) ([]bool, error) {
 	out := make([]bool, len(keys))
 	if len(keys) == 0 {

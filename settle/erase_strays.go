@@ -46,9 +46,6 @@ func (c *dbClock) get(ctx context.Context, db Metastore) (time.Time, error) {
 	return c.now, c.err
 }
 
-// strayPage is how many listed keys one lookup of the metastore takes.
-const strayPage = 1000
-
 // streamStrays lists the stream's settled prefix and returns the objects
 // no metadata names, each with the records its footer says it holds
 // (from its key's first record on when the footer cannot be read). A
@@ -106,7 +103,7 @@ func (e *Eraser) streamStrays(ctx context.Context, st catalog.Stream, clock *dbC
 	}
 	err = s.read.ListSettled(ctx, st, func(o bundle.SettledObject) error {
 		page = append(page, o)
-		if len(page) == strayPage {
+		if len(page) == catalog.NamedKeysPage {
 			return flush()
 		}
 		return nil

@@ -72,9 +72,6 @@ type StrayCatalog interface {
 	SlotReaps(ctx context.Context, star string) ([]catalog.SlotReap, error)
 }
 
-// namedPage is how many listed settled keys one statement looks up.
-const namedPage = 1000
-
 // ErrListing marks a FindStrays error of the store's listing (credentials,
 // access, transport), apart from the metastore's.
 var ErrListing = errors.New("listing the store failed")
@@ -182,7 +179,7 @@ func findSettledStrays(ctx context.Context, db StrayCatalog, rd *bundle.Reader, 
 	err := listing(func() error {
 		return rd.ListSettled(ctx, st, func(o bundle.SettledObject) error {
 			page = append(page, o)
-			if len(page) == namedPage {
+			if len(page) == catalog.NamedKeysPage {
 				cbErr = flush()
 			}
 			return cbErr
@@ -227,46 +224,59 @@ func findSlotStrays(ctx context.Context, rd *bundle.Reader, ts catalog.TrimState
 		return fmt.Errorf("find the slot strays of star %q: %w", ts.Star.Star, err)
 	}
 	counts.Buckets = len(buckets)
+	v := slotView{c: c, cursor: cursor, armed: armed}
 	var cbErr error
-	return listing(func() error { return listSlotStrays(ctx, rd, ts, c, cursor, armed, emit, &cbErr) }, &cbErr)
+	return listing(func() error {
+		return rd.ListSlots(ctx, ts.Star.ChainClass, ts.Star.Star, func(o bundle.SlotObject) error {
+			if s, ok := v.stray(o); ok {
+				cbErr = emit(s)
+			}
+			return cbErr
+		}, func(bucket string, o objstore.ObjectInfo, _ error) error {
+			cbErr = emit(Stray{Kind: StraySlot, Bucket: bucket, Key: o.Key, Size: o.Size, LastModified: o.LastModified,
+				Unswept: "not a slot key of the star"})
+			return cbErr
+		})
+	}, &cbErr)
 }
 
-// listSlotStrays is findSlotStrays' listing; a callback's error is kept
-// in cbErr too.
-func listSlotStrays(ctx context.Context, rd *bundle.Reader, ts catalog.TrimState, c chain, cursor Pos, armed [][2]Pos, emit func(Stray) error, cbErr *error) error {
-	emit0 := emit
-	emit = func(s Stray) error {
-		*cbErr = emit0(s)
-		return *cbErr
+// slotView is the chain as a listed slot is judged by: its epochs, the
+// cursor (normalised) and the slot reaps' ranges (normalised).
+type slotView struct {
+	c      chain
+	cursor Pos
+	armed  [][2]Pos
+}
+
+// stray returns the stray a listed slot is, or false when it is not one:
+// at or past the cursor (the live chain), of an epoch not begun yet (the
+// write path's), or in a slot reap's range (the reap deletes it). A slot
+// no slot reap range can name (before the lowest epoch, past its epoch's
+// end_seq) is a stray the sweep never takes.
+func (v slotView) stray(o bundle.SlotObject) (Stray, bool) {
+	s := Stray{Kind: StraySlot, Bucket: o.Bucket, Key: o.Key, Size: o.Size, LastModified: o.LastModified, Parses: true}
+	p := Pos{Epoch: o.Epoch, Seq: o.Seq}
+	if _, ok := v.c.epoch(p.Epoch); !ok {
+		if p.Epoch > v.c.head.Epoch {
+			return s, false
+		}
+		s.Unswept = "in no epoch of the star"
+		return s, true
 	}
-	return rd.ListSlots(ctx, ts.Star.ChainClass, ts.Star.Star, func(o bundle.SlotObject) error {
-		s := Stray{Kind: StraySlot, Bucket: o.Bucket, Key: o.Key, Size: o.Size, LastModified: o.LastModified, Parses: true}
-		p := Pos{Epoch: o.Epoch, Seq: o.Seq}
-		if _, ok := c.epoch(p.Epoch); !ok {
-			if p.Epoch > c.head.Epoch {
-				return nil // an epoch not begun yet: ahead of the head, the write path's
-			}
-			s.Unswept = "in no epoch of the star"
-			return emit(s)
+	if end, ok := v.c.endSeq(p.Epoch); ok && p.Seq >= end {
+		s.Unswept = "past its epoch's end_seq"
+		return s, true
+	}
+	if !p.Less(v.cursor) {
+		return s, false
+	}
+	for _, r := range v.armed {
+		if !p.Less(r[0]) && p.Less(r[1]) {
+			return s, false
 		}
-		if end, ok := c.endSeq(p.Epoch); ok && p.Seq >= end {
-			s.Unswept = "past its epoch's end_seq"
-			return emit(s)
-		}
-		if !p.Less(cursor) {
-			return nil // the live chain
-		}
-		for _, r := range armed {
-			if !p.Less(r[0]) && p.Less(r[1]) {
-				return nil // armed: the reap deletes it
-			}
-		}
-		s.slot = p
-		return emit(s)
-	}, func(bucket string, o objstore.ObjectInfo, _ error) error {
-		return emit(Stray{Kind: StraySlot, Bucket: bucket, Key: o.Key, Size: o.Size, LastModified: o.LastModified,
-			Unswept: "not a slot key of the star"})
-	})
+	}
+	s.slot = p
+	return s, true
 }
 
 // slotRanges turns stray slot positions into the fewest ranges of
