@@ -365,3 +365,22 @@ func (b *ChunkBuilder) Chunk() Chunk {
 	}
 	return Chunk{Entry: b.e, Data: b.data}
 }
+
+// TimestampRange is the least and the greatest record timestamp of the
+// chunks (0, 0 when they hold no record): a settled object's catalog row
+// carries both.
+func TimestampRange(es []Entry) (lo, hi int64) {
+	first := true
+	for i := range es {
+		for _, ts := range es[i].Timestamps {
+			if first || ts < lo {
+				lo = ts
+			}
+			if first || ts > hi {
+				hi = ts
+			}
+			first = false
+		}
+	}
+	return lo, hi
+}

@@ -269,3 +269,13 @@ func TestMarkKeysRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestTimestampRange(t *testing.T) {
+	es := []Entry{{Timestamps: []int64{5, -3, 9}}, {}, {Timestamps: []int64{12, 0}}}
+	if lo, hi := TimestampRange(es); lo != -3 || hi != 12 {
+		t.Errorf("TimestampRange = %d, %d; want -3, 12", lo, hi)
+	}
+	if lo, hi := TimestampRange(nil); lo != 0 || hi != 0 {
+		t.Errorf("TimestampRange(nil) = %d, %d", lo, hi)
+	}
+}

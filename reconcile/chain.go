@@ -35,18 +35,7 @@ func (o *object) catalogEntry(st catalog.Stream) catalog.Entry {
 	e := catalog.Entry{Stream: st.ID, Epoch: st.Epoch, FirstRecord: int64(o.first), Revision: int32(o.revision),
 		RecordCount: int64(o.end - o.first), ObjectBytes: int64(o.size), FooterOffset: int64(o.footOff),
 		FooterLength: int64(o.footLen), Class: catalog.ClassStandard}
-	first := true
-	for i := range o.entries {
-		for _, ts := range o.entries[i].Timestamps {
-			if first || ts < e.MinTimestamp {
-				e.MinTimestamp = ts
-			}
-			if first || ts > e.MaxTimestamp {
-				e.MaxTimestamp = ts
-			}
-			first = false
-		}
-	}
+	e.MinTimestamp, e.MaxTimestamp = bundlefmt.TimestampRange(o.entries)
 	return e
 }
 

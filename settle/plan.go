@@ -253,18 +253,10 @@ func buildOutput(in PlanInput, first uint64, rev uint32, rewrite *Tail, chunks [
 		return o, err
 	}
 	for i := range merged {
-		e := &merged[i]
-		o.RecordCount += uint64(e.Count())
-		o.DataBytes += e.ChunkBytes()
-		for j, ts := range e.Timestamps {
-			if (i == 0 && j == 0) || ts < o.MinTimestamp {
-				o.MinTimestamp = ts
-			}
-			if (i == 0 && j == 0) || ts > o.MaxTimestamp {
-				o.MaxTimestamp = ts
-			}
-		}
+		o.RecordCount += uint64(merged[i].Count())
+		o.DataBytes += merged[i].ChunkBytes()
 	}
+	o.MinTimestamp, o.MaxTimestamp = bundlefmt.TimestampRange(merged)
 	o.Footer, err = bundlefmt.BuildSettledFooter(merged)
 	if err != nil {
 		return o, fmt.Errorf("build footer of %s: %w", o.Key, err)

@@ -39,19 +39,10 @@ func (p *published) end() uint64 { return p.entries[len(p.entries)-1].EndRecord(
 func (p *published) catalogEntry(stream catalog.StreamID, epoch int64) catalog.Entry {
 	e := catalog.Entry{Stream: stream, Epoch: epoch, FirstRecord: int64(p.first), Revision: int32(p.revision),
 		ObjectBytes: int64(p.size), FooterOffset: int64(p.footOff), FooterLength: int64(p.footLen), Class: catalog.ClassStandard}
-	first := true
 	for i := range p.entries {
 		e.RecordCount += int64(p.entries[i].Count())
-		for _, ts := range p.entries[i].Timestamps {
-			if first || ts < e.MinTimestamp {
-				e.MinTimestamp = ts
-			}
-			if first || ts > e.MaxTimestamp {
-				e.MaxTimestamp = ts
-			}
-			first = false
-		}
 	}
+	e.MinTimestamp, e.MaxTimestamp = bundlefmt.TimestampRange(p.entries)
 	return e
 }
 
