@@ -15,7 +15,6 @@ type Metastore interface {
 	RetentionCatalog
 	CursorCatalog
 	ReapCatalog
-	SweepCatalog
 }
 
 // RetentionCatalog is the retention step's part (retention.go): the
