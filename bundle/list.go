@@ -3,7 +3,7 @@ package bundle
 import (
 	"context"
 	"fmt"
-	"strings"
+	"path"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -26,8 +26,7 @@ type SettledObject struct {
 // SettledPrefix is the prefix of every settled key of a stream's epoch
 // (docs/format.md#keys): buckets/<bucket>/streams/<hex>/<epoch>/.
 func SettledPrefix(st catalog.Stream) string {
-	k := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 0, 0)
-	return k[:strings.LastIndexByte(k, '/')+1]
+	return path.Dir(bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 0, 0)) + "/"
 }
 
 // ListSettled lists the settled objects of a stream's epoch, under
@@ -54,6 +53,43 @@ func (r *Reader) ListSettled(ctx context.Context, st catalog.Stream, fn func(Set
 		})
 		if err != nil {
 			return fmt.Errorf("list the settled objects of stream %s in %s: %w", st.ID, b, err)
+		}
+	}
+	return nil
+}
+
+// SlotObject is a transit slot a listing found, with the position its
+// key parses to (bundlefmt.ParseSlotKey).
+type SlotObject struct {
+	objstore.ObjectInfo
+	Bucket     string // the bucket of the class's set that holds this copy
+	Epoch, Seq int64
+}
+
+// ListSlots lists the chain of a star (stars/<star>/chain/) in every
+// bucket of the class's set, bucket by bucket, in no promised order
+// within one. fn gets each key that parses as a slot key of the star;
+// unparsed every other key under the prefix, with why. Errors as
+// ListSettled's.
+func (r *Reader) ListSlots(ctx context.Context, class, star string, fn func(SlotObject) error, unparsed func(bucket string, o objstore.ObjectInfo, err error) error) error {
+	buckets, err := r.top.Buckets(class)
+	if err != nil {
+		return fmt.Errorf("list the chain of star %q: %w", star, err)
+	}
+	prefix := path.Dir(path.Dir(bundlefmt.SlotKey(star, 1, 0))) + "/" // stars/<star>/chain/
+	for _, b := range buckets {
+		err := r.top.Store().List(ctx, b, prefix, func(o objstore.ObjectInfo) error {
+			s, epoch, seq, err := bundlefmt.ParseSlotKey(o.Key)
+			if err == nil && s != star {
+				err = fmt.Errorf("slot key %q is of star %q", o.Key, s)
+			}
+			if err != nil {
+				return unparsed(b, o, err)
+			}
+			return fn(SlotObject{ObjectInfo: o, Bucket: b, Epoch: int64(epoch), Seq: int64(seq)})
+		})
+		if err != nil {
+			return fmt.Errorf("list the chain of star %q in %s: %w", star, b, err)
 		}
 	}
 	return nil

@@ -128,3 +128,58 @@ func testListSettled(t *testing.T, f *fixture) {
 		t.Errorf("a listing cut after 2 keys: %v after %d, want errListCut after 2", err, n)
 	}
 }
+
+// TestListSlots lists a star's chain in every bucket of its class's set,
+// on both backends: each slot with its position and the bucket of the
+// copy; a key under the chain that is not a slot key apart; nothing of
+// another star.
+func TestListSlots(t *testing.T) {
+	for _, op := range teststore.All(teststore.Options{Zones: 2, Prefix: "slots"}) {
+		t.Run(op.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := op.Open(t)
+			rd := bundle.NewReader(teststore.Topology(t, b.Store, b.Std, b.Express, nil))
+			put := func(bucket, key string) {
+				t.Helper()
+				if err := b.Store.PutIfAbsent(ctx, bucket, key, []byte(key)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := map[string]int{} // bucket/key -> copies seen
+			for _, x := range b.Express {
+				for _, seq := range []uint64{0, 7} {
+					put(x, bundlefmt.SlotKey("s1", 2, seq))
+					want[x+"/"+bundlefmt.SlotKey("s1", 2, seq)] = 0
+				}
+				put(x, bundlefmt.SlotKey("s10", 2, 0)) // another star, whose name s1 begins
+			}
+			put(b.Std, bundlefmt.SlotKey("s1", 2, 3)) // the standard bucket: not the express class's
+			junk := "stars/s1/chain/00000000000000000002/x"
+			put(b.Express[1], junk)
+			var unparsed []string
+			err := rd.ListSlots(ctx, catalog.ClassExpress, "s1", func(o bundle.SlotObject) error {
+				k := o.Bucket + "/" + o.Key
+				if _, ok := want[k]; !ok || o.Key != bundlefmt.SlotKey("s1", uint64(o.Epoch), uint64(o.Seq)) || o.Size != int64(len(o.Key)) {
+					t.Errorf("listed %+v", o)
+				}
+				want[k]++
+				return nil
+			}, func(bucket string, o objstore.ObjectInfo, err error) error {
+				unparsed = append(unparsed, bucket+"/"+o.Key)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, n := range want {
+				if n != 1 {
+					t.Errorf("%s listed %d times", k, n)
+				}
+			}
+			if !slices.Equal(unparsed, []string{b.Express[1] + "/" + junk}) {
+				t.Errorf("unparsed %v", unparsed)
+			}
+		})
+	}
+}

@@ -3,9 +3,10 @@ package settle
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -205,7 +206,7 @@ func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, 
 }
 
 // Eraser is the erasure step of the cycle (docs/architecture.md#the-cycle,
-// step 4): it runs after retention and before trim, and shares the
+// step 4): it runs after retention and before strays and trim, and shares the
 // settler's store, planner and publish path.
 type Eraser struct{ s *Settler }
 
@@ -247,11 +248,12 @@ func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 		firstErr error
 	)
 	hold := newHoldGate(opts.ErasureHold)
+	clock := &dbClock{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.c.Concurrency)
 	for _, w := range wins {
 		g.Go(func() error {
-			c, err := e.eraseStream(gctx, f, w, open, hold, opts)
+			c, err := e.eraseStream(gctx, f, w, open, hold, clock, opts)
 			mu.Lock()
 			total.Add(c)
 			mu.Unlock()
@@ -308,7 +310,7 @@ func (h *holdGate) held() string { return h.why }
 // (bounded by the object's records), and the records from there on wait
 // for a later window: nothing there is rewritten or applied this cycle.
 func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.ErasureWindow,
-	open map[catalog.KeyBase]bool, hold *holdGate, opts cycle.Options) (cycle.Counts, error) {
+	open map[catalog.KeyBase]bool, hold *holdGate, clock *dbClock, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var counts cycle.Counts
 	valid := func(es []catalog.Erasure, into []catalog.Erasure) []catalog.Erasure {
@@ -389,25 +391,42 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 	if opts.DryRun {
 		return counts, nil
 	}
-	err = e.applyErasures(ctx, f, st, ers, limit, clean, dirty, hold, &counts)
+	err = e.applyErasures(ctx, f, st, ers, limit, clean, dirty, hold, clock, &counts)
 	return counts, err
 }
 
 // applyErasures marks applied each erasure wholly below limit whose
 // records no dirty entry holds (ApplyErasure checks all again, with the
 // entries made clean this pass), unless a bucket keeps what a DELETE
-// removes (hold).
+// removes (hold) or a stray holds its records (erase_strays.go: the
+// stream's settled prefix is listed once, when the first erasure gets
+// that far; the strays past the guard get their reaps armed).
 func (e *Eraser) applyErasures(ctx context.Context, f catalog.Fence, st catalog.Stream, ers []catalog.Erasure, limit uint64,
-	clean []catalog.EntryRevision, dirty []span, hold *holdGate, counts *cycle.Counts) error {
+	clean []catalog.EntryRevision, dirty []span, hold *holdGate, clock *dbClock, counts *cycle.Counts) error {
 	s := e.s
-	zero := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 0, 0)
-	keyLow := zero[:strings.LastIndexByte(zero, '/')+1] // every settled key of the stream sorts at or after it
+	keyLow := bundle.SettledPrefix(st) // every settled key of the stream sorts at or after it
+	var (
+		strays []settledStray
+		listed bool
+		arm    = map[string]catalog.ListedKey{}
+	)
 	for _, er := range ers {
 		if uint64(er.EndRecord()) > limit || overlapsAny(dirty, uint64(er.FirstRecord), uint64(er.EndRecord())) {
 			continue // cannot apply yet: no transaction to find that out (ApplyErasure checks all again)
 		}
 		if hold.check(ctx) != "" {
 			continue // the deletes may have left the bytes: never applied while a bucket keeps them
+		}
+		if !listed {
+			var err error
+			if strays, err = e.streamStrays(ctx, st, clock); err != nil {
+				return err
+			}
+			listed = true
+			counts.S3Requests += 1 + int64(len(strays)) // the listing and each stray's footer
+		}
+		if e.strayHolds(st, er, strays, arm) {
+			continue
 		}
 		keyEnd := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), uint64(er.EndRecord()), 0)
 		applied, err := s.d.DB.ApplyErasure(ctx, f, er, clean, keyLow, keyEnd)
@@ -419,6 +438,29 @@ func (e *Eraser) applyErasures(ctx context.Context, f catalog.Fence, st catalog.
 			s.d.Log.Info("erasure applied", "stream", st.ID, "first_record", er.FirstRecord, "record_count", er.RecordCount)
 			s.crash(CrashEraseAfterApplied)
 		}
+	}
+	return e.armStrays(ctx, f, st, arm)
+}
+
+// armStrays arms the reaps of the strays that hold a pending erasure's
+// records and are older than the guard, in one fenced transaction that
+// checks again that nothing names them (catalog.ArmStrayReaps).
+func (e *Eraser) armStrays(ctx context.Context, f catalog.Fence, st catalog.Stream, arm map[string]catalog.ListedKey) error {
+	if len(arm) == 0 {
+		return nil
+	}
+	s := e.s
+	keys := make([]catalog.ListedKey, 0, len(arm))
+	for _, k := range slices.Sorted(maps.Keys(arm)) {
+		keys = append(keys, arm[k])
+	}
+	armed, err := s.d.DB.ArmStrayReaps(ctx, f, keys)
+	if err != nil {
+		return err
+	}
+	for _, k := range armed {
+		s.d.Metrics.erasureStray("armed")
+		s.d.Log.Info("stray armed for reaping: its records wait on an erasure", "stream", st.ID, "key", k, "guard", s.c.StrayGuard)
 	}
 	return nil
 }

@@ -47,4 +47,11 @@ type Metastore interface {
 	PendingErasureWindows(ctx context.Context, star string, limit int) ([]catalog.ErasureWindow, error)
 	PendingErasuresIn(ctx context.Context, id catalog.StreamID, below, from, to int64) ([]catalog.Erasure, error)
 	ApplyErasure(ctx context.Context, f catalog.Fence, e catalog.Erasure, clean []catalog.EntryRevision, keyLow, keyEnd string) (bool, error)
+
+	// The strays that hold an erasure back (erase_strays.go): the database
+	// clock they are aged by, which listed keys metadata names, and the
+	// fenced arming of the reaps of those past the guard.
+	Now(ctx context.Context) (time.Time, error)
+	NamedSettledKeys(ctx context.Context, keys []catalog.ListedKey) ([]bool, error)
+	ArmStrayReaps(ctx context.Context, f catalog.Fence, keys []catalog.ListedKey) ([]string, error)
 }

@@ -11,12 +11,13 @@ import (
 
 // Metrics are the settle step's own metrics; a nil *Metrics records nothing.
 type Metrics struct {
-	objects     *prometheus.CounterVec
-	quarantines *prometheus.CounterVec
-	footers     prometheus.Counter
-	slotGets    prometheus.Counter
-	slotBytes   prometheus.Counter
-	tailReads   *prometheus.CounterVec
+	objects       *prometheus.CounterVec
+	quarantines   *prometheus.CounterVec
+	footers       prometheus.Counter
+	slotGets      prometheus.Counter
+	slotBytes     prometheus.Counter
+	tailReads     *prometheus.CounterVec
+	erasureStrays *prometheus.CounterVec
 }
 
 // NewMetrics builds the settle metrics and registers them on reg (never the
@@ -47,9 +48,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "nova_auditor_tail_reads_total",
 			Help: "Standing tails below the copy floor read for a rewrite, by outcome (hit: from the tail cache's memory; spill: from its spill files; miss: one GET).",
 		}, []string{"outcome"}),
+		erasureStrays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nova_auditor_erasure_strays_total",
+			Help: "Strays (objects no metadata names) found holding records of an erasure about to be applied, by outcome (armed: older than --stray-guard, its reap armed; waiting: younger, the erasure kept pending, counted each erase step).",
+		}, []string{"outcome"}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.objects, m.quarantines, m.footers, m.slotGets, m.slotBytes, m.tailReads} {
+	for _, c := range []prometheus.Collector{m.objects, m.quarantines, m.footers, m.slotGets, m.slotBytes, m.tailReads, m.erasureStrays} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -62,6 +67,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, o := range []string{"hit", "spill", "miss"} {
 		m.tailReads.WithLabelValues(o)
+	}
+	for _, o := range []string{"armed", "waiting"} {
+		m.erasureStrays.WithLabelValues(o)
 	}
 	for _, c := range cycle.QuarantineClasses() {
 		m.quarantines.WithLabelValues(c)
@@ -97,5 +105,11 @@ func (m *Metrics) slotReads(gets, bytes int64) {
 func (m *Metrics) tailRead(outcome string) {
 	if m != nil {
 		m.tailReads.WithLabelValues(outcome).Inc()
+	}
+}
+
+func (m *Metrics) erasureStray(outcome string) {
+	if m != nil {
+		m.erasureStrays.WithLabelValues(outcome).Inc()
 	}
 }

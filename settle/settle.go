@@ -92,6 +92,12 @@ type Config struct {
 	// commits grouped by up to this many streams. 0 settles each stream
 	// with its own transactions.
 	BatchStreams int
+	// StrayGuard (--stray-guard): a stray that holds records of an erasure
+	// about to be applied gets its reap armed by the erase step once older
+	// than this (database clock), and keeps the erasure pending until
+	// then (erase_strays.go). 0 arms none: every such stray keeps its
+	// erasure pending until something else removes it.
+	StrayGuard time.Duration
 }
 
 // Default window bounds: about 37 bytes of heap per resolved record, so a

@@ -44,6 +44,9 @@ func (c Config) Validate() error {
 	if c.ReapGrace < 0 {
 		bad("ReapGrace", "%s is negative", c.ReapGrace)
 	}
+	if c.StrayGuard < 0 {
+		bad("StrayGuard", "%s is negative", c.StrayGuard)
+	}
 	if p := c.Policy; p.Linger < 0 || p.AgeCap < 0 || p.ExpressLinger < 0 || p.ExpressAgeCap < 0 {
 		bad("Policy", "%+v has a negative duration", p)
 	}

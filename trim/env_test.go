@@ -53,6 +53,10 @@ type env struct {
 	cfg     trim.Config
 	nonce   uint64
 	health  *objstore.Health // shared across cycles when set (nil: each step its own)
+	guard   time.Duration    // the strays step's guard (0: strayGuard, or above a longer reap grace)
+	// sweepEvery is the strays step's schedule: 0 (no scheduled sweep)
+	// unless a test sets it, so other tests' cycles list nothing.
+	sweepEvery time.Duration
 }
 
 func openDB(t testing.TB) (*catalog.DB, context.Context) {
@@ -109,10 +113,14 @@ func (e *env) deps() trim.Deps {
 		Metrics: e.metrics, Crash: e.crash}
 }
 
-// steps returns retention, trim and reap, in cycle order.
+// steps returns retention, strays, trim and reap, in cycle order.
 func (e *env) steps() []cycle.Step {
 	e.t.Helper()
 	r, err := trim.NewRetention(e.deps(), e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sw, err := trim.NewStrays(e.deps(), e.cfg, e.strayConfig())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -124,10 +132,10 @@ func (e *env) steps() []cycle.Step {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return []cycle.Step{r, tr, rp}
+	return []cycle.Step{r, sw, tr, rp}
 }
 
-// cycle runs retention, trim and reap once, as the daemon would.
+// cycle runs retention, strays, trim and reap once, as the daemon would.
 func (e *env) cycle(dry bool) (cycle.Counts, error) {
 	var total cycle.Counts
 	for _, s := range e.steps() {

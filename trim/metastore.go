@@ -15,6 +15,7 @@ type Metastore interface {
 	RetentionCatalog
 	CursorCatalog
 	ReapCatalog
+	SweepCatalog
 }
 
 // RetentionCatalog is the retention step's part (retention.go): the

@@ -24,6 +24,8 @@ type Metrics struct {
 	deleteRequests        *prometheus.CounterVec
 	deleteFailures        *prometheus.CounterVec
 	entriesRetired        prometheus.Counter
+	straysFoundBy         *prometheus.GaugeVec
+	straysArmedBy         *prometheus.CounterVec
 }
 
 // NewMetrics builds the metrics and registers them on reg (never the
@@ -61,11 +63,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		deleteFailures: cv("reap_delete_failures_total",
 			"DeleteObjects requests that failed in whole or in part, by bucket (the range stays due).", "bucket"),
 		entriesRetired: c("retention_entries_removed_total", "Catalog entries removed by retention (wholly below low_record)."),
+		straysFoundBy: gv("strays_found",
+			"Objects no metadata names that this leader's last stray sweep found, by kind (settled: under a stream's settled prefix, unparseable keys included; slot: under the chain, behind the trim cursor and in no slot reap, or outside the chain).", "kind"),
+		straysArmedBy: cv("strays_armed_total",
+			"Strays older than --stray-guard whose reap the sweep armed, by kind (settled: keys; slot: slots).", "kind"),
 	}
 	var errs []error
 	for _, col := range []prometheus.Collector{m.released, m.fenceEpoch, m.fenceWait,
 		m.heldByQuarantine, m.heldEpoch, m.heldSeq, m.heldStreams, m.slotsReaped, m.objectsReaped, m.intentsDropped,
-		m.held, m.backlogSlots, m.deleteRequests, m.deleteFailures, m.entriesRetired} {
+		m.held, m.backlogSlots, m.deleteRequests, m.deleteFailures, m.entriesRetired, m.straysFoundBy, m.straysArmedBy} {
 		errs = append(errs, reg.Register(col))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -77,6 +83,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, k := range []string{"reap", "publish"} {
 		m.objectsReaped.WithLabelValues(k)
 	}
+	for _, k := range []string{StraySettled, StraySlot} {
+		m.straysArmedBy.WithLabelValues(k)
+	}
+	m.straysFound(StrayCounts{})
 	m.heldObjects(nil)
 	m.backlog(Backlog{})
 	return m, nil
@@ -86,7 +96,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 var heldReasons = []string{"publishable", "publishing", "invalid_key", "unknown_class"}
 
 // ResetLeaderGauges sets the gauges that only the leader's steps compute
-// (fence wait, quarantine hold, reap backlog and held reaps) to their
+// (fence wait, quarantine hold, reap backlog, held reaps, strays found) to their
 // "none" value. The daemon calls it when it stops leading, so an instance
 // that lost the lease does not go on reporting what it saw as leader
 // (aggregated with max by star, a standby's zeros never hide the
@@ -98,6 +108,7 @@ func (m *Metrics) ResetLeaderGauges() {
 	m.observeDecision(Decision{}, time.Time{})
 	m.heldObjects(nil)
 	m.backlog(Backlog{})
+	m.straysFound(StrayCounts{})
 }
 
 // buckets pre-initialises the per-bucket reap counters.
@@ -187,5 +198,18 @@ func (m *Metrics) deleteRequest(bucket string, failed bool) {
 func (m *Metrics) retired(n int) {
 	if m != nil {
 		m.entriesRetired.Add(float64(n))
+	}
+}
+
+func (m *Metrics) straysFound(c StrayCounts) {
+	if m != nil {
+		m.straysFoundBy.WithLabelValues(StraySettled).Set(float64(c.Settled))
+		m.straysFoundBy.WithLabelValues(StraySlot).Set(float64(c.Slots))
+	}
+}
+
+func (m *Metrics) straysArmed(kind string, n int) {
+	if m != nil {
+		m.straysArmedBy.WithLabelValues(kind).Add(float64(n))
 	}
 }

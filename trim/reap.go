@@ -13,7 +13,7 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// Reap is step 6 of the cycle: it deletes what is armed and past its grace.
+// Reap is step 7 of the cycle: it deletes what is armed and past its grace.
 //
 // Every delete here may land at any later time, even from a leader that has
 // since lost its lease (its metadata writes are fenced; its S3 requests

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/nova/auditor/objstore"
@@ -24,6 +25,32 @@ type faultStore struct {
 	deleted  int // keys in them
 	aborts   []string
 	requests map[string]int // Delete calls by bucket, failed or not
+	// listFailPrefix, when set, makes a List of a prefix starting with it
+	// fail after handing on listFailAfter keys (errListFailed).
+	listFailPrefix string
+	listFailAfter  int
+}
+
+var errListFailed = errors.New("injected: the listing failed")
+
+func (f *faultStore) failLists(prefix string, after int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listFailPrefix, f.listFailAfter = prefix, after
+}
+
+func (f *faultStore) List(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error {
+	f.mu.Lock()
+	fail, after := f.listFailPrefix != "" && strings.HasPrefix(prefix, f.listFailPrefix), f.listFailAfter
+	f.mu.Unlock()
+	n := 0
+	return f.Store.List(ctx, bucket, prefix, func(o objstore.ObjectInfo) error {
+		if fail && n == after {
+			return errListFailed
+		}
+		n++
+		return fn(o)
+	})
 }
 
 func newFaultStore(inner objstore.Store) *faultStore {

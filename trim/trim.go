@@ -17,7 +17,7 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// Crash points of the retention, trim and reap steps
+// Crash points of the retention, strays, trim and reap steps
 // (docs/architecture.md#crash-points-and-the-crash-matrix); Deps.Crash is called with each.
 const (
 	CrashRetentionCommitted crashpoint.Point = "retention.after-commit"    // after a retention batch commits
@@ -26,12 +26,13 @@ const (
 	CrashSlotsAfterDelete   crashpoint.Point = "reap.after-slot-delete"    // after them, before the row is finished
 	CrashObjectBeforeDelete crashpoint.Point = "reap.before-object-delete" // before each batch of object deletes
 	CrashObjectAfterDelete  crashpoint.Point = "reap.after-object-delete"  // after them, before the intents are finished
+	CrashStraysArmed        crashpoint.Point = "strays.after-arm"          // after a batch of strays' reaps is armed
 )
 
-// CrashPoints lists the crash points of retention, trim and reap in cycle
-// order.
+// CrashPoints lists the crash points of retention, strays, trim and reap
+// in cycle order.
 func CrashPoints() []crashpoint.Point {
-	return []crashpoint.Point{CrashRetentionCommitted, CrashTrimCommitted, CrashSlotsBeforeDelete, CrashSlotsAfterDelete,
+	return []crashpoint.Point{CrashRetentionCommitted, CrashStraysArmed, CrashTrimCommitted, CrashSlotsBeforeDelete, CrashSlotsAfterDelete,
 		CrashObjectBeforeDelete, CrashObjectAfterDelete}
 }
 
@@ -201,7 +202,7 @@ func Decide(st catalog.TrimState) (Decision, error) {
 	return d, nil
 }
 
-// Trim is step 5 of the cycle: it moves the star's trim cursor to its bound
+// Trim is step 6 of the cycle: it moves the star's trim cursor to its bound
 // and arms the passed slots for reaping after the grace.
 type Trim struct {
 	d  Deps

@@ -18,6 +18,7 @@ import (
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
+	"github.com/nova/auditor/trim"
 	"github.com/nova/auditor/verify"
 )
 
@@ -317,10 +318,12 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 	var (
 		asJSON      *bool
 		concurrency *int
+		strays      *bool
 	)
 	cfg, db, _, code := adminSetup(ctx, e, "verify", args, func(fs *flag.FlagSet) {
 		asJSON = fs.Bool("json", false, "print the report as JSON")
 		concurrency = fs.Int("concurrency", 4, "objects read at once")
+		strays = fs.Bool("strays", false, "also list the star's streams' settled prefixes and its chain for objects no metadata names (strays): each is a finding")
 	})
 	if code >= 0 {
 		return code
@@ -340,11 +343,16 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 	if tty {
 		opts.Progress = func(done, total int) { fmt.Fprintf(e.stderr, "\r%s", progressBar(done, total, 40)) }
 	}
-	rep, err := verify.Verify(ctx, db, bundle.NewReader(top), opts)
+	rd := bundle.NewReader(top)
+	rep, err := verify.Verify(ctx, db, rd, opts)
 	if tty {
 		fmt.Fprintln(e.stderr)
 	}
-	if errors.Is(err, verify.ErrStoreAccess) {
+	var sr *strayReport
+	if err == nil && *strays {
+		sr, err = findStrays(ctx, db, rd, cfg)
+	}
+	if errors.Is(err, verify.ErrStoreAccess) || errors.Is(err, trim.ErrListing) {
 		fmt.Fprintf(e.stderr, "auditor: verify: %s\nauditor: nothing was judged: check the S3 credentials, permissions and endpoint\n", cfg.Scrub(err.Error()))
 		return exitUnreachable
 	}
@@ -354,17 +362,18 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := enc.Encode(verifyOutput{Report: rep, Strays: sr}); err != nil {
 			return exitCode(e, cfg, err)
 		}
 	} else {
 		for _, f := range rep.Findings {
 			fmt.Fprintln(e.stdout, f)
 		}
+		sr.print(e.stdout)
 		fmt.Fprintf(e.stdout, "verified %d objects (%d bytes) of %d streams of star %s: %d findings\n",
-			rep.Objects, rep.Bytes, rep.Streams, cfg.Star, len(rep.Findings))
+			rep.Objects, rep.Bytes, rep.Streams, cfg.Star, len(rep.Findings)+sr.count())
 	}
-	if len(rep.Findings) > 0 {
+	if len(rep.Findings) > 0 || sr.count() > 0 {
 		return exitFindings
 	}
 	return exitOK

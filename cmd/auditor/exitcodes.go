@@ -39,7 +39,7 @@ var exitCodes = []struct {
 	{exitOK, "success: the command did what it was asked (verify, inspect: sound)"},
 	{exitFailure, "runtime failure (a failed cycle, a held lease, an I/O error)"},
 	{exitUsage, "usage or configuration error, unknown star or stream, schema behind or ahead of the binary"},
-	{exitFindings, "verify: findings in the catalog; inspect: a corrupt object (checksum mismatch included); doctor: a check failed; serve: a start check failed, it refused to start"},
+	{exitFindings, "verify: findings in the catalog (or, with --strays, strays in the store); inspect: a corrupt object (checksum mismatch included); doctor: a check failed; serve: a start check failed, it refused to start"},
 	{exitUnsupported, "inspect: an unsupported format version"},
 	{exitUnreachable, "verify: the store could not be read (credentials, access, transport); nothing was judged; doctor: no bucket could be reached"},
 	{exitRewound, "run: the metastore is behind the object store (restored from backup, or failed over to a replica that lost commits); the star is halted (metastore_rewound) until auditor reconcile --apply"},

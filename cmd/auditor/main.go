@@ -45,7 +45,7 @@ func commands() map[string]command {
 		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease},
 		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it", cmdErase},
 		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json); --fleet: members, stars per member, unowned stars, moves", cmdStatus},
-		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream", cmdVerify},
+		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream; --strays: also the objects no metadata names", cmdVerify},
 		"reconcile":   {"rebuild the star's metastore view from its object store after a restore (--apply; a dry run without)", cmdReconcile},
 		"doctor":      {"check the metastore and every bucket before deploying: one line per check (--json)", cmdDoctor},
 		"completion":  {"print a shell completion script (completion bash)", cmdCompletion},

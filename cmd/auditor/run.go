@@ -24,6 +24,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing")
 	stream := fs.String("stream", "", "force one stream (uuid or 32 hex digits) due regardless of linger")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (pprof format) to this file")
+	sweepStrays := fs.Bool("sweep-strays", false, "sweep the strays in this cycle whatever --stray-sweep-every says (docs/architecture.md#strays)")
 	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
@@ -31,7 +32,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	if !*once {
 		return exitCode(e, cfg, &config.Error{Field: "once", Msg: "run only runs one cycle; use serve for the daemon"})
 	}
-	opts := cycle.Options{Trigger: daemon.TriggerOnce, DryRun: *dryRun}
+	opts := cycle.Options{Trigger: daemon.TriggerOnce, DryRun: *dryRun, SweepStrays: *sweepStrays}
 	if *dryRun {
 		opts.Plan = e.stdout
 	}

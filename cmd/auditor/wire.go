@@ -25,7 +25,7 @@ import (
 )
 
 // buildCycle wires the cycle's steps in the order of docs/architecture.md#the-cycle:
-// the rewind check, recover and settle, retention, erase, trim, reap; and returns the due
+// the rewind check, recover and settle, retention, erase, strays, trim, reap; and returns the due
 // policy they settle by (storePolicy), which the daemon's gauges and
 // status must share. The returned close function releases what the steps
 // hold. For a dry run the server's checksum support is not probed: the
@@ -155,6 +155,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		HotStreams:       settle.DefaultHotStreams,
 
 		MaxPendingErasures: settle.DefaultMaxPendingErasures,
+		StrayGuard:         cfg.StrayGuard,
 	})
 	if err != nil {
 		return parts{}, err
@@ -187,8 +188,19 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return parts{}, err
 	}
-	return parts{steps: []cycle.Step{guard, settler, retention, settler.Eraser(), trimmer, reaper}, policy: policy,
+	strays, err := trim.NewStrays(td, tc, strayConfig(cfg))
+	if err != nil {
+		return parts{}, err
+	}
+	return parts{steps: []cycle.Step{guard, settler, retention, settler.Eraser(), strays, trimmer, reaper}, policy: policy,
 		store: store, top: top, settler: settler}, nil
+}
+
+// strayConfig is the strays step's policy (--stray-guard,
+// --stray-sweep-every), which `auditor verify --strays` shares.
+func strayConfig(cfg config.Config) trim.StrayConfig {
+	return trim.StrayConfig{Guard: cfg.StrayGuard, Every: cfg.StraySweepEvery,
+		ListConcurrency: trim.DefaultStrayListConcurrency, MaxArmed: trim.DefaultMaxArmedStrays}
 }
 
 // storePolicy is duePolicy for the store the cycles write to: when it

@@ -86,6 +86,8 @@ type Config struct {
 	Verify               string
 	ReapGrace            time.Duration
 	ReapBatchSize        int64
+	StrayGuard           time.Duration
+	StraySweepEvery      time.Duration
 	HistoryRetention     time.Duration
 	ErasureAlertAfter    time.Duration
 	LogFormat            string
@@ -337,6 +339,8 @@ var keys = []key{
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),
 	intKey("reap-batch-size", "most keys per DeleteObjects request and rows per retention or reap transaction (1-1000)", "1000", func(c *Config) *int64 { return &c.ReapBatchSize }),
+	durationKey("stray-guard", "an object no metadata names (a stray) is swept, through the reap, only once older than this by the database clock; must exceed reap-grace", "72h", func(c *Config) *time.Duration { return &c.StrayGuard }),
+	durationKey("stray-sweep-every", "how often the leader lists its streams' settled prefixes and its chain for strays and sweeps those past stray-guard (0: no scheduled sweep; run --once --sweep-strays forces one)", "24h", func(c *Config) *time.Duration { return &c.StraySweepEvery }),
 	durationKey("history-retention", "finished cycle runs and consumed admin requests older than this are pruned (the latest successful run is kept)", "720h", func(c *Config) *time.Duration { return &c.HistoryRetention }),
 	durationKey("erasure-alert-after", "an erasure pending longer than this fires NovaAuditorErasurePending (exported as nova_auditor_erasure_pending_bound_seconds)", "24h", func(c *Config) *time.Duration { return &c.ErasureAlertAfter }),
 	stringKey("log-format", "auto (tint on a terminal, JSON otherwise), text or json", "auto", func(c *Config) *string { return &c.LogFormat }),

@@ -116,6 +116,9 @@ func (c Config) Validate() error {
 	if c.ReapBatchSize < 1 || c.ReapBatchSize > 1000 {
 		add("reap-batch-size", "%d must be between 1 and 1000 (the DeleteObjects limit)", c.ReapBatchSize)
 	}
+	if c.StrayGuard <= c.ReapGrace {
+		add("stray-guard", "%s must exceed reap-grace (%s): a stray is armed due at once, so the guard is all the time it stands", c.StrayGuard, c.ReapGrace)
+	}
 	if c.HistoryRetention < time.Hour {
 		add("history-retention", "%s must be at least 1h", c.HistoryRetention)
 	}

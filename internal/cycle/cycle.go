@@ -29,6 +29,9 @@ type Options struct {
 	// docs/architecture.md#erasure), and the erasures stay pending. nil
 	// holds nothing.
 	ErasureHold func(ctx context.Context) string
+	// SweepStrays runs the strays step's sweep in this cycle whatever its
+	// schedule (`run --once --sweep-strays`; docs/architecture.md#strays).
+	SweepStrays bool
 }
 
 // Deferred is the set of streams a cycle left, in whole or in part, for
