@@ -50,6 +50,11 @@ func TestCrashMatrix(t *testing.T) {
 	})
 }
 
+// strayNA: the sweep arms only strays older than --stray-guard (which must
+// exceed the matrix's 1 h reap grace), and only the file backend can date
+// an object back (its mtime); an S3 object's LastModified is the server's.
+const strayNA = "n/a: no stray can be older than the guard on S3 (LastModified is the server's), so none is put"
+
 // TestCrashMatrixS3 runs the same matrix on versitygw with objects big
 // enough for multipart assembly: parts copied server side, parts gathered
 // and staged as pending sidecars, resumed after the kill; the keys are
@@ -63,7 +68,7 @@ func TestCrashMatrixS3(t *testing.T) {
 		t.Skip("crash matrix runs real processes")
 	}
 	rec := recordForIAM(t)
-	crashMatrix(t, "versitygw", recordedS3CrashStore(rec), nil)
+	crashMatrix(t, "versitygw", recordedS3CrashStore(rec), map[crashpoint.Point]string{trim.CrashStraysArmed: strayNA})
 }
 
 // preludes: a point reached only after an earlier crash elsewhere. An
@@ -168,6 +173,7 @@ type crashEnv struct {
 	seen        map[string]uint32 // every settled object's CRC as first seen
 	stars       []string          // the stars checked (default s1)
 	express     []string          // the express bucket set (slots of express chains)
+	fsRoot      string            // the file backend's root ("" on S3)
 }
 
 // newCrashEnv is a fresh database with a star of streams, a store, and the
@@ -201,12 +207,18 @@ func crashEnvOn(t *testing.T, bin string, db *catalog.DB, url, root string, fs o
 	// ends releases its own. 3 s was once outlived by a cycle starved of
 	// CPU while the test packages ran in parallel (renewals stalled, the
 	// lease lost in the middle of an erase): a flake, not a crash.
-	return &crashEnv{t: t, ctx: ctx, bin: bin, url: url, root: root, db: db, fs: fs, seen: map[string]uint32{}, stars: []string{"s1"},
+	e := &crashEnv{t: t, ctx: ctx, bin: bin, url: url, root: root, db: db, fs: fs, seen: map[string]uint32{}, stars: []string{"s1"},
 		bucket: flags[len(flags)-1], env: procEnv, flightBytes: flightBytes,
 		common: append([]string{"--star", "s1", "--database-url", url,
 			"--data-dir", filepath.Join(root, "data"), "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "1h", "--reap-batch-size", "1",
 			"--lease-ttl", "10s", "--lease-renew", "100ms", "--holder", "crash-test", "--denorm-output-cap-mib", capMiB,
-			"--denorm-chunk-target-kib", "64", "--log-format", "json", "--log-level", "warn"}, flags...)}
+			"--denorm-chunk-target-kib", "64", "--log-format", "json", "--log-level", "warn", "--stray-guard", "2h"}, flags...)}
+	for i := 0; i+1 < len(flags); i++ {
+		if flags[i] == "--fs-root" {
+			e.fsRoot = flags[i+1]
+		}
+	}
+	return e
 }
 
 // crashRun runs three rounds of traffic, each with its first cycle armed at
@@ -241,6 +253,7 @@ func crashRun(t *testing.T, bin, point string, open crashStore, seeds uint64) in
 		if round == 2 {
 			e.retentionMove()
 		}
+		e.putStrays(round)
 		base := crashpoint.Point(strings.SplitN(point, ":", 2)[0])
 		if round == 2 && twoRanges[base] {
 			if code, out := e.run(""); code != 0 {
@@ -438,10 +451,35 @@ func (e *crashEnv) write(session uint64, faults sim.Faults) sim.WriteStats {
 	return ws
 }
 
-// run runs one cycle of the real binary; with point set, armed to SIGKILL
-// itself there. It returns the exit code (minus the signal when killed).
+// putStrays puts, on the file backend, three settled objects no metadata
+// names, under three streams' prefixes at keys far past any record (no
+// erasure waits on them), dated three hours back: past the 2 h guard, so
+// the round's first cycle arms their reaps, one transaction each
+// (--reap-batch-size 1), reaching strays.after-arm three times.
+func (e *crashEnv) putStrays(round uint64) {
+	if e.fsRoot == "" {
+		return
+	}
+	old := time.Now().Add(-3 * time.Hour)
+	for i, st := range e.streams() {
+		if i == 3 {
+			break
+		}
+		key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 1<<40+round, 50)
+		if err := e.fs.PutIfAbsent(e.ctx, e.bucket, key, []byte("a stray")); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.Chtimes(filepath.Join(e.fsRoot, e.bucket, filepath.FromSlash(key)), old, old); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// run runs one cycle of the real binary, its strays swept whatever their
+// schedule; with point set, armed to SIGKILL itself there. It returns the
+// exit code (minus the signal when killed).
 func (e *crashEnv) run(point string) (int, string) {
-	cmd := exec.Command(e.bin, append([]string{"run", "--once"}, e.common...)...)
+	cmd := exec.Command(e.bin, append([]string{"run", "--once", "--sweep-strays"}, e.common...)...)
 	cmd.Env = append(os.Environ(), e.env...)
 	if point != "" {
 		cmd.Env = append(cmd.Env, crashpoint.EnvVar+"="+point)
