@@ -387,6 +387,28 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		return err
 	})
 	call("ApplyRetention", applyRetention(ctx, db, f, retiredKey))
+	// The strays step: its schedule every cycle; when it sweeps, a page of
+	// listed keys looked up (the hot stream's cataloged key and a stray),
+	// the stray armed, the sweep recorded.
+	call("StraySweepDue", func() error { _, err := db.StraySweepDue(ctx, "s1", 24*time.Hour); return err })
+	stray := catalog.ListedKey{Key: "bench/stray", Coords: catalog.KeyCoords{Bucket: st.Bucket, Stream: hot, Epoch: 1, FirstRecord: 1 << 40, Revision: 50}}
+	listed := []catalog.ListedKey{{Key: key, Coords: catalog.KeyCoords{Bucket: st.Bucket, Stream: hot, Epoch: 1, FirstRecord: st.SettledThrough}}, stray}
+	call("NamedSettledKeys", func() error {
+		named, err := db.NamedSettledKeys(ctx, listed)
+		if err == nil && (!named[0] || named[1]) {
+			err = fmt.Errorf("named %v, want the cataloged key and not the stray", named)
+		}
+		return err
+	})
+	call("ArmStrayReaps", func() error {
+		armed, err := db.ArmStrayReaps(ctx, f, listed)
+		if err == nil && (len(armed) != 1 || armed[0] != stray.Key) {
+			err = fmt.Errorf("armed %v, want the stray", armed)
+		}
+		coords[stray.Key] = stray.Coords
+		return err
+	})
+	call("RecordStraySweep", func() error { return db.RecordStraySweep(ctx, f) })
 	call("ReadTrimState", func() error { _, err := db.ReadTrimState(ctx, "s1"); return err })
 	call("AdvanceTrim", func() error {
 		_, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 2}, 0)
