@@ -80,8 +80,9 @@ func diff(st catalog.Stream, v catalog.ReconcileView, ch chain, byBase map[uint6
 			switch {
 			case ob.end > next:
 				// Records the write path no longer knows: their numbers
-				// will be given to other records. Left as a stray (an
-				// operator may salvage it), never cataloged.
+				// will be given to other records. Left as a stray, never
+				// cataloged: an operator may salvage it until the sweep's
+				// guard (--stray-guard) passes.
 				o.forgotten = append(o.forgotten, Range{From: int64(max(ob.first, next)), To: int64(ob.end), Key: ob.key})
 			case chained[ob.key] || reaping[ob.key] || old[catalog.EntryRevision{FirstRecord: int64(ob.first), Revision: int32(ob.revision)}]:
 			case ob.bad || ob.end > ch.end:
@@ -162,7 +163,8 @@ type StreamReport struct {
 	// the numbers again since the restore): the refs keep them.
 	Differ []Range `json:"differ,omitempty"`
 	// Left are objects neither cataloged nor reaped: they hold records at
-	// or past the chain's end that nothing else may hold (strays).
+	// or past the chain's end that nothing else may hold (strays until the
+	// sweep's guard).
 	Left    []string   `json:"left,omitempty"`
 	Unsound []Problem  `json:"unsound,omitempty"` // objects whose footer or bytes do not check
 	Foreign []string   `json:"foreign,omitempty"` // keys under the prefix that are not this stream's settled keys
@@ -269,7 +271,7 @@ func (r Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "  LOST records [%d, %d): %s\n", l.From, l.To, l.Why)
 		}
 		for _, f := range s.Forgotten {
-			fmt.Fprintf(w, "  forgotten records [%d, %d) in %s: past next_record, not cataloged (a stray, no metadata names it)\n", f.From, f.To, f.Key)
+			fmt.Fprintf(w, "  forgotten records [%d, %d) in %s: past next_record, not cataloged (a stray: salvage it before --stray-guard passes)\n", f.From, f.To, f.Key)
 		}
 		for _, p := range s.Unsound {
 			fmt.Fprintf(w, "  unsound %s: %s\n", p.Key, p.Error)
