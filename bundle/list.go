@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"sync"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -58,6 +59,69 @@ func (r *Reader) ListSettled(ctx context.Context, st catalog.Stream, fn func(Set
 	return nil
 }
 
+// Unnamed pages listed settled objects through named, the metastore's
+// answer to which listed keys metadata names (catalog.DB.NamedSettledKeys),
+// and hands fn each object it does not name. One lookup serves
+// catalog.NamedKeysPage objects whichever listings they come from, so a
+// sweep of a star's many small streams costs a statement per page, not
+// per stream. Add may be called from several listings at once; fn is
+// called under the pager's lock, one object at a time. Flush hands on the
+// last page.
+type Unnamed struct {
+	named func(context.Context, []catalog.ListedKey) ([]bool, error)
+	fn    func(SettledObject) error
+
+	mu   sync.Mutex
+	page []SettledObject
+}
+
+// NewUnnamed returns a pager over named that hands fn the unnamed objects.
+func NewUnnamed(named func(context.Context, []catalog.ListedKey) ([]bool, error), fn func(SettledObject) error) *Unnamed {
+	return &Unnamed{named: named, fn: fn}
+}
+
+// Add pages o, looking the page up when it is full.
+func (u *Unnamed) Add(ctx context.Context, o SettledObject) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.page = append(u.page, o)
+	if len(u.page) < catalog.NamedKeysPage {
+		return nil
+	}
+	return u.flush(ctx)
+}
+
+// Flush looks up what is paged.
+func (u *Unnamed) Flush(ctx context.Context) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.flush(ctx)
+}
+
+func (u *Unnamed) flush(ctx context.Context) error {
+	if len(u.page) == 0 {
+		return nil
+	}
+	keys := make([]catalog.ListedKey, len(u.page))
+	for i, o := range u.page {
+		keys[i] = catalog.ListedKey{Key: o.Key, Coords: o.Coords}
+	}
+	named, err := u.named(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("which of %d listed keys metadata names: %w", len(keys), err)
+	}
+	page := u.page
+	u.page = nil
+	for i, o := range page {
+		if !named[i] {
+			if err := u.fn(o); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // SlotObject is a transit slot a listing found, with the position its
 // key parses to (bundlefmt.ParseSlotKey).
 type SlotObject struct {
@@ -69,28 +133,28 @@ type SlotObject struct {
 // ListSlots lists the chain of a star (stars/<star>/chain/) in every
 // bucket of the class's set, bucket by bucket, in no promised order
 // within one. fn gets each key that parses as a slot key of the star;
-// unparsed every other key under the prefix, with why. Errors as
-// ListSettled's.
-func (r *Reader) ListSlots(ctx context.Context, class, star string, fn func(SlotObject) error, unparsed func(bucket string, o objstore.ObjectInfo, err error) error) error {
-	buckets, err := r.top.Buckets(class)
+// unparsed every other key under the prefix, with why. A zone that is
+// held off, or whose listing fails for the zone, is skipped
+// (objstore.BucketSet.List): it returns the buckets skipped, whose slots
+// a later listing finds. Other errors as ListSettled's.
+func (r *Reader) ListSlots(ctx context.Context, class, star string, fn func(SlotObject) error, unparsed func(bucket string, o objstore.ObjectInfo, err error) error) ([]string, error) {
+	set, err := r.top.Class(class)
 	if err != nil {
-		return fmt.Errorf("list the chain of star %q: %w", star, err)
+		return nil, fmt.Errorf("list the chain of star %q: %w", star, err)
 	}
 	prefix := path.Dir(path.Dir(bundlefmt.SlotKey(star, 1, 0))) + "/" // stars/<star>/chain/
-	for _, b := range buckets {
-		err := r.top.Store().List(ctx, b, prefix, func(o objstore.ObjectInfo) error {
-			s, epoch, seq, err := bundlefmt.ParseSlotKey(o.Key)
-			if err == nil && s != star {
-				err = fmt.Errorf("slot key %q is of star %q", o.Key, s)
-			}
-			if err != nil {
-				return unparsed(b, o, err)
-			}
-			return fn(SlotObject{ObjectInfo: o, Bucket: b, Epoch: int64(epoch), Seq: int64(seq)})
-		})
-		if err != nil {
-			return fmt.Errorf("list the chain of star %q in %s: %w", star, b, err)
+	skipped, err := set.List(ctx, prefix, func(b string, o objstore.ObjectInfo) error {
+		s, epoch, seq, err := bundlefmt.ParseSlotKey(o.Key)
+		if err == nil && s != star {
+			err = fmt.Errorf("slot key %q is of star %q", o.Key, s)
 		}
+		if err != nil {
+			return unparsed(b, o, err)
+		}
+		return fn(SlotObject{ObjectInfo: o, Bucket: b, Epoch: int64(epoch), Seq: int64(seq)})
+	})
+	if err != nil {
+		return skipped, fmt.Errorf("list the chain of star %q: %w", star, err)
 	}
-	return nil
+	return skipped, nil
 }

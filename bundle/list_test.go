@@ -3,7 +3,10 @@ package bundle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +35,21 @@ func (s *failingList) List(ctx context.Context, b, prefix string, fn func(objsto
 		return fn(o)
 	})
 	return err
+}
+
+// zoneFailing fails every listing of one bucket as a zone outage does.
+type zoneFailing struct {
+	objstore.Store
+	bucket string
+	asked  atomic.Int64
+}
+
+func (s *zoneFailing) List(ctx context.Context, b, prefix string, fn func(objstore.ObjectInfo) error) error {
+	if b == s.bucket {
+		s.asked.Add(1)
+		return &objstore.TransientError{Op: "ListObjectsV2", Err: errors.New("zone down (injected)")}
+	}
+	return s.Store.List(ctx, b, prefix, fn)
 }
 
 // TestListSettled lists a stream's settled prefix on both backends: the
@@ -158,7 +176,7 @@ func TestListSlots(t *testing.T) {
 			junk := "stars/s1/chain/00000000000000000002/x"
 			put(b.Express[1], junk)
 			var unparsed []string
-			err := rd.ListSlots(ctx, catalog.ClassExpress, "s1", func(o bundle.SlotObject) error {
+			skipped, err := rd.ListSlots(ctx, catalog.ClassExpress, "s1", func(o bundle.SlotObject) error {
 				k := o.Bucket + "/" + o.Key
 				if _, ok := want[k]; !ok || o.Key != bundlefmt.SlotKey("s1", uint64(o.Epoch), uint64(o.Seq)) || o.Size != int64(len(o.Key)) {
 					t.Errorf("listed %+v", o)
@@ -177,9 +195,102 @@ func TestListSlots(t *testing.T) {
 					t.Errorf("%s listed %d times", k, n)
 				}
 			}
-			if !slices.Equal(unparsed, []string{b.Express[1] + "/" + junk}) {
-				t.Errorf("unparsed %v", unparsed)
+			if !slices.Equal(unparsed, []string{b.Express[1] + "/" + junk}) || len(skipped) != 0 {
+				t.Errorf("unparsed %v, skipped %v", unparsed, skipped)
+			}
+
+			// A zone whose listing fails for the zone is held off and
+			// skipped, and so is it on the next listing, which sends it
+			// nothing: the other zone's slots are listed both times.
+			health := objstore.NewHealth(time.Minute, time.Hour)
+			zs := &zoneFailing{Store: b.Store, bucket: b.Express[0]}
+			rd = bundle.NewReader(teststore.Topology(t, zs, b.Std, b.Express, health))
+			for round := range 2 {
+				n := 0
+				skipped, err := rd.ListSlots(ctx, catalog.ClassExpress, "s1", func(o bundle.SlotObject) error {
+					if o.Bucket != b.Express[1] {
+						t.Errorf("round %d: listed %+v from the failing zone", round, o)
+					}
+					n++
+					return nil
+				}, func(string, objstore.ObjectInfo, error) error { return nil })
+				if err != nil || !slices.Equal(skipped, []string{b.Express[0]}) || n != 2 {
+					t.Errorf("round %d: skipped %v, %d slots listed, %v; want %s skipped, 2 slots", round, skipped, n, err, b.Express[0])
+				}
+			}
+			if zs.asked.Load() != 1 {
+				t.Errorf("the failing zone was asked %d times, want once (then held off)", zs.asked.Load())
 			}
 		})
+	}
+}
+
+// TestUnnamedPages: listings that feed one pager at once cost one lookup
+// per catalog.NamedKeysPage keys in all, and every key the lookup does
+// not name is handed on once.
+func TestUnnamedPages(t *testing.T) {
+	ctx := context.Background()
+	var lookups, looked atomic.Int64
+	var mu sync.Mutex
+	got := map[string]int{}
+	u := bundle.NewUnnamed(func(_ context.Context, keys []catalog.ListedKey) ([]bool, error) {
+		lookups.Add(1)
+		looked.Add(int64(len(keys)))
+		named := make([]bool, len(keys))
+		for i, k := range keys {
+			named[i] = k.Coords.FirstRecord%3 != 0 // every third key is a stray
+		}
+		return named, nil
+	}, func(o bundle.SettledObject) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[o.Key]++
+		return nil
+	})
+	const streams, perStream = 5, 500
+	var wg sync.WaitGroup
+	for s := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perStream {
+				o := bundle.SettledObject{ObjectInfo: objstore.ObjectInfo{Key: fmt.Sprintf("s%d/%d", s, i)}, Coords: catalog.KeyCoords{FirstRecord: int64(i)}}
+				if err := u.Add(ctx, o); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := u.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := (streams*perStream + catalog.NamedKeysPage - 1) / catalog.NamedKeysPage
+	if lookups.Load() != int64(want) || looked.Load() != streams*perStream {
+		t.Errorf("%d lookups of %d keys, want %d of %d", lookups.Load(), looked.Load(), want, streams*perStream)
+	}
+	strays := 0
+	for i := range perStream {
+		if i%3 == 0 {
+			strays++
+		}
+	}
+	if len(got) != streams*strays {
+		t.Errorf("%d keys handed on, want %d", len(got), streams*strays)
+	}
+	for k, n := range got {
+		if n != 1 {
+			t.Errorf("%s handed on %d times", k, n)
+		}
+	}
+
+	// The lookup's error is returned, wrapped.
+	boom := errors.New("boom")
+	u = bundle.NewUnnamed(func(context.Context, []catalog.ListedKey) ([]bool, error) { return nil, boom }, func(bundle.SettledObject) error { return nil })
+	if err := u.Add(ctx, bundle.SettledObject{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Flush(ctx); !errors.Is(err, boom) {
+		t.Errorf("flush: %v, want boom", err)
 	}
 }

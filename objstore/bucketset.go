@@ -399,3 +399,40 @@ func EachBucket[B any](buckets []B, f func(B) error) []error {
 	wg.Wait()
 	return errs
 }
+
+// List lists prefix in every bucket of the set, one after another, and
+// hands fn each object with the bucket it was listed in. A bucket the
+// zone health holds off is skipped; in a set of more than one bucket, a
+// listing that fails for its zone (IsRetryable: a timeout, a refused
+// connection, a 5xx) holds the bucket off and is skipped too, after what
+// it listed before was handed on. It returns the buckets skipped: what
+// they hold is listed by a later call. fn's error, and any other failure
+// (or the zone failure of a set of one), stops it and is returned.
+func (s *BucketSet) List(ctx context.Context, prefix string, fn func(bucket string, o ObjectInfo) error) ([]string, error) {
+	var skipped []string
+	for _, zb := range s.read {
+		b := zb.Bucket
+		if s.health.Down(b) {
+			skipped = append(skipped, b)
+			continue
+		}
+		var fnErr error
+		start := s.clock()
+		err := s.store.List(ctx, b, prefix, func(o ObjectInfo) error {
+			fnErr = fn(b, o)
+			return fnErr
+		})
+		switch {
+		case err == nil:
+			s.health.Succeeded(b)
+		case fnErr != nil:
+			return skipped, fnErr
+		case len(s.read) > 1 && IsRetryable(err) && ctx.Err() == nil:
+			s.health.Failed(b, s.clock().Sub(start))
+			skipped = append(skipped, b)
+		default:
+			return skipped, fmt.Errorf("list %s in bucket %s: %w", prefix, b, err)
+		}
+	}
+	return skipped, nil
+}

@@ -74,6 +74,18 @@ type ObjectInfo struct {
 	LastModified time.Time
 }
 
+// ListedTimeResolution is the coarsest resolution a store's LastModified
+// comes in: S3 servers may truncate it to the second (versitygw does).
+const ListedTimeResolution = time.Second
+
+// MinAge is the least the object can be old at now: now less
+// LastModified, less ListedTimeResolution, as a truncated LastModified
+// makes an object look up to that much older than it is. A guard on an
+// object's age (the strays') compares with this, never with more.
+func (o ObjectInfo) MinAge(now time.Time) time.Duration {
+	return now.Sub(o.LastModified) - ListedTimeResolution
+}
+
 // Attrs describes a stored object.
 type Attrs struct {
 	Size int64

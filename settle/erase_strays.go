@@ -56,12 +56,9 @@ func (e *Eraser) streamStrays(ctx context.Context, st catalog.Stream, clock *dbC
 	if err != nil {
 		return nil, err
 	}
-	var (
-		out  []settledStray
-		page []bundle.SettledObject
-	)
+	var out []settledStray
 	add := func(key catalog.ListedKey, parses bool, info objstore.ObjectInfo) error {
-		ss := settledStray{key: key, parses: parses, age: now.Sub(info.LastModified), from: uint64(max(key.Coords.FirstRecord, 0)), to: math.MaxUint64}
+		ss := settledStray{key: key, parses: parses, age: info.MinAge(now), from: uint64(max(key.Coords.FirstRecord, 0)), to: math.MaxUint64}
 		f, err := s.read.StandingFooter(ctx, key.Key)
 		switch {
 		case errors.Is(err, objstore.ErrNotFound):
@@ -79,41 +76,18 @@ func (e *Eraser) streamStrays(ctx context.Context, st catalog.Stream, clock *dbC
 		out = append(out, ss)
 		return nil
 	}
-	flush := func() error {
-		if len(page) == 0 {
-			return nil
-		}
-		keys := make([]catalog.ListedKey, len(page))
-		for i, o := range page {
-			keys[i] = catalog.ListedKey{Key: o.Key, Coords: o.Coords}
-		}
-		named, err := s.d.DB.NamedSettledKeys(ctx, keys)
-		if err != nil {
-			return err
-		}
-		for i, o := range page {
-			if !named[i] {
-				if err := add(keys[i], true, o.ObjectInfo); err != nil {
-					return err
-				}
-			}
-		}
-		page = page[:0]
-		return nil
-	}
+	unnamed := bundle.NewUnnamed(s.d.DB.NamedSettledKeys, func(o bundle.SettledObject) error {
+		return add(catalog.ListedKey{Key: o.Key, Coords: o.Coords}, true, o.ObjectInfo)
+	})
 	err = s.read.ListSettled(ctx, st, func(o bundle.SettledObject) error {
-		page = append(page, o)
-		if len(page) == catalog.NamedKeysPage {
-			return flush()
-		}
-		return nil
+		return unnamed.Add(ctx, o)
 	}, func(_ string, o objstore.ObjectInfo, _ error) error {
 		// Not a settled key: the sweep never deletes it; whatever bytes it
 		// holds hold the erasures they meet until an operator removes it.
 		return add(catalog.ListedKey{Key: o.Key}, false, o)
 	})
 	if err == nil {
-		err = flush()
+		err = unnamed.Flush(ctx)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list the strays of stream %s: %w", st.ID, err)

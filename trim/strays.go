@@ -35,8 +35,9 @@ type Stray struct {
 	Key          string    `json:"key"`
 	Size         int64     `json:"size"`
 	LastModified time.Time `json:"last_modified"`
-	// Age is the database clock's now, read once before the listing, less
-	// LastModified (AgeSeconds the same in seconds).
+	// Age is the least the stray can be old by the database clock's now,
+	// read once before the listing (objstore.ObjectInfo.MinAge;
+	// AgeSeconds the same in seconds).
 	Age        time.Duration `json:"-"`
 	AgeSeconds float64       `json:"age_seconds"`
 	Stream     string        `json:"stream,omitempty"` // a settled stray's stream (its prefix's)
@@ -59,6 +60,10 @@ type StrayCounts struct {
 	Settled  int `json:"settled"`  // settled strays, unparseable keys included
 	Slots    int `json:"slots"`    // slot strays
 	Unparsed int `json:"unparsed"` // of both, the keys that do not parse
+	// HeldOff are the buckets of the chain's class not listed: a zone held
+	// off, or whose listing failed for the zone (the next sweep lists
+	// them; the other zones' copies serve meanwhile).
+	HeldOff []string `json:"held_off,omitempty"`
 }
 
 // StrayCatalog is what finding strays reads in Postgres (*catalog.DB has
@@ -119,7 +124,7 @@ func FindStrays(ctx context.Context, db StrayCatalog, rd *bundle.Reader, star st
 	}
 	var mu sync.Mutex
 	emit := func(s Stray) error {
-		s.Age = now.Sub(s.LastModified)
+		s.Age = objstore.ObjectInfo{LastModified: s.LastModified}.MinAge(now)
 		s.AgeSeconds = s.Age.Seconds()
 		mu.Lock()
 		defer mu.Unlock()
@@ -137,51 +142,33 @@ func FindStrays(ctx context.Context, db StrayCatalog, rd *bundle.Reader, star st
 	if err := findSlotStrays(ctx, rd, ts, reaps, emit, &counts); err != nil {
 		return counts, now, err
 	}
+	// One lookup of which keys metadata names serves a page of keys from
+	// every stream's listing: a statement per page, not per stream.
+	unnamed := bundle.NewUnnamed(db.NamedSettledKeys, func(o bundle.SettledObject) error {
+		return emit(Stray{Kind: StraySettled, Bucket: o.Bucket, Key: o.Key, Size: o.Size, LastModified: o.LastModified,
+			Stream: o.Coords.Stream.String(), Parses: true, coords: o.Coords})
+	})
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(concurrency, 1))
 	for _, st := range streams {
-		g.Go(func() error { return findSettledStrays(gctx, db, rd, st, emit) })
+		g.Go(func() error { return findSettledStrays(gctx, rd, st, unnamed, emit) })
 	}
 	err = g.Wait()
+	if err == nil {
+		err = unnamed.Flush(ctx)
+	}
 	counts.Streams = len(streams)
 	return counts, now, err
 }
 
-// findSettledStrays lists one stream's settled prefix and emits each key
-// metadata does not name, looking the keys up a page at a time.
-func findSettledStrays(ctx context.Context, db StrayCatalog, rd *bundle.Reader, st catalog.Stream, emit func(Stray) error) error {
-	var page []bundle.SettledObject
-	flush := func() error {
-		if len(page) == 0 {
-			return nil
-		}
-		keys := make([]catalog.ListedKey, len(page))
-		for i, o := range page {
-			keys[i] = catalog.ListedKey{Key: o.Key, Coords: o.Coords}
-		}
-		named, err := db.NamedSettledKeys(ctx, keys)
-		if err != nil {
-			return err
-		}
-		for i, o := range page {
-			if named[i] {
-				continue
-			}
-			if err := emit(Stray{Kind: StraySettled, Bucket: o.Bucket, Key: o.Key, Size: o.Size, LastModified: o.LastModified,
-				Stream: st.ID.String(), Parses: true, coords: o.Coords}); err != nil {
-				return err
-			}
-		}
-		page = page[:0]
-		return nil
-	}
+// findSettledStrays lists one stream's settled prefix into unnamed, which
+// emits each key metadata does not name, and emits every key there that
+// does not parse as a settled key.
+func findSettledStrays(ctx context.Context, rd *bundle.Reader, st catalog.Stream, unnamed *bundle.Unnamed, emit func(Stray) error) error {
 	var cbErr error
-	err := listing(func() error {
+	return listing(func() error {
 		return rd.ListSettled(ctx, st, func(o bundle.SettledObject) error {
-			page = append(page, o)
-			if len(page) == catalog.NamedKeysPage {
-				cbErr = flush()
-			}
+			cbErr = unnamed.Add(ctx, o)
 			return cbErr
 		}, func(bucket string, o objstore.ObjectInfo, _ error) error {
 			cbErr = emit(Stray{Kind: StraySettled, Bucket: bucket, Key: o.Key, Size: o.Size, LastModified: o.LastModified,
@@ -189,10 +176,6 @@ func findSettledStrays(ctx context.Context, db StrayCatalog, rd *bundle.Reader, 
 			return cbErr
 		})
 	}, &cbErr)
-	if err != nil {
-		return err
-	}
-	return flush()
 }
 
 // findSlotStrays lists the star's chain in every bucket of its class and
@@ -227,7 +210,8 @@ func findSlotStrays(ctx context.Context, rd *bundle.Reader, ts catalog.TrimState
 	v := slotView{c: c, cursor: cursor, armed: armed}
 	var cbErr error
 	return listing(func() error {
-		return rd.ListSlots(ctx, ts.Star.ChainClass, ts.Star.Star, func(o bundle.SlotObject) error {
+		var err error
+		counts.HeldOff, err = rd.ListSlots(ctx, ts.Star.ChainClass, ts.Star.Star, func(o bundle.SlotObject) error {
 			if s, ok := v.stray(o); ok {
 				cbErr = emit(s)
 			}
@@ -237,6 +221,7 @@ func findSlotStrays(ctx context.Context, rd *bundle.Reader, ts catalog.TrimState
 				Unswept: "not a slot key of the star"})
 			return cbErr
 		})
+		return err
 	}, &cbErr)
 }
 

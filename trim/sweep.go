@@ -142,6 +142,11 @@ func (s *Strays) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 		return counts, &cycle.PartialError{Err: fmt.Errorf("sweep the strays of star %q: %w", f.Star, err)}
 	}
 	s.d.Metrics.straysFound(found)
+	if len(found.HeldOff) > 0 {
+		// Their slots wait for the next sweep; the sweep of the rest is
+		// recorded, so an outage does not make every cycle list the star.
+		s.d.Log.Warn("stray sweep: the chain not listed in a zone held off", "star", f.Star, "buckets", found.HeldOff)
+	}
 	st, err := s.db.ReadTrimState(ctx, f.Star)
 	if err != nil {
 		return counts, err

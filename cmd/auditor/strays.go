@@ -40,6 +40,11 @@ func findStrays(ctx context.Context, db *catalog.DB, rd *bundle.Reader, cfg conf
 		r.Objects = append(r.Objects, s)
 		return nil
 	})
+	if err == nil && len(counts.HeldOff) > 0 {
+		// A zone that failed its listing was skipped: the strays there
+		// are not known, so nothing is judged (as a failed listing).
+		err = fmt.Errorf("%w: the chain of star %q in %s", trim.ErrListing, cfg.Star, strings.Join(counts.HeldOff, ", "))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/sim"
 	"github.com/nova/auditor/trim"
 	"github.com/nova/auditor/verify"
@@ -41,7 +42,11 @@ func TestStraysFoundAndSwept(t *testing.T) {
 
 // strayFlags: no reap grace (a rewrite's old revision goes in its own
 // cycle) and a guard of seconds.
-var strayFlags = []string{"--reap-grace", "0s", "--stray-guard", "3s"}
+var strayFlags = []string{"--reap-grace", "0s", "--stray-guard", strayGuard.String()}
+
+// strayGuard is long enough that the late PUTs, verify and the first
+// sweep fit in it on a loaded machine (the test checks they did).
+const strayGuard = 15 * time.Second
 
 // cli runs a command of the binary with the env's flags and extra ones.
 func (e *crashEnv) cli(cmd string, extra ...string) (int, string, string) {
@@ -154,6 +159,7 @@ func straysFoundAndSwept(t *testing.T, e *crashEnv) {
 		t.Fatalf("the trim cursor did not move: %+v %v", ts.Cursor, err)
 	}
 	slot := bundlefmt.SlotKey("s1", uint64(ts.Epochs[0].Epoch), 0) // behind the cursor, reaped
+	putAt := time.Now()
 	for k, data := range map[string][]byte{buried: held[buried], restored: obj,
 		slot: bundlefmt.EncodePoison(uint64(ts.Epochs[0].Epoch), 0, 99)} {
 		if err := e.fs.PutIfAbsent(e.ctx, e.bucket, k, data); err != nil {
@@ -168,7 +174,7 @@ func straysFoundAndSwept(t *testing.T, e *crashEnv) {
 	}
 	for k, kind := range map[string]string{buried: trim.StraySettled, restored: trim.StraySettled, slot: trim.StraySlot} {
 		s, ok := got[k]
-		if !ok || s.Kind != kind || !s.Parses || s.Bucket != e.bucket || s.Unswept != "" || s.AgeSeconds > 3 {
+		if !ok || s.Kind != kind || !s.Parses || s.Bucket != e.bucket || s.Unswept != "" || s.AgeSeconds > strayGuard.Seconds() {
 			t.Errorf("stray %s: %+v (listed %v)", k, s, ok)
 		}
 	}
@@ -186,7 +192,11 @@ func straysFoundAndSwept(t *testing.T, e *crashEnv) {
 	if in, err := e.db.Intents(e.ctx, "s1", "reap", 0); err != nil || len(in) != 0 {
 		t.Fatalf("reaps armed before the guard: %+v %v", in, err)
 	}
-	time.Sleep(4500 * time.Millisecond)
+	if took := time.Since(putAt); took >= strayGuard {
+		t.Fatalf("the PUTs, verify and the first sweep took %s, not under the guard (%s): nothing was shown", took, strayGuard)
+	}
+	// Past the guard by more than a listing's time resolution.
+	time.Sleep(time.Until(putAt.Add(strayGuard + objstore.ListedTimeResolution + 1500*time.Millisecond)))
 	// Older: armed, and the cycle's reap deletes them.
 	e.runOnce("--sweep-strays")
 	for _, k := range []string{buried, restored, slot} {
