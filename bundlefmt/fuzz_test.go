@@ -50,6 +50,7 @@ func FuzzValidateObject(f *testing.F) {
 	f.Fuzz(func(t *testing.T, obj []byte, kind uint8) {
 		exp := Expect{Key: "fuzz", Kind: Kind(kind % 5)}
 		o, err := ValidateObject(obj, exp)
+		sameRanged(t, obj, exp, 1+uint64(kind), o, err)
 		if err != nil {
 			checkErr(t, err)
 			return
@@ -107,6 +108,7 @@ func FuzzValidateResealed(f *testing.F) {
 		reseal(obj, base)
 		exp := Expect{Key: "fuzz", Kind: Kind(kind % 5)}
 		o, err := ValidateObject(obj, exp)
+		sameRanged(t, obj, exp, 1+uint64(kind), o, err)
 		if err != nil {
 			checkErr(t, err)
 			return

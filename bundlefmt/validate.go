@@ -75,23 +75,63 @@ func ValidateEnvelope(b []byte, exp Expect) (Envelope, error) {
 // then DataCRC; (7) every remaining rule (rows, entries, records, key).
 // Entries are decoded only after everything has passed. obj is aliased.
 func ValidateObject(obj []byte, exp Expect) (*Object, error) {
+	whole := func(off, n uint64) ([]byte, error) { return obj[off : off+n], nil }
+	return ValidateObjectFrom(uint64(len(obj)), whole, 0, exp)
+}
+
+// RangeReader returns bytes [off, off+n) of the object ValidateObjectFrom
+// checks; off+n never exceeds the size it was given.
+type RangeReader func(off, n uint64) ([]byte, error)
+
+// ReadError is a RangeReader's failure, returned by ValidateObjectFrom as
+// it is: the object could not be read, which says nothing of its format
+// (no class of ClassOf).
+type ReadError struct {
+	Off, N uint64
+	Err    error
+}
+
+func (e *ReadError) Error() string {
+	return fmt.Sprintf("read [%d, +%d): %v", e.Off, e.N, e.Err)
+}
+
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// ValidateObjectFrom is ValidateObject over an object of size bytes read in
+// ranges, with the same rules in the same order: it reads the envelope's
+// bytes, the trailer, the footer window, and then each chunk in windows of
+// at most window bytes, each ending at a record's end (a record longer
+// than window is read alone; window 0: each chunk at once). So it holds at
+// most the footer window and max(window, the longest record) of data.
+// The chunks are not kept: Object.Entries come without their bytes.
+func ValidateObjectFrom(size uint64, read RangeReader, window uint64, exp Expect) (*Object, error) {
+	rd := func(off, n uint64) ([]byte, error) {
+		b, err := read(off, n)
+		if err != nil {
+			return nil, &ReadError{Off: off, N: n, Err: err}
+		}
+		return b, nil
+	}
 	key := exp.Key
+	head, err := rd(0, min(size, EnvelopeSize))
+	if err != nil {
+		return nil, err
+	}
 	kind := exp.Kind
 	if kind == KindUnknown {
-		var err error
-		if kind, err = sniff(key, obj); err != nil {
+		if kind, err = sniff(key, head); err != nil {
 			return nil, err
 		}
 	}
 	o := &Object{Kind: kind}
 	base := uint64(SettledBase)
 	if kind != KindSettled {
-		env, err := ValidateEnvelope(obj, exp)
+		env, err := ValidateEnvelope(head, exp)
 		if err != nil {
 			return nil, err
 		}
-		if env.ObjectSize != uint64(len(obj)) {
-			return nil, corruptf(key, envObjectSizeOff, "envelope.object_size", "object size %d ≠ real size %d", env.ObjectSize, len(obj))
+		if env.ObjectSize != size {
+			return nil, corruptf(key, envObjectSizeOff, "envelope.object_size", "object size %d ≠ real size %d", env.ObjectSize, size)
 		}
 		o.Kind, o.Envelope = env.Kind, env
 		if env.Kind == KindPoison {
@@ -99,11 +139,19 @@ func ValidateObject(obj []byte, exp Expect) (*Object, error) {
 		}
 		base = TransitBase
 	}
-	t, err := DecodeTrailer(key, obj, uint64(len(obj)))
+	tail, err := rd(size-min(size, TrailerSize), min(size, TrailerSize))
 	if err != nil {
 		return nil, err
 	}
-	f, err := openFooter(key, t.DirOffset, obj[t.DirOffset:], uint64(len(obj)), base)
+	t, err := DecodeTrailer(key, tail, size)
+	if err != nil {
+		return nil, err
+	}
+	buf, err := rd(t.DirOffset, size-t.DirOffset)
+	if err != nil {
+		return nil, err
+	}
+	f, err := openFooter(key, t.DirOffset, buf, size, base)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +163,7 @@ func ValidateObject(obj []byte, exp Expect) (*Object, error) {
 			return nil, corruptf(key, envFooterLengthOff, "envelope.footer_length", "envelope footer length %d ≠ trailer's %d", o.Envelope.FooterLength, t.FooterLength())
 		}
 	}
-	views, err := f.verify(obj, exp)
+	views, err := f.verify(&chunkSource{read: rd, window: window}, exp)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +173,12 @@ func ValidateObject(obj []byte, exp Expect) (*Object, error) {
 		o.Entries[i] = v.Entry()
 	}
 	return o, nil
+}
+
+// chunkSource is where Footer.verify reads the chunks' bytes from.
+type chunkSource struct {
+	read   func(off, n uint64) ([]byte, error)
+	window uint64 // 0: a chunk at once
 }
 
 // ValidateFooter checks a footer window (buf = [footerOffset, objectSize))
@@ -150,9 +204,9 @@ func ValidateFooter(footerOffset uint64, buf []byte, objectSize uint64, exp Expe
 	return f, nil
 }
 
-// verify runs steps (4) to (7) of docs/format.md#validation-and-errors on an opened footer; with obj
+// verify runs steps (4) to (7) of docs/format.md#validation-and-errors on an opened footer; with src
 // nil it skips the chunk bytes (step 6 and the record rules).
-func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
+func (f *Footer) verify(src *chunkSource, exp Expect) ([]EntryView, error) {
 	key := f.key
 	// (4) directory CRC, then index CRC.
 	if err := f.checkDirCRC(); err != nil {
@@ -185,7 +239,7 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 	// Record rules belong to step 7; they are checked here while the chunk is
 	// in cache, and the first failure is held back until step 7.
 	var recErr error
-	if obj != nil {
+	if src != nil {
 		pos := f.base
 		for i := 0; i < f.n; i++ {
 			r := f.Row(i)
@@ -197,13 +251,15 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 			if r.ChunkBytes > f.off-pos {
 				return nil, f.rowErr(i, rowChunkBytesOff, "chunk_bytes", "chunk [%d, +%d) runs past the directory at %d", pos, r.ChunkBytes, f.off)
 			}
-			data := obj[pos : pos+r.ChunkBytes]
-			stored := binary.LittleEndian.Uint32(eb[entDataCRCOff:])
-			if c := crc32c.Checksum(data); c != stored {
+			c, chunkRecErr, err := f.readChunk(src, i, eb, pos, r.ChunkBytes)
+			if err != nil {
+				return nil, err
+			}
+			if stored := binary.LittleEndian.Uint32(eb[entDataCRCOff:]); c != stored {
 				return nil, checksumErr(key, pos, fmt.Sprintf("chunk[%d].data_crc", i), stored, c)
 			}
 			if recErr == nil {
-				recErr = f.checkRecords(i, eb, data, pos)
+				recErr = chunkRecErr
 			}
 			pos += r.ChunkBytes
 		}
@@ -239,42 +295,77 @@ func (f *Footer) verify(obj []byte, exp Expect) ([]EntryView, error) {
 	return views, nil
 }
 
-// checkRecords checks every stored record of chunk i (data at object offset
-// pos) against docs/format.md#stored-record, and for a transit bundle that none is a tombstone.
-// It trusts the CRC-verified entry eb but not yet its agreement with the row,
-// so it steps aside (returns nil) when the tables do not frame the chunk:
-// step 7 reports that.
-func (f *Footer) checkRecords(i int, eb, data []byte, pos uint64) error {
+// readChunk reads chunk i ([pos, pos+size)) from src and returns its
+// CRC-32C and the first stored record of it that breaks
+// docs/format.md#stored-record (or, in a transit bundle, is a tombstone).
+// It trusts the CRC-verified entry eb but not yet its agreement with the
+// row, so it checks no record (and reads in plain windows) when the
+// entry's record lengths do not frame the chunk: step 7 reports that.
+// It reads in src's windows, each ending at a record's end.
+func (f *Footer) readChunk(src *chunkSource, i int, eb []byte, pos, size uint64) (uint32, error, error) {
+	lens := recordLengths(eb, size)
+	step := src.window
+	if step == 0 {
+		step = size
+	}
+	var (
+		crc    uint32
+		recErr error
+		j      int    // the next record
+		at     uint64 // the next byte of the chunk
+	)
+	for at < size {
+		n := min(step, size-at)
+		if lens != nil {
+			// Whole records only, at least one.
+			n = 0
+			for k := j; k < len(lens) && (k == j || n+lens[k] <= step); k++ {
+				n += lens[k]
+			}
+		}
+		data, err := src.read(pos+at, n)
+		if err != nil {
+			return 0, nil, err
+		}
+		crc = crc32c.Update(crc, data)
+		for p := uint64(0); lens != nil && p < n; j++ {
+			rec := data[p : p+lens[j]]
+			// Fast path: a record without headers is valid iff its flags are 0.
+			if recErr == nil && rec[recFlagsOff] != 0 {
+				if _, fe := parseRecord(rec, f.base != TransitBase); fe != nil {
+					fe.Key = f.key
+					fe.Offset += int64(pos + at + p)
+					fe.Field = fmt.Sprintf("chunk[%d].%s[%d]%s", i, "record", j, fe.Field[len("record"):])
+					recErr = fe
+				}
+			}
+			p += lens[j]
+		}
+		at += n
+	}
+	return crc, recErr, nil
+}
+
+// recordLengths returns the record lengths entry eb gives a chunk of size
+// bytes, or nil when they do not frame it (no record, a record of no
+// bytes, a sum other than size).
+func recordLengths(eb []byte, size uint64) []uint64 {
 	n := uint64(binary.LittleEndian.Uint32(eb[entCountOff:]))
 	if n == 0 || uint64(len(eb)) < EntryFixed+entLengthLen*n {
 		return nil
 	}
-	lens := eb[EntryFixed : EntryFixed+entLengthLen*n]
+	raw := eb[EntryFixed : EntryFixed+entLengthLen*n]
+	lens := make([]uint64, n)
 	var sum uint64
-	for j := uint64(0); j < n; j++ {
-		sum += uint64(binary.LittleEndian.Uint32(lens[entLengthLen*j:]))
-	}
-	if sum != uint64(len(data)) {
-		return nil
-	}
-	transit := f.base == TransitBase
-	p := 0
-	for j := 0; j < int(n); j++ {
-		l := int(binary.LittleEndian.Uint32(lens[entLengthLen*j:]))
-		if l == 0 {
+	for j := range lens {
+		lens[j] = uint64(binary.LittleEndian.Uint32(raw[entLengthLen*j:]))
+		if lens[j] == 0 {
 			return nil
 		}
-		rec := data[p : p+l]
-		// Fast path: a record without headers is valid iff its flags are 0.
-		if rec[recFlagsOff] != 0 {
-			if _, fe := parseRecord(rec, !transit); fe != nil {
-				fe.Key = f.key
-				fe.Offset += int64(pos) + int64(p)
-				fe.Field = fmt.Sprintf("chunk[%d].%s[%d]%s", i, "record", j, fe.Field[len("record"):])
-				return fe
-			}
-		}
-		p += l
+		sum += lens[j]
 	}
-	return nil
+	if sum != size {
+		return nil
+	}
+	return lens
 }
