@@ -264,6 +264,12 @@ func (r *Reader) Object(ctx context.Context, key string, n int64) ([]byte, int64
 	return r.top.GetRange(ctx, SettledClass, key, 0, max(n, 1))
 }
 
+// ObjectRange returns the bytes [off, off+n) of the settled object at key
+// (fewer only at its end) and its size. Errors as Object's.
+func (r *Reader) ObjectRange(ctx context.Context, key string, off, n int64) ([]byte, int64, error) {
+	return r.top.GetRange(ctx, SettledClass, key, off, max(n, 1))
+}
+
 // Find reads the object at key whole from the first bucket of the
 // topology that has it (the standard bucket first, then each class's, in
 // read order), returning that bucket. It is inspect's: a key of any kind,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 
@@ -17,12 +18,12 @@ import (
 )
 
 // ObjectReader is what verify needs of the store (bundle.Reader has it):
-// the first n bytes of the settled object at key and its size. A missing
-// object is objstore.ErrNotFound; an empty object is
-// objstore.ErrInvalidRange (both findings). Every other read error is a
-// failure to look (ErrStoreAccess).
+// bytes [off, off+n) of the settled object at key (fewer only at its
+// end) and its size. A missing object is objstore.ErrNotFound; an empty
+// object is objstore.ErrInvalidRange (both findings). Every other read
+// error is a failure to look (ErrStoreAccess).
 type ObjectReader interface {
-	Object(ctx context.Context, key string, n int64) (data []byte, size int64, err error)
+	ObjectRange(ctx context.Context, key string, off, n int64) (data []byte, size int64, err error)
 }
 
 // CatalogReader is what verify reads of the metastore (*catalog.DB has
@@ -33,13 +34,32 @@ type CatalogReader interface {
 	ErasuresOf(ctx context.Context, id catalog.StreamID, from, to int64) ([]catalog.Erasure, error)
 }
 
+// DefaultWindow is the most chunk bytes verify holds per object it reads
+// (Options.Window): an object is read in ranges, its footer window once
+// and its chunks in windows of whole records.
+const DefaultWindow = 4 << 20
+
 // Options configure Verify.
 type Options struct {
 	Star string
+	// Stream, when set, verifies that stream only.
+	Stream *catalog.StreamID
 	// Concurrency bounds objects read at once (default 4).
 	Concurrency int
-	// Progress, when set, is called after each object with (done, total).
-	Progress func(done, total int)
+	// Window bounds the chunk bytes held per object being read (default
+	// DefaultWindow; a record longer than it is read alone). Memory is at
+	// most Concurrency x (footer window + max(Window, the longest record)).
+	Window int64
+	// Sample, in (0, 1], verifies that fraction of the objects, chosen at
+	// random (0 or 1: all); tiling is checked for every stream whatever it.
+	Sample float64
+	// Rate, when positive, paces the reads to at most that many bytes per
+	// second overall.
+	Rate int64
+	// Progress, when set, is called after each object with the objects
+	// verified so far and the streams begun of all (the total of objects
+	// is not known ahead: streams are read one at a time).
+	Progress func(objects, stream, streams int)
 }
 
 // Finding kinds. Those that are also quarantine classes are spelled as
@@ -73,10 +93,13 @@ func (f Finding) String() string {
 
 // Report is what Verify checked and found.
 type Report struct {
-	Streams  int       `json:"streams"`
-	Objects  int       `json:"objects"`
-	Bytes    int64     `json:"bytes"`
-	Findings []Finding `json:"findings"`
+	Streams int `json:"streams"`
+	Objects int `json:"objects"` // objects verified
+	// Cataloged is every object the streams' entries name; Objects is
+	// fewer only with Options.Sample.
+	Cataloged int       `json:"cataloged"`
+	Bytes     int64     `json:"bytes"` // bytes read
+	Findings  []Finding `json:"findings"`
 }
 
 // ErrStoreAccess marks a Verify that could not read the store (credentials,
@@ -96,58 +119,78 @@ func Verify(ctx context.Context, db CatalogReader, store ObjectReader, o Options
 	if o.Concurrency <= 0 {
 		o.Concurrency = 4
 	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Sample < 0 || o.Sample > 1 {
+		return rep, fmt.Errorf("verify: sample %v is not a fraction in (0, 1]", o.Sample)
+	}
 	streams, err := db.StreamsOfStar(ctx, o.Star)
 	if err != nil {
 		return rep, err
 	}
-	type job struct {
-		stream  catalog.Stream
-		entry   catalog.Entry
-		applied []catalog.Erasure
-	}
-	var jobs []job
-	for _, s := range streams {
-		entries, err := db.EntriesOfStream(ctx, s.ID)
-		if err != nil {
-			return rep, err
-		}
-		rep.Streams++
-		rep.Findings = append(rep.Findings, checkTiling(s, entries)...)
-		var applied []catalog.Erasure
-		if len(entries) > 0 {
-			if applied, err = appliedErasures(ctx, db, s.ID); err != nil {
-				return rep, err
-			}
-		}
-		for _, e := range entries {
-			jobs = append(jobs, job{s, e, applied})
+	if o.Stream != nil {
+		streams = slices.DeleteFunc(streams, func(s catalog.Stream) bool { return s.ID != *o.Stream })
+		if len(streams) == 0 {
+			return rep, fmt.Errorf("verify: stream %s: %w in star %q", *o.Stream, catalog.ErrNotFound, o.Star)
 		}
 	}
-	rep.Objects = len(jobs)
+	pace := newPacer(o.Rate)
+	// One stream's entries at a time: memory holds them and the objects
+	// being read, not the star's whole catalog.
 	var (
-		mu   sync.Mutex
-		done int
+		mu          sync.Mutex
+		done, begun int
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(o.Concurrency)
-	for _, j := range jobs {
-		g.Go(func() error {
-			f, n, err := verifyEntry(gctx, store, o, j.stream, j.entry, j.applied)
+	for _, s := range streams {
+		if gctx.Err() != nil {
+			break
+		}
+		entries, err := db.EntriesOfStream(gctx, s.ID)
+		if err != nil {
+			_ = g.Wait()
+			return rep, err
+		}
+		var applied []catalog.Erasure
+		if len(entries) > 0 {
+			if applied, err = appliedErasures(gctx, db, s.ID); err != nil {
+				_ = g.Wait()
+				return rep, err
+			}
+		}
+		mu.Lock()
+		rep.Streams++
+		begun++
+		rep.Findings = append(rep.Findings, checkTiling(s, entries)...)
+		mu.Unlock()
+		for _, e := range entries {
 			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				return err
+			rep.Cataloged++
+			mu.Unlock()
+			if o.Sample > 0 && o.Sample < 1 && rand.Float64() >= o.Sample {
+				continue
 			}
-			rep.Bytes += n
-			if f != nil {
-				rep.Findings = append(rep.Findings, *f)
-			}
-			done++
-			if o.Progress != nil {
-				o.Progress(done, len(jobs))
-			}
-			return nil
-		})
+			g.Go(func() error {
+				f, n, err := verifyEntry(gctx, store, o, pace, s, e, applied)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					return err
+				}
+				rep.Objects++
+				rep.Bytes += n
+				if f != nil {
+					rep.Findings = append(rep.Findings, *f)
+				}
+				done++
+				if o.Progress != nil {
+					o.Progress(done, begun, len(streams))
+				}
+				return nil
+			})
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return rep, err
@@ -202,14 +245,30 @@ func checkTiling(s catalog.Stream, entries []catalog.Entry) []Finding {
 	return out
 }
 
-// verifyEntry reads an entry's object whole and checks it. It returns a
-// finding (nil when the object is sound) and the bytes read.
-func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.Stream, e catalog.Entry, applied []catalog.Erasure) (*Finding, int64, error) {
+// verifyEntry reads an entry's object in ranges and checks it. It returns
+// a finding (nil when the object is sound) and the bytes read.
+func verifyEntry(ctx context.Context, store ObjectReader, o Options, pace *pacer, s catalog.Stream, e catalog.Entry, applied []catalog.Erasure) (*Finding, int64, error) {
 	key := bundle.EntryKey(s.Bucket, e)
 	find := func(kind, format string, args ...any) *Finding {
 		return &Finding{Kind: kind, Stream: s.ID.String(), Key: key, Detail: fmt.Sprintf(format, args...)}
 	}
-	obj, size, err := store.Object(ctx, key, e.ObjectBytes)
+	var got int64
+	read := func(off, n int64) ([]byte, int64, error) {
+		if err := pace.wait(ctx, n); err != nil {
+			return nil, 0, err
+		}
+		data, size, err := store.ObjectRange(ctx, key, off, n)
+		got += int64(len(data))
+		return data, size, err
+	}
+	// The first read learns the size (and whether the object is there);
+	// its bytes serve the validator's reads they hold: an object no bigger
+	// than the window is read whole at once.
+	first := int64(bundlefmt.EnvelopeSize)
+	if e.ObjectBytes <= o.Window {
+		first = e.ObjectBytes
+	}
+	head, size, err := read(0, first)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return find(FindingMissing, "no object at %s in the standard bucket", key), 0, nil
@@ -222,7 +281,6 @@ func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.S
 		// not a property of the object.
 		return nil, 0, fmt.Errorf("read %s: %w: %w", key, ErrStoreAccess, err)
 	}
-	got := int64(len(obj))
 	if size != e.ObjectBytes {
 		return find(FindingMismatch, "object is %d bytes, the catalog says %d", size, e.ObjectBytes), got, nil
 	}
@@ -230,7 +288,29 @@ func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.S
 	if err != nil {
 		return find(FindingMismatch, "%v", err), got, nil
 	}
-	v, err := bundlefmt.ValidateObject(obj, exp)
+	ranged := func(off, n uint64) ([]byte, error) {
+		if off+n <= uint64(len(head)) {
+			return head[off : off+n], nil
+		}
+		data, _, err := read(int64(off), int64(n))
+		switch {
+		case err != nil:
+			return nil, err
+		case uint64(len(data)) != n:
+			return nil, fmt.Errorf("%w: read %d of %d bytes at %d (the object changed under verify?)", objstore.ErrInvalidRange, len(data), n, off)
+		}
+		return data, nil
+	}
+	v, err := bundlefmt.ValidateObjectFrom(uint64(size), ranged, uint64(o.Window), exp)
+	if re := (*bundlefmt.ReadError)(nil); errors.As(err, &re) {
+		if ctx.Err() != nil {
+			return nil, got, ctx.Err()
+		}
+		if errors.Is(err, objstore.ErrNotFound) {
+			return find(FindingMissing, "the object at %s went away while it was read", key), got, nil
+		}
+		return nil, got, fmt.Errorf("read %s: %w: %w", key, ErrStoreAccess, err)
+	}
 	if err != nil {
 		kind := bundlefmt.ClassOf(err)
 		if kind == "" {
@@ -269,7 +349,14 @@ func verifyEntry(ctx context.Context, store ObjectReader, o Options, s catalog.S
 	if minTS != e.MinTimestamp || maxTS != e.MaxTimestamp {
 		return find(FindingMismatch, "timestamps [%d, %d], the catalog says [%d, %d]", minTS, maxTS, e.MinTimestamp, e.MaxTimestamp), got, nil
 	}
-	if why := checkErased(obj, v.Entries, applied); why != "" {
+	why, err := checkErased(v.Entries, applied, uint64(o.Window), ranged)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, got, ctx.Err()
+		}
+		return nil, got, fmt.Errorf("read %s: %w: %w", key, ErrStoreAccess, err)
+	}
+	if why != "" {
 		return find(FindingErasure, "%s", why), got, nil
 	}
 	return nil, got, nil

@@ -319,17 +319,44 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 		asJSON      *bool
 		concurrency *int
 		strays      *bool
+		sample      *float64
+		rate        *string
+		window      *string
 	)
-	cfg, db, _, code := adminSetup(ctx, e, "verify", args, func(fs *flag.FlagSet) {
+	cfg, db, stream, code := adminSetup(ctx, e, "verify", args, func(fs *flag.FlagSet) {
 		asJSON = fs.Bool("json", false, "print the report as JSON")
 		concurrency = fs.Int("concurrency", 4, "objects read at once")
 		strays = fs.Bool("strays", false, "also list the star's streams' settled prefixes and its chain for objects no metadata names (strays): each is a finding")
+		fs.String("stream", "", "verify this stream only (hex stream ID)")
+		sample = fs.Float64("sample", 1, "verify this fraction of the objects, chosen at random (tiling is checked for every stream)")
+		rate = fs.String("rate", "0", "read at most this many bytes per second (like 64MiB; 0: unpaced)")
+		window = fs.String("window", "4MiB", "most chunk bytes held per object read: memory is at most --concurrency x (footer + max(window, the longest record))")
 	})
 	if code >= 0 {
 		return code
 	}
 	defer db.Close()
-	opts := verify.Options{Star: cfg.Star, Concurrency: *concurrency}
+	opts := verify.Options{Star: cfg.Star, Stream: stream, Concurrency: *concurrency, Sample: *sample}
+	var err error
+	for _, f := range []struct {
+		name string
+		v    string
+		dst  *int64
+	}{{"rate", *rate, &opts.Rate}, {"window", *window, &opts.Window}} {
+		if *f.dst, err = config.ParseSize(f.v); err != nil {
+			return exitCode(e, cfg, &config.Error{Field: f.name, Msg: err.Error()})
+		}
+	}
+	switch {
+	case *sample <= 0 || *sample > 1:
+		return exitCode(e, cfg, &config.Error{Field: "sample", Msg: fmt.Sprintf("%v is not a fraction in (0, 1]", *sample)})
+	case *concurrency < 1:
+		return exitCode(e, cfg, &config.Error{Field: "concurrency", Msg: fmt.Sprintf("%d objects at once: at least 1", *concurrency)})
+	case opts.Window < 1:
+		return exitCode(e, cfg, &config.Error{Field: "window", Msg: "must be at least 1 byte"})
+	case *strays && stream != nil:
+		return exitCode(e, cfg, &config.Error{Field: "strays", Msg: "lists the whole star: use it without --stream"})
+	}
 	// The same store and topology the cycle uses.
 	store, err := openStore(ctx, cfg)
 	if err != nil {
@@ -341,7 +368,9 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 	}
 	tty := logging.IsTerminal(e.stderr)
 	if tty {
-		opts.Progress = func(done, total int) { fmt.Fprintf(e.stderr, "\r%s", progressBar(done, total, 40)) }
+		opts.Progress = func(objects, stream, streams int) {
+			fmt.Fprintf(e.stderr, "\r%s", progressBar(objects, stream, streams, 40))
+		}
 	}
 	rd := bundle.NewReader(top)
 	rep, err := verify.Verify(ctx, db, rd, opts)
@@ -370,8 +399,12 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 			fmt.Fprintln(e.stdout, f)
 		}
 		sr.print(e.stdout)
-		fmt.Fprintf(e.stdout, "verified %d objects (%d bytes) of %d streams of star %s: %d findings\n",
-			rep.Objects, rep.Bytes, rep.Streams, cfg.Star, len(rep.Findings)+sr.count())
+		sampled := ""
+		if rep.Objects != rep.Cataloged {
+			sampled = fmt.Sprintf(" (a sample of the %d cataloged)", rep.Cataloged)
+		}
+		fmt.Fprintf(e.stdout, "verified %d objects%s (%d bytes read) of %d streams of star %s: %d findings\n",
+			rep.Objects, sampled, rep.Bytes, rep.Streams, cfg.Star, len(rep.Findings)+sr.count())
 	}
 	if len(rep.Findings) > 0 || sr.count() > 0 {
 		return exitFindings
@@ -379,15 +412,16 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 	return exitOK
 }
 
-// progressBar draws [=====>    ] 12/40 objects.
-func progressBar(done, total, width int) string {
+// progressBar draws verify's progress over the streams, and the objects
+// verified so far: verify [=====>    ] stream 12/40, 345 objects.
+func progressBar(objects, stream, streams, width int) string {
 	filled := width
-	if total > 0 {
-		filled = done * width / total
+	if streams > 0 {
+		filled = stream * width / streams
 	}
 	bar := strings.Repeat("=", filled)
 	if filled < width {
 		bar += ">" + strings.Repeat(" ", width-filled-1)
 	}
-	return fmt.Sprintf("verify [%s] %d/%d objects", bar, done, total)
+	return fmt.Sprintf("verify [%s] stream %d/%d, %d objects", bar, stream, streams, objects)
 }

@@ -74,16 +74,16 @@ func TestReleaseAndStatus(t *testing.T) {
 func TestProgressBar(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		done, total int
-		want        string
+		objects, stream, streams int
+		want                     string
 	}{
-		{0, 4, "verify [>         ] 0/4 objects"},
-		{2, 4, "verify [=====>    ] 2/4 objects"},
-		{4, 4, "verify [==========] 4/4 objects"},
-		{0, 0, "verify [==========] 0/0 objects"},
+		{0, 0, 4, "verify [>         ] stream 0/4, 0 objects"},
+		{7, 2, 4, "verify [=====>    ] stream 2/4, 7 objects"},
+		{9, 4, 4, "verify [==========] stream 4/4, 9 objects"},
+		{0, 0, 0, "verify [==========] stream 0/0, 0 objects"},
 	} {
-		if got := progressBar(tc.done, tc.total, 10); got != tc.want {
-			t.Errorf("progressBar(%d, %d) = %q, want %q", tc.done, tc.total, got, tc.want)
+		if got := progressBar(tc.objects, tc.stream, tc.streams, 10); got != tc.want {
+			t.Errorf("progressBar(%d, %d, %d) = %q, want %q", tc.objects, tc.stream, tc.streams, got, tc.want)
 		}
 	}
 }

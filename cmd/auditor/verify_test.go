@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -70,6 +71,33 @@ func TestRunOnceThenVerify(t *testing.T) {
 	}
 	if len(keys) < 2 {
 		t.Fatalf("only %d settled objects", len(keys))
+	}
+	// Scoped and bounded: one stream, read in 1 KiB windows, paced; a
+	// sample; and bad input, each naming its flag (exit 2).
+	one := streams[0]
+	entries, _ := db.EntriesOfStream(ctx, one.ID)
+	code, stdout, stderr = runCLI(t, append([]string{"verify", "--stream", one.ID.String(), "--window", "1KiB", "--rate", "64MiB", "--json"}, common...)...)
+	var scoped struct {
+		Streams, Objects, Cataloged int
+		Findings                    []any
+	}
+	if err := json.Unmarshal([]byte(stdout), &scoped); code != 0 || err != nil || scoped.Streams != 1 || scoped.Objects != len(entries) ||
+		scoped.Cataloged != len(entries) || len(scoped.Findings) != 0 {
+		t.Fatalf("verify --stream %s --window 1KiB: exit %d, %+v %v (%d entries) %s", one.ID, code, scoped, err, len(entries), stderr)
+	}
+	if code, stdout, stderr = runCLI(t, append([]string{"verify", "--sample", "0.5"}, common...)...); code != 0 || !strings.Contains(stdout, "0 findings") {
+		t.Fatalf("verify --sample 0.5: exit %d %q %q", code, stdout, stderr)
+	}
+	for _, bad := range []struct {
+		args  []string
+		field string
+	}{{[]string{"--sample", "0"}, "sample"}, {[]string{"--sample", "1.5"}, "sample"}, {[]string{"--rate", "fast"}, "rate"},
+		{[]string{"--window", "0"}, "window"}, {[]string{"--concurrency", "0"}, "concurrency"}, {[]string{"--stream", "zz"}, "stream"},
+		{[]string{"--stream", one.ID.String(), "--strays"}, "strays"}} {
+		code, stdout, stderr := runCLI(t, append(append([]string{"verify"}, bad.args...), common...)...)
+		if code != exitUsage || !strings.Contains(stderr, bad.field) {
+			t.Errorf("verify %v: exit %d, want %d naming %s: %q %q", bad.args, code, exitUsage, bad.field, stdout, stderr)
+		}
 	}
 	if err := fs.Delete(ctx, "nova", []string{keys[0]}); err != nil {
 		t.Fatal(err)
