@@ -473,7 +473,11 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 		// (the intent becomes a reap; the catalog never references it) and
 		// the rewrite opens at the next revision. Only once: a key above
 		// the base's high-water holds no object.
-		s.d.Log.Info("burying another plan's standing object at an erasure rewrite's key", "key", o.Key, "intent", intentID, "err", err)
+		key := o.Key
+		if q, ok := cycle.AsQuarantine(err); ok && q.Condemn != "" {
+			key = q.Condemn // the intent's key, above the planned one when the base used that
+		}
+		s.d.Log.Info("burying another plan's standing object at an erasure rewrite's key", "key", key, "intent", intentID, "err", err)
 		if err := s.d.DB.AbandonPublish(ctx, f, intentID, s.c.ReapGrace); err != nil {
 			return en.Revision, false, err
 		}
