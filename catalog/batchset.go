@@ -397,7 +397,7 @@ func openIntents(ctx context.Context, tx pgx.Tx, f Fence, reqs []IntentRequest, 
 		SELECT u.stream_id, u.epoch, u.first_record, u.revision
 		FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[]) AS u(stream_id, epoch, first_record, revision)
 		ORDER BY 1, 2, 3
-		ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = EXCLUDED.high_revision
+		ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = greatest(k.high_revision, EXCLUDED.high_revision)
 			WHERE k.high_revision < EXCLUDED.high_revision`, ids, epochs, firsts, revs)
 	if err != nil {
 		return nil, false, fmt.Errorf("raise the revisions of %d bases: %w", n, err)

@@ -109,3 +109,15 @@ func (db *DB) OpenIntentsAtOnce(ctx context.Context, f Fence, reqs []IntentReque
 	})
 	return intents, ok, err
 }
+
+// LockHighRevision runs lockHighRevision in tx (a transaction of
+// Fenced): the base's high-water row locked, -1 when it was created.
+func LockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) {
+	return lockHighRevision(ctx, tx, b)
+}
+
+// SetHighRevision runs setHighRevision in a fenced transaction of its own,
+// as an opening that took an existing row for a new one would.
+func (db *DB) SetHighRevision(ctx context.Context, f Fence, b KeyBase, rev int32) error {
+	return db.fenced(ctx, f, func(tx pgx.Tx) error { return setHighRevision(ctx, tx, b, rev) })
+}

@@ -119,7 +119,7 @@ func (db *DB) ClaimForReconcile(ctx context.Context, f Fence, id StreamID, epoch
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
 			SELECT $1, $2, first, max(rev) FROM unnest($3::bigint[], $4::int[]) AS u(first, rev) GROUP BY first ORDER BY first
-			ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = EXCLUDED.high_revision
+			ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = greatest(k.high_revision, EXCLUDED.high_revision)
 			WHERE k.high_revision < EXCLUDED.high_revision`, id, epoch, firsts, revs); err != nil {
 			return fmt.Errorf("raise %d high-water revisions of %s: %w", len(firsts), id, err)
 		}

@@ -425,28 +425,52 @@ func scanIntent(r pgx.Row, in *Intent) error {
 	return r.Scan(&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts, &in.CreatedAt, &in.ReapAfter, &in.Due)
 }
 
-// lockHighRevision locks the base's high-water row (creating it) and
-// returns its revision, -1 when no revision of the base was used yet. A
-// row it creates holds 0 until the caller raises it to the revision it
-// opens, in the same transaction (every caller does): a row is never
-// committed at a revision no intent named.
+// lockHighRevision locks the base's high-water row and returns its
+// revision, or -1 when no revision of the base was used yet: then it
+// creates the row at 0, which the caller raises to the revision it opens,
+// in the same transaction (every caller does), so a row is never committed
+// at a revision no intent named. A new row is told from an existing one by
+// which statement found it, not by a system column: the lock reads an
+// existing row, and only an insert that wrote a row makes a new one. When
+// another transaction creates the row between the two (the insert then
+// waits for it and writes nothing) or drops it (ClassifyReaps, for a base
+// no plan reaches), the lock is taken again.
 func lockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) {
-	var high int32
-	// xmax is 0 on a row this statement inserted, the locking
-	// transaction's ID on one the conflict update locked.
-	err := tx.QueryRow(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
-		VALUES ($1, $2, $3, 0) ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = k.high_revision
-		RETURNING CASE WHEN xmax = 0 THEN -1 ELSE high_revision END`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
-	if err != nil {
-		return 0, fmt.Errorf("lock the revisions of %s/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
+	for range lockHighRevisionTries {
+		var high int32
+		err := tx.QueryRow(ctx, `SELECT high_revision FROM nova.auditor_key_revisions
+			WHERE stream_id = $1 AND epoch = $2 AND first_record = $3 FOR UPDATE`, b.Stream, b.Epoch, b.FirstRecord).Scan(&high)
+		if err == nil {
+			return high, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, fmt.Errorf("lock the revisions of %s/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions (stream_id, epoch, first_record, high_revision)
+			VALUES ($1, $2, $3, 0) ON CONFLICT (stream_id, epoch, first_record) DO NOTHING`, b.Stream, b.Epoch, b.FirstRecord)
+		if err != nil {
+			return 0, fmt.Errorf("create the revisions of %s/%d/%d: %w", b.Stream, b.Epoch, b.FirstRecord, err)
+		}
+		if tag.RowsAffected() == 1 {
+			return -1, nil
+		}
 	}
-	return high, nil
+	return 0, fmt.Errorf("lock the revisions of %s/%d/%d: the row was created and dropped %d times meanwhile",
+		b.Stream, b.Epoch, b.FirstRecord, lockHighRevisionTries)
 }
 
-// setHighRevision sets the base's high-water revision, whose row
-// lockHighRevision locked, to rev (above it).
+// lockHighRevisionTries bounds lockHighRevision's rounds: another round
+// needs another transaction to create or drop the same base's row between
+// its two statements, which one leader per star makes rare; the error is
+// retried by the next cycle.
+const lockHighRevisionTries = 8
+
+// setHighRevision raises the base's high-water revision, whose row
+// lockHighRevision locked, to rev. It never lowers it (greatest): a
+// high-water that went down would let a buried key be published again
+// (docs/architecture.md#no-late-delete).
 func setHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase, rev int32) error {
-	if _, err := tx.Exec(ctx, `UPDATE nova.auditor_key_revisions SET high_revision = $4
+	if _, err := tx.Exec(ctx, `UPDATE nova.auditor_key_revisions SET high_revision = greatest(high_revision, $4)
 		WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, b.Stream, b.Epoch, b.FirstRecord, rev); err != nil {
 		return fmt.Errorf("raise the revisions of %s/%d/%d to %d: %w", b.Stream, b.Epoch, b.FirstRecord, rev, err)
 	}

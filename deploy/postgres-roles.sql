@@ -18,7 +18,7 @@
 -- and again after every `auditor migrate` of a new release, with that
 -- release's copy of this file. It is idempotent: each run revokes whatever
 -- nova_auditor held in the schema and grants the list below, in one
--- transaction. It is written for schema version 13; it grants nothing on a
+-- transaction. It is written for schema version 14; it grants nothing on a
 -- database behind that (it says so) and refuses one ahead of it.
 --
 -- The roles are created with LOGIN and no password. Set one for each
@@ -77,11 +77,11 @@ BEGIN
     RETURN;
   END IF;
   SELECT coalesce(max(m.version), 0) INTO v FROM nova.schema_migrations m;
-  IF v > 13 THEN
-    RAISE EXCEPTION 'schema nova is at version %, this script knows 13: run the copy of deploy/postgres-roles.sql of the release that migrated it', v;
+  IF v > 14 THEN
+    RAISE EXCEPTION 'schema nova is at version %, this script knows 14: run the copy of deploy/postgres-roles.sql of the release that migrated it', v;
   END IF;
-  IF v < 13 THEN
-    RAISE NOTICE 'schema nova is at version %, this script grants for 13: run auditor migrate as nova_migrator, then this script again', v;
+  IF v < 14 THEN
+    RAISE NOTICE 'schema nova is at version %, this script grants for 14: run auditor migrate as nova_migrator, then this script again', v;
     RETURN;
   END IF;
 

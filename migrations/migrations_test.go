@@ -300,3 +300,99 @@ func TestKeyRevisionsBackfill(t *testing.T) {
 		t.Fatalf("high-water revisions %v, want %v", got, want)
 	}
 }
+
+// TestGapKeyRevisionsBackfill: migration 0014 reserves revision 0 of every
+// base a new run may start at inside a retention gap: each record of the
+// span ref holding low_record above settled_through and up to
+// low_record, or the ref's first record alone when the ref names one
+// slot. It leaves streams without a gap, a gap with no ref holding
+// low_record, and an existing row alone.
+func TestGapKeyRevisionsBackfill(t *testing.T) {
+	conn, ctx := connect(t)
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m14 migrations.Migration
+	for _, m := range all {
+		if m.Version == 14 {
+			m14 = m
+			break
+		}
+		if _, err := conn.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("migration %d: %v", m.Version, err)
+		}
+	}
+	if m14.Version != 14 {
+		t.Fatal("no migration 14")
+	}
+	type stream struct {
+		id                   string
+		settled, low, next   int64
+		refs                 [][3]int64 // first record, record count, slots
+		existing, existingAt int32
+	}
+	id := func(n int) string { return fmt.Sprintf("%032x", n) }
+	streams := []stream{
+		{id: id(1), settled: 10, low: 25, next: 40, refs: [][3]int64{{10, 10, 1}, {20, 20, 2}}}, // 20..25
+		{id: id(2), settled: 0, low: 5, next: 30, refs: [][3]int64{{0, 30, 1}}},                 // its one chunk starts at settled_through: 0007's
+		{id: id(3), settled: 5, low: 12, next: 20, refs: [][3]int64{{5, 5, 1}, {10, 10, 1}}},    // one slot: 10 alone
+		{id: id(4), settled: 20, low: 10, next: 30, refs: [][3]int64{{20, 10, 3}}},              // no gap
+		{id: id(5), settled: 0, low: 50, next: 40, refs: [][3]int64{{0, 40, 3}}},                // every record dead
+		{id: id(6), settled: 10, low: 15, next: 30, refs: [][3]int64{{0, 30, 3}}},               // partly settled: 11..15
+		{id: id(7), settled: 0, low: 3, next: 9, refs: [][3]int64{{0, 9, 2}}, existing: 4, existingAt: 2},
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO nova.stars (star, chain_class) VALUES ('s1', 'standard')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range streams {
+		if _, err := conn.Exec(ctx, `INSERT INTO nova.streams (stream_id, star, bucket, class, next_record, low_record, settled_through)
+			VALUES ($1, 's1', 'b1', 'standard', $2, $3, $4)`, s.id, s.next, s.low, s.settled); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range s.refs {
+			slots := make([]int64, r[2])
+			if _, err := conn.Exec(ctx, `INSERT INTO nova.span_refs (stream_id, first_record, record_count, star, class,
+				slot_epochs, slot_seqs, footer_offsets, footer_lengths) VALUES ($1, $2, $3, 's1', 'standard', $4, $4, $4, $4)`,
+				s.id, r[0], r[1], slots); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s.existing > 0 {
+			if _, err := conn.Exec(ctx, `INSERT INTO nova.auditor_key_revisions (stream_id, epoch, first_record, high_revision)
+				VALUES ($1, 1, $2, $3)`, s.id, s.existingAt, s.existing); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := conn.Exec(ctx, m14.SQL); err != nil {
+		t.Fatalf("migration 14: %v", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT replace(stream_id::text, '-', ''), epoch, first_record, high_revision
+		FROM nova.auditor_key_revisions ORDER BY 1, 3`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for rows.Next() {
+		var s string
+		var e, f int64
+		var r int32
+		if err := rows.Scan(&s, &e, &f, &r); err != nil {
+			t.Fatal(err)
+		}
+		got[s] = append(got[s], fmt.Sprintf("%d/%d~%d", e, f, r))
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	want := map[string][]string{
+		id(1): {"1/20~0", "1/21~0", "1/22~0", "1/23~0", "1/24~0", "1/25~0"},
+		id(3): {"1/10~0"},
+		id(6): {"1/11~0", "1/12~0", "1/13~0", "1/14~0", "1/15~0"},
+		id(7): {"1/1~0", "1/2~4", "1/3~0"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("high-water revisions after 0014:\n got %v\nwant %v", got, want)
+	}
+}

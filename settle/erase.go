@@ -2,6 +2,7 @@ package settle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -503,7 +504,27 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 		s.printPlan(opts.Plan, st, []Output{o}, true)
 		return en.Revision, false, nil
 	}
-	p, intentID, err := s.publish(ctx, f, o, knownEntries(nt, nil), erasePoints)
+	known := knownEntries(nt, nil)
+	p, intentID, err := s.publish(ctx, f, o, known, erasePoints)
+	if errors.Is(err, errBeyondKnown) {
+		// The key's standing object runs past the entry's records, so no
+		// attempt of this rewrite made it (each covers exactly the entry):
+		// it is settle's tail rewrite of the entry, given up when a later
+		// settle (under a lower cap) started a new object behind the entry,
+		// its intent kept open by the pending erasure. Its key is buried
+		// (the intent becomes a reap; the catalog never references it) and
+		// the rewrite opens at the next revision. Only once: a key above
+		// the base's high-water holds no object.
+		key := o.Key
+		if q, ok := cycle.AsQuarantine(err); ok && q.Condemn != "" {
+			key = q.Condemn // the intent's key, above the planned one when the base used that
+		}
+		s.d.Log.Info("burying another plan's standing object at an erasure rewrite's key", "key", key, "intent", intentID, "err", err)
+		if err := s.d.DB.AbandonPublish(ctx, f, intentID, s.c.ReapGrace); err != nil {
+			return en.Revision, false, err
+		}
+		p, intentID, err = s.publish(ctx, f, o, known, erasePoints)
+	}
 	if err != nil {
 		return en.Revision, false, err
 	}

@@ -2,17 +2,21 @@ package settle_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/sim"
+	"github.com/nova/auditor/verify"
 )
 
 // eraseSettler is the test settler with no reap grace, so a reap right
@@ -294,13 +298,6 @@ func (e *env) finishErasures(s *settle.Settler, id catalog.StreamID) {
 	e.checkSettled("s1")
 }
 
-// TestEraseRacesATailRewrite: the erasure step and settle both write
-// revision + 1 of a stream's sub-cap tail. Whichever crashed after its
-// object stood, the other meets it at that key and neither condemns it:
-// settle adopts an erasure rewrite (it covers fewer records than the tail
-// rewrite planned, and is re-planned behind), and the erasure step leaves
-// settle's in-flight tail rewrite to settle, which tombstones the records
-// too.
 // erasedTail settles one flight of one stream (its only object, a sub-cap
 // tail) and records an erasure of three of its records.
 func erasedTail(t *testing.T, b backend, capBytes int64) (*env, *settle.Settler, catalog.StreamID) {
@@ -314,6 +311,17 @@ func erasedTail(t *testing.T, b backend, capBytes int64) (*env, *settle.Settler,
 	return e, s, id
 }
 
+// TestEraseRacesATailRewrite: the erasure step and settle both write
+// revision + 1 of a stream's sub-cap tail. Whichever crashed after its
+// object stood, the other meets it at that key and neither condemns it:
+// settle adopts an erasure rewrite (it covers fewer records than the tail
+// rewrite planned, and is re-planned behind), and the erasure step leaves
+// settle's in-flight tail rewrite to settle, which tombstones the records
+// too. When settle gives its tail rewrite up instead (restarted with a
+// lower cap, it starts a new object behind the tail), the erasure step
+// meets settle's object, which runs past the entry's records: it buries
+// that key and rewrites the entry a revision higher, with nothing
+// quarantined.
 func TestEraseRacesATailRewrite(t *testing.T) {
 	const capBytes = 1 << 20 // a flight's chunk fits beside the tail: the next settle rewrites it
 	for _, b := range backends() {
@@ -348,7 +356,72 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 			}
 			e.finishErasures(s, id)
 		})
+		t.Run(b.name+"/settle-gave-up", func(t *testing.T) {
+			t.Parallel()
+			e, _, id := erasedTail(t, b, capBytes)
+			tail := e.lastEntry(id)
+			e.write("s1", 1, sim.Faults{}, 2)
+			hits := 0
+			e.settleOK(e.eraseSettlerCap(crashAt("settle.after-complete", &hits), capBytes))
+			if hits != 1 {
+				t.Fatalf("settle.after-complete hit %d times", hits)
+			}
+			open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
+			if len(open) != 1 {
+				t.Fatalf("publish intents after the crash: %+v", open)
+			}
+			given := open[0].ObjectKey // settle's tail rewrite, standing past the tail's records
+			// A restart with a lower cap: the tail is full now, so settle
+			// starts a new object behind it and never comes back to the
+			// rewrite, whose intent the pending erasure keeps open.
+			lower := e.eraseSettlerCap(nil, testCap)
+			e.settleOK(lower)
+			if got := e.entryAt(id, tail.FirstRecord); got.Revision != tail.Revision || got.EndRecord() != tail.EndRecord() {
+				t.Fatalf("tail after the restart: %+v, want it as it was (%+v)", got, tail)
+			}
+			if e.lastEntry(id).FirstRecord != tail.EndRecord() {
+				t.Fatalf("no new object at the old tail's end %d: last entry %+v", tail.EndRecord(), e.lastEntry(id))
+			}
+			if c := e.erase("s1", lower); c.StreamsQuarantined != 0 || c.ObjectsRewritten != 1 {
+				q, _ := e.db.Quarantined(e.ctx, "s1")
+				t.Fatalf("erase beside settle's abandoned tail rewrite: %+v, quarantine %+v (want the entry rewritten)", c, q)
+			}
+			k, err := bundlefmt.ParseSettledKey(given)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := e.entryAt(id, tail.FirstRecord); uint32(got.Revision) <= k.Revision || got.EndRecord() != tail.EndRecord() {
+				t.Fatalf("rewritten entry %+v, want its records at a revision above the abandoned %s", got, given)
+			}
+			e.finishErasures(lower, id)
+			if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 {
+				t.Fatalf("quarantined: %+v", q)
+			}
+			if _, err := e.store.Head(e.ctx, e.std, given); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("settle's abandoned rewrite %s after the reaps: %v (want it deleted)", given, err)
+			}
+			rep, err := verify.Verify(e.ctx, e.db, bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
+			if err != nil || len(rep.Findings) != 0 || rep.Objects < 2 {
+				t.Fatalf("verify: %+v %v", rep, err)
+			}
+		})
 	}
+}
+
+// entryAt is the stream's catalog entry that starts at record first.
+func (e *env) entryAt(id catalog.StreamID, first int64) catalog.Entry {
+	e.t.Helper()
+	entries, err := e.db.EntriesOfStream(e.ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, en := range entries {
+		if en.FirstRecord == first {
+			return en
+		}
+	}
+	e.t.Fatalf("stream %s: no entry at record %d in %+v", id, first, entries)
+	return catalog.Entry{}
 }
 
 // TestEraseCrashPoints kills the erasure step at each of its points

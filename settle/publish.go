@@ -309,6 +309,13 @@ func notTheSources(key string, err error) error {
 	return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassAdoption, Err: err, Condemn: key}
 }
 
+// errBeyondKnown: a standing object's chunks run on past every record its
+// plan knows (matchSources). Settle condemns it, as any object that is not
+// what the sources make; the erase step, whose plan is exactly one
+// cataloged entry, knows it for another plan's object and buries its key
+// instead (Eraser.rewriteEntry).
+var errBeyondKnown = errors.New("beyond the known records")
+
 // knownChunk is one chunk a plan knows of, to check a standing object
 // against: its entry as planned and, when the plan re-encoded it with
 // tombstones, its entry and bytes as the source holds them and its new
@@ -348,8 +355,10 @@ func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) ([][]expe
 		return nil, errors.New("standing object has no chunks")
 	}
 	bounds := map[uint64]int{} // chunk start record -> index in known
+	knownEnd := o.FirstRecord
 	for i := range known {
 		bounds[known[i].e.FirstRecord] = i
+		knownEnd = max(knownEnd, known[i].e.EndRecord())
 	}
 	expect := make([][]expectPart, len(got))
 	next := o.FirstRecord
@@ -366,8 +375,11 @@ func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) ([][]expe
 		// against the sources, the data read that follows checks the bytes
 		// against the sources', not merely against themselves.
 		i, ok := bounds[e.FirstRecord]
-		if !ok {
-			return nil, fmt.Errorf("chunk %d starts at record %d, inside a source chunk or beyond the known records", ci, e.FirstRecord)
+		switch {
+		case !ok && e.FirstRecord >= knownEnd:
+			return nil, fmt.Errorf("chunk %d starts at record %d, %w (they end at %d)", ci, e.FirstRecord, errBeyondKnown, knownEnd)
+		case !ok:
+			return nil, fmt.Errorf("chunk %d starts at record %d, inside a source chunk", ci, e.FirstRecord)
 		}
 		crc, at, j, off, reencoded := uint32(0), e.FirstRecord, 0, e.DataOffset, false
 		var parts []expectPart
@@ -402,7 +414,7 @@ func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) ([][]expe
 			off += size
 		}
 		if at != e.EndRecord() {
-			return nil, fmt.Errorf("chunk %d [%d, %d) reaches beyond the stream's known records", ci, e.FirstRecord, e.EndRecord())
+			return nil, fmt.Errorf("chunk %d [%d, %d) reaches %w (they end at %d)", ci, e.FirstRecord, e.EndRecord(), errBeyondKnown, at)
 		}
 		if !reencoded && crc != e.DataCRC {
 			return nil, fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)

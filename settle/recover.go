@@ -83,7 +83,10 @@ func (s *Settler) intentLive(ctx context.Context, in catalog.Intent) (bool, erro
 	// A rewrite above the entry's revision: settle's tail rewrite of the
 	// stream's last entry (it ends at settled_through) while records wait
 	// to settle, or the erasure step's rewrite of an entry a pending
-	// erasure intersects.
+	// erasure intersects. The two cannot be told apart here: a tail
+	// rewrite settle gave up (the entry is no longer the last) stays live
+	// while such an erasure is pending, and the erasure step buries it
+	// when it meets its object (Eraser.rewriteEntry).
 	if len(ens) != 1 || uint64(ens[0].FirstRecord) != k.FirstRecord || uint32(ens[0].Revision) >= k.Revision {
 		return false, nil
 	}

@@ -76,6 +76,17 @@ func newEnv(t testing.TB, b backend, streams int, expressShare float64) (*env, s
 // profile.
 func newEnvContent(t testing.TB, b backend, streams int, expressShare float64, content sim.Content) (*env, sim.Fixture) {
 	t.Helper()
+	return newEnvMigrated(t, b, streams, expressShare, content, func(ctx context.Context, db *catalog.DB) error {
+		_, err := db.Migrate(ctx)
+		return err
+	})
+}
+
+// newEnvMigrated is newEnvContent with the database's schema made by
+// migrate (the binary's, or an older one's).
+func newEnvMigrated(t testing.TB, b backend, streams int, expressShare float64, content sim.Content,
+	migrate func(context.Context, *catalog.DB) error) (*env, sim.Fixture) {
+	t.Helper()
 	ctx := context.Background()
 	url := testenv.FreshDatabase(t)
 	db, err := catalog.Open(ctx, url)
@@ -83,7 +94,7 @@ func newEnvContent(t testing.TB, b backend, streams int, expressShare float64, c
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	if _, err := db.Migrate(ctx); err != nil {
+	if err := migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	be := b.open(t)
