@@ -589,7 +589,8 @@ func TestCrashPointsConverge(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.guard, e.sweepEvery = time.Millisecond, time.Hour
-			time.Sleep(10 * time.Millisecond)
+			// Past the guard by more than a listing's time resolution.
+			time.Sleep(objstore.ListedTimeResolution + 10*time.Millisecond)
 			fired := false
 			e.crash = func(name crashpoint.Point) {
 				if name == point && !fired {

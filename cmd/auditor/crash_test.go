@@ -475,11 +475,18 @@ func (e *crashEnv) putStrays(round uint64) {
 	}
 }
 
-// run runs one cycle of the real binary, its strays swept whatever their
-// schedule; with point set, armed to SIGKILL itself there. It returns the
-// exit code (minus the signal when killed).
+// run runs one cycle of the real binary; with point set, armed to SIGKILL
+// itself there. It returns the exit code (minus the signal when killed).
+// On the file backend, where putStrays dates strays back, every cycle
+// sweeps them; on S3, where none can be older than the guard, the sweep
+// runs on its own schedule (the star's first cycle), sparing every cycle
+// a listing of every stream.
 func (e *crashEnv) run(point string) (int, string) {
-	cmd := exec.Command(e.bin, append([]string{"run", "--once", "--sweep-strays"}, e.common...)...)
+	args := []string{"run", "--once"}
+	if e.fsRoot != "" {
+		args = append(args, "--sweep-strays")
+	}
+	cmd := exec.Command(e.bin, append(args, e.common...)...)
 	cmd.Env = append(os.Environ(), e.env...)
 	if point != "" {
 		cmd.Env = append(cmd.Env, crashpoint.EnvVar+"="+point)
