@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
 
-.PHONY: help build test test-compat test-short soak soak-fleet demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase lint services-up services-down clean
+.PHONY: help build test test-compat test-short soak soak-fleet demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -52,6 +52,10 @@ bench-scale: bench-sql ## one star of production shape (100k streams, 10^6 entri
 
 bench-erase: ## erase one record from each of N full settled objects (NOVA_BENCH_ERASE_OBJECTS=2, NOVA_BENCH_ERASE_CAP_MIB=256, 8 MiB chunks) on versitygw: wire bytes per rewritten byte against the part planner's bound
 	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench BenchmarkEraseOneRecordPerObject -benchtime 1x ./settle/
+
+bench-verify: ## auditor verify on a star of 10^4 settled objects of 64 KiB, then 100 of 32 MiB (file store): objects per second and peak heap, read whole, in the default 4 MiB window and in 16 KiB windows
+	NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench BenchmarkVerifyStar -benchtime 1x ./verify/
+	NOVA_BENCH_VERIFY_OBJECTS=100 NOVA_BENCH_VERIFY_OBJECT_KIB=32768 NOVA_TEST_TIMEOUT=30m scripts/test.sh -run '^$$' -bench BenchmarkVerifyStar -benchtime 1x ./verify/
 
 bench-settle: ## the settle beside a naive settle at equal concurrency (four shapes; readback and server-checked on versitygw), then 50 cycles of tail rewrites on both backends
 	NOVA_TEST_TIMEOUT=60m scripts/test.sh -run '^$$' -bench 'BenchmarkSettleVsNaive' -benchtime 1x ./settle/
