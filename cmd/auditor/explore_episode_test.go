@@ -556,4 +556,3 @@ func (ep *episode) settled(ctx context.Context) string {
 	}
 	return strings.Join(not, "; ")
 }
-
