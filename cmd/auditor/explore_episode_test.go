@@ -31,6 +31,8 @@ const exploreGrace = time.Hour
 // store of its own, two or three leaders, a script drawn from the seed.
 type episode struct {
 	x     *explorer
+	db    *catalog.DB // the episode's database (a replay's is a clone of its own)
+	url   string
 	seed  uint64
 	rnd   *rand.Rand
 	star  string
@@ -43,6 +45,7 @@ type episode struct {
 	// reapBatch is --reap-batch-size.
 	reapBatch int64
 
+	began    time.Time
 	leaders  []*leader
 	all      []*leader // every incarnation, for shut
 	streams  []bundlefmt.StreamID
@@ -59,6 +62,9 @@ type episode struct {
 // note records one step of the script (printed with a failure).
 func (ep *episode) note(format string, args ...any) {
 	ep.script = append(ep.script, fmt.Sprintf(format, args...))
+	if ep.x.trace {
+		ep.x.t.Logf("%s %s", time.Since(ep.began).Round(time.Millisecond), ep.script[len(ep.script)-1])
+	}
 }
 
 func (ep *episode) fail(format string, args ...any) {
@@ -78,19 +84,39 @@ func choosable() []crashpoint.Point {
 	return slices.DeleteFunc(cycleCrashPoints(), func(p crashpoint.Point) bool { return p == daemon.CrashAfterLeaseRenew })
 }
 
+// choosePoint draws the point to arm and its hit: mostly among the
+// points this episode's cycles already passed (so the work they sit in is
+// there), now and then among all; n at most the hits a point had.
+func (ep *episode) choosePoint() (crashpoint.Point, int) {
+	pts := choosable()
+	var seen []crashpoint.Point
+	ep.mu.Lock()
+	for _, p := range pts {
+		if ep.hits[p] > 0 {
+			seen = append(seen, p)
+		}
+	}
+	ep.mu.Unlock()
+	if len(seen) > 0 && ep.rnd.IntN(4) != 0 {
+		pts = seen
+	}
+	return pts[ep.rnd.IntN(len(pts))], 1 + ep.rnd.IntN(2)
+}
+
 // run plays the episode's script and then the oracle.
 func (ep *episode) run(t testing.TB) {
 	ctx := context.Background()
 	defer ep.end()
 	r := ep.rnd
 	nStreams := 2 + r.IntN(4)
-	fx, err := sim.Setup(ctx, ep.x.db, sim.SetupOptions{Star: ep.star, Streams: nStreams, FenceWindow: 2,
+	fx, err := sim.Setup(ctx, ep.db, sim.SetupOptions{Star: ep.star, Streams: nStreams, FenceWindow: 2,
 		Content: sim.Content{Seed: ep.seed, MinBytes: 1, MaxBytes: 2 << 10, HeaderShare: 0.2, EmptyShare: 0.05}})
 	if err != nil {
 		ep.fail("setup: %v", err)
 		return
 	}
 	ep.streams = fx.Stars[0].Streams
+	ep.note("set up")
 	nLeaders := 2 + r.IntN(2)
 	for i := range nLeaders {
 		l, err := ep.newLeader(t, fmt.Sprintf("leader-%d", i))
@@ -109,9 +135,11 @@ func (ep *episode) run(t testing.TB) {
 		}
 	}
 	ep.quiesce(t, ctx)
+	ep.note("quiesced")
 	if len(ep.failures) == 0 {
 		ep.oracle(ctx)
 	}
+	ep.note("checked")
 }
 
 // end lets every blocked leader go and releases them all.
@@ -125,6 +153,10 @@ func (ep *episode) end() {
 // round is one round of the script: traffic, the write path's and the
 // operator's moves, and one leader's action. False ends the episode.
 func (ep *episode) round(t testing.TB, ctx context.Context, round int) bool {
+	// Each round draws from a source of its own: an outcome that differs
+	// in a replay (a point reached or not, a race of the traffic) changes
+	// the draws of its round only.
+	ep.rnd = rand.New(rand.NewPCG(ep.seed, uint64(round+1)))
 	r := ep.rnd
 	// Traffic, alone or beside a leader's clean cycle.
 	faults := sim.Faults{Failover: 0.15 * r.Float64(), Lost: 0.1 * r.Float64(), LostReply: 0.1 * r.Float64()}
@@ -140,14 +172,14 @@ func (ep *episode) round(t testing.TB, ctx context.Context, round int) bool {
 		side = sideL.start(ep.opts(false))
 	}
 	ep.note("round %d: write %d flights %+v (beside a cycle of %s: %v)", round, flights, faults, nameOf(sideL), beside)
-	ws, err := sim.Write(ctx, ep.x.db, sim.Storage{Store: ep.b.Store, Standard: ep.b.Std}, sim.WriteOptions{
+	ws, err := sim.Write(ctx, ep.db, sim.Storage{Store: ep.b.Store, Standard: ep.b.Std}, sim.WriteOptions{
 		Star: ep.star, Flights: flights, FlightBytes: int64(8<<10 + r.IntN(24<<10)), FlightInterval: time.Minute,
 		Faults: faults, Session: ep.seed*64 + uint64(round)})
 	if err != nil && !errors.Is(err, sim.ErrFenced) {
 		ep.fail("write: %v", err)
 		return false
 	}
-	_ = ws
+	ep.note("written: %d flights, %d absorbed", ws.Flights, ws.Absorbed)
 	if side != nil {
 		if !ep.await(sideL, side, "cycle beside the traffic") {
 			return false
@@ -265,13 +297,13 @@ func (ep *episode) judge(l *leader, res cycleResult, what string) {
 // expire ends the star's lease, whoever holds it: the ttl running out
 // while its holder is paused, dead or slow.
 func (ep *episode) expire(ctx context.Context) {
-	l, live, err := ep.x.db.CurrentLease(ctx, ep.star)
+	l, live, err := ep.db.CurrentLease(ctx, ep.star)
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		ep.fail("read lease: %v", err)
 		return
 	}
 	if live {
-		if err := ep.x.db.ReleaseLease(ctx, l.Fence); err != nil {
+		if err := ep.db.ReleaseLease(ctx, l.Fence); err != nil {
 			ep.fail("expire lease: %v", err)
 		}
 	}
@@ -286,8 +318,7 @@ func (ep *episode) pause(t testing.TB, ctx context.Context, round int) bool {
 	if l == nil {
 		return false
 	}
-	pts := choosable()
-	p, n := pts[r.IntN(len(pts))], 1+r.IntN(3)
+	p, n := ep.choosePoint()
 	a := l.armPoint(p, n, false)
 	ch := l.start(ep.opts(r.IntN(3) == 0))
 	select {
@@ -341,8 +372,7 @@ func (ep *episode) crash(t testing.TB, ctx context.Context, round int) bool {
 	if l == nil {
 		return false
 	}
-	pts := choosable()
-	p, n := pts[r.IntN(len(pts))], 1+r.IntN(3)
+	p, n := ep.choosePoint()
 	a := l.armPoint(p, n, true)
 	ch := l.start(ep.opts(r.IntN(3) == 0))
 	select {
@@ -373,7 +403,7 @@ func (ep *episode) crash(t testing.TB, ctx context.Context, round int) bool {
 // adoption must refuse it (a quarantine that condemns the key), and after
 // a release the stream publishes again above it.
 func (ep *episode) damage(ctx context.Context) {
-	in, err := ep.x.db.Intents(ctx, ep.star, "publish", 0)
+	in, err := ep.db.Intents(ctx, ep.star, "publish", 0)
 	if err != nil {
 		ep.fail("intents: %v", err)
 		return
@@ -412,7 +442,7 @@ func (ep *episode) retention(ctx context.Context) {
 	}
 	low := st.LowRecord + 1 + ep.rnd.Int64N(st.NextRecord-st.LowRecord)
 	ep.note("retention: stream %s low_record %d", st.ID, low)
-	if err := writepath.New(ep.x.db).RaiseLowRecord(ctx, st.ID, low); err != nil {
+	if err := writepath.New(ep.db).RaiseLowRecord(ctx, st.ID, low); err != nil {
 		ep.fail("retention: %v", err)
 	}
 }
@@ -426,14 +456,14 @@ func (ep *episode) erase(ctx context.Context) {
 	first := st.LowRecord + ep.rnd.Int64N(st.NextRecord-st.LowRecord)
 	count := min(1+ep.rnd.Int64N(3), st.NextRecord-first)
 	ep.note("erasure: stream %s [%d, +%d)", st.ID, first, count)
-	if _, err := ep.x.db.RecordErasure(ctx, st.ID, first, count); err != nil {
+	if _, err := ep.db.RecordErasure(ctx, st.ID, first, count); err != nil {
 		ep.fail("erasure: %v", err)
 	}
 }
 
 // stream is a stream of the star drawn from the seed.
 func (ep *episode) stream(ctx context.Context) *catalog.Stream {
-	streams, err := ep.x.db.StreamsOfStar(ctx, ep.star)
+	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
 	if err != nil {
 		ep.fail("streams: %v", err)
 		return nil
@@ -447,7 +477,7 @@ func (ep *episode) stream(ctx context.Context) *catalog.Stream {
 
 // skipGrace moves every armed reap's time past the grace.
 func (ep *episode) skipGrace(ctx context.Context) {
-	if err := writepath.New(ep.x.db).SkipGrace(ctx, ep.star, 3*exploreGrace); err != nil {
+	if err := writepath.New(ep.db).SkipGrace(ctx, ep.star, 3*exploreGrace); err != nil {
 		ep.fail("skip the grace: %v", err)
 	}
 }
@@ -455,7 +485,7 @@ func (ep *episode) skipGrace(ctx context.Context) {
 // checkQuarantine: a stream is quarantined only when the script damaged
 // its bytes on purpose.
 func (ep *episode) checkQuarantine(ctx context.Context) {
-	q, err := ep.x.db.Quarantined(ctx, ep.star)
+	q, err := ep.db.Quarantined(ctx, ep.star)
 	if err != nil {
 		ep.fail("quarantine: %v", err)
 		return
@@ -498,7 +528,7 @@ func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
 		}
 		ep.checkQuarantine(ctx)
 		ep.releaseDamaged(ctx)
-		if i >= 2 && res.err == nil && ep.settled(ctx) == "" {
+		if res.err == nil && ep.settled(ctx) == "" {
 			return
 		}
 	}
@@ -508,14 +538,14 @@ func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
 // releaseDamaged lifts the quarantine of the streams damaged on purpose
 // (auditor release), once their condemned key is reaped.
 func (ep *episode) releaseDamaged(ctx context.Context) {
-	q, err := ep.x.db.Quarantined(ctx, ep.star)
+	q, err := ep.db.Quarantined(ctx, ep.star)
 	if err != nil {
 		ep.fail("quarantine: %v", err)
 		return
 	}
 	for _, row := range q {
 		if row.Stream != nil && ep.damaged[*row.Stream] {
-			if _, err := ep.x.db.ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
+			if _, err := ep.db.ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
 				ep.fail("release: %v", err)
 			}
 		}
@@ -527,7 +557,7 @@ func (ep *episode) releaseDamaged(ctx context.Context) {
 // else what is not.
 func (ep *episode) settled(ctx context.Context) string {
 	var not []string
-	streams, err := ep.x.db.StreamsOfStar(ctx, ep.star)
+	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
 	if err != nil {
 		return err.Error()
 	}
@@ -535,7 +565,7 @@ func (ep *episode) settled(ctx context.Context) string {
 		if st.SettledThrough != st.NextRecord {
 			not = append(not, fmt.Sprintf("stream %s settled %d of %d", st.ID, st.SettledThrough, st.NextRecord))
 		}
-		ers, err := ep.x.db.ErasuresOf(ctx, st.ID, 0, 1<<62)
+		ers, err := ep.db.ErasuresOf(ctx, st.ID, 0, 1<<62)
 		if err != nil {
 			return err.Error()
 		}
@@ -546,7 +576,7 @@ func (ep *episode) settled(ctx context.Context) string {
 		}
 	}
 	for _, kind := range []string{"publish", "reap"} {
-		in, err := ep.x.db.Intents(ctx, ep.star, kind, 0)
+		in, err := ep.db.Intents(ctx, ep.star, kind, 0)
 		if err != nil {
 			return err.Error()
 		}

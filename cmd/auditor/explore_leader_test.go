@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ type leader struct {
 	stop  context.CancelFunc
 	steps []cycle.Step
 	close func()
+	log   *slog.Logger
 
 	mu   sync.Mutex
 	arm  *arm
@@ -60,7 +62,7 @@ type arm struct {
 func (ep *episode) newLeader(t testing.TB, name string) (*leader, error) {
 	l := &leader{ep: ep, name: name, gate: &faultstore.Gate{}}
 	l.proxy = testenv.NewProxy(t, ep.x.pgAddr)
-	url := l.proxy.URL(t, ep.x.url)
+	url := l.proxy.URL(t, ep.url)
 	cfg := ep.config(name)
 	cfg.DatabaseURL = url
 	sep := "?"
@@ -79,6 +81,9 @@ func (ep *episode) newLeader(t testing.TB, name string) (*leader, error) {
 	}
 	l.ctx, l.stop = context.WithCancel(context.Background())
 	log := slog.New(slog.DiscardHandler)
+	if ep.x.trace {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("leader", name)
+	}
 	p, err := buildParts(l.ctx, cfg, mdb, log, prometheus.NewRegistry(), false, shared{
 		footers:   footerCache(cfg),
 		crashHook: l.hook,
@@ -89,7 +94,7 @@ func (ep *episode) newLeader(t testing.TB, name string) (*leader, error) {
 		l.shut()
 		return nil, fmt.Errorf("leader %s: %w", name, err)
 	}
-	l.cfg, l.steps, l.close = cfg, p.steps, p.settler.Close
+	l.cfg, l.steps, l.close, l.log = cfg, p.steps, p.settler.Close, log
 	l.dc = daemonConfig(cfg)
 	l.dc.Policy = p.policy
 	return l, nil
@@ -198,7 +203,7 @@ type cycleResult struct {
 func (l *leader) start(opts cycle.Options) <-chan cycleResult {
 	ch := make(chan cycleResult, 1)
 	go func() {
-		c, err := daemon.RunOnce(l.ctx, l.dc, daemon.Deps{DB: l.db, Steps: l.steps}, opts)
+		c, err := daemon.RunOnce(l.ctx, l.dc, daemon.Deps{DB: l.db, Steps: l.steps, Log: l.log}, opts)
 		ch <- cycleResult{c, err}
 	}()
 	return ch

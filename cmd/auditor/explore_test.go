@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +32,7 @@ const (
 	envExploreMutation = "NOVA_EXPLORE_MUTATION" // a rule switched off: late-delete, unfenced-commit, adoption-bytes
 	envExploreOut      = "NOVA_EXPLORE_OUT"      // where schedules are written (default: the temporary directory)
 	envExploreStart    = "NOVA_EXPLORE_START"    // the first seed of a long run (default: drawn and printed)
+	envExploreParallel = "NOVA_EXPLORE_PARALLEL" // episodes at a time (default 2)
 )
 
 // exploreSeeds are the seeds make test runs on each backend: a fixed,
@@ -58,8 +61,12 @@ type explorer struct {
 	tmpl   string // a migrated database with no connection: replays run on clones of it
 	mut    mutation
 	stuck  time.Duration // a cycle still running after this is stuck
+	trace  bool          // log each step of the script as it runs
+	tmp    string        // where episodes keep their files
 	out    string
 
+	mu               sync.Mutex // the figures below
+	wall             time.Duration
 	episodes, failed int
 	faults           map[faultstore.Kind]int
 	requests         int64
@@ -117,6 +124,10 @@ func TestExplore(t *testing.T) {
 		x.report()
 		return
 	}
+	par, err := strconv.Atoi(envOr(envExploreParallel, "2"))
+	if err != nil || par < 1 {
+		t.Fatalf("%s: %q is not a positive count", envExploreParallel, os.Getenv(envExploreParallel))
+	}
 	if d := os.Getenv(envExploreDuration); d != "" {
 		dur, err := time.ParseDuration(d)
 		if err != nil {
@@ -128,32 +139,72 @@ func TestExplore(t *testing.T) {
 				t.Fatalf("%s=%q: %v", envExploreStart, s, err)
 			}
 		}
-		t.Logf("long run: %s over %v from seed %d", dur, backends, start)
-		seed := start
+		t.Logf("long run: %s over %v from seed %d, %d episodes at a time", dur, backends, start, par)
+		var next atomic.Uint64
+		next.Store(start)
 		for _, b := range backends {
 			until := time.Now().Add(dur / time.Duration(len(backends)))
-			n := 0
-			for time.Now().Before(until) {
-				ep := x.episode(b, seed, nil, false)
-				x.verdict(ep, b)
-				if n%25 == 10 && x.mut.name == "" {
-					x.measureReplay(ep, b)
+			x.parallel(b, par, func() (uint64, bool) {
+				if !time.Now().Before(until) || (x.mut.name != "" && x.foundCount() >= 3) {
+					return 0, false
 				}
-				seed++
-				n++
-				if x.mut.name != "" && len(x.found) >= 3 {
-					break
-				}
-			}
+				return next.Add(1) - 1, true
+			})
 		}
 	} else {
 		for _, b := range backends {
-			for _, seed := range exploreSeeds[b] {
-				x.verdict(x.episode(b, seed, nil, false), b)
-			}
+			var i atomic.Int64
+			seeds := exploreSeeds[b]
+			x.parallel(b, par, func() (uint64, bool) {
+				n := i.Add(1) - 1
+				if n >= int64(len(seeds)) {
+					return 0, false
+				}
+				return seeds[n], true
+			})
 		}
 	}
 	x.report()
+}
+
+// parallel runs episodes of the seeds next gives, par at a time, and
+// measures one replay in 25.
+func (x *explorer) parallel(backend string, par int, next func() (uint64, bool)) {
+	began := time.Now()
+	var wg sync.WaitGroup
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seed, ok := next()
+				if !ok {
+					return
+				}
+				ep := x.episode(backend, seed, nil, false)
+				x.verdict(ep, backend)
+				if x.mut.name == "" && x.count()%25 == 10 {
+					x.measureReplay(ep, backend)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	x.mu.Lock()
+	x.wall += time.Since(began)
+	x.mu.Unlock()
+}
+
+func (x *explorer) count() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.episodes
+}
+
+func (x *explorer) foundCount() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.found)
 }
 
 func envOr(k, def string) string {
@@ -172,7 +223,7 @@ func newExplorer(t *testing.T) *explorer {
 	// The replays' template: migrated once, never connected to.
 	tdb, turl := testenv.MigratedDB(t)
 	tdb.Close()
-	x := &explorer{t: t, db: db, url: u, pgAddr: pu.Host, tmpl: turl, stuck: 2 * time.Minute,
+	x := &explorer{t: t, trace: os.Getenv("NOVA_EXPLORE_TRACE") != "", db: db, url: u, pgAddr: pu.Host, tmpl: turl, stuck: 2 * time.Minute,
 		out:    envOr(envExploreOut, filepath.Join(os.TempDir(), "nova-explore")),
 		faults: map[faultstore.Kind]int{}, hits: map[crashpoint.Point]int{},
 		crashed: map[crashpoint.Point]int{}, paused: map[crashpoint.Point]int{}}
@@ -182,6 +233,9 @@ func newExplorer(t *testing.T) *explorer {
 			t.Fatalf("%s=%q: not one of late-delete, unfenced-commit, adoption-bytes", envExploreMutation, m)
 		}
 		x.mut = mu
+	}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		x.tmp = "/dev/shm"
 	}
 	if err := os.MkdirAll(x.out, 0o755); err != nil {
 		t.Fatal(err)
@@ -196,20 +250,21 @@ func newExplorer(t *testing.T) *explorer {
 func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decision, replay bool) *episode {
 	t := x.t
 	t.Helper()
-	rx := x
+	db, u := x.db, x.url
 	if replay {
-		u, drop := testenv.CloneDatabaseDroppable(t, x.tmpl)
+		var drop func()
+		u, drop = testenv.CloneDatabaseDroppable(t, x.tmpl)
 		defer drop()
-		db, err := catalog.Open(t.Context(), u)
+		rdb, err := catalog.Open(t.Context(), u)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer db.Close()
-		c := *x
-		c.db, c.url = db, u
-		rx = &c
+		defer rdb.Close()
+		db = rdb
 	}
-	dir, err := os.MkdirTemp("", "nova-explore-")
+	// On tmpfs when there is one: the file store and the sidecars fsync
+	// every object, which on a shared disk costs more than the episode.
+	dir, err := os.MkdirTemp(x.tmp, "nova-explore-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +276,8 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 		b = teststore.S3(t, teststore.Options{Prefix: "xep"})
 	}
 	r := rand.New(rand.NewPCG(seed, 0x6570697364)) // "episd"
-	ep := &episode{x: rx, seed: seed, rnd: r, star: fmt.Sprintf("x%x", seed), b: b, dir: dir, mut: x.mut,
-		over: make(chan struct{}), damaged: map[catalog.StreamID]bool{}, hits: map[crashpoint.Point]int{}}
+	ep := &episode{x: x, db: db, url: u, seed: seed, rnd: r, star: fmt.Sprintf("x%x", seed), b: b, dir: dir, mut: x.mut,
+		over: make(chan struct{}), began: time.Now(), damaged: map[catalog.StreamID]bool{}, hits: map[crashpoint.Point]int{}}
 	ep.batch = []int64{0, 64}[r.IntN(2)]
 	ep.reapBatch = []int64{1, 3, 1000}[r.IntN(3)]
 	if replay {
@@ -234,6 +289,8 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 	ep.run(t)
 	took := time.Since(began)
 	if !replay {
+		x.mu.Lock()
+		defer x.mu.Unlock()
 		x.episodes++
 		x.busy += took
 		for k, n := range ep.inj.Counts() {
@@ -270,8 +327,11 @@ func (x *explorer) verdict(ep *episode, backend string) {
 	if len(ep.failures) == 0 {
 		return
 	}
+	x.mu.Lock()
 	x.failed++
 	x.found = append(x.found, fmt.Sprintf("%s:%d", backend, ep.seed))
+	first := len(x.found) == 1
+	x.mu.Unlock()
 	sched := ep.inj.Decisions()
 	file := x.writeSchedule(backend, ep.seed, "", sched)
 	msg := fmt.Sprintf("episode seed %d on %s failed:\n  %s\nscript:\n  %s\nreplay: %s",
@@ -281,7 +341,7 @@ func (x *explorer) verdict(ep *episode, backend string) {
 	} else {
 		t.Error(msg)
 	}
-	if os.Getenv(envExploreSeed) != "" || len(x.found) > 1 {
+	if os.Getenv(envExploreSeed) != "" || !first {
 		return // shrink the first failure of a run only
 	}
 	small := x.shrink(backend, ep.seed, sched)
@@ -343,7 +403,9 @@ func (x *explorer) measureReplay(ep *episode, backend string) {
 	m, n := re.inj.Matched()
 	line := fmt.Sprintf("seed %d: %d of %d faults matched, requests %d vs %d, same script %v, same verdict %v",
 		ep.seed, m, n, re.inj.Requests(), ep.inj.Requests(), slices.Equal(re.script, ep.script), outcome(re) == outcome(ep))
+	x.mu.Lock()
 	x.replays = append(x.replays, line)
+	x.mu.Unlock()
 	x.t.Log("replay " + line)
 }
 
@@ -352,12 +414,15 @@ func (x *explorer) measureReplay(ep *episode, backend string) {
 func (x *explorer) report() {
 	t := x.t
 	var b strings.Builder
-	perMin := 0.0
-	if x.busy > 0 {
-		perMin = float64(x.episodes) / x.busy.Minutes()
+	perMin, mean := 0.0, time.Duration(0)
+	if x.wall > 0 {
+		perMin = float64(x.episodes) / x.wall.Minutes()
 	}
-	fmt.Fprintf(&b, "\nexplorer: %d episodes in %s (%.0f per minute), %d failed %v, mutation %q\n",
-		x.episodes, x.busy.Round(time.Second), perMin, x.failed, x.found, x.mut.name)
+	if x.episodes > 0 {
+		mean = x.busy / time.Duration(x.episodes)
+	}
+	fmt.Fprintf(&b, "\nexplorer: %d episodes in %s (%.1f per minute; %s each on average), %d failed %v, mutation %q\n",
+		x.episodes, x.wall.Round(time.Second), perMin, mean.Round(time.Millisecond), x.failed, x.found, x.mut.name)
 	fmt.Fprintf(&b, "requests %d; faults by kind:", x.requests)
 	for _, k := range faultstore.Kinds {
 		fmt.Fprintf(&b, " %s=%d", k, x.faults[k])
