@@ -195,6 +195,10 @@ func (ep *episode) round(t testing.TB, ctx context.Context, round int) bool {
 	if r.IntN(2) == 0 {
 		ep.skipGrace(ctx)
 	}
+	if r.IntN(2) == 0 && len(ep.damaged) > 0 {
+		ep.note("round %d: the operator releases the streams damaged on purpose", round)
+		ep.releaseDamaged(ctx)
+	}
 	// A leader's action: a clean cycle, a pause, or a crash.
 	switch k := r.IntN(10); {
 	case k < 4:
