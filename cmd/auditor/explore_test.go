@@ -73,6 +73,8 @@ type explorer struct {
 	hits             map[crashpoint.Point]int
 	crashed, paused  map[crashpoint.Point]int
 	busy             time.Duration
+	began            time.Time
+	firstFind        string
 	found            []string // seeds that failed
 	replays          []string // replay fidelity, one line per measured replay
 }
@@ -223,7 +225,7 @@ func newExplorer(t *testing.T) *explorer {
 	// The replays' template: migrated once, never connected to.
 	tdb, turl := testenv.MigratedDB(t)
 	tdb.Close()
-	x := &explorer{t: t, trace: os.Getenv("NOVA_EXPLORE_TRACE") != "", db: db, url: u, pgAddr: pu.Host, tmpl: turl, stuck: 2 * time.Minute,
+	x := &explorer{t: t, began: time.Now(), trace: os.Getenv("NOVA_EXPLORE_TRACE") != "", db: db, url: u, pgAddr: pu.Host, tmpl: turl, stuck: 2 * time.Minute,
 		out:    envOr(envExploreOut, filepath.Join(os.TempDir(), "nova-explore")),
 		faults: map[faultstore.Kind]int{}, hits: map[crashpoint.Point]int{},
 		crashed: map[crashpoint.Point]int{}, paused: map[crashpoint.Point]int{}}
@@ -331,6 +333,9 @@ func (x *explorer) verdict(ep *episode, backend string) {
 	x.failed++
 	x.found = append(x.found, fmt.Sprintf("%s:%d", backend, ep.seed))
 	first := len(x.found) == 1
+	if first {
+		x.firstFind = fmt.Sprintf("first failure after %d episodes, %s into the run", x.episodes, time.Since(x.began).Round(time.Second))
+	}
 	x.mu.Unlock()
 	sched := ep.inj.Decisions()
 	file := x.writeSchedule(backend, ep.seed, "", sched)
@@ -383,7 +388,7 @@ func (x *explorer) shrink(backend string, seed uint64, sched []faultstore.Decisi
 		x.t.Logf("seed %d did not fail again when replayed with its %d faults: not shrunk", seed, len(sched))
 		return sched
 	}
-	for i, tries := 0, 0; i < len(sched) && tries < 30; tries++ {
+	for i, tries := 0, 0; i < len(sched) && tries < 12; tries++ {
 		less := slices.Delete(slices.Clone(sched), i, i+1)
 		if ep := x.episode(backend, seed, less, true); len(ep.failures) > 0 {
 			sched = less
@@ -453,6 +458,9 @@ func (x *explorer) report() {
 	}
 	for _, r := range x.replays {
 		fmt.Fprintf(&b, "replay %s\n", r)
+	}
+	if x.firstFind != "" {
+		fmt.Fprintf(&b, "%s\n", x.firstFind)
 	}
 	t.Log(b.String())
 	if x.mut.name != "" && len(x.found) == 0 && os.Getenv(envExploreSeed) == "" {
