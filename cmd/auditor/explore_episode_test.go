@@ -19,7 +19,6 @@ import (
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv/faultstore"
 	"github.com/nova/auditor/internal/testenv/teststore"
-	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/sim"
 )
 
@@ -195,6 +194,11 @@ func (ep *episode) round(t testing.TB, ctx context.Context, round int) bool {
 	if r.IntN(2) == 0 {
 		ep.skipGrace(ctx)
 	}
+	if r.IntN(4) == 0 {
+		// What a lost reply or an earlier crash left standing uncommitted.
+		ep.note("round %d: damage what stands uncommitted", round)
+		ep.damage(ctx)
+	}
 	if r.IntN(2) == 0 && len(ep.damaged) > 0 {
 		ep.note("round %d: the operator releases the streams damaged on purpose", round)
 		ep.releaseDamaged(ctx)
@@ -368,8 +372,8 @@ func (ep *episode) pause(t testing.TB, ctx context.Context, round int) bool {
 }
 
 // crash kills a leader at a point drawn from the seed; its lease runs
-// out. Now and then the standing object a publish left uncommitted is
-// damaged on purpose.
+// out. Now and then an object a publish left standing uncommitted (one
+// that completed and died before its commit) is damaged on purpose.
 func (ep *episode) crash(t testing.TB, ctx context.Context, round int) bool {
 	r := ep.rnd
 	l := ep.pick(t, -1)
@@ -394,8 +398,8 @@ func (ep *episode) crash(t testing.TB, ctx context.Context, round int) bool {
 	ep.crashed = append(ep.crashed, p)
 	ep.mu.Unlock()
 	ep.expire(ctx)
-	damage := (p == settle.CrashAfterComplete || p == settle.CrashEraseAfterComplete) && r.IntN(2) == 0
-	ep.note("round %d: %s crashed at %s:%d; lease expired; damage the standing object: %v", round, l.name, p, n, damage)
+	damage := r.IntN(2) == 0
+	ep.note("round %d: %s crashed at %s:%d; lease expired; damage what stands uncommitted: %v", round, l.name, p, n, damage)
 	if damage {
 		ep.damage(ctx)
 	}

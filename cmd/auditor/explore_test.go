@@ -121,7 +121,13 @@ func TestExplore(t *testing.T) {
 				t.Fatalf("%s: %v", f, err)
 			}
 		}
-		ep := x.episode(backends[0], seed, sched, sched != nil)
+		began := time.Now()
+		ep := x.episode(backends[0], seed, sched, false)
+		x.wall = time.Since(began)
+		if sched != nil {
+			m, n := ep.inj.Matched()
+			t.Logf("replayed %d of the schedule's %d faults at their requests", m, n)
+		}
 		x.verdict(ep, backends[0])
 		x.report()
 		return
@@ -246,9 +252,10 @@ func newExplorer(t *testing.T) *explorer {
 }
 
 // episode runs one episode: the seed's script, with the faults drawn from
-// the seed, or those of a schedule when replaying (then on a fresh clone
-// of the migrated database, so the star's name, and every key, is the
-// first run's).
+// the seed, or exactly those of sched when it is not nil or replay is
+// set. A replay (of an episode this process ran) runs on a fresh clone of
+// the migrated database, so the star's name, and every key, is the first
+// run's, and is left out of the figures.
 func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decision, replay bool) *episode {
 	t := x.t
 	t.Helper()
@@ -282,7 +289,7 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 		over: make(chan struct{}), began: time.Now(), damaged: map[catalog.StreamID]bool{}, hits: map[crashpoint.Point]int{}}
 	ep.batch = []int64{0, 64}[r.IntN(2)]
 	ep.reapBatch = []int64{1, 3, 1000}[r.IntN(3)]
-	if replay {
+	if replay || sched != nil {
 		ep.inj = faultstore.Replay(sched)
 	} else {
 		ep.inj = faultstore.New(faultstore.Config{Seed: seed, Rate: x.rate(seed)})
