@@ -356,7 +356,10 @@ func (x *explorer) verdict(ep *episode, backend string) {
 	if os.Getenv(envExploreSeed) != "" || !first {
 		return // shrink the first failure of a run only
 	}
-	small := x.shrink(backend, ep.seed, sched)
+	small, ok := x.shrink(backend, ep.seed, sched)
+	if !ok {
+		return
+	}
 	sf := x.writeSchedule(backend, ep.seed, "-min", small)
 	t.Logf("shrunk seed %d on %s from %d faults to %d still failing: %v\nreplay: %s",
 		ep.seed, backend, len(sched), len(small), small, x.command(backend, ep.seed, sf))
@@ -385,15 +388,16 @@ func (x *explorer) writeSchedule(backend string, seed uint64, suffix string, sch
 
 // shrink replays the seed with its faults removed one by one, keeping each
 // removal after which the episode still fails, and returns what is left.
-// Replays are capped (each is an episode).
-func (x *explorer) shrink(backend string, seed uint64, sched []faultstore.Decision) []faultstore.Decision {
+// Replays are capped (each is an episode). False: the failure did not
+// come back when replayed with its faults, so nothing was shrunk.
+func (x *explorer) shrink(backend string, seed uint64, sched []faultstore.Decision) ([]faultstore.Decision, bool) {
 	if ep := x.episode(backend, seed, nil, true); len(ep.failures) > 0 {
 		x.t.Logf("seed %d fails with no fault at all", seed)
-		return nil
+		return nil, true
 	}
 	if ep := x.episode(backend, seed, sched, true); len(ep.failures) == 0 {
 		x.t.Logf("seed %d did not fail again when replayed with its %d faults: not shrunk", seed, len(sched))
-		return sched
+		return sched, false
 	}
 	for i, tries := 0, 0; i < len(sched) && tries < 12; tries++ {
 		less := slices.Delete(slices.Clone(sched), i, i+1)
@@ -403,7 +407,7 @@ func (x *explorer) shrink(backend string, seed uint64, sched []faultstore.Decisi
 		}
 		i++
 	}
-	return sched
+	return sched, true
 }
 
 // measureReplay replays an episode with its recorded faults and notes how
