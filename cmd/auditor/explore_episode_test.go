@@ -512,14 +512,19 @@ func streamOf(id *catalog.StreamID) string {
 	return id.String()
 }
 
-// quiesce: the faults stop, the late DELETEs still held land, and one
-// clean leader (a fresh process) runs cycles past every grace until the
-// star settles, releasing the streams damaged on purpose.
+// quiesce: the faults stop, and one clean leader (a fresh process) runs
+// cycles past every grace until the star settles, releasing the streams
+// damaged on purpose; then the late DELETEs still held land.
 func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
 	ep.inj.SetEnabled(false)
-	if err := ep.inj.Flush(ctx); err != nil {
-		ep.note("flush of the late deletes: %v", err)
-	}
+	defer func() {
+		// The DELETEs still held land last: after everything, the
+		// quiescing cycles' republishes included (one of a key they name
+		// lands as soon as that key is written).
+		if err := ep.inj.Flush(ctx); err != nil {
+			ep.note("flush of the late deletes: %v", err)
+		}
+	}()
 	ep.expire(ctx)
 	q, err := ep.newLeader(t, "quiesce")
 	if err != nil {
