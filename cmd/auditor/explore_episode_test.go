@@ -44,13 +44,15 @@ type episode struct {
 	// reapBatch is --reap-batch-size.
 	reapBatch int64
 
-	began    time.Time
-	leaders  []*leader
-	all      []*leader // every incarnation, for shut
-	streams  []bundlefmt.StreamID
-	damaged  map[catalog.StreamID]bool // streams whose standing object the script damaged on purpose
-	script   []string
-	failures []string
+	began   time.Time
+	leaders []*leader
+	all     []*leader // every incarnation, for shut
+	streams []bundlefmt.StreamID
+	damaged map[catalog.StreamID]bool // streams whose standing object the script damaged on purpose
+	// damagedKeys are the objects damaged.
+	damagedKeys map[string]bool
+	script      []string
+	failures    []string
 
 	mu      sync.Mutex
 	hits    map[crashpoint.Point]int
@@ -426,6 +428,10 @@ func (ep *episode) damage(ctx context.Context) {
 			ep.fail("read %s to damage it: %v", it.ObjectKey, err)
 			return
 		}
+		if ep.damagedKeys[it.ObjectKey] {
+			continue // a second flip would restore it
+		}
+		ep.damagedKeys[it.ObjectKey] = true
 		b[len(b)/4] ^= 0x40 // a data byte: the footer is at the end
 		if err := ep.b.Store.Delete(ctx, ep.b.Std, []string{it.ObjectKey}); err != nil {
 			ep.fail("damage %s: %v", it.ObjectKey, err)
@@ -532,9 +538,11 @@ func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
 		return
 	}
 	ep.all = append(ep.all, q)
+	var last error
 	for i := range 10 {
 		ep.skipGrace(ctx)
 		res := <-q.start(cycle.Options{Trigger: daemon.TriggerOnce, SweepStrays: true})
+		last = res.err
 		ep.judge(q, res, fmt.Sprintf("quiescing cycle %d", i+1))
 		if len(ep.failures) > 0 {
 			return
@@ -545,7 +553,7 @@ func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
 			return
 		}
 	}
-	ep.fail("not settled after 10 quiescing cycles: %s", ep.settled(ctx))
+	ep.fail("not settled after 10 quiescing cycles (the last: %v): %s", last, ep.settled(ctx))
 }
 
 // releaseDamaged lifts the quarantine of the streams damaged on purpose
@@ -558,6 +566,7 @@ func (ep *episode) releaseDamaged(ctx context.Context) {
 	}
 	for _, row := range q {
 		if row.Stream != nil && ep.damaged[*row.Stream] {
+			ep.note("release %s, quarantined %s: %s", row.Stream, row.ErrorClass, row.Reason)
 			if _, err := ep.db.ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
 				ep.fail("release: %v", err)
 			}
