@@ -59,8 +59,8 @@ func kindsOf(op string) []Kind {
 }
 
 // Decision is one fault injected: the request's index in the run, its
-// operation and key (bucket/key; a delete's first key), the occurrence of
-// that (operation, key) pair, and the fault. Replays match on
+// operation and key (a delete's first key; a listing's prefix), the
+// occurrence of that (operation, key) pair, and the fault. Replays match on
 // (Op, Key, Nth); Index is for reading.
 type Decision struct {
 	Index int64  `json:"index"`
@@ -200,9 +200,11 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.index++
-	k := [2]string{op, bucket + "/" + key}
+	// The key alone: an episode's buckets may be named afresh each run
+	// (S3), its keys are the same.
+	k := [2]string{op, key}
 	in.nth[k]++
-	d := Decision{Index: in.index, Op: op, Key: k[1], Nth: in.nth[k]}
+	d := Decision{Index: in.index, Op: op, Key: key, Nth: in.nth[k]}
 	if !in.enabled.Load() {
 		return d, false
 	}
@@ -227,6 +229,11 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 			return d, false
 		}
 		d.Kind = kinds[in.rnd.IntN(len(kinds))]
+		if op == "Delete" && in.kinds[LateDelete] && in.rnd.IntN(2) == 0 {
+			// DELETEs are few and a late one is the fault that matters
+			// most for them: half their faults are late.
+			d.Kind = LateDelete
+		}
 		d.Arg = 1 + in.rnd.IntN(20)
 	}
 	in.decisions = append(in.decisions, d)

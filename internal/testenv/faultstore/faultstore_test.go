@@ -72,7 +72,7 @@ func TestReplayTakesTheSameFaults(t *testing.T) {
 func TestGateAndWatch(t *testing.T) {
 	ctx := context.Background()
 	b := teststore.File(t, teststore.Options{})
-	in := faultstore.Replay([]faultstore.Decision{{Op: "Delete", Key: b.Std + "/a", Nth: 1, Kind: faultstore.LateDelete}})
+	in := faultstore.Replay([]faultstore.Decision{{Op: "Delete", Key: "a", Nth: 1, Kind: faultstore.LateDelete}})
 	g := &faultstore.Gate{}
 	s := in.Wrap(b.Store, g)
 	if err := s.PutIfAbsent(ctx, b.Std, "a", []byte("one")); err != nil {
