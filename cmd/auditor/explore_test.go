@@ -285,7 +285,7 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 		b = teststore.S3(t, teststore.Options{Prefix: "xep"})
 	}
 	r := rand.New(rand.NewPCG(seed, 0x6570697364)) // "episd"
-	ep := &episode{x: x, db: db, url: u, seed: seed, rnd: r, star: fmt.Sprintf("x%x", seed), b: b, dir: dir, mut: x.mut,
+	ep := &episode{x: x, db: db, url: u, seed: seed, rnd: r, star: fmt.Sprintf("x%x-%s", seed, backend), b: b, dir: dir, mut: x.mut,
 		over: make(chan struct{}), began: time.Now(), damaged: map[catalog.StreamID]bool{}, damagedKeys: map[string]bool{}, hits: map[crashpoint.Point]int{}}
 	ep.batch = []int64{0, 64}[r.IntN(2)]
 	ep.reapBatch = []int64{1, 3, 1000}[r.IntN(3)]
