@@ -216,7 +216,14 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 		in.matched[d.ident()] = true
 		d.Kind, d.Arg = r.Kind, r.Arg
 	} else {
-		if in.rate <= 0 || in.rnd.Float64() >= in.rate {
+		rate := in.rate
+		if op == "Delete" {
+			// DELETEs are few and their faults matter most (a late one
+			// is the hazard of docs/architecture.md#no-late-delete): they
+			// draw at four times the rate.
+			rate = min(4*rate, 0.6)
+		}
+		if rate <= 0 || in.rnd.Float64() >= rate {
 			return d, false
 		}
 		var kinds []Kind
@@ -230,9 +237,7 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 		}
 		d.Kind = kinds[in.rnd.IntN(len(kinds))]
 		if op == "Delete" && in.kinds[LateDelete] && in.rnd.IntN(2) == 0 {
-			// DELETEs are few and a late one is the fault that matters
-			// most for them: half their faults are late.
-			d.Kind = LateDelete
+			d.Kind = LateDelete // half of a DELETE's faults are late
 		}
 		d.Arg = 1 + in.rnd.IntN(20)
 	}
