@@ -4,8 +4,9 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 SOAK_DURATION ?= 10m
+EXPLORE_DURATION ?= 10m
 
-.PHONY: help build test test-compat test-short soak soak-fleet demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify lint services-up services-down clean
+.PHONY: help build test test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,6 +25,15 @@ soak: ## the live-traffic test (auditor serve under novasim write and random kil
 
 soak-fleet: ## the fleet under random kills, drains, pauses and scaling (auditor serve --stars all, 2-6 members, 16 stars, novasim write) for SOAK_DURATION (default 10m)
 	NOVA_FLEET_SOAK=$(SOAK_DURATION) NOVA_TEST_TIMEOUT=0 scripts/test.sh -run '^TestFleetSoak$$' -v ./cmd/auditor
+
+explore: ## the seeded fault explorer for EXPLORE_DURATION (default 10m) over both backends: episodes run, faults by kind, crash and pause points reached, failures with the command that replays each
+	NOVA_EXPLORE_DURATION=$(EXPLORE_DURATION) NOVA_TEST_TIMEOUT=0 scripts/test.sh -run '^TestExplore$$' -v ./cmd/auditor
+
+explore-mutants: ## the explorer with each rule switched off in turn (late-delete, unfenced-commit, adoption-bytes) on the file backend for EXPLORE_DURATION each: passes when each break is found
+	for m in late-delete unfenced-commit adoption-bytes; do \
+		NOVA_EXPLORE_MUTATION=$$m NOVA_EXPLORE_BACKENDS=file NOVA_EXPLORE_DURATION=$(EXPLORE_DURATION) NOVA_TEST_TIMEOUT=0 \
+			scripts/test.sh -run '^TestExplore$$' -v ./cmd/auditor || exit 1; \
+	done
 
 test-short: ## unit tests only (integration tests skip without services)
 	$(GO) test -short ./...

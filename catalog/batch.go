@@ -115,7 +115,7 @@ func (db *DB) OpenPublishIntents(ctx context.Context, f Fence, reqs []IntentRequ
 		for i, r := range reqs {
 			errs[i] = savepoint(ctx, tx, func(tx pgx.Tx) error {
 				var err error
-				intents[i], err = openPublishIntent(ctx, tx, f, r.Target, r.Class)
+				intents[i], err = openPublishIntent(ctx, tx, f, r.Target, r.Class, db.mut.ReusePlannedRevision)
 				return err
 			})
 			if ctx.Err() != nil {
@@ -155,7 +155,7 @@ func (db *DB) CommitSettles(ctx context.Context, f Fence, group []StreamCommit, 
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return compareIDs(group[a].Stream, group[b].Stream) })
-	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err = db.commitFenced(ctx, f, func(tx pgx.Tx) error {
 		errs = make([]error, len(group))
 		committed, ok, err := commitSettlesAtOnce(ctx, tx, f, group, order, errs)
 		if err != nil {

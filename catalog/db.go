@@ -24,6 +24,7 @@ type StreamID = bundlefmt.StreamID
 // DB is the metastore.
 type DB struct {
 	pool *pgxpool.Pool
+	mut  Mutations // zero in production (mutations.go)
 }
 
 // DefaultMaxConns is the pool's size unless the URL sets pool_max_conns:

@@ -393,7 +393,7 @@ func (db *DB) CommitRewrite(ctx context.Context, f Fence, c RewriteCommit) error
 	if e.Revision <= c.PrevRevision {
 		return fmt.Errorf("%w: stream %s: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
 	}
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+	return db.commitFenced(ctx, f, func(tx pgx.Tx) error {
 		var one int
 		if err := tx.QueryRow(ctx, `SELECT 1 FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).Scan(&one); err != nil {
 			return fmt.Errorf("lock stream %s: %w", e.Stream, err)

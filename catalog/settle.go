@@ -365,14 +365,14 @@ func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, c
 	var in Intent
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var err error
-		in, err = openPublishIntent(ctx, tx, f, t, class)
+		in, err = openPublishIntent(ctx, tx, f, t, class, db.mut.ReusePlannedRevision)
 		return err
 	})
 	return in, err
 }
 
 // openPublishIntent is OpenPublishIntent in the fenced transaction tx.
-func openPublishIntent(ctx context.Context, tx pgx.Tx, f Fence, t PublishTarget, class string) (Intent, error) {
+func openPublishIntent(ctx context.Context, tx pgx.Tx, f Fence, t PublishTarget, class string, reusePlanned bool) (Intent, error) {
 	var in Intent
 	err := func() error {
 		high, err := lockHighRevision(ctx, tx, t.Base)
@@ -380,7 +380,7 @@ func openPublishIntent(ctx context.Context, tx pgx.Tx, f Fence, t PublishTarget,
 			return err
 		}
 		rev := t.Revision
-		if high >= rev {
+		if high >= rev && !reusePlanned {
 			if high < math.MaxInt32 {
 				rev = high + 1
 			}
@@ -557,7 +557,7 @@ type SettleCommit struct {
 // superseded revision's reap. It checks the catalog still ends where the
 // stream says (ErrInvariant otherwise).
 func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error { return commitSettle(ctx, tx, f, c) })
+	return db.commitFenced(ctx, f, func(tx pgx.Tx) error { return commitSettle(ctx, tx, f, c) })
 }
 
 // commitSettle is CommitSettle in the fenced transaction tx.

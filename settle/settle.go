@@ -49,6 +49,17 @@ type Deps struct {
 	// cycles: one per process, shared by a fleet member's stars (nil: the
 	// settler makes its own of Config.FooterCacheBytes).
 	Footers *bundle.FooterCache
+	// Mutations switch off rules on purpose, for the fault explorer only
+	// (docs/architecture.md#the-fault-explorer); zero in production.
+	Mutations Mutations
+}
+
+// Mutations are the settle rules the fault explorer can switch off to show
+// its episodes find the break. The zero value changes nothing.
+type Mutations struct {
+	// SkipAdoptionBytes adopts a standing object on its footer's match
+	// with the sources alone, without reading its data bytes.
+	SkipAdoptionBytes bool
 }
 
 // Config is the settle policy.

@@ -51,6 +51,21 @@ func footerCache(cfg config.Config) *bundle.FooterCache {
 type shared struct {
 	crash   *crashpoint.Set
 	footers *bundle.FooterCache
+
+	// The fault explorer's (docs/architecture.md#the-fault-explorer), nil
+	// and zero in production: a crash hook in place of crash's, a wrapper
+	// of the store (its faults), and settle rules switched off.
+	crashHook func(crashpoint.Point)
+	wrapStore func(objstore.Store) objstore.Store
+	mutations settle.Mutations
+}
+
+// hook is the crash hook the steps are given.
+func (sh shared) hook() func(crashpoint.Point) {
+	if sh.crashHook != nil {
+		return sh.crashHook
+	}
+	return sh.crash.Func()
 }
 
 // envCrash is the crash, pause and stall points the environment arms.
@@ -85,7 +100,7 @@ type parts struct {
 
 // buildParts builds the cycle's parts (buildCycleWith).
 func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slog.Logger, reg prometheus.Registerer, dryRun bool, sh shared) (parts, error) {
-	crash := sh.crash
+	crash := sh.hook()
 	store, err := openStore(ctx, cfg)
 	if err != nil {
 		return parts{}, err
@@ -117,6 +132,9 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		zones = append(zones, zb.Zone)
 	}
 	sm.InitSeries(isS3, zones)
+	if sh.wrapStore != nil {
+		store = sh.wrapStore(store)
+	}
 	store = objstore.Instrument(store, sm)
 	pending, err := openPending(cfg)
 	if err != nil {
@@ -134,7 +152,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	}
 	settler, err := settle.New(settle.Deps{
 		DB: db, Topology: top, Pending: pending,
-		Log: log.With("step", "settle"), Metrics: sem, Crash: crash.Func(), Footers: sh.footers,
+		Log: log.With("step", "settle"), Metrics: sem, Crash: crash, Footers: sh.footers, Mutations: sh.mutations,
 	}, settle.Config{
 		Policy:       policy,
 		CapBytes:     cfg.DenormOutputCapMiB << 20,
@@ -174,7 +192,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		return parts{}, err
 	}
 	td := trim.Deps{DB: db, Topology: top,
-		Log: log.With("step", "trim"), Metrics: tm, Crash: crash.Func(), Marks: guard}
+		Log: log.With("step", "trim"), Metrics: tm, Crash: crash, Marks: guard}
 	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize), Concurrency: trim.DefaultConcurrency}
 	retention, err := trim.NewRetention(td, tc)
 	if err != nil {

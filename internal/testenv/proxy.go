@@ -82,6 +82,12 @@ func (p *Proxy) Restore() {
 	p.holes = nil
 }
 
+// Cut stops the proxy for good: it stops listening (a new connection is
+// refused) and closes every connection, so the server sees its clients
+// vanish as when their process is killed (Postgres rolls back what they
+// had open).
+func (p *Proxy) Cut() { p.close() }
+
 // Delay holds every forwarded read for d (0: none), as a slow network does.
 func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
 

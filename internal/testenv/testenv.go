@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,9 +86,28 @@ func CloneDatabase(t testing.TB, url string) string {
 	return createDatabase(t, strings.TrimPrefix(u.Path, "/"))
 }
 
+// CloneDatabaseDroppable is CloneDatabase with a function that drops the
+// clone at once: a long test making many databases drops each one when it
+// is done with it (the end of the test drops what is left).
+func CloneDatabaseDroppable(t testing.TB, url string) (string, func()) {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return makeDatabase(t, strings.TrimPrefix(u.Path, "/"))
+}
+
 // createDatabase creates a database on the test server, from the template
 // when one is named, and drops it when the test ends.
 func createDatabase(t testing.TB, template string) string {
+	t.Helper()
+	url, _ := makeDatabase(t, template)
+	return url
+}
+
+// makeDatabase is createDatabase that also returns the drop.
+func makeDatabase(t testing.TB, template string) (string, func()) {
 	t.Helper()
 	base := DatabaseURL(t)
 	name := "nova_t_" + RandomSuffix(6)
@@ -105,25 +125,29 @@ func createDatabase(t testing.TB, template string) string {
 	if _, err := conn.Exec(ctx, stmt); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Logf("drop database %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("drop database %s: %v", name, err)
-		}
-	})
+	var once sync.Once
+	drop := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c, err := pgx.Connect(ctx, base)
+			if err != nil {
+				t.Logf("drop database %s: %v", name, err)
+				return
+			}
+			defer c.Close(ctx)
+			if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+				t.Logf("drop database %s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(drop)
 	u, err := neturl.Parse(base)
 	if err != nil {
 		t.Fatalf("parse %s: %v", EnvDatabaseURL, err)
 	}
 	u.Path = "/" + name
-	return u.String()
+	return u.String(), drop
 }
 
 // The S3 servers scripts/services.sh starts for the tests

@@ -1,0 +1,610 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
+	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/crashpoint"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/internal/testenv/faultstore"
+	"github.com/nova/auditor/internal/testenv/teststore"
+	"github.com/nova/auditor/sim"
+)
+
+// exploreGrace is the episodes' --reap-grace; the stray guard is twice it.
+// Quiescing skips the metastore's clock past both.
+const exploreGrace = time.Hour
+
+// episode is one seeded run: a star of its own on the shared database, a
+// store of its own, two or three leaders, a script drawn from the seed.
+type episode struct {
+	x     *explorer
+	db    *catalog.DB // the episode's database (a replay's is a clone of its own)
+	url   string
+	seed  uint64
+	rnd   *rand.Rand
+	star  string
+	b     teststore.Backend
+	dir   string
+	inj   *faultstore.Injector
+	mut   mutation
+	over  chan struct{} // closed when the episode ends: blocked leaders go
+	batch int64         // --settle-batch-streams
+	// reapBatch is --reap-batch-size.
+	reapBatch int64
+
+	began   time.Time
+	leaders []*leader
+	all     []*leader // every incarnation, for shut
+	streams []bundlefmt.StreamID
+	damaged map[catalog.StreamID]bool // streams whose standing object the script damaged on purpose
+	// damagedKeys are the objects damaged.
+	damagedKeys map[string]bool
+	script      []string
+	failures    []string
+
+	mu      sync.Mutex
+	hits    map[crashpoint.Point]int
+	crashed []crashpoint.Point // crash points that acted
+	paused  []crashpoint.Point // pause points that acted
+}
+
+// note records one step of the script (printed with a failure).
+func (ep *episode) note(format string, args ...any) {
+	ep.script = append(ep.script, fmt.Sprintf(format, args...))
+	if ep.x.trace {
+		ep.x.t.Logf("%s %s", time.Since(ep.began).Round(time.Millisecond), ep.script[len(ep.script)-1])
+	}
+}
+
+func (ep *episode) fail(format string, args ...any) {
+	ep.failures = append(ep.failures, fmt.Sprintf(format, args...))
+}
+
+func (ep *episode) hit(p crashpoint.Point) {
+	ep.mu.Lock()
+	ep.hits[p]++
+	ep.mu.Unlock()
+}
+
+// choosable are the points an episode arms: every cycle point but the
+// lease renewal's (an episode's leases never renew: the explorer expires
+// them).
+func choosable() []crashpoint.Point {
+	return slices.DeleteFunc(cycleCrashPoints(), func(p crashpoint.Point) bool { return p == daemon.CrashAfterLeaseRenew })
+}
+
+// choosePoint draws the point to arm and its hit: mostly among the
+// points this episode's cycles already passed (so the work they sit in is
+// there), now and then among all; n at most the hits a point had.
+func (ep *episode) choosePoint() (crashpoint.Point, int) {
+	pts := choosable()
+	var seen []crashpoint.Point
+	ep.mu.Lock()
+	for _, p := range pts {
+		if ep.hits[p] > 0 {
+			seen = append(seen, p)
+		}
+	}
+	ep.mu.Unlock()
+	if len(seen) > 0 && ep.rnd.IntN(4) != 0 {
+		pts = seen
+	}
+	return pts[ep.rnd.IntN(len(pts))], 1 + ep.rnd.IntN(2)
+}
+
+// run plays the episode's script and then the oracle.
+func (ep *episode) run(t testing.TB) {
+	ctx := context.Background()
+	defer ep.end()
+	r := ep.rnd
+	nStreams := 2 + r.IntN(4)
+	fx, err := sim.Setup(ctx, ep.db, sim.SetupOptions{Star: ep.star, Streams: nStreams, FenceWindow: 2,
+		Content: sim.Content{Seed: ep.seed, MinBytes: 1, MaxBytes: 2 << 10, HeaderShare: 0.2, EmptyShare: 0.05}})
+	if err != nil {
+		ep.fail("setup: %v", err)
+		return
+	}
+	ep.streams = fx.Stars[0].Streams
+	ep.note("set up")
+	nLeaders := 2 + r.IntN(2)
+	for i := range nLeaders {
+		l, err := ep.newLeader(t, fmt.Sprintf("leader-%d", i))
+		if err != nil {
+			ep.fail("%v", err)
+			return
+		}
+		ep.leaders, ep.all = append(ep.leaders, l), append(ep.all, l)
+	}
+	rounds := 3 + r.IntN(3)
+	ep.note("star %s: %d streams, %d leaders, %d rounds, settle batch %d, reap batch %d, fault rate %.2f",
+		ep.star, nStreams, nLeaders, rounds, ep.batch, ep.reapBatch, ep.x.rate(ep.seed))
+	for round := range rounds {
+		if !ep.round(t, ctx, round) {
+			return
+		}
+	}
+	ep.quiesce(t, ctx)
+	ep.note("quiesced")
+	if len(ep.failures) == 0 {
+		ep.oracle(ctx)
+	}
+	ep.note("checked")
+}
+
+// end lets every blocked leader go and releases them all.
+func (ep *episode) end() {
+	close(ep.over)
+	for _, l := range ep.all {
+		l.shut()
+	}
+}
+
+// round is one round of the script: traffic, the write path's and the
+// operator's moves, and one leader's action. False ends the episode.
+func (ep *episode) round(t testing.TB, ctx context.Context, round int) bool {
+	// Each round draws from a source of its own: an outcome that differs
+	// in a replay (a point reached or not, a race of the traffic) changes
+	// the draws of its round only.
+	ep.rnd = rand.New(rand.NewPCG(ep.seed, uint64(round+1)))
+	r := ep.rnd
+	// Traffic, alone or beside a leader's clean cycle.
+	faults := sim.Faults{Failover: 0.15 * r.Float64(), Lost: 0.1 * r.Float64(), LostReply: 0.1 * r.Float64()}
+	flights := int64(2 + r.IntN(5))
+	beside := r.IntN(3) == 0
+	var side <-chan cycleResult
+	var sideL *leader
+	if beside {
+		sideL = ep.pick(t, -1)
+		if sideL == nil {
+			return false
+		}
+		side = sideL.start(ep.opts(false))
+	}
+	ep.note("round %d: write %d flights %+v (beside a cycle of %s: %v)", round, flights, faults, nameOf(sideL), beside)
+	ws, err := sim.Write(ctx, ep.db, sim.Storage{Store: ep.b.Store, Standard: ep.b.Std}, sim.WriteOptions{
+		Star: ep.star, Flights: flights, FlightBytes: int64(8<<10 + r.IntN(24<<10)), FlightInterval: time.Minute,
+		Faults: faults, Session: ep.seed*64 + uint64(round)})
+	if err != nil && !errors.Is(err, sim.ErrFenced) {
+		ep.fail("write: %v", err)
+		return false
+	}
+	ep.note("written: %d flights, %d absorbed", ws.Flights, ws.Absorbed)
+	if side != nil {
+		if !ep.await(sideL, side, "cycle beside the traffic") {
+			return false
+		}
+	}
+	// The write path's retention, users' erasures, an operator's trigger.
+	if r.IntN(10) < 3 {
+		ep.retention(ctx)
+	}
+	if r.IntN(10) < 4 {
+		ep.erase(ctx)
+	}
+	if r.IntN(2) == 0 {
+		ep.skipGrace(ctx)
+	}
+	if r.IntN(4) == 0 {
+		// What a lost reply or an earlier crash left standing uncommitted.
+		ep.note("round %d: damage what stands uncommitted", round)
+		ep.damage(ctx)
+	}
+	if r.IntN(2) == 0 && len(ep.damaged) > 0 {
+		ep.note("round %d: the operator releases the streams damaged on purpose", round)
+		ep.releaseDamaged(ctx)
+	}
+	// A leader's action: a clean cycle, a pause, or a crash.
+	switch k := r.IntN(10); {
+	case k < 4:
+		l := ep.pick(t, -1)
+		if l == nil {
+			return false
+		}
+		expire := r.IntN(5) == 0
+		ep.note("round %d: %s runs a cycle (its lease expired part way: %v)", round, l.name, expire)
+		ch := l.start(ep.opts(r.IntN(3) == 0))
+		if expire {
+			time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+			ep.expire(ctx)
+		}
+		if !ep.await(l, ch, "clean cycle") {
+			return false
+		}
+	case k < 7:
+		if !ep.pause(t, ctx, round) {
+			return false
+		}
+	default:
+		if !ep.crash(t, ctx, round) {
+			return false
+		}
+	}
+	ep.checkQuarantine(ctx)
+	return len(ep.failures) == 0
+}
+
+func nameOf(l *leader) string {
+	if l == nil {
+		return "-"
+	}
+	return l.name
+}
+
+// opts are a cycle's options: a trigger of one stream now and then, and
+// a sweep of strays when asked.
+func (ep *episode) opts(sweep bool) cycle.Options {
+	o := cycle.Options{Trigger: daemon.TriggerOnce, SweepStrays: sweep}
+	if ep.rnd.IntN(5) == 0 {
+		o.Trigger, o.Streams = daemon.TriggerStream, []catalog.StreamID{ep.streams[ep.rnd.IntN(len(ep.streams))]}
+	}
+	return o
+}
+
+// pick returns a live leader other than the one at index not, restarting
+// a dead one in its place (a new process of the same name and data
+// directory).
+func (ep *episode) pick(t testing.TB, not int) *leader {
+	i := ep.rnd.IntN(len(ep.leaders))
+	if i == not {
+		i = (i + 1) % len(ep.leaders)
+	}
+	if l := ep.leaders[i]; !l.isDead() {
+		return l
+	}
+	l, err := ep.newLeader(t, ep.leaders[i].name)
+	if err != nil {
+		ep.fail("restart: %v", err)
+		return nil
+	}
+	ep.note("%s restarts", l.name)
+	ep.leaders[i], ep.all = l, append(ep.all, l)
+	return l
+}
+
+func (ep *episode) indexOf(l *leader) int { return slices.Index(ep.leaders, l) }
+
+// await waits for a cycle: its outcome may be any the daemon copes with
+// (a lost lease, a retryable failure), but not a halt, and not forever.
+func (ep *episode) await(l *leader, ch <-chan cycleResult, what string) bool {
+	select {
+	case res := <-ch:
+		ep.judge(l, res, what)
+		return len(ep.failures) == 0
+	case <-time.After(ep.x.stuck):
+		ep.fail("%s of %s did not end within %s", what, l.name, ep.x.stuck)
+		return false
+	}
+}
+
+// judge fails the episode on a cycle outcome that no fault explains: a
+// halt (a broken invariant).
+func (ep *episode) judge(l *leader, res cycleResult, what string) {
+	if res.err == nil {
+		return
+	}
+	if cycle.IsHalt(res.err) || errors.Is(res.err, daemon.ErrHalted) {
+		ep.fail("%s of %s halted: %v", what, l.name, res.err)
+		return
+	}
+	var held *catalog.LeaseHeldError
+	if errors.As(res.err, &held) {
+		ep.fail("%s of %s found the lease held: %v", what, l.name, res.err)
+	}
+}
+
+// expire ends the star's lease, whoever holds it: the ttl running out
+// while its holder is paused, dead or slow.
+func (ep *episode) expire(ctx context.Context) {
+	l, live, err := ep.db.CurrentLease(ctx, ep.star)
+	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
+		ep.fail("read lease: %v", err)
+		return
+	}
+	if live {
+		if err := ep.db.ReleaseLease(ctx, l.Fence); err != nil {
+			ep.fail("expire lease: %v", err)
+		}
+	}
+}
+
+// pause freezes a leader at a point drawn from the seed; while it is
+// frozen its lease runs out, another leader runs a cycle, and then it
+// resumes (its requests on the wire land late).
+func (ep *episode) pause(t testing.TB, ctx context.Context, round int) bool {
+	r := ep.rnd
+	l := ep.pick(t, -1)
+	if l == nil {
+		return false
+	}
+	p, n := ep.choosePoint()
+	a := l.armPoint(p, n, false)
+	ch := l.start(ep.opts(r.IntN(3) == 0))
+	select {
+	case res := <-ch:
+		l.disarm()
+		ep.note("round %d: %s armed to pause at %s:%d, not reached", round, l.name, p, n)
+		ep.judge(l, res, "cycle armed to pause")
+		return len(ep.failures) == 0
+	case <-a.reached:
+	case <-time.After(ep.x.stuck):
+		ep.fail("cycle of %s armed to pause at %s:%d did not end", l.name, p, n)
+		return false
+	}
+	ep.mu.Lock()
+	ep.paused = append(ep.paused, p)
+	ep.mu.Unlock()
+	ep.expire(ctx)
+	m := ep.pick(t, ep.indexOf(l))
+	if m == nil {
+		return false
+	}
+	ep.note("round %d: %s paused at %s:%d; lease expired; %s runs a cycle; %s resumes", round, l.name, p, n, m.name, l.name)
+	mch := m.start(ep.opts(r.IntN(3) == 0))
+	var mres *cycleResult
+	select {
+	case res := <-mch:
+		mres = &res
+	case <-time.After(2 * time.Second):
+		// The paused leader may hold row locks (paused inside a
+		// transaction): the other waits for them, as it would for a
+		// frozen process until its connection drops.
+	}
+	l.disarm()
+	close(a.release)
+	if !ep.await(l, ch, "paused cycle") {
+		return false
+	}
+	if mres != nil {
+		ep.judge(m, *mres, "cycle beside a paused leader")
+		return len(ep.failures) == 0
+	}
+	return ep.await(m, mch, "cycle beside a paused leader")
+}
+
+// crash kills a leader at a point drawn from the seed; its lease runs
+// out. Now and then an object a publish left standing uncommitted (one
+// that completed and died before its commit) is damaged on purpose.
+func (ep *episode) crash(t testing.TB, ctx context.Context, round int) bool {
+	r := ep.rnd
+	l := ep.pick(t, -1)
+	if l == nil {
+		return false
+	}
+	p, n := ep.choosePoint()
+	a := l.armPoint(p, n, true)
+	ch := l.start(ep.opts(r.IntN(3) == 0))
+	select {
+	case res := <-ch:
+		l.disarm()
+		ep.note("round %d: %s armed to crash at %s:%d, not reached", round, l.name, p, n)
+		ep.judge(l, res, "cycle armed to crash")
+		return len(ep.failures) == 0
+	case <-a.reached:
+	case <-time.After(ep.x.stuck):
+		ep.fail("cycle of %s armed to crash at %s:%d did not end", l.name, p, n)
+		return false
+	}
+	ep.mu.Lock()
+	ep.crashed = append(ep.crashed, p)
+	ep.mu.Unlock()
+	ep.expire(ctx)
+	damage := r.IntN(2) == 0
+	ep.note("round %d: %s crashed at %s:%d; lease expired; damage what stands uncommitted: %v", round, l.name, p, n, damage)
+	if damage {
+		ep.damage(ctx)
+	}
+	return true
+}
+
+// damage flips a data byte of every standing object an open publish
+// intent names (a publish that completed and died before its commit):
+// adoption must refuse it (a quarantine that condemns the key), and after
+// a release the stream publishes again above it.
+func (ep *episode) damage(ctx context.Context) {
+	in, err := ep.db.Intents(ctx, ep.star, "publish", 0)
+	if err != nil {
+		ep.fail("intents: %v", err)
+		return
+	}
+	for _, it := range in {
+		a, err := ep.b.Store.Head(ctx, ep.b.Std, it.ObjectKey)
+		if err != nil || a.Size < 100 {
+			continue
+		}
+		b, _, err := ep.b.Store.GetRange(ctx, ep.b.Std, it.ObjectKey, 0, a.Size)
+		if err != nil {
+			ep.fail("read %s to damage it: %v", it.ObjectKey, err)
+			return
+		}
+		if ep.damagedKeys[it.ObjectKey] {
+			continue // a second flip would restore it
+		}
+		ep.damagedKeys[it.ObjectKey] = true
+		b[len(b)/4] ^= 0x40 // a data byte: the footer is at the end
+		if err := ep.b.Store.Delete(ctx, ep.b.Std, []string{it.ObjectKey}); err != nil {
+			ep.fail("damage %s: %v", it.ObjectKey, err)
+			return
+		}
+		if err := ep.b.Store.PutIfAbsent(ctx, ep.b.Std, it.ObjectKey, b); err != nil {
+			ep.fail("damage %s: %v", it.ObjectKey, err)
+			return
+		}
+		ep.inj.Forget(ep.b.Std, it.ObjectKey)
+		k, _ := bundlefmt.ParseSettledKey(it.ObjectKey)
+		ep.damaged[k.Stream] = true
+		ep.note("damaged %s", it.ObjectKey)
+	}
+}
+
+// retention raises the low_record of a stream drawn from the seed.
+func (ep *episode) retention(ctx context.Context) {
+	st := ep.stream(ctx)
+	if st == nil || st.NextRecord <= st.LowRecord {
+		return
+	}
+	low := st.LowRecord + 1 + ep.rnd.Int64N(st.NextRecord-st.LowRecord)
+	ep.note("retention: stream %s low_record %d", st.ID, low)
+	if err := writepath.New(ep.db).RaiseLowRecord(ctx, st.ID, low); err != nil {
+		ep.fail("retention: %v", err)
+	}
+}
+
+// erase records an erasure of one to three live records of a stream.
+func (ep *episode) erase(ctx context.Context) {
+	st := ep.stream(ctx)
+	if st == nil || st.NextRecord <= st.LowRecord {
+		return
+	}
+	first := st.LowRecord + ep.rnd.Int64N(st.NextRecord-st.LowRecord)
+	count := min(1+ep.rnd.Int64N(3), st.NextRecord-first)
+	ep.note("erasure: stream %s [%d, +%d)", st.ID, first, count)
+	if _, err := ep.db.RecordErasure(ctx, st.ID, first, count); err != nil {
+		ep.fail("erasure: %v", err)
+	}
+}
+
+// stream is a stream of the star drawn from the seed.
+func (ep *episode) stream(ctx context.Context) *catalog.Stream {
+	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
+	if err != nil {
+		ep.fail("streams: %v", err)
+		return nil
+	}
+	if len(streams) == 0 {
+		return nil
+	}
+	st := streams[ep.rnd.IntN(len(streams))]
+	return &st
+}
+
+// skipGrace moves every armed reap's time past the grace.
+func (ep *episode) skipGrace(ctx context.Context) {
+	if err := writepath.New(ep.db).SkipGrace(ctx, ep.star, 3*exploreGrace); err != nil {
+		ep.fail("skip the grace: %v", err)
+	}
+}
+
+// checkQuarantine: a stream is quarantined only when the script damaged
+// its bytes on purpose.
+func (ep *episode) checkQuarantine(ctx context.Context) {
+	q, err := ep.db.Quarantined(ctx, ep.star)
+	if err != nil {
+		ep.fail("quarantine: %v", err)
+		return
+	}
+	for _, row := range q {
+		if row.Stream == nil || !ep.damaged[*row.Stream] {
+			ep.fail("quarantined with no damage done: %s %s %s", streamOf(row.Stream), row.ErrorClass, row.Reason)
+		}
+	}
+}
+
+func streamOf(id *catalog.StreamID) string {
+	if id == nil {
+		return "(a slot)"
+	}
+	return id.String()
+}
+
+// quiesce: the faults stop, and one clean leader (a fresh process) runs
+// cycles past every grace until the star settles, releasing the streams
+// damaged on purpose; then the late DELETEs still held land.
+func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
+	ep.inj.SetEnabled(false)
+	defer func() {
+		// The DELETEs still held land last: after everything, the
+		// quiescing cycles' republishes included (one of a key they name
+		// lands as soon as that key is written).
+		if err := ep.inj.Flush(ctx); err != nil {
+			ep.note("flush of the late deletes: %v", err)
+		}
+	}()
+	ep.expire(ctx)
+	q, err := ep.newLeader(t, "quiesce")
+	if err != nil {
+		ep.fail("%v", err)
+		return
+	}
+	ep.all = append(ep.all, q)
+	var last error
+	for i := range 10 {
+		ep.skipGrace(ctx)
+		res := <-q.start(cycle.Options{Trigger: daemon.TriggerOnce, SweepStrays: true})
+		last = res.err
+		ep.judge(q, res, fmt.Sprintf("quiescing cycle %d", i+1))
+		if len(ep.failures) > 0 {
+			return
+		}
+		ep.checkQuarantine(ctx)
+		ep.releaseDamaged(ctx)
+		if res.err == nil && ep.settled(ctx) == "" {
+			return
+		}
+	}
+	ep.fail("not settled after 10 quiescing cycles (the last: %v): %s", last, ep.settled(ctx))
+}
+
+// releaseDamaged lifts the quarantine of the streams damaged on purpose
+// (auditor release), once their condemned key is reaped.
+func (ep *episode) releaseDamaged(ctx context.Context) {
+	q, err := ep.db.Quarantined(ctx, ep.star)
+	if err != nil {
+		ep.fail("quarantine: %v", err)
+		return
+	}
+	for _, row := range q {
+		if row.Stream != nil && ep.damaged[*row.Stream] {
+			ep.note("release %s, quarantined %s: %s", row.Stream, row.ErrorClass, row.Reason)
+			if _, err := ep.db.ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
+				ep.fail("release: %v", err)
+			}
+		}
+	}
+}
+
+// settled is "" when the star is at rest: every stream settled to its
+// next record, no intent open, every erasure applied, no slot reap due;
+// else what is not.
+func (ep *episode) settled(ctx context.Context) string {
+	var not []string
+	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
+	if err != nil {
+		return err.Error()
+	}
+	for _, st := range streams {
+		if st.SettledThrough != st.NextRecord {
+			not = append(not, fmt.Sprintf("stream %s settled %d of %d", st.ID, st.SettledThrough, st.NextRecord))
+		}
+		ers, err := ep.db.ErasuresOf(ctx, st.ID, 0, 1<<62)
+		if err != nil {
+			return err.Error()
+		}
+		for _, e := range ers {
+			if !e.Applied {
+				not = append(not, fmt.Sprintf("stream %s erasure at %d not applied", st.ID, e.FirstRecord))
+			}
+		}
+	}
+	for _, kind := range []string{"publish", "reap"} {
+		in, err := ep.db.Intents(ctx, ep.star, kind, 0)
+		if err != nil {
+			return err.Error()
+		}
+		for _, i := range in {
+			not = append(not, fmt.Sprintf("%s intent %s", kind, i.ObjectKey))
+		}
+	}
+	return strings.Join(not, "; ")
+}
