@@ -37,6 +37,16 @@ type Config struct {
 	ProgressBound time.Duration
 	// Interval is the cycle interval of the schedule now.
 	Interval func() time.Duration
+	// Refusals are the connections the server refused the member's pools
+	// (nil: none watched).
+	Refusals Refusals
+}
+
+// Refusals count the connections the server refused the member for its
+// limit (*catalog.Refusals).
+type Refusals interface {
+	Count() int64
+	Last() time.Time
 }
 
 // Metastore is what the member reads and writes (catalog/fleet.go); it
@@ -92,6 +102,8 @@ type Member struct {
 	draining   bool
 	ticks      int
 	lastHolder string // the other process holding our member name, logged once
+	refused    int64  // refusals counted into the metrics so far
+	starved    bool   // the last round found connections refused lately
 }
 
 // seat is a star the member leads.
@@ -197,6 +209,7 @@ func (mb *Member) call(ctx context.Context) (context.Context, context.CancelFunc
 
 func (mb *Member) round(ctx context.Context) error {
 	mb.reap(ctx)
+	starved := mb.starving()
 	// A member that cannot read the fleet cannot claim: after a few such
 	// rounds it stops heartbeating, so that the others stop counting it
 	// (in the caps, as a successor, as a balance target).
@@ -223,6 +236,9 @@ func (mb *Member) round(ctx context.Context) error {
 	mb.readFails = 0
 	v := mb.view(fv)
 	mb.gauges(v)
+	if starved {
+		return nil // no claim, no balance: it keeps what it holds while it can renew it
+	}
 	if p := planClaims(v, mb.cfg.Rules); p.n > 0 {
 		cctx, cancel := mb.call(ctx)
 		sent := time.Now()
@@ -251,6 +267,39 @@ func (mb *Member) round(ctx context.Context) error {
 	}
 	return nil
 }
+
+// starving reports whether the server refused the member a connection
+// within starvedFor: a member short of connections claims nothing new
+// (its cycles could not run) and moves nothing for balance (its stars
+// would only move to members as short), and keeps what it holds while
+// its leases' pool, held open, renews them. Its cycles fail and retry
+// with backoff. The rounds go on: when no connection has been refused
+// for starvedFor, it claims again.
+func (mb *Member) starving() bool {
+	if mb.cfg.Refusals == nil {
+		return false
+	}
+	n := mb.cfg.Refusals.Count()
+	mb.m.ConnsRefused.Add(float64(n - mb.refused))
+	mb.refused = n
+	starved := time.Since(mb.cfg.Refusals.Last()) < mb.starvedFor()
+	if starved != mb.starved {
+		if starved {
+			mb.log.Warn("the database refuses this member connections (too many connections): claiming nothing new until it stops",
+				"refused", n, "for", mb.starvedFor())
+		} else {
+			mb.log.Info("the database no longer refuses this member connections: claiming again")
+		}
+	}
+	mb.starved = starved
+	mb.m.Starved.Set(b2f(starved))
+	return starved
+}
+
+// starvedFor is how long after a refused connection a member claims
+// nothing: three rounds, and at least the grace, so that a member refused
+// now and then does not claim between refusals.
+func (mb *Member) starvedFor() time.Duration { return max(3*mb.cfg.Tick, mb.cfg.Rules.Grace) }
 
 // view assembles the tick's view and tracks the membership's stability.
 func (mb *Member) view(fv catalog.FleetView) view {

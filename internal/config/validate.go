@@ -99,6 +99,9 @@ func (c Config) Validate() error {
 			add(name, "%s must be positive", d)
 		}
 	}
+	if c.FleetMaxConns < 0 {
+		add("fleet-max-conns", "%d must be 0 (derived from fleet-cycles) or more", c.FleetMaxConns)
+	}
 	if c.Stars != "" && c.Star != "" {
 		add("stars", "set either stars (a fleet member) or star (one star), not both")
 	}
