@@ -98,6 +98,9 @@ type Member struct {
 	liveSet    string               // the live membership last seen
 	live       []catalog.Member     // its members (under mu)
 	liveSince  time.Time            // since when it is that
+	firstRead  time.Time            // the member's first read of the fleet
+	reads      int                  // its reads of the fleet since the live membership last changed
+	settledAt  time.Time            // when it settled (zero: not yet; planClaims)
 	readFails  int                  // rounds in a row whose read of the fleet failed
 	draining   bool
 	ticks      int
@@ -134,7 +137,6 @@ func New(cfg Config, db Metastore, build Factory, log *slog.Logger, m *Metrics, 
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	m.MoveBudget.Set(float64(cfg.Rules.MoveBudget))
 	return &Member{cfg: cfg, db: db, build: build, log: log, m: m, instance: hex.EncodeToString(b), gather: gather,
 		seats: map[string]*seat{}, cooling: map[string]time.Time{}}, nil
 }
@@ -262,7 +264,7 @@ func (mb *Member) round(ctx context.Context) error {
 	}
 	mb.mu.Unlock()
 	slices.Sort(mine)
-	if mv, ok := planBalance(v, mb.cfg.Rules, mine); ok {
+	for _, mv := range planBalance(v, mb.cfg.Rules, mine) {
 		mb.giveUp(mv.star, "balance", mv.kind, mv.to)
 	}
 	return nil
@@ -331,8 +333,21 @@ func (mb *Member) view(fv catalog.FleetView) view {
 	}
 	set := strings.Join(live, ",")
 	if set != mb.liveSet {
-		mb.liveSet, mb.liveSince = set, now
+		mb.liveSet, mb.liveSince, mb.reads = set, now, 0
 	}
+	mb.reads++
+	if mb.firstRead.IsZero() {
+		mb.firstRead = now
+	}
+	// Settled: the live membership read twice, a round apart, unchanged
+	// (the members started with this one have heartbeated by then), or a
+	// grace since the first read, however it changes.
+	if mb.settledAt.IsZero() && (mb.reads >= 2 || now.Sub(mb.firstRead) >= mb.cfg.Rules.Grace) {
+		mb.settledAt = now
+		mb.log.Info("fleet membership settled", "members", set)
+	}
+	v.settled = !mb.settledAt.IsZero()
+	v.settledFor = now.Sub(mb.settledAt)
 	mb.mu.Lock()
 	mb.live = liveMembers(fv.Members)
 	mb.mu.Unlock()
@@ -346,6 +361,7 @@ func (mb *Member) gauges(v view) {
 	mb.m.Stars.Set(float64(len(sh.stars)))
 	mb.m.Cap.Set(float64(sh.cap))
 	mb.m.Imbalance.Set(float64(sh.spread))
+	mb.m.MoveBudget.Set(float64(mb.cfg.Rules.Budget(len(sh.stars))))
 	mb.m.Draining.Set(b2f(mb.draining))
 	mb.m.Unowned.Reset()
 	for _, s := range sh.stars {

@@ -292,3 +292,39 @@ func TestRefusedMemberClaimsNothingAndKeepsItsStars(t *testing.T) {
 		}
 	}
 }
+
+// Members started together over stars an earlier fleet left unowned long
+// ago each claim their share at once: no member takes every star in its
+// first round, before it has seen the others, and the fleet is balanced
+// without a balance move.
+func TestColdStartIsBalanced(t *testing.T) {
+	db, url := testenv.MigratedDB(t)
+	ctx := context.Background()
+	for i := range 40 {
+		if err := writepath.New(db).CreateStar(ctx, fmt.Sprintf("s%02d", i), catalog.ClassStandard, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := &fakeStars{daemons: map[string]*fakeDaemon{}}
+	mb, stop, done := startMember(t, db, "old", old, 10*time.Second)
+	waitFor(t, 20*time.Second, "the earlier fleet leads every star", func() bool { return len(mb.Led()) == 40 })
+	stop()
+	<-done
+	// The earlier fleet's leases, expired an hour ago.
+	if _, err := testenv.Conn(t, url).Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now() - interval '1 hour', handoff_to = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	sa := &fakeStars{daemons: map[string]*fakeDaemon{}}
+	sb := &fakeStars{daemons: map[string]*fakeDaemon{}}
+	a, _, _, ma := startMemberRefused(t, db, "a", sa, 10*time.Second, nil)
+	b, _, _, mbm := startMemberRefused(t, db, "b", sb, 10*time.Second, nil)
+	waitFor(t, 20*time.Second, "a and b lead every star", func() bool { return len(a.Led())+len(b.Led()) == 40 })
+	if len(a.Led()) != 20 || len(b.Led()) != 20 {
+		t.Errorf("a leads %d stars, b %d: want 20 each", len(a.Led()), len(b.Led()))
+	}
+	for name, m := range map[string]*fleet.Metrics{"a": ma, "b": mbm} {
+		if n := testutil.ToFloat64(m.Releases.WithLabelValues("spread")) + testutil.ToFloat64(m.Releases.WithLabelValues("balance")); n != 0 {
+			t.Errorf("%s gave %v stars up for balance: the cold start was not balanced", name, n)
+		}
+	}
+}

@@ -119,7 +119,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		Member: cfg.Holder, Stars: sel, LeaseTTL: cfg.LeaseTTL, Tick: cfg.LeaseRenew,
 		CallTimeout: daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL), ShutdownTimeout: cfg.ShutdownTimeout,
 		Rules: fleet.Rules{Grace: cfg.FleetGrace, HandoffWindow: fleetHandoffWindow(cfg), StableFor: cfg.FleetStableFor,
-			Cooldown: cfg.FleetCooldown, MoveBudget: int(cfg.FleetMoveBudget)},
+			Cooldown: cfg.FleetCooldown, MoveBudget: int(cfg.FleetMoveBudget), MoveBudgetPct: int(cfg.FleetMoveBudgetPct)},
 		BudgetWindow: cfg.FleetBudgetWindow, ProgressBound: cfg.FleetProgressBound,
 		Interval: func() time.Duration { return daemon.CycleInterval(sched, time.Now()) },
 		Refusals: refusals,

@@ -36,6 +36,7 @@ type Config struct {
 	FleetStableFor     time.Duration
 	FleetCooldown      time.Duration
 	FleetMoveBudget    int64
+	FleetMoveBudgetPct int64
 	FleetBudgetWindow  time.Duration
 	FleetProgressBound time.Duration
 	FleetCycles        int64
@@ -280,7 +281,8 @@ var keys = []key{
 	durationKey("fleet-grace", "a star unowned this long may be claimed by a member that is not its favourite; twice this long, by any member beyond its cap", "10s", func(c *Config) *time.Duration { return &c.FleetGrace }),
 	durationKey("fleet-stable-for", "the fleet's live members must not have changed for this long before a star moves for balance", "30s", func(c *Config) *time.Duration { return &c.FleetStableFor }),
 	durationKey("fleet-cooldown", "a star that moved is not moved for balance again within this; a star given up as stuck is not claimed again by the same member within this", "10m", func(c *Config) *time.Duration { return &c.FleetCooldown }),
-	intKey("fleet-move-budget", "balance moves allowed fleet-wide per fleet-budget-window", "10", func(c *Config) *int64 { return &c.FleetMoveBudget }),
+	intKey("fleet-move-budget", "balance moves allowed fleet-wide per fleet-budget-window, at least (fleet-move-budget-pct of the stars when more)", "10", func(c *Config) *int64 { return &c.FleetMoveBudget }),
+	intKey("fleet-move-budget-pct", "balance moves allowed fleet-wide per fleet-budget-window, in percent of the stars (at least fleet-move-budget)", "20", func(c *Config) *int64 { return &c.FleetMoveBudgetPct }),
 	durationKey("fleet-budget-window", "the window of fleet-move-budget", "5m", func(c *Config) *time.Duration { return &c.FleetBudgetWindow }),
 	durationKey("fleet-progress-bound", "a fleet member gives a star up as stuck when its cycle loop made no progress for the cycle interval plus this", "15m", func(c *Config) *time.Duration { return &c.FleetProgressBound }),
 	intKey("fleet-cycles", "cycles a fleet member runs at once over all its stars (each with the settle caches and concurrency of one star)", "2", func(c *Config) *int64 { return &c.FleetCycles }),

@@ -99,6 +99,9 @@ func (c Config) Validate() error {
 			add(name, "%s must be positive", d)
 		}
 	}
+	if c.FleetMoveBudgetPct < 0 || c.FleetMoveBudgetPct > 100 {
+		add("fleet-move-budget-pct", "%d must be between 0 and 100", c.FleetMoveBudgetPct)
+	}
 	if c.FleetMaxConns < 0 {
 		add("fleet-max-conns", "%d must be 0 (derived from fleet-cycles) or more", c.FleetMaxConns)
 	}
