@@ -40,6 +40,9 @@ type PoolOptions struct {
 	AppName string
 	// Refusals, when set, counts the connections the server refused.
 	Refusals *Refusals
+	// Tracer, when set, sees every statement of the pool (a test's count
+	// of transactions).
+	Tracer pgx.QueryTracer
 }
 
 // FleetAppName is the application_name of a fleet member's sessions.
@@ -63,8 +66,13 @@ func OpenBudgeted(url string, o PoolOptions) (*DB, error) {
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && o.AppName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = o.AppName
 	}
-	if o.Refusals != nil {
+	switch {
+	case o.Refusals != nil && o.Tracer != nil:
+		cfg.ConnConfig.Tracer = refusalsAnd{o.Refusals, o.Tracer}
+	case o.Refusals != nil:
 		cfg.ConnConfig.Tracer = o.Refusals
+	case o.Tracer != nil:
+		cfg.ConnConfig.Tracer = o.Tracer
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -122,6 +130,20 @@ func (r *Refusals) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 
 // TraceQueryEnd implements pgx.QueryTracer: nothing.
 func (r *Refusals) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// refusalsAnd is a pool's Refusals and its statements' tracer.
+type refusalsAnd struct {
+	*Refusals
+	q pgx.QueryTracer
+}
+
+func (r refusalsAnd) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return r.q.TraceQueryStart(ctx, c, d)
+}
+
+func (r refusalsAnd) TraceQueryEnd(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryEndData) {
+	r.q.TraceQueryEnd(ctx, c, d)
+}
 
 // ServerConns is the server's connection limit and what uses it now.
 type ServerConns struct {

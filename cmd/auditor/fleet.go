@@ -16,6 +16,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/fleet"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/trim"
 )
 
 // serveFleet is `auditor serve --stars`: a fleet member
@@ -106,9 +107,10 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		dc := daemonConfig(scfg)
 		dc.Policy = policy
 		dc.HTTPAddr = "" // the member serves HTTP for all its stars
+		dc.GaugeInterval, dc.AdminPoll = daemon.DefaultFleetGaugeInterval, daemon.DefaultFleetAdminPoll
 		dc.Buckets, dc.KeyPrefixes = checkedBuckets(scfg)
 		d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: slg, Metrics: m, Gatherer: sreg,
-			Crash: leaseCrash(), Rules: rules, Trim: trimReader(db), Slots: slots})
+			Crash: leaseCrash(), Rules: rules, Trim: trimReader(db), Slots: slots, Idle: trim.IdleCheck{DB: db, Policy: policy}})
 		if err != nil {
 			closeSteps()
 			return fleet.Built{}, err

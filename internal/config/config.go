@@ -89,6 +89,7 @@ type Config struct {
 	ReapGrace            time.Duration
 	ReapBatchSize        int64
 	HistoryRetention     time.Duration
+	IdleRecordInterval   time.Duration
 	ErasureAlertAfter    time.Duration
 	LogFormat            string
 	LogLevel             string
@@ -341,6 +342,7 @@ var keys = []key{
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),
 	intKey("reap-batch-size", "most keys per DeleteObjects request and rows per retention or reap transaction (1-1000)", "1000", func(c *Config) *int64 { return &c.ReapBatchSize }),
+	durationKey("idle-record-interval", "the run ledger records idle cycles (scheduled cycles that found nothing to do and ran no step) as one row per this, and at the first of each quiet spell (0: one row per idle cycle)", "5m", func(c *Config) *time.Duration { return &c.IdleRecordInterval }),
 	durationKey("history-retention", "finished cycle runs and consumed admin requests older than this are pruned (the latest successful run is kept)", "720h", func(c *Config) *time.Duration { return &c.HistoryRetention }),
 	durationKey("erasure-alert-after", "an erasure pending longer than this fires NovaAuditorErasurePending (exported as nova_auditor_erasure_pending_bound_seconds)", "24h", func(c *Config) *time.Duration { return &c.ErasureAlertAfter }),
 	stringKey("log-format", "auto (tint on a terminal, JSON otherwise), text or json", "auto", func(c *Config) *string { return &c.LogFormat }),
