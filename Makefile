@@ -6,7 +6,7 @@ BIN      := bin
 SOAK_DURATION ?= 10m
 EXPLORE_DURATION ?= 10m
 
-.PHONY: help build test test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify lint services-up services-down clean
+.PHONY: help build test test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -73,6 +73,9 @@ bench-settle: ## the settle beside a naive settle at equal concurrency (four sha
 
 bench-tail: ## the long-tail star of issue 25 on versitygw at 30 ms S3 latency: 10,000 Zipf-skewed streams, 50 rounds of write-then-cycle, per-round objects/s against a raw PUT loop, S3 requests, Postgres commits and CPU per object, bytes per new byte, transit and age (NOVA_BENCH_TAIL_STREAMS, _ROUNDS, _CONCURRENCY)
 	NOVA_BENCH_TAIL=1 NOVA_TEST_TIMEOUT=0 scripts/test.sh -v -run '^TestLongTailStar$$' ./settle/
+
+bench-fleet: ## idle fleets on the file store (200 stars on 2 members, 1,000 on 4): time to all led, stars per member, peak connections, commits and CPU per idle star-cycle, RSS per star, re-lead after SIGKILL (NOVA_BENCH_DATABASE_URL, NOVA_BENCH_FLEET_SHAPES, NOVA_BENCH_FLEET_LONG=1 for the 5-minute column)
+	scripts/bench-fleet.sh
 
 lint: ## gofmt, go vet (and golangci-lint when installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

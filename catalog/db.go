@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -93,33 +92,6 @@ func OpenLazy(url string) (*DB, error) {
 	return &DB{pool: pool}, nil
 }
 
-// OpenLazySized is OpenLazy with a pool of maxConns connections unless
-// the URL sets pool_max_conns: a fleet member's own small pool for its
-// leases, and its cycles' pool sized for the cycles it runs at once.
-// idleTx, when positive, is the sessions' idle_in_transaction_session_timeout:
-// a process paused (SIGSTOP, a VM freeze) inside a fenced transaction
-// holds a lock on its star's lease row, which claims skip; the server
-// ends such a transaction (it rolls back: always safe) after idleTx, so
-// the star can move.
-func OpenLazySized(url string, maxConns int32, idleTx time.Duration) (*DB, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("parse database URL: %s", scrub(err.Error(), url))
-	}
-	setPoolDefaults(cfg, url)
-	if !strings.Contains(url, "pool_max_conns") {
-		cfg.MaxConns = maxConns
-	}
-	if idleTx > 0 {
-		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idleTx.Milliseconds(), 10)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("database pool: %s", scrub(err.Error(), url))
-	}
-	return &DB{pool: pool}, nil
-}
-
 // ErrRefused marks a database that answered and refused the URL: bad
 // credentials, no such database. Waiting does not help: a configuration
 // problem.
@@ -177,12 +149,13 @@ func (db *DB) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // IsRetryable reports whether a database error is transient (serialization
-// failure, deadlock, lost connection): retry with backoff, change nothing.
+// failure, deadlock, lost connection, a connection refused for the
+// server's limit): retry with backoff, change nothing.
 func IsRetryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006":
+		case "40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006", "53300":
 			return true
 		}
 		return false

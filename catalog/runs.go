@@ -22,6 +22,11 @@ const (
 	RunLostLease = "lost_lease"
 )
 
+// TriggerIdle is the trigger of a run row that records idle cycles
+// (RecordIdleRun): scheduled cycles that found nothing to do and ran no
+// step, from its started_at to its ended_at.
+const TriggerIdle = "idle"
+
 // RunCounts are the counters of a run row.
 type RunCounts struct {
 	StreamsSettled     int64 `json:"streams_settled"`
@@ -189,6 +194,17 @@ type HistoryPruned struct {
 func (db *DB) PruneHistory(ctx context.Context, f Fence, keep time.Duration, limit int) (HistoryPruned, error) {
 	var p HistoryPruned
 	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+		var err error
+		p, err = pruneHistory(ctx, tx, f.Star, keep, limit)
+		return err
+	})
+	return p, err
+}
+
+// pruneHistory is PruneHistory within tx.
+func pruneHistory(ctx context.Context, tx pgx.Tx, star string, keep time.Duration, limit int) (HistoryPruned, error) {
+	var p HistoryPruned
+	err := func() error {
 		// id = ANY(ARRAY(...)): the outer delete probes the primary key
 		// for each of at most limit ids (IN may become a hash join over
 		// the whole table).
@@ -196,19 +212,19 @@ func (db *DB) PruneHistory(ctx context.Context, f Fence, keep time.Duration, lim
 			SELECT id FROM nova.auditor_runs WHERE star = $1 AND started_at < now() - $2::interval AND ended_at IS NOT NULL
 			  AND id IS DISTINCT FROM (SELECT id FROM nova.auditor_runs WHERE star = $1 AND outcome = $4 AND NOT dry_run
 				ORDER BY ended_at DESC, id DESC LIMIT 1)
-			ORDER BY started_at LIMIT $3))`, f.Star, keep, limit, RunOK)
+			ORDER BY started_at LIMIT $3))`, star, keep, limit, RunOK)
 		if err != nil {
-			return fmt.Errorf("prune runs of star %q: %w", f.Star, err)
+			return fmt.Errorf("prune runs of star %q: %w", star, err)
 		}
 		p.Runs = tag.RowsAffected()
 		tag, err = tx.Exec(ctx, `DELETE FROM nova.admin_requests WHERE id = ANY(ARRAY(
 			SELECT id FROM nova.admin_requests WHERE star = $1 AND consumed_at IS NOT NULL AND consumed_at < now() - $2::interval
-			ORDER BY consumed_at LIMIT $3))`, f.Star, keep, limit)
+			ORDER BY consumed_at LIMIT $3))`, star, keep, limit)
 		if err != nil {
-			return fmt.Errorf("prune admin requests of star %q: %w", f.Star, err)
+			return fmt.Errorf("prune admin requests of star %q: %w", star, err)
 		}
 		p.Requests = tag.RowsAffected()
 		return nil
-	})
+	}()
 	return p, err
 }

@@ -57,8 +57,19 @@ type TrimState struct {
 
 // ReadTrimState reads a star's trim state in one read-only snapshot.
 func (db *DB) ReadTrimState(ctx context.Context, star string) (TrimState, error) {
-	st := TrimState{}
+	var st TrimState
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		st, err = readTrimState(ctx, tx, star)
+		return err
+	})
+	return st, err
+}
+
+// readTrimState is ReadTrimState within tx.
+func readTrimState(ctx context.Context, tx pgx.Tx, star string) (TrimState, error) {
+	st := TrimState{}
+	err := func() error {
 		s := &st.Star
 		err := tx.QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window, now() FROM nova.stars WHERE star = $1`, star).
 			Scan(&s.Star, &s.ChainClass, &s.Epoch, &s.NextSeq, &s.FenceWindow, &st.Now)
@@ -95,7 +106,7 @@ func (db *DB) ReadTrimState(ctx context.Context, star string) (TrimState, error)
 			return fmt.Errorf("count quarantined streams of star %q: %w", star, err)
 		}
 		return nil
-	})
+	}()
 	return st, err
 }
 

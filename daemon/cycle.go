@@ -30,6 +30,10 @@ const (
 	TriggerRetry    = "retry"    // a failed cycle retried early with backoff
 )
 
+// CycleIdle is the outcome, in the cycles_total metric, of a scheduled
+// cycle that found nothing to do and ran no step (Deps.Idle).
+const CycleIdle = "idle"
+
 // CrashAfterLeaseRenew is the daemon's crash point
 // (docs/architecture.md#crash-points-and-the-crash-matrix): after a lease renewal.
 const CrashAfterLeaseRenew crashpoint.Point = "lease.after-renew"
@@ -64,6 +68,9 @@ type Config struct {
 	// each cycle prunes what is older (at most PruneBatch rows of each).
 	// Zero keeps everything.
 	HistoryKeep time.Duration
+	// IdleRecord: the ledger records idle cycles as one row per this
+	// (and at the first of a quiet spell); 0, one row per idle cycle.
+	IdleRecord time.Duration
 
 	// Buckets are the buckets whose lifecycle rules, encryption,
 	// versioning and Object Lock the daemon checks (RunOnce: versioning
@@ -94,6 +101,15 @@ type Deps struct {
 	Rules    BucketRulesReader      // the bucket rules (nil: unknown)
 	Trim     TrimReader             // trim's view for the gauges and /status (nil: none shown)
 	Slots    Slots                  // the process's cycle slots, shared by a fleet member's stars (nil: no bound)
+	Idle     Idle                   // tells a scheduled cycle with nothing to do (nil: every cycle runs its steps)
+}
+
+// Idle tells, before a scheduled cycle, whether any step has work
+// (docs/architecture.md#idle-cycles): in one read of the metastore.
+type Idle interface {
+	// Work names the work a cycle of star would find ("" when none) and
+	// returns the database clock of the reading.
+	Work(ctx context.Context, star string) (string, time.Time, error)
 }
 
 // Defaults of the daemon's intervals and bounds, which have no
@@ -105,6 +121,13 @@ const (
 	DefaultRulesInterval = 24 * time.Hour
 	DefaultDBRetryMax    = 30 * time.Second
 	DefaultPruneBatch    = 1000
+
+	// A fleet member's stars refresh their gauges, and poll their admin
+	// requests, less often: a member leads many, its LISTEN connection
+	// wakes each on a request, and an idle star should cost the
+	// metastore almost nothing (docs/architecture.md#idle-cycles).
+	DefaultFleetGaugeInterval = time.Minute
+	DefaultFleetAdminPoll     = 30 * time.Second
 )
 
 // DefaultLeaseCallTimeout bounds one lease acquisition or renewal attempt:

@@ -43,8 +43,12 @@ type Daemon struct {
 	// progress is when the cycle loop last made progress (UnixNano): a
 	// turn of the lead loop, a cycle's start, a step's start or end
 	// (ProgressAge; a fleet member renews only stars that progress).
-	progress atomic.Int64
-	slots    Slots // the process's cycle slots (nil: no bound)
+	progress  atomic.Int64
+	slots     Slots // the process's cycle slots (nil: no bound)
+	idleCheck Idle  // the idle check (nil: none)
+	// idleAt is the database clock of the last idle cycle (UnixNano): a
+	// success the ledger records only once per idleRunEvery.
+	idleAt atomic.Int64
 }
 
 // New checks the configuration and builds a daemon.
@@ -60,6 +64,7 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 	d.role.Store("standby")
 	d.addr.Store("")
 	d.slots = deps.Slots
+	d.idleCheck = deps.Idle
 	d.r.stepped = d.stepped
 	d.stepped()
 	for _, st := range deps.Steps {
@@ -221,6 +226,8 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 		want     string // trigger of the next cycle; "" when none is wanted
 		retry    <-chan time.Time
 		failures int
+		ran      bool    // a cycle of this term ran its steps and succeeded
+		idled    idleRun // idle cycles the ledger has not recorded yet
 	)
 	if d.cfg.RunNow && !d.ranNow {
 		want, d.ranNow = TriggerManual, true
@@ -240,6 +247,14 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 		// A bucket rule that could expire the auditor's data blocks work
 		// like a halt: the lease is kept, wanted cycles wait.
 		if st.runnable() && d.guard.reason() == "" && (want != "" || st.newTriggers) {
+			// A scheduled cycle with nothing to do runs no step: not the
+			// term's first (the guard's begin, the recovery of what an
+			// earlier term left), nor one asked for by an operator or a
+			// retry.
+			if want == TriggerSchedule && !st.newTriggers && ran && d.idleCycle(t, &idled) {
+				want = ""
+				continue
+			}
 			if d.checkSchema(t.ctx); d.guard.schemaBlocked() {
 				continue // the schema changed since the last check: step down above
 			}
@@ -249,6 +264,8 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 			if ok {
 				d.takeTriggers(t, p)
 				res, stopped := d.runCycle(ctx, t, opts)
+				ran = ran || res.outcome == catalog.RunOK
+				idled = idleRun{} // a quiet spell starts anew
 				if res.outcome == catalog.RunLostLease {
 					t.lose(res.err) // a step found the token stale before the renewer did
 				}
@@ -285,6 +302,67 @@ func (d *Daemon) lead(ctx context.Context, lease heldLease) {
 			d.admin(t, &st)
 		}
 	}
+}
+
+// idleRun is the idle cycles since the ledger last recorded some: how
+// many, and the database clock of the first; recorded, that a row was
+// written since the last cycle that ran its steps.
+type idleRun struct {
+	n        int
+	since    time.Time
+	recorded bool
+}
+
+// The ledger records idle cycles as one run row (catalog.RecordIdleRun):
+// at the first idle cycle after a cycle that ran its steps (so that the
+// ledger shows the star went quiet, as a cycle's row did), then once
+// idleRunEvery of them, or Config.IdleRecord since the first, have gone
+// unrecorded, whichever comes first: at a 10 s schedule and the default
+// 5 minutes, a row per 30 idle cycles.
+const idleRunEvery = 1000
+
+// idleCycle is a scheduled cycle that first asks whether any step has
+// work (Deps.Idle: one read). With none, it runs no step and reports
+// true: it counts as a successful cycle (outcome idle), and the ledger
+// records the idle cycles in one fenced row now and then (idleRunEvery). An error of the check, or work, reports false: the
+// cycle runs its steps.
+func (d *Daemon) idleCycle(t *term, ir *idleRun) bool {
+	if d.idleCheck == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+	defer cancel()
+	work, now, err := d.idleCheck.Work(ctx, d.cfg.Star)
+	switch {
+	case err != nil:
+		d.log.Warn("the idle check failed; the cycle runs its steps", "err", err)
+		return false
+	case work != "":
+		d.log.Debug("the cycle has work", "work", work)
+		return false
+	}
+	d.stepped()
+	d.m.Cycles.WithLabelValues(TriggerSchedule, CycleIdle).Inc()
+	d.idleAt.Store(now.UnixNano())
+	d.m.LastSuccess.Set(float64(now.UnixNano()) / 1e9)
+	if ir.n == 0 {
+		ir.since = now
+	}
+	ir.n++
+	if !ir.recorded || ir.n >= idleRunEvery || now.Sub(ir.since) >= d.cfg.IdleRecord {
+		_, err := d.db.RecordIdleRun(ctx, t.lease.Fence, ir.since, d.cfg.HistoryKeep, d.cfg.PruneBatch)
+		d.m.tx(err)
+		switch {
+		case errors.Is(err, catalog.ErrStaleToken):
+			t.lose(err)
+		case err != nil:
+			d.log.Warn("recording idle cycles in the ledger failed; the next idle cycle tries again", "err", err)
+		default:
+			d.log.Debug("idle cycles recorded", "cycles", ir.n, "since", ir.since)
+			*ir = idleRun{recorded: true}
+		}
+	}
+	return true
 }
 
 // startSchedule starts the cron schedule: each firing asks for a cycle on
@@ -663,7 +741,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		return err
 	}
 	if ok && last.EndedAt != nil {
-		d.m.LastSuccess.Set(float64(last.EndedAt.UnixNano()) / 1e9)
+		// an idle cycle since the ledger's last row is a later success
+		d.m.LastSuccess.Set(float64(max(last.EndedAt.UnixNano(), d.idleAt.Load())) / 1e9)
 	}
 	return nil
 }

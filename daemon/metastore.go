@@ -41,6 +41,7 @@ type Ledger interface {
 	SetHalted(ctx context.Context, f catalog.Fence, reason string) error
 	PruneHistory(ctx context.Context, f catalog.Fence, keep time.Duration, limit int) (catalog.HistoryPruned, error)
 	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	RecordIdleRun(ctx context.Context, f catalog.Fence, since time.Time, keep time.Duration, limit int) (catalog.Run, error)
 }
 
 // Requests are the operator's admin requests (daemon.go, triggers.go):

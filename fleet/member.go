@@ -37,6 +37,16 @@ type Config struct {
 	ProgressBound time.Duration
 	// Interval is the cycle interval of the schedule now.
 	Interval func() time.Duration
+	// Refusals are the connections the server refused the member's pools
+	// (nil: none watched).
+	Refusals Refusals
+}
+
+// Refusals count the connections the server refused the member for its
+// limit (*catalog.Refusals).
+type Refusals interface {
+	Count() int64
+	Last() time.Time
 }
 
 // Metastore is what the member reads and writes (catalog/fleet.go); it
@@ -88,10 +98,15 @@ type Member struct {
 	liveSet    string               // the live membership last seen
 	live       []catalog.Member     // its members (under mu)
 	liveSince  time.Time            // since when it is that
+	firstRead  time.Time            // the member's first read of the fleet
+	reads      int                  // its reads of the fleet since the live membership last changed
+	settledAt  time.Time            // when it settled (zero: not yet; planClaims)
 	readFails  int                  // rounds in a row whose read of the fleet failed
 	draining   bool
 	ticks      int
 	lastHolder string // the other process holding our member name, logged once
+	refused    int64  // refusals counted into the metrics so far
+	starved    bool   // the last round found connections refused lately
 }
 
 // seat is a star the member leads.
@@ -122,7 +137,6 @@ func New(cfg Config, db Metastore, build Factory, log *slog.Logger, m *Metrics, 
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	m.MoveBudget.Set(float64(cfg.Rules.MoveBudget))
 	return &Member{cfg: cfg, db: db, build: build, log: log, m: m, instance: hex.EncodeToString(b), gather: gather,
 		seats: map[string]*seat{}, cooling: map[string]time.Time{}}, nil
 }
@@ -197,6 +211,7 @@ func (mb *Member) call(ctx context.Context) (context.Context, context.CancelFunc
 
 func (mb *Member) round(ctx context.Context) error {
 	mb.reap(ctx)
+	starved := mb.starving()
 	// A member that cannot read the fleet cannot claim: after a few such
 	// rounds it stops heartbeating, so that the others stop counting it
 	// (in the caps, as a successor, as a balance target).
@@ -223,6 +238,9 @@ func (mb *Member) round(ctx context.Context) error {
 	mb.readFails = 0
 	v := mb.view(fv)
 	mb.gauges(v)
+	if starved {
+		return nil // no claim, no balance: it keeps what it holds while it can renew it
+	}
 	if p := planClaims(v, mb.cfg.Rules); p.n > 0 {
 		cctx, cancel := mb.call(ctx)
 		sent := time.Now()
@@ -246,11 +264,44 @@ func (mb *Member) round(ctx context.Context) error {
 	}
 	mb.mu.Unlock()
 	slices.Sort(mine)
-	if mv, ok := planBalance(v, mb.cfg.Rules, mine); ok {
+	for _, mv := range planBalance(v, mb.cfg.Rules, mine) {
 		mb.giveUp(mv.star, "balance", mv.kind, mv.to)
 	}
 	return nil
 }
+
+// starving reports whether the server refused the member a connection
+// within starvedFor: a member short of connections claims nothing new
+// (its cycles could not run) and moves nothing for balance (its stars
+// would only move to members as short), and keeps what it holds while
+// its leases' pool, held open, renews them. Its cycles fail and retry
+// with backoff. The rounds go on: when no connection has been refused
+// for starvedFor, it claims again.
+func (mb *Member) starving() bool {
+	if mb.cfg.Refusals == nil {
+		return false
+	}
+	n := mb.cfg.Refusals.Count()
+	mb.m.ConnsRefused.Add(float64(n - mb.refused))
+	mb.refused = n
+	starved := time.Since(mb.cfg.Refusals.Last()) < mb.starvedFor()
+	if starved != mb.starved {
+		if starved {
+			mb.log.Warn("the database refuses this member connections (too many connections): claiming nothing new until it stops",
+				"refused", n, "for", mb.starvedFor())
+		} else {
+			mb.log.Info("the database no longer refuses this member connections: claiming again")
+		}
+	}
+	mb.starved = starved
+	mb.m.Starved.Set(b2f(starved))
+	return starved
+}
+
+// starvedFor is how long after a refused connection a member claims
+// nothing: three rounds, and at least the grace, so that a member refused
+// now and then does not claim between refusals.
+func (mb *Member) starvedFor() time.Duration { return max(3*mb.cfg.Tick, mb.cfg.Rules.Grace) }
 
 // view assembles the tick's view and tracks the membership's stability.
 func (mb *Member) view(fv catalog.FleetView) view {
@@ -282,8 +333,21 @@ func (mb *Member) view(fv catalog.FleetView) view {
 	}
 	set := strings.Join(live, ",")
 	if set != mb.liveSet {
-		mb.liveSet, mb.liveSince = set, now
+		mb.liveSet, mb.liveSince, mb.reads = set, now, 0
 	}
+	mb.reads++
+	if mb.firstRead.IsZero() {
+		mb.firstRead = now
+	}
+	// Settled: the live membership read twice, a round apart, unchanged
+	// (the members started with this one have heartbeated by then), or a
+	// grace since the first read, however it changes.
+	if mb.settledAt.IsZero() && (mb.reads >= 2 || now.Sub(mb.firstRead) >= mb.cfg.Rules.Grace) {
+		mb.settledAt = now
+		mb.log.Info("fleet membership settled", "members", set)
+	}
+	v.settled = !mb.settledAt.IsZero()
+	v.settledFor = now.Sub(mb.settledAt)
 	mb.mu.Lock()
 	mb.live = liveMembers(fv.Members)
 	mb.mu.Unlock()
@@ -297,6 +361,7 @@ func (mb *Member) gauges(v view) {
 	mb.m.Stars.Set(float64(len(sh.stars)))
 	mb.m.Cap.Set(float64(sh.cap))
 	mb.m.Imbalance.Set(float64(sh.spread))
+	mb.m.MoveBudget.Set(float64(mb.cfg.Rules.Budget(len(sh.stars))))
 	mb.m.Draining.Set(b2f(mb.draining))
 	mb.m.Unowned.Reset()
 	for _, s := range sh.stars {

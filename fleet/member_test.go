@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
@@ -98,6 +99,15 @@ const (
 
 func startMember(t *testing.T, db *catalog.DB, name string, stars *fakeStars, progressBound time.Duration) (*fleet.Member, context.CancelFunc, chan struct{}) {
 	t.Helper()
+	mb, cancel, done, _ := startMemberRefused(t, db, name, stars, progressBound, nil)
+	return mb, cancel, done
+}
+
+// startMemberRefused starts a member whose refused connections are
+// refusals (nil: none), and returns its metrics too.
+func startMemberRefused(t *testing.T, db *catalog.DB, name string, stars *fakeStars, progressBound time.Duration,
+	refusals fleet.Refusals) (*fleet.Member, context.CancelFunc, chan struct{}, *fleet.Metrics) {
+	t.Helper()
 	sel, _ := fleet.ParseSelector("all")
 	reg := prometheus.NewRegistry()
 	m, err := fleet.NewMetrics(reg)
@@ -108,6 +118,7 @@ func startMember(t *testing.T, db *catalog.DB, name string, stars *fakeStars, pr
 		ShutdownTimeout: time.Second, BudgetWindow: time.Minute, ProgressBound: progressBound,
 		Rules:    fleet.Rules{Grace: time.Second, HandoffWindow: 3 * testTick, StableFor: time.Second, Cooldown: time.Minute, MoveBudget: 100},
 		Interval: func() time.Duration { return time.Second },
+		Refusals: refusals,
 	}, db, stars.build, slog.New(slog.NewTextHandler(io.Discard, nil)), m, fleet.NewGatherers(reg))
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +130,7 @@ func startMember(t *testing.T, db *catalog.DB, name string, stars *fakeStars, pr
 		_ = mb.Run(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return mb, cancel, done
+	return mb, cancel, done, m
 }
 
 func fleetDB(t *testing.T, n int) *catalog.DB {
@@ -218,6 +229,102 @@ func TestStuckAndDrainHandOff(t *testing.T) {
 	for _, m := range v.Members {
 		if m.Member == "a" {
 			t.Errorf("the drained member's row is still there: %+v", m)
+		}
+	}
+}
+
+// refusing is a member's refused connections, refusing while on.
+type refusing struct {
+	on atomic.Bool
+	n  atomic.Int64
+}
+
+func (r *refusing) Count() int64 {
+	if r.on.Load() {
+		return r.n.Add(1)
+	}
+	return r.n.Load()
+}
+
+func (r *refusing) Last() time.Time {
+	if r.on.Load() {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+// A member the server refuses connections claims nothing, says so, and
+// claims once the refusals stop; refused again, it keeps the stars it
+// leads (its leases' pool renews them) and loses none.
+func TestRefusedMemberClaimsNothingAndKeepsItsStars(t *testing.T) {
+	db := fleetDB(t, 4)
+	ref := &refusing{}
+	ref.on.Store(true)
+	stars := &fakeStars{daemons: map[string]*fakeDaemon{}}
+	mb, _, _, m := startMemberRefused(t, db, "a", stars, 10*time.Second, ref)
+	waitFor(t, 10*time.Second, "a says it is starved", func() bool { return testutil.ToFloat64(m.Starved) == 1 })
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if led := mb.Led(); len(led) != 0 {
+			t.Fatalf("a starved member claimed %v", led)
+		}
+	}
+	if testutil.ToFloat64(m.ConnsRefused) < 1 {
+		t.Errorf("refused connections not counted: %v", testutil.ToFloat64(m.ConnsRefused))
+	}
+	ref.on.Store(false)
+	waitFor(t, 20*time.Second, "a leads the four stars once no longer refused", func() bool { return len(mb.Led()) == 4 })
+	if testutil.ToFloat64(m.Starved) != 0 {
+		t.Error("a still says it is starved")
+	}
+	ref.on.Store(true)
+	start := time.Now()
+	for time.Since(start) < 3*testTTL {
+		for _, s := range []string{"s0", "s1", "s2", "s3"} {
+			if h := holder(t, db, s); h != "a" {
+				t.Fatalf("%s led by %q while a is refused connections", s, h)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, s := range []string{"s0", "s1", "s2", "s3"} {
+		if d := stars.get(s); d.lost.Load() != 0 || d.terms.Load() != 1 {
+			t.Errorf("%s: %d terms, %d lost", s, d.terms.Load(), d.lost.Load())
+		}
+	}
+}
+
+// Members started together over stars an earlier fleet left unowned long
+// ago each claim their share at once: no member takes every star in its
+// first round, before it has seen the others, and the fleet is balanced
+// without a balance move.
+func TestColdStartIsBalanced(t *testing.T) {
+	db, url := testenv.MigratedDB(t)
+	ctx := context.Background()
+	for i := range 40 {
+		if err := writepath.New(db).CreateStar(ctx, fmt.Sprintf("s%02d", i), catalog.ClassStandard, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := &fakeStars{daemons: map[string]*fakeDaemon{}}
+	mb, stop, done := startMember(t, db, "old", old, 10*time.Second)
+	waitFor(t, 20*time.Second, "the earlier fleet leads every star", func() bool { return len(mb.Led()) == 40 })
+	stop()
+	<-done
+	// The earlier fleet's leases, expired an hour ago.
+	if _, err := testenv.Conn(t, url).Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now() - interval '1 hour', handoff_to = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	sa := &fakeStars{daemons: map[string]*fakeDaemon{}}
+	sb := &fakeStars{daemons: map[string]*fakeDaemon{}}
+	a, _, _, ma := startMemberRefused(t, db, "a", sa, 10*time.Second, nil)
+	b, _, _, mbm := startMemberRefused(t, db, "b", sb, 10*time.Second, nil)
+	waitFor(t, 20*time.Second, "a and b lead every star", func() bool { return len(a.Led())+len(b.Led()) == 40 })
+	if len(a.Led()) != 20 || len(b.Led()) != 20 {
+		t.Errorf("a leads %d stars, b %d: want 20 each", len(a.Led()), len(b.Led()))
+	}
+	for name, m := range map[string]*fleet.Metrics{"a": ma, "b": mbm} {
+		if n := testutil.ToFloat64(m.Releases.WithLabelValues("spread")) + testutil.ToFloat64(m.Releases.WithLabelValues("balance")); n != 0 {
+			t.Errorf("%s gave %v stars up for balance: the cold start was not balanced", name, n)
 		}
 	}
 }

@@ -27,6 +27,11 @@ type Metrics struct {
 	CycleWaits prometheus.Counter     // cycles that waited for one of the process's cycle slots
 	CycleSlots prometheus.Gauge       // --fleet-cycles
 	CyclesHeld prometheus.Gauge       // cycle slots in use
+	MaxConns   prometheus.Gauge       // --fleet-max-conns (or its default)
+	// ConnsRefused counts the connections the server refused the member
+	// (too many connections); Starved is 1 while it claims nothing for it.
+	ConnsRefused prometheus.Counter
+	Starved      prometheus.Gauge
 }
 
 // NewMetrics registers the fleet's series.
@@ -56,6 +61,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Cycles that waited for one of the process's cycle slots (--fleet-cycles)."}),
 		CycleSlots: g("cycle_slots", "Cycles the process runs at once, over all its stars (--fleet-cycles)."),
 		CyclesHeld: g("cycle_slots_used", "Cycle slots in use."),
+		MaxConns:   g("max_conns", "Postgres connections the member opens at most (--fleet-max-conns, or its default from --fleet-cycles)."),
+		ConnsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "nova_auditor_fleet_conns_refused_total",
+			Help: "Connections the Postgres server refused the member for its connection limit (SQLSTATE 53300)."}),
+		Starved: g("conns_starved", "1 while the member claims nothing new because the server refused it connections lately."),
 	}
 	for _, r := range []string{"new", "released", "drain", "balance", "stuck", "lost"} {
 		m.Moves.WithLabelValues(r)
@@ -68,7 +77,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.Members, m.Stars, m.Owned, m.Cap, m.Imbalance, m.Draining, m.Unowned,
-		m.Progress, m.Moves, m.Releases, m.MoveBudget, m.Ticks, m.CycleWaits, m.CycleSlots, m.CyclesHeld} {
+		m.Progress, m.Moves, m.Releases, m.MoveBudget, m.Ticks, m.CycleWaits, m.CycleSlots, m.CyclesHeld,
+		m.MaxConns, m.ConnsRefused, m.Starved} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

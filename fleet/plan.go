@@ -3,6 +3,7 @@ package fleet
 import (
 	"cmp"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"time"
 
@@ -75,8 +76,23 @@ type Rules struct {
 	HandoffWindow time.Duration // a star handed to a member is left to it this long
 	StableFor     time.Duration // the live membership must not have changed this long before a balance move
 	Cooldown      time.Duration // a star moved this recently is not moved for balance
-	MoveBudget    int           // balance moves fleet-wide per budget window
+	MoveBudget    int           // balance moves fleet-wide per budget window, at least
+	MoveBudgetPct int           // balance moves fleet-wide per budget window, in percent of the stars
 }
+
+// Budget is the fleet's balance moves per budget window for m stars: a
+// share of them (MoveBudgetPct), and at least MoveBudget, so that a member
+// joining a large fleet gets its share in minutes, not hours.
+func (r Rules) Budget(m int) int {
+	return max(r.MoveBudget, (m*r.MoveBudgetPct+99)/100)
+}
+
+// inFlight is how many stars a member may be giving up for balance at
+// once: an eighth of the budget's share of each member, at least one. The
+// budget is read from the move log, where a move enters only when its
+// target claims the star, so the fleet can pass it by the moves in flight:
+// less than N × inFlight, an eighth of the budget.
+func (r Rules) inFlight(m, n int) int { return max(1, r.Budget(m)/(8*max(n, 1))) }
 
 // view is what one tick of the member knows: the metastore's reading and
 // its own state.
@@ -89,6 +105,11 @@ type view struct {
 	leaving  int             // of which are being given up
 	cooling  map[string]bool // stars this member gave up as stuck, left alone for now
 	stableOK bool            // the live membership has been unchanged for StableFor
+	// settled: the member has seen the live membership unchanged for a
+	// round since it started, or it started a grace ago; settledFor is
+	// how long it has been.
+	settled    bool
+	settledFor time.Duration
 }
 
 // shape is the fleet as a view sees it.
@@ -141,7 +162,12 @@ type claimPlan struct {
 // planClaims: stars handed to this member first and stars unowned beyond
 // twice the grace (both beyond the cap), then, while under the cap, the
 // stars this member is the favourite of, then others' favourites unowned
-// beyond the grace; each group by rendezvous score.
+// beyond the grace; each group by rendezvous score. Until the member has
+// settled (its first round sees only the members that started before it)
+// it claims only the stars handed to it; and a star's unowned time counts
+// for it from when it settled, so that members started together first
+// claim their favourites, each up to its cap, whatever the stars' leases
+// say of an earlier fleet.
 func planClaims(v view, r Rules) claimPlan {
 	if v.draining {
 		return claimPlan{}
@@ -164,16 +190,17 @@ func planClaims(v view, r Rules) claimPlan {
 		handedElsewhere := s.HandoffTo != "" && s.HandoffTo != v.me && s.HandoffAge < r.HandoffWindow &&
 			slices.Contains(sh.live, s.HandoffTo)
 		c := cand{star: s.Star, score: score(s.Star, v.me)}
+		unowned := min(s.Unowned, v.settledFor)
 		switch {
 		case handedHere:
 			c.prio = 0
-		case handedElsewhere:
+		case handedElsewhere, !v.settled:
 			continue
-		case s.Unowned > 2*r.Grace:
+		case unowned > 2*r.Grace:
 			c.prio = 1
 		case sh.favourite(s.Star) == v.me:
 			c.prio = 2
-		case s.Unowned > r.Grace:
+		case unowned > r.Grace:
 			c.prio = 3
 		default:
 			continue
@@ -211,44 +238,87 @@ type move struct {
 	kind string
 }
 
-// planBalance: at most one star handed from this member toward the least
-// loaded live member, only with hysteresis (this member above floor(M/N),
-// the target at least two below it), only when the membership is stable,
-// no star is unowned, none of this member's is already leaving, the star
-// has not moved within the cooldown and the fleet's balance moves are
-// under budget. The star is one the target drained (a restarted member
-// gets its own stars back), else one the target is the favourite of,
-// else the one that scores highest for the target.
-func planBalance(v view, r Rules, candidates []string) (move, bool) {
-	if v.draining || !v.stableOK || v.leaving > 0 {
-		return move{}, false
+// planBalance: stars handed from this member toward the least loaded live
+// members, only with hysteresis (this member above floor(M/N), the target
+// at least two below it, both counted after the moves planned before in
+// the round), only when the membership is stable, no star is unowned, the
+// star has not moved within the cooldown and the fleet's balance moves are
+// under budget. At most Rules.inFlight stars of this member leave at once,
+// and each target gets in one round no more than its share of what it
+// lacks (what it lacks over the members that may give), so members giving
+// at once do not overfill it. Each star is one its target drained (a
+// restarted member gets its own stars back), else one the target is the
+// favourite of, else the one that scores highest for the target.
+func planBalance(v view, r Rules, candidates []string) []move {
+	if v.draining || !v.stableOK {
+		return nil
 	}
 	sh := v.shape()
 	for _, s := range sh.stars {
 		if !s.Live {
-			return move{}, false // claims first
+			return nil // claims first
 		}
 	}
-	mine := sh.owned[v.me]
-	if mine <= sh.floor || !slices.Contains(sh.live, v.me) {
+	if !slices.Contains(sh.live, v.me) {
+		return nil
+	}
+	room := r.inFlight(len(sh.stars), len(sh.live)) - v.leaving
+	budget := r.Budget(len(sh.stars)) - v.fleet.BalanceMoves
+	owned := maps.Clone(sh.owned)
+	givers := 0
+	for _, m := range sh.live {
+		if owned[m] > sh.floor {
+			givers++
+		}
+	}
+	// what each target may get in this round from this member
+	share := map[string]int{}
+	for _, m := range sh.live {
+		share[m] = max(1, (sh.floor-owned[m]+givers-1)/max(givers, 1))
+	}
+	byStar := map[string]catalog.FleetStar{}
+	for _, s := range sh.stars {
+		byStar[s.Star] = s
+	}
+	left := slices.Clone(candidates)
+	var moves []move
+	for ; room > 0; room-- {
+		mv, ok := nextMove(v, r, sh, byStar, owned, share, left, budget <= 0)
+		if !ok {
+			break
+		}
+		if mv.kind == "balance" {
+			budget--
+		}
+		owned[v.me]--
+		owned[mv.to]++
+		share[mv.to]--
+		left = slices.DeleteFunc(left, func(s string) bool { return s == mv.star })
+		moves = append(moves, mv)
+	}
+	return moves
+}
+
+// nextMove is planBalance's next move given the counts after the moves
+// planned before it (owned) and what is left of the targets' shares.
+func nextMove(v view, r Rules, sh shape, byStar map[string]catalog.FleetStar, owned, share map[string]int,
+	candidates []string, spent bool) (move, bool) {
+	mine := owned[v.me]
+	if mine <= sh.floor {
 		return move{}, false
 	}
 	// Above the cap is a transient to undo (a lone first member took every
 	// star; a drain piled stars on the others): not budgeted. Nor is a
 	// star going home to the member that drained it. The rest is.
-	budgeted := mine <= sh.cap && v.fleet.BalanceMoves >= r.MoveBudget
+	budgeted := mine <= sh.cap && spent
 	to := ""
 	for _, m := range sh.live {
-		if m != v.me && sh.owned[m] <= mine-2 && (to == "" || sh.owned[m] < sh.owned[to]) {
+		if m != v.me && owned[m] <= mine-2 && share[m] > 0 && (to == "" || owned[m] < owned[to]) {
 			to = m
 		}
 	}
 	if to == "" {
 		return move{}, false
-	}
-	byStar := map[string]catalog.FleetStar{}
-	for _, s := range sh.stars {
-		byStar[s.Star] = s
 	}
 	// rank: 2 for a star the target drained (it gets its own back), 1 for
 	// one it is the favourite of, 0 otherwise; ties by its score.

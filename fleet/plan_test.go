@@ -29,7 +29,8 @@ func stars(n int) []catalog.FleetStar {
 
 func testView(me string, fv catalog.FleetView) view {
 	sel, _ := ParseSelector("all")
-	v := view{me: me, fleet: fv, sel: sel, held: map[string]bool{}, cooling: map[string]bool{}, stableOK: true}
+	v := view{me: me, fleet: fv, sel: sel, held: map[string]bool{}, cooling: map[string]bool{}, stableOK: true,
+		settled: true, settledFor: 24 * time.Hour}
 	for _, s := range fv.Stars {
 		if s.Live && s.Holder == me {
 			v.held[s.Star] = true
@@ -92,6 +93,15 @@ func TestClaimsPreferFavouritesThenGrace(t *testing.T) {
 	}
 }
 
+// planOne is planBalance's first move.
+func planOne(v view, r Rules, candidates []string) (move, bool) {
+	ms := planBalance(v, r, candidates)
+	if len(ms) == 0 {
+		return move{}, false
+	}
+	return ms[0], true
+}
+
 func owned(fv *catalog.FleetView, counts map[string]int) {
 	i := 0
 	for m, n := range counts {
@@ -132,7 +142,7 @@ func TestBalanceHysteresis(t *testing.T) {
 			fv.Stars = stars(c.counts["a"] + c.counts["b"] + c.counts["c"])
 		}
 		owned(&fv, c.counts)
-		mv, ok := planBalance(testView(c.me, fv), testRules, mine(fv, c.me))
+		mv, ok := planOne(testView(c.me, fv), testRules, mine(fv, c.me))
 		if ok != (c.to != "") || (ok && mv.to != c.to) {
 			t.Errorf("%v as %s: move %+v %v, want to %q", c.counts, c.me, mv, ok, c.to)
 		}
@@ -146,32 +156,32 @@ func TestBalanceHysteresis(t *testing.T) {
 	fv := base()
 	v := testView("a", fv)
 	v.stableOK = false
-	if _, ok := planBalance(v, testRules, mine(fv, "a")); ok {
+	if _, ok := planOne(v, testRules, mine(fv, "a")); ok {
 		t.Error("a move while the membership is not stable")
 	}
 	// Over the budget: a member above the cap still gives stars back (a
 	// transient to undo); one within the cap waits.
 	fv.BalanceMoves = testRules.MoveBudget
-	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); !ok {
+	if _, ok := planOne(testView("a", fv), testRules, mine(fv, "a")); !ok {
 		t.Error("a member above the cap waits for the budget")
 	}
 	within := catalog.FleetView{Members: members("a", "b", "c"), Stars: stars(13), BalanceMoves: testRules.MoveBudget}
 	owned(&within, map[string]int{"a": 5, "b": 5, "c": 3})
-	if _, ok := planBalance(testView("a", within), testRules, mine(within, "a")); ok {
+	if _, ok := planOne(testView("a", within), testRules, mine(within, "a")); ok {
 		t.Error("a move over the budget by a member within its cap")
 	}
 	within.BalanceMoves = 0
-	if mv, ok := planBalance(testView("a", within), testRules, mine(within, "a")); !ok || mv.to != "c" {
+	if mv, ok := planOne(testView("a", within), testRules, mine(within, "a")); !ok || mv.to != "c" {
 		t.Errorf("5/5/3 under budget: %+v %v, want a move to c", mv, ok)
 	}
 	fv = base()
 	v = testView("a", fv)
 	v.leaving = 1
-	if _, ok := planBalance(v, testRules, mine(fv, "a")); ok {
+	if _, ok := planOne(v, testRules, mine(fv, "a")); ok {
 		t.Error("a second move while one star is leaving")
 	}
 	fv.Stars[11].Live = false
-	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); ok {
+	if _, ok := planOne(testView("a", fv), testRules, mine(fv, "a")); ok {
 		t.Error("a balance move while a star is unowned")
 	}
 	// Every star of a moved within the cooldown: none moves, except one
@@ -180,13 +190,13 @@ func TestBalanceHysteresis(t *testing.T) {
 	for i := range fv.Stars {
 		fv.Stars[i].LastMove, fv.Stars[i].LastReason = time.Minute, "new"
 	}
-	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); !ok {
+	if _, ok := planOne(testView("a", fv), testRules, mine(fv, "a")); !ok {
 		t.Error("no move of stars claimed new a minute ago: a first claim must not start the cooldown")
 	}
 	for i := range fv.Stars {
 		fv.Stars[i].LastReason = "balance"
 	}
-	if _, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); ok {
+	if _, ok := planOne(testView("a", fv), testRules, mine(fv, "a")); ok {
 		t.Error("a move of a star within its cooldown")
 	}
 	var home string
@@ -196,7 +206,7 @@ func TestBalanceHysteresis(t *testing.T) {
 			break
 		}
 	}
-	if mv, ok := planBalance(testView("a", fv), testRules, mine(fv, "a")); !ok || mv.star != home || mv.to != "b" {
+	if mv, ok := planOne(testView("a", fv), testRules, mine(fv, "a")); !ok || mv.star != home || mv.to != "b" {
 		t.Errorf("the drained star does not go home: %+v %v, want %s to b", mv, ok, home)
 	}
 }
@@ -296,5 +306,84 @@ func TestSelectorsAndDeadSuccessors(t *testing.T) {
 	v.fleet.Stars[0].Unowned = 4 * testRules.Grace
 	if p := planClaims(v, testRules); len(p.claims) != 1 {
 		t.Errorf("a star cooling and unowned for 4 graces: %+v, want a to take it", p.claims)
+	}
+}
+
+// Until a member has settled it claims only stars handed to it; settled,
+// it counts a star's unowned time from then, so stars an earlier fleet
+// left unowned long ago go first to their favourites, each up to its cap.
+func TestClaimsWaitForTheMembershipToSettle(t *testing.T) {
+	fv := catalog.FleetView{Members: members("a", "b"), Stars: stars(40)}
+	for i := range fv.Stars {
+		fv.Stars[i].Unowned = time.Hour
+	}
+	fv.Stars[0].HandoffTo, fv.Stars[0].HandoffAge = "a", time.Second
+	v := testView("a", fv)
+	v.settled, v.settledFor = false, 0
+	if p := planClaims(v, testRules); p.n != 1 || p.claims[0].Star != "s00" {
+		t.Fatalf("an unsettled member claims %+v, want only the star handed to it", p.claims)
+	}
+	v.settled = true
+	p := planClaims(v, testRules)
+	if p.n > 20 {
+		t.Fatalf("just settled: %d claims, above the cap of 20", p.n)
+	}
+	sh := v.shape()
+	for _, c := range p.claims[1:] {
+		if c.OverCap || sh.favourite(c.Star) != "a" {
+			t.Fatalf("just settled, a claims %+v: want only its favourites within its cap", c)
+		}
+	}
+	v.settledFor = 2*testRules.Grace + time.Second
+	if p := planClaims(v, testRules); p.n != 40 {
+		t.Fatalf("settled two graces ago: %d claims, want all 40 by the liveness rule", p.n)
+	}
+}
+
+// The budget is a share of the stars, at least the configured floor; a
+// member above its cap in a large fleet gives several stars at once, and
+// no target is given more in a round than its share of what it lacks.
+func TestBalanceScalesWithTheStars(t *testing.T) {
+	r := Rules{MoveBudget: 10, MoveBudgetPct: 20}
+	if r.Budget(20) != 10 || r.Budget(1000) != 200 || r.Budget(101) != 21 {
+		t.Fatalf("budgets %d %d %d, want 10 200 21", r.Budget(20), r.Budget(1000), r.Budget(101))
+	}
+	fv := catalog.FleetView{Members: members("a", "b", "c", "d", "e"), Stars: stars(1000)}
+	for i := range fv.Stars {
+		fv.Stars[i].Star = fmt.Sprintf("s%04d", i)
+	}
+	owned(&fv, map[string]int{"a": 250, "b": 250, "c": 250, "d": 250})
+	mine := func(me string) []string {
+		var out []string
+		for _, s := range fv.Stars {
+			if s.Holder == me {
+				out = append(out, s.Star)
+			}
+		}
+		return out
+	}
+	ms := planBalance(testView("a", fv), r, mine("a"))
+	if len(ms) != r.inFlight(1000, 5) || len(ms) != 5 {
+		t.Fatalf("a joining member in a fleet of 1000: %d moves in a round, want 5", len(ms))
+	}
+	for _, mv := range ms {
+		if mv.to != "e" || mv.kind != "spread" {
+			t.Errorf("move %+v: want a spread to e", mv)
+		}
+	}
+	v := testView("a", fv)
+	v.leaving = 5
+	if ms := planBalance(v, r, mine("a")); len(ms) != 0 {
+		t.Errorf("moves %+v with five stars leaving already", ms)
+	}
+	// Two givers, one target: each gives half of what it lacks, so that
+	// together they fill it to the floor, not past the cap.
+	fv = catalog.FleetView{Members: members("a", "b", "c"), Stars: stars(20)}
+	owned(&fv, map[string]int{"a": 10, "b": 10})
+	wide := Rules{MoveBudget: 100}
+	for _, me := range []string{"a", "b"} {
+		if ms := planBalance(testView(me, fv), wide, mine(me)); len(ms) != 3 {
+			t.Errorf("%s gives %d stars to c, want 3 (c lacks 6, two members give)", me, len(ms))
+		}
 	}
 }

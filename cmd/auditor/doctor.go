@@ -12,7 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
+	"github.com/nova/auditor/fleet"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/s3store"
@@ -42,6 +44,7 @@ const doctorBucketTimeout = 2 * time.Minute
 func cmdDoctor(ctx context.Context, e env, args []string) int {
 	fs := newFlags(e, "doctor")
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
+	members := fs.Int("fleet-members", 0, "judge the connections of this many fleet members at --fleet-max-conns (0: of this star's serve, at its pool)")
 	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
@@ -56,6 +59,7 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 			Seen: cfg.Scrub(err.Error()), Do: "check --database-url, the network and the role's password"})
 	} else {
 		pg = append(pg, postgresChecks(ctx, cfg, db)...)
+		pg = append(pg, doctorConnections(ctx, cfg, db, *members))
 		db.Close()
 	}
 	rep, err := runDoctor(ctx, cfg, pg)
@@ -83,6 +87,24 @@ func postgresChecks(ctx context.Context, cfg config.Config, db doctorMetastore) 
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// doctorConnections is doctor's connections row: members fleet members at
+// their bound, or with none this star's serve at its pool.
+func doctorConnections(ctx context.Context, cfg config.Config, db *catalog.DB, members int) checkRow {
+	sc, err := db.ServerConns(ctx, catalog.FleetAppName)
+	if err != nil {
+		return checkRow{Status: statusWarn, Scope: "postgres", Check: "connections", Seen: cfg.Scrub(err.Error()),
+			Do: "check the role can read pg_stat_activity"}
+	}
+	if members <= 0 {
+		return connectionsRow(sc, 1, int(db.PoolStats().Max), "pool_max_conns in --database-url")
+	}
+	bound := int(cfg.FleetMaxConns)
+	if bound == 0 {
+		bound = fleet.DefaultMaxConns(int(cfg.FleetCycles))
+	}
+	return connectionsRow(sc, members, bound, "--fleet-max-conns")
 }
 
 // runDoctor checks every bucket of cfg's topology after the metastore's

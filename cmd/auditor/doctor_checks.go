@@ -142,6 +142,33 @@ func poolRow(max int32, settleConcurrency int64) checkRow {
 	return r
 }
 
+// connectionsRow judges members processes of bound connections each (a
+// fleet's members at --fleet-max-conns, or one serve at its pool) against
+// what the server lets ordinary roles connect (max_connections less the
+// superusers' reserve): usable. Past usable they fail: at their bound
+// the server refuses them, and the write path with them, whatever else
+// is connected. Past half of usable they warn: the rest is the write
+// path's and the operators' (deploy/README.md, "Connections"). Past what
+// the sessions connected now leave them (the budgeted processes' own
+// sessions, named by application_name, are not counted twice) they warn
+// too. flag is the setting that sets bound.
+func connectionsRow(sc catalog.ServerConns, members, bound int, flag string) checkRow {
+	r := checkRow{Status: statusOK, Scope: "postgres", Check: "connections"}
+	need, usable := members*bound, sc.Usable()
+	others := sc.InUse - sc.Budgeted
+	r.Seen = fmt.Sprintf("%d × %d = %d connections at most; the server allows %d (max_connections %d less %d reserved), %d in use by others",
+		members, bound, need, usable, sc.Max, sc.Reserved, others)
+	switch {
+	case need > usable:
+		r.Status, r.Do = statusFail, fmt.Sprintf("lower %s to %d or less, or raise max_connections to %d or more", flag, usable/max(members, 1), need+sc.Reserved)
+	case need > usable-others:
+		r.Status, r.Do = statusWarn, fmt.Sprintf("the sessions connected now leave %d: lower %s to %d, or raise max_connections", usable-others, flag, max(usable-others, 0)/max(members, 1))
+	case 2*need > usable:
+		r.Status, r.Do = statusWarn, fmt.Sprintf("this leaves the write path less than half the server: lower %s to %d, or raise max_connections to %d", flag, usable/2/max(members, 1), 2*need+sc.Reserved)
+	}
+	return r
+}
+
 // leaseRow says who holds the star's lease and for how long still (by the
 // database clock): another live holder is no fault (a second instance
 // stands by), but the operator should know before starting one.

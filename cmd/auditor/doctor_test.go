@@ -533,3 +533,29 @@ func rowsOf(rows []checkRow, scope string) []checkRow {
 	}
 	return out
 }
+
+// TestDoctorConnections: N processes at their bound against the server's
+// usable connections: past them fail, past half or past what the others
+// connected leave warn.
+func TestDoctorConnections(t *testing.T) {
+	server := func(inUse, budgeted int) catalog.ServerConns {
+		return catalog.ServerConns{Max: 100, Reserved: 3, InUse: inUse, Budgeted: budgeted}
+	}
+	for _, c := range []struct {
+		sc             catalog.ServerConns
+		members, bound int
+		status, do     string
+	}{
+		{server(10, 0), 2, 14, statusOK, ""},
+		{server(40, 28), 2, 14, statusOK, ""}, // the members' own sessions are not counted twice
+		{server(10, 0), 4, 14, statusWarn, "this leaves the write path less than half the server: lower --fleet-max-conns to 12"},
+		{server(80, 0), 2, 14, statusWarn, "the sessions connected now leave 17: lower --fleet-max-conns to 8"},
+		{server(1, 0), 2, 68, statusFail, "lower --fleet-max-conns to 48 or less, or raise max_connections to 139 or more"},
+		{server(1, 0), 7, 14, statusFail, "lower --fleet-max-conns to 13 or less"},
+	} {
+		r := connectionsRow(c.sc, c.members, c.bound, "--fleet-max-conns")
+		if r.Status != c.status || !strings.HasPrefix(r.Do, c.do) {
+			t.Errorf("%d × %d on %+v: %+v, want %s %q", c.members, c.bound, c.sc, r, c.status, c.do)
+		}
+	}
+}

@@ -16,12 +16,8 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/fleet"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/trim"
 )
-
-// fleetLeasePoolConns is the size of a fleet member's own pool for its
-// heartbeat, renewals, claims and hand-offs, apart from its cycles' pool:
-// busy cycles cannot starve the renewal of every star at once.
-const fleetLeasePoolConns = 3
 
 // serveFleet is `auditor serve --stars`: a fleet member
 // (docs/architecture.md#the-fleet). The first SIGTERM or SIGINT drains it:
@@ -32,19 +28,39 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 	if err != nil {
 		return exitCode(e, cfg, &config.Error{Field: "stars", Msg: err.Error()})
 	}
-	// The cycles' pool: one star's worth of connections per cycle slot.
-	db, err := catalog.OpenLazySized(cfg.DatabaseURL, int32(catalog.DefaultMaxConns*cfg.FleetCycles), cfg.LeaseTTL)
+	// One bound over the member's connections (fleet.Pools): the leases'
+	// pool, held open, its LISTEN connection and the cycles' pool.
+	maxConns := int(cfg.FleetMaxConns)
+	if maxConns == 0 {
+		maxConns = fleet.DefaultMaxConns(int(cfg.FleetCycles))
+	}
+	leaseConns, cycleConns, err := fleet.Pools(maxConns, int(cfg.FleetCycles))
+	if err != nil {
+		return exitCode(e, cfg, &config.Error{Field: "fleet-max-conns", Msg: err.Error()})
+	}
+	if catalog.URLSetsPoolSize(cfg.DatabaseURL) {
+		log.Warn("a fleet member sizes its pools by --fleet-max-conns: the database URL's pool_max_conns does not apply", "fleet_max_conns", maxConns)
+	}
+	refusals := &catalog.Refusals{}
+	db, err := catalog.OpenBudgeted(cfg.DatabaseURL, catalog.PoolOptions{MaxConns: cycleConns, IdleTx: cfg.LeaseTTL,
+		AppName: catalog.FleetAppName, Refusals: refusals})
 	if err != nil {
 		return exitCode(e, cfg, &config.Error{Field: "database-url", Msg: err.Error()})
 	}
 	defer db.Close()
-	leases, err := catalog.OpenLazySized(cfg.DatabaseURL, fleetLeasePoolConns, cfg.LeaseTTL)
+	leases, err := catalog.OpenBudgeted(cfg.DatabaseURL, catalog.PoolOptions{MaxConns: leaseConns, Hold: true, IdleTx: cfg.LeaseTTL,
+		AppName: catalog.FleetAppName, Refusals: refusals})
 	if err != nil {
 		return exitCode(e, cfg, &config.Error{Field: "database-url", Msg: err.Error()})
 	}
 	defer leases.Close()
 	if err := firstSchemaCheck(ctx, db); err != nil {
 		return exitCode(e, cfg, err)
+	}
+	if cfg.StartChecks {
+		if code := fleetStartCheck(ctx, cfg, db, maxConns, log); code != exitOK {
+			return code
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -57,6 +73,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 	if err != nil {
 		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
 	}
+	fm.MaxConns.Set(float64(maxConns))
 	slots := fleet.NewSlots(int(cfg.FleetCycles), fm)
 	gather := fleet.NewGatherers(reg)
 	sched, _ := config.ParseSchedule(cfg.Schedule) // validated by config.Load
@@ -90,9 +107,10 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		dc := daemonConfig(scfg)
 		dc.Policy = policy
 		dc.HTTPAddr = "" // the member serves HTTP for all its stars
+		dc.GaugeInterval, dc.AdminPoll = daemon.DefaultFleetGaugeInterval, daemon.DefaultFleetAdminPoll
 		dc.Buckets, dc.KeyPrefixes = checkedBuckets(scfg)
 		d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: slg, Metrics: m, Gatherer: sreg,
-			Crash: leaseCrash(), Rules: rules, Trim: trimReader(db), Slots: slots})
+			Crash: leaseCrash(), Rules: rules, Trim: trimReader(db), Slots: slots, Idle: trim.IdleCheck{DB: db, Policy: policy}})
 		if err != nil {
 			closeSteps()
 			return fleet.Built{}, err
@@ -103,9 +121,10 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		Member: cfg.Holder, Stars: sel, LeaseTTL: cfg.LeaseTTL, Tick: cfg.LeaseRenew,
 		CallTimeout: daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL), ShutdownTimeout: cfg.ShutdownTimeout,
 		Rules: fleet.Rules{Grace: cfg.FleetGrace, HandoffWindow: fleetHandoffWindow(cfg), StableFor: cfg.FleetStableFor,
-			Cooldown: cfg.FleetCooldown, MoveBudget: int(cfg.FleetMoveBudget)},
+			Cooldown: cfg.FleetCooldown, MoveBudget: int(cfg.FleetMoveBudget), MoveBudgetPct: int(cfg.FleetMoveBudgetPct)},
 		BudgetWindow: cfg.FleetBudgetWindow, ProgressBound: cfg.FleetProgressBound,
 		Interval: func() time.Duration { return daemon.CycleInterval(sched, time.Now()) },
+		Refusals: refusals,
 	}, leases, build, log, fm, gather)
 	if err != nil {
 		return exitCode(e, cfg, &config.Error{Field: "stars", Msg: err.Error()})
@@ -130,10 +149,10 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 	}
 	log.Info("auditor serve (fleet member)", "version", buildVersion(), "member", cfg.Holder, "config", cfg)
 	if cfg.StartChecks {
-		// doctor's checks are per star and some write to the buckets:
-		// not run for every star a member may come to lead. Each star's
-		// daemon checks its bucket rules when claimed (the guard).
-		log.Info("a fleet member does not run the start checks: run auditor doctor --star S for each star before deploying")
+		// doctor's other checks are per star and some write to the
+		// buckets: not run for every star a member may come to lead. Each
+		// star's daemon checks its bucket rules when claimed (the guard).
+		log.Info("a fleet member runs only the connections start check: run auditor doctor --star S for each star before deploying")
 	}
 	if err := mb.Run(ctx); err != nil {
 		return exitCode(e, cfg, fmt.Errorf("serve: %w", err))
@@ -146,4 +165,39 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 // but never longer than the grace; after that anyone may.
 func fleetHandoffWindow(cfg config.Config) time.Duration {
 	return min(3*cfg.LeaseRenew, cfg.FleetGrace)
+}
+
+// fleetStartCheck is a member's start check (--start-checks): the fleet's
+// connections against the server's (connectionsRow), for the live
+// members the metastore lists and this one. A failure refuses to start
+// (exit 3); a database that does not answer only warns, as serve's.
+func fleetStartCheck(ctx context.Context, cfg config.Config, db *catalog.DB, maxConns int, log *slog.Logger) int {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	members := 1
+	fv, err := db.ReadFleet(cctx, cfg.FleetBudgetWindow)
+	if err == nil {
+		for _, m := range fv.Members {
+			if m.Alive && m.Member != cfg.Holder {
+				members++
+			}
+		}
+	}
+	var sc catalog.ServerConns
+	if err == nil {
+		sc, err = db.ServerConns(cctx, catalog.FleetAppName)
+	}
+	if err != nil {
+		log.Warn("start check", "status", statusWarn, "scope", "postgres", "check", "connections", "seen", cfg.Scrub(err.Error()),
+			"do", "the member starts and waits for the database")
+		return exitOK
+	}
+	r := connectionsRow(sc, members, maxConns, "--fleet-max-conns")
+	levels := map[string]slog.Level{statusOK: slog.LevelInfo, statusWarn: slog.LevelWarn, statusFail: slog.LevelError}
+	log.Log(ctx, levels[r.Status], "start check", "status", r.Status, "scope", r.Scope, "check", r.Check, "seen", r.Seen, "do", r.Do)
+	if r.Status == statusFail {
+		log.Error("a start check failed: serve refuses to start (--start-checks=false skips it)", "exit", exitFindings)
+		return exitFindings
+	}
+	return exitOK
 }

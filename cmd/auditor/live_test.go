@@ -372,7 +372,7 @@ func (r *liveRunEnv) start(d *liveDaemon, point string) {
 		env = append(env, crashpoint.EnvVar+"="+point)
 	}
 	args := append([]string{"--star", d.star, "--data-dir", d.dataDir, "--location", d.zone,
-		"--schedule", "@every 1s", "--denorm-linger", "0s", "--express-denorm-linger", "0s",
+		"--schedule", "@every 1s", "--idle-record-interval", "0s", "--denorm-linger", "0s", "--express-denorm-linger", "0s",
 		"--denorm-tail-growth", liveTailGrowth, "--denorm-tail-cohorts", strconv.Itoa(liveCohorts),
 		"--denorm-age-cap", liveAgeCap.String(), "--express-denorm-age-cap", liveAgeCap.String(),
 		"--denorm-output-cap-mib", r.b.capMiB, "--denorm-chunk-target-kib", "64", "--reap-grace", liveGrace.String(),

@@ -120,8 +120,8 @@ func daemonConfig(cfg config.Config) daemon.Config {
 		Star: cfg.Star, Holder: cfg.Holder, Schedule: sched,
 		LeaseTTL: cfg.LeaseTTL, LeaseRenew: cfg.LeaseRenew, ShutdownTimeout: cfg.ShutdownTimeout,
 		HTTPAddr: cfg.HTTPAddr, Pprof: cfg.Pprof, Version: buildVersion(), ReapGrace: cfg.ReapGrace, HistoryKeep: cfg.HistoryRetention,
-		ErasureAlertAfter: cfg.ErasureAlertAfter,
-		Policy:            duePolicy(cfg),
+		ErasureAlertAfter: cfg.ErasureAlertAfter, IdleRecord: cfg.IdleRecordInterval,
+		Policy: duePolicy(cfg),
 
 		AdminPoll: daemon.DefaultAdminPoll, GaugeInterval: daemon.DefaultGaugeInterval, RetryMax: daemon.DefaultRetryMax,
 		RulesInterval: daemon.DefaultRulesInterval, DBRetryMax: daemon.DefaultDBRetryMax, PruneBatch: daemon.DefaultPruneBatch,

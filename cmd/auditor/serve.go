@@ -21,6 +21,7 @@ import (
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/migrations"
+	"github.com/nova/auditor/trim"
 )
 
 // cmdServe is `auditor serve`: the daemon of one star (docs/architecture.md#the-cycle,
@@ -106,7 +107,8 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	dc.Policy = policy
 	dc.RunNow = *runNow
 	dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
-	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db)})
+	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db),
+		Idle: trim.IdleCheck{DB: db, Policy: policy}})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}

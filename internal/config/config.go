@@ -36,9 +36,11 @@ type Config struct {
 	FleetStableFor     time.Duration
 	FleetCooldown      time.Duration
 	FleetMoveBudget    int64
+	FleetMoveBudgetPct int64
 	FleetBudgetWindow  time.Duration
 	FleetProgressBound time.Duration
 	FleetCycles        int64
+	FleetMaxConns      int64
 
 	Bucket      string
 	KeyPrefix   string
@@ -89,6 +91,7 @@ type Config struct {
 	StrayGuard           time.Duration
 	StraySweepEvery      time.Duration
 	HistoryRetention     time.Duration
+	IdleRecordInterval   time.Duration
 	ErasureAlertAfter    time.Duration
 	LogFormat            string
 	LogLevel             string
@@ -281,10 +284,12 @@ var keys = []key{
 	durationKey("fleet-grace", "a star unowned this long may be claimed by a member that is not its favourite; twice this long, by any member beyond its cap", "10s", func(c *Config) *time.Duration { return &c.FleetGrace }),
 	durationKey("fleet-stable-for", "the fleet's live members must not have changed for this long before a star moves for balance", "30s", func(c *Config) *time.Duration { return &c.FleetStableFor }),
 	durationKey("fleet-cooldown", "a star that moved is not moved for balance again within this; a star given up as stuck is not claimed again by the same member within this", "10m", func(c *Config) *time.Duration { return &c.FleetCooldown }),
-	intKey("fleet-move-budget", "balance moves allowed fleet-wide per fleet-budget-window", "10", func(c *Config) *int64 { return &c.FleetMoveBudget }),
+	intKey("fleet-move-budget", "balance moves allowed fleet-wide per fleet-budget-window, at least (fleet-move-budget-pct of the stars when more)", "10", func(c *Config) *int64 { return &c.FleetMoveBudget }),
+	intKey("fleet-move-budget-pct", "balance moves allowed fleet-wide per fleet-budget-window, in percent of the stars (at least fleet-move-budget)", "20", func(c *Config) *int64 { return &c.FleetMoveBudgetPct }),
 	durationKey("fleet-budget-window", "the window of fleet-move-budget", "5m", func(c *Config) *time.Duration { return &c.FleetBudgetWindow }),
 	durationKey("fleet-progress-bound", "a fleet member gives a star up as stuck when its cycle loop made no progress for the cycle interval plus this", "15m", func(c *Config) *time.Duration { return &c.FleetProgressBound }),
 	intKey("fleet-cycles", "cycles a fleet member runs at once over all its stars (each with the settle caches and concurrency of one star)", "2", func(c *Config) *int64 { return &c.FleetCycles }),
+	intKey("fleet-max-conns", "Postgres connections a fleet member opens at most, over its cycles, its leases and its LISTEN connection (0: derived from fleet-cycles, docs/architecture.md#connections)", "0", func(c *Config) *int64 { return &c.FleetMaxConns }),
 	stringKey("bucket", "the standard bucket: standard-class slots and every settled object", "nova", func(c *Config) *string { return &c.Bucket }),
 	stringKey("key-prefix", "prefix of every object key: empty or ending in /", "", func(c *Config) *string { return &c.KeyPrefix }),
 	stringKey("s3-endpoint", "S3 endpoint URL (empty: the SDK default for the region)", "", func(c *Config) *string { return &c.S3Endpoint }),
@@ -341,6 +346,7 @@ var keys = []key{
 	intKey("reap-batch-size", "most keys per DeleteObjects request and rows per retention or reap transaction (1-1000)", "1000", func(c *Config) *int64 { return &c.ReapBatchSize }),
 	durationKey("stray-guard", "an object no metadata names (a stray) is swept, through the reap, only once older than this by the database clock; must exceed reap-grace", "72h", func(c *Config) *time.Duration { return &c.StrayGuard }),
 	durationKey("stray-sweep-every", "how often the leader lists its streams' settled prefixes and its chain for strays and sweeps those past stray-guard (0: no scheduled sweep; run --once --sweep-strays forces one)", "24h", func(c *Config) *time.Duration { return &c.StraySweepEvery }),
+	durationKey("idle-record-interval", "the run ledger records idle cycles (scheduled cycles that found nothing to do and ran no step) as one row per this, and at the first of each quiet spell (0: one row per idle cycle)", "5m", func(c *Config) *time.Duration { return &c.IdleRecordInterval }),
 	durationKey("history-retention", "finished cycle runs and consumed admin requests older than this are pruned (the latest successful run is kept)", "720h", func(c *Config) *time.Duration { return &c.HistoryRetention }),
 	durationKey("erasure-alert-after", "an erasure pending longer than this fires NovaAuditorErasurePending (exported as nova_auditor_erasure_pending_bound_seconds)", "24h", func(c *Config) *time.Duration { return &c.ErasureAlertAfter }),
 	stringKey("log-format", "auto (tint on a terminal, JSON otherwise), text or json", "auto", func(c *Config) *string { return &c.LogFormat }),

@@ -99,6 +99,15 @@ func (c Config) Validate() error {
 			add(name, "%s must be positive", d)
 		}
 	}
+	if c.FleetMoveBudgetPct < 0 || c.FleetMoveBudgetPct > 100 {
+		add("fleet-move-budget-pct", "%d must be between 0 and 100", c.FleetMoveBudgetPct)
+	}
+	if c.IdleRecordInterval < 0 {
+		add("idle-record-interval", "%s must be 0 or more", c.IdleRecordInterval)
+	}
+	if c.FleetMaxConns < 0 {
+		add("fleet-max-conns", "%d must be 0 (derived from fleet-cycles) or more", c.FleetMaxConns)
+	}
 	if c.Stars != "" && c.Star != "" {
 		add("stars", "set either stars (a fleet member) or star (one star), not both")
 	}

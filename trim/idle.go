@@ -1,0 +1,40 @@
+package trim
+
+import (
+	"context"
+	"time"
+
+	"github.com/nova/auditor/catalog"
+)
+
+// IdleReader reads what decides that a star's cycle has nothing to do
+// (catalog.ReadIdleState).
+type IdleReader interface {
+	ReadIdleState(ctx context.Context, star string, p catalog.DuePolicy) (catalog.IdleState, error)
+}
+
+// IdleCheck is the daemon's idle check (daemon.Idle,
+// docs/architecture.md#idle-cycles): in one read-only snapshot, the work
+// the catalog sees for the other steps and trim's decision on the same
+// state. Policy is the cycle's due policy.
+type IdleCheck struct {
+	DB     IdleReader
+	Policy catalog.DuePolicy
+}
+
+// Work implements daemon.Idle: the work a cycle of star would find ("" for
+// none) and the database clock.
+func (c IdleCheck) Work(ctx context.Context, star string) (string, time.Time, error) {
+	st, err := c.DB.ReadIdleState(ctx, star, c.Policy)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if st.Work != "" {
+		return st.Work, st.Trim.Now, nil
+	}
+	// A state trim cannot decide on is the cycle's to report.
+	if dec, err := Decide(st.Trim); err != nil || dec.Move {
+		return "trim", st.Trim.Now, nil
+	}
+	return "", st.Trim.Now, nil
+}
