@@ -16,16 +16,17 @@ import (
 // IdleState is what decides that a star's cycle has nothing to do.
 type IdleState struct {
 	// Work names what a step has to do ("" when nothing): due streams,
-	// publish intents, object reaps, slot reaps, retention, erasures or
-	// the cohort turn. Trim is decided by package trim from Trim.
+	// publish intents, object reaps, slot reaps, retention, erasures, a
+	// stray sweep or the cohort turn. Trim is decided by package trim from Trim.
 	Work string
 	Trim TrimState // Trim.Now is the database clock
 }
 
 // idleWorkSQL names the first work a step of star $1 has under the due
-// policy $2-$8 (dueMarkersSQL), NULL when none: the conditions on which
-// settle (its recovery, the cohort turn and DueStreams), retention, the
-// erase step and reap act, each one probe of an index.
+// policy $2-$8 (dueMarkersSQL) and the stray sweep's interval $9 (0: no
+// scheduled sweep), NULL when none: the conditions on which settle (its
+// recovery, the cohort turn and DueStreams), retention, the erase step,
+// the strays step (StraySweepDue) and reap act, each one probe of an index.
 const idleWorkSQL = `
 	SELECT CASE
 	  WHEN EXISTS (SELECT 1 FROM nova.orphan_intents WHERE star = $1 AND kind = 'publish') THEN 'publish intents'
@@ -36,14 +37,17 @@ const idleWorkSQL = `
 	               WHERE s.star = $1 AND e.applied_at IS NULL) THEN 'erasures'
 	  WHEN EXISTS (SELECT 1 FROM (` + dueMarkersSQL + `) m
 	               WHERE NOT m.held AND now() >= m.since + m.linger AND now() >= m.due_at) THEN 'due streams'
+	  WHEN $9::interval > interval '0' AND NOT EXISTS (SELECT 1 FROM nova.auditor_state a WHERE a.star = $1
+	                       AND a.strays_swept_at > now() - $9::interval) THEN 'strays'
 	  WHEN $8::int > 1 AND EXISTS (SELECT 1 FROM nova.due_markers d JOIN nova.streams s USING (stream_id) WHERE s.star = $1)
 	       AND NOT EXISTS (SELECT 1 FROM nova.auditor_state a WHERE a.star = $1
 	                       AND a.cohort_turn_at IS NOT NULL AND now() < a.cohort_turn_at + $4::interval) THEN 'cohort turn'
 	  END`
 
 // ReadIdleState reads in one read-only snapshot (one transaction) what
-// decides whether a cycle of star has work under policy p.
-func (db *DB) ReadIdleState(ctx context.Context, star string, p DuePolicy) (IdleState, error) {
+// decides whether a cycle of star has work under policy p, its strays
+// swept every strayEvery (0: never on a schedule).
+func (db *DB) ReadIdleState(ctx context.Context, star string, p DuePolicy, strayEvery time.Duration) (IdleState, error) {
 	var st IdleState
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
@@ -51,7 +55,7 @@ func (db *DB) ReadIdleState(ctx context.Context, star string, p DuePolicy) (Idle
 			return err
 		}
 		var work *string
-		if err := tx.QueryRow(ctx, idleWorkSQL, duePolicyArgs(star, p)...).Scan(&work); err != nil {
+		if err := tx.QueryRow(ctx, idleWorkSQL, append(duePolicyArgs(star, p), max(strayEvery, 0))...).Scan(&work); err != nil {
 			return fmt.Errorf("read the work of star %q: %w", star, err)
 		}
 		if work != nil {

@@ -143,14 +143,23 @@ func TestStraySweepDue(t *testing.T) {
 		}
 		return d
 	}
-	if !due(time.Hour) || due(0) {
-		t.Fatal("a star never swept: due every hour, never with the sweep off")
+	// The idle check (ReadIdleState) agrees: a due sweep is work.
+	idleWork := func(every time.Duration) string {
+		t.Helper()
+		st, err := db.ReadIdleState(ctx, "s1", catalog.DuePolicy{}, every)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Work
+	}
+	if !due(time.Hour) || due(0) || idleWork(time.Hour) == "" {
+		t.Fatalf("a star never swept: due every hour (idle check: %q), never with the sweep off", idleWork(time.Hour))
 	}
 	if err := db.RecordStraySweep(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	if due(time.Hour) {
-		t.Error("due an hour after a sweep recorded now")
+	if due(time.Hour) || idleWork(time.Hour) == "strays" {
+		t.Errorf("due an hour after a sweep recorded now (idle check: %q)", idleWork(time.Hour))
 	}
 	time.Sleep(20 * time.Millisecond)
 	if !due(10 * time.Millisecond) {

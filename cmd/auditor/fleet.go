@@ -110,7 +110,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		dc.GaugeInterval, dc.AdminPoll = daemon.DefaultFleetGaugeInterval, daemon.DefaultFleetAdminPoll
 		dc.Buckets, dc.KeyPrefixes = checkedBuckets(scfg)
 		d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: slg, Metrics: m, Gatherer: sreg,
-			Crash: leaseCrash(), Rules: rules, Trim: trimReader(db), Slots: slots, Idle: trim.IdleCheck{DB: db, Policy: policy}})
+			Crash: leaseCrash(), Rules: rules, Trim: trimReader(db), Slots: slots, Idle: trim.IdleCheck{DB: db, Policy: policy, StrayEvery: cfg.StraySweepEvery}})
 		if err != nil {
 			closeSteps()
 			return fleet.Built{}, err

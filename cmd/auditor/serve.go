@@ -108,7 +108,7 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 	dc.RunNow = *runNow
 	dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
 	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db),
-		Idle: trim.IdleCheck{DB: db, Policy: policy}})
+		Idle: trim.IdleCheck{DB: db, Policy: policy, StrayEvery: cfg.StraySweepEvery}})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
