@@ -17,4 +17,4 @@ if [ "$started" = 1 ]; then trap 'scripts/services.sh down versitygw' EXIT; fi
 . "$envfile"
 export NOVA_TEST_REQUIRE_SERVICES=1
 if [ "$#" -eq 0 ]; then set -- ./...; fi
-go test -count=1 -timeout "${NOVA_TEST_TIMEOUT:-45m}" "$@"
+go test -count=1 -timeout "${NOVA_TEST_TIMEOUT:-75m}" "$@"
