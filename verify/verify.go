@@ -149,16 +149,17 @@ func Verify(ctx context.Context, db CatalogReader, store ObjectReader, o Options
 			break
 		}
 		entries, err := db.EntriesOfStream(gctx, s.ID)
-		if err != nil {
-			_ = g.Wait()
-			return rep, err
-		}
 		var applied []catalog.Erasure
-		if len(entries) > 0 {
-			if applied, err = appliedErasures(gctx, db, s.ID); err != nil {
-				_ = g.Wait()
-				return rep, err
+		if err == nil && len(entries) > 0 {
+			applied, err = appliedErasures(gctx, db, s.ID)
+		}
+		if err != nil {
+			// An object's failure cancels gctx: that failure is the one
+			// to report (ErrStoreAccess), not the cancelled read.
+			if werr := g.Wait(); werr != nil {
+				return rep, werr
 			}
+			return rep, err
 		}
 		mu.Lock()
 		rep.Streams++
