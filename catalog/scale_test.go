@@ -260,6 +260,15 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		TailGrowth: 1, CopyFloor: 5 << 20}
 	call("AcquireLease", func() (err error) { lease, err = db.AcquireLease(ctx, "s1", "bench", time.Minute); return err })
 	f := lease.Fence
+	// The idle check, before every scheduled cycle: it finds the work the
+	// history holds (intents, erasures, due streams) in one snapshot.
+	call("ReadIdleState", func() error {
+		st, err := db.ReadIdleState(ctx, "s1", policy, 24*time.Hour)
+		if err == nil && st.Work == "" {
+			err = fmt.Errorf("the idle check found no work on a star with pending erasures and due streams")
+		}
+		return err
+	})
 	call("GetDaemonState", func() error { _, err := db.GetDaemonState(ctx, "s1"); return err })
 	call("CloseAbandonedRuns", func() error {
 		c, err := db.CloseAbandonedRuns(ctx, f)
