@@ -302,17 +302,15 @@ func (f *Footer) verify(src *chunkSource, exp Expect) ([]EntryView, error) {
 // row, so it checks no record (and reads in plain windows) when the
 // entry's record lengths do not frame the chunk: step 7 reports that.
 // It reads in src's windows, each ending at a record's end.
-func (f *Footer) readChunk(src *chunkSource, i int, eb []byte, pos, size uint64) (uint32, error, error) {
+func (f *Footer) readChunk(src *chunkSource, i int, eb []byte, pos, size uint64) (crc uint32, recErr, err error) {
 	lens := recordLengths(eb, size)
 	step := src.window
 	if step == 0 {
 		step = size
 	}
 	var (
-		crc    uint32
-		recErr error
-		j      int    // the next record
-		at     uint64 // the next byte of the chunk
+		j  int    // the next record
+		at uint64 // the next byte of the chunk
 	)
 	for at < size {
 		n := min(step, size-at)
