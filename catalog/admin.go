@@ -240,7 +240,7 @@ type StreamProgress struct {
 // absent from the star comes back with Found false).
 func (db *DB) ForcedProgress(ctx context.Context, star string, ids []StreamID) (map[StreamID]StreamProgress, error) {
 	out := make(map[StreamID]StreamProgress, len(ids))
-	rows, err := db.pool.Query(ctx, `SELECT s.stream_id, s.settled_through, s.next_record,
+	rows, err := db.reader(ctx).Query(ctx, `SELECT s.stream_id, s.settled_through, s.next_record,
 			coalesce((SELECT q.error_class || ': ' || q.reason FROM nova.quarantine q WHERE q.stream_id = s.stream_id), '')
 		FROM nova.streams s WHERE s.star = $1 AND s.stream_id = ANY($2::uuid[])`, star, ids)
 	if err != nil {
@@ -264,7 +264,7 @@ func (db *DB) ForcedProgress(ctx context.Context, star string, ids []StreamID) (
 // AdminRequests lists the star's requests, newest first, at most limit;
 // only the unconsumed ones when openOnly.
 func (db *DB) AdminRequests(ctx context.Context, star string, openOnly bool, limit int) ([]AdminRequest, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+adminCols+` FROM nova.admin_requests
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+adminCols+` FROM nova.admin_requests
 		WHERE star = $1 AND (NOT $2 OR consumed_at IS NULL) ORDER BY id DESC LIMIT $3`, star, openOnly, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list admin requests of star %q: %w", star, err)
@@ -278,7 +278,7 @@ func (db *DB) AdminRequests(ctx context.Context, star string, openOnly bool, lim
 
 // GetAdminRequest reads one request (ErrNotFound when absent).
 func (db *DB) GetAdminRequest(ctx context.Context, id int64) (AdminRequest, error) {
-	a, err := scanAdmin(db.pool.QueryRow(ctx, `SELECT `+adminCols+` FROM nova.admin_requests WHERE id = $1`, id))
+	a, err := scanAdmin(db.reader(ctx).QueryRow(ctx, `SELECT `+adminCols+` FROM nova.admin_requests WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, fmt.Errorf("admin request %d: %w", id, ErrNotFound)
 	}
@@ -350,7 +350,7 @@ func (s DaemonState) Halted() bool { return s.HaltedReason != "" }
 func (db *DB) GetDaemonState(ctx context.Context, star string) (DaemonState, error) {
 	var s DaemonState
 	var reason *string
-	err := db.pool.QueryRow(ctx, `SELECT paused, paused_at, halted_reason, halted_at FROM nova.auditor_state WHERE star = $1`, star).
+	err := db.reader(ctx).QueryRow(ctx, `SELECT paused, paused_at, halted_reason, halted_at FROM nova.auditor_state WHERE star = $1`, star).
 		Scan(&s.Paused, &s.PausedAt, &reason, &s.HaltedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return DaemonState{}, nil

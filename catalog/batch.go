@@ -34,7 +34,7 @@ func (db *DB) StreamSnapshots(ctx context.Context, ids []StreamID, refLimit int)
 	if len(ids) == 0 {
 		return out, nil
 	}
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := db.readTx(ctx, func(tx pgx.Tx) error {
 		clear(out)
 		rows, err := tx.Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = ANY($1::uuid[])`, ids)
 		if err != nil {

@@ -162,7 +162,7 @@ func (s ServerConns) Usable() int { return s.Max - s.Reserved }
 // their application_name: they count as not appName's.
 func (db *DB) ServerConns(ctx context.Context, appName string) (ServerConns, error) {
 	var s ServerConns
-	err := db.pool.QueryRow(ctx, `
+	err := db.reader(ctx).QueryRow(ctx, `
 SELECT current_setting('max_connections')::int,
        current_setting('superuser_reserved_connections')::int
          + coalesce(nullif(current_setting('reserved_connections', true), '')::int, 0),

@@ -49,7 +49,15 @@ func setPoolDefaults(cfg *pgxpool.Config, url string) {
 	if !strings.Contains(url, "connect_timeout") {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
+	cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > pingAfterIdle }
 }
+
+// pingAfterIdle: a pooled connection is pinged before use only when it sat
+// idle this long (pgx pings after 1 s). A busy daemon's connections are
+// rarely idle that long, and every ping is a round trip and a transaction
+// on the server; a connection that died meanwhile fails its statement,
+// which the caller retries as any lost connection.
+const pingAfterIdle = 30 * time.Second
 
 // ErrUnreachable wraps a failure to reach the database at start-up.
 var ErrUnreachable = errors.New("database unreachable")
@@ -132,7 +140,7 @@ func (db *DB) SchemaVersion(ctx context.Context) (int, error) {
 }
 
 // CheckSchema verifies the database is at this binary's schema version.
-func (db *DB) CheckSchema(ctx context.Context) error { return migrations.Check(ctx, db.pool) }
+func (db *DB) CheckSchema(ctx context.Context) error { return migrations.Check(ctx, db.reader(ctx)) }
 
 // Now is the database clock: every decision about time uses it.
 func (db *DB) Now(ctx context.Context) (time.Time, error) {

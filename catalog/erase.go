@@ -71,7 +71,7 @@ type PendingErasure struct {
 // what `auditor status` lists. The erasure step reads
 // PendingErasureWindows instead.
 func (db *DB) PendingErasures(ctx context.Context, star string, limit int) ([]PendingErasure, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+erasureCols+`, `+prefixed("s.", streamCols)+`,
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+erasureCols+`, `+prefixed("s.", streamCols)+`,
 			EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = e.stream_id)
 		FROM nova.erasures e JOIN nova.streams s USING (stream_id)
 		WHERE e.applied_at IS NULL AND s.star = $1
@@ -135,7 +135,7 @@ func (w ErasureWindow) ExactBelow() int64 {
 // erasures (erasures_pending_idx: all of them are ranked), never the
 // applied ones; what comes back is at most limit.
 func (db *DB) PendingErasureWindows(ctx context.Context, star string, limit int) ([]ErasureWindow, error) {
-	rows, err := db.pool.Query(ctx, `SELECT stream_id, first_record, record_count, requested_at, applied_at, pending FROM (
+	rows, err := db.reader(ctx).Query(ctx, `SELECT stream_id, first_record, record_count, requested_at, applied_at, pending FROM (
 			SELECT `+erasureCols+`,
 				row_number() OVER (PARTITION BY e.stream_id ORDER BY e.first_record) AS turn,
 				count(*) OVER (PARTITION BY e.stream_id) AS pending,
@@ -177,7 +177,7 @@ func (db *DB) WithPendingErasures(ctx context.Context, ids []StreamID) (map[Stre
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT u.stream_id FROM unnest($1::uuid[]) AS u(stream_id)
+	rows, err := db.reader(ctx).Query(ctx, `SELECT u.stream_id FROM unnest($1::uuid[]) AS u(stream_id)
 		WHERE EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = u.stream_id AND e.applied_at IS NULL)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
@@ -208,7 +208,7 @@ func (db *DB) PendingErasuresIn(ctx context.Context, id StreamID, below, from, t
 	if from < 0 || below > from || to < from {
 		return nil, fmt.Errorf("%w: pending erasures of %s from %d in [%d, %d)", ErrInvariant, id, below, from, to)
 	}
-	rows, err := db.pool.Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
 			WHERE e.stream_id = $1 AND e.applied_at IS NULL AND e.first_record >= $3 AND e.first_record < $4
 		UNION ALL
 		(SELECT `+erasureCols+` FROM nova.erasures e
@@ -242,7 +242,7 @@ func (db *DB) GetErasureBacklog(ctx context.Context, star string) (ErasureBacklo
 	var b ErasureBacklog
 	var oldest *time.Time
 	var age *float64
-	err := db.pool.QueryRow(ctx, `SELECT count(*), min(e.requested_at),
+	err := db.reader(ctx).QueryRow(ctx, `SELECT count(*), min(e.requested_at),
 			extract(epoch FROM now() - min(e.requested_at))::float8,
 			count(*) FILTER (WHERE EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = e.stream_id))
 		FROM nova.erasures e JOIN nova.streams s USING (stream_id)
@@ -270,7 +270,7 @@ func (db *DB) GetErasureBacklog(ctx context.Context, star string) (ErasureBacklo
 // them by).
 func (db *DB) ErasuresAppliedWithin(ctx context.Context, star string, window time.Duration) (int64, error) {
 	var n int64
-	err := db.pool.QueryRow(ctx, `SELECT coalesce(sum(erasures_applied), 0)::bigint FROM nova.auditor_runs
+	err := db.reader(ctx).QueryRow(ctx, `SELECT coalesce(sum(erasures_applied), 0)::bigint FROM nova.auditor_runs
 		WHERE star = $1 AND started_at >= coalesce(
 			(SELECT max(started_at) FROM nova.auditor_runs WHERE star = $1 AND started_at < now() - $2::interval),
 			'-infinity')`, star, window).Scan(&n)
@@ -327,7 +327,7 @@ func (db *DB) RecordErasure(ctx context.Context, id StreamID, first, count int64
 // ErasuresOf reads a stream's erasures that intersect [from, to), pending
 // and applied, in record order.
 func (db *DB) ErasuresOf(ctx context.Context, id StreamID, from, to int64) ([]Erasure, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
 		WHERE e.stream_id = $1 AND e.first_record < $3 AND e.first_record + e.record_count > $2
 		ORDER BY e.first_record`, id, from, to)
 	if err != nil {
@@ -345,7 +345,7 @@ func (db *DB) ErasuresOf(ctx context.Context, id StreamID, from, to int64) ([]Er
 // starts at or below from (through the primary key, backwards) and those
 // starting inside the range.
 func (db *DB) EntriesIntersecting(ctx context.Context, id StreamID, epoch, from, to int64) ([]Entry, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+entryCols+` FROM nova.catalog
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog
 		WHERE stream_id = $1 AND epoch = $2 AND first_record < $4 AND first_record >= coalesce(
 			(SELECT max(first_record) FROM nova.catalog WHERE stream_id = $1 AND epoch = $2 AND first_record <= $3), $3)
 		ORDER BY first_record`, id, epoch, from, to)

@@ -125,7 +125,7 @@ func (db *DB) ReadFleet(ctx context.Context, budgetWindow time.Duration) (FleetV
 		ON CONFLICT (star) DO NOTHING`); err != nil {
 		return v, fmt.Errorf("read the fleet: lease rows of new stars: %w", err)
 	}
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := db.readTx(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&v.Now); err != nil {
 			return err
 		}
@@ -319,7 +319,7 @@ type FleetMove struct {
 // FleetMoves returns the moves of the last window, newest first, at most
 // limit.
 func (db *DB) FleetMoves(ctx context.Context, window time.Duration, limit int) ([]FleetMove, error) {
-	rows, err := db.pool.Query(ctx, `SELECT at, star, coalesce(from_member, ''), to_member, reason, over_cap,
+	rows, err := db.reader(ctx).Query(ctx, `SELECT at, star, coalesce(from_member, ''), to_member, reason, over_cap,
 		unowned_ms, token FROM nova.auditor_fleet_moves WHERE at > now() - $1::interval ORDER BY at DESC, id DESC LIMIT $2`,
 		window, limit)
 	if err != nil {
@@ -348,7 +348,7 @@ type MoveCount struct {
 // reason of nova.auditor_fleet_moves (new, released, drain, balance,
 // stuck, lost), in that order, zero included.
 func (db *DB) FleetMoveCounts(ctx context.Context, window time.Duration) ([]MoveCount, error) {
-	rows, err := db.pool.Query(ctx, `SELECT r.reason, count(m.id)
+	rows, err := db.reader(ctx).Query(ctx, `SELECT r.reason, count(m.id)
 		FROM unnest(ARRAY['new', 'released', 'drain', 'balance', 'stuck', 'lost']) WITH ORDINALITY AS r(reason, ord)
 		LEFT JOIN nova.auditor_fleet_moves m ON m.reason = r.reason AND m.at > now() - $1::interval
 		GROUP BY r.reason, r.ord ORDER BY r.ord`, window)

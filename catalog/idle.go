@@ -49,7 +49,7 @@ const idleWorkSQL = `
 // swept every strayEvery (0: never on a schedule).
 func (db *DB) ReadIdleState(ctx context.Context, star string, p DuePolicy, strayEvery time.Duration) (IdleState, error) {
 	var st IdleState
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := db.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if st.Trim, err = readTrimState(ctx, tx, star); err != nil {
 			return err

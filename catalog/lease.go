@@ -167,7 +167,7 @@ func (db *DB) ReleaseLease(ctx context.Context, f Fence) error {
 func (db *DB) CurrentLease(ctx context.Context, star string) (Lease, bool, error) {
 	l := Lease{Fence: Fence{Star: star}}
 	var live bool
-	err := db.pool.QueryRow(ctx, `SELECT holder, instance, token, expires_at, expires_at > now()
+	err := db.reader(ctx).QueryRow(ctx, `SELECT holder, instance, token, expires_at, expires_at > now()
 		FROM nova.auditor_leases WHERE star = $1`, star).
 		Scan(&l.Holder, &l.Instance, &l.Token, &l.ExpiresAt, &live)
 	if errors.Is(err, pgx.ErrNoRows) {

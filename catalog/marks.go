@@ -24,7 +24,7 @@ type Mark struct {
 // ReadMark reads the star's mark (zero when the star has no state row).
 func (db *DB) ReadMark(ctx context.Context, star string) (Mark, error) {
 	var m Mark
-	err := db.pool.QueryRow(ctx, `SELECT mark, mark_at FROM nova.auditor_state WHERE star = $1`, star).Scan(&m.N, &m.At)
+	err := db.reader(ctx).QueryRow(ctx, `SELECT mark, mark_at FROM nova.auditor_state WHERE star = $1`, star).Scan(&m.N, &m.At)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Mark{}, nil
 	}

@@ -31,7 +31,7 @@ type ReconcileView struct {
 // ErrNotFound.
 func (db *DB) ReadReconcileView(ctx context.Context, id StreamID, keyLow, keyHigh string) (ReconcileView, error) {
 	var v ReconcileView
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := db.readTx(ctx, func(tx pgx.Tx) error {
 		st, err := scanStream(tx.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("stream %s: %w", id, ErrNotFound)

@@ -151,7 +151,7 @@ func (db *DB) CloseAbandonedRuns(ctx context.Context, f Fence) (int64, error) {
 
 // LastRuns lists the star's latest runs, newest first.
 func (db *DB) LastRuns(ctx context.Context, star string, limit int) ([]Run, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+runCols+` FROM nova.auditor_runs WHERE star = $1
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+runCols+` FROM nova.auditor_runs WHERE star = $1
 		ORDER BY started_at DESC, id DESC LIMIT $2`, star, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list runs of star %q: %w", star, err)
@@ -168,7 +168,7 @@ func (db *DB) LastRuns(ctx context.Context, star string, limit int) ([]Run, erro
 // auditor_runs_outcome_idx: it runs every GaugeInterval on the leader and
 // on every standby.
 func (db *DB) LastRunWithOutcome(ctx context.Context, star, outcome string) (Run, bool, error) {
-	run, err := scanRun(db.pool.QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs
+	run, err := scanRun(db.reader(ctx).QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs
 		WHERE star = $1 AND outcome = $2 AND NOT dry_run ORDER BY ended_at DESC, id DESC LIMIT 1`, star, outcome))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return run, false, nil

@@ -76,7 +76,7 @@ func (db *DB) GetRuntime(ctx context.Context, star string) (Runtime, error) {
 	var floor int64
 	var cohorts int
 	var rules []byte
-	err := db.pool.QueryRow(ctx, `SELECT holder, token, version, linger_seconds, age_cap_seconds, express_linger_seconds,
+	err := db.reader(ctx).QueryRow(ctx, `SELECT holder, token, version, linger_seconds, age_cap_seconds, express_linger_seconds,
 		express_age_cap_seconds, reap_grace_seconds, tail_growth, copy_floor_bytes, tail_cohorts, bucket_rules, bucket_checked_at,
 		blocked_reason, updated_at
 		FROM nova.auditor_runtime WHERE star = $1`, star).
@@ -101,7 +101,7 @@ func (db *DB) GetRuntime(ctx context.Context, star string) (Runtime, error) {
 // StarExists reports whether the star is in nova.stars.
 func (db *DB) StarExists(ctx context.Context, star string) (bool, error) {
 	var ok bool
-	if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.stars WHERE star = $1)`, star).Scan(&ok); err != nil {
+	if err := db.reader(ctx).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.stars WHERE star = $1)`, star).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up star %q: %w", star, err)
 	}
 	return ok, nil
@@ -110,7 +110,7 @@ func (db *DB) StarExists(ctx context.Context, star string) (bool, error) {
 // StreamOfStar reports whether the stream exists and belongs to the star.
 func (db *DB) StreamOfStar(ctx context.Context, star string, id StreamID) (bool, error) {
 	var ok bool
-	if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.streams WHERE stream_id = $1 AND star = $2)`, id, star).Scan(&ok); err != nil {
+	if err := db.reader(ctx).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.streams WHERE stream_id = $1 AND star = $2)`, id, star).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up stream of star %q: %w", star, err)
 	}
 	return ok, nil

@@ -230,7 +230,7 @@ func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced [
 	if forced == nil {
 		forced = []StreamID{}
 	}
-	rows, err := db.pool.Query(ctx, `
+	rows, err := db.reader(ctx).Query(ctx, `
 		SELECT m.stream_id, m.class, m.since, m.since + m.cap AS deadline, m.stream_id = ANY($9::uuid[]) AS forced
 		FROM (`+dueMarkersSQL+`) m
 		WHERE NOT m.held
@@ -501,7 +501,7 @@ func (db *DB) AddStagedPart(ctx context.Context, f Fence, id int64, part int) er
 // Intents lists a star's intents of one kind (publish or reap), oldest
 // first; Due is computed with the database clock and grace.
 func (db *DB) Intents(ctx context.Context, star, kind string, grace time.Duration) ([]Intent, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+intentCols+`,
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+intentCols+`,
 			CASE WHEN kind = 'reap' THEN reap_after <= now() ELSE created_at <= now() - $3::interval END
 		FROM nova.orphan_intents WHERE star = $1 AND kind = $2 ORDER BY id`, star, kind, grace)
 	if err != nil {
@@ -742,7 +742,7 @@ type QuarantineRow struct {
 
 // Quarantined lists a star's quarantine.
 func (db *DB) Quarantined(ctx context.Context, star string) ([]QuarantineRow, error) {
-	rows, err := db.pool.Query(ctx, `SELECT stream_id, coalesce(slot_key, ''), error_class, reason, since
+	rows, err := db.reader(ctx).Query(ctx, `SELECT stream_id, coalesce(slot_key, ''), error_class, reason, since
 		FROM nova.quarantine WHERE star = $1 ORDER BY since, id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("list quarantine of star %q: %w", star, err)
@@ -797,7 +797,7 @@ func (db *DB) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error
 		return nil, nil
 	}
 	var o Overlap
-	err := db.pool.QueryRow(ctx, `SELECT s.stream_id, coalesce(t.prev_first, -1), coalesce(t.prev_end, -1), t.first_record, t.first_record + t.record_count, s.settled_through
+	err := db.reader(ctx).QueryRow(ctx, `SELECT s.stream_id, coalesce(t.prev_first, -1), coalesce(t.prev_end, -1), t.first_record, t.first_record + t.record_count, s.settled_through
 		FROM unnest($1::uuid[]) AS d(stream_id) JOIN nova.streams s USING (stream_id) CROSS JOIN LATERAL (
 			SELECT first_record, record_count,
 				lag(first_record) OVER w AS prev_first, lag(first_record + record_count) OVER w AS prev_end

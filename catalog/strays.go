@@ -64,7 +64,7 @@ func (db *DB) NamedSettledKeys(ctx context.Context, keys []ListedKey) ([]bool, e
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT k.ord, `+named+` FROM `+listedKeys(1), listedArgs(keys)...)
+	rows, err := db.reader(ctx).Query(ctx, `SELECT k.ord, `+named+` FROM `+listedKeys(1), listedArgs(keys)...)
 	if err != nil {
 		return nil, fmt.Errorf("look up %d listed settled keys: %w", len(keys), err)
 	}
@@ -180,7 +180,7 @@ func (db *DB) StraySweepDue(ctx context.Context, star string, every time.Duratio
 		return false, nil
 	}
 	var due bool
-	err := db.pool.QueryRow(ctx, `SELECT strays_swept_at IS NULL OR strays_swept_at <= now() - $2::interval
+	err := db.reader(ctx).QueryRow(ctx, `SELECT strays_swept_at IS NULL OR strays_swept_at <= now() - $2::interval
 		FROM nova.auditor_state WHERE star = $1`, star, every).Scan(&due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return true, nil

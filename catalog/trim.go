@@ -58,7 +58,7 @@ type TrimState struct {
 // ReadTrimState reads a star's trim state in one read-only snapshot.
 func (db *DB) ReadTrimState(ctx context.Context, star string) (TrimState, error) {
 	var st TrimState
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := db.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		st, err = readTrimState(ctx, tx, star)
 		return err
@@ -210,7 +210,7 @@ func (db *DB) AdvanceTrim(ctx context.Context, f Fence, prev *SlotPos, from, to 
 // SlotReaps lists a star's slot reaps in release order, with Due by the
 // database clock.
 func (db *DB) SlotReaps(ctx context.Context, star string) ([]SlotReap, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now(), done_buckets
+	rows, err := db.reader(ctx).Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now(), done_buckets
 		FROM nova.slot_reaps WHERE star = $1 ORDER BY from_epoch, from_seq, id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("list slot reaps of star %q: %w", star, err)
@@ -289,7 +289,7 @@ const retiredOf = `SELECT c.* FROM nova.catalog c
 // RetentionCandidates lists up to limit catalog entries of the star that
 // retention would remove (changing nothing), in stream and record order.
 func (db *DB) RetentionCandidates(ctx context.Context, star string, limit int) ([]RetiredEntry, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+prefixed("c.", entryCols)+`, d.bucket
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+prefixed("c.", entryCols)+`, d.bucket
 		FROM (`+retentionDue+`) d CROSS JOIN LATERAL (`+retiredOf+`) c
 		ORDER BY c.stream_id, c.epoch, c.first_record LIMIT $2`, star, limit)
 	if err != nil {
@@ -416,7 +416,7 @@ func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, 
 // (database clock): reap intents past reap_after, and publish intents
 // created more than grace ago.
 func (db *DB) DueObjectReaps(ctx context.Context, star string, grace time.Duration, after int64, limit int) ([]Intent, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, true,
+	rows, err := db.reader(ctx).Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, true,
 			abort_unrecorded
 		FROM nova.orphan_intents
 		WHERE star = $1 AND id > $4 AND (kind = 'reap' AND reap_after <= now() OR kind = 'publish' AND created_at <= now() - $2::interval)
@@ -445,7 +445,7 @@ type ReapBacklog struct {
 // ObjectReapBacklog counts the star's reap intents, due and waiting.
 func (db *DB) ObjectReapBacklog(ctx context.Context, star string, grace time.Duration) (ReapBacklog, error) {
 	var b ReapBacklog
-	err := db.pool.QueryRow(ctx, `SELECT
+	err := db.reader(ctx).QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE kind = 'reap' AND reap_after <= now() OR kind = 'publish' AND created_at <= now() - $2::interval),
 			count(*) FILTER (WHERE kind = 'reap' AND reap_after > now())
 		FROM nova.orphan_intents WHERE star = $1`, star, grace).Scan(&b.ObjectsDue, &b.ObjectsWaiting)
@@ -593,7 +593,7 @@ func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, c
 // PreviewReaps is ClassifyReaps for a dry run: it locks and changes nothing.
 func (db *DB) PreviewReaps(ctx context.Context, star string, grace time.Duration, cands []ReapCandidate) (map[int64]KeyVerdict, error) {
 	var out map[int64]KeyVerdict
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := db.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		out, _, err = classify(ctx, tx, star, grace, cands, false)
 		return err

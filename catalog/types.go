@@ -102,7 +102,7 @@ func (e Entry) EndRecord() int64 { return e.FirstRecord + e.RecordCount }
 // GetStar reads one star.
 func (db *DB) GetStar(ctx context.Context, star string) (Star, error) {
 	var s Star
-	err := db.pool.QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars WHERE star = $1`, star).
+	err := db.reader(ctx).QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars WHERE star = $1`, star).
 		Scan(&s.Star, &s.ChainClass, &s.Epoch, &s.NextSeq, &s.FenceWindow)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("star %q: %w", star, ErrNotFound)
@@ -128,7 +128,7 @@ func scanStream(r pgx.Row) (Stream, error) {
 
 // GetStream reads one stream.
 func (db *DB) GetStream(ctx context.Context, id StreamID) (Stream, error) {
-	s, err := scanStream(db.pool.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
+	s, err := scanStream(db.reader(ctx).QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("stream %s: %w", id, ErrNotFound)
 	}
@@ -140,7 +140,7 @@ func (db *DB) GetStream(ctx context.Context, id StreamID) (Stream, error) {
 
 // StreamsOfStar lists a star's streams in stream ID order.
 func (db *DB) StreamsOfStar(ctx context.Context, star string) ([]Stream, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE star = $1 ORDER BY stream_id`, star)
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE star = $1 ORDER BY stream_id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("list streams of star %q: %w", star, err)
 	}
@@ -174,7 +174,7 @@ func scanRef(r pgx.Row) (SpanRef, error) {
 
 // RefsOfStream reads a stream's span refs in record order.
 func (db *DB) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+refCols+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
 	}
@@ -199,7 +199,7 @@ func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Strea
 		refs []SpanRef
 		last *Entry
 	)
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := db.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		st, err = scanStream(tx.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -249,7 +249,7 @@ func refsWindow(ctx context.Context, q interface {
 
 // DueMarkers lists a star's due markers, oldest first.
 func (db *DB) DueMarkers(ctx context.Context, star string) ([]DueMarker, error) {
-	rows, err := db.pool.Query(ctx, `SELECT d.stream_id, d.class, d.since FROM nova.due_markers d
+	rows, err := db.reader(ctx).Query(ctx, `SELECT d.stream_id, d.class, d.since FROM nova.due_markers d
 		JOIN nova.streams s USING (stream_id) WHERE s.star = $1 ORDER BY d.since, d.stream_id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("read due markers of star %q: %w", star, err)
@@ -275,7 +275,7 @@ func scanEntry(r pgx.Row) (Entry, error) {
 
 // EntriesOfStream reads a stream's catalog entries in record order.
 func (db *DB) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1 ORDER BY epoch, first_record`, id)
+	rows, err := db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1 ORDER BY epoch, first_record`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read catalog of stream %s: %w", id, err)
 	}
@@ -288,7 +288,7 @@ func (db *DB) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, error)
 
 // LastEntry reads a stream's last catalog entry (ErrNotFound when none).
 func (db *DB) LastEntry(ctx context.Context, id StreamID) (Entry, error) {
-	e, err := scanEntry(db.pool.QueryRow(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1
+	e, err := scanEntry(db.reader(ctx).QueryRow(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1
 		ORDER BY epoch DESC, first_record DESC LIMIT 1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return e, fmt.Errorf("last catalog entry of stream %s: %w", id, ErrNotFound)

@@ -446,9 +446,22 @@ func (s adminState) runnable() bool { return s.loaded && !s.state.Paused && !s.s
 func (d *Daemon) admin(t *term, st *adminState) {
 	ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
 	defer cancel()
-	open, err := d.db.AdminRequests(ctx, d.cfg.Star, true, 1000)
+	// The open requests and the pause and halt state in one read snapshot
+	// (one commit per poll); a consumed pause or resume reads the state again.
+	var (
+		open  []catalog.AdminRequest
+		state catalog.DaemonState
+	)
+	err := d.db.ReadOnly(ctx, func(ctx context.Context) error {
+		var err error
+		if open, err = d.db.AdminRequests(ctx, d.cfg.Star, true, 1000); err != nil {
+			return err
+		}
+		state, err = d.db.GetDaemonState(ctx, d.cfg.Star)
+		return err
+	})
 	if err != nil {
-		d.log.Warn("reading admin requests failed", "err", err)
+		d.log.Warn("reading admin requests and the pause and halt state failed", "err", err)
 		return
 	}
 	others, untried, triggers := false, false, false
@@ -476,12 +489,11 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		}
 		if len(reqs) > 0 {
 			d.poke()
+			if state, err = d.db.GetDaemonState(ctx, d.cfg.Star); err != nil {
+				d.log.Warn("reading the pause and halt state failed", "err", err)
+				return
+			}
 		}
-	}
-	state, err := d.db.GetDaemonState(ctx, d.cfg.Star)
-	if err != nil {
-		d.log.Warn("reading the pause and halt state failed", "err", err)
-		return
 	}
 	if st.loaded && state.Paused != st.state.Paused {
 		d.log.Info("pause changed", "paused", state.Paused)
@@ -665,6 +677,13 @@ func (d *Daemon) refreshGauges(ctx context.Context) (err error) {
 		}
 		d.m.StatusRefreshes.WithLabelValues(outcome).Inc()
 	}()
+	// One read snapshot: one commit per refresh, and gauges of one state.
+	return d.db.ReadOnly(ctx, d.readGauges)
+}
+
+// readGauges sets the metastore gauges from ctx's reads (refreshGauges).
+func (d *Daemon) readGauges(ctx context.Context) error {
+	d.checkSchema(ctx)
 	// The leader's recorded policy, so every instance's gauges, /status and
 	// auditor status agree (this instance's own until one is recorded).
 	policy, reapGrace := d.cfg.Policy, d.cfg.ReapGrace

@@ -24,8 +24,9 @@ import (
 // not know), and not while a bucket's lifecycle configuration has an
 // expiration rule that can reach the auditor's keys (a settle stalled past
 // the expiry would lose data the catalog still references). Both block
-// work like a halt but clear themselves: the schema check runs every
-// GaugeInterval, the bucket rules at start and every RulesInterval (every
+// work like a halt but clear themselves: the schema check runs with
+// the gauge refresh (every GaugeInterval and after each cycle) and before
+// each cycle that runs its steps, the bucket rules at start and every RulesInterval (every
 // minute while they block).
 //
 // The bucket rules also say whether a DELETE removes the bytes: versioning
@@ -249,7 +250,7 @@ func (d *Daemon) guardLoop(ctx context.Context, rulesDue time.Time) {
 			return
 		case <-tick.C:
 		}
-		d.checkSchema(ctx)
+		// The schema is checked with the gauges (readGauges), in their snapshot.
 		if !time.Now().Before(rulesDue) {
 			rulesDue = time.Now().Add(d.rulesWait(len(d.checkRules(ctx)) == 0))
 		}

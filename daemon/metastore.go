@@ -48,6 +48,7 @@ type Ledger interface {
 // read, consumed, the triggers a cycle takes and finishes, the progress
 // of a forced stream, and the notifications that wake the leader.
 type Requests interface {
+	ReadOnly(ctx context.Context, fn func(ctx context.Context) error) error
 	AdminRequests(ctx context.Context, star string, openOnly bool, limit int) ([]catalog.AdminRequest, error)
 	ConsumeAdminRequests(ctx context.Context, f catalog.Fence, kinds []string) ([]catalog.AdminRequest, error)
 	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
@@ -69,6 +70,9 @@ type Health interface {
 
 // Gauges are the metastore gauges' reads (daemon.go refreshGauges).
 type Gauges interface {
+	// ReadOnly runs fn with a context whose reads share one read-only
+	// snapshot (one commit).
+	ReadOnly(ctx context.Context, fn func(ctx context.Context) error) error
 	GetRuntime(ctx context.Context, star string) (catalog.Runtime, error)
 	GetStar(ctx context.Context, star string) (catalog.Star, error)
 	TransitByClass(ctx context.Context, star string, p catalog.DuePolicy) (time.Time, []catalog.ClassTransit, error)
