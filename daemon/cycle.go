@@ -253,6 +253,41 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 	return res.counts, res.err
 }
 
+// OnceIdle is run --once's idle check, before it takes the lease: true when
+// a cycle of the star would find nothing to do (deps.Idle), the star is
+// neither paused nor halted (RunOnce reports those), and the ledger's last
+// success is younger than cfg.IdleRecord. It reads in one snapshot: one
+// transaction. A false (or an error) runs the whole cycle, which also
+// records it: the ledger's last success stays within IdleRecord, and the
+// local pending sidecars and an earlier term's leftovers are recovered at
+// least that often.
+func OnceIdle(ctx context.Context, cfg Config, deps Deps) (bool, error) {
+	if deps.Idle == nil || deps.DB == nil {
+		return false, nil
+	}
+	idle := false
+	err := deps.DB.ReadOnly(ctx, func(ctx context.Context) error {
+		state, err := deps.DB.GetDaemonState(ctx, cfg.Star)
+		if err != nil || state.Paused || state.Halted() {
+			return err
+		}
+		work, now, err := deps.Idle.Work(ctx, cfg.Star)
+		if err != nil || work != "" {
+			return err
+		}
+		last, ok, err := deps.DB.LastRunWithOutcome(ctx, cfg.Star, catalog.RunOK)
+		if err != nil {
+			return err
+		}
+		idle = ok && last.EndedAt != nil && now.Sub(*last.EndedAt) < cfg.IdleRecord
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("idle check of star %q: %w", cfg.Star, err)
+	}
+	return idle, nil
+}
+
 // WithLease runs fn under the star's lease, as RunOnce runs a cycle: it
 // takes the lease (a *catalog.LeaseHeldError when another auditor holds
 // it), renews it while fn runs (fn's context ends when it is lost) and

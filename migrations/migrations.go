@@ -95,7 +95,9 @@ CREATE TABLE IF NOT EXISTS nova.schema_migrations (
 // Version returns the database's schema version (0 for an empty database).
 func Version(ctx context.Context, q Querier) (int, error) {
 	var v int
-	err := q.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM nova.schema_migrations`).Scan(&v)
+	// The simple protocol: one round trip and, outside a transaction, one
+	// transaction (a prepared statement's Parse is one more, per connection).
+	err := q.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM nova.schema_migrations`, pgx.QueryExecModeSimpleProtocol).Scan(&v)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
 		return 0, nil // undefined table or schema: nothing applied yet

@@ -13,6 +13,7 @@ import (
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/trim"
 )
 
 // cmdRun is `auditor run --once`: take the lease, run one cycle, release it.
@@ -79,6 +80,18 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
 		if deps.Rules, err = bucketRules(ctx, cfg); err != nil {
 			return exitCode(e, cfg, err)
+		}
+	}
+	if !*dryRun && *stream == "" && !*sweepStrays {
+		// A star with nothing to do costs one read (daemon.OnceIdle).
+		deps.Idle = trim.IdleCheck{DB: db, Policy: policy, StrayEvery: cfg.StraySweepEvery}
+		idle, err := daemon.OnceIdle(ctx, dc, deps)
+		if err != nil {
+			log.Warn("the idle check failed; the cycle runs", "err", err)
+		}
+		if idle {
+			fmt.Fprintln(e.stdout, "cycle idle: nothing to do")
+			return exitOK
 		}
 	}
 	counts, err := daemon.RunOnce(ctx, dc, deps, opts)

@@ -77,45 +77,7 @@ func cycleTransactions(t *testing.T, s3e testenv.S3Env, streams int) (txs, objec
 			t.Fatal(err)
 		}
 	}()
-	// counted returns the database's count once no connection to it is
-	// left and the count has settled (a backend reports at exit, just
-	// after it leaves pg_stat_activity). It reads from the server's default
-	// database, so its own transactions are not in the count.
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := strings.TrimPrefix(u.Path, "/")
-	counted := func() int64 {
-		t.Helper()
-		c, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
-		deadline := time.Now().Add(20 * time.Second)
-		last := int64(-1)
-		for {
-			var others int
-			var n int64
-			if err := c.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = $1),
-				(SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1)`, name).Scan(&others, &n); err != nil {
-				t.Fatal(err)
-			}
-			if others == 0 && n == last {
-				return n
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the count of database %s does not settle (%d connections)", name, others)
-			}
-			last = n
-			time.Sleep(250 * time.Millisecond)
-			// A new transaction sees fresh statistics.
-			if _, err := c.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	counted := func() int64 { return settledCommits(t, url) }
 	// The count is exact: nothing happens between two counts.
 	if a, b := counted(), counted(); a != b {
 		t.Fatalf("two counts with nothing between: %d and %d", a, b)
@@ -176,6 +138,57 @@ func TestTransactionsPerSettledObject(t *testing.T) {
 	for _, c := range [][2]int64{{t1, o1}, {t2, o2}} {
 		if limit := maxTxPerObject*float64(c[1]) + maxTxPerCycle + txNoise; float64(c[0]) > limit {
 			t.Errorf("%d transactions for a cycle of %d objects, want at most %.0f", c[0], c[1], limit)
+		}
+	}
+}
+
+// settledCommits is the transactions committed or rolled back in url's
+// database, read once no connection to it is left and the count has
+// settled (a backend reports at exit, just after it leaves
+// pg_stat_activity). It reads from the server's default database, so its
+// own transactions are not in the count.
+func settledCommits(t *testing.T, url string) int64 {
+	t.Helper()
+	n, _ := settledCounts(t, url)
+	return n
+}
+
+// settledCounts is settledCommits and the sessions opened in url's
+// database (each session's start commits one transaction of its own).
+func settledCounts(t *testing.T, url string) (txs, sessions int64) {
+	t.Helper()
+	ctx := context.Background()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	c, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	deadline := time.Now().Add(20 * time.Second)
+	last := int64(-1)
+	for {
+		var others int
+		var n, sessions int64
+		if err := c.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = $1),
+			(SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1),
+			(SELECT sessions FROM pg_stat_database WHERE datname = $1)`, name).Scan(&others, &n, &sessions); err != nil {
+			t.Fatal(err)
+		}
+		if others == 0 && n == last {
+			return n, sessions
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the count of database %s does not settle (%d connections)", name, others)
+		}
+		last = n
+		time.Sleep(250 * time.Millisecond)
+		// A new transaction sees fresh statistics.
+		if _, err := c.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
