@@ -94,19 +94,20 @@ type Member struct {
 	mu    sync.Mutex
 	seats map[string]*seat // the stars this member leads
 
-	cooling    map[string]time.Time // stars given up (stuck, stepped down): not claimed again before then (under mu)
-	liveSet    string               // the live membership last seen
-	live       []catalog.Member     // its members (under mu)
-	liveSince  time.Time            // since when it is that
-	firstRead  time.Time            // the member's first read of the fleet
-	reads      int                  // its reads of the fleet since the live membership last changed
-	settledAt  time.Time            // when it settled (zero: not yet; planClaims)
-	readFails  int                  // rounds in a row whose read of the fleet failed
-	draining   bool
-	ticks      int
-	lastHolder string // the other process holding our member name, logged once
-	refused    int64  // refusals counted into the metrics so far
-	starved    bool   // the last round found connections refused lately
+	cooling     map[string]time.Time // stars given up (stuck, stepped down): not claimed again before then (under mu)
+	liveSet     string               // the live membership last seen
+	live        []catalog.Member     // its members (under mu)
+	liveSince   time.Time            // since when it is that
+	firstRead   time.Time            // the member's first read of the fleet
+	reads       int                  // its reads of the fleet since the live membership last changed
+	settledAt   time.Time            // when it settled (zero: not yet; planClaims)
+	readFails   int                  // rounds in a row whose read of the fleet failed
+	draining    bool
+	ticks       int
+	lastHolder  string // the other process holding our member name, logged once
+	selectsNone bool   // --stars selected no star of the metastore at the last round (logged once)
+	refused     int64  // refusals counted into the metrics so far
+	starved     bool   // the last round found connections refused lately
 }
 
 // seat is a star the member leads.
@@ -359,6 +360,16 @@ func (mb *Member) gauges(v view) {
 	sh := v.shape()
 	mb.m.Members.Set(float64(len(sh.live)))
 	mb.m.Stars.Set(float64(len(sh.stars)))
+	// A --stars that selects nothing is most likely a typo: say so once
+	// (the member stays up, serving nothing, for stars yet to be created).
+	if none := len(sh.stars) == 0; none != mb.selectsNone {
+		mb.selectsNone = none
+		if none {
+			mb.log.Warn("--stars selects no star of the metastore: this member leads nothing until one is created", "stars", mb.cfg.Stars.String())
+		} else {
+			mb.log.Info("--stars selects stars of the metastore", "stars", mb.cfg.Stars.String(), "count", len(sh.stars))
+		}
+	}
 	mb.m.Cap.Set(float64(sh.cap))
 	mb.m.Imbalance.Set(float64(sh.spread))
 	mb.m.MoveBudget.Set(float64(mb.cfg.Rules.Budget(len(sh.stars))))
