@@ -23,12 +23,7 @@ import (
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	if d.cfg.Pprof {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		HandlePprof(mux)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.r.deps.Gatherer, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
@@ -80,3 +75,14 @@ func (d *Daemon) ready(ctx context.Context) error {
 type slogPrinter struct{ d *Daemon }
 
 func (p slogPrinter) Println(v ...any) { p.d.log.Warn("metrics", "err", fmt.Sprint(v...)) }
+
+// HandlePprof serves the Go profiler under /debug/pprof/ on mux (--pprof):
+// the daemon's endpoint and a fleet member's.
+func HandlePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nova/auditor/daemon"
 )
 
 // Gatherers is the process's /metrics: its own registry and the registry
@@ -104,6 +106,9 @@ type Health interface {
 // status --fleet shows the whole fleet).
 func (mb *Member) Handler(h Health) http.Handler {
 	mux := http.NewServeMux()
+	if mb.cfg.Pprof {
+		daemon.HandlePprof(mux)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(mb.gather, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")

@@ -30,6 +30,7 @@ type Config struct {
 	Tick            time.Duration // --lease-renew: heartbeat, renewal, claims and balance
 	CallTimeout     time.Duration // bound of one statement of the loop (LeaseTTL/3)
 	ShutdownTimeout time.Duration // a star's running cycle may finish this long on drain
+	Pprof           bool          // serve the Go profiler on the member's endpoint (--pprof)
 	Rules           Rules
 	BudgetWindow    time.Duration
 	// ProgressBound: a star whose cycle loop made no progress for its

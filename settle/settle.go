@@ -49,6 +49,10 @@ type Deps struct {
 	// cycles: one per process, shared by a fleet member's stars (nil: the
 	// settler makes its own of Config.FooterCacheBytes).
 	Footers *bundle.FooterCache
+	// Tails is the tail cache, likewise one per process when set (nil: the
+	// settler makes its own of Config.TailCacheBytes, TailSpillDir and
+	// TailSpillBytes, and closes it in Close).
+	Tails *TailCache
 	// Mutations switch off rules on purpose, for the fault explorer only
 	// (docs/architecture.md#the-fault-explorer); zero in production.
 	Mutations Mutations
@@ -143,7 +147,8 @@ type Settler struct {
 	// slotReads is the running cycle's reader with slot reads (nil: none);
 	// tails the settled-tail cache, across cycles (fetch.go).
 	slotReads atomic.Pointer[bundle.Reader]
-	tails     *tailCache
+	tails     *TailCache
+	ownTails  bool // tails is this settler's own (Close closes it)
 }
 
 var _ cycle.Step = (*Settler)(nil)
@@ -159,27 +164,36 @@ func New(d Deps, c Config) (*Settler, error) {
 	if d.Topology == nil {
 		return nil, errors.New("settle: no storage topology")
 	}
-	tails, err := newTailCache(c.TailCacheBytes, c.TailSpillDir, c.TailSpillBytes)
-	if err != nil {
-		return nil, fmt.Errorf("settle: %w", err)
+	tails, ownTails := d.Tails, false
+	if tails == nil {
+		var err error
+		if tails, err = newTailCache(c.TailCacheBytes, c.TailSpillDir, c.TailSpillBytes); err != nil {
+			return nil, fmt.Errorf("settle: %w", err)
+		}
+		ownTails = true
 	}
 	footers := d.Footers
 	if footers == nil {
 		footers = bundle.NewFooterCache(c.FooterCacheBytes)
 	}
 	return &Settler{d: d, c: c, store: d.Topology.Store(), read: bundle.NewReader(d.Topology), hot: make(chan struct{}, c.HotStreams),
-		footers: footers, tails: tails}, nil
+		footers: footers, tails: tails, ownTails: ownTails}, nil
 }
 
 // Name implements cycle.Step.
 func (s *Settler) Name() string { return "settle" }
 
-// Close releases what the Settler holds across cycles beyond memory: the
-// tail cache's spill segments (closed, and their files removed). Call it
+// Close releases what the Settler holds across cycles beyond memory: its
+// own tail cache's spill segments (a shared one, Deps.Tails, is its
+// owner's to close) (closed, and their files removed). Call it
 // when its cycles are done; a cycle still running, or one after it,
 // settles without the tail cache's spill (a tail not held is read from
 // the store).
-func (s *Settler) Close() { s.tails.close() }
+func (s *Settler) Close() {
+	if s.ownTails {
+		s.tails.close()
+	}
+}
 
 func (s *Settler) crash(name crashpoint.Point) {
 	if s.d.Crash != nil {

@@ -35,7 +35,7 @@ const tailSegments = 32
 // tailSegmentMin is the least size of a spill segment.
 const tailSegmentMin = 64 << 10
 
-// tailCache holds the bytes of the settled objects below the copy floor
+// TailCache holds the bytes of the settled objects below the copy floor
 // that this process published (docs/architecture.md#settled-tail-cache):
 // the next settle of the stream rewrites its standing tail, and reads it
 // from here instead of the store. It is the Settler's, across cycles, and
@@ -61,7 +61,7 @@ const tailSegmentMin = 64 << 10
 // waited that long is the likeliest to wait longer). A spilled entry is
 // only ever read back as a candidate: the same checks apply, and bytes
 // that disagree are dropped and read from the store.
-type tailCache struct {
+type TailCache struct {
 	limit int64 // memory: bytes held in memory, plus every entry's key and overhead
 
 	// spill: the directory of this cache's files ("" none), its budget
@@ -115,11 +115,21 @@ func (e *tailEntry) cost() int64 {
 // memory evicts spills to files in dir, up to diskLimit bytes; the cache's
 // files a previous process left there are removed first (they are not
 // indexed: a restart starts cold).
-func newTailCache(limit int64, dir string, diskLimit int64) (*tailCache, error) {
+func newTailCache(limit int64, dir string, diskLimit int64) (*TailCache, error) {
+	return NewTailCache(limit, dir, diskLimit)
+}
+
+// NewTailCache is the tail cache of limit bytes of memory, spilling to dir
+// up to diskLimit bytes (newTailCache), for Deps.Tails: one cache, one
+// budget, shared by every Settler of a process (a fleet member's stars).
+// Its keys are settled object keys, which name their stream; an entry is
+// only ever a candidate, checked against the catalog before use. Close it
+// after every Settler using it is done.
+func NewTailCache(limit int64, dir string, diskLimit int64) (*TailCache, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	c := &tailCache{limit: limit, lru: list.New(), disk: list.New(), segs: list.New(), byKey: map[string]*list.Element{}}
+	c := &TailCache{limit: limit, lru: list.New(), disk: list.New(), segs: list.New(), byKey: map[string]*list.Element{}}
 	if dir == "" || diskLimit <= 0 {
 		return c, nil
 	}
@@ -144,13 +154,13 @@ func newTailCache(limit int64, dir string, diskLimit int64) (*tailCache, error) 
 
 // get returns the cached bytes of the object at key, or nil: from memory,
 // or read back from its segment.
-func (c *tailCache) get(key string) []byte {
+func (c *TailCache) get(key string) []byte {
 	obj, _ := c.lookup(key)
 	return obj
 }
 
 // lookup is get, and whether the bytes came from a spill segment.
-func (c *tailCache) lookup(key string) (obj []byte, spilled bool) {
+func (c *TailCache) lookup(key string) (obj []byte, spilled bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -188,7 +198,7 @@ func (c *tailCache) lookup(key string) (obj []byte, spilled bool) {
 // Entries the memory budget evicts are spilled (placed at the log's end
 // here, written outside the lock: until then their bytes are held beyond
 // the budget) or forgotten.
-func (c *tailCache) put(key string, obj []byte) {
+func (c *TailCache) put(key string, obj []byte) {
 	if c == nil {
 		return
 	}
@@ -251,7 +261,7 @@ func (c *tailCache) put(key string, obj []byte) {
 // no room, and a new segment is begun when the current one is full. It
 // returns the segments to close and remove, and false when no segment
 // could be opened (v is forgotten).
-func (c *tailCache) placeLocked(v *tailEntry) (retire []*tailSegment, ok bool) {
+func (c *TailCache) placeLocked(v *tailEntry) (retire []*tailSegment, ok bool) {
 	for c.diskSize+v.n > c.diskLimit && c.segs.Len() > 0 {
 		retire = append(retire, c.evictLocked(c.segs.Front().Value.(*tailSegment))...)
 	}
@@ -275,7 +285,7 @@ func (c *tailCache) placeLocked(v *tailEntry) (retire []*tailSegment, ok bool) {
 }
 
 // evictLocked forgets every entry still in seg and retires it.
-func (c *tailCache) evictLocked(seg *tailSegment) []*tailSegment {
+func (c *TailCache) evictLocked(seg *tailSegment) []*tailSegment {
 	for el := seg.live.Front(); el != nil; {
 		next := el.Next()
 		v := el.Value.(*tailEntry)
@@ -290,7 +300,7 @@ func (c *tailCache) evictLocked(seg *tailSegment) []*tailSegment {
 
 // retireLocked takes seg out of the log (its file is closed and removed
 // by the caller, outside the lock).
-func (c *tailCache) retireLocked(seg *tailSegment) *tailSegment {
+func (c *TailCache) retireLocked(seg *tailSegment) *tailSegment {
 	c.segs.Remove(seg.elem)
 	c.diskSize -= seg.size
 	if c.cur == seg {
@@ -309,7 +319,7 @@ func closeSegments(segs []*tailSegment) {
 }
 
 // drop forgets key (a revision about to be reaped, or bytes found wrong).
-func (c *tailCache) drop(key string) {
+func (c *TailCache) drop(key string) {
 	if c == nil {
 		return
 	}
@@ -318,7 +328,7 @@ func (c *tailCache) drop(key string) {
 
 // dropEntry forgets key when it is e (any entry when e is nil), and
 // removes its segment when it was the segment's last.
-func (c *tailCache) dropEntry(key string, e *tailEntry) {
+func (c *TailCache) dropEntry(key string, e *tailEntry) {
 	c.mu.Lock()
 	retire := c.dropLocked(key, e)
 	c.mu.Unlock()
@@ -327,7 +337,7 @@ func (c *tailCache) dropEntry(key string, e *tailEntry) {
 
 // dropLocked forgets key (when it is e, or any entry when e is nil) and
 // returns its segment to retire when it was the segment's last entry.
-func (c *tailCache) dropLocked(key string, e *tailEntry) []*tailSegment {
+func (c *TailCache) dropLocked(key string, e *tailEntry) []*tailSegment {
 	el, ok := c.byKey[key]
 	if !ok {
 		return nil
@@ -358,7 +368,10 @@ func (c *tailCache) dropLocked(key string, e *tailEntry) []*tailSegment {
 // still running (one given up on) may use the cache after it: a put holds
 // bytes in memory only, and a spill write or read that was under way
 // fails and is forgotten.
-func (c *tailCache) close() {
+// Close closes the cache's spill (NewTailCache's owner calls it).
+func (c *TailCache) Close() { c.close() }
+
+func (c *TailCache) close() {
 	if c == nil {
 		return
 	}
@@ -378,7 +391,7 @@ func (c *tailCache) close() {
 }
 
 // stats returns the entries and bytes held in memory and spilled.
-func (c *tailCache) stats() (memEntries, diskEntries int, memBytes, diskBytes int64) {
+func (c *TailCache) stats() (memEntries, diskEntries int, memBytes, diskBytes int64) {
 	if c == nil {
 		return 0, 0, 0, 0
 	}

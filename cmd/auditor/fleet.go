@@ -82,9 +82,14 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		return exitCode(e, cfg, err)
 	}
 
-	// One slot footer cache for the member: its budget is the process's,
-	// however many stars it leads.
-	sh := shared{crash: crash, footers: footerCache(cfg)}
+	// One slot footer cache and one tail cache for the member: their
+	// budgets are the process's, however many stars it leads.
+	tails, err := fleetTailCache(cfg)
+	if err != nil {
+		return exitCode(e, cfg, fmt.Errorf("settle: %w", err))
+	}
+	defer tails.Close()
+	sh := shared{crash: crash, footers: footerCache(cfg), tails: tails}
 	build := func(ctx context.Context, star string) (fleet.Built, error) {
 		scfg := cfg
 		scfg.Star, scfg.Stars = star, ""
@@ -119,7 +124,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 	}
 	mb, err := fleet.New(fleet.Config{
 		Member: cfg.Holder, Stars: sel, LeaseTTL: cfg.LeaseTTL, Tick: cfg.LeaseRenew,
-		CallTimeout: daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL), ShutdownTimeout: cfg.ShutdownTimeout,
+		CallTimeout: daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL), ShutdownTimeout: cfg.ShutdownTimeout, Pprof: cfg.Pprof,
 		Rules: fleet.Rules{Grace: cfg.FleetGrace, HandoffWindow: fleetHandoffWindow(cfg), StableFor: cfg.FleetStableFor,
 			Cooldown: cfg.FleetCooldown, MoveBudget: int(cfg.FleetMoveBudget), MoveBudgetPct: int(cfg.FleetMoveBudgetPct)},
 		BudgetWindow: cfg.FleetBudgetWindow, ProgressBound: cfg.FleetProgressBound,

@@ -48,7 +48,7 @@ func TestFleetBadInputAndDatabaseRestart(t *testing.T) {
 		return led == len(e.stars) && ok == len(e.stars)
 	}
 	eventually(t, 2*time.Minute, "every star led by m1 or m2 with an ok cycle", func() bool { return ledAfter(e.started) })
-	if n := typo.gauge("nova_auditor_fleet_stars_owned"); n != 0 {
+	if n := typo.processGauge("nova_auditor_fleet_stars_owned"); n != 0 {
 		t.Fatalf("the typo member leads %v stars", n)
 	}
 

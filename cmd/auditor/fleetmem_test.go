@@ -32,9 +32,9 @@ func TestFleetMemoryPerStar(t *testing.T) {
 		p := startServeWith(t, name, e.url, serveOptions{fleet: true, quiet: true},
 			"--stars", pattern, "--fs-root", e.root, "--data-dir", t.TempDir(), "--schedule", "@every 5s",
 			"--lease-ttl", fleetTTL.String(), "--lease-renew", fleetTick.String(), "--fleet-grace", fleetGrace.String(),
-			"--pprof", "--start-checks=false", "--log-level", "warn")
+			"--pprof", "--start-checks=false", "--log-level", "info")
 		eventually(t, 3*time.Minute, name+" leads its stars, each after an ok cycle", func() bool {
-			if p.gauge("nova_auditor_fleet_stars_owned") != float64(n) {
+			if p.processGauge("nova_auditor_fleet_stars_owned") != float64(n) {
 				return false
 			}
 			var ok int
@@ -47,9 +47,9 @@ func TestFleetMemoryPerStar(t *testing.T) {
 		if code, _ := p.get("/debug/pprof/heap?gc=1"); code != 200 {
 			t.Fatalf("%s: the heap profile: HTTP %d", name, code)
 		}
-		heap, goroutines = p.gauge("go_memstats_heap_inuse_bytes"), p.gauge("go_goroutines")
+		heap, goroutines = p.processGauge("go_memstats_heap_inuse_bytes"), p.processGauge("go_goroutines")
 		t.Logf("%s leading %d stars: heap in use %.1f MiB, %v goroutines, resident %.1f MiB", name, n, heap/(1<<20),
-			goroutines, p.gauge("process_resident_memory_bytes")/(1<<20))
+			goroutines, p.processGauge("process_resident_memory_bytes")/(1<<20))
 		p.signal(syscall.SIGTERM)
 		if code := p.wait(60 * time.Second); code != 0 {
 			t.Fatalf("%s drained with exit %d", name, code)

@@ -271,6 +271,13 @@ func (p *proc) gauge(name string) float64 {
 	return value(p.metrics(), name, map[string]string{"star": "s1"})
 }
 
+// processGauge is the value of a series of the process, not of a star (a
+// fleet member's own, the Go runtime's); -1 when it has none.
+func (p *proc) processGauge(name string) float64 {
+	p.t.Helper()
+	return value(p.metrics(), name, nil)
+}
+
 func httpGet(t *testing.T, u string) (int, string) {
 	t.Helper()
 	c := http.Client{Timeout: 10 * time.Second}

@@ -45,12 +45,21 @@ func footerCache(cfg config.Config) *bundle.FooterCache {
 	return bundle.NewFooterCache(cfg.SettleFooterCacheMiB << 20)
 }
 
+// fleetTailCache is a fleet member's tail cache, shared by its stars: one
+// --settle-tail-cache-mib of memory and one --settle-tail-spill-mib of disk
+// (under --data-dir, tails/fleet) for the process, not for each star.
+func fleetTailCache(cfg config.Config) (*settle.TailCache, error) {
+	return settle.NewTailCache(cfg.SettleTailCacheMiB<<20, filepath.Join(cfg.DataDir, "tails", "fleet"), cfg.SettleTailSpillMiB<<20)
+}
+
 // shared is what the cycles of every star a process leads share: the crash
-// points (a point's n-th hit is counted over all its stars) and the slot
-// footer cache (one --settle-footer-cache-mib budget for the process).
+// points (a point's n-th hit is counted over all its stars), the slot
+// footer cache (one --settle-footer-cache-mib budget for the process) and,
+// in a fleet, the tail cache (nil: each star's settle makes its own).
 type shared struct {
 	crash   *crashpoint.Set
 	footers *bundle.FooterCache
+	tails   *settle.TailCache
 
 	// The fault explorer's (docs/architecture.md#the-fault-explorer), nil
 	// and zero in production: a crash hook in place of crash's, a wrapper
@@ -152,7 +161,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	}
 	settler, err := settle.New(settle.Deps{
 		DB: db, Topology: top, Pending: pending,
-		Log: log.With("step", "settle"), Metrics: sem, Crash: crash, Footers: sh.footers, Mutations: sh.mutations,
+		Log: log.With("step", "settle"), Metrics: sem, Crash: crash, Footers: sh.footers, Tails: sh.tails, Mutations: sh.mutations,
 	}, settle.Config{
 		Policy:       policy,
 		CapBytes:     cfg.DenormOutputCapMiB << 20,
