@@ -253,16 +253,25 @@ now; summary {members, live_members (alive, not draining: N), draining_members, 
 members [{member, instance, alive, draining, stars_selector, led, stars_led, balance (ok, below_floor, above_cap; live members only), started_at, heartbeat_at, heartbeat_age_seconds, expires_at}];
 stars, unowned (longest first), led_outside_fleet [{star, holder, token, live, expires_at, unowned_seconds, selected, released_why, released_seconds_ago, handoff_to, last_move_seconds_ago}];
 moves {window_seconds, total, by_reason {new, released, drain, balance, stuck, lost}, limit, recent (newest first) [{at, star, from, to, reason, over_cap, unowned_seconds, token}]}.
-Exit 0 whenever it read the fleet, as auditor status: the alerts judge`
+Exit 0 whenever it read the fleet, as auditor status without --check: the alerts judge`
 
 func cmdStatus(ctx context.Context, e env, args []string) int {
 	fs := newFlags(e, "status")
+	fs.Footer += statusCheckHelp()
 	asJSON := fs.Bool("json", false, "print JSON (the same document as GET /status)")
 	fleet := fs.Bool("fleet", false, fleetJSONHelp)
+	check := fs.Bool("check", false, "after the status, exit non-zero when the star needs an operator: halted, no live leader, paused, quarantine past --max-quarantined (the codes below; each condition on stderr)")
+	maxQuarantined := fs.Int("max-quarantined", 0, "with --check: the quarantined streams and slots tolerated (0: any fails the check)")
 	cfg, err := fs.Load(args)
-	if err == nil && *fleet {
+	switch {
+	case err != nil:
+	case *fleet && *check:
+		err = &config.Error{Field: "check", Msg: "judges one star (--star): use it without --fleet"}
+	case *maxQuarantined < 0:
+		err = &config.Error{Field: "max-quarantined", Msg: fmt.Sprintf("%d: must be at least 0", *maxQuarantined)}
+	case *fleet:
 		err = cfg.Require("database-url")
-	} else if err == nil {
+	default:
 		err = cfg.Require("star", "database-url")
 	}
 	if err != nil {
@@ -287,7 +296,14 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 	} else {
 		err = s.WriteText(e.stdout)
 	}
-	return exitCode(e, cfg, err)
+	if err != nil || !*check {
+		return exitCode(e, cfg, err)
+	}
+	code, why := statusCheck(s, *maxQuarantined)
+	for _, w := range why {
+		fmt.Fprintf(e.stderr, "auditor: check: %s\n", w)
+	}
+	return code
 }
 
 // statusFleet is `auditor status --fleet`: the fleet of every star, read
