@@ -71,14 +71,15 @@ bench-settle: ## the settle beside a naive settle at equal concurrency (four sha
 	NOVA_TEST_TIMEOUT=60m scripts/test.sh -run '^$$' -bench 'BenchmarkSettleVsNaive' -benchtime 1x ./settle/
 	NOVA_BENCH_TAIL_CYCLES=50 NOVA_TEST_TIMEOUT=60m scripts/test.sh -v -run '^TestTailRewriteCycles$$' ./settle/
 
-bench-tail: ## the long-tail star of issue 25 on versitygw at 30 ms S3 latency: 10,000 Zipf-skewed streams, 50 rounds of write-then-cycle, per-round objects/s against a raw PUT loop, S3 requests, Postgres commits and CPU per object, bytes per new byte, transit and age (NOVA_BENCH_TAIL_STREAMS, _ROUNDS, _CONCURRENCY)
+bench-tail: ## the long-tail star (many trickle streams settling at the copy floor) on versitygw at 30 ms S3 latency: 10,000 Zipf-skewed streams, 50 rounds of write-then-cycle, per-round objects/s against a raw PUT loop, S3 requests, Postgres commits and CPU per object, bytes per new byte, transit and age (NOVA_BENCH_TAIL_STREAMS, _ROUNDS, _CONCURRENCY)
 	NOVA_BENCH_TAIL=1 NOVA_TEST_TIMEOUT=0 scripts/test.sh -v -run '^TestLongTailStar$$' ./settle/
 
 bench-fleet: ## idle fleets on the file store (200 stars on 2 members, 1,000 on 4): time to all led, stars per member, peak connections, commits and CPU per idle star-cycle, RSS per star, re-lead after SIGKILL (NOVA_BENCH_DATABASE_URL, NOVA_BENCH_FLEET_SHAPES, NOVA_BENCH_FLEET_LONG=1 for the 5-minute column)
 	scripts/bench-fleet.sh
 
-lint: ## gofmt, go vet (and golangci-lint when installed)
+lint: ## gofmt, go vet, no issue numbers (repocheck TestNoIssueNumbers), and golangci-lint when installed
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@! git grep -nIiE 'issue ?#?[0-9]+' || { echo 'cite what it means, not an issue number'; exit 1; }
 	$(GO) vet ./...
 	@if command -v golangci-lint >/dev/null; then golangci-lint run; fi
 
