@@ -1,17 +1,23 @@
 # Nova auditor. `make help` lists the targets.
 GO       ?= go
-VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+# The version is defined once, in cmd/auditor/version.go; BUILD is its
+# build metadata (the source revision).
+VERSION  := $(shell sed -n 's/^const release = "\(.*\)"$$/\1/p' cmd/auditor/version.go)
+BUILD    ?= $(shell git describe --always --dirty 2>/dev/null)
+LDFLAGS  := -s -w -X main.build=$(BUILD)
 BIN      := bin
 SOAK_DURATION ?= 10m
 EXPLORE_DURATION ?= 10m
 
-.PHONY: help build test test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet lint services-up services-down clean
+.PHONY: help version build test test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build bin/auditor and bin/novasim (static, trimmed, version stamped)
+version: ## print the auditor's version (cmd/auditor/version.go)
+	@echo $(VERSION)
+
+build: ## build bin/auditor and bin/novasim (static, trimmed, the revision stamped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 test: ## start versitygw (and Postgres if none runs), run every test against them, stop them

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
@@ -12,19 +11,6 @@ import (
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 )
-
-// version is stamped at build time (-ldflags "-X main.version=...").
-var version = ""
-
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
 
 // newFlags returns a subcommand's flags with every configuration key bound;
 // -h ends with the command's exit codes.
