@@ -251,3 +251,24 @@ func TestNoIssueNumbers(t *testing.T) {
 		t.Fatal("no file was read: the scan found nothing")
 	}
 }
+
+// TestUpgradingListsEveryMigration: UPGRADING.md has a row for every
+// migration in migrations/sql (what it changes, locks, and asks of the
+// operator), so a new migration cannot ship without one.
+func TestUpgradingListsEveryMigration(t *testing.T) {
+	root := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "UPGRADING.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "migrations", "sql", "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations: %v", err)
+	}
+	for _, f := range files {
+		num, name, _ := strings.Cut(strings.TrimSuffix(filepath.Base(f), ".sql"), "_")
+		if row := "| " + num + " `" + name + "` |"; !strings.Contains(string(b), row) {
+			t.Errorf("UPGRADING.md has no row %q for %s", row, filepath.Base(f))
+		}
+	}
+}
