@@ -2,8 +2,12 @@
 # The auditor image: a static binary on distroless (CA certificates, no
 # shell), running as a non-root user.
 #
-#   docker build --build-arg VERSION=$(git describe --always --dirty) -t nova/auditor .
+#   docker build --build-arg BUILD=$(git describe --always --dirty) -t nova/auditor:v$(make -s version) .
 #   docker run nova/auditor version
+#
+# The version is the binary's (cmd/auditor/version.go, the one place it is
+# defined; the manifests in deploy/kubernetes name the image by it); BUILD
+# only adds the source revision as its build metadata.
 #   docker run -p 9479:9479 -e NOVA_AUDITOR_STAR=s1 -e NOVA_AUDITOR_DATABASE_URL=... nova/auditor
 #
 # The build stage runs the same command as `make build`.
@@ -15,8 +19,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o bin/ ./cmd/...
+ARG BUILD=
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.build=${BUILD}" -o bin/ ./cmd/...
 # The data directory must exist and belong to the runtime user; distroless
 # has no shell to create it.
 RUN mkdir -p /out/var/lib/nova-auditor

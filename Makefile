@@ -1,17 +1,23 @@
 # Nova auditor. `make help` lists the targets.
 GO       ?= go
-VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+# The version is defined once, in cmd/auditor/version.go; BUILD is its
+# build metadata (the source revision).
+VERSION  := $(shell sed -n 's/^const release = "\(.*\)"$$/\1/p' cmd/auditor/version.go)
+BUILD    ?= $(shell git describe --always --dirty 2>/dev/null)
+LDFLAGS  := -s -w -X main.build=$(BUILD)
 BIN      := bin
 SOAK_DURATION ?= 10m
 EXPLORE_DURATION ?= 10m
 
-.PHONY: help build test test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet lint services-up services-down clean
+.PHONY: help version build test test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build bin/auditor and bin/novasim (static, trimmed, version stamped)
+version: ## print the auditor's version (cmd/auditor/version.go)
+	@echo $(VERSION)
+
+build: ## build bin/auditor and bin/novasim (static, trimmed, the revision stamped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 test: ## start versitygw (and Postgres if none runs), run every test against them, stop them
@@ -71,14 +77,15 @@ bench-settle: ## the settle beside a naive settle at equal concurrency (four sha
 	NOVA_TEST_TIMEOUT=60m scripts/test.sh -run '^$$' -bench 'BenchmarkSettleVsNaive' -benchtime 1x ./settle/
 	NOVA_BENCH_TAIL_CYCLES=50 NOVA_TEST_TIMEOUT=60m scripts/test.sh -v -run '^TestTailRewriteCycles$$' ./settle/
 
-bench-tail: ## the long-tail star of issue 25 on versitygw at 30 ms S3 latency: 10,000 Zipf-skewed streams, 50 rounds of write-then-cycle, per-round objects/s against a raw PUT loop, S3 requests, Postgres commits and CPU per object, bytes per new byte, transit and age (NOVA_BENCH_TAIL_STREAMS, _ROUNDS, _CONCURRENCY)
+bench-tail: ## the long-tail star (many trickle streams settling at the copy floor) on versitygw at 30 ms S3 latency: 10,000 Zipf-skewed streams, 50 rounds of write-then-cycle, per-round objects/s against a raw PUT loop, S3 requests, Postgres commits and CPU per object, bytes per new byte, transit and age (NOVA_BENCH_TAIL_STREAMS, _ROUNDS, _CONCURRENCY)
 	NOVA_BENCH_TAIL=1 NOVA_TEST_TIMEOUT=0 scripts/test.sh -v -run '^TestLongTailStar$$' ./settle/
 
 bench-fleet: ## idle fleets on the file store (200 stars on 2 members, 1,000 on 4): time to all led, stars per member, peak connections, commits and CPU per idle star-cycle, RSS per star, re-lead after SIGKILL (NOVA_BENCH_DATABASE_URL, NOVA_BENCH_FLEET_SHAPES, NOVA_BENCH_FLEET_LONG=1 for the 5-minute column)
 	scripts/bench-fleet.sh
 
-lint: ## gofmt, go vet (and golangci-lint when installed)
+lint: ## gofmt, go vet, no issue numbers (repocheck TestNoIssueNumbers), and golangci-lint when installed
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@! git grep -nIiE 'issue ?#?[0-9]+' || { echo 'cite what it means, not an issue number'; exit 1; }
 	$(GO) vet ./...
 	@if command -v golangci-lint >/dev/null; then golangci-lint run; fi
 

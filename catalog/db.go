@@ -2,6 +2,8 @@ package catalog
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -59,11 +61,14 @@ func setPoolDefaults(cfg *pgxpool.Config, url string) {
 // which the caller retries as any lost connection.
 const pingAfterIdle = 30 * time.Second
 
-// ErrUnreachable wraps a failure to reach the database at start-up.
-var ErrUnreachable = errors.New("database unreachable")
+// ErrUnreachable wraps a failure to reach the database at start-up: no
+// answer (a connection refused at the network level, a timeout, no route).
+// Waiting may help; the URL may well be right.
+var ErrUnreachable = errors.New("the database could not be reached")
 
-// Open connects to the metastore and pings it. Errors never contain the
-// URL's password.
+// Open connects to the metastore and pings it. A server that answers and
+// refuses the URL's credentials or database is ErrRefused; one that does
+// not answer, ErrUnreachable. Errors never contain the URL's password.
 func Open(ctx context.Context, url string) (*DB, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -78,7 +83,11 @@ func Open(ctx context.Context, url string) (*DB, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%w: %s@%s:%d/%s: %s", ErrUnreachable, cfg.ConnConfig.User, cfg.ConnConfig.Host,
+		class := ErrUnreachable
+		if IsRefused(err) || isRejectedCertificate(err) {
+			class = ErrRefused
+		}
+		return nil, fmt.Errorf("%w: %s@%s:%d/%s: %s", class, cfg.ConnConfig.User, cfg.ConnConfig.Host,
 			cfg.ConnConfig.Port, cfg.ConnConfig.Database, scrub(err.Error(), url))
 	}
 	return &DB{pool: pool}, nil
@@ -100,10 +109,20 @@ func OpenLazy(url string) (*DB, error) {
 	return &DB{pool: pool}, nil
 }
 
-// ErrRefused marks a database that answered and refused the URL: bad
-// credentials, no such database. Waiting does not help: a configuration
-// problem.
+// ErrRefused marks a database that answered and refused the URL (bad
+// credentials, no such database, a TLS mode its pg_hba.conf rejects), or
+// whose certificate the URL's TLS settings reject (another CA, another host
+// name). Waiting does not help: a configuration problem.
 var ErrRefused = errors.New("database refused the connection")
+
+// isRejectedCertificate reports whether err is the server's certificate
+// failing the URL's verification (sslmode=verify-ca, verify-full).
+func isRejectedCertificate(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host)
+}
 
 // IsRefused reports whether err is the server refusing the URL's
 // credentials or database name (SQLSTATE class 28, or 3D000).

@@ -106,8 +106,8 @@ func (o *opCounter) snapshot() map[string]int64 {
 	return maps.Clone(o.ops)
 }
 
-// TestLongTailStar is the long-tail benchmark of issue 25 (make
-// bench-tail): a star of NOVA_BENCH_TAIL_STREAMS streams (10,000) with
+// TestLongTailStar is the long-tail benchmark, the long tail at the copy
+// floor (make bench-tail): a star of NOVA_BENCH_TAIL_STREAMS streams (10,000) with
 // Zipf-skewed traffic (tailZipfS), NOVA_BENCH_TAIL_ROUNDS rounds (50) of
 // write-then-cycle at settle concurrency NOVA_BENCH_TAIL_CONCURRENCY (16),
 // on versitygw behind 30 ms of injected latency per request
@@ -136,8 +136,8 @@ func (o *opCounter) snapshot() map[string]int64 {
 // reads the database clock, so rounds are real time) and the age cap is
 // NOVA_BENCH_TAIL_AGE_CAP (a duration) or else NOVA_BENCH_TAIL_CAP_ROUNDS
 // times the first run's first round (write and cycle). A round stands for
-// one linger (one new flight per stream's linger, as issue 25 counts
-// them), so that default is the defaults' ratio of age cap to linger,
+// one linger (one new flight per stream's linger, as the long-tail
+// targets count them), so that default is the defaults' ratio of age cap to linger,
 // 24h / 5m = 288 rounds: production's shape, where a trickle stream's
 // settles are paced by the tail-growth rule and its age cap is days of
 // rounds away. NOVA_BENCH_TAIL_CAP_ROUNDS=5 compresses the cap so that

@@ -178,8 +178,8 @@ func (e *env) checkCatalogReadable(star string) {
 	e.checkSettled(star)
 }
 
-// TestLateDeleteAfterRelease is issue 24's reproduction, made
-// deterministic: a standing object is found damaged and its key
+// TestLateDeleteAfterRelease reproduces the late delete of a released,
+// republished key, made deterministic: a standing object is found damaged and its key
 // condemned; leader A's reap classifies the key dead and freezes before
 // its DELETE; A's lease runs out; leader B reaps the key itself, the
 // operator releases the stream, and B publishes the stream's records

@@ -242,7 +242,7 @@ func (e *env) cycle(star string, s *settle.Settler) (cycle.Counts, error) {
 	return s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 }
 
-// checkSettled asserts the settle invariants of issue 7 for every stream:
+// checkSettled asserts the settle invariants for every stream:
 // novasim check finds every record once from settled objects, entries tile
 // [0, settled_through) with every entry but the last full, nothing is left
 // unsettled and no due marker remains.
@@ -698,7 +698,7 @@ func TestStaleTokenStopsTheCycle(t *testing.T) {
 }
 
 // TestBadInputQuarantinesOnlyTheAffectedStream damages one stream's data in
-// each of the ways issue 7 names and checks that exactly that stream is
+// each of the ways settle's bad-input contract names and checks that exactly that stream is
 // quarantined with the right class while every other stream settles and
 // nothing is deleted.
 // TestLeaseLostMidCycle: another holder takes the lease while settle is

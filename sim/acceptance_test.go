@@ -9,8 +9,8 @@ import (
 	"github.com/nova/auditor/catalog"
 )
 
-// TestAcceptance is issue 6's acceptance test, on the file backend and on
-// versitygw: a few thousand flights with every fault switched on, over a
+// TestAcceptance is the write path's acceptance test, on the file backend
+// and on versitygw: a few thousand flights with every fault switched on, over a
 // standard and an express star, then novasim check must find the metastore
 // and the chains exactly as the contract says (refs tile every stream from 0
 // to next_record, every ref entry's window is its slot's, past epochs end in

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -40,10 +39,10 @@ func requester(e env) string {
 // adminSetup parses the flags (extra adds the command's own), reads
 // --stream when the command has one, and opens the metastore. code is -1
 // on success, else the exit code.
-func adminSetup(ctx context.Context, e env, name string, args []string, extra func(*flag.FlagSet)) (cfg config.Config, db *catalog.DB, stream *catalog.StreamID, code int) {
+func adminSetup(ctx context.Context, e env, name string, args []string, extra func(*cli.Flags)) (cfg config.Config, db *catalog.DB, stream *catalog.StreamID, code int) {
 	fs := newFlags(e, name)
 	if extra != nil {
-		extra(fs.FlagSet)
+		extra(fs)
 	}
 	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
@@ -130,7 +129,7 @@ func warnNoLeader(ctx context.Context, e env, db leaseLookup, star string) {
 
 func cmdTrigger(ctx context.Context, e env, args []string) int {
 	var wait *time.Duration
-	cfg, db, stream, code := adminSetup(ctx, e, "trigger", args, func(fs *flag.FlagSet) {
+	cfg, db, stream, code := adminSetup(ctx, e, "trigger", args, func(fs *cli.Flags) {
 		fs.String("stream", "", "settle this stream (uuid or 32 hex digits) now, regardless of linger")
 		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request into a cycle (exit 1 if it does not, or if it failed)")
 	})
@@ -224,7 +223,7 @@ func cmdResume(ctx context.Context, e env, args []string) int {
 }
 
 func cmdRelease(ctx context.Context, e env, args []string) int {
-	cfg, db, stream, code := adminSetup(ctx, e, "release", args, func(fs *flag.FlagSet) {
+	cfg, db, stream, code := adminSetup(ctx, e, "release", args, func(fs *cli.Flags) {
 		fs.String("stream", "", "the quarantined stream (uuid or 32 hex digits) to release")
 	})
 	if code >= 0 {
@@ -254,16 +253,25 @@ now; summary {members, live_members (alive, not draining: N), draining_members, 
 members [{member, instance, alive, draining, stars_selector, led, stars_led, balance (ok, below_floor, above_cap; live members only), started_at, heartbeat_at, heartbeat_age_seconds, expires_at}];
 stars, unowned (longest first), led_outside_fleet [{star, holder, token, live, expires_at, unowned_seconds, selected, released_why, released_seconds_ago, handoff_to, last_move_seconds_ago}];
 moves {window_seconds, total, by_reason {new, released, drain, balance, stuck, lost}, limit, recent (newest first) [{at, star, from, to, reason, over_cap, unowned_seconds, token}]}.
-Exit 0 whenever it read the fleet, as auditor status: the alerts judge`
+Exit 0 whenever it read the fleet, as auditor status without --check: the alerts judge`
 
 func cmdStatus(ctx context.Context, e env, args []string) int {
 	fs := newFlags(e, "status")
+	fs.Footer += statusCheckHelp()
 	asJSON := fs.Bool("json", false, "print JSON (the same document as GET /status)")
 	fleet := fs.Bool("fleet", false, fleetJSONHelp)
+	check := fs.Bool("check", false, "after the status, exit non-zero when the star needs an operator: halted, no live leader, paused, quarantine past --max-quarantined (the codes below; each condition on stderr)")
+	maxQuarantined := fs.Int("max-quarantined", 0, "with --check: the quarantined streams and slots tolerated (0: any fails the check)")
 	cfg, err := fs.Load(args)
-	if err == nil && *fleet {
+	switch {
+	case err != nil:
+	case *fleet && *check:
+		err = &config.Error{Field: "check", Msg: "judges one star (--star): use it without --fleet"}
+	case *maxQuarantined < 0:
+		err = &config.Error{Field: "max-quarantined", Msg: fmt.Sprintf("%d: must be at least 0", *maxQuarantined)}
+	case *fleet:
 		err = cfg.Require("database-url")
-	} else if err == nil {
+	default:
 		err = cfg.Require("star", "database-url")
 	}
 	if err != nil {
@@ -288,7 +296,14 @@ func cmdStatus(ctx context.Context, e env, args []string) int {
 	} else {
 		err = s.WriteText(e.stdout)
 	}
-	return exitCode(e, cfg, err)
+	if err != nil || !*check {
+		return exitCode(e, cfg, err)
+	}
+	code, why := statusCheck(s, *maxQuarantined)
+	for _, w := range why {
+		fmt.Fprintf(e.stderr, "auditor: check: %s\n", w)
+	}
+	return code
 }
 
 // statusFleet is `auditor status --fleet`: the fleet of every star, read
@@ -320,33 +335,25 @@ func cmdVerify(ctx context.Context, e env, args []string) int {
 		concurrency *int
 		strays      *bool
 		sample      *float64
-		rate        *string
-		window      *string
+		rate        int64
+		window      int64
 	)
-	cfg, db, stream, code := adminSetup(ctx, e, "verify", args, func(fs *flag.FlagSet) {
+	// The sizes are parsed with the flags, so a bad one is refused before
+	// the metastore is opened.
+	cfg, db, stream, code := adminSetup(ctx, e, "verify", args, func(fs *cli.Flags) {
 		asJSON = fs.Bool("json", false, "print the report as JSON")
 		concurrency = fs.Int("concurrency", 4, "objects read at once")
 		strays = fs.Bool("strays", false, "also list the star's streams' settled prefixes and its chain for objects no metadata names (strays): each is a finding")
 		fs.String("stream", "", "verify this stream only (hex stream ID)")
 		sample = fs.Float64("sample", 1, "verify this fraction of the objects, chosen at random (tiling is checked for every stream)")
-		rate = fs.String("rate", "0", "read at most this many bytes per second (like 64MiB; 0: unpaced)")
-		window = fs.String("window", "4MiB", "most chunk bytes held per object read: memory is at most --concurrency x (footer + max(window, the longest record))")
+		fs.SizeVar(&rate, "rate", 0, "read at most this many bytes per second (like 64MiB; 0: unpaced)")
+		fs.SizeVar(&window, "window", 4<<20, "most chunk bytes held per object read (like 4MiB): memory is at most --concurrency x (footer + max(window, the longest record))")
 	})
 	if code >= 0 {
 		return code
 	}
 	defer db.Close()
-	opts := verify.Options{Star: cfg.Star, Stream: stream, Concurrency: *concurrency, Sample: *sample}
-	var err error
-	for _, f := range []struct {
-		name string
-		v    string
-		dst  *int64
-	}{{"rate", *rate, &opts.Rate}, {"window", *window, &opts.Window}} {
-		if *f.dst, err = config.ParseSize(f.v); err != nil {
-			return exitCode(e, cfg, &config.Error{Field: f.name, Msg: err.Error()})
-		}
-	}
+	opts := verify.Options{Star: cfg.Star, Stream: stream, Concurrency: *concurrency, Sample: *sample, Rate: rate, Window: window}
 	switch {
 	case *sample <= 0 || *sample > 1:
 		return exitCode(e, cfg, &config.Error{Field: "sample", Msg: fmt.Sprintf("%v is not a fraction in (0, 1]", *sample)})

@@ -39,7 +39,13 @@ complete -F _auditor auditor
 func cmdCompletion(_ context.Context, e env, args []string) int {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
 		fmt.Fprintln(e.stdout, "usage: auditor completion bash   (source <(auditor completion bash))")
+		fmt.Fprint(e.stdout, commandExitsHelp("completion"))
 		return exitOK
+	}
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			return exitCode(e, config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("auditor completion takes no flag: %s", a)})
+		}
 	}
 	if len(args) != 1 || args[0] != "bash" {
 		return exitCode(e, config.Config{}, &config.Error{Field: "completion", Msg: "want one shell: bash"})

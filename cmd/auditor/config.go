@@ -4,30 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/logging"
 )
 
-// version is stamped at build time (-ldflags "-X main.version=...").
-var version = ""
-
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
-
-// newFlags returns a subcommand's flags with every configuration key bound.
+// newFlags returns a subcommand's flags with every configuration key bound;
+// -h ends with the command's exit codes.
 func newFlags(e env, name string) *cli.Flags {
-	return cli.NewFlags(e.stdout, e.getenv, "auditor "+name)
+	fs := cli.NewFlags(e.stdout, e.getenv, "auditor "+name)
+	fs.Footer = commandExitsHelp(name)
+	return fs
 }
 
 // newLogger is the command's logger; every line names the star.
@@ -42,14 +32,10 @@ func newLogger(e env, cfg config.Config) (*slog.Logger, error) {
 	return log, nil
 }
 
-// openDB connects to the metastore; an unreachable database at start-up is a
-// configuration problem (exit 2) naming the field.
+// openDB connects to the metastore (wire.DB: exit 5 when it does not
+// answer, 2 when it refuses the URL).
 func openDB(ctx context.Context, cfg config.Config) (*catalog.DB, error) {
-	db, err := catalog.Open(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return nil, &config.Error{Field: "database-url", Msg: fmt.Sprintf("%s: %v", config.RedactURL(cfg.DatabaseURL), err)}
-	}
-	return db, nil
+	return wire.DB(ctx, cfg)
 }
 
 // openCurrentDB connects and verifies the schema is this binary's version.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -23,7 +24,8 @@ import (
 // `auditor doctor`: the checks of doctor_checks.go over the configuration
 // serve would run with, printed as a table (or --json), before any data is
 // at stake. Exit 0 when every check is ok or warns, 3 when one fails, 5
-// when no bucket could be reached at all, 2 for a configuration error.
+// when the database did not answer or no bucket could be reached at all, 2
+// for a configuration error.
 
 // doctorReport is what doctor prints.
 type doctorReport struct {
@@ -54,10 +56,15 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	}
 	pg := []checkRow{}
 	db, err := openDB(ctx, cfg)
-	if err != nil {
+	dbErr, dbUnreachable := err, errors.Is(err, catalog.ErrUnreachable)
+	switch {
+	case dbUnreachable:
 		pg = append(pg, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
-			Seen: cfg.Scrub(err.Error()), Do: "check --database-url, the network and the role's password"})
-	} else {
+			Seen: cfg.Scrub(err.Error()), Do: "check the database is up and the network path to the URL's host and port"})
+	case err != nil:
+		pg = append(pg, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
+			Seen: cfg.Scrub(err.Error()), Do: "check --database-url: the role, its password, the database name, the TLS settings"})
+	default:
 		pg = append(pg, postgresChecks(ctx, cfg, db)...)
 		pg = append(pg, doctorConnections(ctx, cfg, db, *members))
 		db.Close()
@@ -65,6 +72,10 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	rep, err := runDoctor(ctx, cfg, pg)
 	if err != nil {
 		return exitCode(e, cfg, err)
+	}
+	if dbUnreachable {
+		rep.ExitCode = exitUnreachable // a dependency not reached outranks the checks that failed for it
+		fmt.Fprintf(e.stderr, "auditor: %s\n", cfg.Scrub(dbErr.Error()))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)

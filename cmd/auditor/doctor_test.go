@@ -419,11 +419,18 @@ func TestDoctorExitCodes(t *testing.T) {
 	url, _ := migratedDB(t)
 	b := teststore.File(t, teststore.Options{})
 
-	// Postgres unreachable, the store fine: a finding, exit 3.
+	// Postgres unreachable, the store fine: a dependency not reached, exit 5.
 	code, out, errs := runCLI(t, "doctor", "--star", "s1", "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2",
 		"--fs-root", b.Root, "--bucket", b.Std)
-	if code != exitFindings || !tableHas(out, statusFail, "postgres", "reachable") || !tableHas(out, statusOK, "std", "ranged copy") {
+	if code != exitUnreachable || !tableHas(out, statusFail, "postgres", "reachable") || !tableHas(out, statusOK, "std", "ranged copy") {
 		t.Fatalf("doctor without a database: exit %d\n%s%s", code, out, errs)
+	}
+
+	// Postgres answers and refuses the database name: a failed check, exit 3.
+	code, out, errs = runCLI(t, "doctor", "--star", "s1", "--database-url", otherDatabase(t, url, "no_such_database_here"),
+		"--fs-root", b.Root, "--bucket", b.Std)
+	if code != exitFindings || !tableHas(out, statusFail, "postgres", "reachable") {
+		t.Fatalf("doctor with a database that refuses: exit %d\n%s%s", code, out, errs)
 	}
 
 	// No bucket reachable: exit 5.

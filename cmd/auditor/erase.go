@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 )
 
@@ -40,8 +41,8 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 		from, count *int64
 		asJSON      *bool
 	)
-	cfg, db, stream, code := adminSetup(ctx, e, "erase", args, func(f *flag.FlagSet) {
-		fs = f
+	cfg, db, stream, code := adminSetup(ctx, e, "erase", args, func(f *cli.Flags) {
+		fs = f.FlagSet
 		f.String("stream", "", "the stream (uuid or 32 hex digits) whose records are erased")
 		from = f.Int64("from", 0, "the first record erased")
 		count = f.Int64("count", 0, "how many records are erased, from --from")

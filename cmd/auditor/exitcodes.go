@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/internal/cli"
@@ -41,7 +42,7 @@ var exitCodes = []struct {
 	{exitUsage, "usage or configuration error, unknown star or stream, schema behind or ahead of the binary"},
 	{exitFindings, "verify: findings in the catalog (or, with --strays, strays in the store); inspect: a corrupt object (checksum mismatch included); doctor: a check failed; serve: a start check failed, it refused to start"},
 	{exitUnsupported, "inspect: an unsupported format version"},
-	{exitUnreachable, "verify: the store could not be read (credentials, access, transport); nothing was judged; doctor: no bucket could be reached"},
+	{exitUnreachable, "a dependency could not be reached, nothing was done: the database did not answer (connection refused at the network level, timeout; serve waits for it instead); verify, reconcile: the store could not be read (credentials, access, transport), nothing was judged; doctor: the database or no bucket could be reached"},
 	{exitRewound, "run: the metastore is behind the object store (restored from backup, or failed over to a replica that lost commits); the star is halted (metastore_rewound) until auditor reconcile --apply"},
 }
 
@@ -67,4 +68,20 @@ func writeExitCodes(w io.Writer) {
 	for _, c := range exitCodes {
 		fmt.Fprintf(w, "  %d  %s\n", c.code, c.meaning)
 	}
+}
+
+// commandExitsHelp is the exit-code lines a command's -h ends with: the
+// rows of the table the command may return (command.exits), as
+// `auditor --help` prints them.
+func commandExitsHelp(name string) string {
+	var b strings.Builder
+	b.WriteString("exit codes:\n")
+	for _, code := range commands()[name].exits {
+		for _, c := range exitCodes {
+			if c.code == code {
+				fmt.Fprintf(&b, "  %d  %s\n", c.code, c.meaning)
+			}
+		}
+	}
+	return b.String()
 }

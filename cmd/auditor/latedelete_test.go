@@ -19,8 +19,8 @@ import (
 	"github.com/nova/auditor/trim"
 )
 
-// TestPausedLeaderLateDelete is issue 24's reproduction with the real
-// binaries: a publish dies after its complete and its object is then
+// TestPausedLeaderLateDelete reproduces the late delete of a released,
+// republished key with the real binaries: a publish dies after its complete and its object is then
 // damaged; a cycle condemns the key. Leader A's `run --once` stops itself
 // (NOVA_AUDITOR_PAUSEPOINT, SIGSTOP) after its reap classified the key
 // dead, before the DELETE. A's lease runs out; leader B reaps the key

@@ -7,10 +7,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/nova/auditor/catalog"
@@ -29,26 +31,33 @@ type env struct {
 type command struct {
 	summary string
 	run     func(ctx context.Context, e env, args []string) int
+	// exits are the codes of the exit-code table the command may return,
+	// which its -h lists (TestEveryCommandRefusesBadInput holds the
+	// command to them).
+	exits []int
 }
 
 func commands() map[string]command {
+	// The codes of a command that reads the metastore and nothing else
+	// that can fail apart.
+	db := []int{exitOK, exitFailure, exitUsage, exitUnreachable}
 	return map[string]command{
-		"migrate":     {"apply the embedded schema migrations to the metastore", cmdMigrate},
-		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun},
-		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe},
-		"version":     {"print the binary's schema version", cmdVersion},
-		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect},
-		"crashpoints": {"list the crash points NOVA_AUDITOR_CRASHPOINT=name[:n] can arm", cmdCrashpoints},
-		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger)", cmdTrigger},
-		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause},
-		"resume":      {"resume a paused or halted star", cmdResume},
-		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease},
-		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it", cmdErase},
-		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json); --fleet: members, stars per member, unowned stars, moves", cmdStatus},
-		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream; --strays: also the objects no metadata names", cmdVerify},
-		"reconcile":   {"rebuild the star's metastore view from its object store after a restore (--apply; a dry run without)", cmdReconcile},
-		"doctor":      {"check the metastore and every bucket before deploying: one line per check (--json)", cmdDoctor},
-		"completion":  {"print a shell completion script (completion bash)", cmdCompletion},
+		"migrate":     {"apply the embedded schema migrations to the metastore", cmdMigrate, db},
+		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun, append(slices.Clip(db), exitRewound)},
+		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe, []int{exitOK, exitFailure, exitUsage, exitFindings}},
+		"version":     {"print the binary's schema version", cmdVersion, []int{exitOK, exitUsage}},
+		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect, []int{exitOK, exitFailure, exitUsage, exitFindings, exitUnsupported}},
+		"crashpoints": {"list the crash points NOVA_AUDITOR_CRASHPOINT=name[:n] can arm", cmdCrashpoints, []int{exitOK, exitUsage}},
+		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger)", cmdTrigger, db},
+		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause, db},
+		"resume":      {"resume a paused or halted star", cmdResume, db},
+		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease, db},
+		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it", cmdErase, db},
+		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json); --fleet: members, stars per member, unowned stars, moves; --check: exit non-zero when the star needs an operator", cmdStatus, db},
+		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream; --strays: also the objects no metadata names", cmdVerify, append(slices.Clip(db), exitFindings)},
+		"reconcile":   {"rebuild the star's metastore view from its object store after a restore (--apply; a dry run without)", cmdReconcile, append(slices.Clip(db), exitFindings)},
+		"doctor":      {"check the metastore and every bucket before deploying: one line per check (--json)", cmdDoctor, append(slices.Clip(db), exitFindings)},
+		"completion":  {"print a shell completion script (completion bash)", cmdCompletion, []int{exitOK, exitUsage}},
 	}
 }
 
@@ -80,7 +89,8 @@ func dispatch(ctx context.Context, e env, args []string) int {
 }
 
 // exitCode maps an error to the process exit code and prints it: usage,
-// configuration and schema-version problems are 2, the rest 1.
+// configuration and schema-version problems (a database refusing the URL
+// among them) are 2, a database that does not answer 5, the rest 1.
 func exitCode(e env, cfg config.Config, err error) int {
 	if err == nil || errors.Is(err, cli.ErrHelp) {
 		return exitOK
@@ -90,8 +100,9 @@ func exitCode(e env, cfg config.Config, err error) int {
 	switch {
 	case errors.As(err, &rewound):
 		return exitRewound
+	case errors.Is(err, catalog.ErrUnreachable):
+		return exitUnreachable
 	case errors.Is(err, config.ErrConfig),
-		errors.Is(err, catalog.ErrUnreachable),
 		errors.Is(err, catalog.ErrRefused),
 		errors.Is(err, migrations.ErrDatabaseBehind),
 		errors.Is(err, migrations.ErrDatabaseNewer):
@@ -101,13 +112,39 @@ func exitCode(e env, cfg config.Config, err error) int {
 }
 
 func cmdVersion(_ context.Context, e env, args []string) int {
+	if code, ok := noFlags(e, "version", args); !ok {
+		return code
+	}
 	fmt.Fprintf(e.stdout, "auditor %s (schema version %d)\n", buildVersion(), migrations.Latest())
 	return exitOK
 }
 
-func cmdCrashpoints(_ context.Context, e env, _ []string) int {
+func cmdCrashpoints(_ context.Context, e env, args []string) int {
+	if code, ok := noFlags(e, "crashpoints", args); !ok {
+		return code
+	}
 	for _, n := range crashPoints() {
 		fmt.Fprintln(e.stdout, n)
 	}
 	return exitOK
+}
+
+// noFlags parses the arguments of a command that takes none (version,
+// crashpoints): -h prints its usage (ok false, exit 0); a flag or an
+// argument is a usage error naming it (exit 2), as on every command.
+func noFlags(e env, name string, args []string) (code int, ok bool) {
+	fs := flag.NewFlagSet("auditor "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		cli.PrintFlags(e.stdout, fs)
+		fmt.Fprint(e.stdout, commandExitsHelp(name))
+		return exitOK, false
+	case err != nil:
+		return exitCode(e, config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}), false
+	case fs.NArg() > 0:
+		return exitCode(e, config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q: auditor %s takes none", fs.Arg(0), name)}), false
+	}
+	return exitOK, true
 }

@@ -55,6 +55,21 @@ func TestMigrateThenRunVersionChecks(t *testing.T) {
 	}
 }
 
+// TestUnreachableDatabaseExits5WithoutSecrets: a database nothing listens
+// at is a dependency not reached (exit 5), said so, never the URL blamed,
+// and the password is not printed.
+func TestUnreachableDatabaseExits5WithoutSecrets(t *testing.T) {
+	t.Parallel()
+	const secret = "hunter2secret"
+	code, stdout, stderr := runCLI(t, "run", "--star", "s1", "--database-url", "postgres://u:"+secret+"@127.0.0.1:1/x?connect_timeout=2")
+	if code != exitUnreachable || !strings.HasPrefix(stderr, "auditor: the database could not be reached at ") || !strings.Contains(stderr, "database-url") {
+		t.Fatalf("exit %d, want %d saying the database could not be reached: %q", code, exitUnreachable, stderr)
+	}
+	if strings.Contains(stderr+stdout, secret) {
+		t.Fatalf("output leaks the password: %q", stderr)
+	}
+}
+
 func TestBadConfigurationExits2WithoutSecrets(t *testing.T) {
 	t.Parallel()
 	const secret = "hunter2secret"
@@ -68,7 +83,6 @@ func TestBadConfigurationExits2WithoutSecrets(t *testing.T) {
 		{"express without =", []string{"run", "--star", "s1", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x", "--s3-express-buckets", "az1"}, "s3-express-buckets"},
 		{"bad star", []string{"run", "--star", "No_Good", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x"}, "star"},
 		{"missing star", []string{"run", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x"}, "star"},
-		{"unreachable database", []string{"run", "--star", "s1", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=2"}, "database-url"},
 		{"unknown command", []string{"settle-everything"}, "unknown command"},
 		{"unreadable database CA file", []string{"run", "--star", "s1", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem&sslpassword=" + secret}, "database-url"},
 		{"unreadable S3 CA file", []string{"inspect", "--key", "x", "--s3-endpoint", "https://127.0.0.1:1", "--s3-ca-file", "/nonexistent/ca.pem"}, "s3-ca-file"},
@@ -77,8 +91,8 @@ func TestBadConfigurationExits2WithoutSecrets(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, tc.args...)
-			if code != 2 {
-				t.Fatalf("exit %d, want 2 (stderr %q)", code, stderr)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d (stderr %q)", code, exitUsage, stderr)
 			}
 			if !strings.Contains(stderr, tc.field) {
 				t.Fatalf("stderr %q does not name %s", stderr, tc.field)

@@ -299,6 +299,13 @@ func TestExitCodesMatchTheDocsAndHelp(t *testing.T) {
 // file, or of its section (a "## " heading to the next) when section is set.
 func exitCodeRows(t *testing.T, path, section string) map[string]string {
 	t.Helper()
+	return codeTableRows(t, path, section, "| exit code |")
+}
+
+// codeTableRows reads the one table of a Markdown file (or of its section)
+// whose header starts with header: code -> meaning.
+func codeTableRows(t *testing.T, path, section, header string) map[string]string {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +326,7 @@ func exitCodeRows(t *testing.T, path, section string) map[string]string {
 	in := false
 	for _, line := range strings.Split(text, "\n") {
 		switch {
-		case strings.HasPrefix(line, "| exit code |"):
+		case strings.HasPrefix(line, header):
 			tables++
 			in = true
 		case in && !strings.HasPrefix(line, "|"):
@@ -334,7 +341,7 @@ func exitCodeRows(t *testing.T, path, section string) map[string]string {
 		}
 	}
 	if tables != 1 {
-		t.Fatalf("%s (section %q) has %d exit-code tables, want 1", path, section, tables)
+		t.Fatalf("%s (section %q) has %d %q tables, want 1", path, section, tables, header)
 	}
 	return rows
 }

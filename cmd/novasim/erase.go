@@ -8,6 +8,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/sim"
 )
@@ -57,9 +58,9 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
 		}
 	}
-	db, err := catalog.Open(ctx, cfg.DatabaseURL)
+	db, err := wire.DB(ctx, cfg)
 	if err != nil {
-		return exitCode(e, cfg, &config.Error{Field: "database-url", Msg: fmt.Sprintf("%s: %v", config.RedactURL(cfg.DatabaseURL), err)})
+		return exitCode(e, cfg, err)
 	}
 	defer db.Close()
 	if err := db.CheckSchema(ctx); err != nil {

@@ -46,14 +46,18 @@ func newFlags(e env, name string) *cli.Flags {
 	return cli.NewFlags(e.stdout, e.getenv, "novasim "+name, sharedKeys...)
 }
 
-// exitCode reports err (without secrets) and maps it to an exit code.
+// exitCode reports err (without secrets) and maps it to an exit code:
+// the auditor's (cli's) codes, a database that does not answer 5.
 func exitCode(e env, cfg config.Config, err error) int {
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, cli.ErrHelp):
 		return exitOK
-	case errors.Is(err, config.ErrConfig), errors.Is(err, sim.ErrUsage), errors.Is(err, catalog.ErrUnreachable),
+	case errors.Is(err, catalog.ErrUnreachable):
+		fmt.Fprintf(e.stderr, "novasim: %s\n", cfg.Scrub(err.Error()))
+		return cli.ExitUnreachable
+	case errors.Is(err, config.ErrConfig), errors.Is(err, sim.ErrUsage), errors.Is(err, catalog.ErrRefused),
 		errors.Is(err, migrations.ErrDatabaseBehind), errors.Is(err, migrations.ErrDatabaseNewer):
 		fmt.Fprintf(e.stderr, "novasim: %s\n", cfg.Scrub(err.Error()))
 		return exitUsage
@@ -73,8 +77,9 @@ func newLogger(e env, cfg config.Config) (*slog.Logger, error) {
 	return l, nil
 }
 
-// open connects to the metastore (an unreachable database is a
-// configuration error naming the field) and builds the storage.
+// open connects to the metastore (wire.DB: one that does not answer exits
+// 5, one that refuses the URL is a configuration error naming the field)
+// and builds the storage.
 func open(ctx context.Context, cfg config.Config, migrate bool) (*catalog.DB, sim.Storage, error) {
 	return openWith(ctx, cfg, migrate, "")
 }
@@ -82,9 +87,9 @@ func open(ctx context.Context, cfg config.Config, migrate bool) (*catalog.DB, si
 // openWith is open with slots stored under the checksum algorithm put on
 // S3 ("" the default).
 func openWith(ctx context.Context, cfg config.Config, migrate bool, put objstore.ChecksumAlgorithm) (*catalog.DB, sim.Storage, error) {
-	db, err := catalog.Open(ctx, cfg.DatabaseURL)
+	db, err := wire.DB(ctx, cfg)
 	if err != nil {
-		return nil, sim.Storage{}, &config.Error{Field: "database-url", Msg: fmt.Sprintf("%s: %v", config.RedactURL(cfg.DatabaseURL), err)}
+		return nil, sim.Storage{}, err
 	}
 	if migrate {
 		if _, err := db.Migrate(ctx); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
 	"github.com/nova/auditor/objstore"
@@ -112,11 +113,16 @@ func TestUsageErrors(t *testing.T) {
 		{"setup", "--record-bytes", "9-3"},
 		{"setup", "--star", "Bad_Name"},
 		{"check", "extra"},
-		{"setup", "--star", "ok"}, // unreachable database: a configuration error
 	} {
 		if code, _, stderr := run(t, vars, args...); code != 2 || strings.Contains(stderr, "pw@") {
 			t.Errorf("novasim %v: exit %d (want 2): %s", args, code, stderr)
 		}
+	}
+	// A database that does not answer is not a configuration error: 5,
+	// saying it could not be reached.
+	if code, _, stderr := run(t, vars, "setup", "--star", "ok"); code != cli.ExitUnreachable ||
+		!strings.Contains(stderr, "could not be reached") || strings.Contains(stderr, "pw@") {
+		t.Errorf("novasim setup against a closed port: exit %d (want %d): %s", code, cli.ExitUnreachable, stderr)
 	}
 	if code, _, _ := run(t, vars, "write", "-h"); code != 0 {
 		t.Errorf("write -h: exit %d", code)

@@ -16,11 +16,17 @@ import (
 	"github.com/nova/auditor/internal/config"
 )
 
-// Exit codes (docs/architecture.md#operator-surface).
+// Exit codes both binaries share (docs/architecture.md#operator-surface).
+// ExitUsage and ExitUnreachable are kept apart so automation can tell
+// "fix the configuration" from "retry when the dependency answers".
 const (
 	ExitOK      = 0
 	ExitFailure = 1
 	ExitUsage   = 2
+	// ExitUnreachable: a dependency could not be reached (a database that
+	// does not answer, a store that could not be read): nothing was done.
+	// A database that answers and refuses the URL is ExitUsage.
+	ExitUnreachable = 5
 )
 
 // ErrHelp is returned by Load after -h printed the flags (exit 0).
@@ -70,6 +76,8 @@ func Usage(prog string, w io.Writer, summaries map[string]string) {
 // prints the flag list.
 type Flags struct {
 	*flag.FlagSet
+	// Footer is printed by -h after the flags (a command's exit codes).
+	Footer string
 	stdout io.Writer
 	src    config.Sources
 	file   *string
@@ -124,6 +132,7 @@ func (f *Flags) Load(args []string, require ...string) (config.Config, error) {
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			PrintFlags(f.stdout, f.FlagSet)
+			fmt.Fprint(f.stdout, f.Footer)
 			return config.Config{}, ErrHelp
 		}
 		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}

@@ -221,3 +221,54 @@ func TestImportsPointOneWay(t *testing.T) {
 		}
 	}
 }
+
+// TestNoIssueNumbers: no tracked file (code, tests, docs, Makefile,
+// scripts) cites a tracker's issue by number. The number means nothing to
+// a reader of a clone; the text says what the capability or the bug is
+// ("the long tail at the copy floor", "the late delete of a released
+// key"). make lint runs the same pattern.
+func TestNoIssueNumbers(t *testing.T) {
+	root := repoRoot(t)
+	cite := regexp.MustCompile(`(?i)issue ?#?[0-9]+`)
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	files := 0
+	for _, rel := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil || slices.Contains(b, 0) {
+			continue // deleted in the work tree, or binary
+		}
+		files++
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := cite.FindString(line); m != "" {
+				t.Errorf("%s:%d cites %q: say what it means instead", rel, i+1, m)
+			}
+		}
+	}
+	if files == 0 {
+		t.Fatal("no file was read: the scan found nothing")
+	}
+}
+
+// TestUpgradingListsEveryMigration: UPGRADING.md has a row for every
+// migration in migrations/sql (what it changes, locks, and asks of the
+// operator), so a new migration cannot ship without one.
+func TestUpgradingListsEveryMigration(t *testing.T) {
+	root := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "UPGRADING.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "migrations", "sql", "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations: %v", err)
+	}
+	for _, f := range files {
+		num, name, _ := strings.Cut(strings.TrimSuffix(filepath.Base(f), ".sql"), "_")
+		if row := "| " + num + " `" + name + "` |"; !strings.Contains(string(b), row) {
+			t.Errorf("UPGRADING.md has no row %q for %s", row, filepath.Base(f))
+		}
+	}
+}

@@ -4,16 +4,19 @@
 // else S3) and the storage topology of
 // docs/architecture.md#buckets-and-zone-health (the standard bucket, the
 // buckets that hold a chain of each class in read-preference order, and
-// the zone health they share). It holds no state; only CreateBuckets makes
-// requests, through the store.
+// the zone health they share); and the metastore's connection, its errors
+// classed as the commands exit on (DB). It holds no state; only
+// CreateBuckets makes requests, through the store.
 package wire
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/filestore"
@@ -141,4 +144,23 @@ func CreateBuckets(ctx context.Context, cfg config.Config, store objstore.Store)
 		}
 	}
 	return nil
+}
+
+// DB connects to the configuration's metastore, for both binaries. A
+// database that does not answer is not the URL's fault: catalog's
+// ErrUnreachable, saying where it tried (the command exits 5). One that
+// answers and refuses the URL (credentials, database name, TLS), or a URL
+// that does not parse, is a configuration error naming database-url (exit 2).
+func DB(ctx context.Context, cfg config.Config) (*catalog.DB, error) {
+	db, err := catalog.Open(ctx, cfg.DatabaseURL)
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, catalog.ErrUnreachable):
+		// Where it tried and what to do first, then the driver's detail.
+		detail := strings.TrimPrefix(err.Error(), catalog.ErrUnreachable.Error()+": ")
+		return nil, fmt.Errorf("%w at %s (--database-url); nothing was done, retry once it answers: %s",
+			catalog.ErrUnreachable, config.RedactURL(cfg.DatabaseURL), detail)
+	}
+	return nil, &config.Error{Field: "database-url", Msg: fmt.Sprintf("%s: %v", config.RedactURL(cfg.DatabaseURL), err)}
 }
