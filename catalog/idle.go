@@ -49,21 +49,24 @@ const idleWorkSQL = `
 // swept every strayEvery (0: never on a schedule).
 func (db *DB) ReadIdleState(ctx context.Context, star string, p DuePolicy, strayEvery time.Duration) (IdleState, error) {
 	var st IdleState
-	err := db.readTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		if st.Trim, err = readTrimState(ctx, tx, star); err != nil {
-			return err
-		}
-		var work *string
-		if err := tx.QueryRow(ctx, idleWorkSQL, append(duePolicyArgs(star, p), max(strayEvery, 0))...).Scan(&work); err != nil {
+	var work *string
+	b := &pgx.Batch{}
+	queueTrimState(b, star, &st.Trim)
+	b.Queue(idleWorkSQL, append(duePolicyArgs(star, p), max(strayEvery, 0))...).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&work); err != nil {
 			return fmt.Errorf("read the work of star %q: %w", star, err)
-		}
-		if work != nil {
-			st.Work = *work
 		}
 		return nil
 	})
-	return st, err
+	// One round trip for the seven reads, in one snapshot.
+	err := db.readTx(ctx, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	if err != nil {
+		return IdleState{}, err
+	}
+	if work != nil {
+		st.Work = *work
+	}
+	return st, nil
 }
 
 // RecordIdleRun records idle cycles of star in the run ledger as one

@@ -66,69 +66,99 @@ func (db *DB) ReadTrimState(ctx context.Context, star string) (TrimState, error)
 	return st, err
 }
 
-// readTrimState is ReadTrimState within tx.
+// readTrimState is ReadTrimState within tx: its six reads in one batch
+// (one round trip).
 func readTrimState(ctx context.Context, tx pgx.Tx, star string) (TrimState, error) {
-	st := TrimState{}
-	err := func() error {
-		s := &st.Star
-		err := tx.QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window, now() FROM nova.stars WHERE star = $1`, star).
-			Scan(&s.Star, &s.ChainClass, &s.Epoch, &s.NextSeq, &s.FenceWindow, &st.Now)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("star %q: %w", star, ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("read star %q: %w", star, err)
-		}
-		if st.Epochs, err = starEpochs(ctx, tx, star); err != nil {
-			return err
-		}
-		err = tx.QueryRow(ctx, `SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1`, star).Scan(&st.Cursor.Epoch, &st.Cursor.Seq)
+	var st TrimState
+	b := &pgx.Batch{}
+	queueTrimState(b, star, &st)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return TrimState{}, err
+	}
+	return st, nil
+}
+
+// queueTrimState queues the reads of star's trim state into st on b: the
+// star's head and the clock, its epochs, its cursor, the earliest slot of
+// its refs and of its quarantined streams' refs, and the count of its
+// quarantined streams with refs.
+func queueTrimState(b *pgx.Batch, star string, st *TrimState) {
+	s := &st.Star
+	b.Queue(`SELECT star, chain_class, epoch, next_seq, fence_window, now() FROM nova.stars WHERE star = $1`, star).
+		QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&s.Star, &s.ChainClass, &s.Epoch, &s.NextSeq, &s.FenceWindow, &st.Now)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("star %q: %w", star, ErrNotFound)
+			}
+			if err != nil {
+				return fmt.Errorf("read star %q: %w", star, err)
+			}
+			return nil
+		})
+	b.Queue(starEpochsSQL, star).Query(func(rows pgx.Rows) error {
+		var err error
+		st.Epochs, err = collectEpochs(rows, star)
+		return err
+	})
+	b.Queue(`SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1`, star).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&st.Cursor.Epoch, &st.Cursor.Seq)
 		switch {
 		case err == nil:
 			st.HasCursor = true
 		case !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("read trim cursor of star %q: %w", star, err)
 		}
-		// span_refs_first_slot_idx serves this: entries are in ascending
-		// slot order, so element 1 is a ref's earliest slot.
-		if st.RefMin, err = heldSlot(ctx, tx, `SELECT slot_epochs[1], slot_seqs[1], stream_id, first_record FROM nova.span_refs
-			WHERE star = $1 ORDER BY slot_epochs[1], slot_seqs[1] LIMIT 1`, star); err != nil {
-			return fmt.Errorf("earliest ref slot of star %q: %w", star, err)
-		}
-		if st.QuarantineMin, err = heldSlot(ctx, tx, `SELECT r.slot_epochs[1], r.slot_seqs[1], r.stream_id, r.first_record
-			FROM nova.span_refs r JOIN nova.quarantine q ON q.stream_id = r.stream_id
-			WHERE r.star = $1 ORDER BY r.slot_epochs[1], r.slot_seqs[1] LIMIT 1`, star); err != nil {
-			return fmt.Errorf("earliest quarantined ref slot of star %q: %w", star, err)
-		}
-		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT q.stream_id) FROM nova.quarantine q
-			WHERE q.star = $1 AND EXISTS (SELECT 1 FROM nova.span_refs r WHERE r.stream_id = q.stream_id)`, star).
-			Scan(&st.QuarantinedStreams); err != nil {
-			return fmt.Errorf("count quarantined streams of star %q: %w", star, err)
-		}
 		return nil
-	}()
-	return st, err
+	})
+	// span_refs_first_slot_idx serves this: entries are in ascending slot
+	// order, so element 1 is a ref's earliest slot.
+	queueHeldSlot(b, `SELECT slot_epochs[1], slot_seqs[1], stream_id, first_record FROM nova.span_refs
+		WHERE star = $1 ORDER BY slot_epochs[1], slot_seqs[1] LIMIT 1`, star, &st.RefMin, "earliest ref slot")
+	queueHeldSlot(b, `SELECT r.slot_epochs[1], r.slot_seqs[1], r.stream_id, r.first_record
+		FROM nova.span_refs r JOIN nova.quarantine q ON q.stream_id = r.stream_id
+		WHERE r.star = $1 ORDER BY r.slot_epochs[1], r.slot_seqs[1] LIMIT 1`, star, &st.QuarantineMin, "earliest quarantined ref slot")
+	b.Queue(`SELECT count(DISTINCT q.stream_id) FROM nova.quarantine q
+		WHERE q.star = $1 AND EXISTS (SELECT 1 FROM nova.span_refs r WHERE r.stream_id = q.stream_id)`, star).
+		QueryRow(func(row pgx.Row) error {
+			if err := row.Scan(&st.QuarantinedStreams); err != nil {
+				return fmt.Errorf("count quarantined streams of star %q: %w", star, err)
+			}
+			return nil
+		})
 }
 
-func heldSlot(ctx context.Context, tx pgx.Tx, sql, star string) (*HeldSlot, error) {
-	var h HeldSlot
-	err := tx.QueryRow(ctx, sql, star).Scan(&h.Slot.Epoch, &h.Slot.Seq, &h.Stream, &h.FirstRecord)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &h, nil
+// queueHeldSlot queues sql, a read of one held slot of star, into *h (nil
+// when it finds none).
+func queueHeldSlot(b *pgx.Batch, sql, star string, h **HeldSlot, what string) {
+	b.Queue(sql, star).QueryRow(func(row pgx.Row) error {
+		var s HeldSlot
+		err := row.Scan(&s.Slot.Epoch, &s.Slot.Seq, &s.Stream, &s.FirstRecord)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			*h = nil
+		case err != nil:
+			return fmt.Errorf("%s of star %q: %w", what, star, err)
+		default:
+			*h = &s
+		}
+		return nil
+	})
 }
+
+const starEpochsSQL = `SELECT epoch, started_at, end_seq FROM nova.star_epochs WHERE star = $1 ORDER BY epoch`
 
 func starEpochs(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, star string) ([]StarEpoch, error) {
-	rows, err := q.Query(ctx, `SELECT epoch, started_at, end_seq FROM nova.star_epochs WHERE star = $1 ORDER BY epoch`, star)
+	rows, err := q.Query(ctx, starEpochsSQL, star)
 	if err != nil {
 		return nil, fmt.Errorf("read epochs of star %q: %w", star, err)
 	}
+	return collectEpochs(rows, star)
+}
+
+// collectEpochs reads the rows of starEpochsSQL.
+func collectEpochs(rows pgx.Rows, star string) ([]StarEpoch, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StarEpoch, error) {
 		var e StarEpoch
 		return e, r.Scan(&e.Epoch, &e.StartedAt, &e.EndSeq)
