@@ -16,7 +16,7 @@ import (
 
 // A process that budgets its connections (a fleet member: its cycles'
 // pool, its leases' pool and its LISTEN connection under one bound,
-// docs/architecture.md#connections) opens its pools with OpenBudgeted and
+// docs/operations.md#connections) opens its pools with OpenBudgeted and
 // watches the server refuse it connections through Refusals.
 
 // PoolOptions size one pool of a budgeted process.

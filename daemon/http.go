@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves the operator surface (docs/architecture.md#operator-surface):
+// Handler serves the operator surface (docs/operations.md#operator-surface):
 //
 //	/metrics  the injected registry, in the Prometheus text format
 //	/healthz  200 while the process runs

@@ -11,7 +11,7 @@ import (
 	"github.com/nova/auditor/internal/cycle"
 )
 
-// Metrics are the daemon's own series (docs/architecture.md#operator-surface). The steps
+// Metrics are the daemon's own series (docs/operations.md#operator-surface). The steps
 // (settle, trim, objstore) register theirs into the same registry; the
 // names the dashboard expects from them are listed in deploy/README.md.
 // Metastore gauges are computed from the database after each cycle and on

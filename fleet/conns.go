@@ -3,7 +3,7 @@ package fleet
 import "fmt"
 
 // A member's connections to Postgres have one bound, --fleet-max-conns
-// (docs/architecture.md#connections): its leases' pool, its LISTEN
+// (docs/operations.md#connections): its leases' pool, its LISTEN
 // connection and its cycles' pool, which the led stars' daemons share
 // between cycles. Unset, the bound is DefaultMaxConns(--fleet-cycles):
 // this is the one place that default is stated.

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the object-store metrics (docs/architecture.md#operator-surface), registered
+// Metrics are the object-store metrics (docs/operations.md#operator-surface), registered
 // on an injected registry.
 type Metrics struct {
 	requests     *prometheus.CounterVec

@@ -107,7 +107,7 @@ type Report struct {
 // corrupt.
 var ErrStoreAccess = errors.New("the object store could not be read")
 
-// Verify is the fsck of a star's catalog (docs/architecture.md#operator-surface): every
+// Verify is the fsck of a star's catalog (docs/operations.md#operator-surface): every
 // entry's object exists, decodes as a settled bundle of its stream that
 // holds exactly the entry's records, bytes, footer window and timestamps,
 // holds the records of applied erasures as tombstones only, and each

@@ -22,7 +22,7 @@ import (
 )
 
 // The operator commands that talk to a running daemon through the
-// metastore (docs/architecture.md#operator-surface): each records an admin request and
+// metastore (docs/operations.md#operator-surface): each records an admin request and
 // notifies the star's daemons; pause, resume and release also change the
 // persisted state themselves, so they hold with no daemon running.
 

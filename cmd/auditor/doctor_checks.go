@@ -19,7 +19,7 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// The checks of `auditor doctor` (docs/architecture.md#operator-surface):
+// The checks of `auditor doctor` (docs/operations.md#operator-surface):
 // each asks the metastore or one bucket one question the auditor depends
 // on and records what it saw and what to change. They only read the
 // metastore; in a bucket they write only under one probe prefix, which

@@ -463,7 +463,7 @@ type doctorWant struct {
 
 // doctorWants: versitygw 1.8.0 answers 501 to the lifecycle and encryption
 // reads, so those three checks warn (unknown), as
-// docs/architecture.md#operator-surface says; it misreports the CRC-32C of
+// docs/operations.md#operator-surface says; it misreports the CRC-32C of
 // a range copied from a CRC-32C source, so it is by source, and the probe
 // object (stored with CRC-32C) is copied and read back. SeaweedFS answers
 // every rule read (a new bucket has no abort rule and no encryption: those

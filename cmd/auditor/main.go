@@ -1,6 +1,6 @@
 // Command auditor is Nova's singleton-per-star background settler: it settles
 // due streams into create-once settled objects, trims and reaps transit
-// slots, and serves its operator surface (docs/architecture.md#operator-surface). This file
+// slots, and serves its operator surface (docs/operations.md#operator-surface). This file
 // only dispatches subcommands; config.go loads configuration.
 package main
 

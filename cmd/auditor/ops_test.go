@@ -259,7 +259,7 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 
 // TestExitCodesMatchTheDocsAndHelp: exitCodes is the one table of exit
 // codes. `auditor --help` prints each of its rows and no other, and the
-// README and docs/architecture.md's operator surface each hold one
+// README and docs/operations.md's operator surface each hold one
 // "| exit code | meaning |" table with exactly its rows.
 func TestExitCodesMatchTheDocsAndHelp(t *testing.T) {
 	code, help, _ := runCLI(t, "--help")
@@ -281,7 +281,7 @@ func TestExitCodesMatchTheDocsAndHelp(t *testing.T) {
 
 	for _, doc := range []struct{ file, section string }{
 		{"README.md", ""},
-		{"docs/architecture.md", "## Operator surface"},
+		{"docs/operations.md", "## Operator surface"},
 	} {
 		rows := exitCodeRows(t, filepath.Join("..", "..", filepath.FromSlash(doc.file)), doc.section)
 		if len(rows) != len(exitCodes) {

@@ -118,16 +118,16 @@ func TestStatusCheckOrder(t *testing.T) {
 
 // TestStatusCheckCodesMatchTheDocsAndHelp: statusCheckCodes is the one
 // table of --check's codes: `auditor status -h` prints each row, and
-// docs/architecture.md's operator surface holds the same table. No code
+// docs/operations.md's operator surface holds the same table. No code
 // is one of exitCodes'.
 func TestStatusCheckCodesMatchTheDocsAndHelp(t *testing.T) {
 	code, help, _ := runCLI(t, "status", "-h")
 	if code != exitOK {
 		t.Fatalf("auditor status -h: exit %d", code)
 	}
-	rows := codeTableRows(t, filepath.Join("..", "..", "docs", "architecture.md"), "## Operator surface", "| status --check code |")
+	rows := codeTableRows(t, filepath.Join("..", "..", "docs", "operations.md"), "## Operator surface", "| status --check code |")
 	if len(rows) != len(statusCheckCodes) {
-		t.Errorf("docs/architecture.md lists %d --check codes, the binary %d", len(rows), len(statusCheckCodes))
+		t.Errorf("docs/operations.md lists %d --check codes, the binary %d", len(rows), len(statusCheckCodes))
 	}
 	for _, c := range statusCheckCodes {
 		if line := "  " + strconv.Itoa(c.code) + "  " + c.meaning + "\n"; !strings.Contains(help, line) {

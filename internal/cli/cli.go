@@ -16,7 +16,7 @@ import (
 	"github.com/nova/auditor/internal/config"
 )
 
-// Exit codes both binaries share (docs/architecture.md#operator-surface).
+// Exit codes both binaries share (docs/operations.md#operator-surface).
 // ExitUsage and ExitUnreachable are kept apart so automation can tell
 // "fix the configuration" from "retry when the dependency answers".
 const (

@@ -289,7 +289,7 @@ var keys = []key{
 	durationKey("fleet-budget-window", "the window of fleet-move-budget", "5m", func(c *Config) *time.Duration { return &c.FleetBudgetWindow }),
 	durationKey("fleet-progress-bound", "a fleet member gives a star up as stuck when its cycle loop made no progress for the cycle interval plus this", "15m", func(c *Config) *time.Duration { return &c.FleetProgressBound }),
 	intKey("fleet-cycles", "cycles a fleet member runs at once over all its stars (each with the settle caches and concurrency of one star)", "2", func(c *Config) *int64 { return &c.FleetCycles }),
-	intKey("fleet-max-conns", "Postgres connections a fleet member opens at most, over its cycles, its leases and its LISTEN connection (0: derived from fleet-cycles, docs/architecture.md#connections)", "0", func(c *Config) *int64 { return &c.FleetMaxConns }),
+	intKey("fleet-max-conns", "Postgres connections a fleet member opens at most, over its cycles, its leases and its LISTEN connection (0: derived from fleet-cycles, docs/operations.md#connections)", "0", func(c *Config) *int64 { return &c.FleetMaxConns }),
 	stringKey("bucket", "the standard bucket: standard-class slots and every settled object", "nova", func(c *Config) *string { return &c.Bucket }),
 	stringKey("key-prefix", "prefix of every object key: empty or ending in /", "", func(c *Config) *string { return &c.KeyPrefix }),
 	stringKey("s3-endpoint", "S3 endpoint URL (empty: the SDK default for the region)", "", func(c *Config) *string { return &c.S3Endpoint }),

@@ -81,7 +81,7 @@ func TestDocsAnchorsExist(t *testing.T) {
 	root := repoRoot(t)
 	anchors := map[string]map[string]bool{}
 	heading := regexp.MustCompile(`^#+\s+(.*)$`)
-	for _, f := range []string{"format.md", "metastore.md", "architecture.md"} {
+	for _, f := range []string{"format.md", "metastore.md", "architecture.md", "operations.md", "measurements.md"} {
 		fh, err := os.Open(filepath.Join(root, "docs", f))
 		if err != nil {
 			t.Fatal(err)
