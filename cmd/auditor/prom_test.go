@@ -659,6 +659,37 @@ func TestAlertRunbookSections(t *testing.T) {
 	t.Logf("%d alert rules, each with a runbook section", len(rules))
 }
 
+// TestOperationsGuideListsEveryAlert: docs/operations.md's "Responding to
+// alerts" links every alert of deploy/prometheus/alerts.yaml to its
+// runbook section, and names no alert that alerts.yaml does not define.
+func TestOperationsGuideListsEveryAlert(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "\n## Responding to alerts\n")
+	if start < 0 {
+		t.Fatal("docs/operations.md has no section \"Responding to alerts\"")
+	}
+	section := doc[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	names := map[string]bool{}
+	for _, r := range loadAlertRules(t) {
+		names[r.Alert] = true
+		if link := "[" + r.Alert + "](../deploy/RUNBOOK.md#" + githubAnchor(r.Alert) + ")"; !strings.Contains(section, link) {
+			t.Errorf("docs/operations.md does not link %s's runbook section as %s", r.Alert, link)
+		}
+	}
+	for _, m := range regexp.MustCompile(`\[(NovaAuditor\w+)\]`).FindAllStringSubmatch(section, -1) {
+		if !names[m[1]] {
+			t.Errorf("docs/operations.md names %s, which is no alert of alerts.yaml", m[1])
+		}
+	}
+}
+
 // githubAnchor is the anchor GitHub gives a Markdown heading.
 func githubAnchor(h string) string {
 	var b strings.Builder
