@@ -56,7 +56,7 @@ type SlotReads struct {
 // chunks are in stream-ID order), and a stretch's trickle streams are let
 // go together at their cohort's turn, so the waste between them is paid
 // once a turn, not every cycle. Against 64 KiB (measured by make
-// bench-tail at its default shape, docs/architecture.md) it halved the
+// bench-tail at its default shape, docs/measurements.md) it halved the
 // long tail's GETs (10,522 to 4,955 over the run: 1.32 to 1.15 S3
 // requests per object), for 1.6 to 1.9 fetched bytes per new byte. A dense slot (due chunks between others
 // no larger) is still one range, and merging the smallest gaps first

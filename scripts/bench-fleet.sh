@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench-fleet: a fleet of idle stars on the file store, measured from
-# the outside (docs/architecture.md, "The fleet, measured"). For each
+# the outside (docs/measurements.md, "The fleet, idle"). For each
 # shape "STARS:MEMBERS" of NOVA_BENCH_FLEET_SHAPES (default "200:2
 # 1000:4") it creates a fresh database on the server of
 # NOVA_BENCH_DATABASE_URL (a maintenance database's URL; the default is

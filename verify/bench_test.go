@@ -21,7 +21,7 @@ import (
 // and the peak of the Go heap during the run, read whole (the window as
 // large as an object, as verify read before it read in ranges), in the
 // default window (4 MiB) and in 16 KiB windows. `make bench-verify` runs it; the figures are in
-// docs/measurements.md.
+// docs/measurements.md#auditor-verify-measured.
 func BenchmarkVerifyStar(b *testing.B) {
 	n := envInt(b, "NOVA_BENCH_VERIFY_OBJECTS", 10000)
 	kib := envInt(b, "NOVA_BENCH_VERIFY_OBJECT_KIB", 64)

@@ -10,7 +10,7 @@ import (
 )
 
 // Exit codes of every subcommand: the one table that `auditor --help`
-// prints and the README and docs/architecture.md repeat
+// prints and the README and docs/operations.md repeat
 // (TestExitCodesMatchTheDocsAndHelp).
 const (
 	exitOK      = cli.ExitOK

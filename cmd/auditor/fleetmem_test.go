@@ -14,7 +14,7 @@ import (
 // the HTTP server). Each star's part is its daemon (lease term, schedule,
 // admin state), its cycle's steps and their caches, and its metrics
 // series, which a member registers in one registry under a star label
-// (docs/architecture.md, "Memory per led star"). The heap is read after a
+// (docs/architecture.md#per-star-isolation-and-shared-budgets). The heap is read after a
 // collection the profiler forces (/debug/pprof/heap?gc=1), so garbage is
 // not counted.
 func TestFleetMemoryPerStar(t *testing.T) {

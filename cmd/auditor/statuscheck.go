@@ -20,7 +20,7 @@ const (
 )
 
 // statusCheckCodes is the one table of --check's codes: `auditor status -h`
-// prints it and docs/architecture.md's operator surface repeats it
+// prints it and docs/operations.md's operator surface repeats it
 // (TestStatusCheckCodesMatchTheDocsAndHelp).
 var statusCheckCodes = []struct {
 	code    int

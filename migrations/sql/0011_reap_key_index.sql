@@ -3,8 +3,8 @@
 -- its commit) is found by key through orphan_intents_publish_key_idx, so
 -- its entry in an index of every intent's key was written and never
 -- needed: one btree insert of a text key per settled object, about a
--- tenth of the WAL a settled object writes (docs/architecture.md,
--- "Measurements"). The table is locked first, in the mode DROP INDEX
+-- tenth of the WAL a settled object writes (docs/measurements.md,
+-- "The WAL of a settled object"). The table is locked first, in the mode DROP INDEX
 -- needs: an auditor of the release before, still running while this
 -- migrates, waits for it, instead of holding a lock the drop would wait
 -- on while it waits for the build's (a deadlock, one side aborted).
