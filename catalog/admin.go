@@ -194,7 +194,7 @@ func (db *DB) FinishTriggers(ctx context.Context, f Fence, runID int64, results 
 
 // TakeTriggers records that a cycle of the fence's holder is starting to
 // run the open trigger requests ids (fenced); `auditor trigger --wait`
-// returns then. They stay open until FinishTriggers.
+// reports it. They stay open until FinishTriggers.
 func (db *DB) TakeTriggers(ctx context.Context, f Fence, ids []int64) error {
 	if len(ids) == 0 {
 		return nil

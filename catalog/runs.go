@@ -163,6 +163,18 @@ func (db *DB) LastRuns(ctx context.Context, star string, limit int) ([]Run, erro
 	return out, nil
 }
 
+// GetRun reads one run (ErrNotFound when absent, pruned included).
+func (db *DB) GetRun(ctx context.Context, id int64) (Run, error) {
+	run, err := scanRun(db.reader(ctx).QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return run, fmt.Errorf("run %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return run, fmt.Errorf("read run %d: %w", id, err)
+	}
+	return run, nil
+}
+
 // LastRunWithOutcome returns the star's latest run that ended with outcome
 // (and was not a dry run); false when there is none. The first row of
 // auditor_runs_outcome_idx: it runs every GaugeInterval on the leader and

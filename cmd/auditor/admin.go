@@ -127,16 +127,26 @@ func warnNoLeader(ctx context.Context, e env, db leaseLookup, star string) {
 	fmt.Fprintf(e.stderr, "auditor: warning: no auditor holds the lease of star %q; the request waits for one\n", star)
 }
 
+// cmdTrigger is `auditor trigger`: it records a trigger request; with
+// --wait it waits until a cycle has finished it and exits with its
+// outcome (waitTrigger).
 func cmdTrigger(ctx context.Context, e env, args []string) int {
-	var wait *time.Duration
-	cfg, db, stream, code := adminSetup(ctx, e, "trigger", args, func(fs *cli.Flags) {
+	var (
+		wait    *bool
+		timeout *time.Duration
+	)
+	cfg, db, stream, code := adminSetup(ctx, e, "trigger", waitArgs(args), func(fs *cli.Flags) {
 		fs.String("stream", "", "settle this stream (uuid or 32 hex digits) now, regardless of linger")
-		wait = fs.Duration("wait", 0, "wait this long for the leader to take the request into a cycle (exit 1 if it does not, or if it failed)")
+		wait = fs.Bool("wait", false, "wait until a cycle has finished the request and exit with its outcome: 0 done, 1 failed (or its cycle failed or halted, or the star is halted), 7 past --timeout (--wait 30s: --wait --timeout 30s)")
+		timeout = fs.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
 	})
 	if code >= 0 {
 		return code
 	}
 	defer db.Close()
+	if *timeout < 0 {
+		return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
+	}
 	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminTrigger, stream, requester(e))
 	if err != nil {
 		return exitCode(e, cfg, err)
@@ -147,35 +157,14 @@ func cmdTrigger(ctx context.Context, e env, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
 	warnNoLeader(ctx, e, db, cfg.Star)
-	if *wait <= 0 {
+	if !*wait {
 		return exitOK
 	}
-	deadline := time.Now().Add(*wait)
-	for {
-		r, err := db.GetAdminRequest(ctx, req.ID)
-		if err != nil {
-			return exitCode(e, cfg, err)
-		}
-		if r.Outcome == catalog.TriggerFailed {
-			return exitCode(e, cfg, fmt.Errorf("trigger request %d failed in run %d: %s", req.ID, deref(r.RunID), r.Reason))
-		}
-		if r.TakenAt != nil || r.ConsumedAt != nil {
-			at := r.TakenAt
-			if at == nil {
-				at = r.ConsumedAt
-			}
-			fmt.Fprintf(e.stdout, "taken by %s after %s\n", r.ConsumedBy, at.Sub(r.RequestedAt).Round(time.Millisecond))
-			return exitOK
-		}
-		if time.Now().After(deadline) {
-			return exitCode(e, cfg, fmt.Errorf("trigger request %d not taken within %s (is the star paused or halted, or no leader running? see auditor status)", req.ID, *wait))
-		}
-		select {
-		case <-ctx.Done():
-			return exitCode(e, cfg, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+	code, err = waitTrigger(ctx, e, db, cfg.Star, req.ID, *timeout)
+	if err != nil {
+		return exitCode(e, cfg, fmt.Errorf("wait for trigger request %d: %w", req.ID, err))
 	}
+	return code
 }
 
 func deref(p *int64) int64 {

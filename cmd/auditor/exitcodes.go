@@ -31,6 +31,10 @@ const (
 	// the object store (a restore from backup, a failover that lost
 	// commits): the star is halted until auditor reconcile has run.
 	exitRewound = 6
+	// exitTimeout is the code of a wait (trigger --wait, erase --wait)
+	// that --timeout ended first: what was asked stays recorded and is
+	// still carried out.
+	exitTimeout = 7
 )
 
 var exitCodes = []struct {
@@ -44,6 +48,7 @@ var exitCodes = []struct {
 	{exitUnsupported, "inspect: an unsupported format version"},
 	{exitUnreachable, "a dependency could not be reached, nothing was done: the database did not answer (connection refused at the network level, timeout; serve waits for it instead); verify, reconcile: the store could not be read (credentials, access, transport), nothing was judged; doctor: the database or no bucket could be reached"},
 	{exitRewound, "run: the metastore is behind the object store (restored from backup, or failed over to a replica that lost commits); the star is halted (metastore_rewound) until auditor reconcile --apply"},
+	{exitTimeout, "trigger --wait, erase --wait: --timeout ran out before the cycle finished or the erasure was applied; the request stays recorded and is still carried out"},
 }
 
 // inspectExitCode maps a validation error to the exit code of `auditor

@@ -48,7 +48,7 @@ func commands() map[string]command {
 		"version":     {"print the binary's schema version", cmdVersion, []int{exitOK, exitUsage}},
 		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect, []int{exitOK, exitFailure, exitUsage, exitFindings, exitUnsupported}},
 		"crashpoints": {"list the crash points NOVA_AUDITOR_CRASHPOINT=name[:n] can arm", cmdCrashpoints, []int{exitOK, exitUsage}},
-		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger)", cmdTrigger, db},
+		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger); --wait: until the cycle finished, exit with its outcome", cmdTrigger, append(slices.Clip(db), exitTimeout)},
 		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause, db},
 		"resume":      {"resume a paused or halted star", cmdResume, db},
 		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease, db},

@@ -195,8 +195,8 @@ func TestServeTriggerPauseResume(t *testing.T) {
 		t.Fatalf("pause: %d %q", code, out)
 	}
 	eventually(t, 2*time.Second, "paused gauge", func() bool { return p.gauge("nova_auditor_paused") == 1 })
-	if code, _, _ := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--wait", "2s"); code != 1 {
-		t.Fatalf("trigger while paused: exit %d, want 1 (not taken)", code)
+	if code, _, _ := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--wait", "2s"); code != exitTimeout {
+		t.Fatalf("trigger while paused: exit %d, want %d (not taken within the wait)", code, exitTimeout)
 	}
 	if n := len(runs()); n != 2 {
 		t.Fatalf("%d runs while paused", n-2)

@@ -106,3 +106,82 @@ func TestServeTriggerStreamOutlastsTheBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestTriggerWaitExitsWithTheCycleOutcome: trigger --wait returns once the
+// cycle that ran the request has finished, not when it was taken: the
+// request is consumed, done, and its run ended ok when the command
+// returns. Past --timeout (the star paused, so no cycle runs) it exits 7,
+// and on a halted star 1 at once, without waiting out the timeout.
+func TestTriggerWaitExitsWithTheCycleOutcome(t *testing.T) {
+	t.Parallel()
+	url, db := migratedDBNoStar(t)
+	ctx := context.Background()
+	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 2, Content: sim.DefaultContent(12)}); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	fs, err := filestore.New(objstore.FileConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.CreateBucket("nova"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 4,
+		FlightBytes: 64 << 10, FlightInterval: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	streams, err := db.StreamsOfStar(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target catalog.Stream
+	for _, st := range streams {
+		if st.NextRecord > 0 {
+			target = st
+		}
+	}
+	startServe(t, "d1", url, "--fs-root", root)
+	eventually(t, 5*time.Second, "leads", func() bool { l, live := currentLease(t, db); return live && l.Holder == "d1" })
+
+	code, out, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--stream", target.ID.String(),
+		"--wait", "--timeout", "30s")
+	if code != exitOK || !strings.Contains(out, "taken by d1") || !strings.Contains(out, "done: run") {
+		t.Fatalf("trigger --wait: %d %q %q", code, out, errs)
+	}
+	reqs, err := db.AdminRequests(ctx, "s1", false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := reqs[0]; r.ConsumedAt == nil || r.Outcome != catalog.TriggerDone || r.RunID == nil {
+		t.Fatalf("trigger --wait returned before its cycle finished: %+v", r)
+	}
+	run, err := db.GetRun(ctx, *reqs[0].RunID)
+	if err != nil || run.Outcome != catalog.RunOK || run.EndedAt == nil {
+		t.Fatalf("the request's run: %+v %v", run, err)
+	}
+	if got, err := db.GetStream(ctx, target.ID); err != nil || got.SettledThrough != got.NextRecord {
+		t.Fatalf("the triggered stream: %+v %v", got, err)
+	}
+
+	// Paused: no cycle takes it; --timeout ends the wait with exit 7.
+	if code, _, _ := runCLI(t, "pause", "--star", "s1", "--database-url", url); code != exitOK {
+		t.Fatal("pause failed")
+	}
+	code, _, errs = runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--wait", "--timeout", "1500ms")
+	if code != exitTimeout || !strings.Contains(errs, "not taken") {
+		t.Fatalf("trigger --wait while paused: %d %q", code, errs)
+	}
+	if code, _, _ := runCLI(t, "resume", "--star", "s1", "--database-url", url); code != exitOK {
+		t.Fatal("resume failed")
+	}
+
+	// Halted: no cycle runs until auditor resume, so the wait ends at once.
+	execSQL(t, url, `INSERT INTO nova.auditor_state (star, halted_reason, halted_at) VALUES ('s1', 'a test halt', now())
+		ON CONFLICT (star) DO UPDATE SET halted_reason = 'a test halt', halted_at = now()`)
+	start := time.Now()
+	code, _, errs = runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--wait", "--timeout", "30s")
+	if code != exitFailure || !strings.Contains(errs, "a test halt") || time.Since(start) > 10*time.Second {
+		t.Fatalf("trigger --wait on a halted star: %d after %s %q", code, time.Since(start), errs)
+	}
+}
