@@ -3,12 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
+	"github.com/nova/auditor/sim"
 )
 
 // absorbRecords gives stream id of star s1 n records (one flight at seq),
@@ -123,5 +129,116 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 	}
 	if got, err := db.ErasuresOf(ctx, id, 20, 21); err != nil || len(got) != 2 || got[1].FirstRecord != 20 || got[1].RecordCount != 2 {
 		t.Fatalf("the quarantined stream's erasure was not recorded: %+v %v", got, err)
+	}
+}
+
+// TestEraseDryRunAndWait: erase --dry-run over settled records lists the
+// catalog entries holding them (key, revision, record range, the records
+// erased in each) and records nothing; erase --wait with no cycle running
+// records the erasure and exits 7 past --timeout; with cycles running it
+// returns 0 once applied_at is set, the JSON saying applied. A dry run of
+// the applied erasure has nothing to rewrite.
+func TestEraseDryRunAndWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, db := migratedDBNoStar(t)
+	root := t.TempDir()
+	fs, err := filestore.New(objstore.FileConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.CreateBucket("nova"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 2, Content: sim.DefaultContent(6)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 6,
+		FlightBytes: 32 << 10, FlightInterval: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--star", "s1", "--database-url", url, "--fs-root", root, "--data-dir", filepath.Join(root, "data")}
+	runArgs := append([]string{"run", "--once", "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "0s",
+		"--log-level", "warn"}, common...)
+	if code, out, errs := runCLI(t, runArgs...); code != 0 {
+		t.Fatalf("run --once: %d %q %q", code, out, errs)
+	}
+	s := mostSettled(t, db, "s1", 10)
+	id := s.ID.String()
+	erase := func(extra ...string) (int, string, string) {
+		return runCLI(t, append(append([]string{"erase", "--stream", id, "--from", "2", "--count", "3"}, extra...), common...)...)
+	}
+
+	code, out, errs := erase("--dry-run", "--json")
+	var plan ErasureReport
+	if err := json.Unmarshal([]byte(out), &plan); code != 0 || err != nil {
+		t.Fatalf("erase --dry-run --json: %d %v %q %q", code, err, out, errs)
+	}
+	entries, err := db.EntriesIntersecting(ctx, s.ID, s.Epoch, 2, 5)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("entries holding [2, 5): %+v %v", entries, err)
+	}
+	if !plan.DryRun || plan.State != "not_recorded" || plan.EndRecord != 5 || plan.Unsettled != nil || len(plan.Rewrites) != len(entries) {
+		t.Fatalf("erase --dry-run: %+v (entries %+v)", plan, entries)
+	}
+	for i, w := range plan.Rewrites {
+		en := entries[i]
+		if w.Key != bundle.EntryKey(s.Bucket, en) || w.Revision != en.Revision || w.FirstRecord != en.FirstRecord ||
+			w.RecordCount != en.RecordCount || w.Bucket != s.Bucket || w.Class != en.Class ||
+			w.Erased.From != max(2, en.FirstRecord) || w.Erased.To != min(5, en.EndRecord()) {
+			t.Fatalf("rewrite %d: %+v, entry %+v", i, w, en)
+		}
+	}
+	code, out, _ = erase("--dry-run")
+	if code != 0 || !strings.Contains(out, "not recorded") || !strings.Contains(out, plan.Rewrites[0].Key) {
+		t.Fatalf("erase --dry-run: %d %q", code, out)
+	}
+	if got, err := db.ErasuresOf(ctx, s.ID, 0, 1<<62); err != nil || len(got) != 0 {
+		t.Fatalf("a dry run recorded erasures: %+v %v", got, err)
+	}
+	if code, _, errs := erase("--dry-run", "--wait"); code != exitUsage || !strings.Contains(errs, "wait") {
+		t.Fatalf("erase --dry-run --wait: %d %q", code, errs)
+	}
+
+	// No cycle runs: recorded, and the wait runs out.
+	code, out, errs = erase("--wait", "--timeout", "1s")
+	if code != exitTimeout || !strings.Contains(out, "recorded") || !strings.Contains(errs, "not applied within 1s") {
+		t.Fatalf("erase --wait with no cycle: %d %q %q", code, out, errs)
+	}
+
+	// Cycles run: the wait ends once applied_at is set.
+	stop := make(chan struct{})
+	cycles := make(chan string, 1)
+	go func() {
+		var failed string
+		defer func() { cycles <- failed }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if code, out, errs := runCLI(t, runArgs...); code != 0 && failed == "" {
+				failed = fmt.Sprintf("run --once: %d %q %q", code, out, errs)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	code, out, errs = erase("--wait", "--timeout", "60s", "--json")
+	close(stop)
+	if failed := <-cycles; failed != "" {
+		t.Fatal(failed)
+	}
+	var rep ErasureReport
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.State != "applied" || rep.AppliedAt == nil || !rep.Already {
+		t.Fatalf("erase --wait: %d %v %+v %q", code, err, rep, errs)
+	}
+	if got, err := db.ErasuresOf(ctx, s.ID, 2, 3); err != nil || len(got) != 1 || !got[0].Applied {
+		t.Fatalf("erasure after the wait: %+v %v", got, err)
+	}
+	code, out, _ = erase("--dry-run", "--json")
+	var again ErasureReport
+	if err := json.Unmarshal([]byte(out), &again); code != 0 || err != nil || again.State != "applied" || len(again.Rewrites) != 0 {
+		t.Fatalf("erase --dry-run of an applied erasure: %d %v %+v", code, err, again)
 	}
 }

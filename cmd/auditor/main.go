@@ -52,7 +52,7 @@ func commands() map[string]command {
 		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause, db},
 		"resume":      {"resume a paused or halted star", cmdResume, db},
 		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease, db},
-		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it", cmdErase, db},
+		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it; --dry-run: what it would rewrite; --wait: until applied", cmdErase, append(slices.Clip(db), exitTimeout)},
 		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json); --fleet: members, stars per member, unowned stars, moves; --check: exit non-zero when the star needs an operator", cmdStatus, db},
 		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream; --strays: also the objects no metadata names", cmdVerify, append(slices.Clip(db), exitFindings)},
 		"reconcile":   {"rebuild the star's metastore view from its object store after a restore (--apply; a dry run without)", cmdReconcile, append(slices.Clip(db), exitFindings)},
