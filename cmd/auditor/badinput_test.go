@@ -65,7 +65,9 @@ func TestEveryCommandRefusesBadInput(t *testing.T) {
 		"pause":   {sizes: true, database: true},
 		"resume":  {sizes: true, database: true},
 		"release": {sizes: true, database: true},
-		"erase":   {sizes: true, database: true},
+		"erase": {sizes: true, database: true, extraRows: []row{
+			{"bad --timeout", []string{"erase", "--wait", "--timeout", "later"}, exitUsage, "timeout"}}},
+		"ls": {sizes: true, database: true},
 		"status": {sizes: true, database: true, extraRows: []row{
 			{"unreachable database, --fleet", []string{"status", "--fleet", "--database-url", closedPortURL}, exitUnreachable, "database-url"}}},
 		"verify": {sizes: true, database: true, extraRows: []row{

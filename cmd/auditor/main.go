@@ -54,6 +54,7 @@ func commands() map[string]command {
 		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease, db},
 		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it; --dry-run: what it would rewrite; --wait: until applied", cmdErase, append(slices.Clip(db), exitTimeout)},
 		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json); --fleet: members, stars per member, unowned stars, moves; --check: exit non-zero when the star needs an operator", cmdStatus, db},
+		"ls":          {"list the catalog entries of the star's streams (--stream ID: one): key, records, revision, size, class, bucket (--json); reads only", cmdLs, db},
 		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream; --strays: also the objects no metadata names", cmdVerify, append(slices.Clip(db), exitFindings)},
 		"reconcile":   {"rebuild the star's metastore view from its object store after a restore (--apply; a dry run without)", cmdReconcile, append(slices.Clip(db), exitFindings)},
 		"doctor":      {"check the metastore and every bucket before deploying: one line per check (--json)", cmdDoctor, append(slices.Clip(db), exitFindings)},
