@@ -43,7 +43,7 @@ func commands() map[string]command {
 	db := []int{exitOK, exitFailure, exitUsage, exitUnreachable}
 	return map[string]command{
 		"migrate":     {"apply the embedded schema migrations to the metastore", cmdMigrate, db},
-		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan", cmdRun, append(slices.Clip(db), exitRewound)},
+		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan, made with the leader's recorded policy (--json)", cmdRun, append(slices.Clip(db), exitRewound)},
 		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe, []int{exitOK, exitFailure, exitUsage, exitFindings}},
 		"version":     {"print the binary's schema version", cmdVersion, []int{exitOK, exitUsage}},
 		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect, []int{exitOK, exitFailure, exitUsage, exitFindings, exitUnsupported}},

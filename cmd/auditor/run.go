@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,10 +23,11 @@ import (
 func cmdRun(ctx context.Context, e env, args []string) int {
 	fs := newFlags(e, "run")
 	once := fs.Bool("once", true, "run one cycle and exit (the only mode of run; serve runs on a schedule)")
-	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing")
+	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing. It plans with the policy the star's leader recorded; a policy flag given here overrides it")
 	stream := fs.String("stream", "", "force one stream (uuid or 32 hex digits) due regardless of linger")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (pprof format) to this file")
 	sweepStrays := fs.Bool("sweep-strays", false, "sweep the strays in this cycle whatever --stray-sweep-every says (docs/architecture.md#strays)")
+	asJSON := fs.Bool("json", false, "with --dry-run: print the policy, the plan and the counts as JSON")
 	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return exitCode(e, cfg, err)
@@ -33,9 +35,16 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	if !*once {
 		return exitCode(e, cfg, &config.Error{Field: "once", Msg: "run only runs one cycle; use serve for the daemon"})
 	}
+	if *asJSON && !*dryRun {
+		return exitCode(e, cfg, &config.Error{Field: "json", Msg: "prints a dry run's plan: use it with --dry-run"})
+	}
 	opts := cycle.Options{Trigger: daemon.TriggerOnce, DryRun: *dryRun, SweepStrays: *sweepStrays}
+	var plan strings.Builder
 	if *dryRun {
 		opts.Plan = e.stdout
+		if *asJSON {
+			opts.Plan = &plan
+		}
 	}
 	if *stream != "" {
 		id, err := bundlefmt.ParseStreamID(*stream)
@@ -65,6 +74,16 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	defer db.Close()
+	var dryPolicy DryRunPolicy
+	if *dryRun {
+		// Before the cycle is built: its steps take the policy from cfg.
+		if dryPolicy, err = leaderPolicy(ctx, db, &cfg, fs.FlagSet); err != nil {
+			return exitCode(e, cfg, err)
+		}
+		if !*asJSON {
+			dryPolicy.write(e.stdout, cfg.Star)
+		}
+	}
 	reg := prometheus.NewRegistry()
 	steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, reg, *dryRun)
 	if err != nil {
@@ -102,6 +121,9 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	}
 	if err != nil {
 		return exitCode(e, cfg, fmt.Errorf("cycle: %w", err))
+	}
+	if *asJSON {
+		return exitCode(e, cfg, writeDryRunJSON(e.stdout, DryRunReport{Star: cfg.Star, Policy: dryPolicy, Plan: planLines(plan.String()), Counts: counts}))
 	}
 	fmt.Fprintf(e.stdout, "cycle ok: %d streams settled (%d quarantined), %d objects published, %d adopted; "+
 		"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped; "+
