@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nova/auditor/bundle"
-	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
@@ -120,9 +119,9 @@ func cmdErase(ctx context.Context, e env, args []string) int {
 		return printErasure(e, cfg, rep, *asJSON, writeErasure)
 	}
 	if !*asJSON {
-		writeErasure(e, rep)
+		printErasure(e, cfg, rep, false, writeErasure)
 	}
-	code, err = waitErasure(ctx, e, db, &rep, *timeout, *asJSON)
+	code, err = waitErasure(ctx, e, db, st.ID, &rep, *timeout, *asJSON)
 	if err != nil {
 		return exitCode(e, cfg, fmt.Errorf("wait for the erasure: %w", err))
 	}
@@ -332,13 +331,9 @@ type erasureWaiter interface {
 // applied_at is set (exit 0, rep updated), or the timeout (exit 7; 5 when
 // the database stopped answering until then). quiet: no line on stdout
 // (--json prints the report after).
-func waitErasure(ctx context.Context, e env, db erasureWaiter, rep *ErasureReport, timeout time.Duration, quiet bool) (int, error) {
-	id, err := bundlefmt.ParseStreamID(rep.Stream)
-	if err != nil {
-		return exitFailure, err
-	}
+func waitErasure(ctx context.Context, e env, db erasureWaiter, id catalog.StreamID, rep *ErasureReport, timeout time.Duration, quiet bool) (int, error) {
 	start := time.Now()
-	err = poll(ctx, timeout, func(ctx context.Context) (bool, error) {
+	err := poll(ctx, timeout, func(ctx context.Context) (bool, error) {
 		es, err := db.ErasuresOf(ctx, id, rep.FirstRecord, rep.FirstRecord+1)
 		if err != nil {
 			return false, err
