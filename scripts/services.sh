@@ -31,7 +31,8 @@
 # Prometheus: the tests run a real Prometheus and promtool against the
 # shipped dashboard and alerts; Debian's prometheus package is installed
 # when either is missing (quietly; the tests start their own process on a
-# loopback port, never the package's service).
+# loopback port, never the package's service, which is kept from starting
+# during the install and disabled and stopped after it).
 #
 # Idempotent: a second "up" reuses running services. State lives in .run/.
 set -euo pipefail
@@ -211,14 +212,55 @@ prometheus_installed() {
 	local sudo=()
 	if [ "$(id -u)" != 0 ]; then sudo=(sudo -n); fi
 	log "installing Debian's prometheus package (prometheus, promtool)"
-	# The package may start its own service (port 9090); the tests never
-	# use it.
+	# The package starts and enables its own service (port 9090) on
+	# install; the tests never use it, and a test run must leave no system
+	# service behind. A policy-rc.d that exits 101 forbids invoke-rc.d to
+	# start anything while the package installs (one already there, as in
+	# Docker images, is left as it is); the service is then disabled and
+	# stopped in case an init system started it anyway.
+	local policy=/usr/sbin/policy-rc.d ours=0
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\n# scripts/services.sh: no service starts while prometheus installs\nexit 101\n' |
+			"${sudo[@]}" tee "$policy" >/dev/null && "${sudo[@]}" chmod 755 "$policy" && ours=1
+	fi
+	local ok=1
 	if ! { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus ||
 		{ "${sudo[@]}" apt-get update -qq && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; } \
 		>"$run/prometheus-install.log" 2>&1; then
+		ok=0
+	fi
+	if [ "$ours" = 1 ]; then "${sudo[@]}" rm -f "$policy"; fi
+	if [ "$ok" = 0 ]; then
 		log "installing prometheus failed; its log:"
 		cat "$run/prometheus-install.log" >&2
 		return 1
+	fi
+	prometheus_service_stopped
+}
+
+# prometheus_service_stopped disables and stops the prometheus package's
+# system service (systemd or its init.d script), and fails when it still
+# runs: the tests start their own Prometheus on a loopback port.
+prometheus_service_stopped() {
+	local sudo=()
+	if [ "$(id -u)" != 0 ]; then sudo=(sudo -n); fi
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+		"${sudo[@]}" systemctl disable --now prometheus >>"$run/prometheus-install.log" 2>&1 || true
+		if systemctl is-active --quiet prometheus 2>/dev/null; then
+			log "the prometheus package's service still runs after systemctl disable --now prometheus"
+			return 1
+		fi
+	elif [ -x /etc/init.d/prometheus ]; then
+		if command -v update-rc.d >/dev/null 2>&1; then
+			"${sudo[@]}" update-rc.d prometheus disable >>"$run/prometheus-install.log" 2>&1 || true
+		fi
+		if [ -f /run/prometheus/prometheus.pid ] && kill -0 "$(cat /run/prometheus/prometheus.pid)" 2>/dev/null; then
+			"${sudo[@]}" service prometheus stop >>"$run/prometheus-install.log" 2>&1 || true
+		fi
+		if [ -f /run/prometheus/prometheus.pid ] && kill -0 "$(cat /run/prometheus/prometheus.pid)" 2>/dev/null; then
+			log "the prometheus package's service still runs after service prometheus stop"
+			return 1
+		fi
 	fi
 }
 
