@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,10 +21,11 @@ import (
 // what it is for, on a database that revokes CONNECT from PUBLIC, migrated
 // as the migration role and holding a settled star:
 //
-//   - as the read-only role, `auditor status`, `status --json` and
-//     `verify` (which reads every settled object) succeed, with no
-//     permission denied in their output (`status --fleet` is not among
-//     them: it inserts the lease rows of new stars);
+//   - as the read-only role, `auditor status`, `status --json`, `verify`
+//     (which reads every settled object), `migrate --status` and `migrate
+//     --dry-run` succeed, with no permission denied in their output
+//     (`status --fleet` is not among them: it inserts the lease rows of
+//     new stars);
 //   - every grant of the role is needed: with each one revoked in turn,
 //     one of those commands fails on a permission denied on that object;
 //   - it writes nothing: its sessions start read-only, and with that set
@@ -72,6 +74,8 @@ func TestReadOnlyRole(t *testing.T) {
 		append([]string{"status"}, star...),
 		append([]string{"status", "--json"}, star...),
 		append([]string{"verify"}, star...),
+		{"migrate", "--status", "--database-url", ro},
+		{"migrate", "--dry-run", "--database-url", ro},
 	}
 	// readAll runs every command as the read-only role: the first
 	// permission denied (its line), or an error for any other failure.
@@ -84,7 +88,7 @@ func TestReadOnlyRole(t *testing.T) {
 				}
 			}
 			if code != exitOK {
-				return "", errors.New("auditor " + strings.Join(args[:2], " ") + ": exit " + errs)
+				return "", fmt.Errorf("auditor %s: exit %d: %s", strings.Join(args[:2], " "), code, errs)
 			}
 			if args[0] == "verify" && !regexp.MustCompile(`verified [1-9][0-9]* objects .*: 0 findings`).MatchString(out) {
 				return "", errors.New("verify as the read-only role: " + out)
