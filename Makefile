@@ -9,7 +9,7 @@ BIN      := bin
 SOAK_DURATION ?= 10m
 EXPLORE_DURATION ?= 10m
 
-.PHONY: help version build test test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet lint services-up services-down clean
+.PHONY: help version build test demo-check test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -20,8 +20,11 @@ version: ## print the auditor's version (cmd/auditor/version.go)
 build: ## build bin/auditor and bin/novasim (static, trimmed, the revision stamped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
-test: ## start versitygw (and Postgres if none runs), run every test against them, stop them
+test: demo-check ## the demo's database check, then start versitygw (and Postgres if none runs), run every test against them, stop them
 	scripts/test.sh
+
+demo-check: build ## make demo's database path on a throwaway Postgres that asks a password over TCP (scram-sha-256): NOVA_DEMO_DATABASE_URL, and the fallback to a throwaway cluster (about 15 s)
+	scripts/demo-check.sh
 
 test-compat: ## against SeaweedFS (weed mini, built into .bin the first time: 5-9 min): the store contract, auditor doctor, the demo, the live-traffic test (COMPAT_LIVE_DURATION, default 20s)
 	scripts/test-compat.sh
@@ -44,7 +47,7 @@ explore-mutants: ## the explorer with each rule switched off in turn (late-delet
 test-short: ## unit tests only (integration tests skip without services)
 	$(GO) test -short ./...
 
-demo: build ## the main job end to end on a fresh database and the file-backed store
+demo: build ## the main job end to end on a fresh database (NOVA_DEMO_DATABASE_URL, else the local Postgres, else a throwaway cluster) and the file-backed store
 	scripts/demo.sh
 
 restore-drill: build ## the metastore restored from a backup behind the store, end to end on the file store: the halt, auditor reconcile, cycles and checks (DRILL_STREAMS, DRILL_FLIGHTS, DRILL_ROUNDS)

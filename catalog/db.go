@@ -153,6 +153,12 @@ func (db *DB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }
 // Migrate applies the embedded migrations.
 func (db *DB) Migrate(ctx context.Context) ([]int, error) { return migrations.Up(ctx, db.pool) }
 
+// MigrationStatus reads which migrations the database has applied and
+// which of this binary's are pending; it changes nothing.
+func (db *DB) MigrationStatus(ctx context.Context) (migrations.Status, error) {
+	return migrations.ReadStatus(ctx, db.pool)
+}
+
 // SchemaVersion returns the database's schema version.
 func (db *DB) SchemaVersion(ctx context.Context) (int, error) {
 	return migrations.Version(ctx, db.pool)

@@ -7,6 +7,11 @@
 --                  status, verify, doctor, inspect, erase, trigger, pause,
 --                  resume, release): exactly the tables, columns and verbs
 --                  below, nothing more.
+--   nova_reader    reads what `auditor status` (--json) and `auditor
+--                  verify` read: SELECT on exactly those tables, for
+--                  operators, scripts and a dashboard's SQL panels; it
+--                  can write nothing, and its sessions default to
+--                  read-only transactions.
 --
 -- Run it as a superuser (on a managed service, its administrator role),
 -- with psql, in the auditor's database; twice on a new database:
@@ -22,14 +27,17 @@
 -- database behind that (it says so) and refuses one ahead of it.
 --
 -- The roles are created with LOGIN and no password. Set one for each
--- (psql's \password nova_auditor, \password nova_migrator), or use
+-- (psql's \password nova_auditor, \password nova_migrator,
+-- \password nova_reader), or use
 -- your server's certificate or IAM authentication; this file holds no
 -- secret. The write path's role is yours to create: docs/metastore.md
 -- (#who-writes-what) lists what it writes.
 --
 -- internal/repocheck holds this file to the migrations; the test
 -- TestLeastPrivilegeRoles (cmd/auditor) runs every auditor command as
--- nova_auditor and revokes each grant below in turn to see it needed.
+-- nova_auditor and revokes each grant below in turn to see it needed;
+-- TestReadOnlyRole (cmd/auditor) does the same for nova_reader
+-- with status and verify, and sees it write nothing.
 
 BEGIN;
 
@@ -41,20 +49,27 @@ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'nova_auditor') THEN
     CREATE ROLE nova_auditor LOGIN;
   END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'nova_reader') THEN
+    CREATE ROLE nova_reader LOGIN;
+  END IF;
   -- A role made by hand before this script must not carry more power
   -- than the grants below.
-  IF EXISTS (SELECT FROM pg_roles WHERE rolname IN ('nova_auditor', 'nova_migrator')
+  IF EXISTS (SELECT FROM pg_roles WHERE rolname IN ('nova_auditor', 'nova_migrator', 'nova_reader')
       AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls)) THEN
-    RAISE EXCEPTION 'nova_auditor or nova_migrator has SUPERUSER, CREATEROLE, CREATEDB, REPLICATION or BYPASSRLS: take it away (ALTER ROLE) and run this script again';
+    RAISE EXCEPTION 'nova_auditor, nova_migrator or nova_reader has SUPERUSER, CREATEROLE, CREATEDB, REPLICATION or BYPASSRLS: take it away (ALTER ROLE) and run this script again';
   END IF;
   ALTER ROLE nova_migrator LOGIN;
   ALTER ROLE nova_auditor LOGIN;
+  ALTER ROLE nova_reader LOGIN;
+  -- A second guard beside the grants: its sessions start read-only.
+  ALTER ROLE nova_reader SET default_transaction_read_only = on;
   -- CONNECT, for databases that revoke it from PUBLIC. CREATE: the
   -- migrations start with CREATE SCHEMA IF NOT EXISTS nova, which Postgres
   -- checks against the database even when the schema exists.
   EXECUTE format('GRANT CONNECT ON DATABASE %I TO nova_migrator', current_database());
   EXECUTE format('GRANT CREATE ON DATABASE %I TO nova_migrator', current_database());
   EXECUTE format('GRANT CONNECT ON DATABASE %I TO nova_auditor', current_database());
+  EXECUTE format('GRANT CONNECT ON DATABASE %I TO nova_reader', current_database());
 END
 $roles$;
 
@@ -71,6 +86,8 @@ BEGIN
   -- nova_auditor may use the schema's objects, never create any.
   REVOKE ALL ON SCHEMA nova FROM nova_auditor;
   GRANT USAGE ON SCHEMA nova TO nova_auditor;
+  REVOKE ALL ON SCHEMA nova FROM nova_reader;
+  GRANT USAGE ON SCHEMA nova TO nova_reader;
 
   IF to_regclass('nova.schema_migrations') IS NULL THEN
     RAISE NOTICE 'schema nova is not migrated: run auditor migrate as nova_migrator, then this script again';
@@ -143,6 +160,30 @@ BEGIN
   GRANT USAGE ON SEQUENCE nova.admin_requests_id_seq TO nova_auditor;
   GRANT USAGE ON SEQUENCE nova.quarantine_id_seq TO nova_auditor;
   GRANT USAGE ON SEQUENCE nova.auditor_fleet_moves_id_seq TO nova_auditor;
+
+  -- The read-only role: SELECT on what status (--json) and verify read,
+  -- nothing else, whatever an earlier run granted. (status --fleet
+  -- inserts the lease rows of new stars: it runs as nova_auditor.)
+  REVOKE ALL ON ALL TABLES IN SCHEMA nova FROM nova_reader;
+  REVOKE ALL ON ALL SEQUENCES IN SCHEMA nova FROM nova_reader;
+  REVOKE ALL ON ALL ROUTINES IN SCHEMA nova FROM nova_reader;
+  GRANT SELECT ON nova.schema_migrations TO nova_reader;
+  GRANT SELECT ON nova.stars TO nova_reader;
+  GRANT SELECT ON nova.star_epochs TO nova_reader;
+  GRANT SELECT ON nova.streams TO nova_reader;
+  GRANT SELECT ON nova.span_refs TO nova_reader;
+  GRANT SELECT ON nova.due_markers TO nova_reader;
+  GRANT SELECT ON nova.erasures TO nova_reader;
+  GRANT SELECT ON nova.catalog TO nova_reader;
+  GRANT SELECT ON nova.orphan_intents TO nova_reader;
+  GRANT SELECT ON nova.trim_cursors TO nova_reader;
+  GRANT SELECT ON nova.slot_reaps TO nova_reader;
+  GRANT SELECT ON nova.auditor_leases TO nova_reader;
+  GRANT SELECT ON nova.auditor_runs TO nova_reader;
+  GRANT SELECT ON nova.admin_requests TO nova_reader;
+  GRANT SELECT ON nova.quarantine TO nova_reader;
+  GRANT SELECT ON nova.auditor_state TO nova_reader;
+  GRANT SELECT ON nova.auditor_runtime TO nova_reader;
 END
 $grants$;
 

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -129,12 +130,21 @@ func Check(ctx context.Context, q Querier) error {
 // forward-only and refuses a database newer than the binary. It returns the
 // versions it applied (none when the database is current).
 func Up(ctx context.Context, db Beginner) ([]int, error) {
+	return UpTo(ctx, db, Latest())
+}
+
+// UpTo is Up stopping after version target: a database left part way, as
+// one an older binary migrated (for tests of what a newer binary finds).
+func UpTo(ctx context.Context, db Beginner, target int) ([]int, error) {
 	all, err := All()
 	if err != nil {
 		return nil, err
 	}
+	if target < 0 || target > len(all) {
+		return nil, fmt.Errorf("migrate up to version %d: this binary knows 1 to %d", target, len(all))
+	}
 	var applied []int
-	for _, m := range all {
+	for _, m := range all[:target] {
 		did, err := apply(ctx, db, m, len(all))
 		if err != nil {
 			return applied, err
@@ -178,4 +188,63 @@ func apply(ctx context.Context, db Beginner, m Migration, latest int) (bool, err
 		return false, fmt.Errorf("migration %d: commit: %w", m.Version, err)
 	}
 	return true, nil
+}
+
+// Applied is one row of the database's record of migrations.
+type Applied struct {
+	Version   int
+	Name      string
+	AppliedAt time.Time
+}
+
+// Rows runs one query returning rows: *pgx.Conn and *pgxpool.Pool both do.
+type Rows interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Status is what the database has applied against what this binary knows.
+type Status struct {
+	Database int       // the database's version (0: nothing applied)
+	Binary   int       // this binary's version (Latest)
+	Applied  []Applied // every recorded migration, oldest first (versions above Binary included)
+	Pending  []Migration
+}
+
+// Behind says migrations of this binary are not applied yet.
+func (s Status) Behind() bool { return s.Database < s.Binary }
+
+// Ahead says the database was migrated by a newer binary.
+func (s Status) Ahead() bool { return s.Database > s.Binary }
+
+// ReadStatus reads the database's migrations and compares them with this
+// binary's. It only reads: an empty database (no schema nova, no version
+// table) has nothing applied and everything pending.
+func ReadStatus(ctx context.Context, q Rows) (Status, error) {
+	all, err := All()
+	if err != nil {
+		return Status{}, err
+	}
+	s := Status{Binary: len(all)}
+	rows, err := q.Query(ctx, `SELECT version, name, applied_at FROM nova.schema_migrations ORDER BY version`)
+	if err == nil {
+		s.Applied, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Applied])
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		err = nil // undefined table or schema: nothing applied yet
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("read applied migrations: %w", err)
+	}
+	for _, a := range s.Applied {
+		s.Database = max(s.Database, a.Version)
+	}
+	// Up applies in version order, so what is pending is what lies above
+	// the database's version (as Version and Check judge it).
+	for _, m := range all {
+		if m.Version > s.Database {
+			s.Pending = append(s.Pending, m)
+		}
+	}
+	return s, nil
 }

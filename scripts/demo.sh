@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # demo.sh: the auditor's main job end to end on this machine.
 #
-#  1. a fresh database on the local Postgres (NOVA_DEMO_DATABASE_URL names
-#     another server), migrated;
+#  1. a fresh database, migrated: on the server NOVA_DEMO_DATABASE_URL
+#     names (its database is where CREATE DATABASE runs; a password in it
+#     is used), else on the local Postgres when it takes user postgres
+#     without a password (NOVA_DEMO_LOCAL_URL, default
+#     postgres://postgres@127.0.0.1:5432/postgres), else, when it refuses
+#     (a stock server asks a password over TCP) or does not answer, on a
+#     throwaway cluster (scripts/pg-throwaway.sh, as make test starts one)
+#     stopped and removed afterwards;
 #  2. novasim creates a few hundred streams and writes skewed traffic into
 #     the file-backed store under a temporary directory (or versitygw);
 #  3. `auditor run --once` settles every stream;
@@ -18,28 +24,69 @@
 # when set, else versitygw (scripts/services.sh starts it). The bucket is
 # DEMO_BUCKET, created when missing (default: a fresh one). The default is
 # the file-backed store, needing only Go and Postgres.
+#
+# --database-only runs step 1 alone (the database created and migrated,
+# `auditor migrate --status` current, then dropped): the quick check
+# scripts/demo-check.sh runs in make test.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 start=$(date +%s.%N)
 
+database_only=0
+case "${1:-}" in
+--database-only) database_only=1 ;;
+"") ;;
+*)
+	echo "usage: $0 [--database-only]" >&2
+	exit 2
+	;;
+esac
+
 streams=${DEMO_STREAMS:-300}
 flights=${DEMO_FLIGHTS:-200}
-base=${NOVA_DEMO_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 work=$(mktemp -d "${TMPDIR:-/tmp}/nova-demo.XXXXXX")
 db="nova_demo_$(date +%s)_$$"
-
-psql "$base" -qc "CREATE DATABASE $db" >/dev/null
-url="${base%%/postgres\?*}/$db?sslmode=disable"
+throwaway=""
+base=""
 cleanup() {
 	if [ "${DEMO_KEEP:-0}" != 1 ]; then
-		psql "$base" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+		if [ -n "$base" ]; then psql -w "$base" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true; fi
 		rm -rf "$work"
+		if [ -n "$throwaway" ]; then "$top/scripts/pg-throwaway.sh" stop "$throwaway"; fi
 	else
 		echo "demo: kept database $db and $work"
+		if [ -n "$throwaway" ]; then echo "demo: the throwaway cluster still runs: scripts/pg-throwaway.sh stop $throwaway"; fi
 	fi
 }
 trap cleanup EXIT
+
+# The server: NOVA_DEMO_DATABASE_URL, else the local one when it takes
+# user postgres without a password (-w: psql never prompts), else a
+# throwaway cluster.
+if [ -n "${NOVA_DEMO_DATABASE_URL:-}" ]; then
+	base=$NOVA_DEMO_DATABASE_URL
+	where_db="NOVA_DEMO_DATABASE_URL"
+else
+	base=${NOVA_DEMO_LOCAL_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+	where_db="the local Postgres"
+	if ! PGCONNECT_TIMEOUT=5 psql -w "$base" -qtAc 'SELECT 1' >/dev/null 2>"$work/local-pg.txt"; then
+		echo "demo: the local Postgres refused ($(head -n 1 "$work/local-pg.txt")); starting a throwaway cluster"
+		throwaway=$(mktemp -d "${TMPDIR:-/tmp}/nova-demo-pg.XXXXXX")
+		base=$(PG_THROWAWAY_PASSWORD= "$top/scripts/pg-throwaway.sh" start "$throwaway")
+		where_db="a throwaway cluster on 127.0.0.1:$(cat "$throwaway/port")"
+	fi
+fi
+psql -w "$base" -qc "CREATE DATABASE $db" >/dev/null
+# The demo's database: the base URL with its path replaced (user,
+# password, host and parameters kept; sslmode=disable when none is given).
+url=$(python3 - "$base" "$db" <<'PY'
+import sys, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1])
+q = u.query or "sslmode=disable"
+print(urllib.parse.urlunsplit((u.scheme, u.netloc, "/" + sys.argv[2], q, "")))
+PY
+)
 
 common=(--database-url "$url" --star demo)
 setup_extra=()
@@ -71,8 +118,14 @@ else
 	where="the file-backed store at $work/store"
 fi
 
-echo "demo: database $db, objects in $where"
+echo "demo: database $db on $where_db, objects in $where"
 bin/auditor migrate --database-url "$url"
+if [ "$database_only" = 1 ]; then
+	bin/auditor migrate --status --database-url "$url" >"$work/status.txt"
+	head -n 1 "$work/status.txt"
+	echo "demo: database path ok ($where_db)"
+	exit 0
+fi
 bin/novasim setup "${common[@]}" "${setup_extra[@]}" --streams "$streams" --fence-window 2
 bin/novasim write "${common[@]}" "${slots[@]}" --flights "$flights" --absorb-flights 4 \
 	--fail-failover 0.01 --fail-lost 0.01 --progress none --log-level warn
@@ -96,7 +149,7 @@ bin/auditor run --once "${common[@]}" --data-dir "$work/data" --reap-grace 2s --
 bin/novasim check "${common[@]}" | tee "$work/check2.txt"
 
 end=$(date +%s.%N)
-q() { psql "$url" -tAc "$1"; }
+q() { psql -w "$url" -tAc "$1"; }
 echo
 echo "=== demo summary ==="
 echo "streams:          $(q 'SELECT count(*) FROM nova.streams')"

@@ -24,14 +24,17 @@
 # ports with its data in a temporary directory. Its S3 gateway takes the
 # admin identity's keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
 # set to the same test keys as versitygw's.
-# Postgres: the machine's server on 127.0.0.1:5432 is used when it answers;
-# otherwise, if the server binaries are installed, a throwaway cluster is
-# initialised in a temporary directory on a free port.
+# Postgres: the machine's server on 127.0.0.1:5432 is used when it takes
+# user postgres without a password; otherwise (none answers, or it asks a
+# password as a stock server does over TCP), if the server binaries are
+# installed, a throwaway cluster (scripts/pg-throwaway.sh) is initialised
+# in a temporary directory on a free port.
 #
 # Prometheus: the tests run a real Prometheus and promtool against the
 # shipped dashboard and alerts; Debian's prometheus package is installed
 # when either is missing (quietly; the tests start their own process on a
-# loopback port, never the package's service).
+# loopback port, never the package's service, which is kept from starting
+# during the install and disabled and stopped after it).
 #
 # Idempotent: a second "up" reuses running services. State lives in .run/.
 set -euo pipefail
@@ -211,14 +214,55 @@ prometheus_installed() {
 	local sudo=()
 	if [ "$(id -u)" != 0 ]; then sudo=(sudo -n); fi
 	log "installing Debian's prometheus package (prometheus, promtool)"
-	# The package may start its own service (port 9090); the tests never
-	# use it.
+	# The package starts and enables its own service (port 9090) on
+	# install; the tests never use it, and a test run must leave no system
+	# service behind. A policy-rc.d that exits 101 forbids invoke-rc.d to
+	# start anything while the package installs (one already there, as in
+	# Docker images, is left as it is); the service is then disabled and
+	# stopped in case an init system started it anyway.
+	local policy=/usr/sbin/policy-rc.d ours=0
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\n# scripts/services.sh: no service starts while prometheus installs\nexit 101\n' |
+			"${sudo[@]}" tee "$policy" >/dev/null && "${sudo[@]}" chmod 755 "$policy" && ours=1
+	fi
+	local ok=1
 	if ! { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus ||
 		{ "${sudo[@]}" apt-get update -qq && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; } \
 		>"$run/prometheus-install.log" 2>&1; then
+		ok=0
+	fi
+	if [ "$ours" = 1 ]; then "${sudo[@]}" rm -f "$policy"; fi
+	if [ "$ok" = 0 ]; then
 		log "installing prometheus failed; its log:"
 		cat "$run/prometheus-install.log" >&2
 		return 1
+	fi
+	prometheus_service_stopped
+}
+
+# prometheus_service_stopped disables and stops the prometheus package's
+# system service (systemd or its init.d script), and fails when it still
+# runs: the tests start their own Prometheus on a loopback port.
+prometheus_service_stopped() {
+	local sudo=()
+	if [ "$(id -u)" != 0 ]; then sudo=(sudo -n); fi
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+		"${sudo[@]}" systemctl disable --now prometheus >>"$run/prometheus-install.log" 2>&1 || true
+		if systemctl is-active --quiet prometheus 2>/dev/null; then
+			log "the prometheus package's service still runs after systemctl disable --now prometheus"
+			return 1
+		fi
+	elif [ -x /etc/init.d/prometheus ]; then
+		if command -v update-rc.d >/dev/null 2>&1; then
+			"${sudo[@]}" update-rc.d prometheus disable >>"$run/prometheus-install.log" 2>&1 || true
+		fi
+		if [ -f /run/prometheus/prometheus.pid ] && kill -0 "$(cat /run/prometheus/prometheus.pid)" 2>/dev/null; then
+			"${sudo[@]}" service prometheus stop >>"$run/prometheus-install.log" 2>&1 || true
+		fi
+		if [ -f /run/prometheus/prometheus.pid ] && kill -0 "$(cat /run/prometheus/prometheus.pid)" 2>/dev/null; then
+			log "the prometheus package's service still runs after service prometheus stop"
+			return 1
+		fi
 	fi
 }
 
@@ -230,39 +274,44 @@ pg_answers() { # port
 	fi
 }
 
+# pg_usable: the server on 127.0.0.1:port takes user postgres without a
+# password, as the tests' URL needs (with psql; without it, that it
+# answers). A stock Debian server asks a password over TCP (scram-sha-256):
+# then a throwaway cluster is used instead.
+pg_usable() { # port
+	if command -v psql >/dev/null 2>&1; then
+		PGCONNECT_TIMEOUT=3 psql -w "postgres://postgres@127.0.0.1:$1/postgres?sslmode=disable" -qtAc 'SELECT 1' >/dev/null 2>&1
+	else
+		pg_answers "$1"
+	fi
+}
+
 postgres_up() {
 	if [ -n "${NOVA_TEST_DATABASE_URL:-}" ]; then
 		echo "$NOVA_TEST_DATABASE_URL" >"$run/postgres.url"
 		return 0
 	fi
-	if pg_answers 5432; then
+	if pg_usable 5432; then
 		echo "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" >"$run/postgres.url"
 		return 0
 	fi
 	if alive "$run/postgres.pid" && pg_answers "$(cat "$run/postgres.port")"; then
 		return 0
 	fi
-	local pgbin
-	pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-	if [ -z "$pgbin" ] || [ ! -x "$pgbin/initdb" ]; then
-		log "no Postgres answers on 127.0.0.1:5432 and no server binaries are installed"
-		log "install them (apt-get install postgresql) or set NOVA_TEST_DATABASE_URL"
+	if pg_answers 5432; then
+		log "the Postgres on 127.0.0.1:5432 refuses user postgres without a password: using a throwaway cluster (or set NOVA_TEST_DATABASE_URL)"
+	fi
+	local data
+	data=$(mktemp -d "${TMPDIR:-/tmp}/nova-pg.XXXXXX")
+	echo "$data" >"$run/postgres.data"
+	if ! PG_THROWAWAY_PASSWORD= "$top/scripts/pg-throwaway.sh" start "$data" >"$run/postgres.url" 2>"$run/postgres.log"; then
+		cat "$run/postgres.log" >&2
+		log "install the server binaries (apt-get install postgresql) or set NOVA_TEST_DATABASE_URL"
 		return 1
 	fi
-	local port data user=()
-	port=$(free_port)
-	data=$(mktemp -d "${TMPDIR:-/tmp}/nova-pg.XXXXXX")
-	if [ "$(id -u)" = 0 ]; then
-		chown postgres "$data" 2>/dev/null || true
-		user=(runuser -u postgres --)
-	fi
-	"${user[@]}" "$pgbin/initdb" -D "$data" -U postgres -A trust >"$run/postgres.log" 2>&1
-	"${user[@]}" "$pgbin/pg_ctl" -D "$data" -o "-h 127.0.0.1 -p $port -k $data" -l "$data/server.log" -w start >>"$run/postgres.log" 2>&1
-	head -n 1 "$data/postmaster.pid" >"$run/postgres.pid"
-	echo "$data" >"$run/postgres.data"
-	echo "$port" >"$run/postgres.port"
-	echo "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable" >"$run/postgres.url"
-	log "throwaway Postgres on 127.0.0.1:$port (pid $(cat "$run/postgres.pid"))"
+	head -n 1 "$data/data/postmaster.pid" >"$run/postgres.pid"
+	cp "$data/port" "$run/postgres.port"
+	log "throwaway Postgres on 127.0.0.1:$(cat "$run/postgres.port") (pid $(cat "$run/postgres.pid"))"
 }
 
 write_env() { # server

@@ -53,7 +53,13 @@ func openCurrentDB(ctx context.Context, cfg config.Config) (*catalog.DB, error) 
 
 func cmdMigrate(ctx context.Context, e env, args []string) int {
 	fs := newFlags(e, "migrate")
+	fs.Footer += migrateStatusHelp()
+	status := fs.Bool("status", false, "print the database's schema version, this binary's and every migration applied or pending; change nothing (exit 0 current, the codes below when behind or ahead)")
+	dryRun := fs.Bool("dry-run", false, "list the migrations migrate would apply; change nothing")
 	cfg, err := fs.Load(args, "database-url")
+	if err == nil && *status && *dryRun {
+		err = &config.Error{Field: "dry-run", Msg: "--status already changes nothing: use one of them"}
+	}
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -62,6 +68,16 @@ func cmdMigrate(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, err)
 	}
 	defer db.Close()
+	if *status || *dryRun {
+		s, err := db.MigrationStatus(ctx)
+		if err != nil {
+			return exitCode(e, cfg, fmt.Errorf("migrate: %w", err))
+		}
+		if *status {
+			return writeMigrateStatus(e.stdout, s)
+		}
+		return exitCode(e, cfg, writeMigrateDryRun(e.stdout, s))
+	}
 	applied, err := db.Migrate(ctx)
 	if err != nil {
 		return exitCode(e, cfg, fmt.Errorf("migrate: %w", err))

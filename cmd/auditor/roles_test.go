@@ -176,13 +176,13 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	t.Logf("in all %s", time.Since(start).Round(time.Millisecond))
 }
 
-// testRoles are the two roles of the script under names of this test's
-// own (roles are global to the server; tests run in parallel).
-type testRoles struct{ auditor, migrate string }
+// testRoles are the roles of the script under names of this test's own
+// (roles are global to the server; tests run in parallel).
+type testRoles struct{ auditor, migrate, readonly string }
 
 func newTestRoles(t *testing.T) testRoles {
 	sfx := testenv.RandomSuffix(4)
-	r := testRoles{auditor: "pgr_" + sfx, migrate: "pgr_" + sfx + "_migrate"}
+	r := testRoles{auditor: "pgr_" + sfx, migrate: "pgr_" + sfx + "_migrate", readonly: "pgr_" + sfx + "_reader"}
 	// Registered before any database is made: it runs after they are
 	// dropped, when nothing depends on the roles any more.
 	t.Cleanup(func() {
@@ -193,7 +193,7 @@ func newTestRoles(t *testing.T) testRoles {
 			return
 		}
 		defer c.Close(ctx)
-		for _, role := range []string{r.auditor, r.migrate} {
+		for _, role := range []string{r.auditor, r.migrate, r.readonly} {
 			if _, err := c.Exec(ctx, "DROP ROLE IF EXISTS "+role); err != nil {
 				t.Logf("drop role %s: %v", role, err)
 			}
@@ -208,7 +208,7 @@ func (r testRoles) script(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.NewReplacer("nova_migrator", r.migrate, "nova_auditor", r.auditor).Replace(string(b))
+	return strings.NewReplacer("nova_migrator", r.migrate, "nova_reader", r.readonly, "nova_auditor", r.auditor).Replace(string(b))
 }
 
 // checkOwnership: the migration role owns the schema and every table and

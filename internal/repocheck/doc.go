@@ -4,5 +4,6 @@
 // docs that describe the code are held to it: docs/metastore.md to the
 // migrations (every table, column with its type, and index) and
 // deploy/README.md to the metrics registry (every metric by its full
-// name). It has no code of its own.
+// name); and the scripts install Prometheus without leaving its service
+// running. It has no code of its own.
 package repocheck

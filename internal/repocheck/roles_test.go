@@ -266,3 +266,59 @@ func docSectionRows(t *testing.T, doc, heading string) [][]string {
 	}
 	return rows
 }
+
+// TestReaderRoleIsReadOnly: deploy/postgres-roles.sql grants nova_reader
+// nothing but CONNECT on the database, USAGE on the schema and SELECT on
+// tables, and docs/metastore.md's paragraph on it names exactly those
+// tables (cmd/auditor's TestReadOnlyRole sees each one needed).
+func TestReaderRoleIsReadOnly(t *testing.T) {
+	root := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "postgres-roles.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	grant := regexp.MustCompile(`GRANT (.+?) ON (?:(DATABASE|SCHEMA|SEQUENCE|ALL \w+ IN SCHEMA) )?(\S+) TO nova_reader\b`)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "GRANT") || !strings.Contains(line, "TO nova_reader") {
+			continue
+		}
+		m := grant.FindStringSubmatch(line)
+		switch {
+		case m == nil:
+			t.Errorf("deploy/postgres-roles.sql: a grant to nova_reader this check cannot read: %s", line)
+		case m[2] == "DATABASE" && m[1] == "CONNECT", m[2] == "SCHEMA" && m[1] == "USAGE" && m[3] == "nova":
+		case m[2] == "" && m[1] == "SELECT" && strings.HasPrefix(m[3], "nova."):
+			tables = append(tables, strings.TrimPrefix(m[3], "nova."))
+		default:
+			t.Errorf("deploy/postgres-roles.sql grants nova_reader %s on %s %s: it may only read", m[1], m[2], m[3])
+		}
+	}
+	if len(tables) < 5 {
+		t.Fatalf("deploy/postgres-roles.sql grants nova_reader SELECT on %d tables", len(tables))
+	}
+	b, err = os.ReadFile(filepath.Join(root, "docs", "metastore.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, para, ok := strings.Cut(string(b), "\n- `nova_reader` ")
+	if !ok {
+		t.Fatal("docs/metastore.md has no paragraph on nova_reader")
+	}
+	para, _, _ = strings.Cut(para, "\n- ")
+	para, _, _ = strings.Cut(para, "\n\n")
+	inner, ok := strings.CutPrefix(para[strings.Index(para, "SELECT on"):], "SELECT on")
+	if !ok {
+		t.Fatal("docs/metastore.md's paragraph on nova_reader names no SELECT")
+	}
+	inner, _, _ = strings.Cut(inner, ")")
+	var listed []string
+	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(inner, -1) {
+		listed = append(listed, m[1])
+	}
+	sort.Strings(tables)
+	sort.Strings(listed)
+	if !slices.Equal(tables, listed) {
+		t.Errorf("docs/metastore.md lists nova_reader's tables as %v; deploy/postgres-roles.sql grants SELECT on %v", listed, tables)
+	}
+}
