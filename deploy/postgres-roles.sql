@@ -7,7 +7,7 @@
 --                  status, verify, doctor, inspect, erase, trigger, pause,
 --                  resume, release): exactly the tables, columns and verbs
 --                  below, nothing more.
---   nova_reader    reads what `auditor status` (--json) and `auditor
+--   nova_reader    reads what `auditor status` (--json), `auditor ls` and `auditor
 --                  verify` read: SELECT on exactly those tables, for
 --                  operators, scripts and a dashboard's SQL panels; it
 --                  can write nothing, and its sessions default to

@@ -21,7 +21,7 @@ import (
 // what it is for, on a database that revokes CONNECT from PUBLIC, migrated
 // as the migration role and holding a settled star:
 //
-//   - as the read-only role, `auditor status`, `status --json`, `verify`
+//   - as the read-only role, `auditor status`, `status --json`, `ls`, `verify`
 //     (which reads every settled object), `migrate --status` and `migrate
 //     --dry-run` succeed, with no permission denied in their output
 //     (`status --fleet` is not among them: it inserts the lease rows of
@@ -74,6 +74,8 @@ func TestReadOnlyRole(t *testing.T) {
 		append([]string{"status"}, star...),
 		append([]string{"status", "--json"}, star...),
 		append([]string{"verify"}, star...),
+		append([]string{"ls"}, star...),
+		append([]string{"ls", "--json"}, star...),
 		{"migrate", "--status", "--database-url", ro},
 		{"migrate", "--dry-run", "--database-url", ro},
 	}
