@@ -56,6 +56,7 @@ type Config struct {
 	LeaseRenew      time.Duration
 	ShutdownTimeout time.Duration
 	HTTPAddr        string // "" serves no HTTP
+	WebConfigFile   string // TLS and basic auth of HTTPAddr (ServeHTTP); "" plain HTTP
 	Pprof           bool   // serve /debug/pprof/ on HTTPAddr
 	RunNow          bool   // run one cycle as soon as the lease is first held
 	Policy          catalog.DuePolicy

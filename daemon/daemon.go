@@ -95,7 +95,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		srv = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second,
 			BaseContext: func(net.Listener) context.Context { return base }}
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := ServeHTTP(ln, srv, d.cfg.WebConfigFile, d.log); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.log.Error("http server stopped", "err", err)
 			}
 		}()

@@ -4,12 +4,40 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
 )
+
+// ServeHTTP serves srv on ln until it is shut down (http.ErrServerClosed),
+// as http.Server.Serve, for the operator surface of serve and of a fleet
+// member. With a web configuration file (--web-config-file), through the
+// Prometheus exporter-toolkit: HTTPS with its tls_server_config, basic
+// auth on every path with its basic_auth_users; the file and the
+// certificates are read again on each connection and request. Empty:
+// plain HTTP, no authentication.
+func ServeHTTP(ln net.Listener, srv *http.Server, webConfigFile string, log *slog.Logger) error {
+	if webConfigFile == "" {
+		return srv.Serve(ln)
+	}
+	return web.Serve(ln, srv, &web.FlagConfig{WebConfigFile: &webConfigFile}, log)
+}
+
+// CheckWebConfig reports whether the web configuration file parses, its
+// password hashes are bcrypt's and its certificate and key load: what
+// serve checks at start, so that a bad file is a configuration error
+// rather than an endpoint that refuses every connection. "" is valid.
+func CheckWebConfig(webConfigFile string) error {
+	if webConfigFile == "" {
+		return nil
+	}
+	return web.Validate(webConfigFile)
+}
 
 // Handler serves the operator surface (docs/operations.md#operator-surface):
 //

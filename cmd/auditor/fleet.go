@@ -142,7 +142,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		log.Info("http listening", "addr", ln.Addr().String())
 		srv := &http.Server{Handler: mb.Handler(db), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := daemon.ServeHTTP(ln, srv, cfg.WebConfigFile, log); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "err", err)
 			}
 		}()

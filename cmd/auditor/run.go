@@ -154,7 +154,7 @@ func daemonConfig(cfg config.Config) daemon.Config {
 	return daemon.Config{
 		Star: cfg.Star, Holder: cfg.Holder, Schedule: sched,
 		LeaseTTL: cfg.LeaseTTL, LeaseRenew: cfg.LeaseRenew, ShutdownTimeout: cfg.ShutdownTimeout,
-		HTTPAddr: cfg.HTTPAddr, Pprof: cfg.Pprof, Version: buildVersion(), ReapGrace: cfg.ReapGrace, HistoryKeep: cfg.HistoryRetention,
+		HTTPAddr: cfg.HTTPAddr, WebConfigFile: cfg.WebConfigFile, Pprof: cfg.Pprof, Version: buildVersion(), ReapGrace: cfg.ReapGrace, HistoryKeep: cfg.HistoryRetention,
 		ErasureAlertAfter: cfg.ErasureAlertAfter, IdleRecord: cfg.IdleRecordInterval,
 		Policy: duePolicy(cfg),
 

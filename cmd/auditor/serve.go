@@ -39,6 +39,9 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 			err = cfg.Require("star", "database-url")
 		}
 	}
+	if err == nil {
+		err = checkWebConfig(cfg)
+	}
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -117,6 +120,16 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 		return exitCode(e, cfg, fmt.Errorf("serve: %w", err))
 	}
 	return exitOK
+}
+
+// checkWebConfig is serve's start check of --web-config-file (for one
+// star and for a fleet member): a file that does not parse, or whose
+// certificate or key does not load, is a configuration error (exit 2).
+func checkWebConfig(cfg config.Config) error {
+	if err := daemon.CheckWebConfig(cfg.WebConfigFile); err != nil {
+		return &config.Error{Field: "web-config-file", Msg: fmt.Sprintf("%s: %v", cfg.WebConfigFile, err)}
+	}
+	return nil
 }
 
 // onSignals: the first SIGTERM or SIGINT cancels the returned context (a

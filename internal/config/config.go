@@ -60,7 +60,10 @@ type Config struct {
 
 	Schedule string
 	HTTPAddr string
-	Pprof    bool
+	// WebConfigFile is the Prometheus exporter-toolkit web configuration
+	// (TLS, basic auth) of the http-addr endpoint; empty: plain HTTP.
+	WebConfigFile string
+	Pprof         bool
 	// StartChecks: serve runs auditor doctor's checks before it takes any
 	// work, and refuses to start when one fails.
 	StartChecks     bool
@@ -319,6 +322,7 @@ var keys = []key{
 	stringKey("data-dir", "local state: pending upload-part sidecars, and the tail cache's spill files", "data", func(c *Config) *string { return &c.DataDir }),
 	stringKey("schedule", "cycle schedule (robfig/cron v3 spec)", "@every 30s", func(c *Config) *string { return &c.Schedule }),
 	stringKey("http-addr", "address of /metrics, /healthz, /readyz, /status", "127.0.0.1:9479", func(c *Config) *string { return &c.HTTPAddr }),
+	stringKey("web-config-file", "Prometheus web configuration file (exporter-toolkit: tls_server_config, basic_auth_users) of the http-addr endpoint; empty: plain HTTP without authentication", "", func(c *Config) *string { return &c.WebConfigFile }),
 	boolKey("start-checks", "serve runs auditor doctor's checks at start: a failed one refuses to start, a warning is exported (nova_auditor_start_check_warning)", "true", func(c *Config) *bool { return &c.StartChecks }),
 	boolKey("pprof", "serve the Go profiler at /debug/pprof/ on the http-addr (off: it exposes internals)", "false", func(c *Config) *bool { return &c.Pprof }),
 	durationKey("lease-ttl", "lease duration", "30s", func(c *Config) *time.Duration { return &c.LeaseTTL }),
