@@ -13,8 +13,9 @@ import (
 // series carry neither label still shows everything), every selector of
 // every panel query, annotation and the star variable's query matches
 // cluster=~"$cluster" and namespace=~"$namespace", and the annotations
-// mark deploys (a new version of nova_auditor_build_info) and halts
-// (nova_auditor_halted at 1). Needs no Prometheus: the live tests
+// mark deploys (an auditor process started in the last 2 minutes,
+// process_start_time_seconds, with its star and version from
+// nova_auditor_build_info) and halts (nova_auditor_halted at 1). Needs no Prometheus: the live tests
 // evaluate the same expressions.
 func TestDashboardScopeAndAnnotations(t *testing.T) {
 	b, err := os.ReadFile(deployFile("grafana/auditor.json"))
@@ -93,7 +94,7 @@ func TestDashboardScopeAndAnnotations(t *testing.T) {
 		annotations[a.Name] = a.Expr
 		scoped("annotation "+a.Name, a.Expr)
 	}
-	for name, metric := range map[string]string{"Deploys": "nova_auditor_build_info", "Halts": "nova_auditor_halted"} {
+	for name, metrics := range map[string][]string{"Deploys": {"nova_auditor_build_info", "process_start_time_seconds"}, "Halts": {"nova_auditor_halted"}} {
 		e, ok := annotations[name]
 		if !ok {
 			t.Errorf("the dashboard has no %s annotation", name)
@@ -103,15 +104,17 @@ func TestDashboardScopeAndAnnotations(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		reads := false
+		reads := map[string]bool{}
 		parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
-			if vs, ok := node.(*parser.VectorSelector); ok && vs.Name == metric {
-				reads = true
+			if vs, ok := node.(*parser.VectorSelector); ok {
+				reads[vs.Name] = true
 			}
 			return nil
 		})
-		if !reads {
-			t.Errorf("annotation %s does not read %s: %s", name, metric, e)
+		for _, metric := range metrics {
+			if !reads[metric] {
+				t.Errorf("annotation %s does not read %s: %s", name, metric, e)
+			}
 		}
 	}
 	t.Logf("%d panel queries and %d annotations, each scoped by cluster and namespace", len(targets), len(annotations))
