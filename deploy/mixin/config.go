@@ -33,6 +33,10 @@ type Config struct {
 	// FleetSelector selects the scrape job of fleet members (auditor serve
 	// --stars), whose targets carry no `star`.
 	FleetSelector string `json:"fleetSelector"`
+	// AnySelector selects the targets of both jobs, for
+	// NovaAuditorAbsent (nothing of the auditor is scraped): keep it the
+	// union of the two above.
+	AnySelector string `json:"anySelector"`
 	// RunbookBaseURL is where deploy/RUNBOOK.md is published: every
 	// alert's runbook_url is <base>#<alert name in lower case>, unless the
 	// Prometheus has the external label runbook_base_url, which wins.
@@ -75,6 +79,7 @@ func Default() Config {
 	return Config{
 		SingleStarSelector:       `job="nova-auditor"`,
 		FleetSelector:            `job="nova-auditor-fleet"`,
+		AnySelector:              `job=~"nova-auditor|nova-auditor-fleet"`,
 		RunbookBaseURL:           DefaultRunbookBaseURL,
 		NoLeaderFor:              d("2m"),
 		StarDownFor:              d("5m"),
@@ -125,7 +130,7 @@ func ParseConfig(b []byte) (Config, error) {
 // Validate rejects what would make invalid rules.
 func (c Config) Validate() error {
 	var errs []error
-	for name, sel := range map[string]string{"singleStarSelector": c.SingleStarSelector, "fleetSelector": c.FleetSelector} {
+	for name, sel := range map[string]string{"singleStarSelector": c.SingleStarSelector, "fleetSelector": c.FleetSelector, "anySelector": c.AnySelector} {
 		if strings.TrimSpace(sel) == "" || strings.ContainsAny(sel, "{}\n") {
 			errs = append(errs, fmt.Errorf("%s %q: want label matchers without braces, e.g. job=\"nova-auditor\"", name, sel))
 		}

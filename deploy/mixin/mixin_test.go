@@ -90,6 +90,7 @@ const custom = `
 _config:
   singleStarSelector: 'job="auditor", namespace="nova"'
   fleetSelector: 'job="auditor-fleet"'
+  anySelector: 'job=~"auditor|auditor-fleet"'
   runbookBaseURL: https://runbooks.example/nova/RUNBOOK.md
   noSuccessfulCycleAfter: 1h
   settleLagAbove: 45m
@@ -140,7 +141,7 @@ func TestCustomConfigChangesRules(t *testing.T) {
 	contains("NovaAuditorNoLeader", `nova_auditor_build_info{job="auditor", namespace="nova"}`)
 	contains("NovaAuditorStarDown", `up{job="auditor", namespace="nova"}`)
 	contains("NovaAuditorStarGone", `up{job="auditor", namespace="nova"}[1d]`, `nova_auditor_fleet_star_unowned_seconds{job="auditor-fleet"}`)
-	contains("NovaAuditorAbsent", `up{job="auditor", namespace="nova"} == 1 or up{job="auditor-fleet"} == 1`)
+	contains("NovaAuditorAbsent", `absent(up{job=~"auditor|auditor-fleet"} == 1)`)
 	contains("NovaAuditorNoSuccessfulCycle", "> 3600")
 	contains("NovaAuditorSettleLag", "> 2700")
 	contains("NovaAuditorS3Errors", "> 0.1", "More than 10% of")
