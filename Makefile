@@ -9,7 +9,7 @@ BIN      := bin
 SOAK_DURATION ?= 10m
 EXPLORE_DURATION ?= 10m
 
-.PHONY: help version build test demo-check test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet lint services-up services-down clean
+.PHONY: help version build test demo-check test-compat test-short soak soak-fleet explore explore-mutants demo restore-drill trace-settle bench bench-sql bench-scale bench-settle bench-tail bench-erase bench-verify bench-fleet mixin lint services-up services-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -85,6 +85,9 @@ bench-tail: ## the long-tail star (many trickle streams settling at the copy flo
 
 bench-fleet: ## idle fleets on the file store (200 stars on 2 members, 1,000 on 4): time to all led, stars per member, peak connections, commits and CPU per idle star-cycle, RSS per star, re-lead after SIGKILL (NOVA_BENCH_DATABASE_URL, NOVA_BENCH_FLEET_SHAPES, NOVA_BENCH_FLEET_LONG=1 for the 5-minute column)
 	scripts/bench-fleet.sh
+
+mixin: ## regenerate deploy/prometheus/alerts.yaml from the mixin (deploy/mixin: the template and the default _config); MIXIN_CONFIG=FILE MIXIN_OUT=FILE for your own
+	$(GO) run ./deploy/mixin/gen $(if $(MIXIN_CONFIG),-config $(MIXIN_CONFIG)) -out $(or $(MIXIN_OUT),deploy/prometheus/alerts.yaml)
 
 lint: ## gofmt, go vet, no issue numbers (repocheck TestNoIssueNumbers), and golangci-lint when installed
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -137,6 +137,17 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 			bad++
 		}
 	}
+	// The annotations (deploys, restarts, halts) may rightly return
+	// nothing while all is well; their parts and labels are checked.
+	for _, a := range loadAnnotations(t) {
+		expr := grafanaVars(a.Expr)
+		c := prom.checkExpr(expr, a.Text, false)
+		table = append(table, fmt.Sprintf("| annotation | %s | `%s` | %d series |", a.Name, expr, c.Series))
+		for _, e := range c.Errs {
+			t.Errorf("dashboard annotation %q: %s: %s", a.Name, expr, e)
+			bad++
+		}
+	}
 	rules := loadAlertRules(t)
 	for _, r := range rules {
 		c := prom.checkExpr(r.Expr, "", false)

@@ -133,11 +133,50 @@ func loadDashboard(t *testing.T) []panelTarget {
 	return out
 }
 
-// grafanaVars replaces the dashboard's variables as Grafana does: every
-// star, and a rate interval of a few scrapes (the test scrapes every
+// grafanaVars replaces the dashboard's variables as Grafana does with
+// All selected: every cluster, namespace and star (the variables' allValue
+// .*), and a rate interval of a few scrapes (the test scrapes every
 // second).
 func grafanaVars(expr string) string {
-	return strings.NewReplacer(`"$star"`, `".*"`, "$__rate_interval", "15s").Replace(expr)
+	return strings.NewReplacer(`"$cluster"`, `".*"`, `"$namespace"`, `".*"`, `"$star"`, `".*"`, "$__rate_interval", "15s").Replace(expr)
+}
+
+// dashboardScope names the dashboard's template variables that scope
+// every query to a Prometheus deployment: each selector of each panel and
+// annotation matches label=~"$label".
+var dashboardScope = map[string]bool{"cluster": true, "namespace": true}
+
+// dashboardAnnotation is one Prometheus annotation query of the dashboard
+// (deploys, restarts, halts).
+type dashboardAnnotation struct {
+	Name string `json:"name"`
+	Expr string `json:"expr"`
+	Text string `json:"textFormat"`
+}
+
+// loadAnnotations lists the dashboard's annotation queries (Grafana's
+// built-in annotation, which has no expression, left out).
+func loadAnnotations(t *testing.T) []dashboardAnnotation {
+	t.Helper()
+	b, err := os.ReadFile(deployFile("grafana/auditor.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Annotations struct {
+			List []dashboardAnnotation `json:"list"`
+		} `json:"annotations"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("auditor.json: %v", err)
+	}
+	var out []dashboardAnnotation
+	for _, a := range doc.Annotations.List {
+		if a.Expr != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // starVariable is the selector the dashboard's star variable takes its
@@ -174,7 +213,7 @@ func starVariable(t *testing.T) string {
 		if !ok || !ok2 {
 			t.Fatalf("the star variable's query %q is not label_values(<selector>, star)", query.Query)
 		}
-		return sel
+		return grafanaVars(sel)
 	}
 	t.Fatal("the dashboard has no star variable")
 	return ""
@@ -477,7 +516,10 @@ func (p *promServer) checkExpr(expr, legend string, wantSeries bool) exprCheck {
 				errf("%s: no series of %s", e, e.Name)
 			}
 			for _, m := range e.LabelMatchers {
-				if m.Name == "__name__" {
+				// The dashboard's cluster and namespace at All (.*)
+				// match where the label is absent too: the test's
+				// Prometheus attaches neither.
+				if m.Name == "__name__" || (dashboardScope[m.Name] && m.Matches("")) {
 					continue
 				}
 				if !slices.ContainsFunc(all, func(s series) bool { return s.Labels[m.Name] != "" }) {
