@@ -305,7 +305,7 @@ func ParseSizeIn(v string, unit Unit) (int64, error) {
 	num, suffix := s[:i], strings.TrimSpace(s[i:])
 	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil {
-		if num != "" && num != "-" && num != "+" && strings.Trim(num, "+-0123456789") == "" && (suffix == "" || sizeUnits[suffix] > 0) {
+		if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(num, "-") {
 			return 0, fmt.Errorf("%s is too large", v)
 		}
 		return 0, fmt.Errorf("%q is not an integer (like 512, 64KiB or 8M)", v)
@@ -336,10 +336,18 @@ func ParseSizeIn(v string, unit Unit) (int64, error) {
 	return b / int64(unit), nil
 }
 
-// ParseDuration is the one syntax of durations in configuration keys:
-// Go's (300ms, 30s, 5m, 1h30m) with days (d, 24h) and weeks (w, 7d)
-// besides, alone or combined (30d, 1d12h, 2w). A day is 24 hours exactly:
-// durations here are spans of elapsed time, not calendar days.
+// durationUnits are the units of ParseDuration, in nanoseconds: Go's,
+// and days and weeks.
+var durationUnits = map[string]float64{
+	"ns": 1, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9,
+	"d": 24 * 3600e9, "w": 7 * 24 * 3600e9,
+}
+
+// ParseDuration is the one syntax of durations in configuration keys and
+// command-line flags: Go's (300ms, 30s, 5m, 1h30m) with days (d, 24h) and
+// weeks (w, 7d) besides, alone or combined (30d, 1d12h, 2w, 1.5d). A day
+// is 24 hours exactly: durations here are spans of elapsed time, not
+// calendar days.
 func ParseDuration(v string) (time.Duration, error) {
 	bad := fmt.Errorf("%q is not a duration (like 30s, 5m, 24h, 30d or 1d12h)", v)
 	s := strings.TrimSpace(v)
@@ -353,31 +361,36 @@ func ParseDuration(v string) (time.Duration, error) {
 	if s == "" {
 		return 0, bad
 	}
+	isNum := func(c byte) bool { return c >= '0' && c <= '9' || c == '.' }
 	var total time.Duration
 	for s != "" {
 		i := 0
-		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
+		for i < len(s) && isNum(s[i]) {
 			i++
 		}
 		j := i
-		for j < len(s) && !(s[j] >= '0' && s[j] <= '9' || s[j] == '.') {
+		for j < len(s) && !isNum(s[j]) {
 			j++
 		}
 		num, unit := s[:i], s[i:j]
 		s = s[j:]
-		if num == "" || unit == "" {
+		f, err := strconv.ParseFloat(num, 64)
+		mult, ok := durationUnits[unit]
+		if err != nil || !ok {
 			return 0, bad
 		}
+		if f*mult >= math.MaxInt64 {
+			return 0, fmt.Errorf("%s is too long", v)
+		}
 		var d time.Duration
-		var err error
 		switch unit {
 		case "d", "w":
-			d, err = time.ParseDuration(num + "h")
 			per := time.Duration(24)
 			if unit == "w" {
-				per = 24 * 7
+				per *= 7
 			}
-			if err == nil && d > math.MaxInt64/per {
+			d, err = time.ParseDuration(num + "h")
+			if d > math.MaxInt64/per {
 				return 0, fmt.Errorf("%s is too long", v)
 			}
 			d *= per
@@ -385,10 +398,7 @@ func ParseDuration(v string) (time.Duration, error) {
 			d, err = time.ParseDuration(num + unit)
 		}
 		if err != nil {
-			if strings.Contains(err.Error(), "invalid duration") || strings.Contains(err.Error(), "unknown unit") || strings.Contains(err.Error(), "missing unit") {
-				return 0, bad
-			}
-			return 0, fmt.Errorf("%s is too long", v)
+			return 0, bad
 		}
 		if total > math.MaxInt64-d {
 			return 0, fmt.Errorf("%s is too long", v)

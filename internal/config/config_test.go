@@ -523,6 +523,14 @@ func TestDurationDays(t *testing.T) {
 	if d, err := config.ParseDuration("-1d"); err != nil || d != -24*time.Hour {
 		t.Fatalf("-1d: %v %v", d, err)
 	}
+	if d, err := config.ParseDuration("106751d"); err != nil || d != 106751*24*time.Hour {
+		t.Fatalf("106751d, just below the longest duration: %v %v", d, err)
+	}
+	for _, v := range []string{"106752d", "15251w", "106751d24h", "9999999999h"} {
+		if d, err := config.ParseDuration(v); err == nil || !strings.Contains(err.Error(), "too long") {
+			t.Errorf("%s: %v %v, want too long", v, d, err)
+		}
+	}
 	var ce *config.Error
 	if _, err := load(t, nil, map[string]string{"NOVA_AUDITOR_STRAY_GUARD": "-1d"}, ""); !errors.As(err, &ce) || ce.Field != "stray-guard" {
 		t.Fatalf("a negative day: %v", err)
