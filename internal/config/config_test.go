@@ -38,6 +38,12 @@ func TestDefaultsAreValidAndMatchTheSeed(t *testing.T) {
 		c.Schedule != "@every 30s" || c.HTTPAddr != "127.0.0.1:9479" || c.ReapGrace != 5*time.Minute {
 		t.Fatalf("defaults: %+v", c)
 	}
+	// the defaults written with units (4MiB, 1GiB, 3d, 30d) are the values
+	// they were as plain numbers and hours
+	if c.DenormChunkTargetKiB != 4096 || c.SettleTailSpillMiB != 1024 || c.SettleMaxBytes != 64<<30 ||
+		c.StrayGuard != 72*time.Hour || c.HistoryRetention != 720*time.Hour {
+		t.Fatalf("defaults with units: %+v", c)
+	}
 }
 
 func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
