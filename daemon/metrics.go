@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -331,4 +332,29 @@ func (m *Metrics) tx(err error) {
 	default:
 		m.PGTransactions.WithLabelValues(txError).Inc()
 	}
+}
+
+// FaultPointKinds are the kinds of fault-injection point a process can
+// arm (internal/crashpoint): crash, pause and stall.
+var FaultPointKinds = []string{"crash", "pause", "stall"}
+
+// RegisterFaultPoints exports nova_auditor_fault_points_armed{kind}: per
+// kind of fault-injection point, how many the environment armed in this
+// process (0 or 1: one variable each), every kind present from the start
+// at 0. It is the process's, not a star's: a single-star serve and a fleet
+// member register it once into the process's registry. Anything but 0 in
+// production is a mistake (the process will kill, stop or block itself).
+func RegisterFaultPoints(reg prometheus.Registerer, armed []crashpoint.Armed) error {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nova_auditor", Name: "fault_points_armed",
+		Help: "Fault-injection points (crash, pause, stall: for tests only) armed in this process by NOVA_AUDITOR_CRASHPOINT, _PAUSEPOINT and _STALLPOINT, by kind; 0 in production."}, []string{"kind"})
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("daemon metrics: %w", err)
+	}
+	for _, k := range FaultPointKinds {
+		g.WithLabelValues(k)
+	}
+	for _, a := range armed {
+		g.WithLabelValues(a.Kind).Inc()
+	}
+	return nil
 }

@@ -52,7 +52,9 @@ func cmdCompletion(_ context.Context, e env, args []string) int {
 	}
 	names := make([]string, 0, len(commands()))
 	for n := range commands() {
-		names = append(names, n)
+		if !testingCommands[n] {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	fmt.Fprintf(e.stdout, bashCompletion, strings.Join(names, " "))

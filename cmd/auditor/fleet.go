@@ -81,6 +81,9 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
+	if err := faultPoints(log, reg, crash); err != nil {
+		return exitCode(e, cfg, err)
+	}
 
 	// One slot footer cache and one tail cache for the member: their
 	// budgets are the process's, however many stars it leads.

@@ -47,7 +47,7 @@ func commands() map[string]command {
 		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe, []int{exitOK, exitFailure, exitUsage, exitFindings}},
 		"version":     {"print the binary's schema version", cmdVersion, []int{exitOK, exitUsage}},
 		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect, []int{exitOK, exitFailure, exitUsage, exitFindings, exitUnsupported}},
-		"crashpoints": {"list the crash points NOVA_AUDITOR_CRASHPOINT=name[:n] can arm", cmdCrashpoints, []int{exitOK, exitUsage}},
+		"crashpoints": {"list the fault-injection points (for tests) NOVA_AUDITOR_CRASHPOINT, NOVA_AUDITOR_PAUSEPOINT and NOVA_AUDITOR_STALLPOINT=name[:n] can arm; not in the top-level help", cmdCrashpoints, []int{exitOK, exitUsage}},
 		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger); --wait: until the cycle finished, exit with its outcome", cmdTrigger, append(slices.Clip(db), exitTimeout)},
 		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause, db},
 		"resume":      {"resume a paused or halted star", cmdResume, db},
@@ -62,6 +62,11 @@ func commands() map[string]command {
 	}
 }
 
+// testingCommands are the commands of the fault-injection hooks, for
+// tests: they run as any other, but the top-level help (auditor --help,
+// auditor help) and the completion script do not list them.
+var testingCommands = map[string]bool{"crashpoints": true}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := dispatch(ctx, env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
@@ -73,10 +78,15 @@ func dispatch(ctx context.Context, e env, args []string) int {
 	cmds := commands()
 	summaries := make(map[string]string, len(cmds))
 	for n, c := range cmds {
-		summaries[n] = c.summary
+		if !testingCommands[n] {
+			summaries[n] = c.summary
+		}
 	}
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
 		return cmdVersion(ctx, e, args[1:])
+	}
+	if len(args) > 0 && testingCommands[args[0]] {
+		return cmds[args[0]].run(ctx, e, args[1:])
 	}
 	name, code, ok := cli.Route("auditor", e.stdout, e.stderr, summaries, args)
 	if !ok {

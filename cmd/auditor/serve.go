@@ -80,6 +80,13 @@ func cmdServe(ctx context.Context, e env, args []string) int {
 		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
 		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
 	}
+	crash, err := envCrash()
+	if err != nil {
+		return exitCode(e, cfg, err)
+	}
+	if err := faultPoints(log, reg, crash); err != nil {
+		return exitCode(e, cfg, err)
+	}
 	starReg := prometheus.WrapRegistererWith(prometheus.Labels{"star": cfg.Star}, reg)
 	m, err := daemon.NewMetrics(starReg, buildVersion())
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/config"
 )
 
 // The waits of `auditor trigger --wait` and `auditor erase --wait`: they
@@ -48,7 +49,7 @@ func waitArgs(args []string) []string {
 }
 
 func isDuration(s string) bool {
-	_, err := time.ParseDuration(s)
+	_, err := config.ParseDuration(s)
 	return err == nil
 }
 

@@ -108,6 +108,7 @@ func TestWaitArgs(t *testing.T) {
 		{"--wait=false", "--wait=false"},
 		{"--wait soon", "--wait=soon"},
 		{"--star s1 --wait", "--star s1 --wait"},
+		{"--wait 1d12h", "--wait --timeout=1d12h"},
 	} {
 		if got := strings.Join(waitArgs(strings.Fields(tc.in)), " "); got != tc.want {
 			t.Errorf("waitArgs(%s) = %s, want %s", tc.in, got, tc.want)

@@ -13,6 +13,7 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
+	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
@@ -84,6 +85,26 @@ func envCrash() (*crashpoint.Set, error) {
 		return nil, &config.Error{Field: crashpoint.EnvVar, Msg: err.Error()}
 	}
 	return crash, nil
+}
+
+// faultPoints warns, naming them, when the environment armed crash, pause
+// or stall points (for tests only: the process will kill, stop or block
+// itself there), and exports them on the process's registry reg
+// (nova_auditor_fault_points_armed, 0 for each kind when none is armed).
+func faultPoints(log *slog.Logger, reg prometheus.Registerer, crash *crashpoint.Set) error {
+	armed := crash.Armed()
+	if len(armed) > 0 {
+		names := make([]string, len(armed))
+		for i, a := range armed {
+			names[i] = a.String()
+		}
+		log.Warn("fault-injection points armed (for tests only): this process will crash, pause or stall itself there",
+			"points", names, "variables", []string{crashpoint.EnvVar, crashpoint.PauseVar, crashpoint.StallVar})
+	}
+	if err := daemon.RegisterFaultPoints(reg, armed); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
 }
 
 // buildCycleWith is buildCycle with what the process's stars share given:

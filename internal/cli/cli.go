@@ -93,7 +93,7 @@ func NewFlags(stdout io.Writer, getenv func(string) string, name string, only ..
 	fs.Usage = func() {}
 	f := &Flags{FlagSet: fs, stdout: stdout,
 		src: config.Sources{Getenv: getenv, Flags: map[string]string{}, Only: only}}
-	f.file = fs.String("config", "", "YAML configuration file (keys are the flag names)")
+	f.file = fs.String("config", "", "YAML configuration file (keys are the flag names). In every source, durations take Go's units and days and weeks (30s, 5m, 24h, 30d, 1d12h, 2w) and sizes binary units (K/KiB, M/MiB, G/GiB, T/TiB: 1G = 2^30 bytes), converted to the unit a key's name says")
 	taken := map[string]bool{}
 	for _, n := range only {
 		taken[n] = true

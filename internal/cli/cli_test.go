@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
@@ -123,6 +124,37 @@ func TestValues(t *testing.T) {
 		fs.SizeRangeVar(&lo, &hi, "range", 64<<20, "")
 		if _, err := fs.Load(args); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), args[0][2:]) {
 			t.Errorf("%v: %v, want a configuration error naming the flag", args, err)
+		}
+	}
+}
+
+// TestDurationFlags: a command's own duration flags take the
+// configuration's duration syntax, days and weeks included; an absent one
+// keeps its default, a bad one is a configuration error naming it.
+func TestDurationFlags(t *testing.T) {
+	fs, _ := newFlags(nil)
+	timeout := fs.Duration("timeout", 0, "")
+	var every time.Duration
+	fs.DurationVar(&every, "every", time.Minute, "")
+	if _, err := fs.Load([]string{"--timeout", "1d12h"}); err != nil {
+		t.Fatal(err)
+	}
+	if *timeout != 36*time.Hour || every != time.Minute {
+		t.Fatalf("timeout %v, every %v", *timeout, every)
+	}
+	for _, v := range []string{"2w", "30d", "90s"} {
+		fs, _ := newFlags(nil)
+		timeout := fs.Duration("timeout", 0, "")
+		want, _ := config.ParseDuration(v)
+		if _, err := fs.Load([]string{"--timeout=" + v}); err != nil || *timeout != want || want == 0 {
+			t.Errorf("--timeout=%s: %v %v", v, *timeout, err)
+		}
+	}
+	for _, v := range []string{"a day", "1D", "5"} {
+		fs, _ := newFlags(nil)
+		fs.Duration("timeout", 0, "")
+		if _, err := fs.Load([]string{"--timeout", v}); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "timeout") {
+			t.Errorf("--timeout %s: %v, want a configuration error naming the flag", v, err)
 		}
 	}
 }

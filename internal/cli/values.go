@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nova/auditor/internal/config"
 )
@@ -13,6 +14,39 @@ import (
 func (f *Flags) SizeVar(p *int64, name string, def int64, usage string) {
 	*p = def
 	f.Var(sizeValue{p}, name, usage)
+}
+
+// DurationVar defines a time.Duration flag in the configuration's one
+// duration syntax (config.ParseDuration: 30s, 5m, 30d, 1d12h, 2w). It
+// replaces the FlagSet's, so every duration flag takes days and weeks.
+func (f *Flags) DurationVar(p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	f.Var(durationValue{p}, name, usage)
+}
+
+// Duration is DurationVar of a new time.Duration.
+func (f *Flags) Duration(name string, def time.Duration, usage string) *time.Duration {
+	p := new(time.Duration)
+	f.DurationVar(p, name, def, usage)
+	return p
+}
+
+type durationValue struct{ v *time.Duration }
+
+func (d durationValue) String() string {
+	if d.v == nil {
+		return "0s"
+	}
+	return d.v.String()
+}
+
+func (d durationValue) Set(v string) error {
+	x, err := config.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	*d.v = x
+	return nil
 }
 
 // ShareVar defines a float64 flag in [0, 1].

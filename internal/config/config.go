@@ -130,9 +130,9 @@ type key struct {
 func durationKey(name, usage, def string, p func(*Config) *time.Duration) key {
 	return key{name: name, usage: usage, def: def,
 		set: func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
+			d, err := ParseDuration(v)
 			if err != nil {
-				return fieldErr(name, "%q is not a duration (like 30s, 5m, 24h)", v)
+				return fieldErr(name, "%v", err)
 			}
 			if d < 0 {
 				return fieldErr(name, "%s is negative", v)
@@ -152,9 +152,9 @@ func optionalDurationKey(name, usage string, p func(*Config) *time.Duration) key
 				*p(c) = 0
 				return nil
 			}
-			d, err := time.ParseDuration(v)
+			d, err := ParseDuration(v)
 			if err != nil {
-				return fieldErr(name, "%q is not a duration (like 30s, 5m, 24h)", v)
+				return fieldErr(name, "%v", err)
 			}
 			if d <= 0 {
 				return fieldErr(name, "%s must be positive (leave it empty for the defaults)", v)
@@ -201,6 +201,23 @@ func intKey(name, usage, def string, p func(*Config) *int64) key {
 		get: func(c *Config) string { return fmt.Sprint(*p(c)) }}
 }
 
+// sizeKey is a size kept in the unit its name says (bytes, KiB or MiB): a
+// plain integer is in that unit, a value with a unit (512MiB, 64G) is
+// converted to it, and one that is not a whole number of it is refused.
+func sizeKey(name, usage, def string, unit Unit, p func(*Config) *int64) key {
+	usage += fmt.Sprintf("; a plain number is in %s, or give a unit: K/KiB, M/MiB, G/GiB, T/TiB, all binary (1G = 1GiB = 2^30 bytes)", unit.plural())
+	return key{name: name, usage: usage, def: def,
+		set: func(c *Config, v string) error {
+			n, err := ParseSizeIn(v, unit)
+			if err != nil {
+				return fieldErr(name, "%v", err)
+			}
+			*p(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return fmt.Sprint(*p(c)) }}
+}
+
 // fractionKey is a finite fraction, at least 0 (it may pass 1).
 func fractionKey(name, usage, def string, p func(*Config) *float64) key {
 	return key{name: name, usage: usage, def: def,
@@ -233,38 +250,171 @@ func boolKey(name, usage, def string, p func(*Config) *bool) key {
 		get: func(c *Config) string { return fmt.Sprint(*p(c)) }}
 }
 
-// ParseSize is the one syntax of sizes and counts, in configuration keys
-// and command-line flags alike: a plain integer, or one with a binary suffix
-// (KiB, MiB, GiB, TiB), at least 0 and at most 2^62.
-func ParseSize(v string) (int64, error) {
-	s := strings.TrimSpace(v)
-	mult := int64(1)
-	for _, suf := range []struct {
-		s string
-		m int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}} {
-		if strings.HasSuffix(s, suf.s) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, suf.s)), suf.m
-			break
-		}
+// Unit is the unit a size is kept in: Bytes, KiB or MiB.
+type Unit int64
+
+// The units of size keys, by their names' suffix (none, -kib, -mib).
+const (
+	Bytes Unit = 1
+	KiB   Unit = 1 << 10
+	MiB   Unit = 1 << 20
+)
+
+func (u Unit) plural() string {
+	switch u {
+	case KiB:
+		return "KiB"
+	case MiB:
+		return "MiB"
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
+	return "bytes"
+}
+
+// sizeUnits are the units a size may carry. They are all binary: K, M, G
+// and T are KiB, MiB, GiB and TiB (1G = 2^30 bytes, as in the -mib and
+// -kib keys), not the decimal 10^9 of SI; the decimal spellings (KB, MB,
+// GB) are refused as ambiguous.
+var sizeUnits = map[string]int64{
+	"K": 1 << 10, "KiB": 1 << 10,
+	"M": 1 << 20, "MiB": 1 << 20,
+	"G": 1 << 30, "GiB": 1 << 30,
+	"T": 1 << 40, "TiB": 1 << 40,
+}
+
+// maxSize bounds every size, in bytes, and every plain integer.
+const maxSize = 1 << 62
+
+// ParseSize is the one syntax of sizes and counts, in configuration keys
+// and command-line flags alike: a plain integer, or one with a binary unit
+// (K or KiB, M or MiB, G or GiB, T or TiB: G is 2^30), at least 0 and at
+// most 2^62.
+func ParseSize(v string) (int64, error) { return ParseSizeIn(v, Bytes) }
+
+// ParseSizeIn parses a size kept in unit: a plain integer is already in
+// unit; an integer with a unit (see ParseSize) is converted to unit and
+// must be a whole number of it.
+func ParseSizeIn(v string, unit Unit) (int64, error) {
+	s := strings.TrimSpace(v)
+	i := 0
+	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+		i++
+	}
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	num, suffix := s[:i], strings.TrimSpace(s[i:])
+	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not an integer (like 512, 64KiB or 8MiB)", v)
+		if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(num, "-") {
+			return 0, fmt.Errorf("%s is too large", v)
+		}
+		return 0, fmt.Errorf("%q is not an integer (like 512, 64KiB or 8M)", v)
 	}
 	if n < 0 {
 		return 0, fmt.Errorf("%s is negative", v)
 	}
-	if n > (1<<62)/mult {
+	if suffix == "" {
+		if n > maxSize {
+			return 0, fmt.Errorf("%s is too large", v)
+		}
+		return n, nil
+	}
+	mult, ok := sizeUnits[suffix]
+	if !ok && strings.Trim(suffix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ") != "" {
+		return 0, fmt.Errorf("%q is not an integer (like 512, 64KiB or 8M)", v)
+	}
+	if !ok {
+		return 0, fmt.Errorf("%q: unknown unit %q (K or KiB, M or MiB, G or GiB, T or TiB; all binary)", v, suffix)
+	}
+	if n > maxSize/mult {
 		return 0, fmt.Errorf("%s is too large", v)
 	}
-	return n * mult, nil
+	b := n * mult
+	if b%int64(unit) != 0 {
+		return 0, fmt.Errorf("%s is not a whole number of %s", v, unit.plural())
+	}
+	return b / int64(unit), nil
+}
+
+// durationUnits are the units of ParseDuration, in nanoseconds: Go's,
+// and days and weeks.
+var durationUnits = map[string]float64{
+	"ns": 1, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9,
+	"d": 24 * 3600e9, "w": 7 * 24 * 3600e9,
+}
+
+// ParseDuration is the one syntax of durations in configuration keys and
+// command-line flags: Go's (300ms, 30s, 5m, 1h30m) with days (d, 24h) and
+// weeks (w, 7d) besides, alone or combined (30d, 1d12h, 2w, 1.5d). A day
+// is 24 hours exactly: durations here are spans of elapsed time, not
+// calendar days.
+func ParseDuration(v string) (time.Duration, error) {
+	bad := fmt.Errorf("%q is not a duration (like 30s, 5m, 24h, 30d or 1d12h)", v)
+	s := strings.TrimSpace(v)
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	if s == "0" {
+		return 0, nil
+	}
+	if s == "" {
+		return 0, bad
+	}
+	isNum := func(c byte) bool { return c >= '0' && c <= '9' || c == '.' }
+	var total time.Duration
+	for s != "" {
+		i := 0
+		for i < len(s) && isNum(s[i]) {
+			i++
+		}
+		j := i
+		for j < len(s) && !isNum(s[j]) {
+			j++
+		}
+		num, unit := s[:i], s[i:j]
+		s = s[j:]
+		f, err := strconv.ParseFloat(num, 64)
+		mult, ok := durationUnits[unit]
+		if err != nil || !ok {
+			return 0, bad
+		}
+		if f*mult >= math.MaxInt64 {
+			return 0, fmt.Errorf("%s is too long", v)
+		}
+		var d time.Duration
+		switch unit {
+		case "d", "w":
+			per := time.Duration(24)
+			if unit == "w" {
+				per *= 7
+			}
+			d, err = time.ParseDuration(num + "h")
+			if d > math.MaxInt64/per {
+				return 0, fmt.Errorf("%s is too long", v)
+			}
+			d *= per
+		default:
+			d, err = time.ParseDuration(num + unit)
+		}
+		if err != nil {
+			return 0, bad
+		}
+		if total > math.MaxInt64-d {
+			return 0, fmt.Errorf("%s is too long", v)
+		}
+		total += d
+	}
+	if neg {
+		total = -total
+	}
+	return total, nil
 }
 
 // chunkTargetDefault is denorm-chunk-target-kib's default. When no source
 // sets the key, Load lowers it to the output cap, so a small
 // --denorm-output-cap-mib alone is valid.
-const chunkTargetDefault = "4096"
+const chunkTargetDefault = "4MiB"
 
 // shortDuration is d as a flag value: 2m rather than 2m0s.
 func shortDuration(d time.Duration) string {
@@ -334,24 +484,24 @@ var keys = []key{
 	durationKey("express-denorm-age-cap", "express streams must be settled within this age", "1h", func(c *Config) *time.Duration { return &c.ExpressDenormAgeCap }),
 	fractionKey("denorm-tail-growth", "a stream whose standing tail is below the rule's floor (the server-side copy floor, or the output cap on a server whose assemblies are read back) waits past its linger until its unsettled bytes reach this fraction of the tail or the floor, or its age-cap deadline draws near (the tail-growth rule); 0: every stream settles at its linger", "1", func(c *Config) *float64 { return &c.DenormTailGrowth }),
 	intKey("denorm-tail-cohorts", "the tail-growth rule's cohorts: the streams it let go wait for their cohort's turn (a turn a linger, cohorts in stream-ID order), at most until the rule's own deadline, so that the streams of a transit slot settle together and their chunks there are read in few GETs; 0 or 1: no cohorts", "8", func(c *Config) *int64 { return &c.DenormTailCohorts }),
-	intKey("denorm-output-cap-mib", "settled object cap in MiB of content bytes", "256", func(c *Config) *int64 { return &c.DenormOutputCapMiB }),
-	intKey("denorm-chunk-target-kib", "adjacent chunks are merged up to this many KiB of content; unset, the default follows a smaller output cap", chunkTargetDefault, func(c *Config) *int64 { return &c.DenormChunkTargetKiB }),
+	sizeKey("denorm-output-cap-mib", "settled object cap in MiB of content bytes", "256", MiB, func(c *Config) *int64 { return &c.DenormOutputCapMiB }),
+	sizeKey("denorm-chunk-target-kib", "adjacent chunks are merged up to this many KiB of content; unset, the default follows a smaller output cap", chunkTargetDefault, KiB, func(c *Config) *int64 { return &c.DenormChunkTargetKiB }),
 	intKey("settle-max-streams", "most streams settled per cycle", "10000", func(c *Config) *int64 { return &c.SettleMaxStreams }),
-	intKey("settle-max-bytes", "most unsettled bytes taken per cycle (KiB/MiB/GiB suffixes)", "64GiB", func(c *Config) *int64 { return &c.SettleMaxBytes }),
+	sizeKey("settle-max-bytes", "most unsettled bytes taken per cycle", "64GiB", Bytes, func(c *Config) *int64 { return &c.SettleMaxBytes }),
 	intKey("settle-concurrency", "streams settled at once (a cycle over many small streams is bound by S3 latency: see the runbook's sizing rule)", "16", func(c *Config) *int64 { return &c.SettleConcurrency }),
 	intKey("settle-batch-streams", "small streams whose snapshot, publish intents and commits share metastore transactions (0: each stream its own, as before batching)", "64", func(c *Config) *int64 { return &c.SettleBatchStreams }),
-	intKey("settle-footer-cache-mib", "memory for the slot footers settle reads, in MiB, kept across cycles and shared by all the stars a process leads (a footer evicted and needed again costs two GETs)", "256", func(c *Config) *int64 { return &c.SettleFooterCacheMiB }),
-	intKey("settle-slot-read-mib", "memory for the slot bytes a settle cycle reads together for its small streams, in MiB (0 reads every piece alone; a range that does not fit is read piece by piece)", "128", func(c *Config) *int64 { return &c.SettleSlotReadMiB }),
-	intKey("settle-tail-cache-mib", "memory for the settled objects below the copy floor kept for their next tail rewrite, in MiB, across cycles (0 disables; a miss reads the tail in one GET)", "64", func(c *Config) *int64 { return &c.SettleTailCacheMiB }),
-	intKey("settle-tail-spill-mib", "local disk under --data-dir (tails/<star>) for the tails the tail cache's memory evicts, in MiB (0 disables: what memory evicts is forgotten)", "1024", func(c *Config) *int64 { return &c.SettleTailSpillMiB }),
+	sizeKey("settle-footer-cache-mib", "memory for the slot footers settle reads, in MiB, kept across cycles and shared by all the stars a process leads (a footer evicted and needed again costs two GETs)", "256", MiB, func(c *Config) *int64 { return &c.SettleFooterCacheMiB }),
+	sizeKey("settle-slot-read-mib", "memory for the slot bytes a settle cycle reads together for its small streams, in MiB (0 reads every piece alone; a range that does not fit is read piece by piece)", "128", MiB, func(c *Config) *int64 { return &c.SettleSlotReadMiB }),
+	sizeKey("settle-tail-cache-mib", "memory for the settled objects below the copy floor kept for their next tail rewrite, in MiB, across cycles (0 disables; a miss reads the tail in one GET)", "64", MiB, func(c *Config) *int64 { return &c.SettleTailCacheMiB }),
+	sizeKey("settle-tail-spill-mib", "local disk under --data-dir (tails/<star>) for the tails the tail cache's memory evicts, in MiB (0 disables: what memory evicts is forgotten)", "1GiB", MiB, func(c *Config) *int64 { return &c.SettleTailSpillMiB }),
 	intKey("copy-concurrency", "parts copied or uploaded at once per object", strconv.Itoa(objstore.DefaultCopyConcurrency), func(c *Config) *int64 { return &c.CopyConcurrency }),
 	stringKey("verify", "assembly verification: checksum (server-side full-object CRC where supported) or readback", "checksum", func(c *Config) *string { return &c.Verify }),
 	durationKey("reap-grace", "time between arming a reap and deleting", "5m", func(c *Config) *time.Duration { return &c.ReapGrace }),
 	intKey("reap-batch-size", "most keys per DeleteObjects request and rows per retention or reap transaction (1-1000)", "1000", func(c *Config) *int64 { return &c.ReapBatchSize }),
-	durationKey("stray-guard", "an object no metadata names (a stray) is swept, through the reap, only once older than this by the database clock; must exceed reap-grace", "72h", func(c *Config) *time.Duration { return &c.StrayGuard }),
+	durationKey("stray-guard", "an object no metadata names (a stray) is swept, through the reap, only once older than this by the database clock; must exceed reap-grace", "3d", func(c *Config) *time.Duration { return &c.StrayGuard }),
 	durationKey("stray-sweep-every", "how often the leader lists its streams' settled prefixes and its chain for strays and sweeps those past stray-guard (0: no scheduled sweep; run --once --sweep-strays forces one)", "24h", func(c *Config) *time.Duration { return &c.StraySweepEvery }),
 	durationKey("idle-record-interval", "the run ledger records idle cycles (scheduled cycles that found nothing to do and ran no step) as one row per this, and at the first of each quiet spell (0: one row per idle cycle)", "5m", func(c *Config) *time.Duration { return &c.IdleRecordInterval }),
-	durationKey("history-retention", "finished cycle runs and consumed admin requests older than this are pruned (the latest successful run is kept)", "720h", func(c *Config) *time.Duration { return &c.HistoryRetention }),
+	durationKey("history-retention", "finished cycle runs and consumed admin requests older than this are pruned (the latest successful run is kept)", "30d", func(c *Config) *time.Duration { return &c.HistoryRetention }),
 	durationKey("erasure-alert-after", "an erasure pending longer than this fires NovaAuditorErasurePending (exported as nova_auditor_erasure_pending_bound_seconds)", "24h", func(c *Config) *time.Duration { return &c.ErasureAlertAfter }),
 	stringKey("log-format", "auto (tint on a terminal, JSON otherwise), text or json", "auto", func(c *Config) *string { return &c.LogFormat }),
 	stringKey("log-level", "debug, info, warn or error", "info", func(c *Config) *string { return &c.LogLevel }),

@@ -38,6 +38,12 @@ func TestDefaultsAreValidAndMatchTheSeed(t *testing.T) {
 		c.Schedule != "@every 30s" || c.HTTPAddr != "127.0.0.1:9479" || c.ReapGrace != 5*time.Minute {
 		t.Fatalf("defaults: %+v", c)
 	}
+	// the defaults written with units (4MiB, 1GiB, 3d, 30d) are the values
+	// they were as plain numbers and hours
+	if c.DenormChunkTargetKiB != 4096 || c.SettleTailSpillMiB != 1024 || c.SettleMaxBytes != 64<<30 ||
+		c.StrayGuard != 72*time.Hour || c.HistoryRetention != 720*time.Hour {
+		t.Fatalf("defaults with units: %+v", c)
+	}
 }
 
 func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
@@ -385,14 +391,154 @@ func TestParseExpressBucketsSpaces(t *testing.T) {
 
 // TestParseSize: the one size syntax, of keys and of flags alike.
 func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "512": 512, "05": 5, "64KiB": 64 << 10, "8 MiB": 8 << 20, "2GiB": 2 << 30, "1TiB": 1 << 40, "4194304TiB": 1 << 62} {
+	for in, want := range map[string]int64{"0": 0, "512": 512, "05": 5, "64KiB": 64 << 10, "8 MiB": 8 << 20, "2GiB": 2 << 30, "1TiB": 1 << 40, "4194304TiB": 1 << 62,
+		"4K": 4 << 10, "512M": 512 << 20, "64G": 64 << 30, "2T": 2 << 40} {
 		if got, err := config.ParseSize(in); err != nil || got != want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "lots", "-1", "1.5MiB", "1KB", "4194305TiB", "MiB"} {
+	for _, in := range []string{"", "lots", "-1", "1.5MiB", "1KB", "4194305TiB", "MiB", "1GB", "1g", "1Gi", "1P"} {
 		if got, err := config.ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) = %d, accepted", in, got)
 		}
+	}
+}
+
+// via is the three sources a key's value can come from: a flag, the
+// environment and the YAML file (as written: unquoted), each alone.
+var via = map[string]func(t *testing.T, key, v string) (config.Config, error){
+	"flag": func(t *testing.T, key, v string) (config.Config, error) {
+		return load(t, map[string]string{key: v}, nil, "")
+	},
+	"env": func(t *testing.T, key, v string) (config.Config, error) {
+		return load(t, nil, map[string]string{config.EnvName(key): v}, "")
+	},
+	"yaml": func(t *testing.T, key, v string) (config.Config, error) {
+		return load(t, nil, nil, key+": "+v+"\n")
+	},
+}
+
+// TestSizeUnits: a size key keeps the unit its name says (a plain number is
+// in it) and converts a value with a unit to it, through a flag, the
+// environment and the YAML file alike. Units are binary: G is GiB (2^30),
+// M is MiB, K is KiB. A value that is not a whole number of the key's unit,
+// one too large, one with an unknown (or decimal: GB) unit, or a negative
+// one is a configuration error naming the key.
+func TestSizeUnits(t *testing.T) {
+	good := []struct {
+		key, v string
+		want   int64
+		get    func(config.Config) int64
+	}{
+		{"denorm-output-cap-mib", "300", 300, nil},
+		{"denorm-output-cap-mib", "512M", 512, nil},
+		{"denorm-output-cap-mib", "512MiB", 512, nil},
+		{"denorm-output-cap-mib", "1G", 1024, nil},
+		{"denorm-output-cap-mib", "1GiB", 1024, nil},
+		{"denorm-output-cap-mib", "2048K", 2, nil},
+		{"denorm-chunk-target-kib", "64", 64, nil},
+		{"denorm-chunk-target-kib", "4KiB", 4, nil},
+		{"denorm-chunk-target-kib", "1M", 1024, nil},
+		{"settle-tail-spill-mib", "2G", 2048, nil},
+		{"settle-tail-spill-mib", "1T", 1 << 20, nil},
+		{"settle-max-bytes", "512", 512, nil},
+		{"settle-max-bytes", "4KiB", 4096, nil},
+		{"settle-max-bytes", "64G", 64 << 30, nil},
+		{"settle-max-bytes", "64GiB", 64 << 30, nil},
+		{"settle-max-bytes", "1000M", 1000 << 20, nil},
+	}
+	field := map[string]func(config.Config) int64{
+		"denorm-output-cap-mib":   func(c config.Config) int64 { return c.DenormOutputCapMiB },
+		"denorm-chunk-target-kib": func(c config.Config) int64 { return c.DenormChunkTargetKiB },
+		"settle-tail-spill-mib":   func(c config.Config) int64 { return c.SettleTailSpillMiB },
+		"settle-max-bytes":        func(c config.Config) int64 { return c.SettleMaxBytes },
+	}
+	for src, load := range via {
+		for _, tc := range good {
+			c, err := load(t, tc.key, tc.v)
+			if err != nil {
+				t.Errorf("%s %s=%s: %v", src, tc.key, tc.v, err)
+				continue
+			}
+			if got := field[tc.key](c); got != tc.want {
+				t.Errorf("%s %s=%s: %d, want %d", src, tc.key, tc.v, got, tc.want)
+			}
+		}
+	}
+	bad := []struct{ key, v, msg string }{
+		{"denorm-output-cap-mib", "1536K", "whole number of MiB"},
+		{"denorm-output-cap-mib", "1000KiB", "whole number of MiB"},
+		{"denorm-output-cap-mib", "1GB", "unknown unit"},
+		{"denorm-output-cap-mib", "1g", "unknown unit"},
+		{"denorm-output-cap-mib", "1.5G", "not an integer"},
+		{"denorm-output-cap-mib", "-1M", "negative"},
+		{"settle-max-bytes", "9999999T", "too large"},
+		{"settle-max-bytes", "4611686018427387905", "too large"},
+		{"settle-max-bytes", "64 gigs", "unknown unit"},
+		{"settle-tail-spill-mib", "1P", "unknown unit"},
+		{"denorm-chunk-target-kib", "100B", "unknown unit"},
+	}
+	for src, load := range via {
+		for _, tc := range bad {
+			if tc.msg == "" {
+				continue
+			}
+			_, err := load(t, tc.key, tc.v)
+			var ce *config.Error
+			if !errors.As(err, &ce) || ce.Field != tc.key || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("%s %s=%s: %v, want a configuration error of %s saying %q", src, tc.key, tc.v, err, tc.key, tc.msg)
+			}
+		}
+	}
+}
+
+// TestDurationDays: a duration key takes days and weeks besides Go's units
+// (30d, 1d12h, 2w, 1.5d), through a flag, the environment and the YAML
+// file alike; a malformed one or one too long is a configuration error
+// naming the key.
+func TestDurationDays(t *testing.T) {
+	good := map[string]time.Duration{
+		"30d":    30 * 24 * time.Hour,
+		"1d12h":  36 * time.Hour,
+		"1.5d":   36 * time.Hour,
+		"2w":     14 * 24 * time.Hour,
+		"1w2d3h": 9*24*time.Hour + 3*time.Hour,
+		"48h":    48 * time.Hour,
+		"90m":    90 * time.Minute,
+	}
+	for src, load := range via {
+		for v, want := range good {
+			c, err := load(t, "history-retention", v)
+			if err != nil || c.HistoryRetention != want {
+				t.Errorf("%s history-retention=%s: %v, %v; want %v", src, v, c.HistoryRetention, err, want)
+			}
+			// and an optional duration key
+			c, err = load(t, "s3-attempt-timeout", v)
+			if err != nil || c.S3AttemptTimeout != want || c.S3AttemptTimeouts.Of(objstore.OpRead) != want {
+				t.Errorf("%s s3-attempt-timeout=%s: %v, %v; want %v", src, v, c.S3AttemptTimeout, err, want)
+			}
+		}
+		for _, v := range []string{"30 days", "d", "1d-2h", "1x", "3D", "100000000w", "1d 12h"} {
+			_, err := load(t, "history-retention", v)
+			var ce *config.Error
+			if !errors.As(err, &ce) || ce.Field != "history-retention" {
+				t.Errorf("%s history-retention=%s: %v, want a configuration error naming the key", src, v, err)
+			}
+		}
+	}
+	if d, err := config.ParseDuration("-1d"); err != nil || d != -24*time.Hour {
+		t.Fatalf("-1d: %v %v", d, err)
+	}
+	if d, err := config.ParseDuration("106751d"); err != nil || d != 106751*24*time.Hour {
+		t.Fatalf("106751d, just below the longest duration: %v %v", d, err)
+	}
+	for _, v := range []string{"106752d", "15251w", "106751d24h", "9999999999h"} {
+		if d, err := config.ParseDuration(v); err == nil || !strings.Contains(err.Error(), "too long") {
+			t.Errorf("%s: %v %v, want too long", v, d, err)
+		}
+	}
+	var ce *config.Error
+	if _, err := load(t, nil, map[string]string{"NOVA_AUDITOR_STRAY_GUARD": "-1d"}, ""); !errors.As(err, &ce) || ce.Field != "stray-guard" {
+		t.Fatalf("a negative day: %v", err)
 	}
 }

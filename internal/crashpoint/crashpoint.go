@@ -45,11 +45,41 @@ type Set struct {
 
 // arm is one armed point and what happens at its n-th hit.
 type arm struct {
-	name Point
-	n    int64
-	hits atomic.Int64
-	act  func()
+	name     Point
+	n        int64
+	variable string // the environment variable that armed it
+	hits     atomic.Int64
+	act      func()
 }
+
+// Armed is one armed point, for the warning and the metric that say a
+// process runs with fault injection on.
+type Armed struct {
+	// Kind is crash, pause or stall (NOVA_AUDITOR_CRASHPOINT,
+	// NOVA_AUDITOR_PAUSEPOINT, NOVA_AUDITOR_STALLPOINT).
+	Kind  string
+	Point Point
+	N     int64 // the hit it acts at
+}
+
+// kinds are the kinds of point by the variable that arms them.
+var kinds = map[string]string{EnvVar: "crash", PauseVar: "pause", StallVar: "stall"}
+
+// Armed lists the armed points, in the order of their variables (crash,
+// pause, stall); none for a nil Set.
+func (s *Set) Armed() []Armed {
+	if s == nil {
+		return nil
+	}
+	out := make([]Armed, 0, len(s.arms))
+	for _, a := range s.arms {
+		out = append(out, Armed{Kind: kinds[a.variable], Point: a.name, N: a.n})
+	}
+	return out
+}
+
+// String is the point as its variable arms it: crash settle.after-intent:2.
+func (a Armed) String() string { return fmt.Sprintf("%s %s:%d", a.Kind, a.Point, a.N) }
 
 // FromEnv arms the crash point named by NOVA_AUDITOR_CRASHPOINT, the
 // pause point named by NOVA_AUDITOR_PAUSEPOINT and the stall point named
@@ -99,7 +129,7 @@ func parse(variable, v string, known []Point, act func()) (*Set, error) {
 	if !slices.Contains(known, Point(name)) {
 		return nil, fmt.Errorf("%s=%q: unknown crash point (auditor crashpoints lists them)", variable, v)
 	}
-	return &Set{arms: []*arm{{name: Point(name), n: n, act: act}}}, nil
+	return &Set{arms: []*arm{{name: Point(name), n: n, variable: variable, act: act}}}, nil
 }
 
 // Hit marks one pass through the named point and acts at the n-th.

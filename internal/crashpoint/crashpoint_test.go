@@ -52,3 +52,33 @@ func TestFromEnvArmsCrashAndPause(t *testing.T) {
 		t.Fatalf("an unknown pause point: %v", err)
 	}
 }
+
+// TestArmedNamesEachPointAndItsKind: Armed lists what the environment
+// armed, each with its kind (crash, pause, stall) and count; nothing for a
+// nil Set.
+func TestArmedNamesEachPointAndItsKind(t *testing.T) {
+	const a, b Point = "test.a", "test.b"
+	known := []Point{a, b}
+	env := map[string]string{EnvVar: "test.a:2", PauseVar: "test.b", StallVar: "test.a:7"}
+	s, err := FromEnv(func(k string) string { return env[k] }, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Armed()
+	want := []Armed{{"crash", a, 2}, {"pause", b, 1}, {"stall", a, 7}}
+	if len(got) != len(want) {
+		t.Fatalf("Armed() = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("Armed()[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if got[0].String() != "crash test.a:2" {
+		t.Fatalf("String() = %q", got[0].String())
+	}
+	var none *Set
+	if none.Armed() != nil {
+		t.Fatal("a nil Set has armed points")
+	}
+}

@@ -30,8 +30,11 @@ import (
 // must be added here (TestDaemonMetricsAreDocumented checks that no other
 // package does).
 var metricPackages = map[string]func(process, star prometheus.Registerer) error{
-	"daemon": func(_, reg prometheus.Registerer) error {
+	"daemon": func(process, reg prometheus.Registerer) error {
 		if _, err := daemon.NewMetrics(reg, "test"); err != nil {
+			return err
+		}
+		if err := daemon.RegisterFaultPoints(process, nil); err != nil {
 			return err
 		}
 		return reg.Register(daemon.NewPoolCollector(func() catalog.PoolStats { return catalog.PoolStats{} }))
