@@ -240,6 +240,25 @@ prometheus_installed() {
 	prometheus_service_stopped
 }
 
+# shells_installed installs zsh and fish, whose completion scripts the
+# tests load (auditor completion zsh|fish), from Debian's packages when
+# apt-get is there; without them those checks are skipped, said in the log.
+shells_installed() {
+	if command -v zsh >/dev/null 2>&1 && command -v fish >/dev/null 2>&1; then
+		return 0
+	fi
+	if ! command -v apt-get >/dev/null 2>&1; then
+		log "zsh or fish is missing and there is no apt-get: their completion checks are skipped"
+		return 0
+	fi
+	local sudo=()
+	if [ "$(id -u)" != 0 ]; then sudo=(sudo -n); fi
+	log "installing Debian's zsh and fish packages (the completion tests load their scripts)"
+	{ "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zsh fish ||
+		{ "${sudo[@]}" apt-get update -qq && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zsh fish; }; } \
+		>"$run/shells-install.log" 2>&1 || log "installing zsh and fish failed (their completion checks are skipped); see $run/shells-install.log"
+}
+
 # prometheus_service_stopped disables and stops the prometheus package's
 # system service (systemd or its init.d script), and fails when it still
 # runs: the tests start their own Prometheus on a loopback port.
@@ -369,6 +388,7 @@ esac
 case "${1:-up}" in
 up)
 	prometheus_installed
+	shells_installed
 	"${server}_up"
 	postgres_up
 	write_env "$server"

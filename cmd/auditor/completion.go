@@ -24,7 +24,7 @@ _auditor() {
     case "$cur" in
     -*)
         local flags
-        flags=$("${COMP_WORDS[0]}" "$cmd" --help 2>/dev/null | sed -n 's/^  -\([a-z0-9-]*\).*/--\1/p')
+        flags=$("${COMP_WORDS[0]}" "$cmd" --help 2>/dev/null | sed -n 's/^  --\([a-z0-9-]*\).*/--\1/p')
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))
         ;;
     *)
@@ -35,10 +35,41 @@ _auditor() {
 complete -F _auditor auditor
 `
 
-// cmdCompletion is `auditor completion bash`.
+// zshCompletion is the same for zsh: the subcommands, then each one's
+// flags read from its --help.
+const zshCompletion = `#compdef auditor
+# zsh completion for auditor: source <(auditor completion zsh), after compinit
+_auditor() {
+    if (( CURRENT == 2 )); then
+        compadd -- %s --help --version
+        return
+    fi
+    local -a flags
+    flags=(${(f)"$(${words[1]} ${words[2]} --help 2>/dev/null | sed -n 's/^  --\([a-z0-9-]*\).*/--\1/p')"})
+    if [[ $PREFIX == -* ]]; then
+        compadd -- $flags
+    else
+        _files
+    fi
+}
+compdef _auditor auditor
+`
+
+// fishCompletion is the same for fish.
+const fishCompletion = `# fish completion for auditor: auditor completion fish | source
+function __auditor_flags
+    set -l words (commandline -opc)
+    $words[1] $words[2] --help 2>/dev/null | string replace -rf '^  --([a-z0-9-]+).*' -- '--$1'
+end
+complete -c auditor -f
+complete -c auditor -n __fish_use_subcommand -a '%s'
+complete -c auditor -n 'not __fish_use_subcommand' -a '(__auditor_flags)'
+`
+
+// cmdCompletion is `auditor completion bash|zsh|fish`.
 func cmdCompletion(_ context.Context, e env, args []string) int {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprintln(e.stdout, "usage: auditor completion bash   (source <(auditor completion bash))")
+		fmt.Fprintln(e.stdout, "usage: auditor completion bash|zsh|fish   (bash: source <(auditor completion bash); zsh: the same after compinit; fish: auditor completion fish | source)")
 		fmt.Fprint(e.stdout, commandExitsHelp("completion"))
 		return exitOK
 	}
@@ -47,8 +78,13 @@ func cmdCompletion(_ context.Context, e env, args []string) int {
 			return exitCode(e, config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("auditor completion takes no flag: %s", a)})
 		}
 	}
-	if len(args) != 1 || args[0] != "bash" {
-		return exitCode(e, config.Config{}, &config.Error{Field: "completion", Msg: "want one shell: bash"})
+	scripts := map[string]string{"bash": bashCompletion, "zsh": zshCompletion, "fish": fishCompletion}
+	var script string
+	if len(args) == 1 {
+		script = scripts[args[0]]
+	}
+	if script == "" {
+		return exitCode(e, config.Config{}, &config.Error{Field: "completion", Msg: "want one shell: bash, zsh or fish"})
 	}
 	names := make([]string, 0, len(commands()))
 	for n := range commands() {
@@ -57,6 +93,6 @@ func cmdCompletion(_ context.Context, e env, args []string) int {
 		}
 	}
 	sort.Strings(names)
-	fmt.Fprintf(e.stdout, bashCompletion, strings.Join(names, " "))
+	fmt.Fprintf(e.stdout, script, strings.Join(names, " "))
 	return exitOK
 }

@@ -88,7 +88,7 @@ func dispatch(ctx context.Context, e env, args []string) int {
 	if len(args) > 0 && testingCommands[args[0]] {
 		return cmds[args[0]].run(ctx, e, args[1:])
 	}
-	name, code, ok := cli.Route("auditor", e.stdout, e.stderr, summaries, args)
+	name, rest, code, ok := cli.Route("auditor", e.stdout, e.stderr, summaries, args)
 	if !ok {
 		if code == exitOK {
 			fmt.Fprintln(e.stdout, "  --version    print the version (the version command)")
@@ -96,7 +96,7 @@ func dispatch(ctx context.Context, e env, args []string) int {
 		}
 		return code
 	}
-	return cmds[name].run(ctx, e, args[1:])
+	return cmds[name].run(ctx, e, rest)
 }
 
 // exitCode maps an error to the process exit code and prints it: usage,

@@ -251,9 +251,45 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 			t.Fatalf("completing `auditor status --js`: %q %v", out, err)
 		}
 	}
-	code, _, stderr = runCLI(t, "completion", "zsh")
-	if code != exitUsage {
-		t.Fatalf("completion zsh: %d %q", code, stderr)
+	code, _, stderr = runCLI(t, "completion", "tcsh")
+	if code != exitUsage || !strings.Contains(stderr, "completion") {
+		t.Fatalf("completion tcsh: %d %q, want %d naming completion", code, stderr, exitUsage)
+	}
+	// zsh loads its script after compinit and defines the function; fish
+	// completes a flag from the real binary's help and a command
+	// (scripts/services.sh installs both shells).
+	shells := map[string]func(dir, script string) *exec.Cmd{
+		"zsh": func(dir, script string) *exec.Cmd {
+			return exec.Command("zsh", "-c", "autoload -U compinit; compinit -u -d "+filepath.Join(dir, "zcomp")+"; source "+script+"; print $+functions[_auditor]")
+		},
+		"fish": func(dir, script string) *exec.Cmd {
+			return exec.Command("fish", "--no-config", "-c", "source "+script+"; complete -C 'auditor status --js'; complete -C 'auditor mig'")
+		},
+	}
+	want := map[string]string{"zsh": "1", "fish": "--json\nmigrate"}
+	for shell, run := range shells {
+		if _, err := exec.LookPath(shell); err != nil {
+			t.Logf("completion %s: not loaded, %s is not installed (scripts/services.sh installs it)", shell, shell)
+			continue
+		}
+		code, script, _ := runCLI(t, "completion", shell)
+		if code != 0 || !strings.Contains(script, "serve") {
+			t.Fatalf("completion %s: %d %q", shell, code, script)
+		}
+		dir := t.TempDir()
+		if err := os.Symlink(auditorBinary(t), filepath.Join(dir, "auditor")); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "c."+shell)
+		if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := run(dir, path)
+		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "HOME="+dir)
+		out, err := cmd.Output()
+		if err != nil || strings.TrimSpace(string(out)) != want[shell] {
+			t.Fatalf("completion %s loaded in %s: %q %v, want %q", shell, shell, out, err, want[shell])
+		}
 	}
 }
 

@@ -76,9 +76,9 @@ func dispatch(ctx context.Context, e env, args []string) int {
 	for n, c := range cmds {
 		summaries[n] = c.summary
 	}
-	name, code, ok := cli.Route("novasim", e.stdout, e.stderr, summaries, args)
+	name, rest, code, ok := cli.Route("novasim", e.stdout, e.stderr, summaries, args)
 	if !ok {
 		return code
 	}
-	return cmds[name].run(ctx, e, args[1:])
+	return cmds[name].run(ctx, e, rest)
 }

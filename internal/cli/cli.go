@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/nova/auditor/internal/config"
 )
@@ -33,25 +34,46 @@ const (
 var ErrHelp = errors.New("help requested")
 
 // Route picks the subcommand named by args[0] among summaries (name ->
-// one-line summary). It returns the name, or, when no command is to run
-// (none given, help, unknown), ok false and the exit code, having printed
-// the usage: to stdout when help was asked for (exit 0), else to stderr
-// (exit 2).
-func Route(prog string, stdout, stderr io.Writer, summaries map[string]string, args []string) (name string, code int, ok bool) {
+// one-line summary) and returns it with its arguments; `help CMD` is CMD
+// with -h. When no command is to run (none given, help, unknown), ok is
+// false with the exit code, the usage printed: to stdout when help was
+// asked for (exit 0), else to stderr (exit 2), with the closest command
+// for a mistyped one.
+func Route(prog string, stdout, stderr io.Writer, summaries map[string]string, args []string) (name string, rest []string, code int, ok bool) {
 	if len(args) == 0 {
 		Usage(prog, stderr, summaries)
-		return "", ExitUsage, false
+		return "", nil, ExitUsage, false
 	}
 	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		if args[0] == "help" && len(args) > 1 {
+			if _, found := summaries[args[1]]; found {
+				return args[1], []string{"-h"}, ExitOK, true
+			}
+			unknown(prog, stderr, summaries, args[1])
+			return "", nil, ExitUsage, false
+		}
 		Usage(prog, stdout, summaries)
-		return "", ExitOK, false
+		return "", nil, ExitOK, false
 	}
 	if _, found := summaries[args[0]]; !found {
-		fmt.Fprintf(stderr, "%s: unknown command %q\n", prog, args[0])
-		Usage(prog, stderr, summaries)
-		return "", ExitUsage, false
+		unknown(prog, stderr, summaries, args[0])
+		return "", nil, ExitUsage, false
 	}
-	return args[0], ExitOK, true
+	return args[0], args[1:], ExitOK, true
+}
+
+// unknown reports an unknown command, with the closest one, and the usage.
+func unknown(prog string, w io.Writer, summaries map[string]string, name string) {
+	names := make([]string, 0, len(summaries))
+	for n := range summaries {
+		names = append(names, n)
+	}
+	if s := config.Suggest(name, names); s != "" {
+		fmt.Fprintf(w, "%s: unknown command %q (did you mean %q?)\n", prog, name, s)
+	} else {
+		fmt.Fprintf(w, "%s: unknown command %q\n", prog, name)
+	}
+	Usage(prog, w, summaries)
 }
 
 // Usage prints the command list, sorted.
@@ -63,7 +85,7 @@ func Usage(prog string, w io.Writer, summaries map[string]string) {
 		width = max(width, len(n))
 	}
 	sort.Strings(names)
-	fmt.Fprintf(w, "usage: %s <command> [flags]   (%s <command> -h lists its flags)\ncommands:\n", prog, prog)
+	fmt.Fprintf(w, "usage: %s <command> [flags]   (%s help <command>, or %s <command> -h, lists its flags)\ncommands:\n", prog, prog, prog)
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, n, summaries[n])
 	}
@@ -81,6 +103,7 @@ type Flags struct {
 	stdout io.Writer
 	src    config.Sources
 	file   *string
+	shared map[string]string // the configuration keys bound as flags, and their placeholders
 }
 
 // NewFlags returns the flags of the subcommand name ("auditor run") with
@@ -91,7 +114,7 @@ func NewFlags(stdout io.Writer, getenv func(string) string, name string, only ..
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	f := &Flags{FlagSet: fs, stdout: stdout,
+	f := &Flags{FlagSet: fs, stdout: stdout, shared: map[string]string{"config": "FILE"},
 		src: config.Sources{Getenv: getenv, Flags: map[string]string{}, Only: only}}
 	f.file = fs.String("config", "", "YAML configuration file (keys are the flag names). In every source, durations take Go's units and days and weeks (30s, 5m, 24h, 30d, 1d12h, 2w) and sizes binary units (K/KiB, M/MiB, G/GiB, T/TiB: 1G = 2^30 bytes), converted to the unit a key's name says")
 	taken := map[string]bool{}
@@ -102,6 +125,7 @@ func NewFlags(stdout io.Writer, getenv func(string) string, name string, only ..
 		if len(only) > 0 && !taken[k.Name] {
 			continue
 		}
+		f.shared[k.Name] = k.Placeholder
 		usage := fmt.Sprintf("%s (env %s)", k.Usage, config.EnvName(k.Name))
 		if k.Default != "" {
 			usage = fmt.Sprintf("%s (default %q, env %s)", k.Usage, k.Default, config.EnvName(k.Name))
@@ -131,11 +155,11 @@ func NewFlags(stdout io.Writer, getenv func(string) string, name string, only ..
 func (f *Flags) Load(args []string, require ...string) (config.Config, error) {
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			PrintFlags(f.stdout, f.FlagSet)
+			f.PrintHelp(f.stdout)
 			fmt.Fprint(f.stdout, f.Footer)
 			return config.Config{}, ErrHelp
 		}
-		return config.Config{}, &config.Error{Field: "flags", Msg: err.Error()}
+		return config.Config{}, &config.Error{Field: "flags", Msg: f.suggest(err.Error())}
 	}
 	if f.NArg() > 0 {
 		return config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q", f.Arg(0))}
@@ -147,6 +171,61 @@ func (f *Flags) Load(args []string, require ...string) (config.Config, error) {
 		return cfg, err
 	}
 	return cfg, cfg.Require(require...)
+}
+
+// PrintHelp prints the command's usage line and its own flags, then the
+// shared configuration keys it takes, grouped apart, each with its value's
+// placeholder (--denorm-linger=DURATION).
+func (f *Flags) PrintHelp(w io.Writer) {
+	var own, shared []*flag.Flag
+	f.VisitAll(func(fl *flag.Flag) {
+		if _, ok := f.shared[fl.Name]; ok {
+			shared = append(shared, fl)
+		} else {
+			own = append(own, fl)
+		}
+	})
+	fmt.Fprintf(w, "usage of %s:\n", f.Name())
+	for _, fl := range own {
+		name, usage := flag.UnquoteUsage(fl)
+		printFlag(w, fl.Name, strings.ToUpper(name), usage, fl.DefValue)
+	}
+	if len(shared) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nshared configuration (every command takes these; flag > environment > --config file > default):\n")
+	for _, fl := range shared {
+		printFlag(w, fl.Name, f.shared[fl.Name], fl.Usage, "")
+	}
+}
+
+// printFlag prints one flag: --name=PLACEHOLDER, then its usage indented.
+func printFlag(w io.Writer, name, placeholder, usage, def string) {
+	if placeholder != "" {
+		fmt.Fprintf(w, "  --%s=%s\n", name, placeholder)
+	} else {
+		fmt.Fprintf(w, "  --%s\n", name)
+	}
+	if def != "" && def != "false" && def != "0" && !strings.Contains(usage, "(default") {
+		usage += fmt.Sprintf(" (default %q)", def)
+	}
+	fmt.Fprintf(w, "    \t%s\n", usage)
+}
+
+// suggest adds the closest flag to the flag package's "flag provided but
+// not defined: -x" error.
+func (f *Flags) suggest(msg string) string {
+	const undefined = "flag provided but not defined: "
+	name, ok := strings.CutPrefix(msg, undefined)
+	if !ok {
+		return msg
+	}
+	var names []string
+	f.VisitAll(func(fl *flag.Flag) { names = append(names, fl.Name) })
+	if s := config.Suggest(strings.TrimLeft(name, "-"), names); s != "" {
+		return fmt.Sprintf("%s (did you mean --%s?)", msg, s)
+	}
+	return msg
 }
 
 // PrintFlags prints a FlagSet's usage line and flags to w.

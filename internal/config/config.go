@@ -124,11 +124,23 @@ type key struct {
 	def    string
 	set    func(c *Config, v string) error
 	get    func(c *Config) string
-	isBool bool // a flag without a value (--flag, or --flag=false)
+	isBool bool   // a flag without a value (--flag, or --flag=false)
+	kind   string // the value's kind in help (Key.Placeholder); "" for a boolean
+}
+
+// placeholder is Key.Placeholder: the key's kind, STRING when unset.
+func (k key) placeholder() string {
+	switch {
+	case k.isBool:
+		return ""
+	case k.kind != "":
+		return k.kind
+	}
+	return "STRING"
 }
 
 func durationKey(name, usage, def string, p func(*Config) *time.Duration) key {
-	return key{name: name, usage: usage, def: def,
+	return key{name: name, usage: usage, def: def, kind: "DURATION",
 		set: func(c *Config, v string) error {
 			d, err := ParseDuration(v)
 			if err != nil {
@@ -146,7 +158,7 @@ func durationKey(name, usage, def string, p func(*Config) *time.Duration) key {
 // optionalDurationKey is a duration that may be left empty (0: not set);
 // a value given must be positive.
 func optionalDurationKey(name, usage string, p func(*Config) *time.Duration) key {
-	return key{name: name, usage: usage, def: "",
+	return key{name: name, usage: usage, def: "", kind: "DURATION",
 		set: func(c *Config, v string) error {
 			if v == "" {
 				*p(c) = 0
@@ -189,7 +201,7 @@ func stringKey(name, usage, def string, p func(*Config) *string) key {
 }
 
 func intKey(name, usage, def string, p func(*Config) *int64) key {
-	return key{name: name, usage: usage, def: def,
+	return key{name: name, usage: usage, def: def, kind: "N",
 		set: func(c *Config, v string) error {
 			n, err := ParseSize(v)
 			if err != nil {
@@ -206,7 +218,7 @@ func intKey(name, usage, def string, p func(*Config) *int64) key {
 // converted to it, and one that is not a whole number of it is refused.
 func sizeKey(name, usage, def string, unit Unit, p func(*Config) *int64) key {
 	usage += fmt.Sprintf("; a plain number is in %s, or give a unit: K/KiB, M/MiB, G/GiB, T/TiB, all binary (1G = 1GiB = 2^30 bytes)", unit.plural())
-	return key{name: name, usage: usage, def: def,
+	return key{name: name, usage: usage, def: def, kind: "SIZE",
 		set: func(c *Config, v string) error {
 			n, err := ParseSizeIn(v, unit)
 			if err != nil {
@@ -220,7 +232,7 @@ func sizeKey(name, usage, def string, unit Unit, p func(*Config) *int64) key {
 
 // fractionKey is a finite fraction, at least 0 (it may pass 1).
 func fractionKey(name, usage, def string, p func(*Config) *float64) key {
-	return key{name: name, usage: usage, def: def,
+	return key{name: name, usage: usage, def: def, kind: "FRACTION",
 		set: func(c *Config, v string) error {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -624,6 +636,9 @@ func applyFile(c *Config, path string, only map[string]bool, set map[string]bool
 	for _, n := range names {
 		k, ok := findKey(n)
 		if !ok || (only != nil && !only[n]) {
+			if s := Suggest(n, keyNames()); s != "" && s != n {
+				return fieldErr(n, "unknown key in %s (did you mean %q?)", path, s)
+			}
 			return fieldErr(n, "unknown key in %s", path)
 		}
 		v, err := scalar(doc[n])
@@ -729,13 +744,16 @@ func (c Config) Get(name string) (string, bool) {
 type Key struct {
 	Name, Usage, Default string
 	Bool                 bool
+	// Placeholder names the value's kind in help (--denorm-linger=DURATION):
+	// DURATION, SIZE, N or STRING; "" for a boolean.
+	Placeholder string
 }
 
 // Keys lists every key, in the table's order.
 func Keys() []Key {
 	out := make([]Key, len(keys))
 	for i, k := range keys {
-		out[i] = Key{Name: k.name, Usage: k.usage, Default: k.def, Bool: k.isBool}
+		out[i] = Key{Name: k.name, Usage: k.usage, Default: k.def, Bool: k.isBool, Placeholder: k.placeholder()}
 	}
 	return out
 }
