@@ -16,6 +16,7 @@ import (
 // -h ends with the command's exit codes.
 func newFlags(e env, name string) *cli.Flags {
 	fs := cli.NewFlags(e.stdout, e.getenv, "auditor "+name)
+	fs.Synopsis = commands()[name].summary
 	fs.Footer = commandExitsHelp(name)
 	return fs
 }

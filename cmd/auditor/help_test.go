@@ -57,3 +57,21 @@ func TestHelpPerCommand(t *testing.T) {
 		t.Errorf("a mistyped YAML key: exit %d %q, want %d and the closest key", code, errs, exitUsage)
 	}
 }
+
+// TestEveryCommandHasASynopsisAndAnExample: every command's -h shows an
+// example that starts with the command, and those built on the shared
+// flags show their one-line summary under the usage line.
+func TestEveryCommandHasASynopsisAndAnExample(t *testing.T) {
+	for name, c := range commands() {
+		if c.example == "" || !strings.Contains(c.example, "auditor "+name) && !strings.Contains(c.example, "auditor completion") && name != "crashpoints" {
+			t.Errorf("%s: example %q does not run the command", name, c.example)
+		}
+		_, out, _ := runCLI(t, name, "-h")
+		if !strings.Contains(out, "example:\n  "+c.example+"\n") {
+			t.Errorf("%s -h does not show its example %q:\n%s", name, c.example, out)
+		}
+		if strings.HasPrefix(out, "usage of auditor "+name+":\n") && strings.Count(out, "\n  --") > 0 && !strings.Contains(out, "\n  "+c.summary+"\n") {
+			t.Errorf("%s -h does not show its synopsis %q", name, c.summary)
+		}
+	}
+}

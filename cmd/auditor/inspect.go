@@ -41,6 +41,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		fs.SetOutput(w)
 		fmt.Fprint(w, inspectUsage)
 		fs.PrintDefaults()
+		fmt.Fprint(w, commandExitsHelp("inspect"))
 		fs.SetOutput(stderr)
 	}
 	fs.Usage = func() { usageTo(stderr) }

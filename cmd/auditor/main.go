@@ -35,6 +35,8 @@ type command struct {
 	// which its -h lists (TestEveryCommandRefusesBadInput holds the
 	// command to them).
 	exits []int
+	// example is one command line, which its -h shows.
+	example string
 }
 
 func commands() map[string]command {
@@ -42,23 +44,23 @@ func commands() map[string]command {
 	// that can fail apart.
 	db := []int{exitOK, exitFailure, exitUsage, exitUnreachable}
 	return map[string]command{
-		"migrate":     {"apply the embedded schema migrations to the metastore", cmdMigrate, db},
-		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan, made with the leader's recorded policy (--json)", cmdRun, append(slices.Clip(db), exitRewound)},
-		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe, []int{exitOK, exitFailure, exitUsage, exitFindings}},
-		"version":     {"print the binary's schema version", cmdVersion, []int{exitOK, exitUsage}},
-		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect, []int{exitOK, exitFailure, exitUsage, exitFindings, exitUnsupported}},
-		"crashpoints": {"list the fault-injection points (for tests) NOVA_AUDITOR_CRASHPOINT, NOVA_AUDITOR_PAUSEPOINT and NOVA_AUDITOR_STALLPOINT=name[:n] can arm; not in the top-level help", cmdCrashpoints, []int{exitOK, exitUsage}},
-		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger); --wait: until the cycle finished, exit with its outcome", cmdTrigger, append(slices.Clip(db), exitTimeout)},
-		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause, db},
-		"resume":      {"resume a paused or halted star", cmdResume, db},
-		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease, db},
-		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it; --dry-run: what it would rewrite; --wait: until applied", cmdErase, append(slices.Clip(db), exitTimeout)},
-		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json); --fleet: members, stars per member, unowned stars, moves; --check: exit non-zero when the star needs an operator", cmdStatus, db},
-		"ls":          {"list the catalog entries of the star's streams (--stream ID: one): key, records, revision, size, class, bucket (--json); reads only", cmdLs, db},
-		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream; --strays: also the objects no metadata names", cmdVerify, append(slices.Clip(db), exitFindings)},
-		"reconcile":   {"rebuild the star's metastore view from its object store after a restore (--apply; a dry run without)", cmdReconcile, append(slices.Clip(db), exitFindings)},
-		"doctor":      {"check the metastore and every bucket before deploying: one line per check (--json)", cmdDoctor, append(slices.Clip(db), exitFindings)},
-		"completion":  {"print a shell completion script (completion bash)", cmdCompletion, []int{exitOK, exitUsage}},
+		"migrate":     {"apply the embedded schema migrations to the metastore", cmdMigrate, db, "auditor migrate --database-url postgres://nova_migrator@db:5432/nova --status"},
+		"run":         {"run one cycle (--once) and exit; --dry-run prints the plan, made with the leader's recorded policy (--json)", cmdRun, append(slices.Clip(db), exitRewound), "auditor run --once --star s1 --database-url postgres://nova_auditor@db:5432/nova --dry-run --json"},
+		"serve":       {"run the daemon: lease, schedule, admin requests, HTTP", cmdServe, []int{exitOK, exitFailure, exitUsage, exitFindings}, "auditor serve --star s1 --config /etc/nova/auditor.yaml"},
+		"version":     {"print the binary's schema version", cmdVersion, []int{exitOK, exitUsage}, "auditor version"},
+		"inspect":     {"decode and print a slot or settled object (FILE, or --key KEY fetched from the store)", cmdInspect, []int{exitOK, exitFailure, exitUsage, exitFindings, exitUnsupported}, "auditor inspect --star s1 --key buckets/nova/streams/0f3c2b1a000040008000000000000001/00000000000000000001/00000000000000000000~0 --records"},
+		"crashpoints": {"list the fault-injection points (for tests) NOVA_AUDITOR_CRASHPOINT, NOVA_AUDITOR_PAUSEPOINT and NOVA_AUDITOR_STALLPOINT=name[:n] can arm; not in the top-level help", cmdCrashpoints, []int{exitOK, exitUsage}, "NOVA_AUDITOR_CRASHPOINT=settle.after-complete:2 auditor run --once --star s1"},
+		"trigger":     {"ask the leader for a cycle now (--stream ID: settle that stream regardless of linger); --wait: until the cycle finished, exit with its outcome", cmdTrigger, append(slices.Clip(db), exitTimeout), "auditor trigger --star s1 --stream 0f3c2b1a-0000-4000-8000-000000000001 --wait --timeout 10m"},
+		"pause":       {"pause the star: the leader keeps its lease and runs no cycle", cmdPause, db, "auditor pause --star s1"},
+		"resume":      {"resume a paused or halted star", cmdResume, db, "auditor resume --star s1"},
+		"release":     {"lift a stream's quarantine (--stream ID)", cmdRelease, db, "auditor release --star s1 --stream 0f3c2b1a-0000-4000-8000-000000000001"},
+		"erase":       {"record an erasure of records of a stream (--stream ID --from R --count N); the next cycle applies it; --dry-run: what it would rewrite; --wait: until applied", cmdErase, append(slices.Clip(db), exitTimeout), "auditor erase --star s1 --stream 0f3c2b1a-0000-4000-8000-000000000001 --from 100 --count 5 --dry-run"},
+		"status":      {"leader, lag, due streams, trim, backlog, quarantine, last runs (--json); --fleet: members, stars per member, unowned stars, moves; --check: exit non-zero when the star needs an operator", cmdStatus, db, "auditor status --star s1 --check --max-quarantined 0"},
+		"ls":          {"list the catalog entries of the star's streams (--stream ID: one): key, records, revision, size, class, bucket (--json); reads only", cmdLs, db, "auditor ls --star s1 --stream 0f3c2b1a-0000-4000-8000-000000000001 --json"},
+		"verify":      {"fsck of the catalog: every entry's object exists, decodes, and tiles its stream; --strays: also the objects no metadata names", cmdVerify, append(slices.Clip(db), exitFindings), "auditor verify --star s1 --sample 0.01 --rate 50MiB"},
+		"reconcile":   {"rebuild the star's metastore view from its object store after a restore (--apply; a dry run without)", cmdReconcile, append(slices.Clip(db), exitFindings), "auditor reconcile --star s1 --apply"},
+		"doctor":      {"check the metastore and every bucket before deploying: one line per check (--json)", cmdDoctor, append(slices.Clip(db), exitFindings), "auditor doctor --star s1 --json"},
+		"completion":  {"print a shell completion script (completion bash)", cmdCompletion, []int{exitOK, exitUsage}, "source <(auditor completion bash)"},
 	}
 }
 

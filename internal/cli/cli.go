@@ -98,12 +98,14 @@ func Usage(prog string, w io.Writer, summaries map[string]string) {
 // prints the flag list.
 type Flags struct {
 	*flag.FlagSet
-	// Footer is printed by -h after the flags (a command's exit codes).
-	Footer string
-	stdout io.Writer
-	src    config.Sources
-	file   *string
-	shared map[string]string // the configuration keys bound as flags, and their placeholders
+	// Synopsis is printed by -h under the usage line (the command's
+	// one-line summary); Footer after the flags (an example, exit codes).
+	Synopsis string
+	Footer   string
+	stdout   io.Writer
+	src      config.Sources
+	file     *string
+	shared   map[string]string // the configuration keys bound as flags, and their placeholders
 }
 
 // NewFlags returns the flags of the subcommand name ("auditor run") with
@@ -186,6 +188,9 @@ func (f *Flags) PrintHelp(w io.Writer) {
 		}
 	})
 	fmt.Fprintf(w, "usage of %s:\n", f.Name())
+	if f.Synopsis != "" {
+		fmt.Fprintf(w, "  %s\n\n", f.Synopsis)
+	}
 	for _, fl := range own {
 		name, usage := flag.UnquoteUsage(fl)
 		printFlag(w, fl.Name, strings.ToUpper(name), usage, fl.DefValue)
