@@ -28,42 +28,14 @@ type SlotReads struct {
 }
 
 // DefaultSlotReadGap is what one ranged GET is taken to be worth in bytes
-// read for nothing, and it bounds the waste of a slot's merged ranges. The
-// wanted runs of a slot are merged across the gaps between them, smallest
-// gap first, and a gap is bridged only when it is at most Gap and the
-// range it makes wastes (spans without wanting) at most its wanted bytes
-// or Gap, whichever is more: a range reads at most twice its wanted bytes,
-// or its wanted bytes and Gap when they are fewer than Gap.
-//
-// A bridged gap saves one request. In region S3 bills no transfer and a
-// GET $0.0004 a thousand, and the ranges of a slot are read at once (the
-// pieces of an output are), so what a request costs beyond its price is
-// the CPU of making it (and, on a store 30 ms away, a round trip), against
-// that of receiving the bytes a bridge wastes. What the gap alone misses
-// is that wasted bytes repeat: the chunks between due ones belong to
-// streams held in transit or settled already, and are spanned again on
-// every cycle in which a stream beside them is due, while wanted bytes are
-// read once, when their stream settles. With the gap rule alone (256 KiB,
-// as first written) a slot's range spanned almost the whole slot once its
-// due chunks were denser than one per gap, and a slot was read again on
-// every cycle while it held anything: the long tail's fetched bytes per
-// new byte reached 17 to 35. Bounding each range's waste by its wanted
-// bytes bounds a cycle's bytes read by about twice the bytes it reads for
-// settling plus a gap per range, however long streams are held.
-//
-// With that bound, 256 KiB is the width: the tail-growth rule's cohorts
-// (catalog.DuePolicy) cut a slot into one stretch per cohort (a slot's
-// chunks are in stream-ID order), and a stretch's trickle streams are let
-// go together at their cohort's turn, so the waste between them is paid
-// once a turn, not every cycle. Against 64 KiB (measured by make
-// bench-tail at its default shape, docs/measurements.md) it halved the
-// long tail's GETs (10,522 to 4,955 over the run: 1.32 to 1.15 S3
-// requests per object), for 1.6 to 1.9 fetched bytes per new byte. A dense slot (due chunks between others
-// no larger) is still one range, and merging the smallest gaps first
-// spends the waste where it saves the most requests (a gap refused is
-// tried again once the ranges beside it grew); where due chunks are
-// sparse, their ranges are read apart, at worst a GET a piece, as without
-// slot reads.
+// read for nothing. A slot's wanted runs are merged across the gaps
+// between them, smallest gap first (spending the waste where it saves the
+// most requests); a gap is bridged only when it is at most Gap and the
+// range it makes wastes at most its wanted bytes or Gap, whichever is
+// more. The waste bound is there because wasted bytes are read again on
+// every cycle a neighbouring stream is due, wanted bytes once; the width
+// suits the tail-growth rule's cohorts, which lie together in a slot.
+// Figures and history: docs/measurements.md#figures-behind-the-code.
 const DefaultSlotReadGap = 256 << 10
 
 // WithSlotReads returns a reader over the same topology and footer cache

@@ -9,11 +9,10 @@ import (
 )
 
 // The set paths of the batched statements (docs/architecture.md#batches).
-// Run stream by stream, a grouped commit costs ten round trips per stream
-// and the intents five: most of the auditor's CPU for a small object, and
-// as many statements for Postgres to parse, plan and log. The set paths
-// run the same checks and the same changes over arrays, a dozen statements
-// for the whole group:
+// Run stream by stream, a grouped commit and the intents cost several
+// round trips per stream, each a statement for Postgres to parse, plan
+// and log. The set paths run the same checks and the same changes over
+// arrays, a dozen statements for the whole group:
 //
 //   - every check that can refuse one stream alone runs first, before any
 //     change, and a stream it refuses is left out with the error the

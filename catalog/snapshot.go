@@ -9,15 +9,12 @@ import (
 
 // A read snapshot groups a caller's reads into one read-only, repeatable
 // read transaction: one commit and one consistent view instead of one
-// implicit transaction per statement. The daemon's gauge refresh and admin
-// poll read a dozen rows of each star every tick, and on a fleet of idle
-// stars those commits were most of its load on the shared metastore.
-//
-// The snapshot travels in the context, so the reads keep their signatures
-// (and the callers' small interfaces keep theirs). Only the reads that say
-// so join it (db.reader, db.readTx); writes open their own transactions on
-// the pool as always. A snapshot's transaction serves one goroutine: fn
-// must not read from several at once.
+// implicit transaction per statement, for the daemon's gauge refresh and
+// admin poll, which read a dozen rows of each star every tick. The
+// snapshot travels in the context, so the reads keep their signatures.
+// Only the reads that say so join it (db.reader, db.readTx); writes open
+// their own transactions on the pool as always. A snapshot's transaction
+// serves one goroutine: fn must not read from several at once.
 
 // snapshotKey is the context key of a snapshot; its value is a *snapshot.
 type snapshotKey struct{}

@@ -14,7 +14,7 @@ var ErrNotFound = errors.New("not found")
 
 // The chain classes (nova.stars.chain_class): where a star's slots live
 // and how soon its streams are due. Which buckets hold each class is
-// bundle.Topology's; how soon, DuePolicy's.
+// objstore.StarTopology's; how soon, DuePolicy's.
 const (
 	ClassStandard = "standard"
 	ClassExpress  = "express"

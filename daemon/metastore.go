@@ -17,7 +17,7 @@ type Metastore interface {
 	Leases
 	Ledger
 	Requests
-	Health
+	Readiness
 	Gauges
 	StatusReader
 }
@@ -59,9 +59,9 @@ type Requests interface {
 	Listen(ctx context.Context) (*catalog.Listener, error)
 }
 
-// Health is what /readyz and the guard check (http.go, guard.go), and
-// what the leader records of its own running for status.
-type Health interface {
+// Readiness is what /readyz and the guard check of the metastore (http.go,
+// guard.go), and what the leader records of its own running for status.
+type Readiness interface {
 	Ping(ctx context.Context) error
 	CheckSchema(ctx context.Context) error
 	RecordRuntime(ctx context.Context, f catalog.Fence, version string, p catalog.DuePolicy, reapGrace time.Duration) error

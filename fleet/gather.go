@@ -94,8 +94,9 @@ func (s *Slots) Release() {
 	s.m.CyclesHeld.Set(float64(len(s.ch)))
 }
 
-// Health is what /readyz checks.
-type Health interface {
+// ReadyChecker is what /readyz checks: the database answers at this
+// binary's schema.
+type ReadyChecker interface {
 	Ping(ctx context.Context) error
 	CheckSchema(ctx context.Context) error
 }
@@ -104,7 +105,7 @@ type Health interface {
 // and its stars'), /healthz, /readyz (the database answers at this
 // binary's schema) and /status (the stars it leads, as JSON; auditor
 // status --fleet shows the whole fleet).
-func (mb *Member) Handler(h Health) http.Handler {
+func (mb *Member) Handler(h ReadyChecker) http.Handler {
 	mux := http.NewServeMux()
 	if mb.cfg.Pprof {
 		daemon.HandlePprof(mux)

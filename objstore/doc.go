@@ -10,7 +10,8 @@
 //     planner (PlanParts, property-tested against an exhaustive search),
 //     S3 encoding of CRC-32C, the storage Topology (topology.go: the
 //     standard bucket, a BucketSet per slot class, the zone Health they
-//     share for reads, copy sources and deletes), the Instrument wrapper
+//     share for reads, copy sources and deletes; StarTopology, the bucket
+//     policy of a star's classes), the Instrument wrapper
 //     and its Metrics, and the backends' configurations;
 //   - s3store: the S3 backend (retry policy, plan execution, resume, the
 //     checksum probe);

@@ -12,14 +12,15 @@ import (
 // and handed to every step: the standard bucket (every settled object),
 // the bucket set that holds the slots of each class, and the zone health
 // that slot reads, copy sources and deletes all record into and order by.
-// The class names are the caller's; objstore does not interpret them.
+// The class names are the caller's; StarTopology is the bucket policy of a
+// star's two classes.
 type Topology struct {
 	store    Store
 	standard string
 	classes  map[string]*BucketSet
 	health   *Health
 	// unset names the classes the caller knows but gave no buckets, with
-	// how to configure them (Unconfigured).
+	// how to configure them (unconfigured).
 	unset map[string]string
 }
 
@@ -55,10 +56,37 @@ func NewTopology(store Store, standard string, classes map[string][]ZoneBucket, 
 	return t, nil
 }
 
-// Unconfigured names a class the caller knows of but gave no buckets, and
+// ClassNames are the caller's names of a star's two slot classes (the
+// metastore's chain classes), for StarTopology.
+type ClassNames struct{ Standard, Express string }
+
+// StarTopology is the one statement of the bucket policy
+// (docs/architecture.md#buckets-and-zone-health): the standard bucket
+// holds every settled object and the slots of the standard class; the
+// slots of the express class are in every bucket of the express set,
+// reads and copies preferring localZone's bucket. With no express set the
+// express class is left unconfigured: a read, copy or delete of an express
+// slot fails naming expressHow (how to configure it, e.g. a flag). health
+// is the zone health every set shares (nil: a fresh one).
+func StarTopology(store Store, names ClassNames, standard string, express []ZoneBucket, localZone, expressHow string, health *Health) (*Topology, error) {
+	classes := map[string][]ZoneBucket{names.Standard: {{Bucket: standard}}}
+	if len(express) > 0 {
+		classes[names.Express] = express
+	}
+	t, err := NewTopology(store, standard, classes, localZone, health)
+	if err != nil {
+		return nil, err
+	}
+	if len(express) == 0 {
+		t.unconfigured(names.Express, expressHow)
+	}
+	return t, nil
+}
+
+// unconfigured names a class the caller knows of but gave no buckets, and
 // how an operator gives it some (a flag): a read, copy or delete of that
 // class fails saying so, where an unknown class fails as unknown.
-func (t *Topology) Unconfigured(class, how string) { t.unset[class] = how }
+func (t *Topology) unconfigured(class, how string) { t.unset[class] = how }
 
 // Store is the store every bucket of the topology is on.
 func (t *Topology) Store() Store { return t.store }

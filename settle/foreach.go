@@ -11,17 +11,10 @@ import (
 // each taking the next index until none is left or a call fails: the
 // first error is returned, the context fn gets is cancelled then, and no
 // index is taken after it. A single index runs on the caller's goroutine.
-//
-// It is errgroup's Go without a goroutine per item: an item's work goes
-// down the SDK's deep call chains, and a new goroutine grows its stack
-// from the start for each (runtime.newstack was about an eighth of a
-// long-tail cycle's CPU). A worker's stack, grown once, serves its items,
-// and an object's single piece to read (the common case) is read without
-// a goroutine. A batch's streams (settleBatch) keep a goroutine each: all
-// of a batch's PUTs then wait for the settle's slots at once, finish
-// together and commit in few groups; on workers they interleaved with the
-// next batch's plans, and the long-tail benchmark measured more commits
-// (0.14 to 0.17 per object) and more CPU, not less.
+// Unlike errgroup's Go it starts no goroutine per item, so a worker's
+// stack, grown once down the SDK's deep call chains, serves its items. A
+// batch's streams (settleBatch) keep a goroutine each so their PUTs finish
+// and commit together (docs/measurements.md#figures-behind-the-code).
 func forEach(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
 	switch {
 	case n <= 0:

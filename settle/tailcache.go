@@ -36,31 +36,13 @@ const tailSegments = 32
 const tailSegmentMin = 64 << 10
 
 // TailCache holds the bytes of the settled objects below the copy floor
-// that this process published (docs/architecture.md#settled-tail-cache):
-// the next settle of the stream rewrites its standing tail, and reads it
-// from here instead of the store. It is the Settler's, across cycles, and
-// bounded in bytes (least recently used out). Settled keys are create-once
-// and revisioned, so the bytes a successful PUT of this process wrote are
-// the stored object's for as long as the key exists; the reader checks
-// them against the catalog entry anyway, and every chunk's CRC before its
-// bytes are uploaded again.
-//
-// With a spill directory, an entry the memory budget evicts is written to
-// disk instead of being forgotten, within a disk budget: a star of many
-// trickle streams keeps far more standing tails than memory holds, and
-// each is read again only when its stream next settles, long after. The
-// disk is a log of segments (files of up to segBytes, written at the
-// end, each write one pwrite and each read one pread on a file held
-// open; a tail larger than a segment gets one of its own): a file a tail
-// cost an open, a write, a close and an unlink per spilled tail, about a
-// fifth of a long-tail cycle's CPU. A segment is removed when its last
-// entry is dropped (a tail is dropped when its stream's
-// next settle supersedes it, so segments empty in the order they were
-// written), and when the disk budget is full the oldest segment goes
-// whole, with its entries still held (first in, first out: an entry that
-// waited that long is the likeliest to wait longer). A spilled entry is
-// only ever read back as a candidate: the same checks apply, and bytes
-// that disagree are dropped and read from the store.
+// that this process published, so the next settle of the stream rewrites
+// its standing tail from here instead of the store. It is the Settler's,
+// across cycles, bounded in bytes (least recently used out), and with a
+// spill directory keeps what memory evicts in a log of segment files on
+// disk (docs/architecture.md#settled-tail-cache, "Spill"). Settled keys
+// are create-once, so cached bytes stay the object's; the reader checks
+// them anyway, as it does spilled bytes, and drops any that disagree.
 type TailCache struct {
 	limit int64 // memory: bytes held in memory, plus every entry's key and overhead
 

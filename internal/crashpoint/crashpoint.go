@@ -1,5 +1,5 @@
 // Package crashpoint places named crash points at every boundary of the
-// auditor cycle (issue "Prove it"): NOVA_AUDITOR_CRASHPOINT=name[:n] makes
+// auditor cycle: NOVA_AUDITOR_CRASHPOINT=name[:n] makes
 // the process kill itself with SIGKILL at the n-th hit of that point (n
 // defaults to 1). NOVA_AUDITOR_PAUSEPOINT=name[:n] makes it stop itself
 // with SIGSTOP there instead, until a SIGCONT: a leader frozen at that step

@@ -79,10 +79,14 @@ func TestReadmeLayoutMatchesFolders(t *testing.T) {
 // the zone health they share) is built in one place, cmd/internal/wire,
 // and handed to the steps; test support and objstore's own contract suite
 // build theirs from it, and only the binary makes the health it shares.
+// The bucket policy is stated once, by objstore.StarTopology: bundle.Topology
+// applies it under the metastore's classes, and nothing else builds a
+// topology of classes of its own (objstore's contract suite excepted).
 func TestOneTopology(t *testing.T) {
 	root := repoRoot(t)
 	allowed := map[string][]string{
-		"objstore.NewTopology(":  {"bundle/", "objstore/storetest/"}, // bundle.Topology: the one slot-class policy
+		"objstore.StarTopology(": {"bundle/"},             // under the metastore's class names
+		"objstore.NewTopology(":  {"objstore/storetest/"}, // the contract's own classes
 		"bundle.Topology(":       {"cmd/internal/wire/", "internal/testenv/teststore/"},
 		"objstore.NewBucketSet(": {},
 		"objstore.NewHealth(":    {"cmd/auditor/"},

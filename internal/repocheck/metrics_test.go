@@ -22,7 +22,7 @@ import (
 
 // metricPackages are the packages that define metrics, each with the
 // constructor that registers them, called as `auditor serve` does
-// (cmd/auditor/serve.go and buildCycle in cmd/auditor/wire.go): the
+// (cmd/auditor/serve.go and buildCycle in cmd/auditor/steps.go): the
 // per-star series into the registry wrapped with the star's label (star),
 // the fleet member's into the process's registry itself (process: they are
 // registered once per process, and the two per-star fleet gauges carry

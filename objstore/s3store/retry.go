@@ -16,20 +16,11 @@ import (
 )
 
 // sdkStackReserve is the goroutine stack an S3 request makes sure of before
-// the SDK runs (reserveStack): the SDK's middleware chain runs more than a
-// hundred frames deep (113 at the transport), and net/http below it. A
-// goroutine starts with a small stack (Go sizes it from the average stack
-// it scans, and most of this process's goroutines are shallow), so a
-// request in a fresh goroutine, as the settle's per-stream work is, grew
-// its stack three or four times on the way down, each time copying and
-// adjusting every frame already on it: 16 % of the auditor's CPU profile
-// for small objects (make bench-tail, concurrency 64). Grown once at the
-// top, where the stack holds a few frames, it is one copy of those few:
-// the stack work fell to some 7 % of the profile, the reservation's
-// included, and the auditor's CPU per object by 7 %. A stack that already
-// has the room does not grow; the collector may halve an idle one again
-// (a worker between requests, a request in its backoff), and the next
-// reservation grows it back while shallow.
+// the SDK runs (reserveStack). The SDK's middleware chain and net/http run
+// deep, and a fresh goroutine's small stack would otherwise grow several
+// times on the way down, copying every frame each time; grown once at the
+// top, where the stack is shallow, it is one small copy. What it saved:
+// docs/measurements.md#figures-behind-the-code.
 const sdkStackReserve = 32 << 10
 
 // reserveStack makes sure the calling goroutine's stack has about
@@ -37,10 +28,7 @@ const sdkStackReserve = 32 << 10
 // doubles a stack until the frame fits) while it is shallow. Its frame is
 // the reservation: the array is written and read at a place the compiler
 // cannot know (seed, never negative), so the frame keeps it. Each call
-// zeroes the 32 KiB; on a fresh stack that first touches its pages, which
-// the SDK's frames would touch anyway (the reservation, its growth
-// included, was 6 % of the profile above, where the growth it avoids had
-// been 16 %).
+// zeroes the 32 KiB, pages the SDK's frames would touch anyway.
 //
 //go:noinline
 func reserveStack(seed int) byte {

@@ -70,14 +70,10 @@ func StoreWithPutChecksum(ctx context.Context, cfg config.Config, alg objstore.C
 	return s, nil
 }
 
-// Topology builds the storage topology the steps share
-// (docs/architecture.md#buckets-and-zone-health): the standard bucket
-// (--bucket) holds every settled object and the slots of a standard chain;
-// the slots of an express chain are in every bucket of the express set
-// (--s3-express-buckets), reads preferring the bucket of --location. The
-// express class is absent when no express set is configured: a read, copy
-// or delete of an express slot then fails naming it. health is the zone
-// health every set shares (nil: a fresh one).
+// Topology builds the storage topology the steps share from the
+// configuration: --bucket, --s3-express-buckets and --location given to
+// bundle.Topology, whose policy objstore.StarTopology states. health is
+// the zone health every set shares (nil: a fresh one).
 func Topology(cfg config.Config, store objstore.Store, health *objstore.Health) (*objstore.Topology, error) {
 	if cfg.Bucket == "" {
 		return nil, &config.Error{Field: "bucket", Msg: "no standard bucket"}
