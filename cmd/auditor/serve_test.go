@@ -361,12 +361,30 @@ func blockRuns(t *testing.T, url string) (release func()) {
 }
 
 // startBlockedCycle triggers a cycle and waits until the leader took the
-// request, i.e. the cycle is starting (and blocks on the ledger lock).
+// request, i.e. the cycle is starting (and blocks on the ledger lock):
+// trigger --wait would wait for the cycle to finish, which it cannot here.
 func startBlockedCycle(t *testing.T, url string) {
 	t.Helper()
-	if code, out, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url, "--wait", "5s"); code != 0 {
+	if code, out, errs := runCLI(t, "trigger", "--star", "s1", "--database-url", url); code != 0 {
 		t.Fatalf("trigger: %d %q %q", code, out, errs)
 	}
+	db, err := catalog.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	eventually(t, 5*time.Second, "the trigger taken by the leader", func() bool {
+		reqs, err := db.AdminRequests(context.Background(), "s1", false, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range reqs {
+			if r.Kind == catalog.AdminTrigger && r.TakenAt != nil {
+				return true
+			}
+		}
+		return false
+	})
 	time.Sleep(300 * time.Millisecond)
 }
 
