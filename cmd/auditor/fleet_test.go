@@ -380,7 +380,9 @@ func TestFleetServesEveryStar(t *testing.T) {
 	e.settled()
 
 	runs := e.checkOneLeader()
-	e.checkLiveness(runs)
+	// Kills and drains one at a time leave a member under its cap: the
+	// favourite, or any member after the grace, claims a lost star.
+	e.checkLiveness(runs, fleetGrace)
 
 	e.checkData()
 }
@@ -436,10 +438,11 @@ func (e *fleetEnv) checkOneLeader() int {
 	return runs
 }
 
-// checkLiveness: no star unowned past the grace plus one round (plus a
-// second of a loaded 2-core machine's slack), or, while a member was
-// paused, plus the lease ttl the server takes to end its transaction.
-func (e *fleetEnv) checkLiveness(runs int) {
+// checkLiveness: no star unowned past grace (the bound of the test's
+// schedule), plus one round and a second of a loaded 2-core machine's
+// slack, or, while a member was paused, plus the lease ttl the server
+// takes to end its transaction.
+func (e *fleetEnv) checkLiveness(runs int, grace time.Duration) {
 	t := e.t
 	e.mu.Lock()
 	longest, which := time.Duration(0), ""
@@ -455,10 +458,10 @@ func (e *fleetEnv) checkLiveness(runs int) {
 	t.Logf("fleet figures: %d runs, %d moves %v, longest unowned %s (%s), %s while a member was paused; imbalance over time: %s",
 		runs, len(all), byReason(all), longest.Round(10*time.Millisecond), which, paused.Round(10*time.Millisecond),
 		strings.Join(spreads, "; "))
-	if bound := fleetGrace + fleetTick + time.Second; longest > bound {
-		t.Errorf("star %s was unowned for %s, beyond the grace plus one round (%s)", which, longest, bound)
+	if bound := grace + fleetTick + time.Second; longest > bound {
+		t.Errorf("star %s was unowned for %s, beyond %s plus one round (%s)", which, longest, grace, bound)
 	}
-	if bound := fleetGrace + fleetTick + fleetTTL + time.Second; paused > bound {
+	if bound := grace + fleetTick + fleetTTL + time.Second; paused > bound {
 		t.Errorf("a star was unowned for %s while a member was paused, beyond the grace, a round and the ttl (%s)", paused, bound)
 	}
 }
@@ -573,7 +576,12 @@ func TestFleetSoak(t *testing.T) {
 	stopWriter()
 	stopWatch()
 	e.settled()
-	e.checkLiveness(e.checkOneLeader())
+	// The soak's scaling can leave every live member at its cap (a scale
+	// down, a kill before the dead member's row expires): a lost star then
+	// waits for the liveness rule, twice the grace, the bound
+	// docs/architecture.md gives (the fleet, liveness by expiry). Measured
+	// 3.97 to 4.12 s in 3-minute soaks, over the grace plus a round.
+	e.checkLiveness(e.checkOneLeader(), 2*fleetGrace)
 	e.checkData()
 }
 
