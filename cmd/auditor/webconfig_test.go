@@ -1,17 +1,10 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +16,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/nova/auditor/daemon"
+	"github.com/nova/auditor/internal/testenv"
 )
 
 // The basic auth user of the web configurations the tests write.
@@ -31,51 +25,19 @@ const (
 	webPassword = "scrape-secret"
 )
 
-// writeWebTLS generates a CA and a server certificate it signed for
-// 127.0.0.1 and localhost, writes the server's certificate and key as
-// server.pem and server-key.pem into dir, and returns the pool of the CA.
+// writeWebTLS writes a server certificate for 127.0.0.1 and localhost,
+// issued by a new test CA (testenv.CA), as server.pem and server-key.pem
+// into dir, and returns the pool of the CA.
 func writeWebTLS(t *testing.T, dir string) *x509.CertPool {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nova test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "auditor"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(dir, "server.pem"), string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER})))
-	writeFile(t, filepath.Join(dir, "server-key.pem"), string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})))
+	ca := testenv.NewCA(t)
+	certPEM, keyPEM := ca.Issue(t, "127.0.0.1", "localhost")
+	writeFile(t, filepath.Join(dir, "server.pem"), string(certPEM))
+	writeFile(t, filepath.Join(dir, "server-key.pem"), string(keyPEM))
 	pool := x509.NewCertPool()
-	pool.AddCert(ca)
+	if !pool.AppendCertsFromPEM(ca.PEM()) {
+		t.Fatal("the test CA's certificate does not parse")
+	}
 	return pool
 }
 
