@@ -12,9 +12,6 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
-	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/filestore"
-	"github.com/nova/auditor/sim"
 )
 
 // absorbRecords gives stream id of star s1 n records (one flight at seq),
@@ -141,22 +138,7 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 func TestEraseDryRunAndWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, db := migratedDBNoStar(t)
-	root := t.TempDir()
-	fs, err := filestore.New(objstore.FileConfig{Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fs.CreateBucket("nova"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 2, Content: sim.DefaultContent(6)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 6,
-		FlightBytes: 32 << 10, FlightInterval: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	url, db, _, root := writtenFileStar(t, 2, 6, 6)
 	common := []string{"--star", "s1", "--database-url", url, "--fs-root", root, "--data-dir", filepath.Join(root, "data")}
 	runArgs := append([]string{"run", "--once", "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--reap-grace", "0s",
 		"--log-level", "warn"}, common...)

@@ -8,14 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/testenv"
-	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/objstore/filestore"
-	"github.com/nova/auditor/sim"
 )
 
 // TestLsListsTheCatalogReadOnly: after a cycle settled a star, auditor ls
@@ -26,22 +22,7 @@ import (
 func TestLsListsTheCatalogReadOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, db := migratedDBNoStar(t)
-	root := t.TempDir()
-	fs, err := filestore.New(objstore.FileConfig{Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fs.CreateBucket("nova"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: 3, Content: sim.DefaultContent(7)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: 4,
-		FlightBytes: 32 << 10, FlightInterval: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	url, db, _, root := writtenFileStar(t, 3, 7, 4)
 	if code, out, errs := runCLI(t, "run", "--once", "--star", "s1", "--database-url", url, "--fs-root", root,
 		"--data-dir", t.TempDir(), "--denorm-linger", "0s", "--log-level", "warn"); code != 0 {
 		t.Fatalf("run --once: %d %q %q", code, out, errs)

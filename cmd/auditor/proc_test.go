@@ -27,6 +27,9 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
+	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/objstore/filestore"
+	"github.com/nova/auditor/sim"
 )
 
 // Helpers for tests that run real `auditor serve` processes.
@@ -470,4 +473,29 @@ func dbHostPort(t *testing.T, dbURL string) string {
 		return net.JoinHostPort(u.Hostname(), "5432")
 	}
 	return u.Host
+}
+
+// writtenFileStar is a fresh migrated database with star s1 of streams
+// streams (content seeded by seed) and flights flights of 32 KiB written by
+// the write path to a file store (bucket nova) under root.
+func writtenFileStar(t *testing.T, streams int, seed uint64, flights int64) (url string, db *catalog.DB, fs *filestore.Store, root string) {
+	t.Helper()
+	ctx := context.Background()
+	url, db = migratedDBNoStar(t)
+	root = t.TempDir()
+	fs, err := filestore.New(objstore.FileConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.CreateBucket("nova"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Setup(ctx, db, sim.SetupOptions{Star: "s1", Streams: streams, Content: sim.DefaultContent(seed)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Write(ctx, db, sim.Storage{Store: fs, Standard: "nova"}, sim.WriteOptions{Star: "s1", Flights: flights,
+		FlightBytes: 32 << 10, FlightInterval: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	return url, db, fs, root
 }
