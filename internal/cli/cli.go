@@ -203,8 +203,9 @@ func flagError(c *cobra.Command, err error) error {
 // the help lists apart, below its own.
 type Flags struct {
 	*pflag.FlagSet
-	src  config.Sources
-	file *string
+	shared *pflag.FlagSet
+	src    config.Sources
+	file   *string
 }
 
 // NewFlags binds --config and every configuration key, or only the named
@@ -212,7 +213,7 @@ type Flags struct {
 // the keys' environment variables.
 func NewFlags(cmd *cobra.Command, getenv func(string) string, only ...string) *Flags {
 	shared := cmd.PersistentFlags()
-	f := &Flags{FlagSet: cmd.Flags(), src: config.Sources{Getenv: getenv, Flags: map[string]string{}, Only: only}}
+	f := &Flags{FlagSet: cmd.Flags(), shared: shared, src: config.Sources{Getenv: getenv, Flags: map[string]string{}, Only: only}}
 	f.file = new(string)
 	shared.VarP(&keyValue{placeholder: "FILE", set: func(v string) error { *f.file = v; return nil }}, "config", "",
 		"YAML configuration file (keys are the flag names). In every source, durations take Go's units and days and weeks (30s, 5m, 24h, 30d, 1d12h, 2w) and sizes binary units (K/KiB, M/MiB, G/GiB, T/TiB: 1G = 2^30 bytes), converted to the unit a key's name says")
@@ -293,5 +294,17 @@ func (f *Flags) Load(args []string, require ...string) (config.Config, error) {
 	return cfg, cfg.Require(require...)
 }
 
+// Lookup returns the flag name, the command's own or a configuration
+// key's (cobra merges the two sets only when it parses).
+func (f *Flags) Lookup(name string) *pflag.Flag {
+	if fl := f.FlagSet.Lookup(name); fl != nil {
+		return fl
+	}
+	return f.shared.Lookup(name)
+}
+
 // Given reports whether the flag name was given on the command line.
-func (f *Flags) Given(name string) bool { return f.Changed(name) }
+func (f *Flags) Given(name string) bool {
+	fl := f.Lookup(name)
+	return fl != nil && fl.Changed
+}
