@@ -130,7 +130,7 @@ func warnNoLeader(ctx context.Context, e env, db leaseLookup, star string) {
 // outcome (waitTrigger).
 func cmdTrigger(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
-	fs.String("stream", "", "settle this stream (uuid or 32 hex digits) now, regardless of linger")
+	fs.String("stream", "", "settle the stream `ID` (uuid or 32 hex digits) now, regardless of linger")
 	wait := fs.Bool("wait", false, "wait until a cycle has finished the request and exit with its outcome: 0 done, 1 failed (or its cycle failed or halted, or the star is halted), 7 past --timeout (--wait 30s: --wait --timeout 30s)")
 	timeout := fs.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
 	return func(ctx context.Context, args []string) int {
@@ -215,7 +215,7 @@ func cmdResume(e env, c *cobra.Command) runFunc {
 
 func cmdRelease(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
-	fs.String("stream", "", "the quarantined stream (uuid or 32 hex digits) to release")
+	fs.String("stream", "", "release the quarantined stream `ID` (uuid or 32 hex digits)")
 	return func(ctx context.Context, args []string) int {
 		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
 		if code >= 0 {
@@ -253,7 +253,7 @@ func cmdStatus(e env, c *cobra.Command) runFunc {
 	asJSON := fs.Bool("json", false, "print JSON (the same document as GET /status)")
 	fleet := fs.Bool("fleet", false, fleetJSONHelp)
 	check := fs.Bool("check", false, "after the status, exit non-zero when the star needs an operator: halted, no live leader, paused, quarantine past --max-quarantined (the codes below; each condition on stderr)")
-	maxQuarantined := fs.Int("max-quarantined", 0, "with --check: the quarantined streams and slots tolerated (0: any fails the check)")
+	maxQuarantined := fs.Int("max-quarantined", 0, "with --check: tolerate `N` quarantined streams and slots (0: any fails the check)")
 	return func(ctx context.Context, args []string) int {
 		cfg, err := fs.Load(args)
 		switch {
@@ -329,10 +329,10 @@ func cmdVerify(e env, c *cobra.Command) runFunc {
 	// the metastore is opened.
 	fs := newFlags(e, c)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	concurrency := fs.Int("concurrency", 4, "objects read at once")
+	concurrency := fs.Int("concurrency", 4, "read `N` objects at once")
 	strays := fs.Bool("strays", false, "also list the star's streams' settled prefixes and its chain for objects no metadata names (strays): each is a finding")
-	fs.String("stream", "", "verify this stream only (hex stream ID)")
-	sample := fs.Float64("sample", 1, "verify this fraction of the objects, chosen at random (tiling is checked for every stream)")
+	fs.String("stream", "", "verify the stream `ID` only (uuid or 32 hex digits)")
+	sample := fs.Float64("sample", 1, "verify this `FRACTION` of the objects, chosen at random (tiling is checked for every stream)")
 	fs.SizeVar(&rate, "rate", 0, "read at most this many bytes per second (like 64MiB; 0: unpaced)")
 	fs.SizeVar(&window, "window", 4<<20, "most chunk bytes held per object read (like 4MiB): memory is at most --concurrency x (footer + max(window, the longest record))")
 	return func(ctx context.Context, args []string) int {

@@ -48,7 +48,7 @@ const doctorBucketTimeout = 2 * time.Minute
 func cmdDoctor(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
-	members := fs.Int("fleet-members", 0, "judge the connections of this many fleet members at --fleet-max-conns (0: of this star's serve, at its pool)")
+	members := fs.Int("fleet-members", 0, "judge the connections of `N` fleet members at --fleet-max-conns (0: of this star's serve, at its pool)")
 	return func(ctx context.Context, args []string) int {
 		cfg, err := fs.Load(args, "star", "database-url")
 		if err != nil {

@@ -65,9 +65,9 @@ type RecordRange struct {
 // (planErasure); --wait waits until it is applied (waitErasure).
 func cmdErase(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
-	fs.String("stream", "", "the stream (uuid or 32 hex digits) whose records are erased")
-	from := fs.Int64("from", 0, "the first record erased")
-	count := fs.Int64("count", 0, "how many records are erased, from --from")
+	fs.String("stream", "", "the stream `ID` (uuid or 32 hex digits) whose records are erased")
+	from := fs.Int64("from", 0, "the first `RECORD` erased")
+	count := fs.Int64("count", 0, "erase `N` records, from --from")
 	asJSON := fs.Bool("json", false, "print the erasure as JSON")
 	dryRun := fs.Bool("dry-run", false, "record nothing: print the objects (keys, revisions, record ranges) and records the erasure would rewrite")
 	wait := fs.Bool("wait", false, "after recording, wait until the erasure is applied (erasures.applied_at): exit 0 then, 7 past --timeout")

@@ -35,11 +35,11 @@ func defineInspectFlags(fs *pflag.FlagSet) inspectFlags {
 	return inspectFlags{
 		asJSON:  fs.Bool("json", false, "print one JSON document instead of the human summary"),
 		records: fs.Bool("records", false, "add every record's length, timestamp, batch end, header count and content bytes"),
-		key:     fs.String("key", "", "the object's key (slot or settled, store prefix allowed): kind and expectations come from it; without FILE, the object is fetched from the configured store"),
+		key:     fs.String("key", "", "the object's `KEY` (slot or settled, store prefix allowed): kind and expectations come from it; without FILE, the object is fetched from the configured store"),
 		settled: fs.Bool("settled", false, "assert that FILE is a settled object"),
 		transit: fs.Bool("transit", false, "assert that FILE is a chain slot (flight or poison); needs --epoch and --seq, or --key"),
-		epoch:   fs.Uint64("epoch", 0, "with --transit: the slot epoch of the slot's key"),
-		seq:     fs.Uint64("seq", 0, "with --transit: the seq of the slot's key"),
+		epoch:   fs.Uint64("epoch", 0, "with --transit: the slot `EPOCH` of the slot's key"),
+		seq:     fs.Uint64("seq", 0, "with --transit: the `SEQ` of the slot's key"),
 	}
 }
 

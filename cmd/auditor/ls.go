@@ -52,7 +52,7 @@ type lsReader interface {
 // --stream), as the metastore holds them; no lease, no write.
 func cmdLs(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
-	fs.String("stream", "", "list this stream (uuid or 32 hex digits) only")
+	fs.String("stream", "", "list the stream `ID` (uuid or 32 hex digits) only")
 	asJSON := fs.Bool("json", false, "print JSON: {star, streams: [{stream, bucket, class, epoch, low_record, settled_through, next_record, entries: [{key, epoch, first_record, record_count, end_record, revision, object_bytes, class, settled_at}]}]}")
 	return func(ctx context.Context, args []string) int {
 		cfg, db, stream, code := adminSetup(ctx, e, fs, args)

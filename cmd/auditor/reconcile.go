@@ -31,8 +31,8 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
 	apply := fs.Bool("apply", false, "change the metastore (default: a dry run that prints what it would change)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	stream := fs.String("stream", "", "reconcile only this stream (uuid or 32 hex digits)")
-	concurrency := fs.Int("concurrency", reconcile.DefaultConcurrency, "how many streams to reconcile at once")
+	stream := fs.String("stream", "", "reconcile only the stream `ID` (uuid or 32 hex digits)")
+	concurrency := fs.Int("concurrency", reconcile.DefaultConcurrency, "reconcile `N` streams at once")
 	return func(ctx context.Context, args []string) int {
 		cfg, err := fs.Load(args, "star", "database-url")
 		if err != nil {

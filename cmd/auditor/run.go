@@ -25,8 +25,8 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
 	once := fs.Bool("once", true, "run one cycle and exit (the only mode of run; serve runs on a schedule)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing. It plans with the policy the star's leader recorded; a policy flag given here overrides it")
-	stream := fs.String("stream", "", "force one stream (uuid or 32 hex digits) due regardless of linger")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (pprof format) to this file")
+	stream := fs.String("stream", "", "force the stream `ID` (uuid or 32 hex digits) due regardless of linger")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (pprof format) to this `FILE`")
 	sweepStrays := fs.Bool("sweep-strays", false, "sweep the strays in this cycle whatever --stray-sweep-every says (docs/architecture.md#strays)")
 	asJSON := fs.Bool("json", false, "with --dry-run: print the policy, the plan and the counts as JSON")
 	return func(ctx context.Context, args []string) int {
