@@ -34,8 +34,8 @@ func TestHelpPerCommand(t *testing.T) {
 			t.Errorf("the shared configuration of migrate -h lacks %q", want)
 		}
 	}
-	// A boolean key takes no value: no placeholder after its name.
-	if !regexp.MustCompile(`\n +--pprof {2,}serve`).MatchString(shared) {
+	// A boolean key takes no value or an attached one: no placeholder.
+	if !regexp.MustCompile(`\n +--pprof\[=true\|false\] {2,}serve`).MatchString(shared) {
 		t.Errorf("the shared configuration of migrate -h does not list --pprof without a placeholder")
 	}
 	if strings.Contains(own, "--denorm-linger") {

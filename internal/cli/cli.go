@@ -237,12 +237,9 @@ func NewFlags(cmd *cobra.Command, getenv func(string) string, only ...string) *F
 			f.src.Flags[name] = v
 			return nil
 		}}
-		fl := shared.VarPF(v, k.Name, "", usage)
-		if k.Bool {
-			// A boolean takes no value (--flag) or an attached one
-			// (--flag=false): a following argument is never its value.
-			fl.NoOptDefVal = "true"
-		}
+		// A boolean (IsBoolFlag) takes no value (--flag) or an attached
+		// one (--flag=false): a following argument is never its value.
+		shared.Var(v, k.Name, usage)
 	}
 	return f
 }
@@ -266,6 +263,10 @@ func (k *keyValue) Set(v string) error {
 	k.v = v
 	return nil
 }
+
+// IsBoolFlag makes a boolean key's flag one pflag's way: it takes no
+// value, or an attached one, and help shows it as --name[=true|false].
+func (k *keyValue) IsBoolFlag() bool { return k.isBool }
 
 // Type is the value's placeholder in help (DURATION, SIZE): pflag prints
 // it after the flag's name; "bool" prints none.
