@@ -19,7 +19,7 @@ func cmdCheck(e env, c *cobra.Command) runFunc {
 		listing bool
 	)
 	fs.BoolVar(&o.SettledOnly, "settled-only", false, "check only records below settled_through, from settled objects (skip refs, slots, chains)")
-	fs.IntVar(&o.Concurrency, "concurrency", 8, "objects read at once")
+	fs.IntVar(&o.Concurrency, "concurrency", 8, "read `N` objects at once")
 	fs.IntVar(&o.MaxFindings, "max-findings", 100, "findings reported in detail (the counts are always complete)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&listing, "list-unreferenced", false, "list the flights no ref names (lost flights, or settled and released)")

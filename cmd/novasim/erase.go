@@ -28,10 +28,10 @@ func cmdErase(e env, c *cobra.Command) runFunc {
 		o           sim.EraseOptions
 		asJSON      bool
 	)
-	fs.StringVar(&stream, "stream", "", "the stream (uuid or 32 hex digits) of the range to erase")
-	fs.Int64Var(&from, "from", 0, "the range's first record")
-	fs.Int64Var(&count, "count", 0, "the range's number of records")
-	fs.IntVar(&o.Random, "random", 0, "record this many erasures of random ranges instead, alternating between settled and unsettled records")
+	fs.StringVar(&stream, "stream", "", "the stream `ID` (uuid or 32 hex digits) of the range to erase")
+	fs.Int64Var(&from, "from", 0, "the range's first `RECORD`")
+	fs.Int64Var(&count, "count", 0, "the range's length, `N` records")
+	fs.IntVar(&o.Random, "random", 0, "record `N` erasures of random ranges instead, alternating between settled and unsettled records")
 	fs.Int64Var(&o.MaxRecords, "max-records", 4, "with --random: most records per erasure")
 	fs.Uint64Var(&o.Seed, "seed", 0, "with --random: seed of the draws (0: random)")
 	fs.BoolVar(&asJSON, "json", false, "print what was recorded as JSON")

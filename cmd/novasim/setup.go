@@ -22,7 +22,7 @@ func cmdSetup(e env, c *cobra.Command) runFunc {
 		seed    uint64
 	)
 	o.Content = def
-	fs.IntVar(&o.Streams, "streams", 100, "streams in all, over both stars")
+	fs.IntVar(&o.Streams, "streams", 100, "`N` streams in all, over both stars")
 	fs.ShareVar(&o.ExpressShare, "express-share", 0, "share of the streams on the express star (0: no express star)")
 	fs.StringVar(&o.ExpressStar, "express-star", "", "name of the express star (default <star>-x)")
 	fs.StringVar(&buckets, "stream-buckets", "b0", "Nova buckets of the streams' settled objects, comma-separated, dealt round-robin")

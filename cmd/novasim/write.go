@@ -92,7 +92,7 @@ type writeFlagValues struct {
 // o, the rest into the returned values.
 func writeFlags(fs *cli.Flags, o *sim.WriteOptions) *writeFlagValues {
 	var v writeFlagValues
-	fs.Int64Var(&o.Flights, "flights", 0, "stop after this many flights are written (per star)")
+	fs.Int64Var(&o.Flights, "flights", 0, "stop after `N` flights are written (per star)")
 	fs.SizeVar(&o.Bytes, "bytes", 0, "stop after this many flight bytes are written (per star; KiB/MiB/GiB suffixes)")
 	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (none of flights, bytes, duration: until interrupted)")
 	fs.DurationVar(&o.FlightInterval, "flight-interval", 200*time.Millisecond, "flush a flight at least this often")
