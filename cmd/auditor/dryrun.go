@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
@@ -101,9 +102,9 @@ func policyKeys() []policyKey {
 // but for those given as flags (fs), and says where each came from. A
 // mix of the leader's values and flags that does not validate (an age
 // cap below a linger) is a configuration error naming the key.
-func leaderPolicy(ctx context.Context, db runtimeReader, cfg *config.Config, fs *flag.FlagSet) (DryRunPolicy, error) {
+func leaderPolicy(ctx context.Context, db runtimeReader, cfg *config.Config, fs *pflag.FlagSet) (DryRunPolicy, error) {
 	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fs.Visit(func(f *pflag.Flag) { given[f.Name] = true })
 	var p DryRunPolicy
 	rt, err := db.GetRuntime(ctx, cfg.Star)
 	switch {

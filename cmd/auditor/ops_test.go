@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -230,18 +231,21 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 		t.Fatalf("--version: %d %q", code, out)
 	}
 	code, script, _ := runCLI(t, "completion", "bash")
-	if code != 0 || !strings.Contains(script, "complete -F _auditor auditor") || !strings.Contains(script, " serve ") {
+	if code != 0 || !strings.Contains(script, "complete -o default -F __start_auditor auditor") || !strings.Contains(script, "__complete") {
 		t.Fatalf("completion bash: %d %q", code, script)
 	}
-	// The script completes flags from `auditor CMD --help`: run it in bash
-	// against the real binary.
+	// The script (cobra's) completes commands and flags by asking the
+	// binary (auditor __complete): run it in bash against the real binary.
+	// It takes _get_comp_words_by_ref from the bash-completion package
+	// where _init_completion is missing; this shim stands in for it.
 	if bash, err := exec.LookPath("bash"); err == nil {
 		dir := t.TempDir()
 		if err := os.Symlink(auditorBinary(t), filepath.Join(dir, "auditor")); err != nil {
 			t.Fatal(err)
 		}
+		const shim = `declare -F _get_comp_words_by_ref >/dev/null || _get_comp_words_by_ref() { cur=${COMP_WORDS[COMP_CWORD]}; prev=${COMP_WORDS[COMP_CWORD-1]}; words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD; }`
 		sh := filepath.Join(dir, "c.sh")
-		if err := os.WriteFile(sh, []byte(script+"\nCOMP_WORDS=(auditor status --js); COMP_CWORD=2; _auditor; echo \"${COMPREPLY[@]}\"\n"), 0o600); err != nil {
+		if err := os.WriteFile(sh, []byte(shim+"\n"+script+"\nCOMP_WORDS=(auditor status --js); COMP_CWORD=2; __start_auditor; echo \"${COMPREPLY[@]}\"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(bash, sh)
@@ -273,7 +277,7 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 			continue
 		}
 		code, script, _ := runCLI(t, "completion", shell)
-		if code != 0 || !strings.Contains(script, "serve") {
+		if code != 0 || !strings.Contains(script, "__complete") {
 			t.Fatalf("completion %s: %d %q", shell, code, script)
 		}
 		dir := t.TempDir()
@@ -287,7 +291,9 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 		cmd := run(dir, path)
 		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "HOME="+dir)
 		out, err := cmd.Output()
-		if err != nil || strings.TrimSpace(string(out)) != want[shell] {
+		// fish prints each candidate with its description after a tab.
+		got := regexp.MustCompile(`\t[^\n]*`).ReplaceAllString(strings.TrimSpace(string(out)), "")
+		if err != nil || got != want[shell] {
 			t.Fatalf("completion %s loaded in %s: %q %v, want %q", shell, shell, out, err, want[shell])
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -194,8 +193,7 @@ func TestReconcileBadInput(t *testing.T) {
 		for _, st := range d.e.streams() {
 			before[st.ID] = streamPrint(t, d, st.ID)
 		}
-		cfg, err := newFlags(env{stdout: io.Discard, stderr: io.Discard, getenv: os.Getenv}, "reconcile").
-			Load(d.e.common, "star", "database-url")
+		cfg, err := loadFlags(d.e.common, "star", "database-url")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,7 +344,7 @@ func TestReconcileRecordsGivenAgain(t *testing.T) {
 	}
 	d.writePastTheFuture()
 
-	cfg, err := newFlags(env{stdout: io.Discard, stderr: io.Discard, getenv: os.Getenv}, "reconcile").Load(d.e.common, "star", "database-url")
+	cfg, err := loadFlags(d.e.common, "star", "database-url")
 	if err != nil {
 		t.Fatal(err)
 	}
