@@ -84,7 +84,7 @@ func normalize(a slog.Attr, jsonOut bool) slog.Attr {
 // its own text or JSON form) into a group of its exported fields.
 func structGroup(x any, jsonOut bool) (slog.Value, bool) {
 	switch x.(type) {
-	case error, fmt.Stringer, json.Marshaler, encoding.TextMarshaler, time.Time:
+	case error, time.Time, fmt.Stringer, json.Marshaler, encoding.TextMarshaler:
 		return slog.Value{}, false
 	}
 	rv := reflect.ValueOf(x)
