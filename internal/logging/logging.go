@@ -43,7 +43,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	}
 	switch format {
 	case "text":
-		h := tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: TimeFormat, NoColor: !tty,
+		h := tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: TimeFormat, NoColor: !tty,
 			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return normalize(a, false) }})
 		return slog.New(&dedup{Handler: h, keys: map[string]bool{}}), nil
 	case "json":
