@@ -246,12 +246,3 @@ func versionErr(key string, off uint64, field string, v uint64, v1crc *bool) err
 	return &FormatError{Key: key, Offset: int64(off), Field: field, Version: int64(v),
 		Detail: fmt.Sprintf("version %d, this build reads %d", v, Version), V1CRCMatches: v1crc, Err: ErrUnsupportedVersion}
 }
-
-// withKey sets the key of a FormatError that was built without one.
-func withKey(err error, key string) error {
-	var fe *FormatError
-	if key != "" && errors.As(err, &fe) && fe.Key == "" {
-		fe.Key = key
-	}
-	return err
-}
