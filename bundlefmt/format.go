@@ -52,6 +52,7 @@ const (
 // file may be sniffed (docs/format.md#object-layout).
 type Kind uint8
 
+// The kinds of object.
 const (
 	KindUnknown Kind = iota // sniff: CHNE means a slot, a flag byte ≤ 0x0F a settled object
 	KindFlight              // transit bundle in a chain slot

@@ -14,11 +14,11 @@ import (
 type ChecksumMode string
 
 const (
-	// ChecksumFullObject: uploads carry CRC-32C with checksum type
+	// ChecksumFullObject means uploads carry CRC-32C with checksum type
 	// FULL_OBJECT and completion sends the whole object's CRC-32C, so the
 	// server refuses a wrong assembly (AWS S3).
 	ChecksumFullObject ChecksumMode = "full-object"
-	// ChecksumParts: each uploaded part and PutObject carries its CRC-32C,
+	// ChecksumParts means each uploaded part and PutObject carries its CRC-32C,
 	// but the upload has no checksum type and completion sends none. For
 	// servers whose copied parts report wrong checksums (versitygw 1.8.0
 	// reports the whole source's CRC for a ranged UploadPartCopy when the
