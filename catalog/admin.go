@@ -311,7 +311,7 @@ func (db *DB) Listen(ctx context.Context) (*Listener, error) {
 	}
 	conn := pc.Hijack()
 	if _, err := conn.Exec(ctx, `LISTEN `+AdminChannel); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+		_ = conn.Close(context.WithoutCancel(ctx)) // the LISTEN's error is the one to return
 		return nil, fmt.Errorf("listen on %s: %w", AdminChannel, err)
 	}
 	return &Listener{conn: conn}, nil

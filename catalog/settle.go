@@ -18,7 +18,7 @@ import (
 // settled_through says): the cycle halts rather than guess.
 var ErrInvariant = errors.New("metastore invariant broken")
 
-// ErrIntentGone: a commit's publish intent is no longer open on its key
+// ErrIntentGone means a commit's publish intent is no longer open on its key
 // (the reap step classified the key deletable, or recovery gave it up):
 // the key is never cataloged, and the stream's next settle publishes the
 // same records at a higher revision (docs/architecture.md#no-late-delete).

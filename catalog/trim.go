@@ -505,7 +505,7 @@ type ReapCandidate struct {
 type KeyVerdict int
 
 const (
-	// KeyDead: no catalog row has the key's coordinates, no other open
+	// KeyDead means no catalog row has the key's coordinates, no other open
 	// publish intent names it, and (for a publish intent) no settle would
 	// take the intent up again. ClassifyReaps makes it dead for good in the
 	// same transaction: the base's high-water revision is raised to the
@@ -513,18 +513,18 @@ const (
 	// name the key again (docs/architecture.md#no-late-delete). Deleting it
 	// is safe at any time, late or not.
 	KeyDead KeyVerdict = iota
-	// KeyReferenced: a catalog row has the key's coordinates (and the
+	// KeyReferenced means a catalog row has the key's coordinates (and the
 	// stream's bucket is the key's). The reap intent is dropped, never
 	// executed.
 	KeyReferenced
-	// KeyPublishable: a publish intent older than the grace that a settle
+	// KeyPublishable means a publish intent older than the grace that a settle
 	// would still take up (its key is its stream's next object at
 	// settled_through, or the next revision of an entry that a tail rewrite
 	// or a pending erasure rewrites): held, not deleted.
 	KeyPublishable
-	// KeyPublishing: another open publish intent names the key: held.
+	// KeyPublishing means another open publish intent names the key: held.
 	KeyPublishing
-	// KeyGone: the intent is gone or no longer due; nothing to do.
+	// KeyGone means the intent is gone or no longer due; nothing to do.
 	KeyGone
 )
 

@@ -528,11 +528,12 @@ type leaderGauges interface{ ResetLeaderGauges() }
 func (r *runner) closeAbandoned(t *term) {
 	n, err := r.deps.DB.CloseAbandonedRuns(t.ctx, t.lease.Fence)
 	r.deps.Metrics.tx(err)
-	if errors.Is(err, catalog.ErrStaleToken) {
+	switch {
+	case errors.Is(err, catalog.ErrStaleToken):
 		t.lose(err)
-	} else if err != nil {
+	case err != nil:
 		r.deps.Log.Warn("closing abandoned runs failed", "err", err)
-	} else if n > 0 {
+	case n > 0:
 		r.deps.Log.Info("closed runs abandoned by earlier holders", "runs", n)
 	}
 }

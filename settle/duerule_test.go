@@ -49,8 +49,8 @@ func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor
 	}
 	start := time.Now()
 	lastWrite := start
-	for writing := true; ; {
-		writing = time.Since(start) < writeFor
+	for {
+		writing := time.Since(start) < writeFor
 		if writing && time.Since(lastWrite) >= flightEvery {
 			writeFairFlight(t, e, run.flights, ids, next, func(int) (int, int) { return recs, recBytes })
 			run.flights++

@@ -448,7 +448,7 @@ func (c *checker) checkNamedSlot(ctx context.Context, star string, buckets []str
 	if cp == nil || cp.env.Kind != bundlefmt.KindFlight {
 		return nil // reported in the chain pass; its records count missing
 	}
-	order := append(buckets[bi:bi+1:bi+1], buckets[:bi]...)
+	order := append(buckets[bi:bi+1:bi+1], buckets[:bi]...) //nolint:gocritic // appendAssign: a new slice (the capacity is capped at one), buckets is not changed
 	order = append(order, buckets[bi+1:]...)
 	env := cp.env
 	buf, size, err := c.read(ctx, order, key, int64(env.FooterOffset), int64(env.FooterLength)+bundlefmt.TrailerSize)

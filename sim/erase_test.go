@@ -23,7 +23,11 @@ func applyErasure(t *testing.T, db *catalog.DB, star string, e catalog.Erasure) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.ReleaseLease(ctx, lease.Fence)
+	defer func() {
+		if err := db.ReleaseLease(ctx, lease.Fence); err != nil {
+			t.Error(err)
+		}
+	}()
 	s, err := db.GetStream(ctx, e.Stream)
 	if err != nil {
 		t.Fatal(err)

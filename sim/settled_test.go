@@ -29,7 +29,11 @@ func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, f
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.ReleaseLease(ctx, lease.Fence)
+	defer func() {
+		if err := db.ReleaseLease(ctx, lease.Fence); err != nil {
+			t.Error(err)
+		}
+	}()
 	prof, err := writepath.New(db).Star(ctx, star)
 	if err != nil {
 		t.Fatal(err)

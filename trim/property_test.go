@@ -42,12 +42,11 @@ type mentry struct {
 }
 
 type mopen struct {
-	id                int64
-	key               string
-	first, count      int64
-	rev, prev         int32
-	stream            catalog.StreamID
-	wasLive, abandons bool
+	id           int64
+	key          string
+	first, count int64
+	rev, prev    int32
+	stream       catalog.StreamID
 }
 
 type mstream struct {
