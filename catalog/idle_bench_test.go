@@ -27,7 +27,7 @@ func BenchmarkReadIdleState(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := db.ReadIdleState(ctx, "s1", p, time.Hour); err != nil {
+		if _, err := db.Trim().IdleState(ctx, "s1", p, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -126,7 +126,7 @@ type FleetMoveStatus struct {
 
 // FleetStatusReader is what BuildFleetStatus reads: read only, no lease.
 type FleetStatusReader interface {
-	ReadFleet(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
+	FleetView(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
 	FleetMoves(ctx context.Context, window time.Duration, limit int) ([]catalog.FleetMove, error)
 	FleetMoveCounts(ctx context.Context, window time.Duration) ([]catalog.MoveCount, error)
 }
@@ -154,7 +154,7 @@ func BuildFleetStatus(ctx context.Context, db FleetStatusReader, o FleetStatusOp
 	if err != nil {
 		return FleetStatus{}, err
 	}
-	v, err := db.ReadFleet(ctx, o.MovesWindow)
+	v, err := db.FleetView(ctx, o.MovesWindow)
 	if err != nil {
 		return FleetStatus{}, err
 	}

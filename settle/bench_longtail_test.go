@@ -345,7 +345,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		policy.TailGrowth, policy.CopyFloor = p.fraction, objstore.TailFloor(objstore.DefaultLimits, readsBack, tailCap())
 		policy.Cohorts = p.cohorts
 		sdb := settleDB(t, e, p.conc)
-		rdb.DB = sdb
+		rdb.Settle = sdb.Settle()
 		if s != nil && policy != sp {
 			// round 1 of a run has a provisional age cap (above): the
 			// settler keeps its caches, as a daemon's does across cycles
@@ -365,11 +365,11 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		}
 		rd := tailRound{round: k + 1, newBytes: newBytes}
 		rd.due, rd.oldest, rd.overCap = tailTransit(t, e, policy)
-		before, err := e.db.EntriesOfStar(e.ctx, "s1")
+		before, err := e.db.Streams().EntriesOfStar(e.ctx, "s1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+		l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,9 +396,9 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		rd.footers, rd.slotGets, rd.slotBytes, rd.tailMisses = m1[0]-m0[0], m1[1]-m0[1], m1[2]-m0[2], m1[3]-m0[3]
 		sdb.Close() // its backends exit and publish their counts
 		rd.commits = settledCommits(t, e) - tx0
-		_ = e.db.ReleaseLease(e.ctx, l.Fence)
+		_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 		if err != nil || c.StreamsQuarantined != 0 {
-			q, _ := e.db.Quarantined(e.ctx, "s1")
+			q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 			t.Fatalf("round %d: %+v %v, quarantine %+v", k+1, c, err, q)
 		}
 		if p.ageCap == 0 {
@@ -462,7 +462,7 @@ func tailProfile(t *testing.T, round, rounds int) func() {
 // counts of a backend that went idle within a second of its last report
 // for 10 s, which shifted commits into the next round.
 // roundDB is the settler's metastore: the round's pool (settleDB).
-type roundDB struct{ *catalog.DB }
+type roundDB struct{ *catalog.Settle }
 
 func settleDB(t *testing.T, e *env, conc int) *catalog.DB {
 	u := e.url
@@ -540,7 +540,7 @@ func settledCommits(t *testing.T, e *env) int64 {
 // oldest unsettled age and the streams past the age cap, by the database
 // clock.
 func tailTransit(t *testing.T, e *env, p catalog.DuePolicy) (markers int64, oldest time.Duration, over int64) {
-	_, cls, err := e.db.TransitByClass(e.ctx, "s1", p)
+	_, cls, err := e.db.Ledger().TransitByClass(e.ctx, "s1", p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +555,7 @@ func tailTransit(t *testing.T, e *env, p catalog.DuePolicy) (markers int64, olde
 // tailUnsettled is the record bytes written and not settled (every record
 // of the benchmark has recBytes).
 func tailUnsettled(t *testing.T, e *env, index map[catalog.StreamID]int, next []uint64, recBytes int) int64 {
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +571,7 @@ func tailUnsettled(t *testing.T, e *env, index map[catalog.StreamID]int, next []
 // publishedSizes is the object bytes of every catalog entry that is not in
 // before (at the same revision): what the cycle published.
 func publishedSizes(t *testing.T, e *env, before map[catalog.StreamID][]catalog.Entry) []int64 {
-	after, err := e.db.EntriesOfStar(e.ctx, "s1")
+	after, err := e.db.Streams().EntriesOfStar(e.ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -326,7 +326,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 		return into
 	}
 	ers := valid(w.Erasures, nil)
-	st, err := s.d.DB.GetStream(ctx, w.Stream)
+	st, err := s.d.DB.Stream(ctx, w.Stream)
 	if err != nil {
 		return counts, err
 	}

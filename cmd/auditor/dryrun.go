@@ -52,7 +52,7 @@ type DryRunReport struct {
 
 // runtimeReader is what leaderPolicy reads of the metastore.
 type runtimeReader interface {
-	GetRuntime(ctx context.Context, star string) (catalog.Runtime, error)
+	Runtime(ctx context.Context, star string) (catalog.Runtime, error)
 }
 
 // policyKey is a key of the due policy the leader records: its value in
@@ -105,7 +105,7 @@ func leaderPolicy(ctx context.Context, db runtimeReader, cfg *config.Config, fs 
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var p DryRunPolicy
-	rt, err := db.GetRuntime(ctx, cfg.Star)
+	rt, err := db.Runtime(ctx, cfg.Star)
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
 	case err != nil:

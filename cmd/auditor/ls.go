@@ -46,7 +46,7 @@ type LsEntry struct {
 // read-only role may run it.
 type lsReader interface {
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
-	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+	Stream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
 	EntriesOfStream(ctx context.Context, id catalog.StreamID) ([]catalog.Entry, error)
 }
 
@@ -63,7 +63,7 @@ func cmdLs(ctx context.Context, e env, args []string) int {
 		return code
 	}
 	defer db.Close()
-	if err := listCatalog(ctx, e.stdout, db, cfg.Star, stream, *asJSON); err != nil {
+	if err := listCatalog(ctx, e.stdout, db.Streams(), cfg.Star, stream, *asJSON); err != nil {
 		return exitCode(e, cfg, fmt.Errorf("ls: %w", err))
 	}
 	return exitOK
@@ -74,7 +74,7 @@ func cmdLs(ctx context.Context, e env, args []string) int {
 func listCatalog(ctx context.Context, w io.Writer, db lsReader, star string, only *catalog.StreamID, asJSON bool) error {
 	var streams []catalog.Stream
 	if only != nil {
-		st, err := db.GetStream(ctx, *only)
+		st, err := db.Stream(ctx, *only)
 		if err != nil {
 			return err
 		}

@@ -73,13 +73,13 @@ func TestSetupWriteCheckFileBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	streams, err := db.StreamsOfStar(ctx, "cli-x")
+	streams, err := db.Streams().StreamsOfStar(ctx, "cli-x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var named catalog.SlotRef
 	for _, s := range streams {
-		if refs, err := db.RefsOfStream(ctx, s.ID); err == nil && len(refs) > 0 {
+		if refs, err := db.Streams().RefsOfStream(ctx, s.ID); err == nil && len(refs) > 0 {
 			named = refs[0].Slots[0]
 			break
 		}
