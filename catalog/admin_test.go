@@ -77,7 +77,7 @@ func TestAdminRequestsStateAndNotify(t *testing.T) {
 	}
 
 	// Consuming is fenced and takes only the kinds asked for.
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "d1", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "d1", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestAdminRequestsStateAndNotify(t *testing.T) {
 func TestRunLedger(t *testing.T) {
 	t.Parallel()
 	db, _, ctx := newAdminDB(t)
-	a, err := db.Leases().AcquireLease(ctx, "s1", "a", time.Minute)
+	a, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestRunLedger(t *testing.T) {
 	if _, err := db.Ledger().StartRun(ctx, a.Fence, "manual", false); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("start without the lease: %v", err)
 	}
-	b, err := db.Leases().AcquireLease(ctx, "s1", "b", time.Minute)
+	b, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "b", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestTransitAndBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "a", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestTransitAndBacklog(t *testing.T) {
 func TestPruneHistory(t *testing.T) {
 	t.Parallel()
 	db, conn, ctx := newAdminDB(t)
-	a, err := db.Leases().AcquireLease(ctx, "s1", "a", time.Minute)
+	a, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

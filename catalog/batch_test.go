@@ -34,7 +34,7 @@ func TestBatchIsolation(t *testing.T) {
 	if err := wp.Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 61, FooterLength: 200, Batches: batches}}); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

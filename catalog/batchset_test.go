@@ -46,7 +46,7 @@ func setStar(t *testing.T, ctx context.Context, db *catalog.DB, ids []catalog.St
 	if err := wp.Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 1, FooterOffset: 61, FooterLength: 200, Batches: second}}); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func stateOf(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence,
 		e.Stream, e.SettledAt = catalog.StreamID{}, time.Time{}
 		s.Entries = append(s.Entries, e)
 	}
-	refs, err := db.Streams().RefsOfStream(ctx, id)
+	refs, err := writepath.New(db).RefsOfStream(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

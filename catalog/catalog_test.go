@@ -48,7 +48,7 @@ func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
 	if star.Epoch != 1 || star.NextSeq != 2 || star.FenceWindow != 2 || star.ChainClass != "standard" {
 		t.Fatalf("star after absorb: %+v", star)
 	}
-	refs, err := db.Streams().RefsOfStream(ctx, sid(1))
+	refs, err := writepath.New(db).RefsOfStream(ctx, sid(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +109,11 @@ func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
 func TestLeaseAndFencingToken(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
-	a, err := db.Leases().AcquireLease(ctx, "s1", "a", time.Minute)
+	a, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.Leases().AcquireLease(ctx, "s1", "b", time.Minute)
+	_, err = db.Leases().AcquireLeaseInstance(ctx, "s1", "b", "", time.Minute)
 	var held *catalog.LeaseHeldError
 	if !errors.As(err, &held) || held.Holder != "a" {
 		t.Fatalf("second holder got %v", err)
@@ -124,7 +124,7 @@ func TestLeaseAndFencingToken(t *testing.T) {
 	if err := db.Leases().ReleaseLease(ctx, a.Fence); err != nil {
 		t.Fatal(err)
 	}
-	b, err := db.Leases().AcquireLease(ctx, "s1", "b", time.Minute)
+	b, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "b", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestLeaseAndFencingToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	c, err := db.Leases().AcquireLease(ctx, "s1", "c", time.Minute)
+	c, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "c", "", time.Minute)
 	if err != nil || c.Token != b.Token+1 {
 		t.Fatalf("acquire after expiry: %+v %v", c, err)
 	}

@@ -71,7 +71,7 @@ func TestRecordErasureValidates(t *testing.T) {
 func TestMalformedErasureRowsAreReportedNotApplied(t *testing.T) {
 	t.Parallel()
 	db, ctx := oneStream(t)
-	l, err := db.Leases().AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 		Batches: []writepath.AbsorbBatch{{Stream: sid(1), FirstRecord: 0, Count: 10}}}}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := db.Leases().AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 // and sets applied_at of those at the given first records.
 func erasures(t *testing.T, db *catalog.DB, ctx context.Context, id byte, pending [][2]int64, applied ...int64) {
 	t.Helper()
-	l, err := db.Leases().AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestPendingErasureWindowsDealRoundRobin(t *testing.T) {
 	erasures(t, db, ctx, 3, [][2]int64{{300, 1}, {100, 1}, {200, 1}})
 	erasures(t, db, ctx, 4, [][2]int64{{1, 1}})
 	erasures(t, db, ctx, 5, [][2]int64{{1, 1}})
-	l, err := db.Leases().AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,12 +46,6 @@ type Lease struct {
 	ExpiresAt time.Time
 }
 
-// AcquireLease is AcquireLeaseInstance with no instance: for tools and
-// tests that are one process per holder name.
-func (ls *Leases) AcquireLease(ctx context.Context, star, holder string, ttl time.Duration) (Lease, error) {
-	return ls.AcquireLeaseInstance(ctx, star, holder, "", ttl)
-}
-
 // AcquireLeaseInstance takes the star's lease for ttl (database clock) when
 // it is free, expired or already held by this very process (holder and
 // instance both equal); the token rises on every acquisition. Otherwise it

@@ -28,7 +28,7 @@ func TestRenewalIsNotStarvedByFencedTransactions(t *testing.T) {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			t.Parallel()
 			db, ctx := newDB(t)
-			l, err := db.Leases().AcquireLease(ctx, "s1", "a", time.Minute)
+			l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +97,7 @@ func TestTakeoverWaitsForAnOpenFencedTransaction(t *testing.T) {
 	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.Leases().AcquireLease(ctx, "s1", "a", time.Minute)
+	a, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestTakeoverWaitsForAnOpenFencedTransaction(t *testing.T) {
 	}
 	acquired := make(chan catalog.Lease, 1)
 	go func() {
-		b, err := db.Leases().AcquireLease(ctx, "s1", "b", time.Minute)
+		b, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "b", "", time.Minute)
 		if err != nil {
 			t.Errorf("takeover: %v", err)
 		}
@@ -240,7 +240,7 @@ func TestLeaseCallsEndAtTheirDeadlineOnABlackholedConnection(t *testing.T) {
 		p.Restore()
 		db.Close()
 	}()
-	l, err := db.Leases().AcquireLease(ctx, "s1", "a", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestLeaseCallsEndAtTheirDeadlineOnABlackholedConnection(t *testing.T) {
 	const deadline = 300 * time.Millisecond
 	calls := map[string]func(context.Context) error{
 		"acquire": func(ctx context.Context) error {
-			_, err := db.Leases().AcquireLease(ctx, "s1", "a", time.Minute)
+			_, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 			return err
 		},
 		"renew": func(ctx context.Context) error {

@@ -21,7 +21,7 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	if _, err := db.Ledger().Runtime(ctx, "s1"); !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatalf("runtime before any leader: %v", err)
 	}
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -258,7 +258,10 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	// catalog entry of each stream past its linger.
 	policy := catalog.DuePolicy{Linger: time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: time.Hour,
 		TailGrowth: 1, CopyFloor: 5 << 20}
-	call("AcquireLease", func() (err error) { lease, err = db.Leases().AcquireLease(ctx, "s1", "bench", time.Minute); return err })
+	call("AcquireLease", func() (err error) {
+		lease, err = db.Leases().AcquireLeaseInstance(ctx, "s1", "bench", "", time.Minute)
+		return err
+	})
 	f := lease.Fence
 	// The idle check, before every scheduled cycle: it finds the work the
 	// history holds (intents, erasures, due streams) in one snapshot.

@@ -530,16 +530,6 @@ func (s *Settle) AbandonPublish(ctx context.Context, f Fence, id int64, grace ti
 	})
 }
 
-// DeleteIntent removes an intent.
-func (s *Settle) DeleteIntent(ctx context.Context, f Fence, id int64) error {
-	return s.db.fenced(ctx, f, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1`, id); err != nil {
-			return fmt.Errorf("delete intent %d: %w", id, err)
-		}
-		return nil
-	})
-}
-
 // SettleCommit is one settled object's commit (docs/architecture.md#commit).
 type SettleCommit struct {
 	Entry        Entry  // the catalog row to write
@@ -755,15 +745,6 @@ func (s *Settle) Quarantined(ctx context.Context, star string) ([]QuarantineRow,
 		return nil, fmt.Errorf("list quarantine of star %q: %w", star, err)
 	}
 	return out, nil
-}
-
-// ReleaseQuarantine lifts a stream's quarantine; it reports whether one existed.
-func (s *Settle) ReleaseQuarantine(ctx context.Context, star string, id StreamID) (bool, error) {
-	tag, err := s.db.pool.Exec(ctx, `DELETE FROM nova.quarantine WHERE star = $1 AND stream_id = $2`, star, id)
-	if err != nil {
-		return false, fmt.Errorf("release stream %s: %w", id, err)
-	}
-	return tag.RowsAffected() > 0, nil
 }
 
 // Overlap is two catalog entries of a stream that cover a record twice.

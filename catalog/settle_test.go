@@ -26,7 +26,7 @@ func TestSettleCommitLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestSettleCommitLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := db.Streams().Stream(ctx, id)
-	refs, _ := db.Streams().RefsOfStream(ctx, id)
+	refs, _ := writepath.New(db).RefsOfStream(ctx, id)
 	if st.SettledThrough != 15 || len(refs) != 2 || refs[0].FirstRecord != 10 {
 		t.Fatalf("after first commit: settled %d, refs %+v", st.SettledThrough, refs)
 	}
@@ -114,7 +114,7 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	if len(entries) != 1 || entries[0].Revision != 1 || entries[0].RecordCount != 30 {
 		t.Fatalf("catalog after rewrite: %+v", entries)
 	}
-	if refs, _ := db.Streams().RefsOfStream(ctx, id); len(refs) != 0 {
+	if refs, _ := writepath.New(db).RefsOfStream(ctx, id); len(refs) != 0 {
 		t.Fatalf("refs left after full settle: %+v", refs)
 	}
 	if marks, _ := db.Streams().DueMarkers(ctx, "s1"); len(marks) != 0 {
@@ -130,13 +130,13 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	}
 
 	// A stale token changes nothing.
-	if _, err := db.Leases().AcquireLease(ctx, "s1", "other", time.Minute); err == nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "other", "", time.Minute); err == nil {
 		t.Fatal("lease taken while held")
 	}
 	if err := db.Leases().ReleaseLease(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Leases().AcquireLease(ctx, "s1", "other", time.Minute); err != nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "other", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Settle().Quarantine(ctx, f, id, "", "corrupt", "x"); !errors.Is(err, catalog.ErrStaleToken) {

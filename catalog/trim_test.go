@@ -36,7 +36,7 @@ func trimFixture(t *testing.T) (*catalog.DB, context.Context, catalog.Fence) {
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 		}
 	}
 	// Released, or not: every next intent of a buried base goes above it.
-	if _, err := db.Settle().ReleaseQuarantine(ctx, "s1", b); err != nil {
+	if _, err := writepath.New(db).ReleaseQuarantine(ctx, "s1", b); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {

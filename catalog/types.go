@@ -172,19 +172,6 @@ func scanRef(r pgx.Row) (SpanRef, error) {
 	return ref, nil
 }
 
-// RefsOfStream reads a stream's span refs in record order.
-func (ss *Streams) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) {
-	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+refCols+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
-	if err != nil {
-		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
-	}
-	return out, nil
-}
-
 // StreamSnapshot reads a stream and its first limit unsettled span refs
 // (those ending past settled_through, in record order) from one snapshot,
 // so the refs are exactly those that tile [settled_through, next_record).
@@ -284,17 +271,4 @@ func (ss *Streams) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, e
 		return nil, fmt.Errorf("read catalog of stream %s: %w", id, err)
 	}
 	return out, nil
-}
-
-// LastEntry reads a stream's last catalog entry (ErrNotFound when none).
-func (ss *Streams) LastEntry(ctx context.Context, id StreamID) (Entry, error) {
-	e, err := scanEntry(ss.db.reader(ctx).QueryRow(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1
-		ORDER BY epoch DESC, first_record DESC LIMIT 1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return e, fmt.Errorf("last catalog entry of stream %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return e, fmt.Errorf("read last catalog entry of stream %s: %w", id, err)
-	}
-	return e, nil
 }

@@ -168,7 +168,7 @@ func fencedLoop(db *catalog.DB, started chan<- struct{}) cycle.Step {
 	return step{"loop", func(ctx context.Context, f catalog.Fence, _ cycle.Options) (cycle.Counts, error) {
 		started <- struct{}{}
 		for {
-			if err := db.Settle().DeleteIntent(ctx, f, -1); err != nil {
+			if err := db.Settle().AbandonPublish(ctx, f, -1, 0); err != nil {
 				return cycle.Counts{}, err
 			}
 			select {
@@ -484,7 +484,7 @@ func TestDeferredStreamGaugesAndStatus(t *testing.T) {
 		}
 	}
 	absorb(1, 0, 10)
-	l, err := db.Leases().AcquireLease(ctx, "s1", "setup", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "setup", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestTwoProcessesWithOneHolderNameTakeTurns(t *testing.T) {
 	cfg.LeaseRenew = 200 * time.Millisecond // many standby attempts
 	fencedWork := func() cycle.Step {
 		return step{"fenced", func(ctx context.Context, f catalog.Fence, _ cycle.Options) (cycle.Counts, error) {
-			return cycle.Counts{}, db.Settle().DeleteIntent(ctx, f, -1)
+			return cycle.Counts{}, db.Settle().AbandonPublish(ctx, f, -1, 0)
 		}}
 	}
 	a := serve(t, cfg, db, fencedWork())

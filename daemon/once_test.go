@@ -22,7 +22,7 @@ func TestRunOnceRecordsTheRunAndReleasesTheLease(t *testing.T) {
 	rec.counts = cycle.Counts{ObjectsPublished: 2, BytesCopied: 100}
 	second := step{"second", func(ctx context.Context, f catalog.Fence, o cycle.Options) (cycle.Counts, error) {
 		// A step's fenced statement works under the run's fence.
-		if err := db.Settle().DeleteIntent(ctx, f, -1); err != nil {
+		if err := db.Settle().AbandonPublish(ctx, f, -1, 0); err != nil {
 			return cycle.Counts{}, err
 		}
 		return cycle.Counts{ObjectsAdopted: 1, BytesFetched: 7}, nil
@@ -56,7 +56,7 @@ func TestRunOnceRefusesAHeldLease(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := context.Background()
-	if _, err := db.Leases().AcquireLease(ctx, "s1", "other", time.Minute); err != nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "other", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()

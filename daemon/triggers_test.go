@@ -86,7 +86,7 @@ func TestTriggersSurviveAFailedCycle(t *testing.T) {
 		return cycle.Counts{}, nil
 	}}
 	// The quarantine is fenced: an earlier leader put it there.
-	l, err := db.Leases().AcquireLease(ctx, "s1", "earlier", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "earlier", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestATriggerSurvivesALostLease(t *testing.T) {
 				return cycle.Counts{}, err
 			}
 		}
-		return cycle.Counts{}, db.Settle().DeleteIntent(ctx, f, -1) // a fenced statement
+		return cycle.Counts{}, db.Settle().AbandonPublish(ctx, f, -1, 0) // a fenced statement
 	}}
 	cfg := withHolder(every(t, "@every 1h"), "d1")
 	cfg.LeaseRenew = 1500 * time.Millisecond // the renewer finds out late: the step's statement first
@@ -284,7 +284,7 @@ func TestRunOnceCountsALeaseLossFoundByAFencedStatement(t *testing.T) {
 		if _, err := c.Exec(ctx, `UPDATE nova.auditor_leases SET holder = 'thief', token = token + 1 WHERE star = 's1'`); err != nil {
 			return cycle.Counts{}, err
 		}
-		return cycle.Counts{}, db.Settle().DeleteIntent(ctx, f, -1)
+		return cycle.Counts{}, db.Settle().AbandonPublish(ctx, f, -1, 0)
 	}}
 	cfg := testConfig(t, "once")
 	m := newMetrics(t)

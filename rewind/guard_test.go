@@ -34,7 +34,7 @@ func lease(t *testing.T, db *catalog.DB) catalog.Fence {
 			t.Fatal(err)
 		}
 	}
-	l, err := db.Leases().AcquireLease(ctx, star, "h", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, star, "h", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

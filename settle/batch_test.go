@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/sim"
@@ -18,6 +19,7 @@ import (
 // that holds the stream: that stream's commit fails its intent check.
 type loseOneIntent struct {
 	*catalog.Settle
+	wp     *writepath.DB
 	mu     sync.Mutex
 	victim catalog.StreamID // zero: the first stream of the first group
 	done   bool
@@ -33,7 +35,7 @@ func (m *loseOneIntent) CommitSettles(ctx context.Context, f catalog.Fence, grou
 		}
 		for _, sc := range group {
 			if sc.Stream == m.victim {
-				if err := m.Settle.DeleteIntent(ctx, f, sc.Commits[0].IntentID); err != nil {
+				if err := m.wp.DeleteIntent(ctx, sc.Commits[0].IntentID); err != nil {
 					m.mu.Unlock()
 					return nil, err
 				}
@@ -64,11 +66,11 @@ func TestBatchIsolatesAFailingStream(t *testing.T) {
 			if streams < 32 {
 				t.Fatalf("only %d streams have records", streams)
 			}
-			ms := &loseOneIntent{Settle: e.db.Settle()}
+			ms := &loseOneIntent{Settle: e.db.Settle(), wp: writepath.New(e.db)}
 			s := e.newSettler(settle.Deps{DB: ms, Topology: e.topology(), Pending: e.pending},
 				settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40,
 					Concurrency: 8, ReapGrace: time.Hour, BatchStreams: 64})
-			before, err := e.db.CommittedTransactions(e.ctx)
+			before, err := writepath.New(e.db).CommittedTransactions(e.ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +96,7 @@ func TestBatchIsolatesAFailingStream(t *testing.T) {
 				t.Fatalf("second cycle: %+v %v", c2, err)
 			}
 			e.checkSettled("s1")
-			after, err := e.db.CommittedTransactions(e.ctx)
+			after, err := writepath.New(e.db).CommittedTransactions(e.ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -164,7 +164,7 @@ func runFair(b *testing.B, sh fairShape, mode string) {
 // fairCycle runs the settle once and requires every stream settled.
 func fairCycle(b *testing.B, e *env, s *settle.Settler, streams int) cycle.Counts {
 	b.Helper()
-	l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func naiveFair(b *testing.B, e *env, rewrite bool) naiveResult {
 					chunks = append(chunks, bundlefmt.Chunk{Entry: x, Data: data[x.DataOffset : x.DataOffset+x.ChunkBytes()]})
 				}
 			}
-			refs, err := e.db.Streams().RefsOfStream(ctx, st.ID)
+			refs, err := writepath.New(e.db).RefsOfStream(ctx, st.ID)
 			if err != nil {
 				return err
 			}

@@ -58,7 +58,7 @@ func BenchmarkHotBacklogPeakRSS(b *testing.B) {
 				s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 					settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 50,
 						Concurrency: 4, ReapGrace: time.Hour})
-				l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+				l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
@@ -369,7 +370,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+		l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -511,7 +512,7 @@ func quietCommits(t *testing.T, e *env) int64 {
 // checkpoint's full-page images, autovacuum, page pruning by reads. Read
 // it on a quiet machine, and over rounds rather than one.
 func walPosition(t *testing.T, e *env) int64 {
-	n, err := e.db.WALPosition(e.ctx)
+	n, err := writepath.New(e.db).WALPosition(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 					settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 						Concurrency: conc, ReapGrace: time.Hour})
-				l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+				l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -144,7 +144,7 @@ func BenchmarkManySmallStreamsFile(b *testing.B) {
 		s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 			settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 				Concurrency: 16, ReapGrace: time.Hour})
-		l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+		l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}

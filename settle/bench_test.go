@@ -52,7 +52,7 @@ func BenchmarkSettleEndToEnd(b *testing.B) {
 					Metrics: metrics},
 					settle.Config{CapBytes: sh.capBytes, TargetBytes: sh.targetB, MaxStreams: 100000, MaxBytes: 1 << 50,
 						Concurrency: 4, ReapGrace: time.Hour})
-				l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "bench", 10*time.Minute)
+				l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 10*time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -204,7 +204,7 @@ func naiveSettle(b *testing.B, e *env) time.Duration {
 		b.Fatal(err)
 	}
 	for _, st := range streams {
-		refs, _ := e.db.Streams().RefsOfStream(e.ctx, st.ID)
+		refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 		var chunks []bundlefmt.Chunk
 		for _, ref := range refs {
 			rec := uint64(ref.FirstRecord)
@@ -260,7 +260,7 @@ func entriesOf(b *testing.B, e *env, key string, en catalog.Entry) []bundlefmt.E
 
 func xactCommits(b testing.TB, e *env) int64 {
 	time.Sleep(1100 * time.Millisecond) // Postgres publishes backend stats at most once a second
-	n, err := e.db.CommittedTransactions(e.ctx)
+	n, err := writepath.New(e.db).CommittedTransactions(e.ctx)
 	if err != nil {
 		b.Fatal(err)
 	}

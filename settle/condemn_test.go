@@ -27,7 +27,7 @@ func (e *env) reap(star string) cycle.Counts {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	l, err := e.db.Leases().AcquireLease(e.ctx, star, "test", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, star, "test", "", time.Minute)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func condemned(t *testing.T, e *env, key string, refsBefore int) {
 			t.Fatalf("the damaged %s was cataloged: %+v", key, en)
 		}
 	}
-	if refs, _ := e.db.Streams().RefsOfStream(e.ctx, id); len(refs) != refsBefore {
+	if refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, id); len(refs) != refsBefore {
 		t.Fatalf("refs %d, before %d: a source was released", len(refs), refsBefore)
 	}
 	if open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
@@ -87,7 +87,7 @@ func condemned(t *testing.T, e *env, key string, refsBefore int) {
 	if _, err := e.store.Head(e.ctx, e.std, key); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("condemned %s still stands: %v", key, err)
 	}
-	if ok, err := e.db.Settle().ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
+	if ok, err := writepath.New(e.db).ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	c, err := e.cycle("s1", e.settler(nil))
@@ -108,7 +108,7 @@ func TestAdoptionVerifiesTheStandingBytes(t *testing.T) {
 			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
 			key := in.ObjectKey
 			k, _ := bundlefmt.ParseSettledKey(key)
-			refs, _ := e.db.Streams().RefsOfStream(e.ctx, k.Stream)
+			refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, k.Stream)
 			obj := readAll(t, e, key)
 			obj[len(obj)/3] ^= 0x40 // a data byte: the footer is in the last few hundred bytes
 			replaceSlot(e, key, obj)
@@ -174,7 +174,7 @@ func TestFailedReadBackNeverDeletesDirectly(t *testing.T) {
 		t.Fatal(err)
 	}
 	streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
-	refs, _ := e.db.Streams().RefsOfStream(e.ctx, streams[0].ID)
+	refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, streams[0].ID)
 	s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 40,
 		Concurrency: 1, ReapGrace: time.Hour})
 	c, err := e.cycle("s1", s)

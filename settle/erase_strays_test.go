@@ -161,7 +161,7 @@ func TestErasureListingFails(t *testing.T) {
 	e.reap("s1")
 	failing := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topologyOver(failingLists{e.store}), Pending: e.pending},
 		settle.Config{CapBytes: testCap, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3, StrayGuard: strayGuard})
-	l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "test", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "test", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
@@ -43,7 +44,7 @@ func (e *env) erase(star string, s *settle.Settler) cycle.Counts {
 // eraseWith is erase with the cycle's options.
 func (e *env) eraseWith(star string, s *settle.Settler, opts cycle.Options) cycle.Counts {
 	e.t.Helper()
-	l, err := e.db.Leases().AcquireLease(e.ctx, star, "test", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, star, "test", "", time.Minute)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -486,7 +487,7 @@ func TestEraseWaitsForAQuarantinedStream(t *testing.T) {
 			e.settleOK(s)
 			id := e.firstStream("s1").ID
 			e.record(id, 3, 2)
-			l, err := e.db.Leases().AcquireLease(e.ctx, "s1", "test", time.Minute)
+			l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "test", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -497,11 +498,11 @@ func TestEraseWaitsForAQuarantinedStream(t *testing.T) {
 			if c := e.erase("s1", s); c != (cycle.Counts{}) {
 				t.Fatalf("erase of a quarantined stream did something: %+v", c)
 			}
-			if ok, err := e.db.Settle().ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
+			if ok, err := writepath.New(e.db).ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
 				t.Fatalf("release: %v %v", ok, err)
 			}
 			// A dry run plans the rewrite, prints it, and changes nothing.
-			l, err = e.db.Leases().AcquireLease(e.ctx, "s1", "test", time.Minute)
+			l, err = e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "test", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -56,7 +56,7 @@ type leaderA struct {
 
 func newLeaderA(t *testing.T, e *env, star string) *leaderA {
 	t.Helper()
-	l, err := e.db.Leases().AcquireLease(e.ctx, star, "leader-a", time.Hour)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, star, "leader-a", "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func damagedStanding(t *testing.T, b backend) (*env, string) {
 func (e *env) release(key string) {
 	e.t.Helper()
 	k, _ := bundlefmt.ParseSettledKey(key)
-	if ok, err := e.db.Settle().ReleaseQuarantine(e.ctx, "s1", k.Stream); err != nil || !ok {
+	if ok, err := writepath.New(e.db).ReleaseQuarantine(e.ctx, "s1", k.Stream); err != nil || !ok {
 		e.t.Fatalf("release: %v %v", ok, err)
 	}
 }

@@ -57,7 +57,7 @@ func TestUpgradeAcrossARetentionGap(t *testing.T) {
 			})
 			e.write("s1", 6, sim.Faults{}, 1) // absorbed three flights to a ref
 			st := e.firstStream("s1")
-			refs, err := e.db.Streams().RefsOfStream(e.ctx, st.ID)
+			refs, err := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 			if err != nil || len(refs) == 0 || len(refs[0].Slots) < 2 || st.SettledThrough != 0 {
 				t.Fatalf("want an unsettled multi-slot ref first: %+v %v (settled_through %d)", refs, err, st.SettledThrough)
 			}

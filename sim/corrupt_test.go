@@ -95,7 +95,7 @@ func slotNamed(t *testing.T, db *catalog.DB, star string, e, s int64) bool {
 		t.Fatal(err)
 	}
 	for _, st := range streams {
-		refs, _ := db.Streams().RefsOfStream(context.Background(), st.ID)
+		refs, _ := writepath.New(db).RefsOfStream(context.Background(), st.ID)
 		for _, r := range refs {
 			for _, sl := range r.Slots {
 				if sl.Epoch == e && sl.Seq == s {

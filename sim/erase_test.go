@@ -19,7 +19,7 @@ import (
 func applyErasure(t *testing.T, db *catalog.DB, star string, e catalog.Erasure) {
 	t.Helper()
 	ctx := context.Background()
-	lease, err := db.Leases().AcquireLease(ctx, star, "test-eraser", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, star, "test-eraser", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

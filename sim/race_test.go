@@ -28,7 +28,7 @@ func slotNonces(t *testing.T, db *catalog.DB, st Storage, star string) map[[2]in
 	c := chain{store: st.Store, star: star, buckets: st.slotBuckets(s.ChainClass)}
 	out := map[[2]int64]uint64{}
 	for _, str := range streams {
-		refs, err := db.Streams().RefsOfStream(ctx, str.ID)
+		refs, err := writepath.New(db).RefsOfStream(ctx, str.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

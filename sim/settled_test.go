@@ -25,7 +25,7 @@ func naiveSettle(t *testing.T, db *catalog.DB, st Storage, star string, frac flo
 func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, frac float64, chunk int, dead func(catalog.StreamID, int64) bool) []string {
 	t.Helper()
 	ctx := context.Background()
-	lease, err := db.Leases().AcquireLease(ctx, star, "naive-settler", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, star, "naive-settler", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

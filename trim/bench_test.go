@@ -89,7 +89,7 @@ func benchChain(b *testing.B, ctx context.Context, db *catalog.DB, s objstore.St
 	if err := writepath.New(db).Absorb(ctx, star, flights); err != nil {
 		b.Fatal(err)
 	}
-	lease, err := db.Leases().AcquireLease(ctx, star, "bench", time.Hour)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, star, "bench", "", time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func endToEnd(t *testing.T, ns namedStore) {
 	// grace again, reaps that.
 	fences := map[string]catalog.Fence{}
 	for _, st := range fx.Stars {
-		lease, err := db.Leases().AcquireLease(ctx, st.Star, "e2e", time.Hour)
+		lease, err := db.Leases().AcquireLeaseInstance(ctx, st.Star, "e2e", "", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

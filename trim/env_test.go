@@ -89,7 +89,7 @@ func newEnvOn(t testing.TB, ns namedStore, class string, window int, streams ...
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.Leases().AcquireLease(ctx, e.star, "trim-test", time.Hour)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, e.star, "trim-test", "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -283,7 +283,7 @@ func (m *model) retention() {
 func (m *model) quarantine() {
 	s := m.streams[m.rnd.IntN(len(m.streams))]
 	if s.quarantined {
-		if _, err := m.e.db.Settle().ReleaseQuarantine(m.e.ctx, m.e.star, s.id); err != nil {
+		if _, err := writepath.New(m.e.db).ReleaseQuarantine(m.e.ctx, m.e.star, s.id); err != nil {
 			m.e.t.Fatal(err)
 		}
 	} else if err := m.e.db.Settle().Quarantine(m.e.ctx, m.e.fence, s.id, "", "corrupt", "property test"); err != nil {
@@ -437,7 +437,7 @@ func TestNothingReferencedIsDeleted(t *testing.T) {
 }
 
 func (m *model) quarantine2(s *mstream) {
-	if _, err := m.e.db.Settle().ReleaseQuarantine(m.e.ctx, m.e.star, s.id); err != nil {
+	if _, err := writepath.New(m.e.db).ReleaseQuarantine(m.e.ctx, m.e.star, s.id); err != nil {
 		m.e.t.Fatal(err)
 	}
 	s.quarantined = false

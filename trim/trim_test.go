@@ -217,7 +217,7 @@ func TestQuarantineHoldsTrim(t *testing.T) {
 	if n := strings.Count(logs.String(), `level=WARN msg="trim held by quarantine"`); n != 1 {
 		t.Fatalf("the hold was logged %d times at warn over 3 cycles, want once:\n%s", n, logs.String())
 	}
-	if _, err := e.db.Settle().ReleaseQuarantine(e.ctx, e.star, b); err != nil {
+	if _, err := writepath.New(e.db).ReleaseQuarantine(e.ctx, e.star, b); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tr.Run(e.ctx, e.fence, cycle.Options{Trigger: "once"}); err != nil {

@@ -27,7 +27,7 @@ func BenchmarkVerifyStar(b *testing.B) {
 	kib := envInt(b, "NOVA_BENCH_VERIFY_OBJECT_KIB", 64)
 	db, _ := newDB(b)
 	ctx := context.Background()
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "bench", time.Hour)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "bench", "", time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}

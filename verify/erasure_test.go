@@ -66,7 +66,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 	db, url := newDB(t)
 	ctx := context.Background()
 	store, keys := healthyCatalog(t, db) // stream 1: [0, 10) [10, 15); stream 2: [0, 7)
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "t", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

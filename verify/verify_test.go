@@ -123,7 +123,7 @@ func absorbStream(t testing.TB, db *catalog.DB, id catalog.StreamID, seq, count 
 func healthyCatalog(t *testing.T, db *catalog.DB) (*objects, []string) {
 	t.Helper()
 	ctx := context.Background()
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "t", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := context.Background()
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "t", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

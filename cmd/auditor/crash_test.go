@@ -662,7 +662,7 @@ func (e *crashEnv) checkReferenced() {
 		}
 	}
 	for _, st := range e.streams() {
-		refs, err := e.db.Streams().RefsOfStream(e.ctx, st.ID)
+		refs, err := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -337,7 +337,7 @@ func TestDoctorPostgresChecks(t *testing.T) {
 	check(db.Ledger(), "nope", map[string]string{"schema version": "ok: the binary's", "star": `fail: no star "nope"`})
 	check(behindSchema{db.Ledger()}, "s1", with(map[string]string{"schema version": fmt.Sprintf("fail: binary needs %d", migrations.Latest()),
 		"star": "ok: exists", "lease": "ok: never held"}))
-	if _, err := db.Leases().AcquireLease(ctx, "s1", "host-a", time.Minute); err != nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "host-a", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	check(db.Ledger(), "s1", with(map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a (token 1), expires in"}))

@@ -52,7 +52,7 @@ func TestDryRunPlansWithTheLeadersPolicy(t *testing.T) {
 		t.Fatalf("dry run with no leader's policy: %d %q %q", code, out, errs)
 	}
 
-	l, err := db.Leases().AcquireLease(ctx, "s1", "leader-1", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "leader-1", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

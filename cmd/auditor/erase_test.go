@@ -109,7 +109,7 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 	}
 
 	// A quarantined stream: recorded, with a warning naming the release.
-	l, err := db.Leases().AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

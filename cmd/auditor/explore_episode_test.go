@@ -567,7 +567,7 @@ func (ep *episode) releaseDamaged(ctx context.Context) {
 	for _, row := range q {
 		if row.Stream != nil && ep.damaged[*row.Stream] {
 			ep.note("release %s, quarantined %s: %s", row.Stream, row.ErrorClass, row.Reason)
-			if _, err := ep.db.Settle().ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
+			if _, err := writepath.New(ep.db).ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
 				ep.fail("release: %v", err)
 			}
 		}

@@ -28,7 +28,7 @@ func TestStatusFleet(t *testing.T) {
 		}
 	}
 	// w1 is led by a single-star serve.
-	if _, err := db.Leases().AcquireLease(ctx, "w1", "solo", time.Minute); err != nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "w1", "solo", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// m1 and m2 are live and select s1..s5 between them; no live member

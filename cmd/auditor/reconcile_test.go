@@ -21,6 +21,7 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/crashpoint"
@@ -358,7 +359,7 @@ func TestReconcileRecordsGivenAgain(t *testing.T) {
 	// The new records' bytes, from the slots their refs name.
 	want := map[catalog.StreamID][]byte{}
 	for _, st := range d.e.streams() {
-		refs, err := d.e.db.Streams().RefsOfStream(d.ctx, st.ID)
+		refs, err := writepath.New(d.e.db).RefsOfStream(d.ctx, st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

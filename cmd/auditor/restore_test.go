@@ -18,6 +18,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
@@ -379,7 +380,7 @@ func (d *drill) checkBehind(reaped bool) {
 	}
 	var named, slotsGone int
 	for _, st := range e.streams() {
-		refs, err := e.db.Streams().RefsOfStream(d.ctx, st.ID)
+		refs, err := writepath.New(e.db).RefsOfStream(d.ctx, st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

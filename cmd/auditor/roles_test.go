@@ -640,7 +640,7 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 	if err := r.write(ctx, db, store, 4); err != nil {
 		return err
 	}
-	refs, err := db.Streams().RefsOfStream(ctx, c.ID)
+	refs, err := writepath.New(db).RefsOfStream(ctx, c.ID)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func TestStatusCheck(t *testing.T) {
 	// No lease was ever taken.
 	status(t, exitCheckNoLeader, "no live leader")
 
-	lease, err := db.Leases().AcquireLease(ctx, "s1", "checker", time.Hour)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "checker", "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

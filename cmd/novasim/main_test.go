@@ -14,6 +14,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
@@ -79,7 +80,7 @@ func TestSetupWriteCheckFileBackend(t *testing.T) {
 	}
 	var named catalog.SlotRef
 	for _, s := range streams {
-		if refs, err := db.Streams().RefsOfStream(ctx, s.ID); err == nil && len(refs) > 0 {
+		if refs, err := writepath.New(db).RefsOfStream(ctx, s.ID); err == nil && len(refs) > 0 {
 			named = refs[0].Slots[0]
 			break
 		}
