@@ -276,7 +276,7 @@ func (rq *Requests) AdminRequests(ctx context.Context, star string, openOnly boo
 	return out, nil
 }
 
-// GetAdminRequest reads one request (ErrNotFound when absent).
+// AdminRequest reads one request (ErrNotFound when absent).
 func (rq *Requests) AdminRequest(ctx context.Context, id int64) (AdminRequest, error) {
 	a, err := scanAdmin(rq.db.reader(ctx).QueryRow(ctx, `SELECT `+adminCols+` FROM nova.admin_requests WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -346,7 +346,7 @@ type DaemonState struct {
 // Halted reports whether the star is halted.
 func (s DaemonState) Halted() bool { return s.HaltedReason != "" }
 
-// GetDaemonState reads the star's persisted pause and halt.
+// DaemonState reads the star's persisted pause and halt.
 func (lg *Ledger) DaemonState(ctx context.Context, star string) (DaemonState, error) {
 	var s DaemonState
 	var reason *string

@@ -191,7 +191,7 @@ func TestStreamIDIsAUUID(t *testing.T) {
 	}
 	st, err := db.Streams().Stream(ctx, id)
 	if err != nil || st.ID != id {
-		t.Fatalf("GetStream: %s, %v", st.ID, err)
+		t.Fatalf("Stream: %s, %v", st.ID, err)
 	}
 	missing := catalog.StreamID{15: 1}
 	prog, err := db.Requests().ForcedProgress(ctx, "s1", []catalog.StreamID{id, missing}) // a uuid[] parameter

@@ -237,7 +237,7 @@ type ErasureBacklog struct {
 	OldestFirst  int64
 }
 
-// GetErasureBacklog counts the star's pending erasures (status, metrics).
+// ErasureBacklog counts the star's pending erasures (status, metrics).
 func (es *Erasures) ErasureBacklog(ctx context.Context, star string) (ErasureBacklog, error) {
 	var b ErasureBacklog
 	var oldest *time.Time

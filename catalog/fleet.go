@@ -113,7 +113,7 @@ type FleetView struct {
 	BalanceMoves int // moves for balance within the window asked
 }
 
-// ReadFleet reads the fleet in one repeatable-read transaction, after
+// FleetView reads the fleet in one repeatable-read transaction, after
 // giving every star without a lease row one that is expired since now
 // (holder ”, token 0): a star's unowned time is then always its lease's
 // age past expiry.

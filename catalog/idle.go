@@ -44,7 +44,7 @@ const idleWorkSQL = `
 	                       AND a.cohort_turn_at IS NOT NULL AND now() < a.cohort_turn_at + $4::interval) THEN 'cohort turn'
 	  END`
 
-// ReadIdleState reads in one read-only snapshot (one transaction) what
+// IdleState reads in one read-only snapshot (one transaction) what
 // decides whether a cycle of star has work under policy p, its strays
 // swept every strayEvery (0: never on a schedule).
 func (t *Trim) IdleState(ctx context.Context, star string, p DuePolicy, strayEvery time.Duration) (IdleState, error) {

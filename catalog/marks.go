@@ -21,7 +21,7 @@ type Mark struct {
 	At *time.Time // when N was committed (database clock); nil when none
 }
 
-// ReadMark reads the star's mark (zero when the star has no state row).
+// Mark reads the star's mark (zero when the star has no state row).
 func (rs *Restore) Mark(ctx context.Context, star string) (Mark, error) {
 	var m Mark
 	err := rs.db.reader(ctx).QueryRow(ctx, `SELECT mark, mark_at FROM nova.auditor_state WHERE star = $1`, star).Scan(&m.N, &m.At)
@@ -34,7 +34,7 @@ func (rs *Restore) Mark(ctx context.Context, star string) (Mark, error) {
 	return m, nil
 }
 
-// ReadMarkFenced reads the star's mark in a fenced transaction: under a
+// MarkFenced reads the star's mark in a fenced transaction: under a
 // live lease of f's token (ErrStaleToken otherwise).
 func (rs *Restore) MarkFenced(ctx context.Context, f Fence) (Mark, error) {
 	var m Mark

@@ -142,7 +142,7 @@ type Backlog struct {
 	Quarantined    int64      // quarantine rows (streams and slots)
 }
 
-// GetBacklog counts the star's open intents and quarantine.
+// Backlog counts the star's open intents and quarantine.
 func (lg *Ledger) Backlog(ctx context.Context, star string) (Backlog, error) {
 	var b Backlog
 	err := lg.db.reader(ctx).QueryRow(ctx, `SELECT

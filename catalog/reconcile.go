@@ -25,7 +25,7 @@ type ReconcileView struct {
 	High map[int64]int32
 }
 
-// ReadReconcileView reads a stream's row, catalog entries, refs, intents
+// ReconcileView reads a stream's row, catalog entries, refs, intents
 // and high-water revisions from one repeatable-read snapshot. keyLow and
 // keyHigh bound the stream's settled keys. An unknown stream is
 // ErrNotFound.

@@ -163,7 +163,7 @@ func (lg *Ledger) LastRuns(ctx context.Context, star string, limit int) ([]Run, 
 	return out, nil
 }
 
-// GetRun reads one run (ErrNotFound when absent, pruned included).
+// Run reads one run (ErrNotFound when absent, pruned included).
 func (lg *Ledger) Run(ctx context.Context, id int64) (Run, error) {
 	run, err := scanRun(lg.db.reader(ctx).QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -68,7 +68,7 @@ func (lg *Ledger) RecordBucketRules(ctx context.Context, f Fence, rules json.Raw
 	})
 }
 
-// GetRuntime reads a star's runtime row; ErrNotFound when no leader has
+// Runtime reads a star's runtime row; ErrNotFound when no leader has
 // recorded one.
 func (lg *Ledger) Runtime(ctx context.Context, star string) (Runtime, error) {
 	r := Runtime{Star: star}

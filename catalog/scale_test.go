@@ -258,21 +258,21 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	// catalog entry of each stream past its linger.
 	policy := catalog.DuePolicy{Linger: time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: time.Hour,
 		TailGrowth: 1, CopyFloor: 5 << 20}
-	call("AcquireLease", func() (err error) {
+	call("AcquireLeaseInstance", func() (err error) {
 		lease, err = db.Leases().AcquireLeaseInstance(ctx, "s1", "bench", "", time.Minute)
 		return err
 	})
 	f := lease.Fence
 	// The idle check, before every scheduled cycle: it finds the work the
 	// history holds (intents, erasures, due streams) in one snapshot.
-	call("ReadIdleState", func() error {
+	call("IdleState", func() error {
 		st, err := db.Trim().IdleState(ctx, "s1", policy, 24*time.Hour)
 		if err == nil && st.Work == "" {
 			err = fmt.Errorf("the idle check found no work on a star with pending erasures and due streams")
 		}
 		return err
 	})
-	call("GetDaemonState", func() error { _, err := db.Ledger().DaemonState(ctx, "s1"); return err })
+	call("DaemonState", func() error { _, err := db.Ledger().DaemonState(ctx, "s1"); return err })
 	call("CloseAbandonedRuns", func() error {
 		c, err := db.Ledger().CloseAbandonedRuns(ctx, f)
 		if err == nil && c != 2 {
@@ -424,7 +424,7 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		return err
 	})
 	call("RecordStraySweep", func() error { return db.Trim().RecordStraySweep(ctx, f) })
-	call("ReadTrimState", func() error { _, err := db.Trim().TrimState(ctx, "s1"); return err })
+	call("TrimState", func() error { _, err := db.Trim().TrimState(ctx, "s1"); return err })
 	call("AdvanceTrim", func() error {
 		_, err := db.Trim().AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 2}, 0)
 		return err
@@ -449,7 +449,7 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	call("RenewLease", func() error { _, err := db.Leases().RenewLease(ctx, f, time.Minute); return err })
 	// The periodic reads of the leader and every standby (GaugeInterval).
 	call("TransitByClass", func() error { _, _, err := db.Ledger().TransitByClass(ctx, "s1", policy); return err })
-	call("GetBacklog", func() error { _, err := db.Ledger().Backlog(ctx, "s1"); return err })
+	call("Backlog", func() error { _, err := db.Ledger().Backlog(ctx, "s1"); return err })
 	// The window's runs: the transit window of applied erasures is the age
 	// cap plus the reap grace and two cycles (here an hour), not the ledger.
 	call("ErasuresAppliedWithin", func() error { _, err := db.Erasures().ErasuresAppliedWithin(ctx, "s1", time.Hour); return err })

@@ -5,12 +5,8 @@ import (
 	"time"
 )
 
-// The metastore by concern: each type below holds the statements of one
-// concern over the DB's one pool, and is what one step's interface (defined
-// by the step's package) asks for. A read another concern also needs is
-// declared there too, delegating to its owner; every SQL statement has one
-// home. DB keeps the pool, the fence and the transaction plumbing
-// (ReadOnly snapshots, tx, fenced).
+// The metastore by concern (package doc): one type per concern over the
+// DB's pool, and below, the reads each also declares of other concerns.
 
 // Streams reads stars, streams, refs and catalog entries, one at a time
 // or a star's all at once (starwide.go): for status, ls, verify and the

@@ -143,7 +143,7 @@ func TestStraySweepDue(t *testing.T) {
 		}
 		return d
 	}
-	// The idle check (ReadIdleState) agrees: a due sweep is work.
+	// The idle check (IdleState) agrees: a due sweep is work.
 	idleWork := func(every time.Duration) string {
 		t.Helper()
 		st, err := db.Trim().IdleState(ctx, "s1", catalog.DuePolicy{}, every)

@@ -55,7 +55,7 @@ type TrimState struct {
 	Now                time.Time // the database clock
 }
 
-// ReadTrimState reads a star's trim state in one read-only snapshot.
+// TrimState reads a star's trim state in one read-only snapshot.
 func (t *Trim) TrimState(ctx context.Context, star string) (TrimState, error) {
 	var st TrimState
 	err := t.db.readTx(ctx, func(tx pgx.Tx) error {
@@ -66,7 +66,7 @@ func (t *Trim) TrimState(ctx context.Context, star string) (TrimState, error) {
 	return st, err
 }
 
-// readTrimState is ReadTrimState within tx: its six reads in one batch
+// readTrimState is TrimState within tx: its six reads in one batch
 // (one round trip).
 func readTrimState(ctx context.Context, tx pgx.Tx, star string) (TrimState, error) {
 	var st TrimState

@@ -99,7 +99,7 @@ type Entry struct {
 // EndRecord is one past the entry's last record.
 func (e Entry) EndRecord() int64 { return e.FirstRecord + e.RecordCount }
 
-// GetStar reads one star.
+// Star reads one star.
 func (ss *Streams) Star(ctx context.Context, star string) (Star, error) {
 	var s Star
 	err := ss.db.reader(ctx).QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars WHERE star = $1`, star).
@@ -126,7 +126,7 @@ func scanStream(r pgx.Row) (Stream, error) {
 	return s, err
 }
 
-// GetStream reads one stream.
+// Stream reads one stream.
 func (ss *Streams) Stream(ctx context.Context, id StreamID) (Stream, error) {
 	s, err := scanStream(ss.db.reader(ctx).QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -314,7 +314,7 @@ type idleRun struct {
 	recorded bool
 }
 
-// The ledger records idle cycles as one run row (catalog.RecordIdleRun):
+// The ledger records idle cycles as one run row (catalog.Ledger.RecordIdleRun):
 // at the first idle cycle after a cycle that ran its steps (so that the
 // ledger shows the star went quiet, as a cycle's row did), then once
 // idleRunEvery of them, or Config.IdleRecord since the first, have gone

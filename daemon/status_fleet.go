@@ -124,7 +124,8 @@ type FleetMoveStatus struct {
 	Token   int64     `json:"token"`
 }
 
-// FleetStatusReader is what BuildFleetStatus reads: read only, no lease.
+// FleetStatusReader is what BuildFleetStatus reads (*catalog.Fleet): read
+// only, no lease.
 type FleetStatusReader interface {
 	FleetView(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
 	FleetMoves(ctx context.Context, window time.Duration, limit int) ([]catalog.FleetMove, error)

@@ -14,7 +14,7 @@ import (
 
 // A trigger request is consumed only by a cycle that ran: the leader reads
 // the open requests into the cycle's options, runs the cycle, and only then
-// records what came of each (catalog.FinishTriggers). A crash in between
+// records what came of each (catalog.Requests.FinishTriggers). A crash in between
 // leaves them open, so the next leader runs them again, which is harmless;
 // nothing is lost. A cycle that fails or halts notes its error on the
 // requests, which stay open for the retry (or the cycle after a resume); a

@@ -177,7 +177,7 @@ func TestTriggersRunInCommitOrder(t *testing.T) {
 	s := serve(t, withHolder(every(t, "@every 1h"), "d1"), db, rec)
 	eventually(t, 5*time.Second, "leads", s.leader)
 
-	// What catalog.RequestAdmin does, held open before the commit.
+	// What catalog.Requests.RequestAdmin does, held open before the commit.
 	begin := func() (pgx.Tx, int64) {
 		tx, err := testenv.Conn(t, url).Begin(ctx)
 		if err != nil {

@@ -50,9 +50,9 @@ type Refusals interface {
 	Last() time.Time
 }
 
-// Metastore is what the member reads and writes (catalog/fleet.go); it
-// should be a pool of its own, so that busy cycles cannot starve the
-// renewals.
+// Metastore is what the member reads and writes (*catalog.Fleet,
+// catalog/fleet.go), over a pool of its own, so that busy cycles cannot
+// starve the renewals.
 type Metastore interface {
 	Heartbeat(ctx context.Context, member, instance, stars string, draining bool, ttl time.Duration) (time.Time, error)
 	LeaveFleet(ctx context.Context, member, instance string) error

@@ -44,7 +44,8 @@ func CrashPoints() []crashpoint.Point {
 	return []crashpoint.Point{CrashAfterRaise, settle.CrashCutAfterIntent, settle.CrashCutAfterComplete, CrashAfterStream, CrashAfterMark}
 }
 
-// Catalog is what reconcile reads and writes in the metastore.
+// Catalog is what reconcile reads and writes in the metastore
+// (*catalog.Restore).
 type Catalog interface {
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
 	Stream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)

@@ -37,7 +37,8 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// Catalog is what the guard reads and writes in the metastore.
+// Catalog is what the guard reads and writes in the metastore
+// (*catalog.Restore).
 type Catalog interface {
 	Mark(ctx context.Context, star string) (catalog.Mark, error)
 	MarkFenced(ctx context.Context, f catalog.Fence) (catalog.Mark, error)

@@ -151,7 +151,7 @@ func (o *opCounter) snapshot() map[string]int64 {
 // fraction 0; 50 rounds at three concurrencies would take hours at the
 // issue's scale), with where the CPU went (this process, versitygw and
 // Postgres, per object) and the WAL the cluster wrote per object during
-// the cycles (catalog.WALPosition; NOVA_BENCH_TAIL_CMP_CONCURRENCIES, say "64", picks
+// the cycles (writepath.WALPosition; NOVA_BENCH_TAIL_CMP_CONCURRENCIES, say "64", picks
 // the concurrencies); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone,
 // NOVA_BENCH_TAIL_CMP=0 leaves it out. NOVA_BENCH_TAIL_FRACTIONS (say "1")
 // picks the fractions instead, and NOVA_BENCH_TAIL_COHORTS the rule's
@@ -506,7 +506,7 @@ func quietCommits(t *testing.T, e *env) int64 {
 	return xactCommits(t, e)
 }
 
-// walPosition is the cluster's WAL insert position (catalog.WALPosition).
+// walPosition is the cluster's WAL insert position (writepath.WALPosition).
 // Its moves around the settle are the cycle's writes, plus whatever else
 // the cluster writes meanwhile: another test package's databases, a
 // checkpoint's full-page images, autovacuum, page pruning by reads. Read

@@ -22,7 +22,7 @@ type trickleRun struct {
 // flight, a flight every flightEvery, for writeFor) while running settle
 // cycles back to back under policy p, then keeps cycling until all is
 // settled. Before and after every cycle it reads the star's transit by the
-// database clock (catalog.TransitByClass): no record may be unsettled past
+// database clock (catalog.Ledger.TransitByClass): no record may be unsettled past
 // its age cap. The ages only grow between cycles, so the reads before each
 // cycle see the largest.
 func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor, flightEvery time.Duration) trickleRun {

@@ -8,7 +8,7 @@ import (
 )
 
 // Metastore is what the recover, settle and erase steps read and write in
-// Postgres (docs/metastore.md): *catalog.DB has it. The writes take the
+// Postgres (docs/metastore.md): *catalog.Settle has it. The writes take the
 // lease's fence and fail with catalog.ErrStaleToken once it is lost; the
 // reads take none.
 type Metastore interface {

@@ -13,7 +13,7 @@ import (
 
 // Erasures as the write path's users request them
 // (docs/architecture.md#erasure): novasim records them through
-// catalog.RecordErasure, as `auditor erase` does, either on request (Erase)
+// catalog.Erasures.RecordErasure, as `auditor erase` does, either on request (Erase)
 // or while writing (Faults.Erase), and Check expects tombstones exactly
 // where they are applied.
 

@@ -14,7 +14,7 @@ import (
 )
 
 // applyErasure marks e applied through the auditor's own transaction
-// (catalog.ApplyErasure), naming as clean the entries that hold its
+// (catalog.Erasures.ApplyErasure), naming as clean the entries that hold its
 // records now.
 func applyErasure(t *testing.T, db *catalog.DB, star string, e catalog.Erasure) {
 	t.Helper()

@@ -8,7 +8,7 @@ import (
 )
 
 // IdleReader reads what decides that a star's cycle has nothing to do
-// (catalog.ReadIdleState).
+// (catalog.Trim.IdleState).
 type IdleReader interface {
 	IdleState(ctx context.Context, star string, p catalog.DuePolicy, strayEvery time.Duration) (catalog.IdleState, error)
 }

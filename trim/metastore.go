@@ -8,7 +8,7 @@ import (
 )
 
 // Metastore is what the retention, trim and reap steps read and write in
-// Postgres (docs/metastore.md): *catalog.DB has it. Each step keeps only
+// Postgres (docs/metastore.md): *catalog.Trim has it. Each step keeps only
 // its own part; the writes take the lease's fence and fail with
 // catalog.ErrStaleToken once it is lost.
 type Metastore interface {

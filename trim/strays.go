@@ -66,7 +66,7 @@ type StrayCounts struct {
 	HeldOff []string `json:"held_off,omitempty"`
 }
 
-// StrayCatalog is what finding strays reads in Postgres (*catalog.DB has
+// StrayCatalog is what finding strays reads in Postgres (*catalog.Trim has
 // it): the clock, the star's streams, which listed keys metadata names,
 // and the chain with its slot reaps. It takes no lease.
 type StrayCatalog interface {

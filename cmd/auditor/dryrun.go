@@ -71,7 +71,7 @@ func durationPolicyKey(name string, rt func(catalog.Runtime) time.Duration, cfg 
 		local:  func(c config.Config) string { return cfg(&c).String() }}
 }
 
-// policyKeys are the keys a leader records (catalog.RecordRuntime) that
+// policyKeys are the keys a leader records (catalog.Ledger.RecordRuntime) that
 // the configuration sets. The copy floor is no key: buildParts takes the
 // leader's.
 func policyKeys() []policyKey {
