@@ -166,7 +166,7 @@ func (c Config) validate(needSchedule bool) error {
 }
 
 func (d *Deps) defaults(version string) error {
-	if d.DB == nil || d.Leases == nil {
+	if d.DB == nil || d.Leases == nil || d.Requests == nil {
 		return errors.New("daemon: no database")
 	}
 	if d.Log == nil {
