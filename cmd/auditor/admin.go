@@ -67,7 +67,7 @@ func adminOpen(ctx context.Context, e env, fs *cli.Flags, cfg config.Config) (db
 	}
 	// A typo must not read as a healthy, idle star, nor record a request
 	// no daemon will ever take.
-	if err := checkStar(ctx, db, cfg.Star, stream); err != nil {
+	if err := checkStar(ctx, db.Streams(), cfg.Star, stream); err != nil {
 		db.Close()
 		return nil, nil, exitCode(e, cfg, err)
 	}
@@ -78,7 +78,7 @@ func adminOpen(ctx context.Context, e env, fs *cli.Flags, cfg config.Config) (db
 type starLookup interface {
 	StarExists(ctx context.Context, star string) (bool, error)
 	StreamOfStar(ctx context.Context, star string, id catalog.StreamID) (bool, error)
-	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+	Stream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
 }
 
 // checkStar is a configuration error when the star, or the stream in it,
@@ -100,7 +100,7 @@ func checkStar(ctx context.Context, db starLookup, star string, stream *catalog.
 	if ok {
 		return nil
 	}
-	other, err := db.GetStream(ctx, *stream)
+	other, err := db.Stream(ctx, *stream)
 	switch {
 	case err == nil:
 		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", stream.String(), other.Star, star)}
@@ -142,7 +142,7 @@ func cmdTrigger(e env, c *cobra.Command) runFunc {
 		if *timeout < 0 {
 			return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
 		}
-		req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminTrigger, stream, requester(e))
+		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminTrigger, stream, requester(e))
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
@@ -151,11 +151,11 @@ func cmdTrigger(e env, c *cobra.Command) runFunc {
 			what = "a cycle settling stream " + stream.String() + " regardless of linger"
 		}
 		fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
-		warnNoLeader(ctx, e, db, cfg.Star)
+		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
 		if !*wait {
 			return exitOK
 		}
-		code, err = waitTrigger(ctx, e, db, cfg.Star, req.ID, *timeout)
+		code, err = waitTrigger(ctx, e, db.Requests(), cfg.Star, req.ID, *timeout)
 		if err != nil {
 			return exitCode(e, cfg, fmt.Errorf("wait for trigger request %d: %w", req.ID, err))
 		}
@@ -178,12 +178,12 @@ func cmdPause(e env, c *cobra.Command) runFunc {
 			return code
 		}
 		defer db.Close()
-		req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminPause, nil, requester(e))
+		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminPause, nil, requester(e))
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
 		fmt.Fprintf(e.stdout, "star %s paused (request %d): the leader keeps its lease and runs no cycle until auditor resume\n", cfg.Star, req.ID)
-		warnNoLeader(ctx, e, db, cfg.Star)
+		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
 		return exitOK
 	}
 }
@@ -196,11 +196,11 @@ func cmdResume(e env, c *cobra.Command) runFunc {
 			return code
 		}
 		defer db.Close()
-		before, err := db.GetDaemonState(ctx, cfg.Star)
+		before, err := db.Ledger().DaemonState(ctx, cfg.Star)
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
-		req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminResume, nil, requester(e))
+		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminResume, nil, requester(e))
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
@@ -208,7 +208,7 @@ func cmdResume(e env, c *cobra.Command) runFunc {
 		if before.Halted() {
 			fmt.Fprintf(e.stdout, "cleared the halt: %s\n", before.HaltedReason)
 		}
-		warnNoLeader(ctx, e, db, cfg.Star)
+		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
 		return exitOK
 	}
 }
@@ -225,7 +225,7 @@ func cmdRelease(e env, c *cobra.Command) runFunc {
 		if stream == nil {
 			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: "is required: the stream to release (auditor status lists the quarantine)"})
 		}
-		req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
+		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
 		if errors.Is(err, catalog.ErrNotFound) {
 			fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", stream.String(), cfg.Star)
 			return exitFailure
@@ -279,8 +279,8 @@ func cmdStatus(e env, c *cobra.Command) runFunc {
 		}
 		defer db.Close()
 		dc := daemonConfig(cfg)
-		s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace,
-			ErasureAlertAfter: cfg.ErasureAlertAfter, Trim: trimReader(db), CycleInterval: daemon.CycleInterval(dc.Schedule, time.Now())})
+		s, err := daemon.BuildStatus(ctx, db.Ledger(), daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace,
+			ErasureAlertAfter: cfg.ErasureAlertAfter, Trim: trimReader(db.Trim()), CycleInterval: daemon.CycleInterval(dc.Schedule, time.Now())})
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
@@ -308,7 +308,7 @@ func statusFleet(ctx context.Context, e env, cfg config.Config, asJSON bool) int
 		return exitCode(e, cfg, err)
 	}
 	defer db.Close()
-	s, err := daemon.BuildFleetStatus(ctx, db, daemon.FleetStatusOptions{})
+	s, err := daemon.BuildFleetStatus(ctx, db.Fleet(), daemon.FleetStatusOptions{})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -368,7 +368,7 @@ func cmdVerify(e env, c *cobra.Command) runFunc {
 			}
 		}
 		rd := bundle.NewReader(top)
-		rep, err := verify.Verify(ctx, db, rd, opts)
+		rep, err := verify.Verify(ctx, db.Streams(), rd, opts)
 		if tty {
 			fmt.Fprintln(e.stderr)
 		}

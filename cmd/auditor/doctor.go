@@ -68,7 +68,7 @@ func cmdDoctor(e env, c *cobra.Command) runFunc {
 			pg = append(pg, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
 				Seen: cfg.Scrub(err.Error()), Do: "check --database-url: the role, its password, the database name, the TLS settings"})
 		default:
-			pg = append(pg, postgresChecks(ctx, cfg, db)...)
+			pg = append(pg, postgresChecks(ctx, cfg, db.Ledger())...)
 			pg = append(pg, doctorConnections(ctx, cfg, db, *members))
 			db.Close()
 		}

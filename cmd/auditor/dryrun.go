@@ -53,7 +53,7 @@ type DryRunReport struct {
 
 // runtimeReader is what leaderPolicy reads of the metastore.
 type runtimeReader interface {
-	GetRuntime(ctx context.Context, star string) (catalog.Runtime, error)
+	Runtime(ctx context.Context, star string) (catalog.Runtime, error)
 }
 
 // policyKey is a key of the due policy the leader records: its value in
@@ -72,7 +72,7 @@ func durationPolicyKey(name string, rt func(catalog.Runtime) time.Duration, cfg 
 		local:  func(c config.Config) string { return cfg(&c).String() }}
 }
 
-// policyKeys are the keys a leader records (catalog.RecordRuntime) that
+// policyKeys are the keys a leader records (catalog.Ledger.RecordRuntime) that
 // the configuration sets. The copy floor is no key: buildParts takes the
 // leader's.
 func policyKeys() []policyKey {
@@ -106,7 +106,7 @@ func leaderPolicy(ctx context.Context, db runtimeReader, cfg *config.Config, fs 
 	given := map[string]bool{}
 	fs.Visit(func(f *pflag.Flag) { given[f.Name] = true })
 	var p DryRunPolicy
-	rt, err := db.GetRuntime(ctx, cfg.Star)
+	rt, err := db.Runtime(ctx, cfg.Star)
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
 	case err != nil:

@@ -91,19 +91,19 @@ func cmdErase(e env, c *cobra.Command) runFunc {
 		case *timeout < 0:
 			return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
 		}
-		st, err := db.GetStream(ctx, *stream)
+		st, err := db.Streams().Stream(ctx, *stream)
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
 		if *dryRun {
-			rep, err := planErasure(ctx, db, st, *from, *count)
+			rep, err := planErasure(ctx, db.Erasures(), st, *from, *count)
 			if err != nil {
 				return exitCode(e, cfg, err)
 			}
 			rep.Star = cfg.Star
 			return printErasure(e, cfg, rep, *asJSON, writeErasurePlan)
 		}
-		rep, err := recordErasure(ctx, db, st, *from, *count)
+		rep, err := recordErasure(ctx, db.Erasures(), st, *from, *count)
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
@@ -114,7 +114,7 @@ func cmdErase(e env, c *cobra.Command) runFunc {
 		if !*asJSON {
 			printErasure(e, cfg, rep, false, writeErasure)
 		}
-		code, err = waitErasure(ctx, e, db, st.ID, &rep, *timeout, *asJSON)
+		code, err = waitErasure(ctx, e, db.Erasures(), st.ID, &rep, *timeout, *asJSON)
 		if err != nil {
 			return exitCode(e, cfg, fmt.Errorf("wait for the erasure: %w", err))
 		}

@@ -307,13 +307,13 @@ func (ep *episode) judge(l *leader, res cycleResult, what string) {
 // expire ends the star's lease, whoever holds it: the ttl running out
 // while its holder is paused, dead or slow.
 func (ep *episode) expire(ctx context.Context) {
-	l, live, err := ep.db.CurrentLease(ctx, ep.star)
+	l, live, err := ep.db.Leases().CurrentLease(ctx, ep.star)
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		ep.fail("read lease: %v", err)
 		return
 	}
 	if live {
-		if err := ep.db.ReleaseLease(ctx, l.Fence); err != nil {
+		if err := ep.db.Leases().ReleaseLease(ctx, l.Fence); err != nil {
 			ep.fail("expire lease: %v", err)
 		}
 	}
@@ -413,7 +413,7 @@ func (ep *episode) crash(t testing.TB, ctx context.Context, round int) bool {
 // adoption must refuse it (a quarantine that condemns the key), and after
 // a release the stream publishes again above it.
 func (ep *episode) damage(ctx context.Context) {
-	in, err := ep.db.Intents(ctx, ep.star, "publish", 0)
+	in, err := ep.db.Settle().Intents(ctx, ep.star, "publish", 0)
 	if err != nil {
 		ep.fail("intents: %v", err)
 		return
@@ -470,14 +470,14 @@ func (ep *episode) erase(ctx context.Context) {
 	first := st.LowRecord + ep.rnd.Int64N(st.NextRecord-st.LowRecord)
 	count := min(1+ep.rnd.Int64N(3), st.NextRecord-first)
 	ep.note("erasure: stream %s [%d, +%d)", st.ID, first, count)
-	if _, err := ep.db.RecordErasure(ctx, st.ID, first, count); err != nil {
+	if _, err := ep.db.Erasures().RecordErasure(ctx, st.ID, first, count); err != nil {
 		ep.fail("erasure: %v", err)
 	}
 }
 
 // stream is a stream of the star drawn from the seed.
 func (ep *episode) stream(ctx context.Context) *catalog.Stream {
-	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
+	streams, err := ep.db.Streams().StreamsOfStar(ctx, ep.star)
 	if err != nil {
 		ep.fail("streams: %v", err)
 		return nil
@@ -499,7 +499,7 @@ func (ep *episode) skipGrace(ctx context.Context) {
 // checkQuarantine: a stream is quarantined only when the script damaged
 // its bytes on purpose.
 func (ep *episode) checkQuarantine(ctx context.Context) {
-	q, err := ep.db.Quarantined(ctx, ep.star)
+	q, err := ep.db.Settle().Quarantined(ctx, ep.star)
 	if err != nil {
 		ep.fail("quarantine: %v", err)
 		return
@@ -559,7 +559,7 @@ func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
 // releaseDamaged lifts the quarantine of the streams damaged on purpose
 // (auditor release), once their condemned key is reaped.
 func (ep *episode) releaseDamaged(ctx context.Context) {
-	q, err := ep.db.Quarantined(ctx, ep.star)
+	q, err := ep.db.Settle().Quarantined(ctx, ep.star)
 	if err != nil {
 		ep.fail("quarantine: %v", err)
 		return
@@ -567,7 +567,7 @@ func (ep *episode) releaseDamaged(ctx context.Context) {
 	for _, row := range q {
 		if row.Stream != nil && ep.damaged[*row.Stream] {
 			ep.note("release %s, quarantined %s: %s", row.Stream, row.ErrorClass, row.Reason)
-			if _, err := ep.db.ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
+			if _, err := writepath.New(ep.db).ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
 				ep.fail("release: %v", err)
 			}
 		}
@@ -579,7 +579,7 @@ func (ep *episode) releaseDamaged(ctx context.Context) {
 // else what is not.
 func (ep *episode) settled(ctx context.Context) string {
 	var not []string
-	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
+	streams, err := ep.db.Streams().StreamsOfStar(ctx, ep.star)
 	if err != nil {
 		return err.Error()
 	}
@@ -587,7 +587,7 @@ func (ep *episode) settled(ctx context.Context) string {
 		if st.SettledThrough != st.NextRecord {
 			not = append(not, fmt.Sprintf("stream %s settled %d of %d", st.ID, st.SettledThrough, st.NextRecord))
 		}
-		ers, err := ep.db.ErasuresOf(ctx, st.ID, 0, 1<<62)
+		ers, err := ep.db.Erasures().ErasuresOf(ctx, st.ID, 0, 1<<62)
 		if err != nil {
 			return err.Error()
 		}
@@ -598,7 +598,7 @@ func (ep *episode) settled(ctx context.Context) string {
 		}
 	}
 	for _, kind := range []string{"publish", "reap"} {
-		in, err := ep.db.Intents(ctx, ep.star, kind, 0)
+		in, err := ep.db.Settle().Intents(ctx, ep.star, kind, 0)
 		if err != nil {
 			return err.Error()
 		}

@@ -44,7 +44,7 @@ type LsEntry struct {
 // read-only role may run it.
 type lsReader interface {
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
-	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+	Stream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
 	EntriesOfStream(ctx context.Context, id catalog.StreamID) ([]catalog.Entry, error)
 }
 
@@ -60,7 +60,7 @@ func cmdLs(e env, c *cobra.Command) runFunc {
 			return code
 		}
 		defer db.Close()
-		if err := listCatalog(ctx, e.stdout, db, cfg.Star, stream, *asJSON); err != nil {
+		if err := listCatalog(ctx, e.stdout, db.Streams(), cfg.Star, stream, *asJSON); err != nil {
 			return exitCode(e, cfg, fmt.Errorf("ls: %w", err))
 		}
 		return exitOK
@@ -72,7 +72,7 @@ func cmdLs(e env, c *cobra.Command) runFunc {
 func listCatalog(ctx context.Context, w io.Writer, db lsReader, star string, only *catalog.StreamID, asJSON bool) error {
 	var streams []catalog.Stream
 	if only != nil {
-		st, err := db.GetStream(ctx, *only)
+		st, err := db.Stream(ctx, *only)
 		if err != nil {
 			return err
 		}

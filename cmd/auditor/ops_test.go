@@ -101,12 +101,12 @@ func TestNewerSchemaStopsTheServingLeader(t *testing.T) {
 		_, live := currentLease(t, db)
 		return !live
 	})
-	runsBefore, _ := db.LastRuns(ctx, "s1", 100)
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "test"); err != nil {
+	runsBefore, _ := db.Ledger().LastRuns(ctx, "s1", 100)
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "test"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	if runs, _ := db.LastRuns(ctx, "s1", 100); len(runs) != len(runsBefore) {
+	if runs, _ := db.Ledger().LastRuns(ctx, "s1", 100); len(runs) != len(runsBefore) {
 		t.Fatalf("%d cycles ran on a newer schema", len(runs)-len(runsBefore))
 	}
 	if code, _ := p.get("/readyz"); code != 503 {
@@ -116,7 +116,7 @@ func TestNewerSchemaStopsTheServingLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the waiting trigger runs once the schema is the binary's", func() bool {
-		runs, _ := db.LastRuns(ctx, "s1", 100)
+		runs, _ := db.Ledger().LastRuns(ctx, "s1", 100)
 		return len(runs) > len(runsBefore)
 	})
 }
@@ -130,7 +130,7 @@ func TestStatusUsesTheDaemonsPolicy(t *testing.T) {
 	p := startServe(t, "p1", url, "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--denorm-age-cap", "2h")
 	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
 	eventually(t, 10*time.Second, "the runtime is recorded", func() bool {
-		_, err := db.GetRuntime(context.Background(), "s1")
+		_, err := db.Ledger().Runtime(context.Background(), "s1")
 		return err == nil
 	})
 	code, out, errs := runCLI(t, "status", "--star", "s1", "--database-url", url, "--json", "--denorm-linger", "5m")
@@ -187,7 +187,7 @@ func TestUnknownStarAndStreamAreErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q stderr %q", tc.args, code, out, stderr)
 		}
 	}
-	if reqs, _ := db.AdminRequests(context.Background(), "s1", true, 10); len(reqs) != 0 {
+	if reqs, _ := db.Requests().AdminRequests(context.Background(), "s1", true, 10); len(reqs) != 0 {
 		t.Fatalf("a request for an unknown stream was recorded: %+v", reqs)
 	}
 	if code, _, stderr := runCLI(t, "status", "--star", "s1", "--database-url", url); code != 0 {
@@ -433,7 +433,7 @@ func TestDryRunBesideAServingDaemon(t *testing.T) {
 	if after, live := currentLease(t, db); !live || after.Token != before.Token || after.Holder != "r1" {
 		t.Fatalf("the dry run touched the lease: %+v then %+v", before, after)
 	}
-	if runs, _ := db.LastRuns(ctx, "s1", 10); len(runs) != 0 {
+	if runs, _ := db.Ledger().LastRuns(ctx, "s1", 10); len(runs) != 0 {
 		t.Fatalf("the dry run recorded %d runs", len(runs))
 	}
 }

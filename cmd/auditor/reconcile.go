@@ -68,7 +68,7 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 			return exitCode(e, cfg, err)
 		}
 		defer p.settler.Close()
-		d := reconcile.Deps{DB: db, Reader: bundle.NewReader(p.top), Store: p.store, Log: log, Crash: crash.Func()}
+		d := reconcile.Deps{DB: db.Restore(), Reader: bundle.NewReader(p.top), Store: p.store, Log: log, Crash: crash.Func()}
 		if *apply {
 			d.Cutter = p.settler
 		}
@@ -87,7 +87,7 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 			return err
 		}
 		if *apply {
-			err = daemon.WithLease(ctx, daemonConfig(cfg), daemon.Deps{DB: db, Log: log, Crash: leaseCrash()}, run)
+			err = daemon.WithLease(ctx, daemonConfig(cfg), daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Log: log, Crash: leaseCrash()}, run)
 		} else {
 			// A dry run writes nothing: its fence has token 0, which no lease
 			// ever has, so a write by mistake would fail as stale.

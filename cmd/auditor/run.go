@@ -79,7 +79,7 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 		var dryPolicy DryRunPolicy
 		if *dryRun {
 			// Before the cycle is built: its steps take the policy from cfg.
-			if dryPolicy, err = leaderPolicy(ctx, db, &cfg, fs.FlagSet); err != nil {
+			if dryPolicy, err = leaderPolicy(ctx, db.Ledger(), &cfg, fs.FlagSet); err != nil {
 				return exitCode(e, cfg, err)
 			}
 			if !*asJSON {
@@ -94,7 +94,7 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 		defer closeSteps()
 		dc := daemonConfig(cfg)
 		dc.Policy = policy
-		deps := daemon.Deps{DB: db, Steps: steps, Log: log, Crash: leaseCrash()}
+		deps := daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: steps, Log: log, Crash: leaseCrash()}
 		if !*dryRun {
 			// The erase step marks no erasure applied while a bucket keeps
 			// what a DELETE removes (versioning, Object Lock).
@@ -105,7 +105,7 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 		}
 		if !*dryRun && *stream == "" && !*sweepStrays {
 			// A star with nothing to do costs one read (daemon.OnceIdle).
-			deps.Idle = trim.IdleCheck{DB: db, Policy: policy, StrayEvery: cfg.StraySweepEvery}
+			deps.Idle = trim.IdleCheck{DB: db.Trim(), Policy: policy, StrayEvery: cfg.StraySweepEvery}
 			idle, err := daemon.OnceIdle(ctx, dc, deps)
 			if err != nil {
 				log.Warn("the idle check failed; the cycle runs", "err", err)

@@ -98,7 +98,7 @@ func cmdServe(e env, c *cobra.Command) runFunc {
 			return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
 		}
 		if cfg.StartChecks {
-			if code, err := startChecks(ctx, cfg, db, log, m); err != nil || code != exitOK {
+			if code, err := startChecks(ctx, cfg, db.Ledger(), log, m); err != nil || code != exitOK {
 				if err != nil {
 					return exitCode(e, cfg, err)
 				}
@@ -119,8 +119,8 @@ func cmdServe(e env, c *cobra.Command) runFunc {
 		dc.Policy = policy
 		dc.RunNow = *runNow
 		dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
-		d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db),
-			Idle: trim.IdleCheck{DB: db, Policy: policy, StrayEvery: cfg.StraySweepEvery}})
+		d, err := daemon.New(dc, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db.Trim()),
+			Idle: trim.IdleCheck{DB: db.Trim(), Policy: policy, StrayEvery: cfg.StraySweepEvery}})
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}

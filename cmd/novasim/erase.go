@@ -16,7 +16,7 @@ import (
 )
 
 // cmdErase is `novasim erase`: it records erasures of a star's records as
-// the write path's users would (catalog.RecordErasure, as auditor erase
+// the write path's users would (catalog.Erasures.RecordErasure, as auditor erase
 // does): one range (--stream, --from, --count), or --random N of them over
 // the star's settled and unsettled records. The auditor's next cycle
 // applies them; novasim check then expects tombstones exactly there.
