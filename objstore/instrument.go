@@ -57,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("object store metrics: %w", err)
 	}
-	for _, p := range []string{"copied", "fetched", "uploaded", "read_back"} {
+	for _, p := range Paths {
 		m.bytes.WithLabelValues(p)
 	}
 	return m, nil
@@ -88,8 +88,8 @@ func (m *Metrics) FallThroughs() *prometheus.CounterVec { return m.fallthroughs 
 func (m *Metrics) Retries() *prometheus.CounterVec      { return m.retries }
 func (m *Metrics) Latency() *prometheus.HistogramVec    { return m.latency }
 
-// Instrument wraps store so that its calls feed m: requests and retries
-// reported by the backend (see Observer), bytes by path, and read
+// Instrument wraps store so that its calls feed m: requests, retries and
+// bytes by path reported by the backend (see Observer), and read
 // fall-throughs of a BucketSet built on the wrapped store.
 func Instrument(store Store, m *Metrics) Store {
 	return &instrumented{Store: store, m: m}
@@ -119,14 +119,15 @@ func (o observer) Retry(op string) {
 	o.outer.Retry(op)
 }
 
-func (s *instrumented) ctx(ctx context.Context) context.Context {
-	return WithObserver(ctx, observer{m: s.m, outer: ObserverFrom(ctx)})
+func (o observer) Bytes(path string, n int64) {
+	if n > 0 {
+		o.m.bytes.WithLabelValues(path).Add(float64(n))
+	}
+	o.outer.Bytes(path, n)
 }
 
-func (s *instrumented) add(path string, n int64) {
-	if n > 0 {
-		s.m.bytes.WithLabelValues(path).Add(float64(n))
-	}
+func (s *instrumented) ctx(ctx context.Context) context.Context {
+	return WithObserver(ctx, observer{m: s.m, outer: ObserverFrom(ctx)})
 }
 
 func (s *instrumented) CountFallThrough(zone string) {
@@ -134,15 +135,11 @@ func (s *instrumented) CountFallThrough(zone string) {
 }
 
 func (s *instrumented) GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
-	data, size, err := s.Store.GetRange(s.ctx(ctx), bucket, key, off, n)
-	s.add("fetched", int64(len(data)))
-	return data, size, err
+	return s.Store.GetRange(s.ctx(ctx), bucket, key, off, n)
 }
 
 func (s *instrumented) GetSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error) {
-	data, size, err := s.Store.GetSuffix(s.ctx(ctx), bucket, key, n)
-	s.add("fetched", int64(len(data)))
-	return data, size, err
+	return s.Store.GetSuffix(s.ctx(ctx), bucket, key, n)
 }
 
 func (s *instrumented) Head(ctx context.Context, bucket, key string) (Attrs, error) {
@@ -150,11 +147,7 @@ func (s *instrumented) Head(ctx context.Context, bucket, key string) (Attrs, err
 }
 
 func (s *instrumented) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
-	err := s.Store.PutIfAbsent(s.ctx(ctx), bucket, key, data)
-	if err == nil {
-		s.add("uploaded", int64(len(data)))
-	}
-	return err
+	return s.Store.PutIfAbsent(s.ctx(ctx), bucket, key, data)
 }
 
 func (s *instrumented) Delete(ctx context.Context, bucket string, keys []string) error {
@@ -165,18 +158,13 @@ func (s *instrumented) List(ctx context.Context, bucket, prefix string, fn func(
 	return s.Store.List(s.ctx(ctx), bucket, prefix, fn)
 }
 
-// Assemble adds the bytes the assembly reports, also when it failed part
-// way (they moved all the same). The bytes it read back to check the
-// published object are their own path, apart from the fetched ones: a
-// cost of the server (one that cannot check copied parts), not of the
-// plan.
+// Assemble: the backend reports the bytes as they move, also when the
+// assembly fails part way (they moved all the same). The bytes it read
+// back to check the published object are their own path, apart from the
+// fetched ones: a cost of the server (one that cannot check copied
+// parts), not of the plan.
 func (s *instrumented) Assemble(ctx context.Context, req AssembleRequest) (AssembleResult, error) {
-	res, err := s.Store.Assemble(s.ctx(ctx), req)
-	s.add("copied", res.BytesCopied)
-	s.add("fetched", res.BytesFetched-res.BytesReadBack)
-	s.add("read_back", res.BytesReadBack)
-	s.add("uploaded", res.BytesUploaded)
-	return res, err
+	return s.Store.Assemble(s.ctx(ctx), req)
 }
 
 func (s *instrumented) AbortAssembly(ctx context.Context, bucket, key, uploadID string) error {
