@@ -59,33 +59,23 @@ func (s *Settler) beginSlotReads(rd *bundle.Reader, due []catalog.DueStream) *bu
 // alone again.
 func (s *Settler) endSlotReads(rd *bundle.Reader) { s.slotReads.CompareAndSwap(rd, nil) }
 
-// countSlotReads adds the slot reads' GETs and bytes to total.
-func (s *Settler) countSlotReads(rd *bundle.Reader, total *cycle.Counts) {
+// countSlotReads adds the slot reads' GETs and bytes to their metrics
+// (the cycle's counts have them from the store's observer: counts.go).
+func (s *Settler) countSlotReads(rd *bundle.Reader) {
 	gets, read := rd.SlotReadStats()
 	s.d.Metrics.slotReads(gets, read)
-	total.S3Requests += gets
-	total.BytesFetched += read
 }
 
 // copyFloor is the smallest object whose bytes a later rewrite may copy
 // server side: below it, a standing tail is read through the process.
 func (s *Settler) copyFloor() int64 { return s.planLimits().CopyFloor() }
 
-// ownReads are the ranged GETs localize made of pieces alone, and their
-// bytes: what the store would have fetched itself (assemble adds them to
-// its result).
-type ownReads struct {
-	gets  int
-	bytes int64
-}
-
 // localize returns o with the pieces the store would fetch whole made
 // local bytes, read as this file says. In a multipart upload only the
 // pieces whose bytes are held already (a cached tail) are: reading the
 // rest here would hold a whole output in memory, where the store holds
 // one gathered part.
-func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, error) {
-	var reads ownReads
+func (s *Settler) localize(ctx context.Context, o Output) (Output, error) {
 	specs := make([]objstore.PieceSpec, 0, len(o.Pieces)+1)
 	for _, p := range o.Pieces {
 		specs = append(specs, objstore.PieceSpec{Len: int64(p.Len), Copy: p.Data == nil})
@@ -93,7 +83,7 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 	specs = append(specs, objstore.PieceSpec{Len: int64(len(o.Footer.Bytes))})
 	plan, err := objstore.PlanParts(specs, s.planLimits())
 	if err != nil {
-		return o, reads, nil // the store's own planning reports it
+		return o, nil // the store's own planning reports it
 	}
 	fetched := make([]int64, len(specs)) // bytes of each piece the plan fetches
 	for _, part := range plan.Parts {
@@ -118,7 +108,6 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 	}
 	// The pieces are read at once, as the store would fetch them.
 	got := make([][]byte, len(o.Pieces))
-	each := make([]ownReads, len(o.Pieces))
 	var read []int // the pieces to read
 	for i, p := range o.Pieces {
 		if p.Data == nil && fetched[i] == int64(p.Len) {
@@ -127,16 +116,12 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 	}
 	err = forEach(ctx, len(read), objstore.DefaultCopyConcurrency, func(gctx context.Context, k int) error {
 		i := read[k]
-		d, err := s.pieceBytes(gctx, o, o.Pieces[i], !plan.Multipart, own, &each[i])
+		d, err := s.pieceBytes(gctx, o, o.Pieces[i], !plan.Multipart, own)
 		got[i] = d
 		return err
 	})
-	for _, r := range each {
-		reads.gets += r.gets
-		reads.bytes += r.bytes
-	}
 	if err != nil {
-		return o, reads, err
+		return o, err
 	}
 	at := uint64(0)
 	for i, p := range o.Pieces {
@@ -161,14 +146,14 @@ func (s *Settler) localize(ctx context.Context, o Output) (Output, ownReads, err
 		copy(whole[at:], o.Footer.Bytes)
 		o.obj = whole
 	}
-	return o, reads, nil
+	return o, nil
 }
 
 // pieceBytes returns the bytes of the piece p of o, checked against its
 // CRC, or nil to leave it to the store: from the tail o rewrites or the
 // tail cache; from the cycle's slot reads (slots: a single PUT); by a
-// ranged GET of its own (own), counted in reads.
-func (s *Settler) pieceBytes(ctx context.Context, o Output, p Piece, slots, own bool, reads *ownReads) ([]byte, error) {
+// ranged GET of its own (own).
+func (s *Settler) pieceBytes(ctx context.Context, o Output, p Piece, slots, own bool) ([]byte, error) {
 	// A settled object's bytes held in memory: the tail o rewrites, or
 	// the tail cache's (the standard class holds slots too: the key says
 	// which it is).
@@ -198,8 +183,6 @@ func (s *Settler) pieceBytes(ctx context.Context, o Output, p Piece, slots, own 
 		return nil, nil
 	}
 	d, err := s.read.Range(ctx, p.Src, int64(p.Off), int64(p.Len))
-	reads.gets++
-	reads.bytes += int64(len(d))
 	if err != nil {
 		return nil, bundle.Classify(p.Src.Key, err)
 	}
@@ -267,11 +250,7 @@ func (s *Settler) readSmallEntry(ctx context.Context, key string, last catalog.E
 		return nil, nil
 	}
 	s.d.Metrics.tailRead("miss")
-	t, err := tailOf(key, last, obj)
-	if t != nil {
-		t.fetched = size
-	}
-	return t, err
+	return tailOf(key, last, obj)
 }
 
 // tailOf opens the footer of obj, the object at key, from the window its

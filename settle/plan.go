@@ -50,7 +50,6 @@ type Tail struct {
 	OrigData   [][]byte // the standing object's bytes of each re-encoded chunk
 	Tombstoned int      // records the re-encoding made tombstones
 	obj        []byte   // the whole stored object, when read whole (fetch.go)
-	fetched    int64    // bytes read to hold obj (0: the tail cache had it)
 }
 
 // local is the re-encoded bytes of the tail's chunk i (nil: copy it).

@@ -28,9 +28,6 @@ type published struct {
 	footLen  uint64
 	adopted  bool
 	result   objstore.AssembleResult
-	// what adoption's data verification read
-	verifyFetched  int64
-	verifyRequests int
 }
 
 func (p *published) end() uint64 { return p.entries[len(p.entries)-1].EndRecord() }
@@ -115,8 +112,6 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		return nil, in.ID, aerr
 	}
 	p.result = res
-	p.result.BytesFetched += p.verifyFetched
-	p.result.Requests += p.verifyRequests
 	return p, in.ID, nil
 }
 
@@ -293,16 +288,13 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*pub
 	// The footer agrees with the sources; now the bytes must agree with
 	// the footer and, record by record, with the sources, before anything
 	// is committed.
-	var fetched int64
-	var requests int
 	if !s.d.Mutations.SkipAdoptionBytes {
-		if fetched, requests, err = s.verifyData(ctx, o.Key, entries, expect); err != nil {
+		if err := s.verifyData(ctx, o.Key, entries, expect); err != nil {
 			return nil, err
 		}
 	}
 	p := &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: entries, size: uint64(size),
 		footOff: f.FooterOffset(), footLen: f.FooterLength(), adopted: true}
-	p.verifyFetched, p.verifyRequests = fetched, requests
 	return p, nil
 }
 
@@ -476,9 +468,9 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 		}
 		return append(out, objstore.DataPiece(o.Footer.Bytes)), nil
 	}
-	o, own, err := s.localize(ctx, o) // fetch.go
+	o, err := s.localize(ctx, o) // fetch.go
 	if err != nil {
-		return objstore.AssembleResult{BytesFetched: own.bytes, Requests: own.gets}, err
+		return objstore.AssembleResult{}, err
 	}
 	if req.Pieces, err = pieces(); err != nil {
 		return objstore.AssembleResult{}, err
@@ -513,7 +505,5 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 	if err == nil {
 		s.keepTail(o) // fetch.go
 	}
-	res.BytesFetched += own.bytes
-	res.Requests += own.gets
 	return res, err
 }
