@@ -104,7 +104,6 @@ type Output struct {
 	DataBytes    uint64 // bytes of the data region (pieces)
 	Meter        int64  // content-byte meter
 	Tombstoned   int    // records re-encoded as tombstones in this output
-	obj          []byte // the whole object, when every byte is local (fetch.go)
 }
 
 // EndRecord is one past the output's last record.

@@ -448,11 +448,6 @@ func sameRecords(kc *knownChunk, lengths []uint32, data []byte) error {
 // its parts. A recorded upload that is gone is started afresh.
 func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
 	pieces := func() ([]objstore.Piece, error) {
-		if o.obj != nil {
-			// Laid out whole here (localize): one piece, its CRC the
-			// object's, which the store checks once before the PUT.
-			return []objstore.Piece{{Data: o.obj, CRC32C: o.Footer.ObjectCRC, HasCRC32C: true}}, nil
-		}
 		out := make([]objstore.Piece, 0, len(o.Pieces)+1)
 		for _, p := range o.Pieces {
 			if p.Data != nil {
@@ -468,10 +463,10 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 		}
 		return append(out, objstore.DataPiece(o.Footer.Bytes)), nil
 	}
-	o, err := s.localize(ctx, o) // fetch.go
-	if err != nil {
-		return objstore.AssembleResult{}, err
-	}
+	var put []byte // the object's bytes, when the store PUT it whole from here
+	req.Source = s.pieceSource(o) // fetch.go
+	req.Hooks.Put = func(data []byte) { put = data }
+	var err error
 	if req.Pieces, err = pieces(); err != nil {
 		return objstore.AssembleResult{}, err
 	}
@@ -503,7 +498,7 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 		res, err = s.store.Assemble(ctx, req)
 	}
 	if err == nil {
-		s.keepTail(o) // fetch.go
+		s.keepTail(o, put) // fetch.go
 	}
 	return res, err
 }

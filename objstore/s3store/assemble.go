@@ -163,6 +163,7 @@ func (a *assembly) putSingle(ctx context.Context) error {
 		return err
 	}
 	a.checked = a.req.HasExpectedCRC32C
+	a.req.Hooks.CallPut(data)
 	return a.hook(a.req.Hooks.CallCompleted)
 }
 
@@ -492,9 +493,24 @@ func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, erro
 }
 
 // fetch reads one segment of a piece from its source into dst and checks
-// it: the whole piece's CRC-32C when the segment is the whole piece.
+// it: the whole piece's CRC-32C when the segment is the whole piece. A
+// whole piece is asked of the request's Source first.
 func (a *assembly) fetch(ctx context.Context, p objstore.Piece, seg objstore.Segment, dst []byte) error {
 	off := p.Off + seg.Off
+	if whole := seg.Off == 0 && seg.Len == p.Len; whole && a.req.Source != nil {
+		held, err := a.req.Source(ctx, p)
+		if err != nil {
+			return fmt.Errorf("piece %s/%s [%d,+%d) from the caller: %w", p.SrcBucket, p.SrcKey, off, seg.Len, err)
+		}
+		if held != nil {
+			if int64(len(held)) != seg.Len || (p.HasCRC32C && crc32c.Checksum(held) != p.CRC32C) {
+				return fmt.Errorf("piece %s/%s [%d,+%d) from the caller: %d bytes, not the piece's: %w",
+					p.SrcBucket, p.SrcKey, off, seg.Len, len(held), objstore.ErrChecksum)
+			}
+			copy(dst, held)
+			return nil
+		}
+	}
 	rng := fmt.Sprintf("bytes=%d-%d", off, off+seg.Len-1)
 	got, _, err := a.s.getRange(ctx, p.SrcBucket, a.s.cfg.KeyPrefix+p.SrcKey, rng, p.SrcETag, off, seg.Len, false, dst)
 	if err != nil {

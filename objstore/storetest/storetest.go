@@ -50,6 +50,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AssembleChecksum", func(t *testing.T) { t.Parallel(); testAssembleChecksum(t, h) })
 	t.Run("Topology", func(t *testing.T) { t.Parallel(); testTopology(t, h) })
 	t.Run("Observer", func(t *testing.T) { t.Parallel(); testObserver(t, h) })
+	t.Run("AssembleSource", func(t *testing.T) { t.Parallel(); testAssembleSource(t, h) })
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -811,5 +812,60 @@ func testObserver(t *testing.T, h Harness) {
 			got.Uploaded != res.BytesUploaded || got.Copied+got.Uploaded != int64(len(want)) {
 			t.Errorf("Assemble %s of %d bytes: observed %+v, the result says %+v", name, len(want), got, res)
 		}
+	}
+}
+
+// testAssembleSource: a store asks the request's Source for the whole
+// source pieces it fetches (never for one it copies) and uses the bytes
+// it is handed instead of fetching them; bytes that are not the piece's
+// fail the assembly with ErrChecksum and publish nothing. A store that
+// copies every piece (the file store) never asks.
+func testAssembleSource(t *testing.T, h Harness) {
+	s, b := h.Store, h.NewBucket(t)
+	srcs := putSources(t, s, b, 7*mib, mib)
+	pieces, want := build(b, srcs, []spec{{1, 10, 4000}, {0, 5000, 70000}, {-1, 0, 300}, {0, 0, 6 * mib}}, true)
+	var mu sync.Mutex
+	asked := 0
+	serve := func(bad bool) func(ctx context.Context, p objstore.Piece) ([]byte, error) {
+		return func(ctx context.Context, p objstore.Piece) ([]byte, error) {
+			mu.Lock()
+			asked++
+			mu.Unlock()
+			for _, src := range srcs {
+				if src.key == p.SrcKey {
+					d := bytes.Clone(src.data[p.Off : p.Off+p.Len])
+					if bad {
+						d[0] ^= 1
+					}
+					return d, nil
+				}
+			}
+			return nil, nil
+		}
+	}
+	ctx, tally := objstore.Count(ctxT(t))
+	res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out/served", Pieces: pieces, Source: serve(false),
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+	if err != nil {
+		t.Fatalf("assemble: %v", err)
+	}
+	if got := ReadAll(t, s, b, "out/served"); !bytes.Equal(got, want) {
+		t.Fatalf("assembled %d bytes, want %d; first difference at %d", len(got), len(want), firstDiff(got, want))
+	}
+	if got := tally.Totals(); got.Fetched != 0 || got.Copied+got.Uploaded != int64(len(want)) {
+		t.Errorf("with every fetched piece served: observed %+v (asked %d times), result %+v", got, asked, res)
+	}
+	asked = 0
+	_, err = s.Assemble(ctxT(t), objstore.AssembleRequest{Bucket: b, Key: "out/bad", Pieces: pieces, Source: serve(true),
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+	switch {
+	case asked > 0 && !errors.Is(err, objstore.ErrChecksum):
+		t.Errorf("assembly from wrong bytes: %v, want ErrChecksum", err)
+	case asked > 0:
+		if _, herr := s.Head(ctxT(t), b, "out/bad"); !errors.Is(herr, objstore.ErrNotFound) {
+			t.Errorf("assembly from wrong bytes published: head %v", herr)
+		}
+	case err != nil:
+		t.Errorf("assembly that asked nothing: %v", err)
 	}
 }
