@@ -463,7 +463,7 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 		}
 		return append(out, objstore.DataPiece(o.Footer.Bytes)), nil
 	}
-	var put []byte // the object's bytes, when the store PUT it whole from here
+	var put []byte                // the object's bytes, when the store PUT it whole from here
 	req.Source = s.pieceSource(o) // fetch.go
 	req.Hooks.Put = func(data []byte) { put = data }
 	var err error
