@@ -45,8 +45,9 @@ type RunCounts struct {
 	// BytesReadBack is the part of BytesFetched that read published
 	// objects back to check them (objstore.ReadBack). Not a ledger
 	// column: reported with the run (auditor run --once) and in
-	// nova_auditor_bytes_total{path="read_back"}.
-	BytesReadBack int64 `json:"bytes_read_back"`
+	// nova_auditor_bytes_total{path="read_back"}; 0 (and left out of
+	// the JSON) in a run read from the ledger.
+	BytesReadBack int64 `json:"bytes_read_back,omitempty"`
 }
 
 // Add accumulates o into c.
