@@ -17,6 +17,10 @@ type Metrics struct {
 	fallthroughs *prometheus.CounterVec
 	retries      *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
+	// notS3: InitSeries was told the store does not speak S3 (the file
+	// store, which reports its calls as the S3 operations they stand for,
+	// to a step's Tally): no request, latency or retry series.
+	notS3 bool
 }
 
 // Operations are the S3 operations the S3 backend reports (see InitSeries).
@@ -66,9 +70,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // InitSeries pre-initialises the series whose label values are known up
 // front, so that rate() and the dashboard have them (at zero) before the
 // first event: the retries and latencies of every S3 operation (only for a
-// store that speaks S3: a file-backed star would report phantom series)
-// and the fall-throughs of every express zone.
+// store that speaks S3: a file-backed star would report phantom series,
+// and reports none of its calls as S3 requests either) and the
+// fall-throughs of every express zone.
 func (m *Metrics) InitSeries(s3 bool, zones []string) {
+	m.notS3 = !s3
 	if s3 {
 		for _, op := range Operations {
 			m.retries.WithLabelValues(op)
@@ -109,13 +115,17 @@ type observer struct {
 }
 
 func (o observer) Request(op, status string, took time.Duration) {
-	o.m.requests.WithLabelValues(op, status).Inc()
-	o.m.latency.WithLabelValues(op).Observe(took.Seconds())
+	if !o.m.notS3 {
+		o.m.requests.WithLabelValues(op, status).Inc()
+		o.m.latency.WithLabelValues(op).Observe(took.Seconds())
+	}
 	o.outer.Request(op, status, took)
 }
 
 func (o observer) Retry(op string) {
-	o.m.retries.WithLabelValues(op).Inc()
+	if !o.m.notS3 {
+		o.m.retries.WithLabelValues(op).Inc()
+	}
 	o.outer.Retry(op)
 }
 
