@@ -42,6 +42,12 @@ type RunCounts struct {
 	ObjectsRewritten   int64 `json:"objects_rewritten"`
 	RecordsTombstoned  int64 `json:"records_tombstoned"`
 	ErasuresApplied    int64 `json:"erasures_applied"`
+	// BytesReadBack is the part of BytesFetched that read published
+	// objects back to check them (objstore.ReadBack). Not a ledger
+	// column: reported with the run (auditor run --once) and in
+	// nova_auditor_bytes_total{path="read_back"}; 0 (and left out of
+	// the JSON) in a run read from the ledger.
+	BytesReadBack int64 `json:"bytes_read_back,omitempty"`
 }
 
 // Add accumulates o into c.
@@ -59,6 +65,7 @@ func (c *RunCounts) Add(o RunCounts) {
 	c.ObjectsRewritten += o.ObjectsRewritten
 	c.RecordsTombstoned += o.RecordsTombstoned
 	c.ErasuresApplied += o.ErasuresApplied
+	c.BytesReadBack += o.BytesReadBack
 }
 
 // Run is a row of nova.auditor_runs.

@@ -17,6 +17,10 @@ type Metrics struct {
 	fallthroughs *prometheus.CounterVec
 	retries      *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
+	// notS3: InitSeries was told the store does not speak S3 (the file
+	// store, which reports its calls as the S3 operations they stand for,
+	// to a step's Tally): no request, latency or retry series.
+	notS3 bool
 }
 
 // Operations are the S3 operations the S3 backend reports (see InitSeries).
@@ -57,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("object store metrics: %w", err)
 	}
-	for _, p := range []string{"copied", "fetched", "uploaded", "read_back"} {
+	for _, p := range Paths {
 		m.bytes.WithLabelValues(p)
 	}
 	return m, nil
@@ -66,9 +70,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // InitSeries pre-initialises the series whose label values are known up
 // front, so that rate() and the dashboard have them (at zero) before the
 // first event: the retries and latencies of every S3 operation (only for a
-// store that speaks S3: a file-backed star would report phantom series)
-// and the fall-throughs of every express zone.
+// store that speaks S3: a file-backed star would report phantom series,
+// and reports none of its calls as S3 requests either) and the
+// fall-throughs of every express zone.
 func (m *Metrics) InitSeries(s3 bool, zones []string) {
+	m.notS3 = !s3
 	if s3 {
 		for _, op := range Operations {
 			m.retries.WithLabelValues(op)
@@ -96,8 +102,8 @@ func (m *Metrics) Retries() *prometheus.CounterVec { return m.retries }
 // Latency exposes the latency series.
 func (m *Metrics) Latency() *prometheus.HistogramVec { return m.latency }
 
-// Instrument wraps store so that its calls feed m: requests and retries
-// reported by the backend (see Observer), bytes by path, and read
+// Instrument wraps store so that its calls feed m: requests, retries and
+// bytes by path reported by the backend (see Observer), and read
 // fall-throughs of a BucketSet built on the wrapped store.
 func Instrument(store Store, m *Metrics) Store {
 	return &instrumented{Store: store, m: m}
@@ -117,24 +123,29 @@ type observer struct {
 }
 
 func (o observer) Request(op, status string, took time.Duration) {
-	o.m.requests.WithLabelValues(op, status).Inc()
-	o.m.latency.WithLabelValues(op).Observe(took.Seconds())
+	if !o.m.notS3 {
+		o.m.requests.WithLabelValues(op, status).Inc()
+		o.m.latency.WithLabelValues(op).Observe(took.Seconds())
+	}
 	o.outer.Request(op, status, took)
 }
 
 func (o observer) Retry(op string) {
-	o.m.retries.WithLabelValues(op).Inc()
+	if !o.m.notS3 {
+		o.m.retries.WithLabelValues(op).Inc()
+	}
 	o.outer.Retry(op)
+}
+
+func (o observer) Bytes(path string, n int64) {
+	if n > 0 {
+		o.m.bytes.WithLabelValues(path).Add(float64(n))
+	}
+	o.outer.Bytes(path, n)
 }
 
 func (s *instrumented) ctx(ctx context.Context) context.Context {
 	return WithObserver(ctx, observer{m: s.m, outer: ObserverFrom(ctx)})
-}
-
-func (s *instrumented) add(path string, n int64) {
-	if n > 0 {
-		s.m.bytes.WithLabelValues(path).Add(float64(n))
-	}
 }
 
 func (s *instrumented) CountFallThrough(zone string) {
@@ -142,15 +153,11 @@ func (s *instrumented) CountFallThrough(zone string) {
 }
 
 func (s *instrumented) GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
-	data, size, err := s.Store.GetRange(s.ctx(ctx), bucket, key, off, n)
-	s.add("fetched", int64(len(data)))
-	return data, size, err
+	return s.Store.GetRange(s.ctx(ctx), bucket, key, off, n)
 }
 
 func (s *instrumented) GetSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error) {
-	data, size, err := s.Store.GetSuffix(s.ctx(ctx), bucket, key, n)
-	s.add("fetched", int64(len(data)))
-	return data, size, err
+	return s.Store.GetSuffix(s.ctx(ctx), bucket, key, n)
 }
 
 func (s *instrumented) Head(ctx context.Context, bucket, key string) (Attrs, error) {
@@ -158,11 +165,7 @@ func (s *instrumented) Head(ctx context.Context, bucket, key string) (Attrs, err
 }
 
 func (s *instrumented) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
-	err := s.Store.PutIfAbsent(s.ctx(ctx), bucket, key, data)
-	if err == nil {
-		s.add("uploaded", int64(len(data)))
-	}
-	return err
+	return s.Store.PutIfAbsent(s.ctx(ctx), bucket, key, data)
 }
 
 func (s *instrumented) Delete(ctx context.Context, bucket string, keys []string) error {
@@ -173,18 +176,13 @@ func (s *instrumented) List(ctx context.Context, bucket, prefix string, fn func(
 	return s.Store.List(s.ctx(ctx), bucket, prefix, fn)
 }
 
-// Assemble adds the bytes the assembly reports, also when it failed part
-// way (they moved all the same). The bytes it read back to check the
-// published object are their own path, apart from the fetched ones: a
-// cost of the server (one that cannot check copied parts), not of the
-// plan.
+// Assemble: the backend reports the bytes as they move, also when the
+// assembly fails part way (they moved all the same). The bytes it read
+// back to check the published object are their own path, apart from the
+// fetched ones: a cost of the server (one that cannot check copied
+// parts), not of the plan.
 func (s *instrumented) Assemble(ctx context.Context, req AssembleRequest) (AssembleResult, error) {
-	res, err := s.Store.Assemble(s.ctx(ctx), req)
-	s.add("copied", res.BytesCopied)
-	s.add("fetched", res.BytesFetched-res.BytesReadBack)
-	s.add("read_back", res.BytesReadBack)
-	s.add("uploaded", res.BytesUploaded)
-	return res, err
+	return s.Store.Assemble(s.ctx(ctx), req)
 }
 
 func (s *instrumented) AbortAssembly(ctx context.Context, bucket, key, uploadID string) error {

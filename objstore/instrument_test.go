@@ -66,27 +66,42 @@ func TestInstrumentedLimits(t *testing.T) {
 	}
 }
 
-// assembled is a store whose Assemble reports a fixed result.
+// assembled is a store whose Assemble reports a fixed result, and its
+// bytes to the context's observer, as a backend does.
 type assembled struct {
 	objstore.Store
 	res objstore.AssembleResult
 }
 
-func (s assembled) Assemble(context.Context, objstore.AssembleRequest) (objstore.AssembleResult, error) {
+func (s assembled) Assemble(ctx context.Context, _ objstore.AssembleRequest) (objstore.AssembleResult, error) {
+	o := objstore.ObserverFrom(ctx)
+	o.Request("UploadPartCopy", "200", 0)
+	o.Bytes(objstore.Copied, s.res.BytesCopied)
+	o.Bytes(objstore.Fetched, s.res.BytesFetched-s.res.BytesReadBack)
+	o.Bytes(objstore.ReadBack, s.res.BytesReadBack)
+	o.Bytes(objstore.Uploaded, s.res.BytesUploaded)
 	return s.res, nil
 }
 
 // TestInstrumentedReadBack: the bytes an assembly read back to check the
 // published object count under path read_back, not fetched, and the
-// paths together are every byte the assembly moved.
+// paths together are every byte the assembly moved; an observer the
+// caller installed (a step's Tally) is told of the same.
 func TestInstrumentedReadBack(t *testing.T) {
 	m, err := objstore.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := objstore.AssembleResult{BytesCopied: 100, BytesFetched: 70, BytesReadBack: 50, BytesUploaded: 30}
-	if _, err := objstore.Instrument(assembled{res: res}, m).Assemble(context.Background(), objstore.AssembleRequest{}); err != nil {
+	ctx, tally := objstore.Count(context.Background())
+	if _, err := objstore.Instrument(assembled{res: res}, m).Assemble(ctx, objstore.AssembleRequest{}); err != nil {
 		t.Fatal(err)
+	}
+	if got, want := tally.Totals(), (objstore.Totals{Requests: 1, Copied: 100, Fetched: 20, ReadBack: 50, Uploaded: 30}); got != want {
+		t.Errorf("the caller's observer counted %+v, want %+v", got, want)
+	}
+	if got := testutil.ToFloat64(m.Requests().WithLabelValues("UploadPartCopy", "200")); got != 1 {
+		t.Errorf("%g requests, want 1", got)
 	}
 	want := map[string]float64{"copied": 100, "fetched": 20, "read_back": 50, "uploaded": 30}
 	for path, n := range want {

@@ -184,6 +184,10 @@ type Hooks struct {
 	PartDone func(part int, copied bool) error
 	// Completed runs after the object is published.
 	Completed func() error
+	// Put runs with the object's bytes when the store PUT it whole from
+	// the process (one PutObject, gathered from the pieces), once it is
+	// published and before Completed. The bytes must not be changed.
+	Put func(data []byte)
 }
 
 // AssembleRequest asks for Key in Bucket to be built create-once from Pieces,
@@ -201,6 +205,16 @@ type AssembleRequest struct {
 	// Stager holds gathered parts on disk; nil keeps them in memory only
 	// (then a resumed assembly refetches them).
 	Stager Stager
+	// Source, when set, is asked for the bytes of each source piece the
+	// store is about to fetch whole through the process (into a gathered
+	// part or a single PUT), before it fetches them: bytes it returns are
+	// used as fetched ones would be (checked against the piece's CRC),
+	// nil leaves the fetch to the store. A piece the store copies, or
+	// fetches only part of, is never asked for; the store plans once,
+	// and the caller learns what it fetches by being asked. The piece
+	// asked for may be several contiguous pieces of the request, merged
+	// (their CRC combined). It may be called concurrently.
+	Source func(ctx context.Context, p Piece) ([]byte, error)
 	// UploadID, when set, resumes that upload instead of creating one. The
 	// pieces may differ from the interrupted call's (another plan of the
 	// same key): a part the upload holds, or the Stager has, is used only
@@ -262,6 +276,13 @@ func (h Hooks) CallPartDone(part int, copied bool) error {
 		return nil
 	}
 	return h.PartDone(part, copied)
+}
+
+// CallPut runs Put if set.
+func (h Hooks) CallPut(data []byte) {
+	if h.Put != nil {
+		h.Put(data)
+	}
 }
 
 // CallCompleted runs Completed if set.

@@ -142,13 +142,11 @@ func (r *deadReader) over(ctx context.Context, from, to uint64) (deadSet, error)
 // scrubChunks re-encodes with tombstones the chunks that hold dead records:
 // each is read from its source and checked against its DataCRC first
 // (a mismatch quarantines, as a failed copy would). It returns the chunks
-// to plan and the bytes it read.
-func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead deadSet) ([]SourceChunk, int64, int, error) {
+// to plan.
+func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead deadSet) ([]SourceChunk, error) {
 	if len(dead) == 0 {
-		return chunks, 0, 0, nil
+		return chunks, nil
 	}
-	var fetched int64
-	reads := 0
 	var out []SourceChunk // a copy, made at the first chunk re-encoded
 	for i, c := range chunks {
 		if c.Data != nil || !dead.intersects(c.Entry.FirstRecord, c.Entry.EndRecord()) {
@@ -156,13 +154,11 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 		}
 		data, err := s.read.Chunk(ctx, c.Src, c.Entry) // checked against its DataCRC
 		if err != nil {
-			return nil, fetched, reads, fmt.Errorf("erase records of %s: %w", c.Src.Key, err)
+			return nil, fmt.Errorf("erase records of %s: %w", c.Src.Key, err)
 		}
-		fetched += int64(len(data))
-		reads++
 		e, nd, n, err := bundlefmt.EraseRecords(c.Src.Key, c.Entry, data, dead.has)
 		if err != nil {
-			return nil, fetched, reads, &cycle.QuarantineError{SlotKey: c.Src.Key, Class: bundle.ClassOf(err), Err: err}
+			return nil, &cycle.QuarantineError{SlotKey: c.Src.Key, Class: bundle.ClassOf(err), Err: err}
 		}
 		if n == 0 {
 			continue
@@ -173,26 +169,26 @@ func (s *Settler) scrubChunks(ctx context.Context, chunks []SourceChunk, dead de
 		out[i] = SourceChunk{Src: c.Src, Entry: e, Data: nd, Tombstoned: n, orig: c.Entry, origData: data}
 	}
 	if out == nil {
-		return chunks, fetched, reads, nil
+		return chunks, nil
 	}
-	return out, fetched, reads, nil
+	return out, nil
 }
 
 // scrubTail re-encodes with tombstones the chunks of a settled object (the
 // standing tail, or an entry the erasure step rewrites) that hold dead
 // records; the others stay to be copied. It returns t itself when nothing
 // changes.
-func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, int64, int, error) {
+func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, error) {
 	if t == nil || len(dead) == 0 || !dead.intersects(t.FirstRecord, t.end()) {
-		return t, 0, 0, nil
+		return t, nil
 	}
 	src := make([]SourceChunk, len(t.Entries))
 	for i, e := range t.Entries {
 		src[i] = SourceChunk{Src: bundle.Settled(t.Key), Entry: e}
 	}
-	got, fetched, reads, err := s.scrubChunks(ctx, src, dead)
+	got, err := s.scrubChunks(ctx, src, dead)
 	if err != nil {
-		return t, fetched, reads, err
+		return t, err
 	}
 	nt := &Tail{Key: t.Key, FirstRecord: t.FirstRecord, Revision: t.Revision, Orig: t.Entries, obj: t.obj,
 		Entries: make([]bundlefmt.Entry, len(got)), Local: make([][]byte, len(got)), OrigData: make([][]byte, len(got))}
@@ -201,9 +197,9 @@ func (s *Settler) scrubTail(ctx context.Context, t *Tail, dead deadSet) (*Tail, 
 		nt.Tombstoned += c.Tombstoned
 	}
 	if nt.Tombstoned == 0 {
-		return t, fetched, reads, nil
+		return t, nil
 	}
-	return nt, fetched, reads, nil
+	return nt, nil
 }
 
 // Eraser is the erasure step of the cycle (docs/architecture.md#the-cycle,
@@ -228,6 +224,10 @@ func (e *Eraser) Name() string { return "erase" }
 // left alone (its erasures wait for the release); a malformed erasure row
 // is reported and skipped.
 func (e *Eraser) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+	return counted(ctx, func(ctx context.Context) (cycle.Counts, error) { return e.run(ctx, f, opts) })
+}
+
+func (e *Eraser) run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var total cycle.Counts
 	wins, err := s.d.DB.PendingErasureWindows(ctx, f.Star, s.c.MaxPendingErasures)
@@ -424,7 +424,6 @@ func (e *Eraser) applyErasures(ctx context.Context, f catalog.Fence, st catalog.
 				return err
 			}
 			listed = true
-			counts.S3Requests += 1 + int64(len(strays)) // the listing and each stray's footer
 		}
 		if e.strayHolds(st, er, strays, arm) {
 			continue
@@ -485,10 +484,7 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	if err != nil {
 		return en.Revision, false, err
 	}
-	nt, fetched, reads, err := s.scrubTail(ctx, t, dead)
-	counts.BytesFetched += fetched
-	counts.S3Requests += int64(reads) + int64(min(t.fetched+1, 1)) // and the footer read (none when the tail cache held it)
-	counts.BytesFetched += t.fetched
+	nt, err := s.scrubTail(ctx, t, dead)
 	if err != nil {
 		return en.Revision, false, err
 	}
@@ -542,10 +538,6 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	s.crash(erasePoints.afterCommit)
 	counts.ObjectsRewritten++
 	counts.RecordsTombstoned += int64(o.Tombstoned)
-	counts.BytesCopied += p.result.BytesCopied
-	counts.BytesFetched += p.result.BytesFetched
-	counts.BytesUploaded += p.result.BytesUploaded
-	counts.S3Requests += int64(p.result.Requests)
 	s.d.Log.Info("erasure rewrite committed", "old", t.Key, "new", p.key, "tombstoned", o.Tombstoned, "adopted", p.adopted)
 	// An adopted object may be a rewrite made under fewer erasures: the
 	// next cycle reads it again before the erasure is applied.

@@ -36,7 +36,7 @@ func adoptCheck(t *testing.T, first uint64, chunks []standingChunk, known []know
 		return cycle.ClassAdoption, err
 	}
 	get := func(_ context.Context, off, n int64) ([]byte, error) { return obj[off : off+n], nil }
-	_, _, err = checkStanding(context.Background(), "standing", got, expect, get)
+	err = checkStanding(context.Background(), "standing", got, expect, get)
 	var q *cycle.QuarantineError
 	switch {
 	case err == nil:

@@ -50,7 +50,6 @@ type Tail struct {
 	OrigData   [][]byte // the standing object's bytes of each re-encoded chunk
 	Tombstoned int      // records the re-encoding made tombstones
 	obj        []byte   // the whole stored object, when read whole (fetch.go)
-	fetched    int64    // bytes read to hold obj (0: the tail cache had it)
 }
 
 // local is the re-encoded bytes of the tail's chunk i (nil: copy it).
@@ -105,7 +104,6 @@ type Output struct {
 	DataBytes    uint64 // bytes of the data region (pieces)
 	Meter        int64  // content-byte meter
 	Tombstoned   int    // records re-encoded as tombstones in this output
-	obj          []byte // the whole object, when every byte is local (fetch.go)
 }
 
 // EndRecord is one past the output's last record.

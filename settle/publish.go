@@ -28,9 +28,6 @@ type published struct {
 	footLen  uint64
 	adopted  bool
 	result   objstore.AssembleResult
-	// what adoption's data verification read
-	verifyFetched  int64
-	verifyRequests int
 }
 
 func (p *published) end() uint64 { return p.entries[len(p.entries)-1].EndRecord() }
@@ -115,8 +112,6 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 		return nil, in.ID, aerr
 	}
 	p.result = res
-	p.result.BytesFetched += p.verifyFetched
-	p.result.Requests += p.verifyRequests
 	return p, in.ID, nil
 }
 
@@ -293,16 +288,13 @@ func (s *Settler) adopt(ctx context.Context, o Output, known []knownChunk) (*pub
 	// The footer agrees with the sources; now the bytes must agree with
 	// the footer and, record by record, with the sources, before anything
 	// is committed.
-	var fetched int64
-	var requests int
 	if !s.d.Mutations.SkipAdoptionBytes {
-		if fetched, requests, err = s.verifyData(ctx, o.Key, entries, expect); err != nil {
+		if err := s.verifyData(ctx, o.Key, entries, expect); err != nil {
 			return nil, err
 		}
 	}
 	p := &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: entries, size: uint64(size),
 		footOff: f.FooterOffset(), footLen: f.FooterLength(), adopted: true}
-	p.verifyFetched, p.verifyRequests = fetched, requests
 	return p, nil
 }
 
@@ -456,11 +448,6 @@ func sameRecords(kc *knownChunk, lengths []uint32, data []byte) error {
 // its parts. A recorded upload that is gone is started afresh.
 func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
 	pieces := func() ([]objstore.Piece, error) {
-		if o.obj != nil {
-			// Laid out whole here (localize): one piece, its CRC the
-			// object's, which the store checks once before the PUT.
-			return []objstore.Piece{{Data: o.obj, CRC32C: o.Footer.ObjectCRC, HasCRC32C: true}}, nil
-		}
 		out := make([]objstore.Piece, 0, len(o.Pieces)+1)
 		for _, p := range o.Pieces {
 			if p.Data != nil {
@@ -476,10 +463,10 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 		}
 		return append(out, objstore.DataPiece(o.Footer.Bytes)), nil
 	}
-	o, own, err := s.localize(ctx, o) // fetch.go
-	if err != nil {
-		return objstore.AssembleResult{BytesFetched: own.bytes, Requests: own.gets}, err
-	}
+	var put []byte                // the object's bytes, when the store PUT it whole from here
+	req.Source = s.pieceSource(o) // fetch.go
+	req.Hooks.Put = func(data []byte) { put = data }
+	var err error
 	if req.Pieces, err = pieces(); err != nil {
 		return objstore.AssembleResult{}, err
 	}
@@ -511,9 +498,7 @@ func (s *Settler) assemble(ctx context.Context, o Output, req objstore.AssembleR
 		res, err = s.store.Assemble(ctx, req)
 	}
 	if err == nil {
-		s.keepTail(o) // fetch.go
+		s.keepTail(o, put) // fetch.go
 	}
-	res.BytesFetched += own.bytes
-	res.Requests += own.gets
 	return res, err
 }

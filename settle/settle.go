@@ -226,6 +226,10 @@ func dueIDs(due []catalog.DueStream) []catalog.StreamID {
 
 // Run recovers open publish intents, then settles the due streams.
 func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+	return counted(ctx, func(ctx context.Context) (cycle.Counts, error) { return s.run(ctx, f, opts) })
+}
+
+func (s *Settler) run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	if !opts.DryRun {
 		if err := s.recoverIntents(ctx, f); err != nil {
 			return cycle.Counts{}, err
@@ -340,11 +344,9 @@ func (s *Settler) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	if err := g.Wait(); err != nil {
 		return *total, err
 	}
-	gets, read := rd.FooterReads()
+	gets, _ := rd.FooterReads()
 	s.d.Metrics.footerGets(gets)
-	total.S3Requests += 2 * gets // each slot's envelope and footer GETs, once while the cache holds it
-	total.BytesFetched += read
-	s.countSlotReads(rd, total)
+	s.countSlotReads(rd)
 	if !opts.DryRun {
 		if err := s.reconcile(ctx, f); err != nil {
 			return *total, err
@@ -475,9 +477,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.
 		if err != nil {
 			return counts, err
 		}
-		scrubbed, fetched, reads, err := s.scrubChunks(ctx, res.Chunks, windowDead)
-		counts.BytesFetched += fetched
-		counts.S3Requests += int64(reads)
+		scrubbed, err := s.scrubChunks(ctx, res.Chunks, windowDead)
 		if err != nil {
 			return counts, err
 		}
@@ -548,16 +548,11 @@ func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *cat
 	if err != nil || tail == nil {
 		return nil, err
 	}
-	counts.BytesFetched += tail.fetched // read whole (fetch.go)
-	counts.S3Requests += int64(min(tail.fetched, 1))
 	tailDead, err := dead.over(ctx, tail.FirstRecord, tail.end())
 	if err != nil {
 		return nil, err
 	}
-	tail, fetched, reads, err := s.scrubTail(ctx, tail, tailDead)
-	counts.BytesFetched += fetched
-	counts.S3Requests += int64(reads)
-	return tail, err
+	return s.scrubTail(ctx, tail, tailDead)
 }
 
 // hot is a stream's hold on one of Config.HotStreams tokens: a stream
@@ -627,9 +622,7 @@ func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog
 		if err != nil {
 			return err
 		}
-		t, fetched, reads, err := s.scrubTail(ctx, &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}, d)
-		counts.BytesFetched += fetched
-		counts.S3Requests += int64(reads)
+		t, err := s.scrubTail(ctx, &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}, d)
 		if err != nil {
 			return err
 		}
@@ -742,10 +735,6 @@ func (s *Settler) committed(o Output, p *published, commit catalog.SettleCommit,
 	if commit.OldKey != "" {
 		s.crash(CrashAfterReapArmed) // the rewrite's commit armed the old revision's reap
 	}
-	counts.BytesCopied += p.result.BytesCopied
-	counts.BytesFetched += p.result.BytesFetched
-	counts.BytesUploaded += p.result.BytesUploaded
-	counts.S3Requests += int64(p.result.Requests)
 	counts.RecordsTombstoned += int64(o.Tombstoned)
 	if p.adopted {
 		counts.ObjectsAdopted++

@@ -31,9 +31,9 @@ const (
 // it short), and once trim reaps the sources a wrong byte adopted into the
 // catalog is lost data. Adoption is rare (a crash between complete and
 // commit), so the read is always made rather than trusting what the server
-// may have checked. It returns the bytes and requests it used, and a
-// *cycle.QuarantineError naming the key on a mismatch.
-func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefmt.Entry, expect [][]expectPart) (fetched int64, requests int, err error) {
+// may have checked. It returns a *cycle.QuarantineError naming the key on
+// a mismatch.
+func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefmt.Entry, expect [][]expectPart) error {
 	get := func(ctx context.Context, off, n int64) ([]byte, error) {
 		return s.read.Range(ctx, bundle.Settled(key), off, n)
 	}
@@ -56,7 +56,7 @@ func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefm
 //
 // Either condemns the key.
 func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, expect [][]expectPart,
-	get func(ctx context.Context, off, n int64) ([]byte, error)) (fetched int64, requests int, err error) {
+	get func(ctx context.Context, off, n int64) ([]byte, error)) error {
 	type window struct {
 		chunk    int
 		off, len uint64
@@ -103,11 +103,9 @@ func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, e
 			}
 			return nil
 		})
-		requests++
-		fetched += int64(w.len)
 	}
 	if err := g.Wait(); err != nil {
-		return fetched, requests, err
+		return err
 	}
 	at := 0
 	for i := range entries {
@@ -126,7 +124,7 @@ func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, e
 			}
 		}
 		if crc != e.DataCRC {
-			return fetched, requests, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Condemn: key,
+			return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Condemn: key,
 				Err: fmt.Errorf("standing object chunk %d [%d, %d) at offset %d: CRC-32C %08x, its DataCRC (the sources') is %08x",
 					i, e.FirstRecord, e.EndRecord(), e.DataOffset, crc, e.DataCRC)}
 		}
@@ -134,7 +132,7 @@ func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, e
 			continue // matchSources checked the DataCRC against the sources'
 		}
 		if mismatch != nil {
-			return fetched, requests, notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): %w",
+			return notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): %w",
 				i, e.FirstRecord, e.EndRecord(), mismatch))
 		}
 		want := uint32(0)
@@ -147,9 +145,9 @@ func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, e
 			want = crc32c.Combine(want, c, int64(p.n))
 		}
 		if want != e.DataCRC {
-			return fetched, requests, notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): DataCRC %08x, sources combine to %08x",
+			return notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): DataCRC %08x, sources combine to %08x",
 				i, e.FirstRecord, e.EndRecord(), e.DataCRC, want))
 		}
 	}
-	return fetched, requests, nil
+	return nil
 }

@@ -128,10 +128,10 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 			return exitCode(e, cfg, writeDryRunJSON(e.stdout, DryRunReport{Star: cfg.Star, Policy: dryPolicy, Plan: planLines(plan.String()), Counts: counts}))
 		}
 		fmt.Fprintf(e.stdout, "cycle ok: %d streams settled (%d quarantined), %d objects published, %d adopted; "+
-			"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped; "+
+			"%d bytes copied server side, %d fetched (%d of them read back to verify), %d uploaded; %d slots and %d objects reaped; "+
 			"%d records tombstoned, %d objects rewritten, %d erasures applied\n",
 			counts.StreamsSettled, counts.StreamsQuarantined, counts.ObjectsPublished, counts.ObjectsAdopted,
-			counts.BytesCopied, counts.BytesFetched, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped,
+			counts.BytesCopied, counts.BytesFetched, counts.BytesReadBack, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped,
 			counts.RecordsTombstoned, counts.ObjectsRewritten, counts.ErasuresApplied)
 		return exitOK
 	}

@@ -57,13 +57,13 @@ func (s *Store) openUpload(bucket, key, id string) (string, error) {
 	return dir, nil
 }
 
-// Assemble implements objstore.Store: the pieces are copied into the
+// build is Assemble (observe.go): the pieces are copied into the
 // upload's data file (reflinked where the filesystem can, else
 // copy_file_range; see copyRange), the file is synced and checked against
 // ExpectedCRC32C (read whole: Verified), then hard-linked into place.
 // Hooks: UploadCreated, PartDone(1, true) once the data is durable,
 // Completed. The Stager is not used: nothing is gathered in memory.
-func (s *Store) Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
+func (s *Store) build(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
 	res := objstore.AssembleResult{UploadID: req.UploadID, Size: req.Size()}
 	err := s.assemble(ctx, req, &res)
 	if err != nil {
@@ -121,6 +121,8 @@ func (s *Store) assemble(ctx context.Context, req objstore.AssembleRequest, res 
 	if req.HasExpectedCRC32C {
 		crc, n, err := fileCRC(data)
 		res.BytesFetched += n
+		res.BytesReadBack += n
+		objstore.ObserverFrom(ctx).Bytes(objstore.ReadBack, n)
 		if err != nil {
 			return err
 		}
@@ -198,6 +200,7 @@ func (s *Store) fillFile(ctx context.Context, path string, req objstore.Assemble
 				return err
 			}
 			res.BytesUploaded += int64(len(p.Data))
+			objstore.ObserverFrom(ctx).Bytes(objstore.Uploaded, int64(len(p.Data)))
 			continue
 		}
 		if p.Len == 0 {
@@ -207,6 +210,7 @@ func (s *Store) fillFile(ctx context.Context, path string, req objstore.Assemble
 			return fmt.Errorf("piece %d (%s/%s [%d,+%d)): %w", i, p.SrcBucket, p.SrcKey, p.Off, p.Len, err)
 		}
 		res.BytesCopied += p.Len
+		objstore.ObserverFrom(ctx).Bytes(objstore.Copied, p.Len)
 	}
 	return f.Sync()
 }
@@ -238,8 +242,8 @@ func fileCRC(path string) (uint32, int64, error) {
 	return h.Sum32(), n, err
 }
 
-// AbortAssembly implements objstore.Store.
-func (s *Store) AbortAssembly(ctx context.Context, bucket, key, uploadID string) error {
+// abortAssembly is AbortAssembly (observe.go).
+func (s *Store) abortAssembly(ctx context.Context, bucket, key, uploadID string) error {
 	if _, err := s.Path(bucket, key); err != nil {
 		return err
 	}
@@ -257,8 +261,8 @@ func (s *Store) AbortAssembly(ctx context.Context, bucket, key, uploadID string)
 	return fsync.Dir(filepath.Dir(dir))
 }
 
-// ListParts implements objstore.Store: one part once data is written.
-func (s *Store) ListParts(ctx context.Context, bucket, key, uploadID string) ([]objstore.PartInfo, error) {
+// listParts is ListParts (observe.go): one part once data is written.
+func (s *Store) listParts(ctx context.Context, bucket, key, uploadID string) ([]objstore.PartInfo, error) {
 	if _, err := s.Path(bucket, key); err != nil {
 		return nil, err
 	}
@@ -276,9 +280,9 @@ func (s *Store) ListParts(ctx context.Context, bucket, key, uploadID string) ([]
 	return []objstore.PartInfo{{Number: 1, Size: fi.Size(), ETag: etag(fi)}}, nil
 }
 
-// ListAssemblies implements objstore.Store: it reads the key of every
+// listAssemblies is ListAssemblies (observe.go): it reads the key of every
 // upload directory of the bucket.
-func (s *Store) ListAssemblies(ctx context.Context, bucket, key string) ([]string, error) {
+func (s *Store) listAssemblies(ctx context.Context, bucket, key string) ([]string, error) {
 	if _, err := s.Path(bucket, key); err != nil {
 		return nil, err
 	}

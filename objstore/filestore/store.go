@@ -160,8 +160,8 @@ func etag(fi os.FileInfo) string {
 	return fmt.Sprintf(`"%x-%x-%x"`, ino, fi.Size(), fi.ModTime().UnixNano())
 }
 
-// GetRange implements objstore.Store.
-func (s *Store) GetRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
+// getRange is GetRange (observe.go).
+func (s *Store) getRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, int64, error) {
 	if off < 0 || n <= 0 {
 		return nil, 0, fmt.Errorf("get %s/%s: bad range %d+%d", bucket, key, off, n)
 	}
@@ -181,8 +181,8 @@ func (s *Store) GetRange(ctx context.Context, bucket, key string, off, n int64) 
 	return buf, size, nil
 }
 
-// GetSuffix implements objstore.Store.
-func (s *Store) GetSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error) {
+// getSuffix is GetSuffix (observe.go).
+func (s *Store) getSuffix(ctx context.Context, bucket, key string, n int64) ([]byte, int64, error) {
 	if n <= 0 {
 		return nil, 0, fmt.Errorf("get %s/%s: bad suffix length %d", bucket, key, n)
 	}
@@ -202,8 +202,8 @@ func (s *Store) GetSuffix(ctx context.Context, bucket, key string, n int64) ([]b
 	return buf, size, nil
 }
 
-// Head implements objstore.Store.
-func (s *Store) Head(ctx context.Context, bucket, key string) (objstore.Attrs, error) {
+// head is Head (observe.go).
+func (s *Store) head(ctx context.Context, bucket, key string) (objstore.Attrs, error) {
 	p, err := s.Path(bucket, key)
 	if err != nil {
 		return objstore.Attrs{}, err
@@ -218,8 +218,8 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (objstore.Attrs, e
 	return objstore.Attrs{Size: fi.Size(), ETag: etag(fi)}, nil
 }
 
-// PutIfAbsent implements objstore.Store.
-func (s *Store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
+// putIfAbsent is PutIfAbsent (observe.go).
+func (s *Store) putIfAbsent(ctx context.Context, bucket, key string, data []byte) error {
 	dst, err := s.Path(bucket, key)
 	if err != nil {
 		return err
@@ -316,8 +316,8 @@ func (s *Store) mkdirAll(bucket, dir string) error {
 	return nil
 }
 
-// Delete implements objstore.Store. Emptied directories are removed.
-func (s *Store) Delete(ctx context.Context, bucket string, keys []string) error {
+// delete is Delete (observe.go). Emptied directories are removed.
+func (s *Store) delete(ctx context.Context, bucket string, keys []string) error {
 	failed := map[string]error{}
 	berr := s.checkBucket(bucket)
 	for _, k := range keys {
@@ -366,8 +366,8 @@ func (s *Store) pruneDirs(bucket, dir string) {
 	}
 }
 
-// List implements objstore.Store.
-func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error {
+// list is List (observe.go).
+func (s *Store) list(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error {
 	if err := s.checkBucket(bucket); err != nil {
 		return fmt.Errorf("list: %w", err)
 	}

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -31,7 +30,7 @@ const gatherInFlight = 2
 // plans parts with objstore.PlanParts and carries the plan out.
 func (s *Store) Assemble(ctx context.Context, req objstore.AssembleRequest) (objstore.AssembleResult, error) {
 	a := &assembly{s: s, req: req, uploadID: req.UploadID, mode: s.cfg.Checksum}
-	ctx = objstore.WithObserver(ctx, countingObserver{objstore.ObserverFrom(ctx), &a.requests})
+	ctx, a.tally = objstore.Count(ctx)
 	err := a.run(ctx)
 	if err != nil {
 		err = fmt.Errorf("assemble %s/%s: %w", req.Bucket, req.Key, err)
@@ -49,20 +48,19 @@ type assembly struct {
 	uploadID string
 	mode     objstore.ChecksumMode
 
-	hookMu                    sync.Mutex
-	requests                  atomic.Int64
-	copied, fetched, uploaded atomic.Int64
-	readBackBytes             atomic.Int64
-	checked                   bool // the server checked the whole CRC, or it was checked locally
-	fullKnown                 bool // the whole object's CRC was known at the complete
+	hookMu    sync.Mutex
+	tally     *objstore.Tally // the assembly's requests and bytes, as reported to the context's observer
+	checked   bool            // the server checked the whole CRC, or it was checked locally
+	fullKnown bool            // the whole object's CRC was known at the complete
 }
 
 func (a *assembly) result() objstore.AssembleResult {
+	t := a.tally.Totals()
 	return objstore.AssembleResult{
 		UploadID: a.uploadID, Size: a.plan.Size, Parts: len(a.plan.Parts),
-		BytesCopied: a.copied.Load(), BytesFetched: a.fetched.Load(), BytesUploaded: a.uploaded.Load(),
-		BytesReadBack: a.readBackBytes.Load(), Verified: a.checked,
-		Requests: int(a.requests.Load()),
+		BytesCopied: t.Copied, BytesFetched: t.Fetched + t.ReadBack, BytesUploaded: t.Uploaded,
+		BytesReadBack: t.ReadBack, Verified: a.checked,
+		Requests: int(t.Requests),
 	}
 }
 
@@ -164,8 +162,8 @@ func (a *assembly) putSingle(ctx context.Context) error {
 	if err := a.s.putIfAbsent(ctx, a.req.Bucket, a.req.Key, data, &crc); err != nil {
 		return err
 	}
-	a.uploaded.Add(int64(len(data)))
 	a.checked = a.req.HasExpectedCRC32C
+	a.req.Hooks.CallPut(data)
 	return a.hook(a.req.Hooks.CallCompleted)
 }
 
@@ -495,16 +493,30 @@ func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, erro
 }
 
 // fetch reads one segment of a piece from its source into dst and checks
-// it: the whole piece's CRC-32C when the segment is the whole piece.
+// it: the whole piece's CRC-32C when the segment is the whole piece. A
+// whole piece is asked of the request's Source first.
 func (a *assembly) fetch(ctx context.Context, p objstore.Piece, seg objstore.Segment, dst []byte) error {
 	off := p.Off + seg.Off
+	if whole := seg.Off == 0 && seg.Len == p.Len; whole && a.req.Source != nil {
+		held, err := a.req.Source(ctx, p)
+		if err != nil {
+			return fmt.Errorf("piece %s/%s [%d,+%d) from the caller: %w", p.SrcBucket, p.SrcKey, off, seg.Len, err)
+		}
+		if held != nil {
+			if int64(len(held)) != seg.Len || (p.HasCRC32C && crc32c.Checksum(held) != p.CRC32C) {
+				return fmt.Errorf("piece %s/%s [%d,+%d) from the caller: %d bytes, not the piece's: %w",
+					p.SrcBucket, p.SrcKey, off, seg.Len, len(held), objstore.ErrChecksum)
+			}
+			copy(dst, held)
+			return nil
+		}
+	}
 	rng := fmt.Sprintf("bytes=%d-%d", off, off+seg.Len-1)
 	got, _, err := a.s.getRange(ctx, p.SrcBucket, a.s.cfg.KeyPrefix+p.SrcKey, rng, p.SrcETag, off, seg.Len, false, dst)
 	if err != nil {
 		return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
 			Err: fmt.Errorf("fetch %s/%s [%d,+%d): %w", p.SrcBucket, p.SrcKey, off, seg.Len, mapErr(err, objstore.ErrSourceChanged))}
 	}
-	a.fetched.Add(int64(len(got)))
 	if int64(len(got)) != seg.Len {
 		return fmt.Errorf("fetch %s/%s [%d,+%d): source ends early: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.ErrInvalidRange)
 	}
@@ -559,7 +571,7 @@ func (a *assembly) copyPart(ctx context.Context, part objstore.Part) (partState,
 		}
 		return st, err
 	}
-	a.copied.Add(seg.Len)
+	objstore.ObserverFrom(ctx).Bytes(objstore.Copied, seg.Len)
 	return st, nil
 }
 
@@ -581,7 +593,7 @@ func (a *assembly) uploadPart(ctx context.Context, number int, data []byte, crc 
 	if err != nil {
 		return "", fmt.Errorf("upload: %w", mapErr(err, nil))
 	}
-	a.uploaded.Add(int64(len(data)))
+	objstore.ObserverFrom(ctx).Bytes(objstore.Uploaded, int64(len(data)))
 	return etag, nil
 }
 
@@ -688,8 +700,7 @@ func (a *assembly) readBack(ctx context.Context) error {
 			total, err := a.s.readRange(gctx, a.req.Bucket, a.fullKey, rng, "", w.off, w.len, false, func(body io.Reader, want int64) error {
 				h := crc32c.New()
 				got, err := io.CopyBuffer(h, io.LimitReader(body, want), buf)
-				a.fetched.Add(got)
-				a.readBackBytes.Add(got)
+				objstore.ObserverFrom(gctx).Bytes(objstore.ReadBack, got)
 				if err == nil && got != want {
 					err = io.ErrUnexpectedEOF
 				}
@@ -723,15 +734,3 @@ func (a *assembly) readBack(ctx context.Context) error {
 	return fmt.Errorf("read back %d bytes with CRC %08x, expected %08x: %w (%w)",
 		n, crc, a.req.ExpectedCRC32C, objstore.ErrChecksum, objstore.ErrPublishedBad)
 }
-
-// countingObserver counts an assembly's requests for its result.
-type countingObserver struct {
-	inner objstore.Observer
-	n     *atomic.Int64
-}
-
-func (c countingObserver) Request(op, status string, took time.Duration) {
-	c.n.Add(1)
-	c.inner.Request(op, status, took)
-}
-func (c countingObserver) Retry(op string) { c.inner.Retry(op) }

@@ -171,6 +171,8 @@ func (r *timedRecorder) Retry(op string) {
 	r.retries[op]++
 }
 
+func (r *timedRecorder) Bytes(string, int64) {}
+
 // TestStalledAttemptsByClass: versitygw behind a proxy that holds every
 // forwarded read for 250 ms, so no request can be answered in under
 // 500 ms. With a read deadline of 100 ms and 30 s for the rest, a GET is

@@ -204,6 +204,9 @@ func (s *Store) getRange(ctx context.Context, bucket, fullKey, rng, etag string,
 	if size == 0 {
 		data = nil
 	}
+	if err == nil {
+		objstore.ObserverFrom(ctx).Bytes(objstore.Fetched, int64(len(data)))
+	}
 	return data, size, err
 }
 
@@ -395,12 +398,13 @@ func (s *Store) putIfAbsent(ctx context.Context, bucket, key string, data []byte
 		}
 		sum := md5.Sum(data)
 		if herr == nil && a.Size == int64(len(data)) && strings.Trim(a.ETag, `"`) == hex.EncodeToString(sum[:]) {
-			return nil
+			err = nil // our write, its answer lost
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("put %s/%s: %w", bucket, key, err)
 	}
+	objstore.ObserverFrom(ctx).Bytes(objstore.Uploaded, int64(len(data)))
 	return nil
 }
 

@@ -49,6 +49,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AssembleSourceChanged", func(t *testing.T) { t.Parallel(); testSourceChanged(t, h) })
 	t.Run("AssembleChecksum", func(t *testing.T) { t.Parallel(); testAssembleChecksum(t, h) })
 	t.Run("Topology", func(t *testing.T) { t.Parallel(); testTopology(t, h) })
+	t.Run("Observer", func(t *testing.T) { t.Parallel(); testObserver(t, h) })
+	t.Run("AssembleSource", func(t *testing.T) { t.Parallel(); testAssembleSource(t, h) })
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -760,4 +762,110 @@ func (m *MemStager) Load(part int) ([]byte, error) {
 	}
 	m.Loaded++
 	return bytes.Clone(d), nil
+}
+
+// testObserver: the backend tells the context's observer of every request
+// it sends and of the bytes it moves, by path, where they move: each call
+// is at least one request, a PUT's bytes are uploaded, a GET's fetched,
+// and an assembly's bytes are the ones its result reports (read-back
+// apart from fetched), whether it copied, fetched or uploaded them.
+func testObserver(t *testing.T, h Harness) {
+	s, b := h.Store, h.NewBucket(t)
+	call := func(name string, f func(ctx context.Context) error) objstore.Totals {
+		t.Helper()
+		ctx, tally := objstore.Count(ctxT(t))
+		if err := f(ctx); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := tally.Totals()
+		if got.Requests < 1 {
+			t.Errorf("%s: the observer was told of %d requests", name, got.Requests)
+		}
+		return got
+	}
+	data := Bytes(7, 300000)
+	if got := call("PutIfAbsent", func(ctx context.Context) error { return s.PutIfAbsent(ctx, b, "src/a", data) }); got != (objstore.Totals{Requests: got.Requests, Retries: got.Retries, Uploaded: int64(len(data))}) {
+		t.Errorf("PutIfAbsent of %d bytes: observed %+v", len(data), got)
+	}
+	if got := call("GetRange", func(ctx context.Context) error { _, _, err := s.GetRange(ctx, b, "src/a", 1000, 5000); return err }); got.Fetched != 5000 || got.Uploaded+got.Copied+got.ReadBack != 0 {
+		t.Errorf("GetRange of 5000 bytes: observed %+v", got)
+	}
+	if got := call("GetSuffix", func(ctx context.Context) error { _, _, err := s.GetSuffix(ctx, b, "src/a", 700); return err }); got.Fetched != 700 {
+		t.Errorf("GetSuffix of 700 bytes: observed %+v", got)
+	}
+	if got := call("Head", func(ctx context.Context) error { _, err := s.Head(ctx, b, "src/a"); return err }); got.Fetched+got.Uploaded+got.Copied+got.ReadBack != 0 {
+		t.Errorf("Head: observed bytes %+v", got)
+	}
+	srcs := putSources(t, s, b, 7*mib, mib)
+	for name, specs := range map[string][]spec{
+		"small":     {{1, 10, 4000}, {0, 5000, 70000}, {-1, 0, 300}},
+		"multipart": {{0, 0, 6 * mib}, {1, 0, 200000}, {-1, 0, 4096}},
+	} {
+		pieces, want := build(b, srcs, specs, true)
+		var res objstore.AssembleResult
+		got := call("Assemble "+name, func(ctx context.Context) (err error) {
+			res, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out/" + name, Pieces: pieces,
+				ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+			return err
+		})
+		if got.Copied != res.BytesCopied || got.Fetched+got.ReadBack != res.BytesFetched || got.ReadBack != res.BytesReadBack ||
+			got.Uploaded != res.BytesUploaded || got.Copied+got.Uploaded != int64(len(want)) {
+			t.Errorf("Assemble %s of %d bytes: observed %+v, the result says %+v", name, len(want), got, res)
+		}
+	}
+}
+
+// testAssembleSource: a store asks the request's Source for the whole
+// source pieces it fetches (never for one it copies) and uses the bytes
+// it is handed instead of fetching them; bytes that are not the piece's
+// fail the assembly with ErrChecksum and publish nothing. A store that
+// copies every piece (the file store) never asks.
+func testAssembleSource(t *testing.T, h Harness) {
+	s, b := h.Store, h.NewBucket(t)
+	srcs := putSources(t, s, b, 7*mib, mib)
+	pieces, want := build(b, srcs, []spec{{1, 10, 4000}, {0, 5000, 70000}, {-1, 0, 300}, {0, 0, 6 * mib}}, true)
+	var mu sync.Mutex
+	asked := 0
+	serve := func(bad bool) func(ctx context.Context, p objstore.Piece) ([]byte, error) {
+		return func(ctx context.Context, p objstore.Piece) ([]byte, error) {
+			mu.Lock()
+			asked++
+			mu.Unlock()
+			for _, src := range srcs {
+				if src.key == p.SrcKey {
+					d := bytes.Clone(src.data[p.Off : p.Off+p.Len])
+					if bad {
+						d[0] ^= 1
+					}
+					return d, nil
+				}
+			}
+			return nil, nil
+		}
+	}
+	ctx, tally := objstore.Count(ctxT(t))
+	res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out/served", Pieces: pieces, Source: serve(false),
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+	if err != nil {
+		t.Fatalf("assemble: %v", err)
+	}
+	if got := ReadAll(t, s, b, "out/served"); !bytes.Equal(got, want) {
+		t.Fatalf("assembled %d bytes, want %d; first difference at %d", len(got), len(want), firstDiff(got, want))
+	}
+	if got := tally.Totals(); got.Fetched != 0 || got.Copied+got.Uploaded != int64(len(want)) {
+		t.Errorf("with every fetched piece served: observed %+v (asked %d times), result %+v", got, asked, res)
+	}
+	asked = 0
+	_, err = s.Assemble(ctxT(t), objstore.AssembleRequest{Bucket: b, Key: "out/bad", Pieces: pieces, Source: serve(true),
+		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+	switch {
+	case asked > 0 && !errors.Is(err, objstore.ErrChecksum):
+		t.Errorf("assembly from wrong bytes: %v, want ErrChecksum", err)
+	case asked > 0:
+		if _, herr := s.Head(ctxT(t), b, "out/bad"); !errors.Is(herr, objstore.ErrNotFound) {
+			t.Errorf("assembly from wrong bytes published: head %v", herr)
+		}
+	case err != nil:
+		t.Errorf("assembly that asked nothing: %v", err)
+	}
 }
