@@ -40,12 +40,13 @@ const (
 	LostReply  Kind = "lost-reply"  // sent and done; the caller sees a retryable timeout
 	FailBefore Kind = "fail-before" // never sent; the caller sees a retryable error
 	LateDelete Kind = "late-delete" // a DELETE done now and sent again late: after a later write of one of its keys, or at Flush
+	LatePut    Kind = "late-put"    // a create-once PUT done now and sent again late: right after a later DELETE of its key (a stray)
 	ListPaged  Kind = "list-paged"  // a listing delivered in pages of 1-3 objects, shuffled, with a pause between pages
 	ListError  Kind = "list-error"  // a listing that fails part way, after some of its objects
 )
 
 // Kinds are every fault, in a fixed order (reports list them so).
-var Kinds = []Kind{Delay, Duplicate, LostReply, FailBefore, LateDelete, ListPaged, ListError}
+var Kinds = []Kind{Delay, Duplicate, LostReply, FailBefore, LateDelete, LatePut, ListPaged, ListError}
 
 // kindsOf are the faults that apply to an operation.
 func kindsOf(op string) []Kind {
@@ -54,6 +55,8 @@ func kindsOf(op string) []Kind {
 		return []Kind{Delay, FailBefore, ListPaged, ListError}
 	case "Delete":
 		return []Kind{Delay, Duplicate, LostReply, FailBefore, LateDelete}
+	case "PutIfAbsent":
+		return []Kind{Delay, Duplicate, LostReply, FailBefore, LatePut}
 	}
 	return []Kind{Delay, Duplicate, LostReply, FailBefore}
 }
@@ -101,9 +104,25 @@ type Injector struct {
 	decisions []Decision
 	counts    map[Kind]int
 	held      []held
+	heldPuts  []heldPut
+	skips     []skip            // the explorer's clock moves, oldest first: listings age by them
 	crc       map[string]uint32 // bucket/key -> CRC-32C of the bytes first seen there
 	problems  []string
 	enabled   atomic.Bool
+}
+
+// skip is time the run skipped at a moment: every object written before
+// then lists that much older.
+type skip struct {
+	at time.Time
+	by time.Duration
+}
+
+// heldPut is a create-once PUT to be sent again late.
+type heldPut struct {
+	store       objstore.Store
+	bucket, key string
+	data        []byte
 }
 
 // held is a DELETE to be sent again late.
@@ -175,6 +194,43 @@ func (in *Injector) Requests() int64 {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.index
+}
+
+// SetKinds draws only these faults from now on (the quiescing cycles keep
+// the late DELETEs an SDK retry can send at any time).
+func (in *Injector) SetKinds(kinds ...Kind) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.kinds = map[Kind]bool{}
+	for _, k := range kinds {
+		in.kinds[k] = true
+	}
+	if !in.kinds[LatePut] {
+		in.heldPuts = nil // the faults stop: no stray lands from now on
+	}
+}
+
+// Age makes every object written so far list d older (LastModified moved
+// back), as if d had passed: the explorer skips the metastore's clock
+// past the grace, and this skips the store's past the stray guard with it.
+func (in *Injector) Age(d time.Duration) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.skips = append(in.skips, skip{at: time.Now(), by: d})
+}
+
+// aged is o as listed after the skips: older by each skip made after it
+// was written (surely after: a listing's LastModified may be truncated by
+// up to objstore.ListedTimeResolution).
+func (in *Injector) aged(o objstore.ObjectInfo) objstore.ObjectInfo {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, s := range in.skips {
+		if s.at.After(o.LastModified.Add(objstore.ListedTimeResolution)) {
+			o.LastModified = o.LastModified.Add(-s.by)
+		}
+	}
+	return o
 }
 
 // Matched is, for a replay, how many of the schedule's faults found their
@@ -291,7 +347,7 @@ func (f *store) Limits() objstore.Limits {
 
 // do runs one request under its fault: send it (once, twice, or not at
 // all) and return the reply the caller sees.
-func (f *store) do(ctx context.Context, op, bucket, key string, send func() error) error {
+func (f *store) do(ctx context.Context, op, bucket, key string, send func() error, late ...func()) error {
 	if f.gate.Dead() {
 		return ErrDead
 	}
@@ -300,6 +356,14 @@ func (f *store) do(ctx context.Context, op, bucket, key string, send func() erro
 		return send()
 	}
 	switch d.Kind {
+	case LatePut:
+		err := send()
+		if err == nil {
+			for _, fn := range late {
+				fn()
+			}
+		}
+		return err
 	case Delay:
 		t := time.NewTimer(time.Duration(d.Arg) * time.Millisecond)
 		select {
@@ -361,7 +425,35 @@ func (f *store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte
 			f.in.written(ctx, f.s, bucket, key)
 		}
 		return err
-	})
+	}, func() { f.in.late(f.s, bucket, key, data) })
+}
+
+// late holds a PUT the caller got its reply for, to be sent again right
+// after the next DELETE of its key: an SDK retry that outlived the
+// object's reap, which leaves a stray.
+func (in *Injector) late(s objstore.Store, bucket, key string, data []byte) {
+	in.mu.Lock()
+	in.heldPuts = append(in.heldPuts, heldPut{store: s, bucket: bucket, key: key, data: slices.Clone(data)})
+	in.mu.Unlock()
+}
+
+// deleted sends the held PUTs of the keys a DELETE removed.
+func (in *Injector) deleted(ctx context.Context, bucket string, keys []string) {
+	in.mu.Lock()
+	var due []heldPut
+	keep := in.heldPuts[:0]
+	for _, h := range in.heldPuts {
+		if h.bucket == bucket && slices.Contains(keys, h.key) {
+			due = append(due, h)
+			continue
+		}
+		keep = append(keep, h)
+	}
+	in.heldPuts = keep
+	in.mu.Unlock()
+	for _, h := range due {
+		_ = h.store.PutIfAbsent(context.WithoutCancel(ctx), h.bucket, h.key, h.data) // a stray, or 412 if written again meanwhile
+	}
 }
 
 func (f *store) Assemble(ctx context.Context, req objstore.AssembleRequest) (res objstore.AssembleResult, err error) {
@@ -417,7 +509,13 @@ func (f *store) Delete(ctx context.Context, bucket string, keys []string) error 
 		return ErrDead
 	}
 	d, faulty := f.in.decide("Delete", bucket, first)
-	send := func() error { return f.s.Delete(ctx, bucket, keys) }
+	send := func() error {
+		err := f.s.Delete(ctx, bucket, keys)
+		if err == nil {
+			f.in.deleted(ctx, bucket, keys)
+		}
+		return err
+	}
 	if !faulty {
 		return send()
 	}
@@ -443,10 +541,11 @@ func (f *store) Delete(ctx context.Context, bucket string, keys []string) error 
 	return send()
 }
 
-func (f *store) List(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error {
+func (f *store) List(ctx context.Context, bucket, prefix string, each func(objstore.ObjectInfo) error) error {
 	if f.gate.Dead() {
 		return ErrDead
 	}
+	fn := func(o objstore.ObjectInfo) error { return each(f.in.aged(o)) }
 	d, faulty := f.in.decide("List", bucket, prefix)
 	if !faulty {
 		return f.s.List(ctx, bucket, prefix, fn)
