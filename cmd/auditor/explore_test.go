@@ -298,7 +298,7 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 	if replay || sched != nil {
 		ep.inj = faultstore.Replay(sched)
 	} else {
-		ep.inj = faultstore.New(faultstore.Config{Seed: seed, Rate: x.rate(seed)})
+		ep.inj = faultstore.New(faultstore.Config{Seed: seed, Rate: x.rate(seed), LatePutPrefix: settledRoot})
 	}
 	began := time.Now()
 	ep.run(t)

@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,7 @@ const (
 	LostReply  Kind = "lost-reply"  // sent and done; the caller sees a retryable timeout
 	FailBefore Kind = "fail-before" // never sent; the caller sees a retryable error
 	LateDelete Kind = "late-delete" // a DELETE done now and sent again late: after a later write of one of its keys, or at Flush
-	LatePut    Kind = "late-put"    // a create-once PUT done now and sent again late: right after a later DELETE of its key (a stray)
+	LatePut    Kind = "late-put"    // a create-once PUT (or an assembly, as its one PUT) done now and sent again late: right after a later DELETE of its key (a stray)
 	ListPaged  Kind = "list-paged"  // a listing delivered in pages of 1-3 objects, shuffled, with a pause between pages
 	ListError  Kind = "list-error"  // a listing that fails part way, after some of its objects
 )
@@ -55,7 +56,7 @@ func kindsOf(op string) []Kind {
 		return []Kind{Delay, FailBefore, ListPaged, ListError}
 	case "Delete":
 		return []Kind{Delay, Duplicate, LostReply, FailBefore, LateDelete}
-	case "PutIfAbsent":
+	case "PutIfAbsent", "Assemble":
 		return []Kind{Delay, Duplicate, LostReply, FailBefore, LatePut}
 	}
 	return []Kind{Delay, Duplicate, LostReply, FailBefore}
@@ -88,6 +89,10 @@ type Config struct {
 	Rate float64
 	// Kinds are the faults drawn (nil: all).
 	Kinds []Kind
+	// LatePutPrefix: a late PUT is drawn only for keys under it (a key
+	// that is deleted later: settled objects, not the marks), and then for
+	// half of such a PUT's faults ("": any key, like the other kinds).
+	LatePutPrefix string
 }
 
 // Injector draws (or replays) the faults and keeps the record and the
@@ -96,6 +101,7 @@ type Injector struct {
 	mu        sync.Mutex
 	rnd       *rand.Rand
 	rate      float64
+	lateput   string // Config.LatePutPrefix
 	kinds     map[Kind]bool
 	replay    map[ident]Decision // a replay: only these faults, where they match
 	matched   map[ident]bool
@@ -137,6 +143,7 @@ func New(cfg Config) *Injector {
 	in := newInjector()
 	in.rnd = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x6661756c74)) // "fault"
 	in.rate = cfg.Rate
+	in.lateput = cfg.LatePutPrefix
 	kinds := cfg.Kinds
 	if kinds == nil {
 		kinds = Kinds
@@ -284,7 +291,7 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 		}
 		var kinds []Kind
 		for _, kd := range kindsOf(op) {
-			if in.kinds[kd] {
+			if in.kinds[kd] && (kd != LatePut || strings.HasPrefix(key, in.lateput)) {
 				kinds = append(kinds, kd)
 			}
 		}
@@ -294,6 +301,9 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 		d.Kind = kinds[in.rnd.IntN(len(kinds))]
 		if op == "Delete" && in.kinds[LateDelete] && in.rnd.IntN(2) == 0 {
 			d.Kind = LateDelete // half of a DELETE's faults are late
+		}
+		if (op == "PutIfAbsent" || op == "Assemble") && in.lateput != "" && slices.Contains(kinds, LatePut) && in.rnd.IntN(2) == 0 {
+			d.Kind = LatePut // and half of a settled object's PUT's
 		}
 		d.Arg = 1 + in.rnd.IntN(20)
 	}
@@ -474,6 +484,16 @@ func (f *store) Assemble(ctx context.Context, req objstore.AssembleRequest) (res
 			f.in.written(ctx, f.s, req.Bucket, req.Key)
 		}
 		return e
+	}, func() {
+		// The object's bytes, as the one PUT that wrote it would send
+		// them again.
+		a, err := f.s.Head(ctx, req.Bucket, req.Key)
+		if err != nil {
+			return
+		}
+		if data, _, err := f.s.GetRange(ctx, req.Bucket, req.Key, 0, a.Size); err == nil {
+			f.in.late(f.s, req.Bucket, req.Key, data)
+		}
 	})
 	return res, err
 }
