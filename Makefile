@@ -20,7 +20,7 @@ version: ## print the auditor's version (cmd/auditor/version.go)
 build: ## build bin/auditor and bin/novasim (static, trimmed, the revision stamped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
-test: demo-check ## the demo's database check, then start versitygw (and Postgres if none runs), run every test against them, stop them
+test: lint demo-check ## lint, the demo's database check, then start versitygw (and Postgres if none runs), run every test against them, stop them
 	scripts/test.sh
 
 demo-check: build ## make demo's database path on a throwaway Postgres that asks a password over TCP (scram-sha-256): NOVA_DEMO_DATABASE_URL, and the fallback to a throwaway cluster (about 15 s)
@@ -89,11 +89,12 @@ bench-fleet: ## idle fleets on the file store (200 stars on 2 members, 1,000 on 
 mixin: ## regenerate deploy/prometheus/alerts.yaml from the mixin (deploy/mixin: the template and the default _config); MIXIN_CONFIG=FILE MIXIN_OUT=FILE for your own
 	$(GO) run ./deploy/mixin/gen $(if $(MIXIN_CONFIG),-config $(MIXIN_CONFIG)) -out $(or $(MIXIN_OUT),deploy/prometheus/alerts.yaml)
 
-lint: ## gofmt, go vet, no issue numbers (repocheck TestNoIssueNumbers), and golangci-lint when installed
+lint: ## gofmt, go vet, no issue numbers (repocheck TestNoIssueNumbers), and golangci-lint (.golangci.yml; the pinned version built into .bin the first time, about 3 minutes)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@! git grep -nIiE 'issue ?#?[0-9]+' || { echo 'cite what it means, not an issue number'; exit 1; }
 	$(GO) vet ./...
-	@if command -v golangci-lint >/dev/null; then golangci-lint run; fi
+	scripts/tools.sh golangci-lint >/dev/null
+	.bin/golangci-lint run
 
 services-up: ## start versitygw (and Postgres if needed) and leave them running
 	scripts/services.sh up

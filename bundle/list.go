@@ -60,7 +60,7 @@ func (r *Reader) ListSettled(ctx context.Context, st catalog.Stream, fn func(Set
 }
 
 // Unnamed pages listed settled objects through named, the metastore's
-// answer to which listed keys metadata names (catalog.DB.NamedSettledKeys),
+// answer to which listed keys metadata names (catalog.Trim.NamedSettledKeys),
 // and hands fn each object it does not name. One lookup serves
 // catalog.NamedKeysPage objects whichever listings they come from, so a
 // sweep of a star's many small streams costs a statement per page, not

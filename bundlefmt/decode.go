@@ -116,6 +116,8 @@ type Trailer struct {
 
 // FooterOffset and FooterLength are the footer window the trailer implies.
 func (t Trailer) FooterOffset() uint64 { return t.DirOffset }
+
+// FooterLength is the footer window's length: directory and index.
 func (t Trailer) FooterLength() uint64 { return t.DirLength + t.IndexLength }
 
 // NumChunks is the number of index rows.
@@ -331,6 +333,8 @@ func (f *Footer) Base() uint64 { return f.base }
 
 // FooterOffset and FooterLength are the footer window.
 func (f *Footer) FooterOffset() uint64 { return f.off }
+
+// FooterLength is the footer window's length: directory and index.
 func (f *Footer) FooterLength() uint64 { return uint64(len(f.dir) + len(f.idx)) }
 
 // ObjectSize is the object's total size.

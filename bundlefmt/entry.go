@@ -145,19 +145,36 @@ type EntryView struct {
 	n int
 }
 
+// Stream is the entry's stream.
 func (v EntryView) Stream() (s StreamID) {
 	copy(s[:], v.b[entStreamOff:entFirstRecordOff])
 	return s
 }
+
+// FirstRecord is the number of the entry's first record.
 func (v EntryView) FirstRecord() uint64 { return binary.LittleEndian.Uint64(v.b[entFirstRecordOff:]) }
-func (v EntryView) Count() int          { return v.n }
-func (v EntryView) EndRecord() uint64   { return v.FirstRecord() + uint64(v.n) }
-func (v EntryView) DataOffset() uint64  { return binary.LittleEndian.Uint64(v.b[entDataOffsetOff:]) }
-func (v EntryView) DataCRC() uint32     { return binary.LittleEndian.Uint32(v.b[entDataCRCOff:]) }
+
+// Count is the number of records in the entry.
+func (v EntryView) Count() int { return v.n }
+
+// EndRecord is the number just past the entry's last record.
+func (v EntryView) EndRecord() uint64 { return v.FirstRecord() + uint64(v.n) }
+
+// DataOffset is the object-absolute start of the entry's chunk.
+func (v EntryView) DataOffset() uint64 { return binary.LittleEndian.Uint64(v.b[entDataOffsetOff:]) }
+
+// DataCRC is the CRC-32C of the chunk's bytes.
+func (v EntryView) DataCRC() uint32 { return binary.LittleEndian.Uint32(v.b[entDataCRCOff:]) }
+
+// Length is the stored length of record i.
 func (v EntryView) Length(i int) uint32 { return binary.LittleEndian.Uint32(v.b[entLengthOff(i):]) }
+
+// Timestamp is record i's timestamp (Unix milliseconds).
 func (v EntryView) Timestamp(i int) int64 {
 	return int64(binary.LittleEndian.Uint64(v.b[entTimestampOff(v.n, i):]))
 }
+
+// IsBatchEnd says whether record i ends a producer batch.
 func (v EntryView) IsBatchEnd(i int) bool { return v.b[entBatchEndOff(v.n)+(i>>3)]&(1<<(i&7)) != 0 }
 
 // Bytes returns the entry's encoded bytes (aliasing the footer).

@@ -52,6 +52,7 @@ const (
 // file may be sniffed (docs/format.md#object-layout).
 type Kind uint8
 
+// The kinds of object.
 const (
 	KindUnknown Kind = iota // sniff: CHNE means a slot, a flag byte ≤ 0x0F a settled object
 	KindFlight              // transit bundle in a chain slot
@@ -245,13 +246,4 @@ func checksumErr(key string, off uint64, field string, stored, computed uint32) 
 func versionErr(key string, off uint64, field string, v uint64, v1crc *bool) error {
 	return &FormatError{Key: key, Offset: int64(off), Field: field, Version: int64(v),
 		Detail: fmt.Sprintf("version %d, this build reads %d", v, Version), V1CRCMatches: v1crc, Err: ErrUnsupportedVersion}
-}
-
-// withKey sets the key of a FormatError that was built without one.
-func withKey(err error, key string) error {
-	var fe *FormatError
-	if key != "" && errors.As(err, &fe) && fe.Key == "" {
-		fe.Key = key
-	}
-	return err
 }

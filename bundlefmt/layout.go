@@ -109,6 +109,6 @@ const (
 // extend appends n zero bytes to dst and returns the result and those n
 // bytes, for an encoder to fill at the offsets above.
 func extend(dst []byte, n int) (out, field []byte) {
-	out = append(dst, make([]byte, n)...)
+	out = append(dst, make([]byte, n)...) //nolint:gocritic // appendAssign: out is dst extended, returned beside its new bytes
 	return out, out[len(dst):]
 }

@@ -83,7 +83,7 @@ func TestStreamID(t *testing.T) {
 	if got := want.String(); got != uuid {
 		t.Fatalf("String() = %s, want %s", got, uuid)
 	}
-	for verb, got := range map[string]string{"%s": fmt.Sprintf("%s", want), "%v": fmt.Sprintf("%v", want)} {
+	for verb, got := range map[string]string{"%s": fmt.Sprintf("%s", want), "%v": fmt.Sprintf("%v", want)} { //nolint:staticcheck // S1025: the test is of what fmt prints
 		if got != uuid {
 			t.Fatalf("%s prints %s, want %s", verb, got, uuid)
 		}

@@ -74,7 +74,7 @@ func scanAdmin(r pgx.Row) (AdminRequest, error) {
 // marks the request consumed once one has run it (FinishTriggers); a
 // trigger --stream records the stream's next_record, which that cycle must
 // settle through.
-func (db *DB) RequestAdmin(ctx context.Context, star, kind string, stream *StreamID, by string) (AdminRequest, error) {
+func (rq *Requests) RequestAdmin(ctx context.Context, star, kind string, stream *StreamID, by string) (AdminRequest, error) {
 	var req AdminRequest
 	switch kind {
 	case AdminTrigger, AdminPause, AdminResume:
@@ -85,7 +85,7 @@ func (db *DB) RequestAdmin(ctx context.Context, star, kind string, stream *Strea
 	default:
 		return req, fmt.Errorf("unknown admin request kind %q", kind)
 	}
-	err := db.tx(ctx, func(tx pgx.Tx) error {
+	err := rq.db.tx(ctx, func(tx pgx.Tx) error {
 		switch kind {
 		case AdminPause:
 			if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_state (star, paused, paused_at) VALUES ($1, true, now())
@@ -126,9 +126,9 @@ func (db *DB) RequestAdmin(ctx context.Context, star, kind string, stream *Strea
 // ConsumeAdminRequests marks the star's open requests of the given kinds
 // consumed by the fence's holder, in one fenced transaction, and returns
 // them in request order. Requests of other kinds stay open.
-func (db *DB) ConsumeAdminRequests(ctx context.Context, f Fence, kinds []string) ([]AdminRequest, error) {
+func (rq *Requests) ConsumeAdminRequests(ctx context.Context, f Fence, kinds []string) ([]AdminRequest, error) {
 	var out []AdminRequest
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := rq.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `UPDATE nova.admin_requests SET consumed_at = now(), consumed_by = $2
 			WHERE star = $1 AND consumed_at IS NULL AND kind = ANY($3) RETURNING `+adminCols, f.Star, f.Holder, kinds)
 		if err != nil {
@@ -159,7 +159,7 @@ type TriggerResult struct {
 // with their outcomes, and returns those it consumed in request order. One
 // consumed already (by an earlier attempt that crashed before it could
 // report) is left as it is, so finishing twice is harmless.
-func (db *DB) FinishTriggers(ctx context.Context, f Fence, runID int64, results []TriggerResult) ([]AdminRequest, error) {
+func (rq *Requests) FinishTriggers(ctx context.Context, f Fence, runID int64, results []TriggerResult) ([]AdminRequest, error) {
 	if len(results) == 0 {
 		return nil, nil
 	}
@@ -173,7 +173,7 @@ func (db *DB) FinishTriggers(ctx context.Context, f Fence, runID int64, results 
 		}
 	}
 	var out []AdminRequest
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := rq.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `UPDATE nova.admin_requests SET consumed_at = now(), consumed_by = $2,
 			outcome = r.routcome, reason = r.rreason, run_id = $3, attempts = attempts + 1
 			FROM unnest($4::bigint[], $5::text[], $6::text[]) AS r(rid, routcome, rreason)
@@ -195,11 +195,11 @@ func (db *DB) FinishTriggers(ctx context.Context, f Fence, runID int64, results 
 // TakeTriggers records that a cycle of the fence's holder is starting to
 // run the open trigger requests ids (fenced); `auditor trigger --wait`
 // reports it. They stay open until FinishTriggers.
-func (db *DB) TakeTriggers(ctx context.Context, f Fence, ids []int64) error {
+func (rq *Requests) TakeTriggers(ctx context.Context, f Fence, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := rq.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE nova.admin_requests SET taken_at = now(), consumed_by = $3
 			WHERE star = $1 AND id = ANY($2) AND kind = 'trigger' AND consumed_at IS NULL`, f.Star, ids, f.Holder)
 		return err
@@ -213,11 +213,11 @@ func (db *DB) TakeTriggers(ctx context.Context, f Fence, ids []int64) error {
 // NoteTriggerAttempt records that the run runID tried the open trigger
 // requests ids and why they stay open (fenced). runID 0: the run did not
 // start (the request keeps the run of its last attempt).
-func (db *DB) NoteTriggerAttempt(ctx context.Context, f Fence, runID int64, ids []int64, why string) error {
+func (rq *Requests) NoteTriggerAttempt(ctx context.Context, f Fence, runID int64, ids []int64, why string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := rq.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE nova.admin_requests SET attempts = attempts + 1, last_error = $3, run_id = coalesce(nullif($4::bigint, 0), run_id)
 			WHERE star = $1 AND id = ANY($2) AND kind = 'trigger' AND consumed_at IS NULL`, f.Star, ids, why, runID)
 		return err
@@ -238,9 +238,9 @@ type StreamProgress struct {
 
 // ForcedProgress reads the progress of the star's streams ids (each one
 // absent from the star comes back with Found false).
-func (db *DB) ForcedProgress(ctx context.Context, star string, ids []StreamID) (map[StreamID]StreamProgress, error) {
+func (rq *Requests) ForcedProgress(ctx context.Context, star string, ids []StreamID) (map[StreamID]StreamProgress, error) {
 	out := make(map[StreamID]StreamProgress, len(ids))
-	rows, err := db.reader(ctx).Query(ctx, `SELECT s.stream_id, s.settled_through, s.next_record,
+	rows, err := rq.db.reader(ctx).Query(ctx, `SELECT s.stream_id, s.settled_through, s.next_record,
 			coalesce((SELECT q.error_class || ': ' || q.reason FROM nova.quarantine q WHERE q.stream_id = s.stream_id), '')
 		FROM nova.streams s WHERE s.star = $1 AND s.stream_id = ANY($2::uuid[])`, star, ids)
 	if err != nil {
@@ -263,8 +263,8 @@ func (db *DB) ForcedProgress(ctx context.Context, star string, ids []StreamID) (
 
 // AdminRequests lists the star's requests, newest first, at most limit;
 // only the unconsumed ones when openOnly.
-func (db *DB) AdminRequests(ctx context.Context, star string, openOnly bool, limit int) ([]AdminRequest, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+adminCols+` FROM nova.admin_requests
+func (rq *Requests) AdminRequests(ctx context.Context, star string, openOnly bool, limit int) ([]AdminRequest, error) {
+	rows, err := rq.db.reader(ctx).Query(ctx, `SELECT `+adminCols+` FROM nova.admin_requests
 		WHERE star = $1 AND (NOT $2 OR consumed_at IS NULL) ORDER BY id DESC LIMIT $3`, star, openOnly, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list admin requests of star %q: %w", star, err)
@@ -276,9 +276,9 @@ func (db *DB) AdminRequests(ctx context.Context, star string, openOnly bool, lim
 	return out, nil
 }
 
-// GetAdminRequest reads one request (ErrNotFound when absent).
-func (db *DB) GetAdminRequest(ctx context.Context, id int64) (AdminRequest, error) {
-	a, err := scanAdmin(db.reader(ctx).QueryRow(ctx, `SELECT `+adminCols+` FROM nova.admin_requests WHERE id = $1`, id))
+// AdminRequest reads one request (ErrNotFound when absent).
+func (rq *Requests) AdminRequest(ctx context.Context, id int64) (AdminRequest, error) {
+	a, err := scanAdmin(rq.db.reader(ctx).QueryRow(ctx, `SELECT `+adminCols+` FROM nova.admin_requests WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, fmt.Errorf("admin request %d: %w", id, ErrNotFound)
 	}
@@ -290,8 +290,8 @@ func (db *DB) GetAdminRequest(ctx context.Context, id int64) (AdminRequest, erro
 
 // Notify wakes the star's daemons (for example after a lease release, so a
 // standby takes over without waiting for its next attempt).
-func (db *DB) Notify(ctx context.Context, star string) error {
-	if _, err := db.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, AdminChannel, star); err != nil {
+func (rq *Requests) Notify(ctx context.Context, star string) error {
+	if _, err := rq.db.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, AdminChannel, star); err != nil {
 		return fmt.Errorf("notify star %q: %w", star, err)
 	}
 	return nil
@@ -304,14 +304,14 @@ type Listener struct {
 }
 
 // Listen opens a Listener.
-func (db *DB) Listen(ctx context.Context) (*Listener, error) {
-	pc, err := db.pool.Acquire(ctx)
+func (rq *Requests) Listen(ctx context.Context) (*Listener, error) {
+	pc, err := rq.db.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", AdminChannel, err)
 	}
 	conn := pc.Hijack()
 	if _, err := conn.Exec(ctx, `LISTEN `+AdminChannel); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+		_ = conn.Close(context.WithoutCancel(ctx)) // the LISTEN's error is the one to return
 		return nil, fmt.Errorf("listen on %s: %w", AdminChannel, err)
 	}
 	return &Listener{conn: conn}, nil
@@ -346,11 +346,11 @@ type DaemonState struct {
 // Halted reports whether the star is halted.
 func (s DaemonState) Halted() bool { return s.HaltedReason != "" }
 
-// GetDaemonState reads the star's persisted pause and halt.
-func (db *DB) GetDaemonState(ctx context.Context, star string) (DaemonState, error) {
+// DaemonState reads the star's persisted pause and halt.
+func (lg *Ledger) DaemonState(ctx context.Context, star string) (DaemonState, error) {
 	var s DaemonState
 	var reason *string
-	err := db.reader(ctx).QueryRow(ctx, `SELECT paused, paused_at, halted_reason, halted_at FROM nova.auditor_state WHERE star = $1`, star).
+	err := lg.db.reader(ctx).QueryRow(ctx, `SELECT paused, paused_at, halted_reason, halted_at FROM nova.auditor_state WHERE star = $1`, star).
 		Scan(&s.Paused, &s.PausedAt, &reason, &s.HaltedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return DaemonState{}, nil
@@ -366,11 +366,11 @@ func (db *DB) GetDaemonState(ctx context.Context, star string) (DaemonState, err
 
 // SetHalted persists a halt (fenced): no leader runs a cycle of the star
 // until an operator resumes it. The first reason is kept.
-func (db *DB) SetHalted(ctx context.Context, f Fence, reason string) error {
+func (lg *Ledger) SetHalted(ctx context.Context, f Fence, reason string) error {
 	if reason == "" {
 		reason = "halted"
 	}
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+	return lg.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_state (star, halted_reason, halted_at) VALUES ($1, $2, now())
 			ON CONFLICT (star) DO UPDATE SET halted_reason = coalesce(nova.auditor_state.halted_reason, EXCLUDED.halted_reason),
 			halted_at = coalesce(nova.auditor_state.halted_at, EXCLUDED.halted_at)`, f.Star, reason); err != nil {

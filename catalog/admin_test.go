@@ -34,17 +34,17 @@ func newAdminDB(t *testing.T) (*catalog.DB, *pgx.Conn, context.Context) {
 func TestAdminRequestsStateAndNotify(t *testing.T) {
 	t.Parallel()
 	db, _, ctx := newAdminDB(t)
-	l, err := db.Listen(ctx)
+	l, err := db.Requests().Listen(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 
-	if st, err := db.GetDaemonState(ctx, "s1"); err != nil || st.Paused || st.Halted() {
+	if st, err := db.Ledger().DaemonState(ctx, "s1"); err != nil || st.Paused || st.Halted() {
 		t.Fatalf("initial state %+v %v", st, err)
 	}
 	id := sid(7)
-	trig, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "alice")
+	trig, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,65 +57,65 @@ func TestAdminRequestsStateAndNotify(t *testing.T) {
 	if trig.Kind != "trigger" || trig.Stream == nil || *trig.Stream != id || trig.RequestedBy != "alice" || trig.ConsumedAt != nil {
 		t.Fatalf("trigger row %+v", trig)
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminPause, nil, "alice"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminPause, nil, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	st, err := db.GetDaemonState(ctx, "s1")
+	st, err := db.Ledger().DaemonState(ctx, "s1")
 	if err != nil || !st.Paused || st.PausedAt == nil {
 		t.Fatalf("after pause %+v %v", st, err)
 	}
 	// release of a stream that is not quarantined records nothing.
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminRelease, &id, "alice"); !errors.Is(err, catalog.ErrNotFound) {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminRelease, &id, "alice"); !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatalf("release of a free stream: %v", err)
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", "explode", nil, "alice"); err == nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", "explode", nil, "alice"); err == nil {
 		t.Fatal("unknown kind accepted")
 	}
-	open, err := db.AdminRequests(ctx, "s1", true, 10)
+	open, err := db.Requests().AdminRequests(ctx, "s1", true, 10)
 	if err != nil || len(open) != 2 || open[0].Kind != "pause" || open[1].Kind != "trigger" {
 		t.Fatalf("open requests %+v %v", open, err)
 	}
 
 	// Consuming is fenced and takes only the kinds asked for.
-	lease, err := db.AcquireLease(ctx, "s1", "d1", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "d1", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := db.ConsumeAdminRequests(ctx, lease.Fence, []string{catalog.AdminPause, catalog.AdminResume})
+	got, err := db.Requests().ConsumeAdminRequests(ctx, lease.Fence, []string{catalog.AdminPause, catalog.AdminResume})
 	if err != nil || len(got) != 1 || got[0].Kind != "pause" || got[0].ConsumedBy != "d1" || got[0].ConsumedAt == nil {
 		t.Fatalf("consume pause: %+v %v", got, err)
 	}
 	stale := lease.Fence
 	stale.Token--
-	if _, err := db.ConsumeAdminRequests(ctx, stale, []string{catalog.AdminTrigger}); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := db.Requests().ConsumeAdminRequests(ctx, stale, []string{catalog.AdminTrigger}); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("consume with a stale token: %v", err)
 	}
-	got, err = db.ConsumeAdminRequests(ctx, lease.Fence, []string{catalog.AdminTrigger})
+	got, err = db.Requests().ConsumeAdminRequests(ctx, lease.Fence, []string{catalog.AdminTrigger})
 	if err != nil || len(got) != 1 || got[0].ID != trig.ID {
 		t.Fatalf("consume trigger: %+v %v", got, err)
 	}
-	if r, err := db.GetAdminRequest(ctx, trig.ID); err != nil || r.ConsumedAt == nil || r.ConsumedBy != "d1" {
+	if r, err := db.Requests().AdminRequest(ctx, trig.ID); err != nil || r.ConsumedAt == nil || r.ConsumedBy != "d1" {
 		t.Fatalf("consumed trigger reads back as %+v %v", r, err)
 	}
 
 	// A halt is fenced, keeps its first reason, and resume clears it with the pause.
-	if err := db.SetHalted(ctx, stale, "x"); !errors.Is(err, catalog.ErrStaleToken) {
+	if err := db.Ledger().SetHalted(ctx, stale, "x"); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("halt with a stale token: %v", err)
 	}
-	if err := db.SetHalted(ctx, lease.Fence, "overlap in stream 7"); err != nil {
+	if err := db.Ledger().SetHalted(ctx, lease.Fence, "overlap in stream 7"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.SetHalted(ctx, lease.Fence, "second"); err != nil {
+	if err := db.Ledger().SetHalted(ctx, lease.Fence, "second"); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = db.GetDaemonState(ctx, "s1")
+	st, _ = db.Ledger().DaemonState(ctx, "s1")
 	if !st.Halted() || st.HaltedReason != "overlap in stream 7" || st.HaltedAt == nil || !st.Paused {
 		t.Fatalf("halted state %+v", st)
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "bob"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "bob"); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ = db.GetDaemonState(ctx, "s1"); st.Halted() || st.Paused {
+	if st, _ = db.Ledger().DaemonState(ctx, "s1"); st.Halted() || st.Paused {
 		t.Fatalf("after resume %+v", st)
 	}
 
@@ -123,14 +123,14 @@ func TestAdminRequestsStateAndNotify(t *testing.T) {
 	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Quarantine(ctx, lease.Fence, id, "", "corrupt", "bad crc"); err != nil {
+	if err := db.Settle().Quarantine(ctx, lease.Fence, id, "", "corrupt", "bad crc"); err != nil {
 		t.Fatal(err)
 	}
-	rel, err := db.RequestAdmin(ctx, "s1", catalog.AdminRelease, &id, "bob")
+	rel, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminRelease, &id, "bob")
 	if err != nil || rel.Kind != "release" {
 		t.Fatalf("release: %+v %v", rel, err)
 	}
-	if q, _ := db.Quarantined(ctx, "s1"); len(q) != 0 {
+	if q, _ := db.Settle().Quarantined(ctx, "s1"); len(q) != 0 {
 		t.Fatalf("quarantine after release: %+v", q)
 	}
 }
@@ -138,53 +138,53 @@ func TestAdminRequestsStateAndNotify(t *testing.T) {
 func TestRunLedger(t *testing.T) {
 	t.Parallel()
 	db, _, ctx := newAdminDB(t)
-	a, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	a, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1, err := db.StartRun(ctx, a.Fence, "schedule", false)
+	r1, err := db.Ledger().StartRun(ctx, a.Fence, "schedule", false)
 	if err != nil || r1.ID == 0 || r1.EndedAt != nil || r1.Token != a.Token || r1.Holder != "a" {
 		t.Fatalf("start: %+v %v", r1, err)
 	}
-	done, err := db.FinishRun(ctx, r1.ID, catalog.RunOK, catalog.RunCounts{StreamsSettled: 3, BytesCopied: 1 << 40}, "")
+	done, err := db.Ledger().FinishRun(ctx, r1.ID, catalog.RunOK, catalog.RunCounts{StreamsSettled: 3, BytesCopied: 1 << 40}, "")
 	if err != nil || done.EndedAt == nil || done.Outcome != "ok" || done.Counts.StreamsSettled != 3 || done.Counts.BytesCopied != 1<<40 {
 		t.Fatalf("finish: %+v %v", done, err)
 	}
-	if _, err := db.FinishRun(ctx, r1.ID, catalog.RunFailed, catalog.RunCounts{}, "late"); !errors.Is(err, catalog.ErrNotFound) {
+	if _, err := db.Ledger().FinishRun(ctx, r1.ID, catalog.RunFailed, catalog.RunCounts{}, "late"); !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatalf("second finish: %v", err)
 	}
 	// a crashes mid-run; b takes over and closes a's open row.
-	r2, err := db.StartRun(ctx, a.Fence, "manual", false)
+	r2, err := db.Ledger().StartRun(ctx, a.Fence, "manual", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.ReleaseLease(ctx, a.Fence); err != nil {
+	if err := db.Leases().ReleaseLease(ctx, a.Fence); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.StartRun(ctx, a.Fence, "manual", false); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := db.Ledger().StartRun(ctx, a.Fence, "manual", false); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("start without the lease: %v", err)
 	}
-	b, err := db.AcquireLease(ctx, "s1", "b", time.Minute)
+	b, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "b", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r3, err := db.StartRun(ctx, b.Fence, "schedule", true)
+	r3, err := db.Ledger().StartRun(ctx, b.Fence, "schedule", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := db.CloseAbandonedRuns(ctx, b.Fence); err != nil || n != 1 {
+	if n, err := db.Ledger().CloseAbandonedRuns(ctx, b.Fence); err != nil || n != 1 {
 		t.Fatalf("close abandoned: %d %v", n, err)
 	}
-	runs, err := db.LastRuns(ctx, "s1", 10)
+	runs, err := db.Ledger().LastRuns(ctx, "s1", 10)
 	if err != nil || len(runs) != 3 || runs[0].ID != r3.ID || runs[0].EndedAt != nil || !runs[0].DryRun ||
 		runs[1].ID != r2.ID || runs[1].Outcome != catalog.RunLostLease || runs[1].Error == "" {
 		t.Fatalf("runs %+v %v", runs, err)
 	}
-	last, ok, err := db.LastRunWithOutcome(ctx, "s1", catalog.RunOK)
+	last, ok, err := db.Ledger().LastRunWithOutcome(ctx, "s1", catalog.RunOK)
 	if err != nil || !ok || last.ID != r1.ID {
 		t.Fatalf("last ok run: %+v %v %v", last, ok, err)
 	}
-	if _, ok, err := db.LastRunWithOutcome(ctx, "nope", catalog.RunOK); err != nil || ok {
+	if _, ok, err := db.Ledger().LastRunWithOutcome(ctx, "nope", catalog.RunOK); err != nil || ok {
 		t.Fatalf("last ok run of an unknown star: %v %v", ok, err)
 	}
 }
@@ -198,7 +198,7 @@ func TestTransitAndBacklog(t *testing.T) {
 	p := catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: 10 * time.Minute}
 
 	// Empty: both classes, zero.
-	now, classes, err := db.TransitByClass(ctx, "s1", p)
+	now, classes, err := db.Ledger().TransitByClass(ctx, "s1", p)
 	if err != nil || now.IsZero() || len(classes) != 2 || classes[0].Class != "standard" || classes[1].Class != "express" ||
 		classes[0].Markers != 0 || classes[0].OldestSince != nil || classes[0].Lag != 0 {
 		t.Fatalf("empty transit: %+v %v", classes, err)
@@ -224,14 +224,14 @@ func TestTransitAndBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Quarantine(ctx, lease.Fence, sid(3), "stars/s1/chain/1/0", "checksum", "bad crc"); err != nil {
+	if err := db.Settle().Quarantine(ctx, lease.Fence, sid(3), "stars/s1/chain/1/0", "checksum", "bad crc"); err != nil {
 		t.Fatal(err)
 	}
-	_, classes, err = db.TransitByClass(ctx, "s1", p)
+	_, classes, err = db.Ledger().TransitByClass(ctx, "s1", p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,20 +244,20 @@ func TestTransitAndBacklog(t *testing.T) {
 	if classes[1].Markers != 0 {
 		t.Fatalf("express class of s1: %+v", classes[1])
 	}
-	_, xc, err := db.TransitByClass(ctx, "x1", p)
+	_, xc, err := db.Ledger().TransitByClass(ctx, "x1", p)
 	if err != nil || xc[1].Markers != 1 || xc[1].Due != 1 || xc[1].OverAgeCap != 1 || xc[0].Markers != 0 {
 		t.Fatalf("express star: %+v %v", xc, err)
 	}
 
 	// Backlog.
-	if _, err := db.OpenPublishIntent(ctx, lease.Fence, catalog.ExactTarget("k1", 0), "standard"); err != nil {
+	if _, err := db.Settle().OpenPublishIntent(ctx, lease.Fence, catalog.ExactTarget("k1", 0), "standard"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after) VALUES
 		('s1', 'reap', 'k2', 'standard', now() - interval '1 minute'), ('s1', 'reap', 'k3', 'standard', now() + interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
-	b, err := db.GetBacklog(ctx, "s1")
+	b, err := db.Ledger().Backlog(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,18 +272,18 @@ func TestTransitAndBacklog(t *testing.T) {
 func TestPruneHistory(t *testing.T) {
 	t.Parallel()
 	db, conn, ctx := newAdminDB(t)
-	a, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	a, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := func(outcome string, dry bool, daysAgo int) int64 {
 		t.Helper()
-		r, err := db.StartRun(ctx, a.Fence, "schedule", dry)
+		r, err := db.Ledger().StartRun(ctx, a.Fence, "schedule", dry)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if outcome != "" {
-			if _, err := db.FinishRun(ctx, r.ID, outcome, catalog.RunCounts{}, ""); err != nil {
+			if _, err := db.Ledger().FinishRun(ctx, r.ID, outcome, catalog.RunCounts{}, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -301,7 +301,7 @@ func TestPruneHistory(t *testing.T) {
 	recent := run(catalog.RunFailed, false, 1) // inside the window: kept
 	request := func(kind string, consumedDaysAgo int) int64 {
 		t.Helper()
-		r, err := db.RequestAdmin(ctx, "s1", kind, nil, "op")
+		r, err := db.Requests().RequestAdmin(ctx, "s1", kind, nil, "op")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,15 +321,15 @@ func TestPruneHistory(t *testing.T) {
 	recentReq := request(catalog.AdminResume, 2)
 
 	keep := 30 * 24 * time.Hour
-	p, err := db.PruneHistory(ctx, a.Fence, keep, 2)
+	p, err := db.Ledger().PruneHistory(ctx, a.Fence, keep, 2)
 	if err != nil || p.Runs != 2 || p.Requests != 2 {
 		t.Fatalf("first prune (limit 2): %+v %v", p, err)
 	}
-	p, err = db.PruneHistory(ctx, a.Fence, keep, 2)
+	p, err = db.Ledger().PruneHistory(ctx, a.Fence, keep, 2)
 	if err != nil || p.Runs != 1 || p.Requests != 0 {
 		t.Fatalf("second prune: %+v %v", p, err)
 	}
-	if p, err := db.PruneHistory(ctx, a.Fence, keep, 2); err != nil || p != (catalog.HistoryPruned{}) {
+	if p, err := db.Ledger().PruneHistory(ctx, a.Fence, keep, 2); err != nil || p != (catalog.HistoryPruned{}) {
 		t.Fatalf("third prune: %+v %v", p, err)
 	}
 	var runs, reqs []int64
@@ -349,14 +349,14 @@ func TestPruneHistory(t *testing.T) {
 	if !slices.Equal(reqs, []int64{openReq, recentReq}) {
 		t.Fatalf("requests left %v, want open %d and recent %d (pruned %d, %d)", reqs, openReq, recentReq, oldReq1, oldReq2)
 	}
-	if last, ok, err := db.LastRunWithOutcome(ctx, "s1", catalog.RunOK); err != nil || !ok || last.ID != lastOK {
+	if last, ok, err := db.Ledger().LastRunWithOutcome(ctx, "s1", catalog.RunOK); err != nil || !ok || last.ID != lastOK {
 		t.Fatalf("last success after pruning: %+v %v %v", last, ok, err)
 	}
 	// Only the leader prunes.
-	if err := db.ReleaseLease(ctx, a.Fence); err != nil {
+	if err := db.Leases().ReleaseLease(ctx, a.Fence); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.PruneHistory(ctx, a.Fence, keep, 2); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := db.Ledger().PruneHistory(ctx, a.Fence, keep, 2); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("prune without the lease: %v", err)
 	}
 }

@@ -29,12 +29,12 @@ type Snapshot struct {
 // repeatable-read transaction, at most refLimit refs each: what
 // StreamSnapshot reads for one stream, consistent across all of them. A
 // stream that no longer exists is left out of the map.
-func (db *DB) StreamSnapshots(ctx context.Context, ids []StreamID, refLimit int) (map[StreamID]Snapshot, error) {
+func (s *Settle) StreamSnapshots(ctx context.Context, ids []StreamID, refLimit int) (map[StreamID]Snapshot, error) {
 	out := make(map[StreamID]Snapshot, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	err := db.readTx(ctx, func(tx pgx.Tx) error {
+	err := s.db.readTx(ctx, func(tx pgx.Tx) error {
 		clear(out)
 		rows, err := tx.Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = ANY($1::uuid[])`, ids)
 		if err != nil {
@@ -104,8 +104,8 @@ type IntentRequest struct {
 // reqs[i]'s when errs[i] is nil; a request whose statements fail is rolled
 // back alone. The error is the transaction's (the fence lost, the commit
 // failed): then no intent of the batch is open.
-func (db *DB) OpenPublishIntents(ctx context.Context, f Fence, reqs []IntentRequest) (intents []Intent, errs []error, err error) {
-	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (s *Settle) OpenPublishIntents(ctx context.Context, f Fence, reqs []IntentRequest) (intents []Intent, errs []error, err error) {
+	err = s.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		errs = make([]error, len(reqs))
 		var ok bool
 		if intents, ok, err = openIntentsAtOnce(ctx, tx, f, reqs); err != nil || ok {
@@ -115,7 +115,7 @@ func (db *DB) OpenPublishIntents(ctx context.Context, f Fence, reqs []IntentRequ
 		for i, r := range reqs {
 			errs[i] = savepoint(ctx, tx, func(tx pgx.Tx) error {
 				var err error
-				intents[i], err = openPublishIntent(ctx, tx, f, r.Target, r.Class, db.mut.ReusePlannedRevision)
+				intents[i], err = openPublishIntent(ctx, tx, f, r.Target, r.Class, s.db.mut.ReusePlannedRevision)
 				return err
 			})
 			if ctx.Err() != nil {
@@ -149,13 +149,13 @@ type StreamCommit struct {
 // after each stream's savepoint is released, or, on the set path, after
 // the whole group's changes are made. The error is the transaction's (the fence lost, the
 // commit failed): then nothing of the group is committed.
-func (db *DB) CommitSettles(ctx context.Context, f Fence, group []StreamCommit, between func()) (errs []error, err error) {
+func (s *Settle) CommitSettles(ctx context.Context, f Fence, group []StreamCommit, between func()) (errs []error, err error) {
 	order := make([]int, len(group))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return compareIDs(group[a].Stream, group[b].Stream) })
-	err = db.commitFenced(ctx, f, func(tx pgx.Tx) error {
+	err = s.db.commitFenced(ctx, f, func(tx pgx.Tx) error {
 		errs = make([]error, len(group))
 		committed, ok, err := commitSettlesAtOnce(ctx, tx, f, group, order, errs)
 		if err != nil {

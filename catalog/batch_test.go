@@ -34,13 +34,13 @@ func TestBatchIsolation(t *testing.T) {
 	if err := wp.Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 0, FooterOffset: 61, FooterLength: 200, Batches: batches}}); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := lease.Fence
 
-	snaps, err := db.StreamSnapshots(ctx, append(ids, catalog.StreamID{0: 0xc}), 16)
+	snaps, err := db.Settle().StreamSnapshots(ctx, append(ids, catalog.StreamID{0: 0xc}), 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestBatchIsolation(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = catalog.IntentRequest{Target: catalog.ExactTarget(key(i), 0), Class: catalog.ClassStandard}
 	}
-	intents, errs, err := db.OpenPublishIntents(ctx, f, reqs)
+	intents, errs, err := db.Settle().OpenPublishIntents(ctx, f, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestBatchIsolation(t *testing.T) {
 			{Entry: e, PrevRevision: -1, IntentID: intents[i].ID, ObjectKey: key(i), ReapGrace: time.Hour}}}
 	}
 	between := 0
-	cerrs, err := db.CommitSettles(ctx, f, group, func() { between++ })
+	cerrs, err := db.Settle().CommitSettles(ctx, f, group, func() { between++ })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestBatchIsolation(t *testing.T) {
 		t.Fatalf("the bad stream's error: %v, want ErrInvariant", cerrs[bad])
 	}
 	for i, id := range ids {
-		st, err := db.GetStream(ctx, id)
+		st, err := db.Streams().Stream(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,11 +109,11 @@ func TestBatchIsolation(t *testing.T) {
 			t.Fatalf("stream %d settled through %d, want %d", i, st.SettledThrough, want)
 		}
 	}
-	open, err := db.Intents(ctx, "s1", "publish", time.Hour)
+	open, err := db.Settle().Intents(ctx, "s1", "publish", time.Hour)
 	if err != nil || len(open) != 1 || open[0].ObjectKey != key(bad) {
 		t.Fatalf("open intents after the group: %+v %v", open, err)
 	}
-	markers, err := db.DueMarkers(ctx, "s1")
+	markers, err := db.Streams().DueMarkers(ctx, "s1")
 	if err != nil || len(markers) != 1 || markers[0].Stream != ids[bad] {
 		t.Fatalf("due markers after the group: %+v %v", markers, err)
 	}
@@ -121,10 +121,10 @@ func TestBatchIsolation(t *testing.T) {
 	// A lost fence commits nothing of a group.
 	stale := f
 	stale.Token++
-	if _, err := db.CommitSettles(ctx, stale, group[bad:bad+1], nil); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := db.Settle().CommitSettles(ctx, stale, group[bad:bad+1], nil); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("grouped commit under a stale token: %v", err)
 	}
-	if _, _, err := db.OpenPublishIntents(ctx, stale, reqs[:1]); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, _, err := db.Settle().OpenPublishIntents(ctx, stale, reqs[:1]); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("batched intents under a stale token: %v", err)
 	}
 }

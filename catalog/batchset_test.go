@@ -46,7 +46,7 @@ func setStar(t *testing.T, ctx context.Context, db *catalog.DB, ids []catalog.St
 	if err := wp.Absorb(ctx, "s1", []writepath.AbsorbFlight{{Epoch: 1, Seq: 1, FooterOffset: 61, FooterLength: 200, Batches: second}}); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +81,12 @@ type streamState struct {
 
 func stateOf(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence, id catalog.StreamID) streamState {
 	t.Helper()
-	st, err := db.GetStream(ctx, id)
+	st, err := db.Streams().Stream(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := streamState{Settled: st.SettledThrough, Next: st.NextRecord, Low: st.LowRecord}
-	entries, err := db.EntriesOfStream(ctx, id)
+	entries, err := db.Streams().EntriesOfStream(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +94,14 @@ func stateOf(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence,
 		e.Stream, e.SettledAt = catalog.StreamID{}, time.Time{}
 		s.Entries = append(s.Entries, e)
 	}
-	refs, err := db.RefsOfStream(ctx, id)
+	refs, err := writepath.New(db).RefsOfStream(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range refs {
 		s.Refs = append(s.Refs, r.FirstRecord)
 	}
-	markers, err := db.DueMarkersOfStar(ctx, "s1")
+	markers, err := db.Streams().DueMarkersOfStar(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func stateOf(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence,
 		s.Marker, s.HasMarker = m.Since, true
 	}
 	for kind, n := range map[string]*int{"publish": &s.PublishIntents, "reap": &s.ReapIntents} {
-		intents, err := db.Intents(ctx, "s1", kind, 24*time.Hour)
+		intents, err := db.Settle().Intents(ctx, "s1", kind, 24*time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,12 +189,12 @@ func TestBatchSetPathMatchesStreamByStream(t *testing.T) {
 			}
 		}
 		for _, i := range which {
-			in, err := db.OpenPublishIntent(ctx, f, target(b[i], rev), catalog.ClassStandard)
+			in, err := db.Settle().OpenPublishIntent(ctx, f, target(b[i], rev), catalog.ClassStandard)
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := commitOf(b[i], end(i), rev, prev, in)
-			if err := db.CommitSettle(ctx, f, c.Commits[0]); err != nil {
+			if err := db.Settle().CommitSettle(ctx, f, c.Commits[0]); err != nil {
 				t.Fatalf("%s: stream-by-stream commit %d: %v", name, i, err)
 			}
 		}
@@ -244,7 +244,7 @@ func TestBatchSetPathFallsBack(t *testing.T) {
 	for i := range ids {
 		reqs[i] = catalog.IntentRequest{Target: target(ids[i], 0), Class: catalog.ClassStandard}
 	}
-	intents, errs, err := db.OpenPublishIntents(ctx, f, reqs)
+	intents, errs, err := db.Settle().OpenPublishIntents(ctx, f, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestBatchSetPathFallsBack(t *testing.T) {
 	commit := func(i int) catalog.StreamCommit { return commitOf(ids[i], 10, 0, -1, intents[i]) }
 
 	// Stream 1's intent is gone: refused alone, in the set path.
-	if err := db.DeleteIntent(ctx, f, intents[1].ID); err != nil {
+	if err := db.Settle().DeleteIntent(ctx, f, intents[1].ID); err != nil {
 		t.Fatal(err)
 	}
 	ok, errs, err := db.CommitSettlesAtOnce(ctx, f, []catalog.StreamCommit{commit(0), commit(1), commit(3)})
@@ -286,7 +286,7 @@ func TestBatchSetPathFallsBack(t *testing.T) {
 			t.Fatalf("stream %d after the rolled-back set: %+v", i, s)
 		}
 	}
-	errs, err = db.CommitSettles(ctx, f, group, nil)
+	errs, err = db.Settle().CommitSettles(ctx, f, group, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestBatchSetPathFallsBack(t *testing.T) {
 	if s := stateOf(t, ctx, db, f, other); s.PublishIntents != 0 || s.HighRevision != -1 {
 		t.Fatalf("the declined set path left %+v", s)
 	}
-	got, errs, err := db.OpenPublishIntents(ctx, f, more)
+	got, errs, err := db.Settle().OpenPublishIntents(ctx, f, more)
 	if err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("intents after the set path declined: %v %v", errs, err)
 	}
@@ -326,7 +326,7 @@ func TestBatchSetPathFallsBack(t *testing.T) {
 	if _, ok, err := db.OpenIntentsAtOnce(ctx, f, neg); err != nil || ok {
 		t.Fatalf("set path of an intent below any revision: ok %v, %v", ok, err)
 	}
-	got, errs, err = db.OpenPublishIntents(ctx, f, neg)
+	got, errs, err = db.Settle().OpenPublishIntents(ctx, f, neg)
 	if err != nil || errs[0] != nil || got[0].Revision != 0 || got[0].ObjectKey != fresh.Key(0) {
 		t.Fatalf("an intent below any revision: %+v %v %v", got, errs, err)
 	}
@@ -368,7 +368,7 @@ func TestBatchStatementsDoNotGrowWithTheBatch(t *testing.T) {
 			reqs[i] = catalog.IntentRequest{Target: target(id, 0), Class: catalog.ClassStandard}
 		}
 		before := count.n.Load()
-		intents, errs, err := db.OpenPublishIntents(ctx, f, reqs)
+		intents, errs, err := db.Settle().OpenPublishIntents(ctx, f, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -380,7 +380,7 @@ func TestBatchStatementsDoNotGrowWithTheBatch(t *testing.T) {
 			}
 			group[i] = commitOf(id, 10, 0, -1, intents[i])
 		}
-		errs, err = db.CommitSettles(ctx, f, group, nil)
+		errs, err = db.Settle().CommitSettles(ctx, f, group, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

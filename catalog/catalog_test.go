@@ -41,14 +41,14 @@ func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
 	if err := writepath.New(db).Absorb(ctx, "s1", flights); err != nil {
 		t.Fatal(err)
 	}
-	star, err := db.GetStar(ctx, "s1")
+	star, err := db.Streams().Star(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if star.Epoch != 1 || star.NextSeq != 2 || star.FenceWindow != 2 || star.ChainClass != "standard" {
 		t.Fatalf("star after absorb: %+v", star)
 	}
-	refs, err := db.RefsOfStream(ctx, sid(1))
+	refs, err := writepath.New(db).RefsOfStream(ctx, sid(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,21 +56,21 @@ func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
 		refs[0].Slots[1] != (catalog.SlotRef{Epoch: 1, Seq: 1, FooterOffset: 70, FooterLength: 117}) || refs[0].Class != "standard" {
 		t.Fatalf("refs of stream 1: %+v", refs)
 	}
-	st, err := db.GetStream(ctx, sid(2))
+	st, err := db.Streams().Stream(ctx, sid(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.NextRecord != 3 || st.SettledThrough != 0 || st.Bucket != "b1" || st.Class != "standard" {
 		t.Fatalf("stream 2: %+v", st)
 	}
-	marks, err := db.DueMarkers(ctx, "s1")
+	marks, err := db.Streams().DueMarkers(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(marks) != 2 {
 		t.Fatalf("due markers: %+v", marks)
 	}
-	streams, err := db.StreamsOfStar(ctx, "s1")
+	streams, err := db.Streams().StreamsOfStar(ctx, "s1")
 	if err != nil || len(streams) != 2 || streams[0].ID != sid(1) {
 		t.Fatalf("streams of star: %+v %v", streams, err)
 	}
@@ -97,11 +97,11 @@ func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
 	if err := writepath.New(db).EndFence(ctx, "s1", 1, 4); err != nil {
 		t.Fatal(err)
 	}
-	eps, err := db.StarEpochs(ctx, "s1")
+	eps, err := db.Streams().StarEpochs(ctx, "s1")
 	if err != nil || len(eps) != 2 || eps[0].EndSeq == nil || *eps[0].EndSeq != 4 || eps[1].EndSeq != nil {
 		t.Fatalf("epochs: %+v %v", eps, err)
 	}
-	if st, _ := db.GetStream(ctx, sid(2)); st.NextRecord != 3 {
+	if st, _ := db.Streams().Stream(ctx, sid(2)); st.NextRecord != 3 {
 		t.Fatalf("refused absorbs moved stream 2 to %d", st.NextRecord)
 	}
 }
@@ -109,37 +109,37 @@ func TestAbsorbWritesRefsMarkersAndHead(t *testing.T) {
 func TestLeaseAndFencingToken(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
-	a, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	a, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.AcquireLease(ctx, "s1", "b", time.Minute)
+	_, err = db.Leases().AcquireLeaseInstance(ctx, "s1", "b", "", time.Minute)
 	var held *catalog.LeaseHeldError
 	if !errors.As(err, &held) || held.Holder != "a" {
 		t.Fatalf("second holder got %v", err)
 	}
-	if _, err := db.RenewLease(ctx, a.Fence, time.Minute); err != nil {
+	if _, err := db.Leases().RenewLease(ctx, a.Fence, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.ReleaseLease(ctx, a.Fence); err != nil {
+	if err := db.Leases().ReleaseLease(ctx, a.Fence); err != nil {
 		t.Fatal(err)
 	}
-	b, err := db.AcquireLease(ctx, "s1", "b", time.Minute)
+	b, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "b", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.Token <= a.Token {
 		t.Fatalf("token did not rise: %d then %d", a.Token, b.Token)
 	}
-	if _, err := db.RenewLease(ctx, a.Fence, time.Minute); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := db.Leases().RenewLease(ctx, a.Fence, time.Minute); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("renew with the stale token: %v", err)
 	}
 	// An expired lease is free for anyone.
-	if _, err := db.RenewLease(ctx, b.Fence, time.Millisecond); err != nil {
+	if _, err := db.Leases().RenewLease(ctx, b.Fence, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	c, err := db.AcquireLease(ctx, "s1", "c", time.Minute)
+	c, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "c", "", time.Minute)
 	if err != nil || c.Token != b.Token+1 {
 		t.Fatalf("acquire after expiry: %+v %v", c, err)
 	}
@@ -189,19 +189,19 @@ func TestStreamIDIsAUUID(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT '0f1e2d3c4b5a69788796a5b4c3d2e1f0'::uuid`).Scan(&back); err != nil || back != id {
 		t.Fatalf("scanned %s (%v), want %s", back, err, id)
 	}
-	st, err := db.GetStream(ctx, id)
+	st, err := db.Streams().Stream(ctx, id)
 	if err != nil || st.ID != id {
-		t.Fatalf("GetStream: %s, %v", st.ID, err)
+		t.Fatalf("Stream: %s, %v", st.ID, err)
 	}
 	missing := catalog.StreamID{15: 1}
-	prog, err := db.ForcedProgress(ctx, "s1", []catalog.StreamID{id, missing}) // a uuid[] parameter
+	prog, err := db.Requests().ForcedProgress(ctx, "s1", []catalog.StreamID{id, missing}) // a uuid[] parameter
 	if err != nil || len(prog) != 1 || !prog[id].Found || prog[missing].Found {
 		t.Fatalf("ForcedProgress: %+v, %v", prog, err)
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "t"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "t"); err != nil {
 		t.Fatal(err)
 	}
-	reqs, err := db.AdminRequests(ctx, "s1", true, 10)
+	reqs, err := db.Requests().AdminRequests(ctx, "s1", true, 10)
 	if err != nil || len(reqs) != 1 || reqs[0].Stream == nil || *reqs[0].Stream != id {
 		t.Fatalf("admin requests: %+v, %v", reqs, err)
 	}

@@ -195,25 +195,3 @@ func IsRetryable(err error) bool {
 	}
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, ErrUnreachable)
 }
-
-// CommittedTransactions is the server's count of committed transactions in
-// this database (pg_stat_database; published about once a second), for
-// benchmarks that report transactions per object.
-func (db *DB) CommittedTransactions(ctx context.Context) (int64, error) {
-	var n int64
-	if err := db.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("read transaction count: %w", err)
-	}
-	return n, nil
-}
-
-// WALPosition is the server's write-ahead log insert position in bytes, for
-// benchmarks that report the WAL a cycle writes per object. It is the
-// cluster's: every database's writes move it.
-func (db *DB) WALPosition(ctx context.Context) (int64, error) {
-	var n int64
-	if err := db.pool.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("read the WAL position: %w", err)
-	}
-	return n, nil
-}

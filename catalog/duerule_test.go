@@ -40,7 +40,7 @@ func newDueRuleStar(t *testing.T) *dueRuleStar {
 	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +67,13 @@ func (s *dueRuleStar) stream(b byte, tailRecords, tailBytes, newRecords int64) c
 	if tailRecords > 0 {
 		s.absorb(id, 0, tailRecords)
 		key := fmt.Sprintf("tail/%d", b)
-		in, err := s.db.OpenPublishIntent(s.ctx, s.f, catalog.ExactTarget(key, 0), catalog.ClassStandard)
+		in, err := s.db.Settle().OpenPublishIntent(s.ctx, s.f, catalog.ExactTarget(key, 0), catalog.ClassStandard)
 		if err != nil {
 			s.t.Fatal(err)
 		}
 		e := catalog.Entry{Stream: id, Epoch: 1, RecordCount: tailRecords, ObjectBytes: tailBytes,
 			FooterOffset: tailBytes - 100, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
-		if err := s.db.CommitSettle(s.ctx, s.f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
+		if err := s.db.Settle().CommitSettle(s.ctx, s.f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
 			s.t.Fatal(err)
 		}
 	}
@@ -93,7 +93,7 @@ func (s *dueRuleStar) age(id catalog.StreamID, d time.Duration) {
 
 func (s *dueRuleStar) due(p catalog.DuePolicy, forced ...catalog.StreamID) []catalog.DueStream {
 	s.t.Helper()
-	due, err := s.db.DueStreams(s.ctx, "s1", p, forced, 100)
+	due, err := s.db.Settle().DueStreams(s.ctx, "s1", p, forced, 100)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestTailGrowthRule(t *testing.T) {
 	if _, err := s.conn.Exec(s.ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ($1, 11, 1)`, erasing); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.db.Quarantine(s.ctx, s.f, held, "", "format", "test"); err != nil {
+	if err := s.db.Settle().Quarantine(s.ctx, s.f, held, "", "format", "test"); err != nil {
 		t.Fatal(err)
 	}
 	s.age(nearCap, 50*time.Minute)
@@ -193,7 +193,7 @@ func TestTailGrowthRule(t *testing.T) {
 	// here), beforeMargin; 300 estimated bytes each; the earliest deadline
 	// is beforeMargin's. nearCap's lag counts from its margin (5m), not
 	// from its linger (50m).
-	_, classes, err := s.db.TransitByClass(s.ctx, "s1", rule)
+	_, classes, err := s.db.Ledger().TransitByClass(s.ctx, "s1", rule)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestTailGrowthRule(t *testing.T) {
 	if std.Lag < 5*time.Minute || std.Lag > 6*time.Minute {
 		t.Errorf("lag %s, want nearCap's 5m past its margin", std.Lag)
 	}
-	_, classes, err = s.db.TransitByClass(s.ctx, "s1", base)
+	_, classes, err = s.db.Ledger().TransitByClass(s.ctx, "s1", base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestTailGrowthCohorts(t *testing.T) {
 
 	turn := func(every time.Duration) int64 {
 		t.Helper()
-		n, err := s.db.AdvanceCohortTurn(s.ctx, s.f, every, 4)
+		n, err := s.db.Settle().AdvanceCohortTurn(s.ctx, s.f, every, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func TestTailGrowthCohorts(t *testing.T) {
 	// What waits is deferred, with its estimate: the small ones the rule
 	// holds (2, 4, 6, 8) 300 bytes each, the grown ones waiting for their
 	// turn (1, 5, 7) 1,000 each.
-	_, classes, err := s.db.TransitByClass(s.ctx, "s1", p)
+	_, classes, err := s.db.Ledger().TransitByClass(s.ctx, "s1", p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestTailGrowthCohorts(t *testing.T) {
 	// The turn is fenced.
 	stale := s.f
 	stale.Token++
-	if _, err := s.db.AdvanceCohortTurn(s.ctx, stale, 0, 4); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := s.db.Settle().AdvanceCohortTurn(s.ctx, stale, 0, 4); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Errorf("advance with a stale fence: %v, want ErrStaleToken", err)
 	}
 }
@@ -387,7 +387,7 @@ func TestTailGrowthCohortsStayPut(t *testing.T) {
 		TailGrowth: 1, CopyFloor: 5000, Cohorts: 4}
 	turn := func() {
 		t.Helper()
-		if _, err := s.db.AdvanceCohortTurn(s.ctx, s.f, 0, p.Cohorts); err != nil {
+		if _, err := s.db.Settle().AdvanceCohortTurn(s.ctx, s.f, 0, p.Cohorts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -415,7 +415,7 @@ func TestTailGrowthCohortsStayPut(t *testing.T) {
 	want("turn 0", 1, 2)
 	// Its lag counts from the turn's start (just now), not from its linger
 	// (5m ago).
-	_, classes, err := s.db.TransitByClass(s.ctx, "s1", p)
+	_, classes, err := s.db.Ledger().TransitByClass(s.ctx, "s1", p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestTailGrowthCohortsStayPut(t *testing.T) {
 	if err := s.conn.QueryRow(s.ctx, `SELECT cohort_turn FROM nova.auditor_state WHERE star = 's1'`).Scan(&before); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.db.AdvanceCohortTurn(s.ctx, s.f, time.Hour, p.Cohorts); err != nil {
+	if _, err := s.db.Settle().AdvanceCohortTurn(s.ctx, s.f, time.Hour, p.Cohorts); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.conn.QueryRow(s.ctx, `SELECT cohort_turn FROM nova.auditor_state WHERE star = 's1'`).Scan(&after); err != nil {

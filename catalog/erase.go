@@ -70,8 +70,8 @@ type PendingErasure struct {
 // erasures: the cost follows the pending erasures, not the applied ones):
 // what `auditor status` lists. The erasure step reads
 // PendingErasureWindows instead.
-func (db *DB) PendingErasures(ctx context.Context, star string, limit int) ([]PendingErasure, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+erasureCols+`, `+prefixed("s.", streamCols)+`,
+func (es *Erasures) PendingErasures(ctx context.Context, star string, limit int) ([]PendingErasure, error) {
+	rows, err := es.db.reader(ctx).Query(ctx, `SELECT `+erasureCols+`, `+prefixed("s.", streamCols)+`,
 			EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = e.stream_id)
 		FROM nova.erasures e JOIN nova.streams s USING (stream_id)
 		WHERE e.applied_at IS NULL AND s.star = $1
@@ -134,8 +134,8 @@ func (w ErasureWindow) ExactBelow() int64 {
 // windows come in that stream order. The cost follows the star's pending
 // erasures (erasures_pending_idx: all of them are ranked), never the
 // applied ones; what comes back is at most limit.
-func (db *DB) PendingErasureWindows(ctx context.Context, star string, limit int) ([]ErasureWindow, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT stream_id, first_record, record_count, requested_at, applied_at, pending FROM (
+func (es *Erasures) PendingErasureWindows(ctx context.Context, star string, limit int) ([]ErasureWindow, error) {
+	rows, err := es.db.reader(ctx).Query(ctx, `SELECT stream_id, first_record, record_count, requested_at, applied_at, pending FROM (
 			SELECT `+erasureCols+`,
 				row_number() OVER (PARTITION BY e.stream_id ORDER BY e.first_record) AS turn,
 				count(*) OVER (PARTITION BY e.stream_id) AS pending,
@@ -173,11 +173,11 @@ func (db *DB) PendingErasureWindows(ctx context.Context, star string, limit int)
 // WithPendingErasures reports which of the streams have a pending
 // erasure (one probe of erasures_pending_idx each): settle reads the
 // erasures of those only (PendingErasuresIn).
-func (db *DB) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
+func (es *Erasures) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := db.reader(ctx).Query(ctx, `SELECT u.stream_id FROM unnest($1::uuid[]) AS u(stream_id)
+	rows, err := es.db.reader(ctx).Query(ctx, `SELECT u.stream_id FROM unnest($1::uuid[]) AS u(stream_id)
 		WHERE EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = u.stream_id AND e.applied_at IS NULL)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
@@ -204,11 +204,11 @@ func (db *DB) WithPendingErasures(ctx context.Context, ids []StreamID) (map[Stre
 // primary key) and, for the part below from, the stream's pending erasures
 // there (through the partial indexes on the pending erasures), never the
 // applied ones below. Malformed rows come back too (Valid).
-func (db *DB) PendingErasuresIn(ctx context.Context, id StreamID, below, from, to int64) ([]Erasure, error) {
+func (es *Erasures) PendingErasuresIn(ctx context.Context, id StreamID, below, from, to int64) ([]Erasure, error) {
 	if from < 0 || below > from || to < from {
 		return nil, fmt.Errorf("%w: pending erasures of %s from %d in [%d, %d)", ErrInvariant, id, below, from, to)
 	}
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+	rows, err := es.db.reader(ctx).Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
 			WHERE e.stream_id = $1 AND e.applied_at IS NULL AND e.first_record >= $3 AND e.first_record < $4
 		UNION ALL
 		(SELECT `+erasureCols+` FROM nova.erasures e
@@ -237,12 +237,12 @@ type ErasureBacklog struct {
 	OldestFirst  int64
 }
 
-// GetErasureBacklog counts the star's pending erasures (status, metrics).
-func (db *DB) GetErasureBacklog(ctx context.Context, star string) (ErasureBacklog, error) {
+// ErasureBacklog counts the star's pending erasures (status, metrics).
+func (es *Erasures) ErasureBacklog(ctx context.Context, star string) (ErasureBacklog, error) {
 	var b ErasureBacklog
 	var oldest *time.Time
 	var age *float64
-	err := db.reader(ctx).QueryRow(ctx, `SELECT count(*), min(e.requested_at),
+	err := es.db.reader(ctx).QueryRow(ctx, `SELECT count(*), min(e.requested_at),
 			extract(epoch FROM now() - min(e.requested_at))::float8,
 			count(*) FILTER (WHERE EXISTS (SELECT 1 FROM nova.quarantine q WHERE q.stream_id = e.stream_id))
 		FROM nova.erasures e JOIN nova.streams s USING (stream_id)
@@ -268,9 +268,9 @@ func (db *DB) GetErasureBacklog(ctx context.Context, star string) (ErasureBacklo
 // through auditor_runs_star_idx: its cost follows the window, never the
 // erasures applied before it (there is no index on applied_at to scan
 // them by).
-func (db *DB) ErasuresAppliedWithin(ctx context.Context, star string, window time.Duration) (int64, error) {
+func (es *Erasures) ErasuresAppliedWithin(ctx context.Context, star string, window time.Duration) (int64, error) {
 	var n int64
-	err := db.reader(ctx).QueryRow(ctx, `SELECT coalesce(sum(erasures_applied), 0)::bigint FROM nova.auditor_runs
+	err := es.db.reader(ctx).QueryRow(ctx, `SELECT coalesce(sum(erasures_applied), 0)::bigint FROM nova.auditor_runs
 		WHERE star = $1 AND started_at >= coalesce(
 			(SELECT max(started_at) FROM nova.auditor_runs WHERE star = $1 AND started_at < now() - $2::interval),
 			'-infinity')`, star, window).Scan(&n)
@@ -287,12 +287,12 @@ func (db *DB) ErasuresAppliedWithin(ctx context.Context, star string, window tim
 // the same range again is a no-op that returns the standing row; another
 // range starting at the same record is refused (the primary key is the
 // first record), naming the standing one.
-func (db *DB) RecordErasure(ctx context.Context, id StreamID, first, count int64) (Erasure, error) {
+func (es *Erasures) RecordErasure(ctx context.Context, id StreamID, first, count int64) (Erasure, error) {
 	e := Erasure{Stream: id, FirstRecord: first, RecordCount: count}
 	if why := e.Valid(); why != "" {
 		return e, fmt.Errorf("%w: %s", ErrBadErasure, why)
 	}
-	err := db.tx(ctx, func(tx pgx.Tx) error {
+	err := es.db.tx(ctx, func(tx pgx.Tx) error {
 		var one int
 		if err := tx.QueryRow(ctx, `SELECT 1 FROM nova.streams WHERE stream_id = $1`, id).Scan(&one); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -326,8 +326,8 @@ func (db *DB) RecordErasure(ctx context.Context, id StreamID, first, count int64
 
 // ErasuresOf reads a stream's erasures that intersect [from, to), pending
 // and applied, in record order.
-func (db *DB) ErasuresOf(ctx context.Context, id StreamID, from, to int64) ([]Erasure, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+func (es *Erasures) ErasuresOf(ctx context.Context, id StreamID, from, to int64) ([]Erasure, error) {
+	rows, err := es.db.reader(ctx).Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
 		WHERE e.stream_id = $1 AND e.first_record < $3 AND e.first_record + e.record_count > $2
 		ORDER BY e.first_record`, id, from, to)
 	if err != nil {
@@ -344,8 +344,8 @@ func (db *DB) ErasuresOf(ctx context.Context, id StreamID, from, to int64) ([]Er
 // that hold any record of [from, to), in record order: the one that
 // starts at or below from (through the primary key, backwards) and those
 // starting inside the range.
-func (db *DB) EntriesIntersecting(ctx context.Context, id StreamID, epoch, from, to int64) ([]Entry, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog
+func (es *Erasures) EntriesIntersecting(ctx context.Context, id StreamID, epoch, from, to int64) ([]Entry, error) {
+	rows, err := es.db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog
 		WHERE stream_id = $1 AND epoch = $2 AND first_record < $4 AND first_record >= coalesce(
 			(SELECT max(first_record) FROM nova.catalog WHERE stream_id = $1 AND epoch = $2 AND first_record <= $3), $3)
 		ORDER BY first_record`, id, epoch, from, to)
@@ -388,12 +388,12 @@ type RewriteCommit struct {
 // publish intent and any reap intent on the new key go, and the old
 // revision's reap is armed after the grace. settled_through, the refs and
 // the due marker are not touched: a rewrite covers nothing new.
-func (db *DB) CommitRewrite(ctx context.Context, f Fence, c RewriteCommit) error {
+func (es *Erasures) CommitRewrite(ctx context.Context, f Fence, c RewriteCommit) error {
 	e := c.Entry
 	if e.Revision <= c.PrevRevision {
 		return fmt.Errorf("%w: stream %s: rewrite from revision %d to %d", ErrInvariant, e.Stream, c.PrevRevision, e.Revision)
 	}
-	return db.commitFenced(ctx, f, func(tx pgx.Tx) error {
+	return es.db.commitFenced(ctx, f, func(tx pgx.Tx) error {
 		var one int
 		if err := tx.QueryRow(ctx, `SELECT 1 FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).Scan(&one); err != nil {
 			return fmt.Errorf("lock stream %s: %w", e.Stream, err)
@@ -456,12 +456,12 @@ type EntryRevision struct {
 // It reports whether the erasure is now applied; false with no error means
 // some condition does not hold yet (a later cycle tries again). A malformed
 // erasure (Valid) is never applied: ErrBadErasure.
-func (db *DB) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []EntryRevision, keyLow, keyEnd string) (bool, error) {
+func (es *Erasures) ApplyErasure(ctx context.Context, f Fence, e Erasure, clean []EntryRevision, keyLow, keyEnd string) (bool, error) {
 	if why := e.Valid(); why != "" {
 		return false, fmt.Errorf("%w: stream %s at %d: %s", ErrBadErasure, e.Stream, e.FirstRecord, why)
 	}
 	applied := false
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := es.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var settled int64
 		var epoch int64
 		if err := tx.QueryRow(ctx, `SELECT settled_through, epoch FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, e.Stream).

@@ -36,29 +36,29 @@ func TestRecordErasureValidates(t *testing.T) {
 	t.Parallel()
 	db, ctx := oneStream(t)
 	for _, c := range []struct{ first, count int64 }{{0, 0}, {0, -3}, {-1, 2}, {math.MaxInt64 - 1, 5}} {
-		if _, err := db.RecordErasure(ctx, sid(1), c.first, c.count); !errors.Is(err, catalog.ErrBadErasure) {
+		if _, err := db.Erasures().RecordErasure(ctx, sid(1), c.first, c.count); !errors.Is(err, catalog.ErrBadErasure) {
 			t.Errorf("erasure [%d, +%d): %v, want ErrBadErasure", c.first, c.count, err)
 		}
 	}
-	if _, err := db.RecordErasure(ctx, sid(9), 0, 1); !errors.Is(err, catalog.ErrNotFound) {
+	if _, err := db.Erasures().RecordErasure(ctx, sid(9), 0, 1); !errors.Is(err, catalog.ErrNotFound) {
 		t.Errorf("unknown stream: %v", err)
 	}
-	a, err := db.RecordErasure(ctx, sid(1), 10, 5)
+	a, err := db.Erasures().RecordErasure(ctx, sid(1), 10, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := db.RecordErasure(ctx, sid(1), 10, 5)
+	b, err := db.Erasures().RecordErasure(ctx, sid(1), 10, 5)
 	if err != nil || b.RequestedAt != a.RequestedAt {
 		t.Fatalf("the same erasure again: %+v %v (first %+v)", b, err, a)
 	}
-	if _, err := db.RecordErasure(ctx, sid(1), 10, 6); !errors.Is(err, catalog.ErrBadErasure) {
+	if _, err := db.Erasures().RecordErasure(ctx, sid(1), 10, 6); !errors.Is(err, catalog.ErrBadErasure) {
 		t.Errorf("another range at the same first record: %v", err)
 	}
-	ers, err := db.ErasuresOf(ctx, sid(1), 0, 100)
+	ers, err := db.Erasures().ErasuresOf(ctx, sid(1), 0, 100)
 	if err != nil || len(ers) != 1 || ers[0].RecordCount != 5 || ers[0].Applied {
 		t.Fatalf("erasures: %+v %v", ers, err)
 	}
-	back, err := db.GetErasureBacklog(ctx, "s1")
+	back, err := db.Erasures().ErasureBacklog(ctx, "s1")
 	if err != nil || back.Pending != 1 || back.OldestAt.IsZero() || back.OldestAge < 0 {
 		t.Fatalf("backlog: %+v %v", back, err)
 	}
@@ -71,7 +71,7 @@ func TestRecordErasureValidates(t *testing.T) {
 func TestMalformedErasureRowsAreReportedNotApplied(t *testing.T) {
 	t.Parallel()
 	db, ctx := oneStream(t)
-	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestMalformedErasureRowsAreReportedNotApplied(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	pend, err := db.PendingErasures(ctx, "s1", 10)
+	pend, err := db.Erasures().PendingErasures(ctx, "s1", 10)
 	if err != nil || len(pend) != 2 {
 		t.Fatalf("pending: %+v %v", pend, err)
 	}
@@ -90,7 +90,7 @@ func TestMalformedErasureRowsAreReportedNotApplied(t *testing.T) {
 		if p.Valid() == "" {
 			t.Errorf("malformed row %+v passes Valid", p.Erasure)
 		}
-		ok, err := db.ApplyErasure(ctx, l.Fence, p.Erasure, nil, "a", "b")
+		ok, err := db.Erasures().ApplyErasure(ctx, l.Fence, p.Erasure, nil, "a", "b")
 		if !errors.Is(err, catalog.ErrBadErasure) || ok {
 			t.Errorf("malformed row %+v applied: %v %v", p.Erasure, ok, err)
 		}
@@ -107,17 +107,17 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 		Batches: []writepath.AbsorbBatch{{Stream: sid(1), FirstRecord: 0, Count: 10}}}}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	er, err := db.RecordErasure(ctx, sid(1), 2, 3)
+	er, err := db.Erasures().RecordErasure(ctx, sid(1), 2, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	apply := func(clean []catalog.EntryRevision) bool {
 		t.Helper()
-		ok, err := db.ApplyErasure(ctx, l.Fence, er, clean, "k/", "k/5")
+		ok, err := db.Erasures().ApplyErasure(ctx, l.Fence, er, clean, "k/", "k/5")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	}
 	e := catalog.Entry{Stream: sid(1), Epoch: 1, FirstRecord: 0, Revision: 0, RecordCount: 10, ObjectBytes: 100,
 		FooterOffset: 50, FooterLength: 30, Class: catalog.ClassStandard}
-	if err := db.CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, "k/0~0"), ObjectKey: "k/0~0"}); err != nil {
+	if err := db.Settle().CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, "k/0~0"), ObjectKey: "k/0~0"}); err != nil {
 		t.Fatal(err)
 	}
 	if apply(nil) {
@@ -138,21 +138,21 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 		t.Fatal("applied with the entry checked at another revision")
 	}
 	e.Revision = 1
-	if err := db.CommitRewrite(ctx, l.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, IntentID: intent(t, db, "k/0~1"), ObjectKey: "k/0~1", OldKey: "k/0~0",
+	if err := db.Erasures().CommitRewrite(ctx, l.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, IntentID: intent(t, db, "k/0~1"), ObjectKey: "k/0~1", OldKey: "k/0~0",
 		ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CommitRewrite(ctx, l.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, ObjectKey: "k/0~1", OldKey: "k/0~0"}); !errors.Is(err, catalog.ErrRevisionMoved) {
+	if err := db.Erasures().CommitRewrite(ctx, l.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, ObjectKey: "k/0~1", OldKey: "k/0~0"}); !errors.Is(err, catalog.ErrRevisionMoved) {
 		t.Fatalf("a second rewrite from the old revision: %v", err)
 	}
 	if apply([]catalog.EntryRevision{{FirstRecord: 0, Revision: 1}}) {
 		t.Fatal("applied while the superseded revision waits for its reap")
 	}
-	reaps, err := db.Intents(ctx, "s1", "reap", 0)
+	reaps, err := db.Settle().Intents(ctx, "s1", "reap", 0)
 	if err != nil || len(reaps) != 1 || reaps[0].ObjectKey != "k/0~0" {
 		t.Fatalf("reaps: %+v %v", reaps, err)
 	}
-	if err := db.FinishReaps(ctx, l.Fence, []int64{reaps[0].ID}); err != nil {
+	if err := db.Trim().FinishReaps(ctx, l.Fence, []int64{reaps[0].ID}); err != nil {
 		t.Fatal(err)
 	}
 	// A publish intent open on the stream's keys (a PUT that may have
@@ -161,13 +161,13 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	if apply([]catalog.EntryRevision{{FirstRecord: 0, Revision: 1}}) {
 		t.Fatal("applied while a publish intent is open on the stream's keys")
 	}
-	if err := db.DeleteIntent(ctx, l.Fence, pub); err != nil {
+	if err := db.Settle().DeleteIntent(ctx, l.Fence, pub); err != nil {
 		t.Fatal(err)
 	}
 	if !apply([]catalog.EntryRevision{{FirstRecord: 0, Revision: 1}}) {
 		t.Fatal("not applied once nothing holds the bytes")
 	}
-	if ers, _ := db.ErasuresOf(ctx, sid(1), 0, 10); len(ers) != 1 || !ers[0].Applied {
+	if ers, _ := db.Erasures().ErasuresOf(ctx, sid(1), 0, 10); len(ers) != 1 || !ers[0].Applied {
 		t.Fatalf("erasures: %+v", ers)
 	}
 }
@@ -176,11 +176,11 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 // and sets applied_at of those at the given first records.
 func erasures(t *testing.T, db *catalog.DB, ctx context.Context, id byte, pending [][2]int64, applied ...int64) {
 	t.Helper()
-	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = db.ReleaseLease(ctx, l.Fence) }()
+	defer func() { _ = db.Leases().ReleaseLease(ctx, l.Fence) }()
 	if err := db.Fenced(ctx, l.Fence, func(tx pgx.Tx) error {
 		for _, p := range pending {
 			if _, err := tx.Exec(ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count) VALUES ($1, $2, $3)`,
@@ -211,7 +211,7 @@ func TestPendingErasuresIn(t *testing.T) {
 	erasures(t, db, ctx, 2, [][2]int64{{5, 1}}, 5)
 	firsts := func(below, from, to int64) []int64 {
 		t.Helper()
-		ers, err := db.PendingErasuresIn(ctx, sid(1), below, from, to)
+		ers, err := db.Erasures().PendingErasuresIn(ctx, sid(1), below, from, to)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,10 +240,10 @@ func TestPendingErasuresIn(t *testing.T) {
 			t.Errorf("PendingErasuresIn(%d, %d, %d) = %v, want %v", c.below, c.from, c.to, got, c.want)
 		}
 	}
-	if _, err := db.PendingErasuresIn(ctx, sid(1), 10, 5, 20); !errors.Is(err, catalog.ErrInvariant) {
+	if _, err := db.Erasures().PendingErasuresIn(ctx, sid(1), 10, 5, 20); !errors.Is(err, catalog.ErrInvariant) {
 		t.Errorf("below past from: %v", err)
 	}
-	with, err := db.WithPendingErasures(ctx, []catalog.StreamID{sid(1), sid(2), sid(3)})
+	with, err := db.Erasures().WithPendingErasures(ctx, []catalog.StreamID{sid(1), sid(2), sid(3)})
 	if err != nil || len(with) != 1 || !with[sid(1)] {
 		t.Fatalf("streams with pending erasures: %v %v, want only the first (the second's is applied)", with, err)
 	}
@@ -272,14 +272,14 @@ func TestPendingErasureWindowsDealRoundRobin(t *testing.T) {
 	erasures(t, db, ctx, 3, [][2]int64{{300, 1}, {100, 1}, {200, 1}})
 	erasures(t, db, ctx, 4, [][2]int64{{1, 1}})
 	erasures(t, db, ctx, 5, [][2]int64{{1, 1}})
-	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Quarantine(ctx, l.Fence, sid(4), "", "corrupt", "set aside by the test"); err != nil {
+	if err := db.Settle().Quarantine(ctx, l.Fence, sid(4), "", "corrupt", "set aside by the test"); err != nil {
 		t.Fatal(err)
 	}
-	_ = db.ReleaseLease(ctx, l.Fence)
+	_ = db.Leases().ReleaseLease(ctx, l.Fence)
 	type window struct {
 		id       byte
 		firsts   []int64
@@ -295,7 +295,7 @@ func TestPendingErasureWindowsDealRoundRobin(t *testing.T) {
 		{100, []window{{1, []int64{10, 20, 30, 40, 50}, true, math.MaxInt64}, {2, []int64{7}, true, math.MaxInt64},
 			{3, []int64{100, 200, 300}, true, math.MaxInt64}}},
 	} {
-		wins, err := db.PendingErasureWindows(ctx, "s1", c.limit)
+		wins, err := db.Erasures().PendingErasureWindows(ctx, "s1", c.limit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,12 +347,12 @@ func TestErasuresAppliedWithin(t *testing.T) {
 		window time.Duration
 		want   int64
 	}{{26 * time.Hour, 27}, {2 * time.Hour, 7}, {100 * time.Hour, 127}, {30 * time.Second, 0}} {
-		n, err := db.ErasuresAppliedWithin(ctx, "s1", tc.window)
+		n, err := db.Erasures().ErasuresAppliedWithin(ctx, "s1", tc.window)
 		if err != nil || n != tc.want {
 			t.Errorf("window %s: %d %v, want %d", tc.window, n, err, tc.want)
 		}
 	}
-	if n, err := db.ErasuresAppliedWithin(ctx, "s3", time.Hour); err != nil || n != 0 {
+	if n, err := db.Erasures().ErasuresAppliedWithin(ctx, "s3", time.Hour); err != nil || n != 0 {
 		t.Errorf("a star with no runs: %d %v", n, err)
 	}
 }

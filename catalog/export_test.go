@@ -121,3 +121,14 @@ func LockHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase) (int32, error) 
 func (db *DB) SetHighRevision(ctx context.Context, f Fence, b KeyBase, rev int32) error {
 	return db.fenced(ctx, f, func(tx pgx.Tx) error { return setHighRevision(ctx, tx, b, rev) })
 }
+
+// DeleteIntent removes an intent in a fenced transaction, as the
+// auditor's own writes are.
+func (s *Settle) DeleteIntent(ctx context.Context, f Fence, id int64) error {
+	return s.db.fenced(ctx, f, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("delete intent %d: %w", id, err)
+		}
+		return nil
+	})
+}

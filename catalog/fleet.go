@@ -45,10 +45,10 @@ func (e *MemberHeldError) Error() string {
 // Heartbeat writes the member's row, alive for ttl by the database clock,
 // with its draining state. A live row of another instance is not taken
 // (a *MemberHeldError); an expired one is.
-func (db *DB) Heartbeat(ctx context.Context, member, instance, stars string, draining bool, ttl time.Duration) (time.Time, error) {
+func (fl *Fleet) Heartbeat(ctx context.Context, member, instance, stars string, draining bool, ttl time.Duration) (time.Time, error) {
 	var until time.Time
 	var held *MemberHeldError
-	err := db.tx(ctx, func(tx pgx.Tx) error {
+	err := fl.db.tx(ctx, func(tx pgx.Tx) error {
 		if err := boundStatements(ctx, tx); err != nil {
 			return err
 		}
@@ -76,8 +76,8 @@ func (db *DB) Heartbeat(ctx context.Context, member, instance, stars string, dra
 
 // LeaveFleet deletes the member's row (a graceful exit), so the others
 // count one member fewer at once.
-func (db *DB) LeaveFleet(ctx context.Context, member, instance string) error {
-	if _, err := db.pool.Exec(ctx, `DELETE FROM nova.auditor_members WHERE member = $1 AND instance = $2`, member, instance); err != nil {
+func (fl *Fleet) LeaveFleet(ctx context.Context, member, instance string) error {
+	if _, err := fl.db.pool.Exec(ctx, `DELETE FROM nova.auditor_members WHERE member = $1 AND instance = $2`, member, instance); err != nil {
 		return fmt.Errorf("leave the fleet as %q: %w", member, err)
 	}
 	return nil
@@ -113,19 +113,19 @@ type FleetView struct {
 	BalanceMoves int // moves for balance within the window asked
 }
 
-// ReadFleet reads the fleet in one repeatable-read transaction, after
+// FleetView reads the fleet in one repeatable-read transaction, after
 // giving every star without a lease row one that is expired since now
 // (holder ”, token 0): a star's unowned time is then always its lease's
 // age past expiry.
-func (db *DB) ReadFleet(ctx context.Context, budgetWindow time.Duration) (FleetView, error) {
+func (fl *Fleet) FleetView(ctx context.Context, budgetWindow time.Duration) (FleetView, error) {
 	var v FleetView
-	if _, err := db.pool.Exec(ctx, `INSERT INTO nova.auditor_leases (star, holder, instance, token, expires_at)
+	if _, err := fl.db.pool.Exec(ctx, `INSERT INTO nova.auditor_leases (star, holder, instance, token, expires_at)
 		SELECT s.star, '', '', 0, now() FROM nova.stars s
 		WHERE NOT EXISTS (SELECT 1 FROM nova.auditor_leases l WHERE l.star = s.star)
 		ON CONFLICT (star) DO NOTHING`); err != nil {
 		return v, fmt.Errorf("read the fleet: lease rows of new stars: %w", err)
 	}
-	err := db.readTx(ctx, func(tx pgx.Tx) error {
+	err := fl.db.readTx(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&v.Now); err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ type Claim struct {
 // of the old holder) are skipped, not waited for (FOR UPDATE SKIP
 // LOCKED). Each claim is recorded in nova.auditor_fleet_moves. The leases
 // come back in the order of the claims, each with the reason recorded.
-func (db *DB) ClaimStars(ctx context.Context, member, instance string, claims []Claim, n int, ttl, handoffWindow time.Duration) ([]Claimed, error) {
+func (fl *Fleet) ClaimStars(ctx context.Context, member, instance string, claims []Claim, n int, ttl, handoffWindow time.Duration) ([]Claimed, error) {
 	if n <= 0 || len(claims) == 0 {
 		return nil, nil
 	}
@@ -203,7 +203,7 @@ func (db *DB) ClaimStars(ctx context.Context, member, instance string, claims []
 		stars[i], over[i] = c.Star, c.OverCap
 	}
 	var out []Claimed
-	err := db.tx(ctx, func(tx pgx.Tx) error {
+	err := fl.db.tx(ctx, func(tx pgx.Tx) error {
 		if err := boundStatements(ctx, tx); err != nil {
 			return err
 		}
@@ -257,7 +257,7 @@ func (db *DB) ClaimStars(ctx context.Context, member, instance string, claims []
 // still this member's and unexpired (the same fenced UPDATE as
 // RenewLease). It returns the new expiry of each star renewed; a star
 // of held missing from it is lost (its token is stale).
-func (db *DB) RenewLeases(ctx context.Context, member string, held []Fence, ttl time.Duration) (map[string]time.Time, error) {
+func (fl *Fleet) RenewLeases(ctx context.Context, member string, held []Fence, ttl time.Duration) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(held))
 	if len(held) == 0 {
 		return out, nil
@@ -266,7 +266,7 @@ func (db *DB) RenewLeases(ctx context.Context, member string, held []Fence, ttl 
 	for i, f := range held {
 		stars[i], tokens[i] = f.Star, f.Token
 	}
-	err := db.tx(ctx, func(tx pgx.Tx) error {
+	err := fl.db.tx(ctx, func(tx pgx.Tx) error {
 		if err := boundStatements(ctx, tx); err != nil {
 			return err
 		}
@@ -294,8 +294,8 @@ func (db *DB) RenewLeases(ctx context.Context, member string, held []Fence, ttl 
 // HandOff gives a held lease up now, saying why (drain, balance, stuck)
 // and naming the member that should take it next ("" for none). Like
 // ReleaseLease it is a no-op on a lease no longer held.
-func (db *DB) HandOff(ctx context.Context, f Fence, to, why string) error {
-	_, err := db.pool.Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now(), released_at = now(),
+func (fl *Fleet) HandOff(ctx context.Context, f Fence, to, why string) error {
+	_, err := fl.db.pool.Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now(), released_at = now(),
 		released_why = $4, handoff_to = nullif($5, '')
 		WHERE star = $1 AND holder = $2 AND token = $3 AND expires_at > now()`, f.Star, f.Holder, f.Token, why, to)
 	if err != nil {
@@ -318,8 +318,8 @@ type FleetMove struct {
 
 // FleetMoves returns the moves of the last window, newest first, at most
 // limit.
-func (db *DB) FleetMoves(ctx context.Context, window time.Duration, limit int) ([]FleetMove, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT at, star, coalesce(from_member, ''), to_member, reason, over_cap,
+func (fl *Fleet) FleetMoves(ctx context.Context, window time.Duration, limit int) ([]FleetMove, error) {
+	rows, err := fl.db.reader(ctx).Query(ctx, `SELECT at, star, coalesce(from_member, ''), to_member, reason, over_cap,
 		unowned_ms, token FROM nova.auditor_fleet_moves WHERE at > now() - $1::interval ORDER BY at DESC, id DESC LIMIT $2`,
 		window, limit)
 	if err != nil {
@@ -347,8 +347,8 @@ type MoveCount struct {
 // FleetMoveCounts counts the moves of the last window by reason: every
 // reason of nova.auditor_fleet_moves (new, released, drain, balance,
 // stuck, lost), in that order, zero included.
-func (db *DB) FleetMoveCounts(ctx context.Context, window time.Duration) ([]MoveCount, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT r.reason, count(m.id)
+func (fl *Fleet) FleetMoveCounts(ctx context.Context, window time.Duration) ([]MoveCount, error) {
+	rows, err := fl.db.reader(ctx).Query(ctx, `SELECT r.reason, count(m.id)
 		FROM unnest(ARRAY['new', 'released', 'drain', 'balance', 'stuck', 'lost']) WITH ORDINALITY AS r(reason, ord)
 		LEFT JOIN nova.auditor_fleet_moves m ON m.reason = r.reason AND m.at > now() - $1::interval
 		GROUP BY r.reason, r.ord ORDER BY r.ord`, window)
@@ -368,8 +368,8 @@ func (db *DB) FleetMoveCounts(ctx context.Context, window time.Duration) ([]Move
 
 // PruneFleet deletes moves older than keep and member rows expired for
 // longer than keep.
-func (db *DB) PruneFleet(ctx context.Context, keep time.Duration) error {
-	_, err := db.pool.Exec(ctx, `WITH m AS (DELETE FROM nova.auditor_fleet_moves WHERE at < now() - $1::interval)
+func (fl *Fleet) PruneFleet(ctx context.Context, keep time.Duration) error {
+	_, err := fl.db.pool.Exec(ctx, `WITH m AS (DELETE FROM nova.auditor_fleet_moves WHERE at < now() - $1::interval)
 		DELETE FROM nova.auditor_members WHERE expires_at < now() - $1::interval`, keep)
 	if err != nil {
 		return fmt.Errorf("prune the fleet tables: %w", err)

@@ -45,61 +45,61 @@ func TestFleetClaimRenewHandOff(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
 	fleetStars(t, ctx, db, "s1", "s2", "s3", "s4")
-	v, err := db.ReadFleet(ctx, time.Hour)
+	v, err := db.Fleet().FleetView(ctx, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(v.Stars) != 4 || v.Stars[0].Holder != "" || v.Stars[0].Live || v.Stars[0].LastMove >= 0 {
 		t.Fatalf("fleet of new stars: %+v", v.Stars)
 	}
-	a, err := db.ClaimStars(ctx, "a", "ia", claims("s2", "s1", "s3"), 2, time.Minute, time.Minute)
+	a, err := db.Fleet().ClaimStars(ctx, "a", "ia", claims("s2", "s1", "s3"), 2, time.Minute, time.Minute)
 	if err != nil || !slices.Equal(claimed(a), []string{"s2", "s1"}) || a[0].Token != 1 {
 		t.Fatalf("a's claim: %+v, %v", a, err)
 	}
-	b, err := db.ClaimStars(ctx, "b", "ib", claims("s1", "s2", "s3", "s4"), 4, time.Minute, time.Minute)
+	b, err := db.Fleet().ClaimStars(ctx, "b", "ib", claims("s1", "s2", "s3", "s4"), 4, time.Minute, time.Minute)
 	if err != nil || !slices.Equal(claimed(b), []string{"s3", "s4"}) {
 		t.Fatalf("b's claim beside a's live leases: %+v, %v", b, err)
 	}
 	// One statement renews a's leases; a stale token is left out.
-	got, err := db.RenewLeases(ctx, "a", []catalog.Fence{a[0].Fence, {Star: "s1", Holder: "a", Token: 99}}, time.Minute)
+	got, err := db.Fleet().RenewLeases(ctx, "a", []catalog.Fence{a[0].Fence, {Star: "s1", Holder: "a", Token: 99}}, time.Minute)
 	if err != nil || len(got) != 1 || got["s2"].IsZero() {
 		t.Fatalf("renew: %v, %v", got, err)
 	}
 	// b's renewal of a's star is refused too: the holder must match.
-	if got, err := db.RenewLeases(ctx, "b", []catalog.Fence{{Star: "s2", Holder: "b", Token: a[0].Token}}, time.Minute); err != nil || len(got) != 0 {
+	if got, err := db.Fleet().RenewLeases(ctx, "b", []catalog.Fence{{Star: "s2", Holder: "b", Token: a[0].Token}}, time.Minute); err != nil || len(got) != 0 {
 		t.Fatalf("b renews a's star: %v, %v", got, err)
 	}
 
 	// A hand-off to b, a live member: c may not take it within the
 	// window, b may.
-	if _, err := db.Heartbeat(ctx, "b", "ib", "all", false, time.Minute); err != nil {
+	if _, err := db.Fleet().Heartbeat(ctx, "b", "ib", "all", false, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.HandOff(ctx, a[0].Fence, "b", "balance"); err != nil {
+	if err := db.Fleet().HandOff(ctx, a[0].Fence, "b", "balance"); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := db.ClaimStars(ctx, "c", "ic", claims("s2"), 1, time.Minute, time.Minute); err != nil || len(c) != 0 {
+	if c, err := db.Fleet().ClaimStars(ctx, "c", "ic", claims("s2"), 1, time.Minute, time.Minute); err != nil || len(c) != 0 {
 		t.Fatalf("c claims a star handed to b: %+v, %v", c, err)
 	}
-	b2, err := db.ClaimStars(ctx, "b", "ib", []catalog.Claim{{Star: "s2", OverCap: true}}, 1, time.Minute, time.Minute)
+	b2, err := db.Fleet().ClaimStars(ctx, "b", "ib", []catalog.Claim{{Star: "s2", OverCap: true}}, 1, time.Minute, time.Minute)
 	if err != nil || len(b2) != 1 || b2[0].Token != a[0].Token+1 {
 		t.Fatalf("b claims the star handed to it: %+v, %v", b2, err)
 	}
 	// A hand-off to a member that is not live binds no one.
-	if err := db.HandOff(ctx, b[0].Fence, "gone", "drain"); err != nil {
+	if err := db.Fleet().HandOff(ctx, b[0].Fence, "gone", "drain"); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := db.ClaimStars(ctx, "c", "ic", claims("s3"), 1, time.Minute, time.Minute); err != nil || len(c) != 1 {
+	if c, err := db.Fleet().ClaimStars(ctx, "c", "ic", claims("s3"), 1, time.Minute, time.Minute); err != nil || len(c) != 1 {
 		t.Fatalf("c claims a star handed to a member that is not live: %+v, %v", c, err)
 	}
 	// A lease let expire is claimed as lost.
 	if _, err := db.Pool().Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now() WHERE star = 's1'`); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := db.ClaimStars(ctx, "c", "ic", claims("s1"), 1, time.Minute, time.Minute); err != nil || len(c) != 1 || c[0].Reason != "lost" {
+	if c, err := db.Fleet().ClaimStars(ctx, "c", "ic", claims("s1"), 1, time.Minute, time.Minute); err != nil || len(c) != 1 || c[0].Reason != "lost" {
 		t.Fatalf("c claims an expired lease: %+v, %v (want it, as lost)", c, err)
 	}
-	moves, err := db.FleetMoves(ctx, time.Hour, 100)
+	moves, err := db.Fleet().FleetMoves(ctx, time.Hour, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestFleetClaimRenewHandOff(t *testing.T) {
 	if !moves[2].OverCap || moves[0].OverCap || moves[1].OverCap {
 		t.Fatalf("over-cap flags: %+v", moves)
 	}
-	v, err = db.ReadFleet(ctx, time.Hour)
+	v, err = db.Fleet().FleetView(ctx, time.Hour)
 	if err != nil || v.BalanceMoves != 1 {
 		t.Fatalf("balance moves in the window: %d, %v", v.BalanceMoves, err)
 	}
@@ -129,10 +129,10 @@ func TestFleetClaimSkipsAFencedTransaction(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
 	fleetStars(t, ctx, db, "s1", "s2")
-	if _, err := db.ReadFleet(ctx, time.Hour); err != nil {
+	if _, err := db.Fleet().FleetView(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.ClaimStars(ctx, "a", "ia", claims("s1"), 1, 2*time.Second, time.Minute)
+	a, err := db.Fleet().ClaimStars(ctx, "a", "ia", claims("s1"), 1, 2*time.Second, time.Minute)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("a's claim: %+v, %v", a, err)
 	}
@@ -148,7 +148,7 @@ func TestFleetClaimSkipsAFencedTransaction(t *testing.T) {
 	<-inTx
 	time.Sleep(2500 * time.Millisecond) // a's lease expires while its transaction is open
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	b, err := db.ClaimStars(cctx, "b", "ib", claims("s1", "s2"), 2, time.Minute, time.Minute)
+	b, err := db.Fleet().ClaimStars(cctx, "b", "ib", claims("s1", "s2"), 2, time.Minute, time.Minute)
 	cancel()
 	if err != nil || !slices.Equal(claimed(b), []string{"s2"}) {
 		t.Fatalf("b's claim while a's fenced transaction is open: %+v, %v (want s2 alone, at once)", b, err)
@@ -157,7 +157,7 @@ func TestFleetClaimSkipsAFencedTransaction(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("a's fenced transaction: %v", err)
 	}
-	b, err = db.ClaimStars(ctx, "b", "ib", claims("s1"), 1, time.Minute, time.Minute)
+	b, err = db.Fleet().ClaimStars(ctx, "b", "ib", claims("s1"), 1, time.Minute, time.Minute)
 	if err != nil || len(b) != 1 || b[0].Token != a[0].Token+1 {
 		t.Fatalf("b's claim after it ended: %+v, %v", b, err)
 	}
@@ -171,31 +171,31 @@ func TestFleetClaimSkipsAFencedTransaction(t *testing.T) {
 func TestFleetMemberIdentity(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
-	if _, err := db.Heartbeat(ctx, "m1", "i1", "all", false, time.Second); err != nil {
+	if _, err := db.Fleet().Heartbeat(ctx, "m1", "i1", "all", false, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var held *catalog.MemberHeldError
-	if _, err := db.Heartbeat(ctx, "m1", "i2", "all", false, time.Second); !errors.As(err, &held) {
+	if _, err := db.Fleet().Heartbeat(ctx, "m1", "i2", "all", false, time.Second); !errors.As(err, &held) {
 		t.Fatalf("a second process as m1: %v, want MemberHeldError", err)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	if _, err := db.Heartbeat(ctx, "m1", "i2", "all", true, time.Minute); err != nil {
+	if _, err := db.Fleet().Heartbeat(ctx, "m1", "i2", "all", true, time.Minute); err != nil {
 		t.Fatalf("taking an expired member row: %v", err)
 	}
-	v, err := db.ReadFleet(ctx, time.Hour)
+	v, err := db.Fleet().FleetView(ctx, time.Hour)
 	if err != nil || len(v.Members) != 1 || v.Members[0].Instance != "i2" || !v.Members[0].Draining || !v.Members[0].Alive {
 		t.Fatalf("members: %+v, %v", v.Members, err)
 	}
-	if err := db.LeaveFleet(ctx, "m1", "i1"); err != nil {
+	if err := db.Fleet().LeaveFleet(ctx, "m1", "i1"); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := db.ReadFleet(ctx, time.Hour); len(v.Members) != 1 {
+	if v, _ := db.Fleet().FleetView(ctx, time.Hour); len(v.Members) != 1 {
 		t.Fatalf("another instance's leave removed the row: %+v", v.Members)
 	}
-	if err := db.LeaveFleet(ctx, "m1", "i2"); err != nil {
+	if err := db.Fleet().LeaveFleet(ctx, "m1", "i2"); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := db.ReadFleet(ctx, time.Hour); len(v.Members) != 0 {
+	if v, _ := db.Fleet().FleetView(ctx, time.Hour); len(v.Members) != 0 {
 		t.Fatalf("members after leaving: %+v", v.Members)
 	}
 }
@@ -206,17 +206,17 @@ func TestFleetMoveCounts(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
 	fleetStars(t, ctx, db, "s1", "s2", "s3")
-	if _, err := db.ReadFleet(ctx, time.Hour); err != nil {
+	if _, err := db.Fleet().FleetView(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.ClaimStars(ctx, "a", "ia", claims("s1", "s2", "s3"), 3, time.Minute, time.Minute)
+	a, err := db.Fleet().ClaimStars(ctx, "a", "ia", claims("s1", "s2", "s3"), 3, time.Minute, time.Minute)
 	if err != nil || len(a) != 3 {
 		t.Fatalf("a's claim: %+v, %v", a, err)
 	}
-	if err := db.HandOff(ctx, a[0].Fence, "b", "drain"); err != nil {
+	if err := db.Fleet().HandOff(ctx, a[0].Fence, "b", "drain"); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := db.ClaimStars(ctx, "b", "ib", claims("s1"), 1, time.Minute, time.Minute); err != nil || len(b) != 1 {
+	if b, err := db.Fleet().ClaimStars(ctx, "b", "ib", claims("s1"), 1, time.Minute, time.Minute); err != nil || len(b) != 1 {
 		t.Fatalf("b's claim of the drained star: %+v, %v", b, err)
 	}
 	// One of a's claims is two hours old: out of the window.
@@ -224,7 +224,7 @@ func TestFleetMoveCounts(t *testing.T) {
 		WHERE star = 's3'`); err != nil {
 		t.Fatal(err)
 	}
-	got, err := db.FleetMoveCounts(ctx, time.Hour)
+	got, err := db.Fleet().FleetMoveCounts(ctx, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

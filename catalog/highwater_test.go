@@ -41,14 +41,14 @@ func TestHighRevisionNeverGoesDown(t *testing.T) {
 	// gives it up (a reap), so the next opening finds none to take up.
 	open := func(rev int32, want string) catalog.Intent {
 		t.Helper()
-		in, err := db.OpenPublishIntent(ctx, f, tg(rev), "standard")
+		in, err := db.Settle().OpenPublishIntent(ctx, f, tg(rev), "standard")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if in.ObjectKey != want || in.Reopened {
 			t.Fatalf("intent planned at %d: %s (reopened %v), want %s", rev, in.ObjectKey, in.Reopened, want)
 		}
-		if err := db.AbandonPublish(ctx, f, in.ID, 0); err != nil {
+		if err := db.Settle().AbandonPublish(ctx, f, in.ID, 0); err != nil {
 			t.Fatal(err)
 		}
 		return in
@@ -79,18 +79,18 @@ func TestHighRevisionNeverGoesDown(t *testing.T) {
 	high(6, "the set path given 3")
 
 	reap := open(7, "h40~7")
-	v, err := db.ClassifyReaps(ctx, f, 0, []catalog.ReapCandidate{{ID: reap.ID, Key: reap.ObjectKey,
+	v, err := db.Trim().ClassifyReaps(ctx, f, 0, []catalog.ReapCandidate{{ID: reap.ID, Key: reap.ObjectKey,
 		Coords: catalog.KeyCoords{Bucket: "b1", Stream: b.Stream, Epoch: b.Epoch, FirstRecord: b.FirstRecord, Revision: 4}}})
 	if err != nil || v[reap.ID] != catalog.KeyDead {
 		t.Fatalf("classify: %v %v", v, err)
 	}
 	high(7, "a burial at revision 4")
 
-	if _, err := db.ClaimForReconcile(ctx, f, b.Stream, b.Epoch, nil, []int64{b.FirstRecord}, []int32{2}); err != nil {
+	if _, err := db.Restore().ClaimForReconcile(ctx, f, b.Stream, b.Epoch, nil, []int64{b.FirstRecord}, []int32{2}); err != nil {
 		t.Fatal(err)
 	}
 	high(7, "reconcile's claim of revision 2")
-	if _, err := db.ClaimForReconcile(ctx, f, b.Stream, b.Epoch, nil, []int64{b.FirstRecord}, []int32{9}); err != nil {
+	if _, err := db.Restore().ClaimForReconcile(ctx, f, b.Stream, b.Epoch, nil, []int64{b.FirstRecord}, []int32{9}); err != nil {
 		t.Fatal(err)
 	}
 	high(9, "reconcile's claim of revision 9")

@@ -44,10 +44,10 @@ const idleWorkSQL = `
 	                       AND a.cohort_turn_at IS NOT NULL AND now() < a.cohort_turn_at + $4::interval) THEN 'cohort turn'
 	  END`
 
-// ReadIdleState reads in one read-only snapshot (one transaction) what
+// IdleState reads in one read-only snapshot (one transaction) what
 // decides whether a cycle of star has work under policy p, its strays
 // swept every strayEvery (0: never on a schedule).
-func (db *DB) ReadIdleState(ctx context.Context, star string, p DuePolicy, strayEvery time.Duration) (IdleState, error) {
+func (t *Trim) IdleState(ctx context.Context, star string, p DuePolicy, strayEvery time.Duration) (IdleState, error) {
 	var st IdleState
 	var work *string
 	b := &pgx.Batch{}
@@ -59,7 +59,7 @@ func (db *DB) ReadIdleState(ctx context.Context, star string, p DuePolicy, stray
 		return nil
 	})
 	// One round trip for the seven reads, in one snapshot.
-	err := db.readTx(ctx, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	err := t.db.readTx(ctx, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 	if err != nil {
 		return IdleState{}, err
 	}
@@ -73,9 +73,9 @@ func (db *DB) ReadIdleState(ctx context.Context, star string, p DuePolicy, stray
 // run, fenced: trigger idle, outcome ok, from since (the first of them)
 // to now; and, in the same transaction, prunes the ledger and the admin
 // requests as a cycle does (PruneHistory; keep 0 prunes nothing).
-func (db *DB) RecordIdleRun(ctx context.Context, f Fence, since time.Time, keep time.Duration, limit int) (Run, error) {
+func (lg *Ledger) RecordIdleRun(ctx context.Context, f Fence, since time.Time, keep time.Duration, limit int) (Run, error) {
 	var run Run
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := lg.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var err error
 		run, err = scanRun(tx.QueryRow(ctx, `INSERT INTO nova.auditor_runs (star, holder, token, trigger, started_at, ended_at, outcome)
 			VALUES ($1, $2, $3, $4, least($5::timestamptz, now()), now(), $6) RETURNING `+runCols, f.Star, f.Holder, f.Token, TriggerIdle, since, RunOK))

@@ -46,12 +46,6 @@ type Lease struct {
 	ExpiresAt time.Time
 }
 
-// AcquireLease is AcquireLeaseInstance with no instance: for tools and
-// tests that are one process per holder name.
-func (db *DB) AcquireLease(ctx context.Context, star, holder string, ttl time.Duration) (Lease, error) {
-	return db.AcquireLeaseInstance(ctx, star, holder, "", ttl)
-}
-
 // AcquireLeaseInstance takes the star's lease for ttl (database clock) when
 // it is free, expired or already held by this very process (holder and
 // instance both equal); the token rises on every acquisition. Otherwise it
@@ -70,10 +64,10 @@ func (db *DB) AcquireLease(ctx context.Context, star, holder string, ttl time.Du
 // the client, and the same remaining time is set as the transaction's
 // statement_timeout, so the server drops a lock wait whose client is gone
 // (a backend waiting for a lock does not notice a dead connection).
-func (db *DB) AcquireLeaseInstance(ctx context.Context, star, holder, instance string, ttl time.Duration) (Lease, error) {
+func (ls *Leases) AcquireLeaseInstance(ctx context.Context, star, holder, instance string, ttl time.Duration) (Lease, error) {
 	l := Lease{Fence: Fence{Star: star, Holder: holder}, Instance: instance}
 	var held *LeaseHeldError
-	err := db.tx(ctx, func(tx pgx.Tx) error {
+	err := ls.db.tx(ctx, func(tx pgx.Tx) error {
 		if err := boundStatements(ctx, tx); err != nil {
 			return err
 		}
@@ -118,9 +112,9 @@ func (db *DB) AcquireLeaseInstance(ctx context.Context, star, holder, instance s
 // does not conflict with: a renewal never waits for the leader's own work.
 // The caller's deadline is also the statement_timeout, as in
 // AcquireLeaseInstance.
-func (db *DB) RenewLease(ctx context.Context, f Fence, ttl time.Duration) (time.Time, error) {
+func (ls *Leases) RenewLease(ctx context.Context, f Fence, ttl time.Duration) (time.Time, error) {
 	var until time.Time
-	err := db.tx(ctx, func(tx pgx.Tx) error {
+	err := ls.db.tx(ctx, func(tx pgx.Tx) error {
 		if err := boundStatements(ctx, tx); err != nil {
 			return err
 		}
@@ -153,8 +147,8 @@ func boundStatements(ctx context.Context, tx pgx.Tx) error {
 
 // ReleaseLease expires a held lease now so a standby takes over at once.
 // Releasing a lease already lost is not an error.
-func (db *DB) ReleaseLease(ctx context.Context, f Fence) error {
-	_, err := db.pool.Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now(), released_at = now(),
+func (ls *Leases) ReleaseLease(ctx context.Context, f Fence) error {
+	_, err := ls.db.pool.Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now(), released_at = now(),
 		released_why = 'released', handoff_to = NULL
 		WHERE star = $1 AND holder = $2 AND token = $3 AND expires_at > now()`, f.Star, f.Holder, f.Token)
 	if err != nil {
@@ -164,10 +158,10 @@ func (db *DB) ReleaseLease(ctx context.Context, f Fence) error {
 }
 
 // CurrentLease reads the star's lease row (ErrNotFound when never taken).
-func (db *DB) CurrentLease(ctx context.Context, star string) (Lease, bool, error) {
+func (ls *Leases) CurrentLease(ctx context.Context, star string) (Lease, bool, error) {
 	l := Lease{Fence: Fence{Star: star}}
 	var live bool
-	err := db.reader(ctx).QueryRow(ctx, `SELECT holder, instance, token, expires_at, expires_at > now()
+	err := ls.db.reader(ctx).QueryRow(ctx, `SELECT holder, instance, token, expires_at, expires_at > now()
 		FROM nova.auditor_leases WHERE star = $1`, star).
 		Scan(&l.Holder, &l.Instance, &l.Token, &l.ExpiresAt, &live)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -28,7 +28,7 @@ func TestRenewalIsNotStarvedByFencedTransactions(t *testing.T) {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			t.Parallel()
 			db, ctx := newDB(t)
-			l, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+			l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +63,7 @@ func TestRenewalIsNotStarvedByFencedTransactions(t *testing.T) {
 				// Starved, a renewal waits as long as the workers run; 2 s
 				// tells that apart from a slow machine.
 				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err := db.RenewLease(rctx, l.Fence, time.Minute)
+				_, err := db.Leases().RenewLease(rctx, l.Fence, time.Minute)
 				cancel()
 				if err != nil {
 					failed++
@@ -97,7 +97,7 @@ func TestTakeoverWaitsForAnOpenFencedTransaction(t *testing.T) {
 	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	a, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,15 +120,15 @@ func TestTakeoverWaitsForAnOpenFencedTransaction(t *testing.T) {
 	// Neither the renewal nor the release waits for the open transaction.
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := db.RenewLease(rctx, a.Fence, time.Minute); err != nil {
+	if _, err := db.Leases().RenewLease(rctx, a.Fence, time.Minute); err != nil {
 		t.Fatalf("renewal behind an open fenced transaction: %v", err)
 	}
-	if err := db.ReleaseLease(rctx, a.Fence); err != nil {
+	if err := db.Leases().ReleaseLease(rctx, a.Fence); err != nil {
 		t.Fatalf("release behind an open fenced transaction: %v", err)
 	}
 	acquired := make(chan catalog.Lease, 1)
 	go func() {
-		b, err := db.AcquireLease(ctx, "s1", "b", time.Minute)
+		b, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "b", "", time.Minute)
 		if err != nil {
 			t.Errorf("takeover: %v", err)
 		}
@@ -148,7 +148,7 @@ func TestTakeoverWaitsForAnOpenFencedTransaction(t *testing.T) {
 	if b.Token != a.Token+1 {
 		t.Fatalf("takeover token %d after %d", b.Token, a.Token)
 	}
-	if st, err := db.GetDaemonState(ctx, "s1"); err != nil || !st.Paused {
+	if st, err := db.Ledger().DaemonState(ctx, "s1"); err != nil || !st.Paused {
 		t.Fatalf("the old holder's write is missing: %+v %v", st, err)
 	}
 	err = db.Fenced(ctx, a.Fence, func(pgx.Tx) error { return nil })
@@ -186,11 +186,11 @@ func waitForLockWait(t *testing.T, db *catalog.DB, ctx context.Context) {
 func TestSameHolderAnotherProcessIsRefused(t *testing.T) {
 	t.Parallel()
 	db, ctx := newDB(t)
-	one, err := db.AcquireLeaseInstance(ctx, "s1", "pod", "n1", time.Minute)
+	one, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "pod", "n1", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.AcquireLeaseInstance(ctx, "s1", "pod", "n2", time.Minute)
+	_, err = db.Leases().AcquireLeaseInstance(ctx, "s1", "pod", "n2", time.Minute)
 	var held *catalog.LeaseHeldError
 	if !errors.As(err, &held) || !held.SameHolder || held.Holder != "pod" {
 		t.Fatalf("a second process with the same holder got %v", err)
@@ -199,19 +199,19 @@ func TestSameHolderAnotherProcessIsRefused(t *testing.T) {
 	if err := db.Fenced(ctx, one.Fence, func(pgx.Tx) error { return nil }); err != nil {
 		t.Fatalf("the first process was fenced by the second's attempt: %v", err)
 	}
-	again, err := db.AcquireLeaseInstance(ctx, "s1", "pod", "n1", time.Minute)
+	again, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "pod", "n1", time.Minute)
 	if err != nil || again.Token != one.Token+1 {
 		t.Fatalf("the holding process re-acquiring: %+v %v", again, err)
 	}
-	cur, live, err := db.CurrentLease(ctx, "s1")
+	cur, live, err := db.Leases().CurrentLease(ctx, "s1")
 	if err != nil || !live || cur.Instance != "n1" || cur.Token != again.Token {
 		t.Fatalf("lease row: %+v live %v %v", cur, live, err)
 	}
 	// Once it expires, the other process takes it.
-	if err := db.ReleaseLease(ctx, again.Fence); err != nil {
+	if err := db.Leases().ReleaseLease(ctx, again.Fence); err != nil {
 		t.Fatal(err)
 	}
-	two, err := db.AcquireLeaseInstance(ctx, "s1", "pod", "n2", time.Minute)
+	two, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "pod", "n2", time.Minute)
 	if err != nil || two.Token != again.Token+1 {
 		t.Fatalf("the second process after release: %+v %v", two, err)
 	}
@@ -240,7 +240,7 @@ func TestLeaseCallsEndAtTheirDeadlineOnABlackholedConnection(t *testing.T) {
 		p.Restore()
 		db.Close()
 	}()
-	l, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,11 +248,11 @@ func TestLeaseCallsEndAtTheirDeadlineOnABlackholedConnection(t *testing.T) {
 	const deadline = 300 * time.Millisecond
 	calls := map[string]func(context.Context) error{
 		"acquire": func(ctx context.Context) error {
-			_, err := db.AcquireLease(ctx, "s1", "a", time.Minute)
+			_, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "a", "", time.Minute)
 			return err
 		},
 		"renew": func(ctx context.Context) error {
-			_, err := db.RenewLease(ctx, l.Fence, time.Minute)
+			_, err := db.Leases().RenewLease(ctx, l.Fence, time.Minute)
 			return err
 		},
 	}

@@ -21,10 +21,10 @@ type Mark struct {
 	At *time.Time // when N was committed (database clock); nil when none
 }
 
-// ReadMark reads the star's mark (zero when the star has no state row).
-func (db *DB) ReadMark(ctx context.Context, star string) (Mark, error) {
+// Mark reads the star's mark (zero when the star has no state row).
+func (rs *Restore) Mark(ctx context.Context, star string) (Mark, error) {
 	var m Mark
-	err := db.reader(ctx).QueryRow(ctx, `SELECT mark, mark_at FROM nova.auditor_state WHERE star = $1`, star).Scan(&m.N, &m.At)
+	err := rs.db.reader(ctx).QueryRow(ctx, `SELECT mark, mark_at FROM nova.auditor_state WHERE star = $1`, star).Scan(&m.N, &m.At)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Mark{}, nil
 	}
@@ -34,11 +34,11 @@ func (db *DB) ReadMark(ctx context.Context, star string) (Mark, error) {
 	return m, nil
 }
 
-// ReadMarkFenced reads the star's mark in a fenced transaction: under a
+// MarkFenced reads the star's mark in a fenced transaction: under a
 // live lease of f's token (ErrStaleToken otherwise).
-func (db *DB) ReadMarkFenced(ctx context.Context, f Fence) (Mark, error) {
+func (rs *Restore) MarkFenced(ctx context.Context, f Fence) (Mark, error) {
 	var m Mark
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := rs.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT mark, mark_at FROM nova.auditor_state WHERE star = $1`, f.Star).Scan(&m.N, &m.At)
 		if errors.Is(err, pgx.ErrNoRows) {
 			m = Mark{}
@@ -54,11 +54,11 @@ func (db *DB) ReadMarkFenced(ctx context.Context, f Fence) (Mark, error) {
 
 // CommitMark moves the star's mark from prev to next (> prev), fenced.
 // ErrMarkMoved, and nothing written, when the mark is no longer prev.
-func (db *DB) CommitMark(ctx context.Context, f Fence, prev, next int64) error {
+func (rs *Restore) CommitMark(ctx context.Context, f Fence, prev, next int64) error {
 	if next <= prev {
 		return fmt.Errorf("commit mark of star %q: %d is not above %d", f.Star, next, prev)
 	}
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+	return rs.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE nova.auditor_state SET mark = $3, mark_at = now() WHERE star = $1 AND mark = $2`,
 			f.Star, prev, next)
 		if err == nil && tag.RowsAffected() == 0 && prev == 0 {
@@ -78,8 +78,8 @@ func (db *DB) CommitMark(ctx context.Context, f Fence, prev, next int64) error {
 
 // RaiseMark raises the star's mark to at least n, fenced (reconcile: past
 // every marker the store holds). It never lowers it.
-func (db *DB) RaiseMark(ctx context.Context, f Fence, n int64) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (rs *Restore) RaiseMark(ctx context.Context, f Fence, n int64) error {
+	return rs.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_state AS a (star, mark, mark_at) VALUES ($1, $2, now())
 			ON CONFLICT (star) DO UPDATE SET mark = EXCLUDED.mark, mark_at = now() WHERE a.mark < EXCLUDED.mark`, f.Star, n); err != nil {
 			return fmt.Errorf("raise mark of star %q to %d: %w", f.Star, n, err)

@@ -40,8 +40,8 @@ func (db *DB) PoolStats() PoolStats {
 // Refs are deleted as they settle, so this reads the unsettled backlog
 // only (through span_refs_first_slot_idx's star prefix). The metastore
 // records no byte sizes of refs, so records are the unit.
-func (db *DB) UnsettledRecords(ctx context.Context, star string) (map[string]int64, error) {
-	rows, err := db.reader(ctx).Query(ctx, `
+func (lg *Ledger) UnsettledRecords(ctx context.Context, star string) (map[string]int64, error) {
+	rows, err := lg.db.reader(ctx).Query(ctx, `
 		SELECT c.class, coalesce(sum(r.record_count), 0)::bigint
 		FROM unnest(ARRAY['standard', 'express']) AS c(class)
 		LEFT JOIN nova.span_refs r ON r.class = c.class AND r.star = $1
@@ -95,8 +95,8 @@ type ClassTransit struct {
 // and returns the database clock it used. Its cost is one row per due
 // marker of the star, each with at most one catalog and one erasure index
 // probe (dueMarkersSQL), flat in the catalog's history.
-func (db *DB) TransitByClass(ctx context.Context, star string, p DuePolicy) (time.Time, []ClassTransit, error) {
-	rows, err := db.reader(ctx).Query(ctx, `
+func (lg *Ledger) TransitByClass(ctx context.Context, star string, p DuePolicy) (time.Time, []ClassTransit, error) {
+	rows, err := lg.db.reader(ctx).Query(ctx, `
 		WITH m AS (`+dueMarkersSQL+`),
 		f AS (SELECT m.*, NOT m.held AND now() >= m.due_at AS due,
 		             NOT m.held AND now() >= m.since + m.linger AND now() < m.due_at AS deferred FROM m)
@@ -142,10 +142,10 @@ type Backlog struct {
 	Quarantined    int64      // quarantine rows (streams and slots)
 }
 
-// GetBacklog counts the star's open intents and quarantine.
-func (db *DB) GetBacklog(ctx context.Context, star string) (Backlog, error) {
+// Backlog counts the star's open intents and quarantine.
+func (lg *Ledger) Backlog(ctx context.Context, star string) (Backlog, error) {
 	var b Backlog
-	err := db.reader(ctx).QueryRow(ctx, `SELECT
+	err := lg.db.reader(ctx).QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM nova.orphan_intents WHERE star = $1 AND kind = 'publish'),
 		(SELECT min(created_at) FROM nova.orphan_intents WHERE star = $1 AND kind = 'publish'),
 		(SELECT count(*) FROM nova.orphan_intents WHERE star = $1 AND kind = 'reap'),

@@ -25,13 +25,13 @@ type ReconcileView struct {
 	High map[int64]int32
 }
 
-// ReadReconcileView reads a stream's row, catalog entries, refs, intents
+// ReconcileView reads a stream's row, catalog entries, refs, intents
 // and high-water revisions from one repeatable-read snapshot. keyLow and
 // keyHigh bound the stream's settled keys. An unknown stream is
 // ErrNotFound.
-func (db *DB) ReadReconcileView(ctx context.Context, id StreamID, keyLow, keyHigh string) (ReconcileView, error) {
+func (rs *Restore) ReconcileView(ctx context.Context, id StreamID, keyLow, keyHigh string) (ReconcileView, error) {
 	var v ReconcileView
-	err := db.readTx(ctx, func(tx pgx.Tx) error {
+	err := rs.db.readTx(ctx, func(tx pgx.Tx) error {
 		st, err := scanStream(tx.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("stream %s: %w", id, ErrNotFound)
@@ -97,10 +97,10 @@ func (db *DB) ReadReconcileView(ctx context.Context, id StreamID, keyLow, keyHig
 // it opened (a key with a publish intent open already keeps it: a rerun's
 // own claim, or an intent of the restored metastore, which recovery
 // finishes, aborting its upload, once the key is cataloged).
-func (db *DB) ClaimForReconcile(ctx context.Context, f Fence, id StreamID, epoch int64, keys []string,
+func (rs *Restore) ClaimForReconcile(ctx context.Context, f Fence, id StreamID, epoch int64, keys []string,
 	firsts []int64, revs []int32) ([]int64, error) {
 	var out []int64
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := rs.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		out = out[:0]
 		if len(keys) > 0 {
 			rows, err := tx.Query(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class)
@@ -159,8 +159,8 @@ type ReconcileCommit struct {
 // CommitReconcile applies c under the streams row lock, fenced. Nothing is
 // written unless the stream still has the settled_through and next_record
 // the reconcile planned with.
-func (db *DB) CommitReconcile(ctx context.Context, f Fence, c ReconcileCommit) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (rs *Restore) CommitReconcile(ctx context.Context, f Fence, c ReconcileCommit) error {
+	return rs.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var settled, next, low int64
 		if err := tx.QueryRow(ctx, `SELECT settled_through, next_record, low_record FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, c.Stream).
 			Scan(&settled, &next, &low); err != nil {
@@ -249,9 +249,9 @@ func (db *DB) CommitReconcile(ctx context.Context, f Fence, c ReconcileCommit) e
 // ClearRewoundHalt lifts the star's halt when, and only when, its reason
 // is the metastore's rewind (a reason beginning with prefix), fenced: the
 // end of `auditor reconcile --apply`. It reports whether it lifted one.
-func (db *DB) ClearRewoundHalt(ctx context.Context, f Fence, prefix string) (bool, error) {
+func (rs *Restore) ClearRewoundHalt(ctx context.Context, f Fence, prefix string) (bool, error) {
 	var cleared bool
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := rs.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE nova.auditor_state SET halted_reason = NULL, halted_at = NULL
 			WHERE star = $1 AND starts_with(halted_reason, $2)`, f.Star, prefix)
 		if err != nil {

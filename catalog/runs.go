@@ -92,9 +92,9 @@ func scanRun(r pgx.Row) (Run, error) {
 }
 
 // StartRun opens a run row (fenced): a cycle starts only under a live lease.
-func (db *DB) StartRun(ctx context.Context, f Fence, trigger string, dryRun bool) (Run, error) {
+func (lg *Ledger) StartRun(ctx context.Context, f Fence, trigger string, dryRun bool) (Run, error) {
 	var run Run
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := lg.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var err error
 		run, err = scanRun(tx.QueryRow(ctx, `INSERT INTO nova.auditor_runs (star, holder, token, trigger, dry_run)
 			VALUES ($1, $2, $3, $4, $5) RETURNING `+runCols, f.Star, f.Holder, f.Token, trigger, dryRun))
@@ -109,12 +109,12 @@ func (db *DB) StartRun(ctx context.Context, f Fence, trigger string, dryRun bool
 // FinishRun closes a run row with its outcome, counts and error. It is not
 // fenced: a cycle that lost its lease still records that it did. A row
 // already closed (by a successor's CloseAbandonedRuns) is left alone.
-func (db *DB) FinishRun(ctx context.Context, id int64, outcome string, c RunCounts, errText string) (Run, error) {
+func (lg *Ledger) FinishRun(ctx context.Context, id int64, outcome string, c RunCounts, errText string) (Run, error) {
 	var e *string
 	if errText != "" {
 		e = &errText
 	}
-	run, err := scanRun(db.pool.QueryRow(ctx, `UPDATE nova.auditor_runs SET ended_at = now(), outcome = $2,
+	run, err := scanRun(lg.db.pool.QueryRow(ctx, `UPDATE nova.auditor_runs SET ended_at = now(), outcome = $2,
 		streams_settled = $3, streams_quarantined = $4, objects_published = $5, objects_adopted = $6, bytes_copied = $7,
 		bytes_fetched = $8, bytes_uploaded = $9, s3_requests = $10, slots_reaped = $11, objects_reaped = $12, error = $13,
 		objects_rewritten = $14, records_tombstoned = $15, erasures_applied = $16
@@ -134,9 +134,9 @@ func (db *DB) FinishRun(ctx context.Context, id int64, outcome string, c RunCoun
 // holders (a crash or a lost lease), as lost_lease; fenced, so only the
 // current leader does it. It returns how many it closed. The open runs
 // are the partial index auditor_runs_open_idx, so it reads only them.
-func (db *DB) CloseAbandonedRuns(ctx context.Context, f Fence) (int64, error) {
+func (lg *Ledger) CloseAbandonedRuns(ctx context.Context, f Fence) (int64, error) {
 	var n int64
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := lg.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE nova.auditor_runs SET ended_at = now(), outcome = $3,
 			error = coalesce(error, 'abandoned: its holder lost the lease before finishing')
 			WHERE star = $1 AND ended_at IS NULL AND token < $2`, f.Star, f.Token, RunLostLease)
@@ -150,8 +150,8 @@ func (db *DB) CloseAbandonedRuns(ctx context.Context, f Fence) (int64, error) {
 }
 
 // LastRuns lists the star's latest runs, newest first.
-func (db *DB) LastRuns(ctx context.Context, star string, limit int) ([]Run, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+runCols+` FROM nova.auditor_runs WHERE star = $1
+func (lg *Ledger) LastRuns(ctx context.Context, star string, limit int) ([]Run, error) {
+	rows, err := lg.db.reader(ctx).Query(ctx, `SELECT `+runCols+` FROM nova.auditor_runs WHERE star = $1
 		ORDER BY started_at DESC, id DESC LIMIT $2`, star, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list runs of star %q: %w", star, err)
@@ -163,9 +163,9 @@ func (db *DB) LastRuns(ctx context.Context, star string, limit int) ([]Run, erro
 	return out, nil
 }
 
-// GetRun reads one run (ErrNotFound when absent, pruned included).
-func (db *DB) GetRun(ctx context.Context, id int64) (Run, error) {
-	run, err := scanRun(db.reader(ctx).QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs WHERE id = $1`, id))
+// Run reads one run (ErrNotFound when absent, pruned included).
+func (lg *Ledger) Run(ctx context.Context, id int64) (Run, error) {
+	run, err := scanRun(lg.db.reader(ctx).QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return run, fmt.Errorf("run %d: %w", id, ErrNotFound)
 	}
@@ -179,8 +179,8 @@ func (db *DB) GetRun(ctx context.Context, id int64) (Run, error) {
 // (and was not a dry run); false when there is none. The first row of
 // auditor_runs_outcome_idx: it runs every GaugeInterval on the leader and
 // on every standby.
-func (db *DB) LastRunWithOutcome(ctx context.Context, star, outcome string) (Run, bool, error) {
-	run, err := scanRun(db.reader(ctx).QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs
+func (lg *Ledger) LastRunWithOutcome(ctx context.Context, star, outcome string) (Run, bool, error) {
+	run, err := scanRun(lg.db.reader(ctx).QueryRow(ctx, `SELECT `+runCols+` FROM nova.auditor_runs
 		WHERE star = $1 AND outcome = $2 AND NOT dry_run ORDER BY ended_at DESC, id DESC LIMIT 1`, star, outcome))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return run, false, nil
@@ -203,9 +203,9 @@ type HistoryPruned struct {
 // consumed before now() - keep. An open run or an unconsumed request is
 // never deleted. Both deletes are index ranges below the cut, so the
 // statement costs what it deletes, not the history's length.
-func (db *DB) PruneHistory(ctx context.Context, f Fence, keep time.Duration, limit int) (HistoryPruned, error) {
+func (lg *Ledger) PruneHistory(ctx context.Context, f Fence, keep time.Duration, limit int) (HistoryPruned, error) {
 	var p HistoryPruned
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := lg.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var err error
 		p, err = pruneHistory(ctx, tx, f.Star, keep, limit)
 		return err

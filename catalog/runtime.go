@@ -32,8 +32,8 @@ type Runtime struct {
 
 // RecordRuntime writes the leader's policy (fenced): called when it takes
 // the lease. The bucket-rules columns are kept.
-func (db *DB) RecordRuntime(ctx context.Context, f Fence, version string, p DuePolicy, reapGrace time.Duration) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (lg *Ledger) RecordRuntime(ctx context.Context, f Fence, version string, p DuePolicy, reapGrace time.Duration) error {
+	return lg.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_runtime (star, holder, token, version, linger_seconds,
 			age_cap_seconds, express_linger_seconds, express_age_cap_seconds, reap_grace_seconds, tail_growth, copy_floor_bytes,
 			tail_cohorts)
@@ -54,8 +54,8 @@ func (db *DB) RecordRuntime(ctx context.Context, f Fence, version string, p DueP
 // RecordBucketRules writes the leader's last check of the bucket rules and
 // the reason it refuses to work ("" none), fenced. RecordRuntime must have
 // created the row (a missing row is ErrNotFound).
-func (db *DB) RecordBucketRules(ctx context.Context, f Fence, rules json.RawMessage, blocked string) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (lg *Ledger) RecordBucketRules(ctx context.Context, f Fence, rules json.RawMessage, blocked string) error {
+	return lg.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE nova.auditor_runtime SET bucket_rules = $2, bucket_checked_at = now(),
 			blocked_reason = $3, updated_at = now() WHERE star = $1`, f.Star, []byte(rules), blocked)
 		if err != nil {
@@ -68,15 +68,15 @@ func (db *DB) RecordBucketRules(ctx context.Context, f Fence, rules json.RawMess
 	})
 }
 
-// GetRuntime reads a star's runtime row; ErrNotFound when no leader has
+// Runtime reads a star's runtime row; ErrNotFound when no leader has
 // recorded one.
-func (db *DB) GetRuntime(ctx context.Context, star string) (Runtime, error) {
+func (lg *Ledger) Runtime(ctx context.Context, star string) (Runtime, error) {
 	r := Runtime{Star: star}
 	var lin, cap_, xlin, xcap, grace, growth float64
 	var floor int64
 	var cohorts int
 	var rules []byte
-	err := db.reader(ctx).QueryRow(ctx, `SELECT holder, token, version, linger_seconds, age_cap_seconds, express_linger_seconds,
+	err := lg.db.reader(ctx).QueryRow(ctx, `SELECT holder, token, version, linger_seconds, age_cap_seconds, express_linger_seconds,
 		express_age_cap_seconds, reap_grace_seconds, tail_growth, copy_floor_bytes, tail_cohorts, bucket_rules, bucket_checked_at,
 		blocked_reason, updated_at
 		FROM nova.auditor_runtime WHERE star = $1`, star).
@@ -99,18 +99,18 @@ func (db *DB) GetRuntime(ctx context.Context, star string) (Runtime, error) {
 }
 
 // StarExists reports whether the star is in nova.stars.
-func (db *DB) StarExists(ctx context.Context, star string) (bool, error) {
+func (ss *Streams) StarExists(ctx context.Context, star string) (bool, error) {
 	var ok bool
-	if err := db.reader(ctx).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.stars WHERE star = $1)`, star).Scan(&ok); err != nil {
+	if err := ss.db.reader(ctx).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.stars WHERE star = $1)`, star).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up star %q: %w", star, err)
 	}
 	return ok, nil
 }
 
 // StreamOfStar reports whether the stream exists and belongs to the star.
-func (db *DB) StreamOfStar(ctx context.Context, star string, id StreamID) (bool, error) {
+func (ss *Streams) StreamOfStar(ctx context.Context, star string, id StreamID) (bool, error) {
 	var ok bool
-	if err := db.reader(ctx).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.streams WHERE stream_id = $1 AND star = $2)`, id, star).Scan(&ok); err != nil {
+	if err := ss.db.reader(ctx).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nova.streams WHERE stream_id = $1 AND star = $2)`, id, star).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up stream of star %q: %w", star, err)
 	}
 	return ok, nil

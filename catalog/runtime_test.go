@@ -18,19 +18,19 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	if err := writepath.New(db).CreateStar(ctx, "s1", catalog.ClassStandard, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.GetRuntime(ctx, "s1"); !errors.Is(err, catalog.ErrNotFound) {
+	if _, err := db.Ledger().Runtime(ctx, "s1"); !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatalf("runtime before any leader: %v", err)
 	}
-	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := catalog.DuePolicy{Linger: 5 * time.Minute, AgeCap: 24 * time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: time.Hour,
 		TailGrowth: 1.5, CopyFloor: 5 << 20}
-	if err := db.RecordRuntime(ctx, lease.Fence, "v1", p, 2*time.Hour); err != nil {
+	if err := db.Ledger().RecordRuntime(ctx, lease.Fence, "v1", p, 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := db.GetRuntime(ctx, "s1")
+	rt, err := db.Ledger().Runtime(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	}
 	stale := lease.Fence
 	stale.Token++
-	if err := db.RecordRuntime(ctx, stale, "v2", catalog.DuePolicy{}, 0); !errors.Is(err, catalog.ErrStaleToken) {
+	if err := db.Ledger().RecordRuntime(ctx, stale, "v2", catalog.DuePolicy{}, 0); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("record under a stale token: %v", err)
 	}
 }

@@ -258,52 +258,55 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	// catalog entry of each stream past its linger.
 	policy := catalog.DuePolicy{Linger: time.Minute, AgeCap: time.Hour, ExpressLinger: time.Minute, ExpressAgeCap: time.Hour,
 		TailGrowth: 1, CopyFloor: 5 << 20}
-	call("AcquireLease", func() (err error) { lease, err = db.AcquireLease(ctx, "s1", "bench", time.Minute); return err })
+	call("AcquireLeaseInstance", func() (err error) {
+		lease, err = db.Leases().AcquireLeaseInstance(ctx, "s1", "bench", "", time.Minute)
+		return err
+	})
 	f := lease.Fence
 	// The idle check, before every scheduled cycle: it finds the work the
 	// history holds (intents, erasures, due streams) in one snapshot.
-	call("ReadIdleState", func() error {
-		st, err := db.ReadIdleState(ctx, "s1", policy, 24*time.Hour)
+	call("IdleState", func() error {
+		st, err := db.Trim().IdleState(ctx, "s1", policy, 24*time.Hour)
 		if err == nil && st.Work == "" {
 			err = fmt.Errorf("the idle check found no work on a star with pending erasures and due streams")
 		}
 		return err
 	})
-	call("GetDaemonState", func() error { _, err := db.GetDaemonState(ctx, "s1"); return err })
+	call("DaemonState", func() error { _, err := db.Ledger().DaemonState(ctx, "s1"); return err })
 	call("CloseAbandonedRuns", func() error {
-		c, err := db.CloseAbandonedRuns(ctx, f)
+		c, err := db.Ledger().CloseAbandonedRuns(ctx, f)
 		if err == nil && c != 2 {
 			err = fmt.Errorf("closed %d runs, want 2", c)
 		}
 		return err
 	})
-	call("AdminRequests", func() error { _, err := db.AdminRequests(ctx, "s1", true, 1000); return err })
+	call("AdminRequests", func() error { _, err := db.Requests().AdminRequests(ctx, "s1", true, 1000); return err })
 	call("ConsumeAdminRequests", func() error {
-		r, err := db.ConsumeAdminRequests(ctx, f, []string{catalog.AdminTrigger})
+		r, err := db.Requests().ConsumeAdminRequests(ctx, f, []string{catalog.AdminTrigger})
 		if err == nil && len(r) != 3 {
 			err = fmt.Errorf("consumed %d requests, want 3", len(r))
 		}
 		return err
 	})
 	var run catalog.Run
-	call("StartRun", func() (err error) { run, err = db.StartRun(ctx, f, "schedule", false); return err })
-	call("Intents", func() error { _, err := db.Intents(ctx, "s1", "publish", time.Hour); return err })
+	call("StartRun", func() (err error) { run, err = db.Ledger().StartRun(ctx, f, "schedule", false); return err })
+	call("Intents", func() error { _, err := db.Settle().Intents(ctx, "s1", "publish", time.Hour); return err })
 	call("DueStreams", func() (err error) {
-		due, err = db.DueStreams(ctx, "s1", policy, nil, 10000)
+		due, err = db.Settle().DueStreams(ctx, "s1", policy, nil, 10000)
 		if err == nil && (len(due) != 1 || due[0].Stream != hot) {
 			err = fmt.Errorf("due %+v, want the hot stream", due)
 		}
 		return err
 	})
 	call("WithPendingErasures", func() error {
-		w, err := db.WithPendingErasures(ctx, []catalog.StreamID{hot})
+		w, err := db.Erasures().WithPendingErasures(ctx, []catalog.StreamID{hot})
 		if err == nil && !w[hot] {
 			err = fmt.Errorf("pending erasures of %v, want the hot stream's", w)
 		}
 		return err
 	})
 	call("FirstOverlap", func() error {
-		o, err := db.FirstOverlap(ctx, []catalog.StreamID{hot})
+		o, err := db.Settle().FirstOverlap(ctx, []catalog.StreamID{hot})
 		if err == nil && o != nil {
 			err = fmt.Errorf("overlap %s", o)
 		}
@@ -311,17 +314,20 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	})
 	call("StreamSnapshot", func() (err error) {
 		var last *catalog.Entry
-		st, _, last, err = db.StreamSnapshot(ctx, hot, 1000)
+		st, _, last, err = db.Settle().StreamSnapshot(ctx, hot, 1000)
 		if err == nil && (last == nil || last.EndRecord() != st.SettledThrough) {
 			err = fmt.Errorf("last entry %+v, settled_through %d", last, st.SettledThrough)
 		}
 		return err
 	})
-	call("RefsWindow", func() error { _, err := db.RefsWindow(ctx, hot, st.SettledThrough, st.NextRecord, 1000); return err })
+	call("RefsWindow", func() error {
+		_, err := db.Settle().RefsWindow(ctx, hot, st.SettledThrough, st.NextRecord, 1000)
+		return err
+	})
 	// Settle's erasures of the hot stream: its tail's, then its window's.
 	pendingIn := func(below, from, to int64, want int64) func() error {
 		return func() error {
-			ers, err := db.PendingErasuresIn(ctx, hot, below, from, to)
+			ers, err := db.Erasures().PendingErasuresIn(ctx, hot, below, from, to)
 			if err == nil && (len(ers) != 1 || ers[0].FirstRecord != want) {
 				err = fmt.Errorf("pending erasures in [%d, %d): %+v, want the one at %d", from, to, ers, want)
 			}
@@ -332,13 +338,13 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	call("PendingErasuresIn/window", pendingIn(st.SettledThrough, st.SettledThrough, st.NextRecord, st.SettledThrough+2))
 	key := fmt.Sprintf("bench/%d", st.SettledThrough)
 	call("OpenPublishIntent", func() (err error) {
-		in, err = db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key, st.SettledThrough), catalog.ClassStandard)
+		in, err = db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget(key, st.SettledThrough), catalog.ClassStandard)
 		return err
 	})
 	call("CommitSettle", func() error {
 		e := catalog.Entry{Stream: hot, Epoch: 1, FirstRecord: st.SettledThrough, RecordCount: 5, ObjectBytes: 1000,
 			FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
-		return db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key, ReapGrace: time.Hour})
+		return db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key, ReapGrace: time.Hour})
 	})
 	// The batched path's statements (a batch of one: each statement's
 	// per-stream work is the same index ranges as the single ones').
@@ -347,7 +353,7 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		t.Fatalf("the hot stream has %d records past settled_through %d, want 10", st.NextRecord-st.SettledThrough, st.SettledThrough)
 	}
 	call("StreamSnapshots", func() error {
-		snaps, err := db.StreamSnapshots(ctx, []catalog.StreamID{hot}, 1000)
+		snaps, err := db.Settle().StreamSnapshots(ctx, []catalog.StreamID{hot}, 1000)
 		if s := snaps[hot]; err == nil && (s.Stream.SettledThrough != next || s.Last == nil || len(s.Refs) == 0) {
 			err = fmt.Errorf("snapshot %+v, want settled through %d", s.Stream, next)
 		}
@@ -358,7 +364,7 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	call("OpenPublishIntents", func() error {
 		var errs []error
 		var err error
-		ins, errs, err = db.OpenPublishIntents(ctx, f, []catalog.IntentRequest{{Target: catalog.ExactTarget(key2, next), Class: catalog.ClassStandard}})
+		ins, errs, err = db.Settle().OpenPublishIntents(ctx, f, []catalog.IntentRequest{{Target: catalog.ExactTarget(key2, next), Class: catalog.ClassStandard}})
 		if err == nil {
 			err = errs[0]
 		}
@@ -367,14 +373,14 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	call("CommitSettles", func() error {
 		e := catalog.Entry{Stream: hot, Epoch: 1, FirstRecord: next, RecordCount: 5, ObjectBytes: 1000,
 			FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
-		errs, err := db.CommitSettles(ctx, f, []catalog.StreamCommit{{Stream: hot, Commits: []catalog.SettleCommit{
+		errs, err := db.Settle().CommitSettles(ctx, f, []catalog.StreamCommit{{Stream: hot, Commits: []catalog.SettleCommit{
 			{Entry: e, PrevRevision: -1, IntentID: ins[0].ID, ObjectKey: key2, ReapGrace: time.Hour}}}}, nil)
 		if err == nil {
 			err = errs[0]
 		}
 		return err
 	})
-	call("Intents", func() error { _, err := db.Intents(ctx, "s1", "publish", time.Hour); return err })
+	call("Intents", func() error { _, err := db.Settle().Intents(ctx, "s1", "publish", time.Hour); return err })
 	coords := map[string]catalog.KeyCoords{}
 	retiredKey := func(e catalog.RetiredEntry) string {
 		k := fmt.Sprintf("retired/%s/%d", e.Stream, e.FirstRecord)
@@ -382,14 +388,14 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		return k
 	}
 	call("PendingErasureWindows", func() error {
-		wins, err := db.PendingErasureWindows(ctx, "s1", 100000)
+		wins, err := db.Erasures().PendingErasureWindows(ctx, "s1", 100000)
 		if err == nil && (len(wins) != 2 || len(wins[0].Erasures)+len(wins[1].Erasures) != 3) {
 			err = fmt.Errorf("erasure windows %+v, want the 3 pending erasures of 2 streams", wins)
 		}
 		return err
 	})
 	call("RetentionCandidates", func() error {
-		c, err := db.RetentionCandidates(ctx, "s1", 1001)
+		c, err := db.Trim().RetentionCandidates(ctx, "s1", 1001)
 		if err == nil && len(c) != retentionMoved*retiredPerMoved {
 			err = fmt.Errorf("%d candidates, want %d", len(c), retentionMoved*retiredPerMoved)
 		}
@@ -399,54 +405,57 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	// The strays step: its schedule every cycle; when it sweeps, a page of
 	// listed keys looked up (the hot stream's cataloged key and a stray),
 	// the stray armed, the sweep recorded.
-	call("StraySweepDue", func() error { _, err := db.StraySweepDue(ctx, "s1", 24*time.Hour); return err })
+	call("StraySweepDue", func() error { _, err := db.Trim().StraySweepDue(ctx, "s1", 24*time.Hour); return err })
 	stray := catalog.ListedKey{Key: "bench/stray", Coords: catalog.KeyCoords{Bucket: st.Bucket, Stream: hot, Epoch: 1, FirstRecord: 1 << 40, Revision: 50}}
 	listed := []catalog.ListedKey{{Key: key, Coords: catalog.KeyCoords{Bucket: st.Bucket, Stream: hot, Epoch: 1, FirstRecord: st.SettledThrough}}, stray}
 	call("NamedSettledKeys", func() error {
-		named, err := db.NamedSettledKeys(ctx, listed)
+		named, err := db.Trim().NamedSettledKeys(ctx, listed)
 		if err == nil && (!named[0] || named[1]) {
 			err = fmt.Errorf("named %v, want the cataloged key and not the stray", named)
 		}
 		return err
 	})
 	call("ArmStrayReaps", func() error {
-		armed, err := db.ArmStrayReaps(ctx, f, listed)
+		armed, err := db.Trim().ArmStrayReaps(ctx, f, listed)
 		if err == nil && (len(armed) != 1 || armed[0] != stray.Key) {
 			err = fmt.Errorf("armed %v, want the stray", armed)
 		}
 		coords[stray.Key] = stray.Coords
 		return err
 	})
-	call("RecordStraySweep", func() error { return db.RecordStraySweep(ctx, f) })
-	call("ReadTrimState", func() error { _, err := db.ReadTrimState(ctx, "s1"); return err })
+	call("RecordStraySweep", func() error { return db.Trim().RecordStraySweep(ctx, f) })
+	call("TrimState", func() error { _, err := db.Trim().TrimState(ctx, "s1"); return err })
 	call("AdvanceTrim", func() error {
-		_, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 2}, 0)
+		_, err := db.Trim().AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 2}, 0)
 		return err
 	})
-	call("SlotReaps", func() (err error) { reaps, err = db.SlotReaps(ctx, "s1"); return err })
-	call("FinishSlotReap", func() error { return db.FinishSlotReap(ctx, f, reaps[0].ID) })
+	call("SlotReaps", func() (err error) { reaps, err = db.Trim().SlotReaps(ctx, "s1"); return err })
+	call("FinishSlotReap", func() error { return db.Trim().FinishSlotReap(ctx, f, reaps[0].ID) })
 	var intents []catalog.Intent
-	call("DueObjectReaps", func() (err error) { intents, err = db.DueObjectReaps(ctx, "s1", time.Hour, 0, 1000); return err })
+	call("DueObjectReaps", func() (err error) { intents, err = db.Trim().DueObjectReaps(ctx, "s1", time.Hour, 0, 1000); return err })
 	cands := make([]catalog.ReapCandidate, len(intents))
 	ids := make([]int64, len(intents))
 	for i, x := range intents {
 		cands[i] = catalog.ReapCandidate{ID: x.ID, Key: x.ObjectKey, Coords: coords[x.ObjectKey]}
 		ids[i] = x.ID
 	}
-	call("ClassifyReaps", func() error { _, err := db.ClassifyReaps(ctx, f, time.Hour, cands); return err })
-	call("FinishReaps", func() error { return db.FinishReaps(ctx, f, ids) })
-	call("FinishRun", func() error { _, err := db.FinishRun(ctx, run.ID, catalog.RunOK, catalog.RunCounts{}, ""); return err })
+	call("ClassifyReaps", func() error { _, err := db.Trim().ClassifyReaps(ctx, f, time.Hour, cands); return err })
+	call("FinishReaps", func() error { return db.Trim().FinishReaps(ctx, f, ids) })
+	call("FinishRun", func() error {
+		_, err := db.Ledger().FinishRun(ctx, run.ID, catalog.RunOK, catalog.RunCounts{}, "")
+		return err
+	})
 	call("PruneHistory", pruneHistory(ctx, db, f))
-	call("RenewLease", func() error { _, err := db.RenewLease(ctx, f, time.Minute); return err })
+	call("RenewLease", func() error { _, err := db.Leases().RenewLease(ctx, f, time.Minute); return err })
 	// The periodic reads of the leader and every standby (GaugeInterval).
-	call("TransitByClass", func() error { _, _, err := db.TransitByClass(ctx, "s1", policy); return err })
-	call("GetBacklog", func() error { _, err := db.GetBacklog(ctx, "s1"); return err })
+	call("TransitByClass", func() error { _, _, err := db.Ledger().TransitByClass(ctx, "s1", policy); return err })
+	call("Backlog", func() error { _, err := db.Ledger().Backlog(ctx, "s1"); return err })
 	// The window's runs: the transit window of applied erasures is the age
 	// cap plus the reap grace and two cycles (here an hour), not the ledger.
-	call("ErasuresAppliedWithin", func() error { _, err := db.ErasuresAppliedWithin(ctx, "s1", time.Hour); return err })
-	call("ObjectReapBacklog", func() error { _, err := db.ObjectReapBacklog(ctx, "s1", time.Hour); return err })
+	call("ErasuresAppliedWithin", func() error { _, err := db.Erasures().ErasuresAppliedWithin(ctx, "s1", time.Hour); return err })
+	call("ObjectReapBacklog", func() error { _, err := db.Trim().ObjectReapBacklog(ctx, "s1", time.Hour); return err })
 	call("LastRunWithOutcome", func() error {
-		r, ok, err := db.LastRunWithOutcome(ctx, "s1", catalog.RunOK)
+		r, ok, err := db.Ledger().LastRunWithOutcome(ctx, "s1", catalog.RunOK)
 		if err == nil && (!ok || r.ID != run.ID) {
 			err = fmt.Errorf("last success %+v %v, want run %d", r, ok, run.ID)
 		}
@@ -554,7 +563,7 @@ func TestPerCycleStatementsFlat(t *testing.T) {
 
 func applyRetention(ctx context.Context, db *catalog.DB, f catalog.Fence, key func(catalog.RetiredEntry) string) func() error {
 	return func() error {
-		removed, more, err := db.ApplyRetention(ctx, f, 0, 1000, key)
+		removed, more, err := db.Trim().ApplyRetention(ctx, f, 0, 1000, key)
 		if err == nil && (more || len(removed) != retentionMoved*retiredPerMoved) {
 			err = fmt.Errorf("retired %d entries (more %v), want %d", len(removed), more, retentionMoved*retiredPerMoved)
 		}
@@ -564,7 +573,7 @@ func applyRetention(ctx context.Context, db *catalog.DB, f catalog.Fence, key fu
 
 func pruneHistory(ctx context.Context, db *catalog.DB, f catalog.Fence) func() error {
 	return func() error {
-		p, err := db.PruneHistory(ctx, f, 30*24*time.Hour, 1000)
+		p, err := db.Ledger().PruneHistory(ctx, f, 30*24*time.Hour, 1000)
 		if err == nil && (p.Runs != 10 || p.Requests != 10) {
 			err = fmt.Errorf("pruned %+v, want the 10 runs and 10 requests past 30 days", p)
 		}

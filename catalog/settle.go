@@ -18,7 +18,7 @@ import (
 // settled_through says): the cycle halts rather than guess.
 var ErrInvariant = errors.New("metastore invariant broken")
 
-// ErrIntentGone: a commit's publish intent is no longer open on its key
+// ErrIntentGone means a commit's publish intent is no longer open on its key
 // (the reap step classified the key deletable, or recovery gave it up):
 // the key is never cataloged, and the stream's next settle publishes the
 // same records at a higher revision (docs/architecture.md#no-late-delete).
@@ -226,11 +226,11 @@ func duePolicyArgs(star string, p DuePolicy) []any {
 // lets go (dueMarkersSQL), or forced; quarantined
 // streams skipped; forced streams first, then the earliest deadline since
 // + age_cap(class), at most limit.
-func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced []StreamID, limit int) ([]DueStream, error) {
+func (s *Settle) DueStreams(ctx context.Context, star string, p DuePolicy, forced []StreamID, limit int) ([]DueStream, error) {
 	if forced == nil {
 		forced = []StreamID{}
 	}
-	rows, err := db.reader(ctx).Query(ctx, `
+	rows, err := s.db.reader(ctx).Query(ctx, `
 		SELECT m.stream_id, m.class, m.since, m.since + m.cap AS deadline, m.stream_id = ANY($9::uuid[]) AS forced
 		FROM (`+dueMarkersSQL+`) m
 		WHERE NOT m.held
@@ -269,9 +269,9 @@ func (db *DB) DueStreams(ctx context.Context, star string, p DuePolicy, forced [
 // streams, not the due markers, so that settling a cohort does not move
 // the others' bounds: a stream stays in its cohort while the star's
 // streams stay (one scan of the star's streams a linger).
-func (db *DB) AdvanceCohortTurn(ctx context.Context, f Fence, every time.Duration, cohorts int) (int64, error) {
+func (s *Settle) AdvanceCohortTurn(ctx context.Context, f Fence, every time.Duration, cohorts int) (int64, error) {
 	var turn int64
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := s.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `INSERT INTO nova.auditor_state AS a (star, cohort_turn, cohort_turn_at) VALUES ($1, 0, now())
 			ON CONFLICT (star) DO UPDATE SET cohort_turn = coalesce(a.cohort_turn + 1, 0),
 			cohort_turn_at = CASE WHEN now() < a.cohort_turn_at + 2 * $2::interval THEN a.cohort_turn_at + $2::interval ELSE now() END
@@ -361,11 +361,11 @@ type PublishTarget struct {
 // or that the reap step classified deletable: a DELETE of such a key, however
 // late it lands, cannot remove what the catalog references. The returned
 // intent's Revision and ObjectKey are the ones to publish.
-func (db *DB) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, class string) (Intent, error) {
+func (s *Settle) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, class string) (Intent, error) {
 	var in Intent
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := s.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var err error
-		in, err = openPublishIntent(ctx, tx, f, t, class, db.mut.ReusePlannedRevision)
+		in, err = openPublishIntent(ctx, tx, f, t, class, s.db.mut.ReusePlannedRevision)
 		return err
 	})
 	return in, err
@@ -478,8 +478,8 @@ func setHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase, rev int32) error
 }
 
 // SetIntentUpload records the multipart upload of a publish intent.
-func (db *DB) SetIntentUpload(ctx context.Context, f Fence, id int64, uploadID string) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (s *Settle) SetIntentUpload(ctx context.Context, f Fence, id int64, uploadID string) error {
+	return s.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET upload_id = $2 WHERE id = $1 AND kind = 'publish'`, id, uploadID); err != nil {
 			return fmt.Errorf("record upload of intent %d: %w", id, err)
 		}
@@ -488,8 +488,8 @@ func (db *DB) SetIntentUpload(ctx context.Context, f Fence, id int64, uploadID s
 }
 
 // AddStagedPart records that part of a publish intent is staged locally.
-func (db *DB) AddStagedPart(ctx context.Context, f Fence, id int64, part int) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (s *Settle) AddStagedPart(ctx context.Context, f Fence, id int64, part int) error {
+	return s.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET staged_parts = array_append(staged_parts, $2)
 			WHERE id = $1 AND kind = 'publish' AND NOT ($2 = ANY(staged_parts))`, id, part); err != nil {
 			return fmt.Errorf("record staged part %d of intent %d: %w", part, id, err)
@@ -500,8 +500,8 @@ func (db *DB) AddStagedPart(ctx context.Context, f Fence, id int64, part int) er
 
 // Intents lists a star's intents of one kind (publish or reap), oldest
 // first; Due is computed with the database clock and grace.
-func (db *DB) Intents(ctx context.Context, star, kind string, grace time.Duration) ([]Intent, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+intentCols+`,
+func (s *Settle) Intents(ctx context.Context, star, kind string, grace time.Duration) ([]Intent, error) {
+	rows, err := s.db.reader(ctx).Query(ctx, `SELECT `+intentCols+`,
 			CASE WHEN kind = 'reap' THEN reap_after <= now() ELSE created_at <= now() - $3::interval END
 		FROM nova.orphan_intents WHERE star = $1 AND kind = $2 ORDER BY id`, star, kind, grace)
 	if err != nil {
@@ -520,21 +520,11 @@ func (db *DB) Intents(ctx context.Context, star, kind string, grace time.Duratio
 // AbandonPublish turns an open publish intent into a reap intent for its key
 // (armed after grace; the upload ID is kept so the reap aborts it). The reap
 // step drops it without deleting if the catalog references the key.
-func (db *DB) AbandonPublish(ctx context.Context, f Fence, id int64, grace time.Duration) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (s *Settle) AbandonPublish(ctx context.Context, f Fence, id int64, grace time.Duration) error {
+	return s.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE nova.orphan_intents SET kind = 'reap', reap_after = now() + $2::interval
 			WHERE id = $1 AND kind = 'publish'`, id, grace); err != nil {
 			return fmt.Errorf("abandon publish intent %d: %w", id, err)
-		}
-		return nil
-	})
-}
-
-// DeleteIntent removes an intent.
-func (db *DB) DeleteIntent(ctx context.Context, f Fence, id int64) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1`, id); err != nil {
-			return fmt.Errorf("delete intent %d: %w", id, err)
 		}
 		return nil
 	})
@@ -556,8 +546,8 @@ type SettleCommit struct {
 // marker, delete the publish intent and any reap intent on the key, arm the
 // superseded revision's reap. It checks the catalog still ends where the
 // stream says (ErrInvariant otherwise).
-func (db *DB) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
-	return db.commitFenced(ctx, f, func(tx pgx.Tx) error { return commitSettle(ctx, tx, f, c) })
+func (s *Settle) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
+	return s.db.commitFenced(ctx, f, func(tx pgx.Tx) error { return commitSettle(ctx, tx, f, c) })
 }
 
 // commitSettle is CommitSettle in the fenced transaction tx.
@@ -649,9 +639,9 @@ func refreshRefsAndMarker(ctx context.Context, tx pgx.Tx, id StreamID, settled i
 // SkipBelowLow applies retention to unsettled refs: refs wholly below the
 // stream's low_record are deleted unsettled and settled_through jumps to the
 // first remaining ref (or next_record). It returns the new settled_through.
-func (db *DB) SkipBelowLow(ctx context.Context, f Fence, id StreamID) (int64, error) {
+func (s *Settle) SkipBelowLow(ctx context.Context, f Fence, id StreamID) (int64, error) {
 	var settled int64
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := s.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var next, low int64
 		if err := tx.QueryRow(ctx, `SELECT settled_through, next_record, low_record FROM nova.streams WHERE stream_id = $1 FOR UPDATE`, id).
 			Scan(&settled, &next, &low); err != nil {
@@ -684,8 +674,8 @@ func (db *DB) SkipBelowLow(ctx context.Context, f Fence, id StreamID) (int64, er
 
 // Quarantine sets a stream (and optionally the slot at fault) aside with its
 // reason; a second quarantine of the stream updates the reason.
-func (db *DB) Quarantine(ctx context.Context, f Fence, id StreamID, slotKey, errClass, reason string) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error { return quarantine(ctx, tx, f, id, slotKey, errClass, reason) })
+func (s *Settle) Quarantine(ctx context.Context, f Fence, id StreamID, slotKey, errClass, reason string) error {
+	return s.db.fenced(ctx, f, func(tx pgx.Tx) error { return quarantine(ctx, tx, f, id, slotKey, errClass, reason) })
 }
 
 // QuarantineCondemning is Quarantine for a stream whose standing,
@@ -696,8 +686,8 @@ func (db *DB) Quarantine(ctx context.Context, f Fence, id StreamID, slotKey, err
 // key; once released, the stream publishes the same records again from its
 // sources, which trim keeps meanwhile, at a revision above the condemned
 // key (docs/architecture.md#no-late-delete).
-func (db *DB) QuarantineCondemning(ctx context.Context, f Fence, id StreamID, slotKey, errClass, reason, condemnKey string, grace time.Duration) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (s *Settle) QuarantineCondemning(ctx context.Context, f Fence, id StreamID, slotKey, errClass, reason, condemnKey string, grace time.Duration) error {
+	return s.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if err := quarantine(ctx, tx, f, id, slotKey, errClass, reason); err != nil {
 			return err
 		}
@@ -741,8 +731,8 @@ type QuarantineRow struct {
 }
 
 // Quarantined lists a star's quarantine.
-func (db *DB) Quarantined(ctx context.Context, star string) ([]QuarantineRow, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT stream_id, coalesce(slot_key, ''), error_class, reason, since
+func (s *Settle) Quarantined(ctx context.Context, star string) ([]QuarantineRow, error) {
+	rows, err := s.db.reader(ctx).Query(ctx, `SELECT stream_id, coalesce(slot_key, ''), error_class, reason, since
 		FROM nova.quarantine WHERE star = $1 ORDER BY since, id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("list quarantine of star %q: %w", star, err)
@@ -755,15 +745,6 @@ func (db *DB) Quarantined(ctx context.Context, star string) ([]QuarantineRow, er
 		return nil, fmt.Errorf("list quarantine of star %q: %w", star, err)
 	}
 	return out, nil
-}
-
-// ReleaseQuarantine lifts a stream's quarantine; it reports whether one existed.
-func (db *DB) ReleaseQuarantine(ctx context.Context, star string, id StreamID) (bool, error) {
-	tag, err := db.pool.Exec(ctx, `DELETE FROM nova.quarantine WHERE star = $1 AND stream_id = $2`, star, id)
-	if err != nil {
-		return false, fmt.Errorf("release stream %s: %w", id, err)
-	}
-	return tag.RowsAffected() > 0, nil
 }
 
 // Overlap is two catalog entries of a stream that cover a record twice.
@@ -792,12 +773,12 @@ const tailEntries = 3
 // settled_through; nil when they tile. docs/architecture.md#singleton-lease-and-fencing: either is a
 // broken invariant, and the cycle halts on it. The whole catalog is
 // checked by `auditor verify`.
-func (db *DB) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error) {
+func (s *Settle) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	var o Overlap
-	err := db.reader(ctx).QueryRow(ctx, `SELECT s.stream_id, coalesce(t.prev_first, -1), coalesce(t.prev_end, -1), t.first_record, t.first_record + t.record_count, s.settled_through
+	err := s.db.reader(ctx).QueryRow(ctx, `SELECT s.stream_id, coalesce(t.prev_first, -1), coalesce(t.prev_end, -1), t.first_record, t.first_record + t.record_count, s.settled_through
 		FROM unnest($1::uuid[]) AS d(stream_id) JOIN nova.streams s USING (stream_id) CROSS JOIN LATERAL (
 			SELECT first_record, record_count,
 				lag(first_record) OVER w AS prev_first, lag(first_record + record_count) OVER w AS prev_end

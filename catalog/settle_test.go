@@ -26,42 +26,42 @@ func TestSettleCommitLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := lease.Fence
-	due, err := db.DueStreams(ctx, "s1", catalog.DuePolicy{Linger: time.Hour, AgeCap: 2 * time.Hour, ExpressLinger: time.Hour, ExpressAgeCap: time.Hour}, nil, 10)
+	due, err := db.Settle().DueStreams(ctx, "s1", catalog.DuePolicy{Linger: time.Hour, AgeCap: 2 * time.Hour, ExpressLinger: time.Hour, ExpressAgeCap: time.Hour}, nil, 10)
 	if err != nil || len(due) != 0 {
 		t.Fatalf("due within linger: %+v %v", due, err)
 	}
-	due, err = db.DueStreams(ctx, "s1", catalog.DuePolicy{Linger: time.Hour, AgeCap: 2 * time.Hour}, []catalog.StreamID{id}, 10)
+	due, err = db.Settle().DueStreams(ctx, "s1", catalog.DuePolicy{Linger: time.Hour, AgeCap: 2 * time.Hour}, []catalog.StreamID{id}, 10)
 	if err != nil || len(due) != 1 || !due[0].Forced {
 		t.Fatalf("forced stream not due: %+v %v", due, err)
 	}
-	due, err = db.DueStreams(ctx, "s1", catalog.DuePolicy{}, nil, 10)
+	due, err = db.Settle().DueStreams(ctx, "s1", catalog.DuePolicy{}, nil, 10)
 	if err != nil || len(due) != 1 || due[0].Forced {
 		t.Fatalf("due with no linger: %+v %v", due, err)
 	}
 
 	key0 := "buckets/b1/streams/x/1/0~0"
-	in, err := db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key0, 0), "standard")
+	in, err := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget(key0, 0), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key0, 0), "standard")
+	again, err := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget(key0, 0), "standard")
 	if err != nil || again.ID != in.ID {
 		t.Fatalf("second open of the same key: %+v %v", again, err)
 	}
-	if err := db.SetIntentUpload(ctx, f, in.ID, "up-1"); err != nil {
+	if err := db.Settle().SetIntentUpload(ctx, f, in.ID, "up-1"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []int{1, 2, 1} {
-		if err := db.AddStagedPart(ctx, f, in.ID, p); err != nil {
+		if err := db.Settle().AddStagedPart(ctx, f, in.ID, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	open, err := db.Intents(ctx, "s1", "publish", time.Hour)
+	open, err := db.Settle().Intents(ctx, "s1", "publish", time.Hour)
 	if err != nil || len(open) != 1 || open[0].UploadID != "up-1" || len(open[0].StagedParts) != 2 || open[0].Due {
 		t.Fatalf("open intents: %+v %v", open, err)
 	}
@@ -75,30 +75,30 @@ func TestSettleCommitLifecycle(t *testing.T) {
 		{Entry: entry, PrevRevision: -1, ObjectKey: key0},
 		{Entry: entry, PrevRevision: -1, IntentID: in.ID, ObjectKey: key0 + "x"},
 	} {
-		if err := db.CommitSettle(ctx, f, c); !errors.Is(err, catalog.ErrIntentGone) {
+		if err := db.Settle().CommitSettle(ctx, f, c); !errors.Is(err, catalog.ErrIntentGone) {
 			t.Fatalf("commit %+v: %v, want ErrIntentGone", c, err)
 		}
 	}
-	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: in.ID, ObjectKey: key0}); err != nil {
+	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: in.ID, ObjectKey: key0}); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := db.GetStream(ctx, id)
-	refs, _ := db.RefsOfStream(ctx, id)
+	st, _ := db.Streams().Stream(ctx, id)
+	refs, _ := writepath.New(db).RefsOfStream(ctx, id)
 	if st.SettledThrough != 15 || len(refs) != 2 || refs[0].FirstRecord != 10 {
 		t.Fatalf("after first commit: settled %d, refs %+v", st.SettledThrough, refs)
 	}
-	marks, _ := db.DueMarkers(ctx, "s1")
+	marks, _ := db.Streams().DueMarkers(ctx, "s1")
 	if len(marks) != 1 || !marks[0].Since.Equal(refs[0].AbsorbedAt) {
 		t.Fatalf("due marker since %+v, oldest remaining ref absorbed %v", marks, refs[0].AbsorbedAt)
 	}
-	if open, _ := db.Intents(ctx, "s1", "publish", 0); len(open) != 0 {
+	if open, _ := db.Settle().Intents(ctx, "s1", "publish", 0); len(open) != 0 {
 		t.Fatalf("publish intent survived its commit: %+v", open)
 	}
 
 	// A commit that does not start at settled_through is an invariant break.
 	bad := entry
 	bad.FirstRecord, bad.RecordCount = 16, 4
-	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: bad, PrevRevision: -1, ObjectKey: "k"}); !errors.Is(err, catalog.ErrInvariant) {
+	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: bad, PrevRevision: -1, ObjectKey: "k"}); !errors.Is(err, catalog.ErrInvariant) {
 		t.Fatalf("gap commit: %v", err)
 	}
 
@@ -107,42 +107,42 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	key1 := "buckets/b1/streams/x/1/0~1"
 	rewrite := entry
 	rewrite.Revision, rewrite.RecordCount = 1, 30
-	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, IntentID: intent(t, db, key1), ObjectKey: key1, OldKey: key0, ReapGrace: time.Hour}); err != nil {
+	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, IntentID: intent(t, db, key1), ObjectKey: key1, OldKey: key0, ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := db.EntriesOfStream(ctx, id)
+	entries, _ := db.Streams().EntriesOfStream(ctx, id)
 	if len(entries) != 1 || entries[0].Revision != 1 || entries[0].RecordCount != 30 {
 		t.Fatalf("catalog after rewrite: %+v", entries)
 	}
-	if refs, _ := db.RefsOfStream(ctx, id); len(refs) != 0 {
+	if refs, _ := writepath.New(db).RefsOfStream(ctx, id); len(refs) != 0 {
 		t.Fatalf("refs left after full settle: %+v", refs)
 	}
-	if marks, _ := db.DueMarkers(ctx, "s1"); len(marks) != 0 {
+	if marks, _ := db.Streams().DueMarkers(ctx, "s1"); len(marks) != 0 {
 		t.Fatalf("due marker left after full settle: %+v", marks)
 	}
-	reaps, _ := db.Intents(ctx, "s1", "reap", 0)
+	reaps, _ := db.Settle().Intents(ctx, "s1", "reap", 0)
 	if len(reaps) != 1 || reaps[0].ObjectKey != key0 || reaps[0].Due {
 		t.Fatalf("reap intents: %+v", reaps)
 	}
 	// Repointing from a revision that is no longer current is refused.
-	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, ObjectKey: key1}); !errors.Is(err, catalog.ErrInvariant) {
+	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, ObjectKey: key1}); !errors.Is(err, catalog.ErrInvariant) {
 		t.Fatalf("stale rewrite: %v", err)
 	}
 
 	// A stale token changes nothing.
-	if _, err := db.AcquireLease(ctx, "s1", "other", time.Minute); err == nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "other", "", time.Minute); err == nil {
 		t.Fatal("lease taken while held")
 	}
-	if err := db.ReleaseLease(ctx, f); err != nil {
+	if err := db.Leases().ReleaseLease(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.AcquireLease(ctx, "s1", "other", time.Minute); err != nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "other", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Quarantine(ctx, f, id, "", "corrupt", "x"); !errors.Is(err, catalog.ErrStaleToken) {
+	if err := db.Settle().Quarantine(ctx, f, id, "", "corrupt", "x"); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("quarantine with a stale token: %v", err)
 	}
-	if q, _ := db.Quarantined(ctx, "s1"); len(q) != 0 {
+	if q, _ := db.Settle().Quarantined(ctx, "s1"); len(q) != 0 {
 		t.Fatalf("stale quarantine landed: %+v", q)
 	}
 }
@@ -160,21 +160,21 @@ func TestFirstOverlapChecksWhereACycleWrites(t *testing.T) {
 		settleEntry(t, ctx, db, f, sid(1), i*10, 10, 0, -1, fmt.Sprintf("k%d", i), "")
 	}
 	ids := []catalog.StreamID{sid(1), sid(2)}
-	if o, err := db.FirstOverlap(ctx, ids); err != nil || o != nil {
+	if o, err := db.Settle().FirstOverlap(ctx, ids); err != nil || o != nil {
 		t.Fatalf("a tiled catalog: %v %v", o, err)
 	}
 	// Deep in the history: [10, 21) overlaps [20, 30). Not the cycle's.
 	if err := writepath.New(db).StretchEntry(ctx, sid(1), 10, 1); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := db.FirstOverlap(ctx, ids); err != nil || o != nil {
+	if o, err := db.Settle().FirstOverlap(ctx, ids); err != nil || o != nil {
 		t.Fatalf("an overlap eight entries back is verify's: %v %v", o, err)
 	}
 	// Next to the tail: [80, 91) overlaps [90, 100).
 	if err := writepath.New(db).StretchEntry(ctx, sid(1), 80, 1); err != nil {
 		t.Fatal(err)
 	}
-	o, err := db.FirstOverlap(ctx, ids)
+	o, err := db.Settle().FirstOverlap(ctx, ids)
 	if err != nil || o == nil || o.Stream != sid(1) || o.PrevFirst != 80 || o.PrevEnd != 91 || o.First != 90 || o.End != 100 {
 		t.Fatalf("overlap before the last entry: %+v %v", o, err)
 	}
@@ -185,7 +185,7 @@ func TestFirstOverlapChecksWhereACycleWrites(t *testing.T) {
 	if err := writepath.New(db).StretchEntry(ctx, sid(1), 90, 1); err != nil {
 		t.Fatal(err)
 	}
-	o, err = db.FirstOverlap(ctx, ids)
+	o, err = db.Settle().FirstOverlap(ctx, ids)
 	if err != nil || o == nil || o.First != 90 || o.End != 101 || o.Settled != 100 {
 		t.Fatalf("entry past settled_through: %+v %v", o, err)
 	}

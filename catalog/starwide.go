@@ -14,8 +14,8 @@ import (
 
 // TrimCursor reads a star's trim cursor: the first slot trim has not yet
 // released. ok is false when trim has released nothing yet.
-func (db *DB) TrimCursor(ctx context.Context, star string) (epoch, seq int64, ok bool, err error) {
-	err = db.reader(ctx).QueryRow(ctx, `SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1`, star).Scan(&epoch, &seq)
+func (ss *Streams) TrimCursor(ctx context.Context, star string) (epoch, seq int64, ok bool, err error) {
+	err = ss.db.reader(ctx).QueryRow(ctx, `SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1`, star).Scan(&epoch, &seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, false, nil
 	}
@@ -27,8 +27,8 @@ func (db *DB) TrimCursor(ctx context.Context, star string) (epoch, seq int64, ok
 
 // RefsOfStar reads the span refs of every stream of a star (by the streams'
 // star, whatever the refs say), each stream's in record order.
-func (db *DB) RefsOfStar(ctx context.Context, star string) (map[StreamID][]SpanRef, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
+func (ss *Streams) RefsOfStar(ctx context.Context, star string) (map[StreamID][]SpanRef, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
 		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, first_record`, star)
 	if err != nil {
 		return nil, fmt.Errorf("read refs of star %q: %w", star, err)
@@ -46,8 +46,8 @@ func (db *DB) RefsOfStar(ctx context.Context, star string) (map[StreamID][]SpanR
 
 // EntriesOfStar reads the catalog entries of every stream of a star, each
 // stream's in (epoch, first record) order.
-func (db *DB) EntriesOfStar(ctx context.Context, star string) (map[StreamID][]Entry, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog
+func (ss *Streams) EntriesOfStar(ctx context.Context, star string) (map[StreamID][]Entry, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog
 		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, epoch, first_record`, star)
 	if err != nil {
 		return nil, fmt.Errorf("read catalog of star %q: %w", star, err)
@@ -64,8 +64,8 @@ func (db *DB) EntriesOfStar(ctx context.Context, star string) (map[StreamID][]En
 }
 
 // ErasuresOfStar reads the erasures of every stream of a star.
-func (db *DB) ErasuresOfStar(ctx context.Context, star string) (map[StreamID][]Erasure, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+func (ss *Streams) ErasuresOfStar(ctx context.Context, star string) (map[StreamID][]Erasure, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
 		WHERE e.stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY e.stream_id, e.first_record`, star)
 	if err != nil {
 		return nil, fmt.Errorf("read erasures of star %q: %w", star, err)
@@ -83,8 +83,8 @@ func (db *DB) ErasuresOfStar(ctx context.Context, star string) (map[StreamID][]E
 
 // DueMarkersOfStar reads the due markers of every stream of a star, by
 // stream.
-func (db *DB) DueMarkersOfStar(ctx context.Context, star string) (map[StreamID]DueMarker, error) {
-	marks, err := db.DueMarkers(ctx, star)
+func (ss *Streams) DueMarkersOfStar(ctx context.Context, star string) (map[StreamID]DueMarker, error) {
+	marks, err := ss.DueMarkers(ctx, star)
 	if err != nil {
 		return nil, err
 	}

@@ -59,12 +59,12 @@ const NamedKeysPage = 1000
 // it: a catalog row has its coordinates with its stream's bucket, or an
 // intent (publish or reap) has it as its object key. One statement for
 // the lot: the caller pages a listing through it (NamedKeysPage).
-func (db *DB) NamedSettledKeys(ctx context.Context, keys []ListedKey) ([]bool, error) {
+func (t *Trim) NamedSettledKeys(ctx context.Context, keys []ListedKey) ([]bool, error) {
 	out := make([]bool, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := db.reader(ctx).Query(ctx, `SELECT k.ord, `+named+` FROM `+listedKeys(1), listedArgs(keys)...)
+	rows, err := t.db.reader(ctx).Query(ctx, `SELECT k.ord, `+named+` FROM `+listedKeys(1), listedArgs(keys)...)
 	if err != nil {
 		return nil, fmt.Errorf("look up %d listed settled keys: %w", len(keys), err)
 	}
@@ -92,12 +92,12 @@ func (db *DB) NamedSettledKeys(ctx context.Context, keys []ListedKey) ([]bool, e
 // its base's high-water revision raised, so it is never published again)
 // and deletes it (docs/architecture.md#strays). A key named meanwhile is
 // left alone.
-func (db *DB) ArmStrayReaps(ctx context.Context, f Fence, keys []ListedKey) ([]string, error) {
+func (t *Trim) ArmStrayReaps(ctx context.Context, f Fence, keys []ListedKey) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
 	var armed []string
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after)
 			SELECT $1, 'reap', k.key, $2, now() FROM `+listedKeys(3)+`
 			WHERE NOT `+named+`
@@ -131,7 +131,7 @@ type SlotRange struct {
 // positions must be normalised, as trim stores them): slots behind the
 // cursor are never named again, and the reap step deletes a range's slots
 // from every bucket of the star's class.
-func (db *DB) ArmSlotStrays(ctx context.Context, f Fence, ranges []SlotRange) ([]SlotRange, error) {
+func (t *Trim) ArmSlotStrays(ctx context.Context, f Fence, ranges []SlotRange) ([]SlotRange, error) {
 	if len(ranges) == 0 {
 		return nil, nil
 	}
@@ -144,7 +144,7 @@ func (db *DB) ArmSlotStrays(ctx context.Context, f Fence, ranges []SlotRange) ([
 		fe[i], fs[i], te[i], ts[i] = r.From.Epoch, r.From.Seq, r.To.Epoch, r.To.Seq
 	}
 	var out []SlotRange
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `INSERT INTO nova.slot_reaps (star, from_epoch, from_seq, to_epoch, to_seq, reap_after)
 			SELECT $1, r.fe, r.fs, r.te, r.ts, now()
 			FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) WITH ORDINALITY AS r(fe, fs, te, ts, ord)
@@ -175,12 +175,12 @@ func (db *DB) ArmSlotStrays(ctx context.Context, f Fence, ranges []SlotRange) ([
 // (auditor_state.strays_swept_at) is every or longer ago by the database
 // clock, or never happened. every 0 turns the scheduled sweep off: never
 // due.
-func (db *DB) StraySweepDue(ctx context.Context, star string, every time.Duration) (bool, error) {
+func (t *Trim) StraySweepDue(ctx context.Context, star string, every time.Duration) (bool, error) {
 	if every <= 0 {
 		return false, nil
 	}
 	var due bool
-	err := db.reader(ctx).QueryRow(ctx, `SELECT strays_swept_at IS NULL OR strays_swept_at <= now() - $2::interval
+	err := t.db.reader(ctx).QueryRow(ctx, `SELECT strays_swept_at IS NULL OR strays_swept_at <= now() - $2::interval
 		FROM nova.auditor_state WHERE star = $1`, star, every).Scan(&due)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return true, nil
@@ -193,8 +193,8 @@ func (db *DB) StraySweepDue(ctx context.Context, star string, every time.Duratio
 
 // RecordStraySweep records, fenced, that the star's strays were swept now
 // (database clock).
-func (db *DB) RecordStraySweep(ctx context.Context, f Fence) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (t *Trim) RecordStraySweep(ctx context.Context, f Fence) error {
+	return t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO nova.auditor_state (star, strays_swept_at) VALUES ($1, now())
 			ON CONFLICT (star) DO UPDATE SET strays_swept_at = EXCLUDED.strays_swept_at`, f.Star); err != nil {
 			return fmt.Errorf("record the stray sweep of star %q: %w", f.Star, err)

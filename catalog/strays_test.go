@@ -22,7 +22,7 @@ func TestNamedSettledKeysAndArmStrays(t *testing.T) {
 	co := func(bucket string, first int64, rev int32) catalog.KeyCoords {
 		return catalog.KeyCoords{Bucket: bucket, Stream: a, Epoch: 1, FirstRecord: first, Revision: rev}
 	}
-	in, err := db.OpenPublishIntent(ctx, f, catalog.ExactTarget("p5~0", 0), "standard")
+	in, err := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget("p5~0", 0), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,25 +36,25 @@ func TestNamedSettledKeysAndArmStrays(t *testing.T) {
 		{Key: "s50~0", Coords: co("b1", 50, 0)}, // nothing at all
 	}
 	want := []bool{true, false, false, true, true, false}
-	got, err := db.NamedSettledKeys(ctx, keys)
+	got, err := db.Trim().NamedSettledKeys(ctx, keys)
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("named = %v, %v; want %v", got, err, want)
 	}
-	if _, err := db.ArmStrayReaps(ctx, catalog.Fence{Star: "s1", Holder: "me", Token: f.Token + 1}, keys); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := db.Trim().ArmStrayReaps(ctx, catalog.Fence{Star: "s1", Holder: "me", Token: f.Token + 1}, keys); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("arm under a stale token: %v", err)
 	}
-	armed, err := db.ArmStrayReaps(ctx, f, keys)
+	armed, err := db.Trim().ArmStrayReaps(ctx, f, keys)
 	slices.Sort(armed)
 	if err != nil || !slices.Equal(armed, []string{"a0~1", "s50~0", "x0~0"}) {
 		t.Fatalf("armed %v, %v; want the three strays", armed, err)
 	}
-	if again, err := db.ArmStrayReaps(ctx, f, keys); err != nil || len(again) != 0 {
+	if again, err := db.Trim().ArmStrayReaps(ctx, f, keys); err != nil || len(again) != 0 {
 		t.Fatalf("armed again %v, %v: a key with a reap intent is named", again, err)
 	}
-	if got, _ := db.NamedSettledKeys(ctx, keys); slices.Contains(got, false) {
+	if got, _ := db.Trim().NamedSettledKeys(ctx, keys); slices.Contains(got, false) {
 		t.Fatalf("named after arming: %v", got)
 	}
-	due, err := db.DueObjectReaps(ctx, "s1", time.Hour, 0, 100)
+	due, err := db.Trim().DueObjectReaps(ctx, "s1", time.Hour, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestNamedSettledKeysAndArmStrays(t *testing.T) {
 	}
 	// The reap step's classification finds them dead and buries the one
 	// of a reachable base: its next publish goes above the stray's key.
-	v, err := db.ClassifyReaps(ctx, f, time.Hour, cands)
+	v, err := db.Trim().ClassifyReaps(ctx, f, time.Hour, cands)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,34 +97,34 @@ func TestArmSlotStrays(t *testing.T) {
 	if _, err := db.Pool().Exec(ctx, `DELETE FROM nova.span_refs WHERE star = 's1'`); err != nil { // as if settled
 		t.Fatal(err)
 	}
-	r, err := db.AdvanceTrim(ctx, f, nil, p(0), p(2), time.Hour)
+	r, err := db.Trim().AdvanceTrim(ctx, f, nil, p(0), p(2), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Before the recorded range is finished, a stray range inside it is
 	// refused; after, the same range is armed.
-	if got, err := db.ArmSlotStrays(ctx, f, []catalog.SlotRange{{From: p(0), To: p(1)}}); err != nil || len(got) != 0 {
+	if got, err := db.Trim().ArmSlotStrays(ctx, f, []catalog.SlotRange{{From: p(0), To: p(1)}}); err != nil || len(got) != 0 {
 		t.Fatalf("armed %v, %v inside a recorded slot reap", got, err)
 	}
-	if err := db.FinishSlotReap(ctx, f, r.ID); err != nil {
+	if err := db.Trim().FinishSlotReap(ctx, f, r.ID); err != nil {
 		t.Fatal(err)
 	}
 	ranges := []catalog.SlotRange{{From: p(0), To: p(1)}, {From: p(1), To: p(3)} /* past the cursor */}
-	got, err := db.ArmSlotStrays(ctx, f, ranges)
+	got, err := db.Trim().ArmSlotStrays(ctx, f, ranges)
 	if err != nil || !slices.Equal(got, ranges[:1]) {
 		t.Fatalf("armed %v, %v; want only the range behind the cursor", got, err)
 	}
-	if got, err := db.ArmSlotStrays(ctx, f, ranges[:1]); err != nil || len(got) != 0 {
+	if got, err := db.Trim().ArmSlotStrays(ctx, f, ranges[:1]); err != nil || len(got) != 0 {
 		t.Fatalf("armed %v, %v again", got, err)
 	}
-	reaps, err := db.SlotReaps(ctx, "s1")
+	reaps, err := db.Trim().SlotReaps(ctx, "s1")
 	if err != nil || len(reaps) != 1 || reaps[0].From != p(0) || reaps[0].To != p(1) || !reaps[0].Due {
 		t.Fatalf("slot reaps after arming: %+v %v", reaps, err)
 	}
-	if _, err := db.ArmSlotStrays(ctx, f, []catalog.SlotRange{{From: p(1), To: p(1)}}); err == nil {
+	if _, err := db.Trim().ArmSlotStrays(ctx, f, []catalog.SlotRange{{From: p(1), To: p(1)}}); err == nil {
 		t.Error("an empty range armed")
 	}
-	if _, err := db.ArmSlotStrays(ctx, catalog.Fence{Star: "s1", Holder: "me", Token: f.Token + 1}, ranges); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := db.Trim().ArmSlotStrays(ctx, catalog.Fence{Star: "s1", Holder: "me", Token: f.Token + 1}, ranges); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Errorf("arm under a stale token: %v", err)
 	}
 }
@@ -137,16 +137,16 @@ func TestStraySweepDue(t *testing.T) {
 	db, ctx, f := trimFixture(t)
 	due := func(every time.Duration) bool {
 		t.Helper()
-		d, err := db.StraySweepDue(ctx, "s1", every)
+		d, err := db.Trim().StraySweepDue(ctx, "s1", every)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
-	// The idle check (ReadIdleState) agrees: a due sweep is work.
+	// The idle check (IdleState) agrees: a due sweep is work.
 	idleWork := func(every time.Duration) string {
 		t.Helper()
-		st, err := db.ReadIdleState(ctx, "s1", catalog.DuePolicy{}, every)
+		st, err := db.Trim().IdleState(ctx, "s1", catalog.DuePolicy{}, every)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func TestStraySweepDue(t *testing.T) {
 	if !due(time.Hour) || due(0) || idleWork(time.Hour) == "" {
 		t.Fatalf("a star never swept: due every hour (idle check: %q), never with the sweep off", idleWork(time.Hour))
 	}
-	if err := db.RecordStraySweep(ctx, f); err != nil {
+	if err := db.Trim().RecordStraySweep(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	if due(time.Hour) || idleWork(time.Hour) == "strays" {
@@ -165,14 +165,14 @@ func TestStraySweepDue(t *testing.T) {
 	if !due(10 * time.Millisecond) {
 		t.Error("not due 10 ms after a sweep 20 ms ago")
 	}
-	if err := db.RecordStraySweep(ctx, catalog.Fence{Star: "s1", Holder: "me", Token: f.Token + 1}); !errors.Is(err, catalog.ErrStaleToken) {
+	if err := db.Trim().RecordStraySweep(ctx, catalog.Fence{Star: "s1", Holder: "me", Token: f.Token + 1}); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Errorf("record under a stale token: %v", err)
 	}
 	// The sweep's row keeps the star's other state.
-	if err := db.RecordStraySweep(ctx, f); err != nil {
+	if err := db.Trim().RecordStraySweep(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := db.GetDaemonState(ctx, "s1"); err != nil || st.Paused || st.Halted() {
+	if st, err := db.Ledger().DaemonState(ctx, "s1"); err != nil || st.Paused || st.Halted() {
 		t.Errorf("daemon state after a sweep: %+v %v", st, err)
 	}
 }

@@ -55,10 +55,10 @@ type TrimState struct {
 	Now                time.Time // the database clock
 }
 
-// ReadTrimState reads a star's trim state in one read-only snapshot.
-func (db *DB) ReadTrimState(ctx context.Context, star string) (TrimState, error) {
+// TrimState reads a star's trim state in one read-only snapshot.
+func (t *Trim) TrimState(ctx context.Context, star string) (TrimState, error) {
 	var st TrimState
-	err := db.readTx(ctx, func(tx pgx.Tx) error {
+	err := t.db.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		st, err = readTrimState(ctx, tx, star)
 		return err
@@ -66,7 +66,7 @@ func (db *DB) ReadTrimState(ctx context.Context, star string) (TrimState, error)
 	return st, err
 }
 
-// readTrimState is ReadTrimState within tx: its six reads in one batch
+// readTrimState is TrimState within tx: its six reads in one batch
 // (one round trip).
 func readTrimState(ctx context.Context, tx pgx.Tx, star string) (TrimState, error) {
 	var st TrimState
@@ -192,12 +192,12 @@ type SlotReap struct {
 // fails with ErrCursorMoved when the row is no longer prev, and with
 // ErrInvariant when a remaining ref of the star names a slot before to
 // (positions are compared raw: from and to must be normalised).
-func (db *DB) AdvanceTrim(ctx context.Context, f Fence, prev *SlotPos, from, to SlotPos, grace time.Duration) (SlotReap, error) {
+func (t *Trim) AdvanceTrim(ctx context.Context, f Fence, prev *SlotPos, from, to SlotPos, grace time.Duration) (SlotReap, error) {
 	r := SlotReap{Star: f.Star, From: from, To: to}
 	if !from.Less(to) {
 		return r, fmt.Errorf("advance trim of star %q from %s to %s: not forward", f.Star, from, to)
 	}
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var cur SlotPos
 		err := tx.QueryRow(ctx, `SELECT epoch, seq FROM nova.trim_cursors WHERE star = $1 FOR UPDATE`, f.Star).Scan(&cur.Epoch, &cur.Seq)
 		switch {
@@ -239,8 +239,8 @@ func (db *DB) AdvanceTrim(ctx context.Context, f Fence, prev *SlotPos, from, to 
 
 // SlotReaps lists a star's slot reaps in release order, with Due by the
 // database clock.
-func (db *DB) SlotReaps(ctx context.Context, star string) ([]SlotReap, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now(), done_buckets
+func (t *Trim) SlotReaps(ctx context.Context, star string) ([]SlotReap, error) {
+	rows, err := t.db.reader(ctx).Query(ctx, `SELECT id, star, from_epoch, from_seq, to_epoch, to_seq, reap_after, reap_after <= now(), done_buckets
 		FROM nova.slot_reaps WHERE star = $1 ORDER BY from_epoch, from_seq, id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("list slot reaps of star %q: %w", star, err)
@@ -257,8 +257,8 @@ func (db *DB) SlotReaps(ctx context.Context, star string) ([]SlotReap, error) {
 
 // FinishSlotReap deletes a slot reap once every bucket of its class
 // confirmed every key of its range deleted.
-func (db *DB) FinishSlotReap(ctx context.Context, f Fence, id int64) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (t *Trim) FinishSlotReap(ctx context.Context, f Fence, id int64) error {
+	return t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM nova.slot_reaps WHERE id = $1 AND star = $2`, id, f.Star); err != nil {
 			return fmt.Errorf("finish slot reap %d: %w", id, err)
 		}
@@ -268,8 +268,8 @@ func (db *DB) FinishSlotReap(ctx context.Context, f Fence, id int64) error {
 
 // SlotReapBucketsDone records that buckets confirmed every slot of a
 // slot reap's range deleted (its later rounds skip them).
-func (db *DB) SlotReapBucketsDone(ctx context.Context, f Fence, id int64, buckets []string) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (t *Trim) SlotReapBucketsDone(ctx context.Context, f Fence, id int64, buckets []string) error {
+	return t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE nova.slot_reaps SET done_buckets = ARRAY(
 				SELECT DISTINCT b FROM unnest(done_buckets || $3::text[]) AS b ORDER BY b)
 			WHERE id = $1 AND star = $2`, id, f.Star, buckets); err != nil {
@@ -282,8 +282,8 @@ func (db *DB) SlotReapBucketsDone(ctx context.Context, f Fence, id int64, bucket
 // ShrinkSlotReap records progress on a partly deleted range: its start moves
 // from from to next (the first slot not yet confirmed in every bucket). It
 // changes nothing unless the row still starts at from.
-func (db *DB) ShrinkSlotReap(ctx context.Context, f Fence, id int64, from, next SlotPos) error {
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (t *Trim) ShrinkSlotReap(ctx context.Context, f Fence, id int64, from, next SlotPos) error {
+	return t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE nova.slot_reaps SET from_epoch = $4, from_seq = $5
 			WHERE id = $1 AND star = $6 AND from_epoch = $2 AND from_seq = $3`, id, from.Epoch, from.Seq, next.Epoch, next.Seq, f.Star); err != nil {
 			return fmt.Errorf("record progress of slot reap %d: %w", id, err)
@@ -318,8 +318,8 @@ const retiredOf = `SELECT c.* FROM nova.catalog c
 
 // RetentionCandidates lists up to limit catalog entries of the star that
 // retention would remove (changing nothing), in stream and record order.
-func (db *DB) RetentionCandidates(ctx context.Context, star string, limit int) ([]RetiredEntry, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+prefixed("c.", entryCols)+`, d.bucket
+func (t *Trim) RetentionCandidates(ctx context.Context, star string, limit int) ([]RetiredEntry, error) {
+	rows, err := t.db.reader(ctx).Query(ctx, `SELECT `+prefixed("c.", entryCols)+`, d.bucket
 		FROM (`+retentionDue+`) d CROSS JOIN LATERAL (`+retiredOf+`) c
 		ORDER BY c.stream_id, c.epoch, c.first_record LIMIT $2`, star, limit)
 	if err != nil {
@@ -365,8 +365,8 @@ func prefixed(p, cols string) string {
 // so the statement's cost is that of the streams and entries it retires,
 // never the catalog's size. It returns what it removed, and more when
 // another call may find more.
-func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, limit int, key func(RetiredEntry) string) (out []RetiredEntry, more bool, err error) {
-	err = db.fenced(ctx, f, func(tx pgx.Tx) error {
+func (t *Trim) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, limit int, key func(RetiredEntry) string) (out []RetiredEntry, more bool, err error) {
+	err = t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		// The due streams are found through the partial index, then
 		// locked by primary key (a planner that cannot estimate
 		// low_record > retained_through may seq-scan the streams for a
@@ -445,8 +445,8 @@ func (db *DB) ApplyRetention(ctx context.Context, f Fence, grace time.Duration, 
 // intents of the star whose object the reap step should consider now
 // (database clock): reap intents past reap_after, and publish intents
 // created more than grace ago.
-func (db *DB) DueObjectReaps(ctx context.Context, star string, grace time.Duration, after int64, limit int) ([]Intent, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, true,
+func (t *Trim) DueObjectReaps(ctx context.Context, star string, grace time.Duration, after int64, limit int) ([]Intent, error) {
+	rows, err := t.db.reader(ctx).Query(ctx, `SELECT id, star, kind, object_key, class, coalesce(upload_id, ''), staged_parts, created_at, reap_after, true,
 			abort_unrecorded
 		FROM nova.orphan_intents
 		WHERE star = $1 AND id > $4 AND (kind = 'reap' AND reap_after <= now() OR kind = 'publish' AND created_at <= now() - $2::interval)
@@ -473,9 +473,9 @@ type ReapBacklog struct {
 }
 
 // ObjectReapBacklog counts the star's reap intents, due and waiting.
-func (db *DB) ObjectReapBacklog(ctx context.Context, star string, grace time.Duration) (ReapBacklog, error) {
+func (t *Trim) ObjectReapBacklog(ctx context.Context, star string, grace time.Duration) (ReapBacklog, error) {
 	var b ReapBacklog
-	err := db.reader(ctx).QueryRow(ctx, `SELECT
+	err := t.db.reader(ctx).QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE kind = 'reap' AND reap_after <= now() OR kind = 'publish' AND created_at <= now() - $2::interval),
 			count(*) FILTER (WHERE kind = 'reap' AND reap_after > now())
 		FROM nova.orphan_intents WHERE star = $1`, star, grace).Scan(&b.ObjectsDue, &b.ObjectsWaiting)
@@ -505,7 +505,7 @@ type ReapCandidate struct {
 type KeyVerdict int
 
 const (
-	// KeyDead: no catalog row has the key's coordinates, no other open
+	// KeyDead means no catalog row has the key's coordinates, no other open
 	// publish intent names it, and (for a publish intent) no settle would
 	// take the intent up again. ClassifyReaps makes it dead for good in the
 	// same transaction: the base's high-water revision is raised to the
@@ -513,18 +513,18 @@ const (
 	// name the key again (docs/architecture.md#no-late-delete). Deleting it
 	// is safe at any time, late or not.
 	KeyDead KeyVerdict = iota
-	// KeyReferenced: a catalog row has the key's coordinates (and the
+	// KeyReferenced means a catalog row has the key's coordinates (and the
 	// stream's bucket is the key's). The reap intent is dropped, never
 	// executed.
 	KeyReferenced
-	// KeyPublishable: a publish intent older than the grace that a settle
+	// KeyPublishable means a publish intent older than the grace that a settle
 	// would still take up (its key is its stream's next object at
 	// settled_through, or the next revision of an entry that a tail rewrite
 	// or a pending erasure rewrites): held, not deleted.
 	KeyPublishable
-	// KeyPublishing: another open publish intent names the key: held.
+	// KeyPublishing means another open publish intent names the key: held.
 	KeyPublishing
-	// KeyGone: the intent is gone or no longer due; nothing to do.
+	// KeyGone means the intent is gone or no longer due; nothing to do.
 	KeyGone
 )
 
@@ -557,9 +557,9 @@ func (v KeyVerdict) String() string {
 // from this commit on no publish intent can name the key
 // (docs/architecture.md#no-late-delete). The caller deletes the objects of
 // KeyDead candidates, then calls FinishReaps.
-func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, cands []ReapCandidate) (map[int64]KeyVerdict, error) {
+func (t *Trim) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, cands []ReapCandidate) (map[int64]KeyVerdict, error) {
 	var out map[int64]KeyVerdict
-	err := db.fenced(ctx, f, func(tx pgx.Tx) error {
+	err := t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		var err error
 		var unreachable map[int64]bool
 		out, unreachable, err = classify(ctx, tx, f.Star, grace, cands, true)
@@ -621,9 +621,9 @@ func (db *DB) ClassifyReaps(ctx context.Context, f Fence, grace time.Duration, c
 }
 
 // PreviewReaps is ClassifyReaps for a dry run: it locks and changes nothing.
-func (db *DB) PreviewReaps(ctx context.Context, star string, grace time.Duration, cands []ReapCandidate) (map[int64]KeyVerdict, error) {
+func (t *Trim) PreviewReaps(ctx context.Context, star string, grace time.Duration, cands []ReapCandidate) (map[int64]KeyVerdict, error) {
 	var out map[int64]KeyVerdict
-	err := db.readTx(ctx, func(tx pgx.Tx) error {
+	err := t.db.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		out, _, err = classify(ctx, tx, star, grace, cands, false)
 		return err
@@ -724,11 +724,11 @@ func classify(ctx context.Context, tx pgx.Tx, star string, grace time.Duration, 
 }
 
 // FinishReaps deletes intents whose object reap (or upload abort) is done.
-func (db *DB) FinishReaps(ctx context.Context, f Fence, ids []int64) error {
+func (t *Trim) FinishReaps(ctx context.Context, f Fence, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	return db.fenced(ctx, f, func(tx pgx.Tx) error {
+	return t.db.fenced(ctx, f, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = ANY($1) AND star = $2`, ids, f.Star); err != nil {
 			return fmt.Errorf("finish %d object reaps: %w", len(ids), err)
 		}

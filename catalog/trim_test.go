@@ -36,7 +36,7 @@ func trimFixture(t *testing.T) (*catalog.DB, context.Context, catalog.Fence) {
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func settleEntry(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fe
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: prev, IntentID: in, ObjectKey: key, OldKey: old, ReapGrace: time.Hour}); err != nil {
+	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: prev, IntentID: in, ObjectKey: key, OldKey: old, ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -59,7 +59,7 @@ func settleEntry(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fe
 func TestTrimStateAdvanceAndSlotReaps(t *testing.T) {
 	t.Parallel()
 	db, ctx, f := trimFixture(t)
-	st, err := db.ReadTrimState(ctx, "s1")
+	st, err := db.Trim().TrimState(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,67 +68,67 @@ func TestTrimStateAdvanceAndSlotReaps(t *testing.T) {
 		t.Fatalf("fresh trim state: %+v", st)
 	}
 	// A ref still names 1/0: moving past it is a broken invariant.
-	if _, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour); !errors.Is(err, catalog.ErrInvariant) {
+	if _, err := db.Trim().AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour); !errors.Is(err, catalog.ErrInvariant) {
 		t.Fatalf("advance past a ref: %v", err)
 	}
 	settleEntry(t, ctx, db, f, sid(1), 0, 10, 0, -1, "k0", "")
-	st, _ = db.ReadTrimState(ctx, "s1")
+	st, _ = db.Trim().TrimState(ctx, "s1")
 	if st.RefMin == nil || st.RefMin.Slot != (catalog.SlotPos{Epoch: 1, Seq: 1}) {
 		t.Fatalf("after settling [0,10): %+v", st.RefMin)
 	}
-	r, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour)
+	r, err := db.Trim().AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour); !errors.Is(err, catalog.ErrCursorMoved) {
+	if _, err := db.Trim().AdvanceTrim(ctx, f, nil, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}, time.Hour); !errors.Is(err, catalog.ErrCursorMoved) {
 		t.Fatalf("second advance from no row: %v", err)
 	}
 	stale := f
 	stale.Token++
 	prev := catalog.SlotPos{Epoch: 1, Seq: 1}
-	if _, err := db.AdvanceTrim(ctx, stale, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 1}, 0); err == nil {
+	if _, err := db.Trim().AdvanceTrim(ctx, stale, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 1}, 0); err == nil {
 		t.Fatal("advance to the same position accepted")
 	}
-	if _, err := db.AdvanceTrim(ctx, stale, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 2}, 0); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := db.Trim().AdvanceTrim(ctx, stale, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 2}, 0); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("stale token: %v", err)
 	}
-	st, _ = db.ReadTrimState(ctx, "s1")
+	st, _ = db.Trim().TrimState(ctx, "s1")
 	if !st.HasCursor || st.Cursor != prev {
 		t.Fatalf("cursor: %+v", st)
 	}
-	reaps, err := db.SlotReaps(ctx, "s1")
+	reaps, err := db.Trim().SlotReaps(ctx, "s1")
 	if err != nil || len(reaps) != 1 || reaps[0].ID != r.ID || reaps[0].Due || reaps[0].From != (catalog.SlotPos{Epoch: 1}) ||
 		reaps[0].To != prev || !reaps[0].ReapAfter.After(st.Now.Add(59*time.Minute)) {
 		t.Fatalf("slot reaps: %+v %v", reaps, err)
 	}
 	// Grace 0 is due at once, by the database clock.
 	settleEntry(t, ctx, db, f, sid(1), 10, 10, 0, -1, "k1", "")
-	r2, err := db.AdvanceTrim(ctx, f, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 2}, 0)
+	r2, err := db.Trim().AdvanceTrim(ctx, f, &prev, prev, catalog.SlotPos{Epoch: 1, Seq: 2}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reaps, _ = db.SlotReaps(ctx, "s1")
+	reaps, _ = db.Trim().SlotReaps(ctx, "s1")
 	if len(reaps) != 2 || reaps[0].Due || !reaps[1].Due {
 		t.Fatalf("due flags: %+v", reaps)
 	}
-	if err := db.ShrinkSlotReap(ctx, f, r2.ID, catalog.SlotPos{Epoch: 9}, catalog.SlotPos{Epoch: 9, Seq: 1}); err != nil {
+	if err := db.Trim().ShrinkSlotReap(ctx, f, r2.ID, catalog.SlotPos{Epoch: 9}, catalog.SlotPos{Epoch: 9, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.ShrinkSlotReap(ctx, f, r.ID, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}); err != nil {
+	if err := db.Trim().ShrinkSlotReap(ctx, f, r.ID, catalog.SlotPos{Epoch: 1}, catalog.SlotPos{Epoch: 1, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.FinishSlotReap(ctx, f, r2.ID); err != nil {
+	if err := db.Trim().FinishSlotReap(ctx, f, r2.ID); err != nil {
 		t.Fatal(err)
 	}
-	reaps, _ = db.SlotReaps(ctx, "s1")
+	reaps, _ = db.Trim().SlotReaps(ctx, "s1")
 	if len(reaps) != 1 || reaps[0].From != (catalog.SlotPos{Epoch: 1, Seq: 1}) || reaps[0].To != prev {
 		t.Fatalf("after shrink and finish: %+v", reaps)
 	}
 	// B's ref is the bound; quarantined, it shows as the quarantine's hold.
-	if err := db.Quarantine(ctx, f, sid(2), "", "corrupt", "test"); err != nil {
+	if err := db.Settle().Quarantine(ctx, f, sid(2), "", "corrupt", "test"); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = db.ReadTrimState(ctx, "s1")
+	st, _ = db.Trim().TrimState(ctx, "s1")
 	if st.QuarantineMin == nil || st.QuarantineMin.Slot != (catalog.SlotPos{Epoch: 1, Seq: 2}) || st.QuarantinedStreams != 1 {
 		t.Fatalf("quarantine hold: %+v", st)
 	}
@@ -145,24 +145,24 @@ func TestRetentionRemovesWhollyBelowLow(t *testing.T) {
 	if err := writepath.New(db).RaiseLowRecord(ctx, sid(1), 3); err != nil { // never lowers
 		t.Fatal(err)
 	}
-	cands, err := db.RetentionCandidates(ctx, "s1", 10)
+	cands, err := db.Trim().RetentionCandidates(ctx, "s1", 10)
 	if err != nil || len(cands) != 1 || cands[0].FirstRecord != 0 || cands[0].Bucket != "b1" {
 		t.Fatalf("candidates: %+v %v", cands, err)
 	}
 	key := func(e catalog.RetiredEntry) string { return "dead-" + e.Bucket }
-	removed, more, err := db.ApplyRetention(ctx, f, time.Hour, 10, key)
+	removed, more, err := db.Trim().ApplyRetention(ctx, f, time.Hour, 10, key)
 	if err != nil || more || len(removed) != 1 || removed[0].FirstRecord != 0 || removed[0].RecordCount != 10 {
 		t.Fatalf("removed: %+v (more %v) %v", removed, more, err)
 	}
-	entries, _ := db.EntriesOfStream(ctx, sid(1))
+	entries, _ := db.Streams().EntriesOfStream(ctx, sid(1))
 	if len(entries) != 1 || entries[0].FirstRecord != 10 {
 		t.Fatalf("the straddling entry must stay: %+v", entries)
 	}
-	intents, _ := db.Intents(ctx, "s1", "reap", 0)
+	intents, _ := db.Settle().Intents(ctx, "s1", "reap", 0)
 	if len(intents) != 1 || intents[0].ObjectKey != "dead-b1" || intents[0].Due || intents[0].Class != "standard" {
 		t.Fatalf("armed reap: %+v", intents)
 	}
-	if again, _, err := db.ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 0 {
+	if again, _, err := db.Trim().ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 0 {
 		t.Fatalf("second retention: %+v %v", again, err)
 	}
 	// low_record rising again puts the stream back in retention's index.
@@ -171,7 +171,7 @@ func TestRetentionRemovesWhollyBelowLow(t *testing.T) {
 	if err := writepath.New(db).RaiseLowRecord(ctx, sid(1), 30); err != nil {
 		t.Fatal(err)
 	}
-	if again, _, err := db.ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 2 ||
+	if again, _, err := db.Trim().ApplyRetention(ctx, f, time.Hour, 10, key); err != nil || len(again) != 2 ||
 		again[0].FirstRecord != 10 || again[1].FirstRecord != 20 {
 		t.Fatalf("retention after low_record rose to 30: %+v %v", again, err)
 	}
@@ -194,7 +194,7 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.AcquireLease(ctx, "s1", "me", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "me", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 	for more := true; more; calls++ {
 		var removed []catalog.RetiredEntry
 		var err error
-		removed, more, err = db.ApplyRetention(ctx, f, time.Hour, 2, key)
+		removed, more, err = db.Trim().ApplyRetention(ctx, f, time.Hour, 2, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 	if total != 5 {
 		t.Fatalf("removed %d entries, want 4 of stream 1 and 1 of stream 2", total)
 	}
-	if e, _ := db.EntriesOfStream(ctx, sid(1)); len(e) != 1 || e[0].FirstRecord != 40 {
+	if e, _ := db.Streams().EntriesOfStream(ctx, sid(1)); len(e) != 1 || e[0].FirstRecord != 40 {
 		t.Fatalf("stream 1 keeps [40, 50): %+v", e)
 	}
 	conn, err := pgx.Connect(ctx, url)
@@ -245,7 +245,7 @@ func TestRetentionBatchesStreamsAndEntries(t *testing.T) {
 	}
 	// Stream 3 (no entries yet) gets an entry wholly below its low_record.
 	settleEntry(t, ctx, db, f, sid(3), 0, 10, 0, -1, "c0", "")
-	removed, _, err := db.ApplyRetention(ctx, f, time.Hour, 10, key)
+	removed, _, err := db.Trim().ApplyRetention(ctx, f, time.Hour, 10, key)
 	if err != nil || len(removed) != 1 || removed[0].Stream != sid(3) {
 		t.Fatalf("an entry committed below low_record is retired: %+v %v", removed, err)
 	}
@@ -296,11 +296,11 @@ func TestClassifyReaps(t *testing.T) {
 	// intent opens above the revisions these keys buried.
 	want := map[int64]catalog.KeyVerdict{idRef: catalog.KeyReferenced, idDead: catalog.KeyDead, idPub: catalog.KeyDead,
 		idRw: catalog.KeyDead, idOther: catalog.KeyPublishing, idBucket: catalog.KeyDead, 999999: catalog.KeyGone}
-	pre, err := db.PreviewReaps(ctx, "s1", time.Hour, cands)
+	pre, err := db.Trim().PreviewReaps(ctx, "s1", time.Hour, cands)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := db.ClassifyReaps(ctx, f, time.Hour, cands)
+	got, err := db.Trim().ClassifyReaps(ctx, f, time.Hour, cands)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestClassifyReaps(t *testing.T) {
 		}
 	}
 	// The referenced key's reap intent was dropped, and only it.
-	due, err := db.DueObjectReaps(ctx, "s1", time.Hour, 0, 100)
+	due, err := db.Trim().DueObjectReaps(ctx, "s1", time.Hour, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,16 +322,16 @@ func TestClassifyReaps(t *testing.T) {
 		t.Fatalf("due after classify: %+v", due)
 	}
 	// Not yet due (armed with a grace): gone to the classifier.
-	in, _ := db.OpenPublishIntent(ctx, f, catalog.ExactTarget("late", 0), "standard")
-	_ = db.AbandonPublish(ctx, f, in.ID, time.Hour)
-	v, _ := db.ClassifyReaps(ctx, f, time.Hour, []catalog.ReapCandidate{{ID: in.ID, Key: "late", Coords: co(0, 0)}})
+	in, _ := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget("late", 0), "standard")
+	_ = db.Settle().AbandonPublish(ctx, f, in.ID, time.Hour)
+	v, _ := db.Trim().ClassifyReaps(ctx, f, time.Hour, []catalog.ReapCandidate{{ID: in.ID, Key: "late", Coords: co(0, 0)}})
 	if v[in.ID] != catalog.KeyGone {
 		t.Fatalf("reap before its reap_after: %v", v[in.ID])
 	}
-	if err := db.FinishReaps(ctx, f, []int64{idDead}); err != nil {
+	if err := db.Trim().FinishReaps(ctx, f, []int64{idDead}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := db.ObjectReapBacklog(ctx, "s1", time.Hour)
+	b, err := db.Trim().ObjectReapBacklog(ctx, "s1", time.Hour)
 	if err != nil || b.ObjectsDue != 4 || b.ObjectsWaiting != 2 { // a0~0 armed by the rewrite, and "late"
 		t.Fatalf("backlog: %+v %v", b, err)
 	}
@@ -360,7 +360,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	}
 	open := func(tg catalog.PublishTarget) catalog.Intent {
 		t.Helper()
-		in, err := db.OpenPublishIntent(ctx, f, tg, "standard")
+		in, err := db.Settle().OpenPublishIntent(ctx, f, tg, "standard")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +371,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	// new entry at settled_through that a settle would take up again.
 	stale := open(target(a, 0, 1, "a0"))
 	tail := open(target(a, 10, 1, "a10"))
-	if err := db.AbandonPublish(ctx, f, tail.ID, 0); err != nil {
+	if err := db.Settle().AbandonPublish(ctx, f, tail.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	live := open(target(a, 20, 0, "a20"))
@@ -380,7 +380,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	// binary armed, with no high-water row, on a base a plan still reaches
 	// (a new run at [30, ...) once more records arrive).
 	gap := open(target(a, 5, 0, "a5"))
-	if err := db.AbandonPublish(ctx, f, gap.ID, 0); err != nil {
+	if err := db.Settle().AbandonPublish(ctx, f, gap.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	var legacy int64
@@ -391,13 +391,13 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	absorb(t, ctx, db, 3, a, 20, 15)
 	// b: its open publish intent's standing object failed its data check.
 	pub := open(target(b, 0, 0, "b0"))
-	if err := db.QuarantineCondemning(ctx, f, b, "", "checksum", "bad bytes in b0~0", "b0~0", 0); err != nil {
+	if err := db.Settle().QuarantineCondemning(ctx, f, b, "", "checksum", "bad bytes in b0~0", "b0~0", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QuarantineCondemning(ctx, f, b, "", "checksum", "again", "b0~0", 0); err != nil {
+	if err := db.Settle().QuarantineCondemning(ctx, f, b, "", "checksum", "again", "b0~0", 0); err != nil {
 		t.Fatal(err)
 	}
-	reaps, _ := db.Intents(ctx, "s1", "reap", 0)
+	reaps, _ := db.Settle().Intents(ctx, "s1", "reap", 0)
 	n := 0
 	for _, r := range reaps {
 		if r.ObjectKey == "b0~0" {
@@ -420,7 +420,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	}
 	want := map[int64]catalog.KeyVerdict{stale.ID: catalog.KeyDead, tail.ID: catalog.KeyDead, live.ID: catalog.KeyPublishable,
 		pub.ID: catalog.KeyDead, gap.ID: catalog.KeyDead, legacy: catalog.KeyDead}
-	got, err := db.ClassifyReaps(ctx, f, 0, cands)
+	got, err := db.Trim().ClassifyReaps(ctx, f, 0, cands)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,11 +431,11 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	}
 	// The dead publish intent is a reap now, whose every upload a retry
 	// lists again (AbortUnrecorded); the held one is still open.
-	pubs, _ := db.Intents(ctx, "s1", "publish", 0)
+	pubs, _ := db.Settle().Intents(ctx, "s1", "publish", 0)
 	if len(pubs) != 1 || pubs[0].ID != live.ID {
 		t.Fatalf("open publish intents after classify: %+v", pubs)
 	}
-	due, err := db.DueObjectReaps(ctx, "s1", time.Hour, 0, 100)
+	due, err := db.Trim().DueObjectReaps(ctx, "s1", time.Hour, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 		}
 	}
 	// Released, or not: every next intent of a buried base goes above it.
-	if _, err := db.ReleaseQuarantine(ctx, "s1", b); err != nil {
+	if _, err := writepath.New(db).ReleaseQuarantine(ctx, "s1", b); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -475,11 +475,11 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 // due at once, returning its ID.
 func armReap(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence, key string) int64 {
 	t.Helper()
-	in, err := db.OpenPublishIntent(ctx, f, catalog.ExactTarget(key, 0), "standard")
+	in, err := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget(key, 0), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.AbandonPublish(ctx, f, in.ID, 0); err != nil {
+	if err := db.Settle().AbandonPublish(ctx, f, in.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	return in.ID
@@ -496,7 +496,7 @@ func TestOpenPublishIntentTakesUpAnOlderBinarysIntent(t *testing.T) {
 	}
 	tg := catalog.PublishTarget{Base: catalog.KeyBase{Stream: sid(1), Epoch: 1, FirstRecord: 0},
 		Key: func(r int32) string { return fmt.Sprintf("old~%d", r) }}
-	in, err := db.OpenPublishIntent(ctx, f, tg, "standard")
+	in, err := db.Settle().OpenPublishIntent(ctx, f, tg, "standard")
 	if err != nil || !in.Reopened || in.ObjectKey != "old~0" {
 		t.Fatalf("intent: %+v %v, want old~0 taken up", in, err)
 	}

@@ -99,10 +99,10 @@ type Entry struct {
 // EndRecord is one past the entry's last record.
 func (e Entry) EndRecord() int64 { return e.FirstRecord + e.RecordCount }
 
-// GetStar reads one star.
-func (db *DB) GetStar(ctx context.Context, star string) (Star, error) {
+// Star reads one star.
+func (ss *Streams) Star(ctx context.Context, star string) (Star, error) {
 	var s Star
-	err := db.reader(ctx).QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars WHERE star = $1`, star).
+	err := ss.db.reader(ctx).QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars WHERE star = $1`, star).
 		Scan(&s.Star, &s.ChainClass, &s.Epoch, &s.NextSeq, &s.FenceWindow)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("star %q: %w", star, ErrNotFound)
@@ -114,8 +114,8 @@ func (db *DB) GetStar(ctx context.Context, star string) (Star, error) {
 }
 
 // StarEpochs reads a star's epochs in order.
-func (db *DB) StarEpochs(ctx context.Context, star string) ([]StarEpoch, error) {
-	return starEpochs(ctx, db.pool, star)
+func (ss *Streams) StarEpochs(ctx context.Context, star string) ([]StarEpoch, error) {
+	return starEpochs(ctx, ss.db.pool, star)
 }
 
 const streamCols = `stream_id, star, bucket, epoch, class, next_record, low_record, settled_through`
@@ -126,9 +126,9 @@ func scanStream(r pgx.Row) (Stream, error) {
 	return s, err
 }
 
-// GetStream reads one stream.
-func (db *DB) GetStream(ctx context.Context, id StreamID) (Stream, error) {
-	s, err := scanStream(db.reader(ctx).QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
+// Stream reads one stream.
+func (ss *Streams) Stream(ctx context.Context, id StreamID) (Stream, error) {
+	s, err := scanStream(ss.db.reader(ctx).QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("stream %s: %w", id, ErrNotFound)
 	}
@@ -139,8 +139,8 @@ func (db *DB) GetStream(ctx context.Context, id StreamID) (Stream, error) {
 }
 
 // StreamsOfStar lists a star's streams in stream ID order.
-func (db *DB) StreamsOfStar(ctx context.Context, star string) ([]Stream, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE star = $1 ORDER BY stream_id`, star)
+func (ss *Streams) StreamsOfStar(ctx context.Context, star string) ([]Stream, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE star = $1 ORDER BY stream_id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("list streams of star %q: %w", star, err)
 	}
@@ -172,19 +172,6 @@ func scanRef(r pgx.Row) (SpanRef, error) {
 	return ref, nil
 }
 
-// RefsOfStream reads a stream's span refs in record order.
-func (db *DB) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+refCols+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
-	if err != nil {
-		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
-	}
-	return out, nil
-}
-
 // StreamSnapshot reads a stream and its first limit unsettled span refs
 // (those ending past settled_through, in record order) from one snapshot,
 // so the refs are exactly those that tile [settled_through, next_record).
@@ -193,13 +180,13 @@ func (db *DB) RefsOfStream(ctx context.Context, id StreamID) ([]SpanRef, error) 
 // broken when it is only newer (a false tiling quarantine). The stream's
 // last catalog entry (nil when none) comes from the same snapshot: one
 // transaction per stream for all three reads.
-func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Stream, []SpanRef, *Entry, error) {
+func (s *Settle) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Stream, []SpanRef, *Entry, error) {
 	var (
 		st   Stream
 		refs []SpanRef
 		last *Entry
 	)
-	err := db.readTx(ctx, func(tx pgx.Tx) error {
+	err := s.db.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		st, err = scanStream(tx.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -227,8 +214,8 @@ func (db *DB) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Strea
 // RefsWindow reads at most limit of a stream's span refs that end past from
 // and start before before, in record order (an index range: the settle
 // commits delete refs once they are wholly settled).
-func (db *DB) RefsWindow(ctx context.Context, id StreamID, from, before int64, limit int) ([]SpanRef, error) {
-	return refsWindow(ctx, db.pool, id, from, before, limit)
+func (s *Settle) RefsWindow(ctx context.Context, id StreamID, from, before int64, limit int) ([]SpanRef, error) {
+	return refsWindow(ctx, s.db.pool, id, from, before, limit)
 }
 
 func refsWindow(ctx context.Context, q interface {
@@ -248,8 +235,8 @@ func refsWindow(ctx context.Context, q interface {
 }
 
 // DueMarkers lists a star's due markers, oldest first.
-func (db *DB) DueMarkers(ctx context.Context, star string) ([]DueMarker, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT d.stream_id, d.class, d.since FROM nova.due_markers d
+func (ss *Streams) DueMarkers(ctx context.Context, star string) ([]DueMarker, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT d.stream_id, d.class, d.since FROM nova.due_markers d
 		JOIN nova.streams s USING (stream_id) WHERE s.star = $1 ORDER BY d.since, d.stream_id`, star)
 	if err != nil {
 		return nil, fmt.Errorf("read due markers of star %q: %w", star, err)
@@ -274,8 +261,8 @@ func scanEntry(r pgx.Row) (Entry, error) {
 }
 
 // EntriesOfStream reads a stream's catalog entries in record order.
-func (db *DB) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, error) {
-	rows, err := db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1 ORDER BY epoch, first_record`, id)
+func (ss *Streams) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1 ORDER BY epoch, first_record`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read catalog of stream %s: %w", id, err)
 	}
@@ -284,17 +271,4 @@ func (db *DB) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, error)
 		return nil, fmt.Errorf("read catalog of stream %s: %w", id, err)
 	}
 	return out, nil
-}
-
-// LastEntry reads a stream's last catalog entry (ErrNotFound when none).
-func (db *DB) LastEntry(ctx context.Context, id StreamID) (Entry, error) {
-	e, err := scanEntry(db.reader(ctx).QueryRow(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1
-		ORDER BY epoch DESC, first_record DESC LIMIT 1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return e, fmt.Errorf("last catalog entry of stream %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return e, fmt.Errorf("read last catalog entry of stream %s: %w", id, err)
-	}
-	return e, nil
 }

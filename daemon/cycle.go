@@ -93,7 +93,9 @@ type Config struct {
 
 // Deps are what the daemon works with.
 type Deps struct {
-	DB       Metastore    // what the daemon reads and writes in Postgres (metastore.go)
+	DB       Metastore    // the ledger and status reads in Postgres (metastore.go, *catalog.Ledger)
+	Leases   Leases       // the star's lease (*catalog.Leases)
+	Requests Requests     // the operator's admin requests (*catalog.Requests)
 	Steps    []cycle.Step // run in order (docs/architecture.md#the-cycle)
 	Log      *slog.Logger
 	Metrics  *Metrics               // nil: metrics kept on a private registry
@@ -164,7 +166,7 @@ func (c Config) validate(needSchedule bool) error {
 }
 
 func (d *Deps) defaults(version string) error {
-	if d.DB == nil {
+	if d.DB == nil || d.Leases == nil || d.Requests == nil {
 		return errors.New("daemon: no database")
 	}
 	if d.Log == nil {
@@ -228,7 +230,7 @@ func RunOnce(ctx context.Context, cfg Config, deps Deps, opts cycle.Options) (cy
 	deps.Metrics.LeaseAcquisitions.Inc()
 	t := r.hold(ctx, heldLease{Lease: lease, sent: sent})
 	defer r.release(t)
-	state, err := deps.DB.GetDaemonState(ctx, cfg.Star)
+	state, err := deps.DB.DaemonState(ctx, cfg.Star)
 	if err != nil {
 		return cycle.Counts{}, err
 	}
@@ -268,7 +270,7 @@ func OnceIdle(ctx context.Context, cfg Config, deps Deps) (bool, error) {
 	}
 	idle := false
 	err := deps.DB.ReadOnly(ctx, func(ctx context.Context) error {
-		state, err := deps.DB.GetDaemonState(ctx, cfg.Star)
+		state, err := deps.DB.DaemonState(ctx, cfg.Star)
 		if err != nil || state.Paused || state.Halted() {
 			return err
 		}
@@ -383,7 +385,7 @@ func (r *runner) acquire(ctx context.Context) (catalog.Lease, time.Time, error) 
 	sent := time.Now()
 	actx, cancel := context.WithTimeout(ctx, r.cfg.LeaseCallTimeout)
 	defer cancel()
-	l, err := r.deps.DB.AcquireLeaseInstance(actx, r.cfg.Star, r.cfg.Holder, r.instance, r.cfg.LeaseTTL)
+	l, err := r.deps.Leases.AcquireLeaseInstance(actx, r.cfg.Star, r.cfg.Holder, r.instance, r.cfg.LeaseTTL)
 	return l, sent, err
 }
 
@@ -453,7 +455,7 @@ func (r *runner) hold(parent context.Context, lease heldLease) *term {
 			}
 			sent := time.Now()
 			rctx, rcancel := context.WithDeadline(ctx, minTime(deadline, sent.Add(r.cfg.LeaseCallTimeout)))
-			_, err := r.deps.DB.RenewLease(rctx, lease.Fence, r.cfg.LeaseTTL)
+			_, err := r.deps.Leases.RenewLease(rctx, lease.Fence, r.cfg.LeaseTTL)
 			rcancel()
 			if ctx.Err() != nil {
 				return
@@ -507,13 +509,13 @@ func (r *runner) release(t *term) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := r.deps.DB.ReleaseLease(ctx, t.lease.Fence)
+	err := r.deps.Leases.ReleaseLease(ctx, t.lease.Fence)
 	m.tx(err)
 	if err != nil {
 		r.deps.Log.Warn("lease release failed; it expires on its own", "star", t.lease.Star, "token", t.lease.Token, "err", err)
 		return
 	}
-	if err := r.deps.DB.Notify(ctx, t.lease.Star); err != nil {
+	if err := r.deps.Leases.Notify(ctx, t.lease.Star); err != nil {
 		r.deps.Log.Debug("notify after release failed", "err", err)
 	}
 	r.deps.Log.Info("lease released", "star", t.lease.Star, "token", t.lease.Token)
@@ -528,11 +530,12 @@ type leaderGauges interface{ ResetLeaderGauges() }
 func (r *runner) closeAbandoned(t *term) {
 	n, err := r.deps.DB.CloseAbandonedRuns(t.ctx, t.lease.Fence)
 	r.deps.Metrics.tx(err)
-	if errors.Is(err, catalog.ErrStaleToken) {
+	switch {
+	case errors.Is(err, catalog.ErrStaleToken):
 		t.lose(err)
-	} else if err != nil {
+	case err != nil:
 		r.deps.Log.Warn("closing abandoned runs failed", "err", err)
-	} else if n > 0 {
+	case n > 0:
 		r.deps.Log.Info("closed runs abandoned by earlier holders", "runs", n)
 	}
 }

@@ -26,6 +26,7 @@ type Daemon struct {
 	cfg  Config
 	r    *runner
 	db   Metastore
+	reqs Requests
 	m    *Metrics
 	log  *slog.Logger
 	wake chan struct{} // a notification for our star (or a reconnected listener)
@@ -59,7 +60,7 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 	if err := deps.defaults(cfg.Version); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, r: newRunner(cfg, deps), db: deps.DB, m: deps.Metrics, log: deps.Log,
+	d := &Daemon{cfg: cfg, r: newRunner(cfg, deps), db: deps.DB, reqs: deps.Requests, m: deps.Metrics, log: deps.Log,
 		wake: make(chan struct{}, 1), refresh: make(chan struct{}, 1), guard: newGuard(), trim: deps.Trim}
 	d.role.Store("standby")
 	d.addr.Store("")
@@ -313,7 +314,7 @@ type idleRun struct {
 	recorded bool
 }
 
-// The ledger records idle cycles as one run row (catalog.RecordIdleRun):
+// The ledger records idle cycles as one run row (catalog.Ledger.RecordIdleRun):
 // at the first idle cycle after a cycle that ran its steps (so that the
 // ledger shows the star went quiet, as a cycle's row did), then once
 // idleRunEvery of them, or Config.IdleRecord since the first, have gone
@@ -452,12 +453,12 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		open  []catalog.AdminRequest
 		state catalog.DaemonState
 	)
-	err := d.db.ReadOnly(ctx, func(ctx context.Context) error {
+	err := d.reqs.ReadOnly(ctx, func(ctx context.Context) error {
 		var err error
-		if open, err = d.db.AdminRequests(ctx, d.cfg.Star, true, 1000); err != nil {
+		if open, err = d.reqs.AdminRequests(ctx, d.cfg.Star, true, 1000); err != nil {
 			return err
 		}
-		state, err = d.db.GetDaemonState(ctx, d.cfg.Star)
+		state, err = d.reqs.DaemonState(ctx, d.cfg.Star)
 		return err
 	})
 	if err != nil {
@@ -474,7 +475,7 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		}
 	}
 	if others {
-		reqs, err := d.db.ConsumeAdminRequests(ctx, t.lease.Fence, []string{catalog.AdminPause, catalog.AdminResume, catalog.AdminRelease})
+		reqs, err := d.reqs.ConsumeAdminRequests(ctx, t.lease.Fence, []string{catalog.AdminPause, catalog.AdminResume, catalog.AdminRelease})
 		d.m.tx(err)
 		if errors.Is(err, catalog.ErrStaleToken) {
 			t.lose(err)
@@ -489,7 +490,7 @@ func (d *Daemon) admin(t *term, st *adminState) {
 		}
 		if len(reqs) > 0 {
 			d.poke()
-			if state, err = d.db.GetDaemonState(ctx, d.cfg.Star); err != nil {
+			if state, err = d.db.DaemonState(ctx, d.cfg.Star); err != nil {
 				d.log.Warn("reading the pause and halt state failed", "err", err)
 				return
 			}
@@ -611,7 +612,7 @@ func (d *Daemon) poke() {
 func (d *Daemon) listen(ctx context.Context) {
 	wait := time.Second
 	for ctx.Err() == nil {
-		l, err := d.db.Listen(ctx)
+		l, err := d.reqs.Listen(ctx)
 		if err != nil {
 			d.log.Debug("listen failed; retrying", "in", wait, "err", err)
 			select {
@@ -687,12 +688,12 @@ func (d *Daemon) readGauges(ctx context.Context) error {
 	// The leader's recorded policy, so every instance's gauges, /status and
 	// auditor status agree (this instance's own until one is recorded).
 	policy, reapGrace := d.cfg.Policy, d.cfg.ReapGrace
-	if rt, err := d.db.GetRuntime(ctx, d.cfg.Star); err == nil {
+	if rt, err := d.db.Runtime(ctx, d.cfg.Star); err == nil {
 		policy, reapGrace = rt.Policy, rt.ReapGrace
 	} else if !errors.Is(err, catalog.ErrNotFound) {
 		return err
 	}
-	star, err := d.db.GetStar(ctx, d.cfg.Star)
+	star, err := d.db.Star(ctx, d.cfg.Star)
 	if err != nil {
 		return fmt.Errorf("read star %q: %w", d.cfg.Star, err)
 	}
@@ -731,14 +732,14 @@ func (d *Daemon) readGauges(ctx context.Context) error {
 	}
 	d.m.ErasureTransitWindow.Set(window.Seconds())
 	d.m.ErasuresInTransit.Set(float64(inTransit))
-	b, err := d.db.GetBacklog(ctx, d.cfg.Star)
+	b, err := d.db.Backlog(ctx, d.cfg.Star)
 	if err != nil {
 		return err
 	}
 	d.m.Quarantined.Set(float64(b.Quarantined))
 	d.m.OpenIntents.WithLabelValues("publish").Set(float64(b.PublishIntents))
 	d.m.OpenIntents.WithLabelValues("reap").Set(float64(b.ReapIntents))
-	eb, err := d.db.GetErasureBacklog(ctx, d.cfg.Star)
+	eb, err := d.db.ErasureBacklog(ctx, d.cfg.Star)
 	if err != nil {
 		return err
 	}
@@ -748,7 +749,7 @@ func (d *Daemon) readGauges(ctx context.Context) error {
 	if err := d.refreshTrimGauges(ctx, reapGrace); err != nil {
 		return err
 	}
-	st, err := d.db.GetDaemonState(ctx, d.cfg.Star)
+	st, err := d.db.DaemonState(ctx, d.cfg.Star)
 	if err != nil {
 		return err
 	}

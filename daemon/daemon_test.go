@@ -82,7 +82,7 @@ func TestTriggerWakesTheLeaderAndForcesStreams(t *testing.T) {
 	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
-	req, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "op")
+	req, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, &id, "op")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +97,14 @@ func TestTriggerWakesTheLeaderAndForcesStreams(t *testing.T) {
 	// is settled through the next_record it was asked at).
 	var got catalog.AdminRequest
 	eventually(t, 2*time.Second, "the request consumed", func() bool {
-		got, err = db.GetAdminRequest(ctx, req.ID)
+		got, err = db.Requests().AdminRequest(ctx, req.ID)
 		return err == nil && got.ConsumedAt != nil
 	})
 	if got.ConsumedBy != "d1" || got.Outcome != catalog.TriggerDone || got.RunID == nil || got.Attempts != 1 {
 		t.Fatalf("request after the cycle: %+v", got)
 	}
 	// A plain trigger: a manual cycle with no forced streams.
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
 		t.Fatal(err)
 	}
 	rec.wait(t, 2*time.Second)
@@ -128,13 +128,13 @@ func TestPauseStopsCyclesAndResumeRestartsThem(t *testing.T) {
 	s := serve(t, withHolder(every(t, "@every 1s"), "d1"), db, rec)
 	rec.wait(t, 5*time.Second)
 
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminPause, nil, "op"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminPause, nil, "op"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "paused gauge", func() bool { return testutil.ToFloat64(s.m.Paused) == 1 })
 	time.Sleep(300 * time.Millisecond) // a cycle already started may finish
 	n := len(rec.snapshot())
-	trig, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op")
+	trig, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,15 +145,15 @@ func TestPauseStopsCyclesAndResumeRestartsThem(t *testing.T) {
 	if !s.leader() {
 		t.Fatal("a paused leader gave up its lease")
 	}
-	if r, _ := db.GetAdminRequest(ctx, trig.ID); r.ConsumedAt != nil {
+	if r, _ := db.Requests().AdminRequest(ctx, trig.ID); r.ConsumedAt != nil {
 		t.Fatal("a trigger was consumed while paused")
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "op"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "op"); err != nil {
 		t.Fatal(err)
 	}
 	rec.wait(t, 2*time.Second)
 	eventually(t, 2*time.Second, "the waiting trigger ran", func() bool {
-		r, _ := db.GetAdminRequest(ctx, trig.ID)
+		r, _ := db.Requests().AdminRequest(ctx, trig.ID)
 		return r.ConsumedAt != nil
 	})
 	rec.wait(t, 3*time.Second) // and the schedule goes on
@@ -168,7 +168,7 @@ func fencedLoop(db *catalog.DB, started chan<- struct{}) cycle.Step {
 	return step{"loop", func(ctx context.Context, f catalog.Fence, _ cycle.Options) (cycle.Counts, error) {
 		started <- struct{}{}
 		for {
-			if err := db.DeleteIntent(ctx, f, -1); err != nil {
+			if err := db.Settle().AbandonPublish(ctx, f, -1, 0); err != nil {
 				return cycle.Counts{}, err
 			}
 			select {
@@ -253,7 +253,7 @@ func TestHaltStopsCyclesKeepsHTTPAndResumeClearsIt(t *testing.T) {
 	}
 
 	halting.Store(0)
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "op"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "op"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 4*time.Second, "cycles again", func() bool { return calls.Load() > n })
@@ -380,7 +380,7 @@ func TestMetastoreGaugesAndStatus(t *testing.T) {
 	s := serve(t, cfg, db)
 	eventually(t, 5*time.Second, "leads", s.leader)
 	l, _ := lease(t, db)
-	if err := db.Quarantine(ctx, l.Fence, catalog.StreamID{15: 2}, "", "checksum", "slot 1/2: bad DataCRC"); err != nil {
+	if err := db.Settle().Quarantine(ctx, l.Fence, catalog.StreamID{15: 2}, "", "checksum", "slot 1/2: bad DataCRC"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "gauges", func() bool {
@@ -484,21 +484,21 @@ func TestDeferredStreamGaugesAndStatus(t *testing.T) {
 		}
 	}
 	absorb(1, 0, 10)
-	l, err := db.AcquireLease(ctx, "s1", "setup", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "setup", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	key := "tail/1"
 	target := catalog.PublishTarget{Base: catalog.KeyBase{Stream: id, Epoch: 1}, Key: func(int32) string { return key }}
-	in, err := db.OpenPublishIntent(ctx, l.Fence, target, catalog.ClassStandard)
+	in, err := db.Settle().OpenPublishIntent(ctx, l.Fence, target, catalog.ClassStandard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := catalog.Entry{Stream: id, Epoch: 1, RecordCount: 10, ObjectBytes: 1000, FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
-	if err := db.CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
+	if err := db.Settle().CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.ReleaseLease(ctx, l.Fence); err != nil {
+	if err := db.Leases().ReleaseLease(ctx, l.Fence); err != nil {
 		t.Fatal(err)
 	}
 	absorb(2, 10, 3)

@@ -37,7 +37,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 			Batches: []writepath.AbsorbBatch{{Stream: id, FirstRecord: 0, Count: 10}}}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.RecordErasure(ctx, id, 2, 3); err != nil {
+		if _, err := db.Erasures().RecordErasure(ctx, id, 2, 3); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,7 +68,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	s := serve(t, cfg, db, settle, erase)
 	eventually(t, 5*time.Second, "leads", s.leader)
 	l, _ := lease(t, db)
-	if err := db.Quarantine(ctx, l.Fence, ids[1], "", "checksum", "bad DataCRC"); err != nil {
+	if err := db.Settle().Quarantine(ctx, l.Fence, ids[1], "", "checksum", "bad DataCRC"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "erasure gauges and the cycle's counters", func() bool {
@@ -147,7 +147,7 @@ func TestErasureGaugesCountersAndStatus(t *testing.T) {
 	eventually(t, 5*time.Second, "no pending erasure", func() bool {
 		return testutil.ToFloat64(s.m.ErasuresPending) == 0 && testutil.ToFloat64(s.m.ErasureOldestAge) == 0
 	})
-	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, Trim: trim.Viewer{DB: db}})
+	st, err := daemon.BuildStatus(ctx, db.Ledger(), daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, Trim: trim.Viewer{DB: db.Trim()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestTransitWindowOfAppliedErasures(t *testing.T) {
 		w := testutil.ToFloat64(s.m.ErasureTransitWindow)
 		return w >= 40*3600 && w < 40*3600+60 && testutil.ToFloat64(s.m.ErasuresInTransit) == 7
 	})
-	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, ReapGrace: cfg.ReapGrace, CycleInterval: time.Hour})
+	st, err := daemon.BuildStatus(ctx, db.Ledger(), daemon.StatusOptions{Star: "s1", Policy: cfg.Policy, ReapGrace: cfg.ReapGrace, CycleInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{rec}, Log: tlog(t, "g1"), Metrics: m, Gatherer: reg, Rules: store, Trim: trim.Viewer{DB: db}})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{rec}, Log: tlog(t, "g1"), Metrics: m, Gatherer: reg, Rules: store, Trim: trim.Viewer{DB: db.Trim()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	if n := testutil.ToFloat64(m.Guard.ExpiringRules.WithLabelValues(bucket)); n != 1 {
 		t.Fatalf("bucket_expiration_rules %v, want 1", n)
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -117,7 +117,7 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	}
 	var st daemon.Status
 	eventually(t, 5*time.Second, "status names the rule", func() bool {
-		st, err = daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Trim: trim.Viewer{DB: db}})
+		st, err = daemon.BuildStatus(ctx, db.Ledger(), daemon.StatusOptions{Star: "s1", Trim: trim.Viewer{DB: db.Trim()}})
 		return err == nil && strings.Contains(st.Blocked, "expire-old-chains") && len(st.Buckets) == 1 &&
 			len(st.Buckets[0].Expiring) == 1
 	})
@@ -159,12 +159,12 @@ func TestAnExpirationRuleStopsWorkUntilItIsGone(t *testing.T) {
 	if blocked() != 0 {
 		t.Fatal("an unknown lifecycle blocks work")
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
 		t.Fatal(err)
 	}
 	rec.wait(t, 10*time.Second)
 	eventually(t, 5*time.Second, "status says unknown", func() bool {
-		st, err = daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1", Trim: trim.Viewer{DB: db}})
+		st, err = daemon.BuildStatus(ctx, db.Ledger(), daemon.StatusOptions{Star: "s1", Trim: trim.Viewer{DB: db.Trim()}})
 		if err != nil || st.Blocked != "" || len(st.Buckets) != 1 {
 			return false
 		}
@@ -264,7 +264,7 @@ func TestAVersionedBucketHoldsErasures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{erase}, Log: tlog(t, "h1"), Metrics: m, Gatherer: reg, Rules: store})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{erase}, Log: tlog(t, "h1"), Metrics: m, Gatherer: reg, Rules: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestAVersionedBucketHoldsErasures(t *testing.T) {
 	})
 	cycleHold := func() string {
 		t.Helper()
-		if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
+		if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op"); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -304,7 +304,7 @@ func TestAVersionedBucketHoldsErasures(t *testing.T) {
 			t.Fatalf("versioning %s: work blocked, or bucket_keeps_deleted not 1", status)
 		}
 	}
-	st, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: "s1"})
+	st, err := daemon.BuildStatus(ctx, db.Ledger(), daemon.StatusOptions{Star: "s1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 
 func lastRuns(t *testing.T, db *catalog.DB, n int) []catalog.Run {
 	t.Helper()
-	runs, err := db.LastRuns(context.Background(), "s1", n)
+	runs, err := db.Ledger().LastRuns(context.Background(), "s1", n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func serve(t *testing.T, cfg daemon.Config, db *catalog.DB, steps ...cycle.Step)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: steps, Log: tlog(t, cfg.Holder), Metrics: m, Gatherer: reg, Trim: trim.Viewer{DB: db}})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: steps, Log: tlog(t, cfg.Holder), Metrics: m, Gatherer: reg, Trim: trim.Viewer{DB: db.Trim()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func (s *served) leader() bool { return testutil.ToFloat64(s.m.Leader) == 1 }
 
 func lease(t *testing.T, db *catalog.DB) (catalog.Lease, bool) {
 	t.Helper()
-	l, live, err := db.CurrentLease(context.Background(), "s1")
+	l, live, err := db.Leases().CurrentLease(context.Background(), "s1")
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatal(err)
 	}

@@ -86,8 +86,8 @@ func idleServe(t *testing.T, poll, gauges time.Duration) (count *txCounter, m *d
 	if m, err = daemon.NewMetrics(reg, "test"); err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{rec}, Log: tlog(t, "idle"), Metrics: m, Gatherer: reg,
-		Trim: trim.Viewer{DB: db}, Idle: trim.IdleCheck{DB: db, Policy: cfg.Policy}})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{rec}, Log: tlog(t, "idle"), Metrics: m, Gatherer: reg,
+		Trim: trim.Viewer{DB: db.Trim()}, Idle: trim.IdleCheck{DB: db.Trim(), Policy: cfg.Policy}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestLocalDeadlineCountsFromBeforeTheAcquisition(t *testing.T) {
 	defer slow.Close()
 	cfg := Config{Star: "s1", Holder: "h", LeaseTTL: 10 * time.Second, LeaseRenew: 2 * time.Second,
 		LeaseCallTimeout: DefaultLeaseCallTimeout(10 * time.Second)}
-	deps := Deps{DB: slow}
+	deps := Deps{DB: slow.Ledger(), Leases: slow.Leases(), Requests: slow.Requests()}
 	if err := deps.defaults("test"); err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func TestRunOnceGivesUpOnABlackholedDatabase(t *testing.T) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := daemon.RunOnce(context.Background(), cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{})
+		_, err := daemon.RunOnce(context.Background(), cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{newRecorder()}}, cycle.Options{})
 		done <- err
 	}()
 	select {
@@ -102,7 +102,7 @@ func TestTwoProcessesWithOneHolderNameTakeTurns(t *testing.T) {
 	cfg.LeaseRenew = 200 * time.Millisecond // many standby attempts
 	fencedWork := func() cycle.Step {
 		return step{"fenced", func(ctx context.Context, f catalog.Fence, _ cycle.Options) (cycle.Counts, error) {
-			return cycle.Counts{}, db.DeleteIntent(ctx, f, -1)
+			return cycle.Counts{}, db.Settle().AbandonPublish(ctx, f, -1, 0)
 		}}
 	}
 	a := serve(t, cfg, db, fencedWork())

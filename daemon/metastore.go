@@ -8,15 +8,14 @@ import (
 	"github.com/nova/auditor/catalog"
 )
 
-// Metastore is what the daemon reads and writes in Postgres
-// (docs/metastore.md): *catalog.DB has it. The steps bring their own
-// (cycle.Step); this is the daemon's part, one interface per use, and a
-// method two uses share is listed in both. The daemon holds them as one;
-// BuildStatus takes its part alone (auditor status has no daemon).
+// Metastore is the daemon's ledger and status in Postgres
+// (docs/metastore.md): *catalog.Ledger has it. The lease (Leases,
+// *catalog.Leases) and the admin requests (Requests, *catalog.Requests)
+// come apart; the steps bring their own (cycle.Step). A method two uses
+// share is listed in both; BuildStatus takes its part alone (auditor
+// status has no daemon).
 type Metastore interface {
-	Leases
 	Ledger
-	Requests
 	Readiness
 	Gauges
 	StatusReader
@@ -40,7 +39,7 @@ type Ledger interface {
 	CloseAbandonedRuns(ctx context.Context, f catalog.Fence) (int64, error)
 	SetHalted(ctx context.Context, f catalog.Fence, reason string) error
 	PruneHistory(ctx context.Context, f catalog.Fence, keep time.Duration, limit int) (catalog.HistoryPruned, error)
-	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	DaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
 	RecordIdleRun(ctx context.Context, f catalog.Fence, since time.Time, keep time.Duration, limit int) (catalog.Run, error)
 }
 
@@ -51,7 +50,7 @@ type Requests interface {
 	ReadOnly(ctx context.Context, fn func(ctx context.Context) error) error
 	AdminRequests(ctx context.Context, star string, openOnly bool, limit int) ([]catalog.AdminRequest, error)
 	ConsumeAdminRequests(ctx context.Context, f catalog.Fence, kinds []string) ([]catalog.AdminRequest, error)
-	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	DaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
 	TakeTriggers(ctx context.Context, f catalog.Fence, ids []int64) error
 	NoteTriggerAttempt(ctx context.Context, f catalog.Fence, runID int64, ids []int64, why string) error
 	FinishTriggers(ctx context.Context, f catalog.Fence, runID int64, results []catalog.TriggerResult) ([]catalog.AdminRequest, error)
@@ -73,32 +72,32 @@ type Gauges interface {
 	// ReadOnly runs fn with a context whose reads share one read-only
 	// snapshot (one commit).
 	ReadOnly(ctx context.Context, fn func(ctx context.Context) error) error
-	GetRuntime(ctx context.Context, star string) (catalog.Runtime, error)
-	GetStar(ctx context.Context, star string) (catalog.Star, error)
+	Runtime(ctx context.Context, star string) (catalog.Runtime, error)
+	Star(ctx context.Context, star string) (catalog.Star, error)
 	TransitByClass(ctx context.Context, star string, p catalog.DuePolicy) (time.Time, []catalog.ClassTransit, error)
 	UnsettledRecords(ctx context.Context, star string) (map[string]int64, error)
 	ErasuresAppliedWithin(ctx context.Context, star string, window time.Duration) (int64, error)
-	GetBacklog(ctx context.Context, star string) (catalog.Backlog, error)
-	GetErasureBacklog(ctx context.Context, star string) (catalog.ErasureBacklog, error)
-	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	Backlog(ctx context.Context, star string) (catalog.Backlog, error)
+	ErasureBacklog(ctx context.Context, star string) (catalog.ErasureBacklog, error)
+	DaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
 	LastRunWithOutcome(ctx context.Context, star, outcome string) (catalog.Run, bool, error)
 }
 
 // StatusReader is what BuildStatus reads (status.go, status_erasure.go):
 // read only, no lease.
 type StatusReader interface {
-	GetRuntime(ctx context.Context, star string) (catalog.Runtime, error)
+	Runtime(ctx context.Context, star string) (catalog.Runtime, error)
 	TransitByClass(ctx context.Context, star string, p catalog.DuePolicy) (time.Time, []catalog.ClassTransit, error)
 	CurrentLease(ctx context.Context, star string) (catalog.Lease, bool, error)
-	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	DaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
 	DueStreams(ctx context.Context, star string, p catalog.DuePolicy, forced []catalog.StreamID, limit int) ([]catalog.DueStream, error)
-	GetBacklog(ctx context.Context, star string) (catalog.Backlog, error)
+	Backlog(ctx context.Context, star string) (catalog.Backlog, error)
 	Quarantined(ctx context.Context, star string) ([]catalog.QuarantineRow, error)
 	AdminRequests(ctx context.Context, star string, openOnly bool, limit int) ([]catalog.AdminRequest, error)
 	LastRuns(ctx context.Context, star string, limit int) ([]catalog.Run, error)
 	LastRunWithOutcome(ctx context.Context, star, outcome string) (catalog.Run, bool, error)
-	GetErasureBacklog(ctx context.Context, star string) (catalog.ErasureBacklog, error)
+	ErasureBacklog(ctx context.Context, star string) (catalog.ErasureBacklog, error)
 	PendingErasures(ctx context.Context, star string, limit int) ([]catalog.PendingErasure, error)
-	GetStar(ctx context.Context, star string) (catalog.Star, error)
+	Star(ctx context.Context, star string) (catalog.Star, error)
 	ErasuresAppliedWithin(ctx context.Context, star string, window time.Duration) (int64, error)
 }

@@ -92,7 +92,7 @@ func TestALeaseLossFoundByAnAdminRequestIsCounted(t *testing.T) {
 	s := serve(t, slowRenewal(t), db, newRecorder())
 	eventually(t, 5*time.Second, "leads", s.leader)
 	stealLease(t, url)
-	if _, err := db.RequestAdmin(context.Background(), "s1", catalog.AdminTrigger, nil, "op"); err != nil {
+	if _, err := db.Requests().RequestAdmin(context.Background(), "s1", catalog.AdminTrigger, nil, "op"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "steps down", func() bool { return !s.leader() })
@@ -117,8 +117,8 @@ func TestGaugesOfTheStarsClassFreshnessStepsAndPool(t *testing.T) {
 	if err := reg.Register(daemon.NewPoolCollector(db.PoolStats)); err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}, Log: tlog(t, "d1"), Metrics: m, Gatherer: reg,
-		Trim: trim.Viewer{DB: db}})
+	d, err := daemon.New(cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{newRecorder()}, Log: tlog(t, "d1"), Metrics: m, Gatherer: reg,
+		Trim: trim.Viewer{DB: db.Trim()}})
 	if err != nil {
 		t.Fatal(err)
 	}

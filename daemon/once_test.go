@@ -22,13 +22,13 @@ func TestRunOnceRecordsTheRunAndReleasesTheLease(t *testing.T) {
 	rec.counts = cycle.Counts{ObjectsPublished: 2, BytesCopied: 100}
 	second := step{"second", func(ctx context.Context, f catalog.Fence, o cycle.Options) (cycle.Counts, error) {
 		// A step's fenced statement works under the run's fence.
-		if err := db.DeleteIntent(ctx, f, -1); err != nil {
+		if err := db.Settle().AbandonPublish(ctx, f, -1, 0); err != nil {
 			return cycle.Counts{}, err
 		}
 		return cycle.Counts{ObjectsAdopted: 1, BytesFetched: 7}, nil
 	}}
 	id := catalog.StreamID{15: 9}
-	counts, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{rec, second}},
+	counts, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{rec, second}},
 		cycle.Options{Streams: []catalog.StreamID{id}})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestRunOnceRecordsTheRunAndReleasesTheLease(t *testing.T) {
 		runs[0].Holder != "once" || runs[0].Token != rec.fences[0].Token {
 		t.Fatalf("ledger %+v", runs)
 	}
-	if _, live, err := db.CurrentLease(ctx, "s1"); err != nil || live {
+	if _, live, err := db.Leases().CurrentLease(ctx, "s1"); err != nil || live {
 		t.Fatalf("lease still live after RunOnce (%v)", err)
 	}
 }
@@ -56,11 +56,11 @@ func TestRunOnceRefusesAHeldLease(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := context.Background()
-	if _, err := db.AcquireLease(ctx, "s1", "other", time.Minute); err != nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "other", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	_, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{rec}}, cycle.Options{})
+	_, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{rec}}, cycle.Options{})
 	var held *catalog.LeaseHeldError
 	if !errors.As(err, &held) || held.Holder != "other" {
 		t.Fatalf("RunOnce beside a live lease: %v", err)
@@ -76,9 +76,9 @@ func TestRunOnceRefusesAHeldLease(t *testing.T) {
 		if !opts.DryRun {
 			t.Error("not a dry run")
 		}
-		return cycle.Counts{}, db.SetHalted(ctx, f, "a dry run must not write")
+		return cycle.Counts{}, db.Ledger().SetHalted(ctx, f, "a dry run must not write")
 	}}
-	if _, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{rec}}, cycle.Options{DryRun: true}); err != nil {
+	if _, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{rec}}, cycle.Options{DryRun: true}); err != nil {
 		t.Fatalf("dry run beside a live lease: %v", err)
 	}
 	if len(rec.snapshot()) != 1 || len(lastRuns(t, db, 10)) != 0 {
@@ -87,10 +87,10 @@ func TestRunOnceRefusesAHeldLease(t *testing.T) {
 	if after, _ := lease(t, db); after.Token != before.Token || after.Holder != "other" {
 		t.Fatalf("the dry run touched the lease: %+v then %+v", before, after)
 	}
-	if _, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{wrote}}, cycle.Options{DryRun: true}); !errors.Is(err, catalog.ErrStaleToken) {
+	if _, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{wrote}}, cycle.Options{DryRun: true}); !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("a write from a dry run: %v, want a stale token", err)
 	}
-	if st, _ := db.GetDaemonState(ctx, "s1"); st.Halted() {
+	if st, _ := db.Ledger().DaemonState(ctx, "s1"); st.Halted() {
 		t.Fatal("a dry run wrote")
 	}
 }
@@ -103,11 +103,11 @@ func TestRunOnceHaltPersistsAndBlocksUntilResume(t *testing.T) {
 	halting := step{"check", func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
 		return cycle.Counts{}, fmt.Errorf("stream 01: entries [0,10) and [5,20) overlap: %w", cycle.ErrHalt)
 	}}
-	_, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{halting}}, cycle.Options{})
+	_, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{halting}}, cycle.Options{})
 	if !cycle.IsHalt(err) {
 		t.Fatalf("want a halt, got %v", err)
 	}
-	st, err := db.GetDaemonState(ctx, "s1")
+	st, err := db.Ledger().DaemonState(ctx, "s1")
 	if err != nil || !st.Halted() || !strings.Contains(st.HaltedReason, "overlap") {
 		t.Fatalf("state %+v %v", st, err)
 	}
@@ -116,7 +116,7 @@ func TestRunOnceHaltPersistsAndBlocksUntilResume(t *testing.T) {
 	}
 
 	rec := newRecorder()
-	deps := daemon.Deps{DB: db, Steps: []cycle.Step{rec}}
+	deps := daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{rec}}
 	if _, err := daemon.RunOnce(ctx, cfg, deps, cycle.Options{}); !errors.Is(err, daemon.ErrHalted) || !strings.Contains(err.Error(), "overlap") {
 		t.Fatalf("RunOnce while halted: %v", err)
 	}
@@ -124,7 +124,7 @@ func TestRunOnceHaltPersistsAndBlocksUntilResume(t *testing.T) {
 	if _, err := daemon.RunOnce(ctx, cfg, deps, cycle.Options{DryRun: true}); err != nil {
 		t.Fatalf("dry run while halted: %v", err)
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "test"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := daemon.RunOnce(ctx, cfg, deps, cycle.Options{}); err != nil {
@@ -140,22 +140,22 @@ func TestRunOncePausedAndPanics(t *testing.T) {
 	db, _ := newDB(t)
 	ctx := context.Background()
 	cfg := testConfig(t, "once")
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminPause, nil, "test"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminPause, nil, "test"); err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{rec}}, cycle.Options{}); !errors.Is(err, daemon.ErrPaused) {
+	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{rec}}, cycle.Options{}); !errors.Is(err, daemon.ErrPaused) {
 		t.Fatalf("RunOnce while paused: %v", err)
 	}
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "test"); err != nil {
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminResume, nil, "test"); err != nil {
 		t.Fatal(err)
 	}
 	boom := step{"boom", func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
 		var m map[string]int
-		m["x"]++ // a nil map write: a runtime panic
+		m["x"]++ //nolint:staticcheck // SA5000: a nil map write, the runtime panic this test wants
 		return cycle.Counts{}, nil
 	}}
-	_, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{boom, rec}}, cycle.Options{})
+	_, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{boom, rec}}, cycle.Options{})
 	if err == nil || !strings.Contains(err.Error(), "panic") || cycle.IsHalt(err) {
 		t.Fatalf("panicking step: %v", err)
 	}
@@ -180,7 +180,7 @@ func TestAStepFailedInPartLetsTheLaterStepsRun(t *testing.T) {
 	partial := step{"settle", func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
 		return cycle.Counts{ObjectsPublished: 3}, &cycle.PartialError{Err: errors.New("stream 0a: S3 503 after 6 attempts")}
 	}}
-	counts, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db, Steps: []cycle.Step{partial, rec}}, cycle.Options{})
+	counts, err := daemon.RunOnce(ctx, testConfig(t, "once"), daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{partial, rec}}, cycle.Options{})
 	if err == nil || !strings.Contains(err.Error(), "stream 0a") {
 		t.Fatalf("a partial failure must fail the cycle: %v", err)
 	}
@@ -222,13 +222,13 @@ func TestCyclePrunesHistory(t *testing.T) {
 	cfg := testConfig(t, "once")
 	cfg.HistoryKeep = 30 * 24 * time.Hour
 	cfg.PruneBatch = 3
-	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{DryRun: true}); err != nil {
+	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{newRecorder()}}, cycle.Options{DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
 	if runs, reqs := count(); runs != 5 || reqs != 5 {
 		t.Fatalf("after a dry run: %d runs, %d requests (nothing pruned or recorded: 5 and 5)", runs, reqs)
 	}
-	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{}); err != nil {
+	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{newRecorder()}}, cycle.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// 3 of the old runs went (the latest of them is not the latest success:
@@ -236,7 +236,7 @@ func TestCyclePrunesHistory(t *testing.T) {
 	if runs, reqs := count(); runs != 3 || reqs != 2 {
 		t.Fatalf("after one cycle: %d runs, %d requests, want 3 and 2", runs, reqs)
 	}
-	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db, Steps: []cycle.Step{newRecorder()}}, cycle.Options{}); err != nil {
+	if _, err := daemon.RunOnce(ctx, cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{newRecorder()}}, cycle.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if runs, reqs := count(); runs != 2 || reqs != 0 {

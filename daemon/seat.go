@@ -43,9 +43,6 @@ type Slots interface {
 	Release()
 }
 
-// errSteppedDown ends a term the member asked the daemon to give up.
-var errSteppedDown = errors.New("the fleet member gave the star up")
-
 // LeadTerm leads the daemon's star under g until the lease is lost, the
 // member stops renewing it (renewals closed), or ctx ends: the member's
 // step-down, after which the running cycle gets ShutdownTimeout to finish,

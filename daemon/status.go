@@ -249,7 +249,7 @@ func BuildStatus(ctx context.Context, db StatusReader, o StatusOptions) (Status,
 // options' own when there is one), the blocked reason and the bucket rules.
 func readPolicy(ctx context.Context, db StatusReader, o *StatusOptions, s *Status) error {
 	star := o.Star
-	rt, err := db.GetRuntime(ctx, star)
+	rt, err := db.Runtime(ctx, star)
 	switch {
 	case err == nil:
 		o.Policy, o.ReapGrace = rt.Policy, rt.ReapGrace
@@ -310,7 +310,7 @@ func readLeadership(ctx context.Context, db StatusReader, o StatusOptions, s *St
 	case !isNotFound(err):
 		return err
 	}
-	st, err := db.GetDaemonState(ctx, star)
+	st, err := db.DaemonState(ctx, star)
 	if err != nil {
 		return err
 	}
@@ -329,7 +329,7 @@ func readDue(ctx context.Context, db StatusReader, o StatusOptions, s *Status) e
 	for _, d := range due {
 		s.DueStreams = append(s.DueStreams, DueStatus{Stream: d.Stream.String(), Class: d.Class, Since: d.Since, Deadline: d.Deadline})
 	}
-	b, err := db.GetBacklog(ctx, star)
+	b, err := db.Backlog(ctx, star)
 	if err != nil {
 		return err
 	}

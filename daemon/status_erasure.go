@@ -109,7 +109,7 @@ func keepsDeletedBy(buckets []BucketStatus) string {
 // pending erasures with what each waits for.
 func readErasures(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
 	star, limit := o.Star, o.Erasures
-	b, err := db.GetErasureBacklog(ctx, star)
+	b, err := db.ErasureBacklog(ctx, star)
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func readErasures(ctx context.Context, db StatusReader, o StatusOptions, s *Stat
 // star's class, the policy, the oldest transit data (readClasses) and the
 // run ledger.
 func readTransit(ctx context.Context, db StatusReader, o StatusOptions, s *Status) error {
-	star, err := db.GetStar(ctx, o.Star)
+	star, err := db.Star(ctx, o.Star)
 	if isNotFound(err) {
 		return nil
 	}

@@ -124,9 +124,10 @@ type FleetMoveStatus struct {
 	Token   int64     `json:"token"`
 }
 
-// FleetStatusReader is what BuildFleetStatus reads: read only, no lease.
+// FleetStatusReader is what BuildFleetStatus reads (*catalog.Fleet): read
+// only, no lease.
 type FleetStatusReader interface {
-	ReadFleet(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
+	FleetView(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
 	FleetMoves(ctx context.Context, window time.Duration, limit int) ([]catalog.FleetMove, error)
 	FleetMoveCounts(ctx context.Context, window time.Duration) ([]catalog.MoveCount, error)
 }
@@ -154,7 +155,7 @@ func BuildFleetStatus(ctx context.Context, db FleetStatusReader, o FleetStatusOp
 	if err != nil {
 		return FleetStatus{}, err
 	}
-	v, err := db.ReadFleet(ctx, o.MovesWindow)
+	v, err := db.FleetView(ctx, o.MovesWindow)
 	if err != nil {
 		return FleetStatus{}, err
 	}

@@ -14,7 +14,7 @@ import (
 
 // A trigger request is consumed only by a cycle that ran: the leader reads
 // the open requests into the cycle's options, runs the cycle, and only then
-// records what came of each (catalog.FinishTriggers). A crash in between
+// records what came of each (catalog.Requests.FinishTriggers). A crash in between
 // leaves them open, so the next leader runs them again, which is harmless;
 // nothing is lost. A cycle that fails or halts notes its error on the
 // requests, which stay open for the retry (or the cycle after a resume); a
@@ -50,7 +50,7 @@ func (d *Daemon) openTriggers(t *term, want string) (cycle.Options, pending, boo
 	var p pending
 	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
 	defer cancel()
-	open, err := d.db.AdminRequests(ctx, d.cfg.Star, true, 1000)
+	open, err := d.reqs.AdminRequests(ctx, d.cfg.Star, true, 1000)
 	if err != nil {
 		d.log.Warn("reading trigger requests failed", "err", err)
 		return opts, p, want != ""
@@ -71,7 +71,7 @@ func (d *Daemon) openTriggers(t *term, want string) (cycle.Options, pending, boo
 	if len(opts.Streams) > 0 {
 		opts.Trigger = TriggerStream
 		opts.Deferred = &cycle.Deferred{}
-		p.before, err = d.db.ForcedProgress(ctx, d.cfg.Star, opts.Streams)
+		p.before, err = d.reqs.ForcedProgress(ctx, d.cfg.Star, opts.Streams)
 		if err != nil {
 			// Run without the streams' starting point: finishTriggers then
 			// leaves the requests open for the next cycle.
@@ -89,7 +89,7 @@ func (d *Daemon) takeTriggers(t *term, p pending) {
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
 	defer cancel()
-	err := d.db.TakeTriggers(ctx, t.lease.Fence, p.ids())
+	err := d.reqs.TakeTriggers(ctx, t.lease.Fence, p.ids())
 	d.m.tx(err)
 	if errors.Is(err, catalog.ErrStaleToken) {
 		t.lose(err)
@@ -122,7 +122,7 @@ func (d *Daemon) finishTriggers(t *term, res result, opts cycle.Options, p pendi
 		if res.err != nil {
 			why = fmt.Sprintf("%s: %v", res.outcome, res.err)
 		}
-		err := d.db.NoteTriggerAttempt(ctx, t.lease.Fence, res.run.ID, p.ids(), why)
+		err := d.reqs.NoteTriggerAttempt(ctx, t.lease.Fence, res.run.ID, p.ids(), why)
 		return d.triggerWrite(t, err), false
 	default:
 		// Lost lease or canceled: the next leader (or this one, once it
@@ -136,13 +136,13 @@ func (d *Daemon) finishTriggers(t *term, res result, opts cycle.Options, p pendi
 			return false, false // no starting point was read: run them again
 		}
 		var err error
-		if after, err = d.db.ForcedProgress(ctx, d.cfg.Star, streams); err != nil {
+		if after, err = d.reqs.ForcedProgress(ctx, d.cfg.Star, streams); err != nil {
 			d.log.Warn("reading forced streams failed; the trigger requests stay open", "err", err)
 			return false, false
 		}
 	}
 	results, open := triggerResults(p.reqs, p.before, after, opts.Deferred)
-	done, err := d.db.FinishTriggers(ctx, t.lease.Fence, res.run.ID, results)
+	done, err := d.reqs.FinishTriggers(ctx, t.lease.Fence, res.run.ID, results)
 	if !d.triggerWrite(t, err) {
 		return false, false
 	}
@@ -169,7 +169,7 @@ func (d *Daemon) finishTriggers(t *term, res result, opts cycle.Options, p pendi
 	}
 	for _, why := range whys {
 		d.log.Info("trigger request stays open", "ids", ids[why], "run", res.run.ID, "why", why)
-		if err := d.db.NoteTriggerAttempt(ctx, t.lease.Fence, res.run.ID, ids[why], why); !d.triggerWrite(t, err) {
+		if err := d.reqs.NoteTriggerAttempt(ctx, t.lease.Fence, res.run.ID, ids[why], why); !d.triggerWrite(t, err) {
 			return false, true
 		}
 	}

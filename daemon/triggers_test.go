@@ -39,7 +39,7 @@ func absorbed(t *testing.T, db *catalog.DB, id catalog.StreamID, seq, n int64) {
 
 func request(t *testing.T, db *catalog.DB, id int64) catalog.AdminRequest {
 	t.Helper()
-	r, err := db.GetAdminRequest(context.Background(), id)
+	r, err := db.Requests().AdminRequest(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTriggersSurviveAFailedCycle(t *testing.T) {
 		}
 		for _, s := range opts.Streams {
 			if s == settled {
-				if _, err := db.SkipBelowLow(ctx, f, s); err != nil {
+				if _, err := db.Settle().SkipBelowLow(ctx, f, s); err != nil {
 					return cycle.Counts{}, err
 				}
 			}
@@ -86,20 +86,20 @@ func TestTriggersSurviveAFailedCycle(t *testing.T) {
 		return cycle.Counts{}, nil
 	}}
 	// The quarantine is fenced: an earlier leader put it there.
-	l, err := db.AcquireLease(ctx, "s1", "earlier", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "earlier", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Quarantine(ctx, l.Fence, held, "", "corrupt", "bad chunk crc"); err != nil {
+	if err := db.Settle().Quarantine(ctx, l.Fence, held, "", "corrupt", "bad chunk crc"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.ReleaseLease(ctx, l.Fence); err != nil {
+	if err := db.Leases().ReleaseLease(ctx, l.Fence); err != nil {
 		t.Fatal(err)
 	}
 
 	var reqs []catalog.AdminRequest
 	for _, id := range []*catalog.StreamID{nil, &settled, &held, &unknown} {
-		r, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, id, "op")
+		r, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, id, "op")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +177,7 @@ func TestTriggersRunInCommitOrder(t *testing.T) {
 	s := serve(t, withHolder(every(t, "@every 1h"), "d1"), db, rec)
 	eventually(t, 5*time.Second, "leads", s.leader)
 
-	// What catalog.RequestAdmin does, held open before the commit.
+	// What catalog.Requests.RequestAdmin does, held open before the commit.
 	begin := func() (pgx.Tx, int64) {
 		tx, err := testenv.Conn(t, url).Begin(ctx)
 		if err != nil {
@@ -243,7 +243,7 @@ func TestATriggerSurvivesALostLease(t *testing.T) {
 				return cycle.Counts{}, err
 			}
 		}
-		return cycle.Counts{}, db.DeleteIntent(ctx, f, -1) // a fenced statement
+		return cycle.Counts{}, db.Settle().AbandonPublish(ctx, f, -1, 0) // a fenced statement
 	}}
 	cfg := withHolder(every(t, "@every 1h"), "d1")
 	cfg.LeaseRenew = 1500 * time.Millisecond // the renewer finds out late: the step's statement first
@@ -251,7 +251,7 @@ func TestATriggerSurvivesALostLease(t *testing.T) {
 	cfg.LeaseCallTimeout = daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL)
 	s := serve(t, cfg, db, steal)
 	eventually(t, 5*time.Second, "leads", s.leader)
-	req, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op")
+	req, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "op")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,11 +284,11 @@ func TestRunOnceCountsALeaseLossFoundByAFencedStatement(t *testing.T) {
 		if _, err := c.Exec(ctx, `UPDATE nova.auditor_leases SET holder = 'thief', token = token + 1 WHERE star = 's1'`); err != nil {
 			return cycle.Counts{}, err
 		}
-		return cycle.Counts{}, db.DeleteIntent(ctx, f, -1)
+		return cycle.Counts{}, db.Settle().AbandonPublish(ctx, f, -1, 0)
 	}}
 	cfg := testConfig(t, "once")
 	m := newMetrics(t)
-	_, err := daemon.RunOnce(context.Background(), cfg, daemon.Deps{DB: db, Steps: []cycle.Step{steal}, Metrics: m}, cycle.Options{})
+	_, err := daemon.RunOnce(context.Background(), cfg, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: []cycle.Step{steal}, Metrics: m}, cycle.Options{})
 	if !errors.Is(err, catalog.ErrStaleToken) {
 		t.Fatalf("RunOnce: %v", err)
 	}

@@ -50,13 +50,13 @@ type Refusals interface {
 	Last() time.Time
 }
 
-// Metastore is what the member reads and writes (catalog/fleet.go); it
-// should be a pool of its own, so that busy cycles cannot starve the
-// renewals.
+// Metastore is what the member reads and writes (*catalog.Fleet,
+// catalog/fleet.go), over a pool of its own, so that busy cycles cannot
+// starve the renewals.
 type Metastore interface {
 	Heartbeat(ctx context.Context, member, instance, stars string, draining bool, ttl time.Duration) (time.Time, error)
 	LeaveFleet(ctx context.Context, member, instance string) error
-	ReadFleet(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
+	FleetView(ctx context.Context, budgetWindow time.Duration) (catalog.FleetView, error)
 	ClaimStars(ctx context.Context, member, instance string, claims []catalog.Claim, n int, ttl, handoffWindow time.Duration) ([]catalog.Claimed, error)
 	RenewLeases(ctx context.Context, member string, held []catalog.Fence, ttl time.Duration) (map[string]time.Time, error)
 	HandOff(ctx context.Context, f catalog.Fence, to, why string) error
@@ -231,7 +231,7 @@ func (mb *Member) round(ctx context.Context) error {
 		}
 	}
 	rctx, cancel := mb.call(ctx)
-	fv, err := mb.db.ReadFleet(rctx, mb.cfg.BudgetWindow)
+	fv, err := mb.db.FleetView(rctx, mb.cfg.BudgetWindow)
 	cancel()
 	if err != nil {
 		mb.readFails++
@@ -599,7 +599,7 @@ func (mb *Member) drain(ctx context.Context, tick *time.Ticker) {
 	live := mb.live
 	mb.mu.Unlock()
 	rctx, cancel := mb.call(ctx)
-	if fv, err := mb.db.ReadFleet(rctx, mb.cfg.BudgetWindow); err == nil {
+	if fv, err := mb.db.FleetView(rctx, mb.cfg.BudgetWindow); err == nil {
 		live = liveMembers(fv.Members) // the freshest: a peer draining too is left out
 	}
 	cancel()

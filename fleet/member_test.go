@@ -119,7 +119,7 @@ func startMemberRefused(t *testing.T, db *catalog.DB, name string, stars *fakeSt
 		Rules:    fleet.Rules{Grace: time.Second, HandoffWindow: 3 * testTick, StableFor: time.Second, Cooldown: time.Minute, MoveBudget: 100},
 		Interval: func() time.Duration { return time.Second },
 		Refusals: refusals,
-	}, db, stars.build, slog.New(slog.NewTextHandler(io.Discard, nil)), m, fleet.NewGatherers(reg))
+	}, db.Fleet(), stars.build, slog.New(slog.NewTextHandler(io.Discard, nil)), m, fleet.NewGatherers(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 
 func holder(t *testing.T, db *catalog.DB, star string) string {
 	t.Helper()
-	l, live, err := db.CurrentLease(context.Background(), star)
+	l, live, err := db.Leases().CurrentLease(context.Background(), star)
 	if err != nil || !live {
 		return ""
 	}
@@ -202,7 +202,7 @@ func TestStuckAndDrainHandOff(t *testing.T) {
 	d.since = time.Now()
 	d.stalled.Store(true)
 	waitFor(t, 10*time.Second, star+" moves to b", func() bool { return holder(t, db, star) == "b" })
-	moves, err := db.FleetMoves(context.Background(), time.Minute, 100)
+	moves, err := db.Fleet().FleetMoves(context.Background(), time.Minute, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,13 +216,13 @@ func TestStuckAndDrainHandOff(t *testing.T) {
 	stopA()
 	<-doneA
 	waitFor(t, 10*time.Second, "b leads the four stars", func() bool { return len(b.Led()) == 4 })
-	moves, _ = db.FleetMoves(context.Background(), time.Minute, 100)
+	moves, _ = db.Fleet().FleetMoves(context.Background(), time.Minute, 100)
 	for _, m := range moves {
 		if m.From == "a" && m.Reason != "stuck" && m.Reason != "drain" && m.Reason != "balance" {
 			t.Errorf("a's star %s left it as %q", m.Star, m.Reason)
 		}
 	}
-	v, err := db.ReadFleet(context.Background(), time.Minute)
+	v, err := db.Fleet().FleetView(context.Background(), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 // Known says whether the server answered a question.
 type Known string
 
+// The answers a Known records.
 const (
 	KnownYes     Known = "yes"     // the server answered
 	KnownUnknown Known = "unknown" // it does not implement the call (or the backend has no such thing)

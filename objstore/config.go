@@ -14,11 +14,11 @@ import (
 type ChecksumMode string
 
 const (
-	// ChecksumFullObject: uploads carry CRC-32C with checksum type
+	// ChecksumFullObject means uploads carry CRC-32C with checksum type
 	// FULL_OBJECT and completion sends the whole object's CRC-32C, so the
 	// server refuses a wrong assembly (AWS S3).
 	ChecksumFullObject ChecksumMode = "full-object"
-	// ChecksumParts: each uploaded part and PutObject carries its CRC-32C,
+	// ChecksumParts means each uploaded part and PutObject carries its CRC-32C,
 	// but the upload has no checksum type and completion sends none. For
 	// servers whose copied parts report wrong checksums (versitygw 1.8.0
 	// reports the whole source's CRC for a ranged UploadPartCopy when the
@@ -294,7 +294,7 @@ func DefaultS3Config() S3Config {
 func (c S3Config) Validate() error {
 	var errs []error
 	if c.Region == "" {
-		errs = append(errs, errors.New("Region: must be set"))
+		errs = append(errs, errors.New("Region: must be set")) //nolint:staticcheck // ST1005: it starts with the field's name
 	}
 	if err := validPrefix(c.KeyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("KeyPrefix: %w", err))
@@ -327,10 +327,10 @@ func (c S3Config) Validate() error {
 	case ChecksumFullObject, ChecksumParts:
 	case ChecksumBySource:
 		if !c.VerifyReadback {
-			errs = append(errs, errors.New("Checksum: by-source needs VerifyReadback (sources the server cannot check are read back)"))
+			errs = append(errs, errors.New("Checksum: by-source needs VerifyReadback (sources the server cannot check are read back)")) //nolint:staticcheck // ST1005: it starts with the field's name
 		}
 	default:
-		errs = append(errs, fmt.Errorf("Checksum: unknown mode %q", c.Checksum))
+		errs = append(errs, fmt.Errorf("Checksum: unknown mode %q", c.Checksum)) //nolint:staticcheck // ST1005: it starts with the field's name
 	}
 	if !slices.Contains(PutAlgorithms, c.PutChecksum) {
 		errs = append(errs, fmt.Errorf("PutChecksum: %q is not one of %v", c.PutChecksum, PutAlgorithms))
@@ -374,7 +374,7 @@ type FileConfig struct {
 func (c FileConfig) Validate() error {
 	var errs []error
 	if c.Root == "" {
-		errs = append(errs, errors.New("Root: must be set"))
+		errs = append(errs, errors.New("Root: must be set")) //nolint:staticcheck // ST1005: it starts with the field's name
 	}
 	if err := validPrefix(c.KeyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("KeyPrefix: %w", err))

@@ -80,13 +80,21 @@ func (m *Metrics) InitSeries(s3 bool, zones []string) {
 	}
 }
 
-// Requests, Bytes, FallThroughs, Retries and Latency expose the series, for
+// Requests exposes the requests series; it and the four below are for
 // tests and dashboards built in code.
-func (m *Metrics) Requests() *prometheus.CounterVec     { return m.requests }
-func (m *Metrics) Bytes() *prometheus.CounterVec        { return m.bytes }
+func (m *Metrics) Requests() *prometheus.CounterVec { return m.requests }
+
+// Bytes exposes the bytes series.
+func (m *Metrics) Bytes() *prometheus.CounterVec { return m.bytes }
+
+// FallThroughs exposes the fall-throughs series.
 func (m *Metrics) FallThroughs() *prometheus.CounterVec { return m.fallthroughs }
-func (m *Metrics) Retries() *prometheus.CounterVec      { return m.retries }
-func (m *Metrics) Latency() *prometheus.HistogramVec    { return m.latency }
+
+// Retries exposes the retries series.
+func (m *Metrics) Retries() *prometheus.CounterVec { return m.retries }
+
+// Latency exposes the latency series.
+func (m *Metrics) Latency() *prometheus.HistogramVec { return m.latency }
 
 // Instrument wraps store so that its calls feed m: requests and retries
 // reported by the backend (see Observer), bytes by path, and read

@@ -75,7 +75,7 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// ErrTooManyParts: no plan fits the object in Limits.MaxParts parts.
+// ErrTooManyParts means no plan fits the object in Limits.MaxParts parts.
 var ErrTooManyParts = errors.New("objstore: object needs more parts than allowed")
 
 // Segment is a byte range of one input piece inside a part.

@@ -48,13 +48,6 @@ type link struct {
 	kept *catalog.Entry // the metastore's entry, kept
 }
 
-func (l link) first() uint64 {
-	if l.kept != nil {
-		return uint64(l.kept.FirstRecord)
-	}
-	return l.obj.first
-}
-
 // chain is what a stream's catalog should be, from the store.
 type chain struct {
 	links []link

@@ -44,14 +44,15 @@ func CrashPoints() []crashpoint.Point {
 	return []crashpoint.Point{CrashAfterRaise, settle.CrashCutAfterIntent, settle.CrashCutAfterComplete, CrashAfterStream, CrashAfterMark}
 }
 
-// Catalog is what reconcile reads and writes in the metastore.
+// Catalog is what reconcile reads and writes in the metastore
+// (*catalog.Restore).
 type Catalog interface {
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
-	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
-	ReadReconcileView(ctx context.Context, id catalog.StreamID, keyLow, keyHigh string) (catalog.ReconcileView, error)
+	Stream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+	ReconcileView(ctx context.Context, id catalog.StreamID, keyLow, keyHigh string) (catalog.ReconcileView, error)
 	ClaimForReconcile(ctx context.Context, f catalog.Fence, id catalog.StreamID, epoch int64, keys []string, firsts []int64, revs []int32) ([]int64, error)
 	CommitReconcile(ctx context.Context, f catalog.Fence, c catalog.ReconcileCommit) error
-	ReadMark(ctx context.Context, star string) (catalog.Mark, error)
+	Mark(ctx context.Context, star string) (catalog.Mark, error)
 	RaiseMark(ctx context.Context, f catalog.Fence, n int64) error
 	ClearRewoundHalt(ctx context.Context, f catalog.Fence, prefix string) (bool, error)
 }
@@ -181,7 +182,7 @@ func Run(ctx context.Context, d Deps, c Config, f catalog.Fence) (rep Report, er
 	if err != nil {
 		return rep, err
 	}
-	m, err := d.DB.ReadMark(ctx, c.Star)
+	m, err := d.DB.Mark(ctx, c.Star)
 	if err != nil {
 		return rep, err
 	}
@@ -215,7 +216,7 @@ func streamsOf(ctx context.Context, db Catalog, c Config) ([]catalog.Stream, err
 	}
 	var out []catalog.Stream
 	for _, id := range c.Streams {
-		st, err := db.GetStream(ctx, id)
+		st, err := db.Stream(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -255,7 +256,7 @@ func keyRange(st catalog.Stream) (string, string) {
 func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st catalog.Stream, crash func(crashpoint.Point)) (StreamReport, error) {
 	sr := StreamReport{Stream: st.ID.String(), SettledBefore: st.SettledThrough, NextRecord: st.NextRecord}
 	low, high := keyRange(st)
-	v, err := d.DB.ReadReconcileView(ctx, st.ID, low, high)
+	v, err := d.DB.ReconcileView(ctx, st.ID, low, high)
 	if err != nil {
 		return sr, err
 	}

@@ -37,10 +37,11 @@ import (
 	"github.com/nova/auditor/objstore"
 )
 
-// Catalog is what the guard reads and writes in the metastore.
+// Catalog is what the guard reads and writes in the metastore
+// (*catalog.Restore).
 type Catalog interface {
-	ReadMark(ctx context.Context, star string) (catalog.Mark, error)
-	ReadMarkFenced(ctx context.Context, f catalog.Fence) (catalog.Mark, error)
+	Mark(ctx context.Context, star string) (catalog.Mark, error)
+	MarkFenced(ctx context.Context, f catalog.Fence) (catalog.Mark, error)
 	CommitMark(ctx context.Context, f catalog.Fence, prev, next int64) error
 }
 
@@ -146,7 +147,7 @@ func (g *Guard) fresh(ctx context.Context, f catalog.Fence, c *cycle.Counts) err
 		// Within the term and the age, unless the metastore's mark is no
 		// longer this term's own: a restore can hand out the same token
 		// again, so the token alone does not tell.
-		m, err := g.d.DB.ReadMark(ctx, g.c.Star)
+		m, err := g.d.DB.Mark(ctx, g.c.Star)
 		if err != nil {
 			return err
 		}
@@ -184,7 +185,7 @@ const maxMarkerBytes = 4096
 // it can write (passing markers written and never confirmed), commits the
 // mark there and confirms it. It returns the mark.
 func (g *Guard) begin(ctx context.Context, f catalog.Fence, c *cycle.Counts) (int64, error) {
-	m, err := g.d.DB.ReadMark(ctx, g.c.Star)
+	m, err := g.d.DB.Mark(ctx, g.c.Star)
 	if err != nil {
 		return 0, err
 	}
@@ -218,7 +219,7 @@ func (g *Guard) begin(ctx context.Context, f catalog.Fence, c *cycle.Counts) (in
 			// A leader that lost its lease meanwhile sees its successor's
 			// markers: only a fenced read under a live lease, still at the
 			// mark read, proves the metastore forgot them.
-			now, err := g.d.DB.ReadMarkFenced(ctx, f)
+			now, err := g.d.DB.MarkFenced(ctx, f)
 			if err != nil {
 				return 0, err
 			}

@@ -18,7 +18,7 @@ const star = "rw1"
 
 func guard(t *testing.T, db *catalog.DB, b teststore.Backend, maxAge time.Duration) *rewind.Guard {
 	t.Helper()
-	g, err := rewind.New(rewind.Deps{DB: db, Store: b.Store, Bucket: b.Std}, rewind.Config{Star: star, Holder: "h", MaxAge: maxAge})
+	g, err := rewind.New(rewind.Deps{DB: db.Restore(), Store: b.Store, Bucket: b.Std}, rewind.Config{Star: star, Holder: "h", MaxAge: maxAge})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,12 +29,12 @@ func lease(t *testing.T, db *catalog.DB) catalog.Fence {
 	t.Helper()
 	ctx := context.Background()
 	// A new term: whoever held the lease lets it go first.
-	if l, held, err := db.CurrentLease(ctx, star); err == nil && held {
-		if err := db.ReleaseLease(ctx, l.Fence); err != nil {
+	if l, held, err := db.Leases().CurrentLease(ctx, star); err == nil && held {
+		if err := db.Leases().ReleaseLease(ctx, l.Fence); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l, err := db.AcquireLease(ctx, star, "h", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, star, "h", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func run(t *testing.T, g *rewind.Guard, f catalog.Fence) (cycle.Counts, error) {
 
 func mark(t *testing.T, db *catalog.DB) int64 {
 	t.Helper()
-	m, err := db.ReadMark(context.Background(), star)
+	m, err := db.Restore().Mark(context.Background(), star)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestGuardFindsARestoredMetastore(t *testing.T) {
 
 			// The backup: a copy of the metastore at mark 1.
 			f1 := f
-			if err := db.ReleaseLease(ctx, f1); err != nil {
+			if err := db.Leases().ReleaseLease(ctx, f1); err != nil {
 				t.Fatal(err)
 			}
 			db.Close()
@@ -169,10 +169,10 @@ func TestGuardPassesUnconfirmedMarkers(t *testing.T) {
 	}
 	// A mark moved under the guard (a reconcile raised it) is not written
 	// over: the commit refuses, nothing is confirmed at the number.
-	if err := db.RaiseMark(ctx, f, 9); err != nil {
+	if err := db.Restore().RaiseMark(ctx, f, 9); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CommitMark(ctx, f, 5, 6); !errors.Is(err, catalog.ErrMarkMoved) {
+	if err := db.Restore().CommitMark(ctx, f, 5, 6); !errors.Is(err, catalog.ErrMarkMoved) {
 		t.Fatalf("CommitMark over a moved mark: %v, want ErrMarkMoved", err)
 	}
 	if err := g.Fresh(ctx, f); err != nil || mark(t, db) != 10 {
@@ -183,7 +183,7 @@ func TestGuardPassesUnconfirmedMarkers(t *testing.T) {
 // failingCommits is the metastore with its first n mark commits failing
 // (a database that refuses writes for a while).
 type failingCommits struct {
-	*catalog.DB
+	*catalog.Restore
 	n int
 }
 
@@ -192,7 +192,7 @@ func (f *failingCommits) CommitMark(ctx context.Context, fence catalog.Fence, pr
 		f.n--
 		return errors.New("injected: the database refuses writes")
 	}
-	return f.DB.CommitMark(ctx, fence, prev, next)
+	return f.Restore.CommitMark(ctx, fence, prev, next)
 }
 
 // TestGuardRetriesItsOwnMarker: begins whose commit fails, again and
@@ -201,7 +201,7 @@ func (f *failingCommits) CommitMark(ctx context.Context, fence catalog.Fence, pr
 func TestGuardRetriesItsOwnMarker(t *testing.T) {
 	b := teststore.File(t, teststore.Options{})
 	db, _ := testenv.MigratedDB(t)
-	fc := &failingCommits{DB: db, n: 100}
+	fc := &failingCommits{Restore: db.Restore(), n: 100}
 	g, err := rewind.New(rewind.Deps{DB: fc, Store: b.Store, Bucket: b.Std}, rewind.Config{Star: star, Holder: "h", MaxAge: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func (e *env) storedRecords(st catalog.Stream, en catalog.Entry) map[uint64][]by
 // entryHolding is the stream's catalog entry that holds record r.
 func (e *env) entryHolding(id catalog.StreamID, r uint64) catalog.Entry {
 	e.t.Helper()
-	entries, err := e.db.EntriesOfStream(e.ctx, id)
+	entries, err := e.db.Streams().EntriesOfStream(e.ctx, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestAdoptionTellsAnEmptyRecordFromATombstone(t *testing.T) {
 			st := e.firstStream("s1")
 			// An empty record, and a record with content in the same chunk.
 			empty, full, found := uint64(0), uint64(0), false
-			entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+			entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		search:
 			for _, en := range entries {
 				recs := e.storedRecords(st, en)
@@ -105,13 +105,13 @@ func TestAdoptionTellsAnEmptyRecordFromATombstone(t *testing.T) {
 			}
 			e.record(st.ID, int64(empty), 1)
 			c := e.erase("s1", s)
-			if q, _ := e.db.Quarantined(e.ctx, "s1"); c.StreamsQuarantined != 0 || len(q) != 0 {
+			if q, _ := e.db.Settle().Quarantined(e.ctx, "s1"); c.StreamsQuarantined != 0 || len(q) != 0 {
 				t.Fatalf("the rewrite under the first erasure was quarantined: %+v %+v", c, q)
 			}
 			if c.ObjectsRewritten != 1 {
 				t.Fatalf("erase after the crash: %+v (want the standing rewrite adopted and committed)", c)
 			}
-			if reaps, _ := e.db.Intents(e.ctx, "s1", "reap", 0); len(reaps) != 1 {
+			if reaps, _ := e.db.Settle().Intents(e.ctx, "s1", "reap", 0); len(reaps) != 1 {
 				t.Fatalf("reap intents: %+v (want only the superseded revision's)", reaps)
 			}
 			e.finishErasures(s, st.ID)
@@ -141,7 +141,7 @@ func TestAdoptedEraseRewriteIsScrubbed(t *testing.T) {
 			if hits != 1 {
 				t.Fatalf("erase.after-complete hit %d times", hits)
 			}
-			st, _ := e.db.GetStream(e.ctx, id)
+			st, _ := e.db.Streams().Stream(e.ctx, id)
 			tail := e.lastEntry(id)
 			late := uint64(tail.FirstRecord) + 5
 			if late >= uint64(tail.EndRecord()) || len(e.storedRecords(st, tail)[late]) < 2 {

@@ -31,8 +31,8 @@ import (
 // has only changed where that stream's intent is opened.
 //
 // A batch keeps every stream's own checks: each stream's intent and commit
-// run in a savepoint of their own (catalog.OpenPublishIntents,
-// catalog.CommitSettles), so one stream failing a check is rolled back
+// run in a savepoint of their own (catalog.Settle.OpenPublishIntents,
+// catalog.Settle.CommitSettles), so one stream failing a check is rolled back
 // alone and handled as it would be alone (a halt, a retry), while the
 // others commit.
 
@@ -265,7 +265,7 @@ func (s *Settler) failed(ctx context.Context, f catalog.Fence, id catalog.Stream
 }
 
 // groupCommit gathers the commits of a batch's streams as their objects
-// are published and commits them in groups (catalog.CommitSettles): a
+// are published and commits them in groups (catalog.Settle.CommitSettles): a
 // group is committed once it holds BatchStreams streams, or
 // groupCommitWait after its first, or when the batch has no more. It
 // handles each stream's outcome: counted once committed, failed as Run

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/settle"
 	"github.com/nova/auditor/sim"
@@ -17,7 +18,8 @@ import (
 // (as recovery gives up an intent) just before the first grouped commit
 // that holds the stream: that stream's commit fails its intent check.
 type loseOneIntent struct {
-	*catalog.DB
+	*catalog.Settle
+	wp     *writepath.DB
 	mu     sync.Mutex
 	victim catalog.StreamID // zero: the first stream of the first group
 	done   bool
@@ -33,7 +35,7 @@ func (m *loseOneIntent) CommitSettles(ctx context.Context, f catalog.Fence, grou
 		}
 		for _, sc := range group {
 			if sc.Stream == m.victim {
-				if err := m.DB.DeleteIntent(ctx, f, sc.Commits[0].IntentID); err != nil {
+				if err := m.wp.DeleteIntent(ctx, sc.Commits[0].IntentID); err != nil {
 					m.mu.Unlock()
 					return nil, err
 				}
@@ -42,7 +44,7 @@ func (m *loseOneIntent) CommitSettles(ctx context.Context, f catalog.Fence, grou
 		}
 	}
 	m.mu.Unlock()
-	return m.DB.CommitSettles(ctx, f, group, between)
+	return m.Settle.CommitSettles(ctx, f, group, between)
 }
 
 // TestBatchIsolatesAFailingStream: 64 small streams settle in one batch
@@ -64,11 +66,11 @@ func TestBatchIsolatesAFailingStream(t *testing.T) {
 			if streams < 32 {
 				t.Fatalf("only %d streams have records", streams)
 			}
-			ms := &loseOneIntent{DB: e.db}
+			ms := &loseOneIntent{Settle: e.db.Settle(), wp: writepath.New(e.db)}
 			s := e.newSettler(settle.Deps{DB: ms, Topology: e.topology(), Pending: e.pending},
 				settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40,
 					Concurrency: 8, ReapGrace: time.Hour, BatchStreams: 64})
-			before, err := e.db.CommittedTransactions(e.ctx)
+			before, err := writepath.New(e.db).CommittedTransactions(e.ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +82,7 @@ func TestBatchIsolatesAFailingStream(t *testing.T) {
 			if c.StreamsSettled != streams-1 || c.StreamsQuarantined != 0 {
 				t.Fatalf("%d streams settled of %d (one failing), %d quarantined", c.StreamsSettled, streams, c.StreamsQuarantined)
 			}
-			got, err := e.db.GetStream(e.ctx, ms.victim)
+			got, err := e.db.Streams().Stream(e.ctx, ms.victim)
 			if err != nil || got.SettledThrough != 0 {
 				t.Fatalf("the failing stream: %+v %v", got, err)
 			}
@@ -94,7 +96,7 @@ func TestBatchIsolatesAFailingStream(t *testing.T) {
 				t.Fatalf("second cycle: %+v %v", c2, err)
 			}
 			e.checkSettled("s1")
-			after, err := e.db.CommittedTransactions(e.ctx)
+			after, err := writepath.New(e.db).CommittedTransactions(e.ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,13 +114,13 @@ func TestBatchIsolatesAFailingStream(t *testing.T) {
 // commitOrder is the metastore noting the order of its settle commits: a
 // stream's own (CommitSettle) by its ID, a grouped one as a zero ID.
 type commitOrder struct {
-	*catalog.DB
+	*catalog.Settle
 	mu    sync.Mutex
 	order []catalog.StreamID
 }
 
 func (m *commitOrder) CommitSettle(ctx context.Context, f catalog.Fence, c catalog.SettleCommit) error {
-	err := m.DB.CommitSettle(ctx, f, c)
+	err := m.Settle.CommitSettle(ctx, f, c)
 	m.mu.Lock()
 	m.order = append(m.order, c.Entry.Stream)
 	m.mu.Unlock()
@@ -126,7 +128,7 @@ func (m *commitOrder) CommitSettle(ctx context.Context, f catalog.Fence, c catal
 }
 
 func (m *commitOrder) CommitSettles(ctx context.Context, f catalog.Fence, group []catalog.StreamCommit, between func()) ([]error, error) {
-	errs, err := m.DB.CommitSettles(ctx, f, group, between)
+	errs, err := m.Settle.CommitSettles(ctx, f, group, between)
 	m.mu.Lock()
 	m.order = append(m.order, catalog.StreamID{})
 	m.mu.Unlock()
@@ -145,7 +147,7 @@ func TestErasuresDoNotWaitForBatches(t *testing.T) {
 		FlightInterval: time.Minute, AbsorbFlights: 4, Session: 12}); err != nil {
 		t.Fatal(err)
 	}
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,10 +158,10 @@ func TestErasuresDoNotWaitForBatches(t *testing.T) {
 			break
 		}
 	}
-	if _, err := e.db.RecordErasure(e.ctx, erasing, 1, 1); err != nil {
+	if _, err := e.db.Erasures().RecordErasure(e.ctx, erasing, 1, 1); err != nil {
 		t.Fatal(err)
 	}
-	ms := &commitOrder{DB: e.db}
+	ms := &commitOrder{Settle: e.db.Settle()}
 	s := e.newSettler(settle.Deps{DB: ms, Topology: e.topology(), Pending: e.pending},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40,
 			Concurrency: 1, ReapGrace: time.Hour, BatchStreams: 8})

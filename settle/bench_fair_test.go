@@ -118,7 +118,7 @@ func runFair(b *testing.B, sh fairShape, mode string) {
 	}
 	rec := &assembleRecorder{Store: e.store}
 	ids, next := writeFairSlots(b, e, sh)
-	s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topologyOver(rec), Pending: e.pending},
+	s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topologyOver(rec), Pending: e.pending},
 		settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 			Concurrency: fairConcurrency, ReapGrace: time.Hour})
 	before := map[string]catalog.Entry{}
@@ -164,17 +164,17 @@ func runFair(b *testing.B, sh fairShape, mode string) {
 // fairCycle runs the settle once and requires every stream settled.
 func fairCycle(b *testing.B, e *env, s *settle.Settler, streams int) cycle.Counts {
 	b.Helper()
-	l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
+	defer func() { _ = e.db.Leases().ReleaseLease(e.ctx, l.Fence) }()
 	c, err := s.Run(e.ctx, l.Fence, cycle.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	if c.StreamsQuarantined != 0 || c.StreamsSettled == 0 {
-		q, _ := e.db.Quarantined(e.ctx, "s1")
+		q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 		b.Fatalf("settled %d of %d streams: %+v, quarantine %+v", c.StreamsSettled, streams, c, q)
 	}
 	return c
@@ -228,13 +228,13 @@ func writeFairFlight(b testing.TB, e *env, seq int, ids []bundlefmt.StreamID, ne
 }
 
 func fairEntries(b *testing.B, e *env) []catalog.Entry {
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		b.Fatal(err)
 	}
 	var out []catalog.Entry
 	for _, st := range streams {
-		en, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		en, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -248,12 +248,12 @@ func fairEntries(b *testing.B, e *env) []catalog.Entry {
 // part planner's lower bound of bytes through the process for them: every
 // chunk a source range, a rewritten tail's data one more, the footer local.
 func fairBound(b *testing.B, e *env, before map[string]catalog.Entry) (settled, bound int64) {
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, st := range streams {
-		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+		entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		for _, en := range entries {
 			old, had := before[fmt.Sprintf("%s/%d", en.Stream, en.FirstRecord)]
 			if had && old.Revision == en.Revision {
@@ -295,7 +295,7 @@ type naiveResult struct {
 // ranged GETs and every slot footer and chunk, fairConcurrency GETs at a
 // time, then the object built in memory and one PUT to a key of its own.
 func naiveFair(b *testing.B, e *env, rewrite bool) naiveResult {
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func naiveFair(b *testing.B, e *env, rewrite bool) naiveResult {
 		g.Go(func() error {
 			var chunks []bundlefmt.Chunk
 			if rewrite {
-				ens, err := e.db.EntriesOfStream(ctx, st.ID)
+				ens, err := e.db.Streams().EntriesOfStream(ctx, st.ID)
 				if err != nil || len(ens) == 0 {
 					return fmt.Errorf("entries of %s: %d, %v", st.ID, len(ens), err)
 				}
@@ -343,7 +343,7 @@ func naiveFair(b *testing.B, e *env, rewrite bool) naiveResult {
 					chunks = append(chunks, bundlefmt.Chunk{Entry: x, Data: data[x.DataOffset : x.DataOffset+x.ChunkBytes()]})
 				}
 			}
-			refs, err := e.db.RefsOfStream(ctx, st.ID)
+			refs, err := writepath.New(e.db).RefsOfStream(ctx, st.ID)
 			if err != nil {
 				return err
 			}

@@ -55,10 +55,10 @@ func BenchmarkHotBacklogPeakRSS(b *testing.B) {
 				b.StopTimer()
 				e, _ := newEnv(b, backends()[0], 0, 0)
 				writeHotBacklog(b, e, records, 20_000, 100)
-				s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
+				s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 					settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 50,
 						Concurrency: 4, ReapGrace: time.Hour})
-				l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+				l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -75,7 +75,7 @@ func BenchmarkHotBacklogPeakRSS(b *testing.B) {
 				b.ReportMetric(float64(peakRSS()-before)/(1<<20), "peak-rss-growth-MiB")
 				b.ReportMetric(float64(records)/took.Seconds(), "records/s")
 				b.ReportMetric(float64(c.ObjectsPublished), "objects")
-				_ = e.db.ReleaseLease(e.ctx, l.Fence)
+				_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 			}
 		})
 	}

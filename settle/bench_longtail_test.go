@@ -21,6 +21,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
@@ -150,7 +151,7 @@ func (o *opCounter) snapshot() map[string]int64 {
 // fraction 0; 50 rounds at three concurrencies would take hours at the
 // issue's scale), with where the CPU went (this process, versitygw and
 // Postgres, per object) and the WAL the cluster wrote per object during
-// the cycles (catalog.WALPosition; NOVA_BENCH_TAIL_CMP_CONCURRENCIES, say "64", picks
+// the cycles (writepath.WALPosition; NOVA_BENCH_TAIL_CMP_CONCURRENCIES, say "64", picks
 // the concurrencies); NOVA_BENCH_TAIL_CMP_ONLY=1 runs that alone,
 // NOVA_BENCH_TAIL_CMP=0 leaves it out. NOVA_BENCH_TAIL_FRACTIONS (say "1")
 // picks the fractions instead, and NOVA_BENCH_TAIL_COHORTS the rule's
@@ -345,7 +346,7 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		policy.TailGrowth, policy.CopyFloor = p.fraction, objstore.TailFloor(objstore.DefaultLimits, readsBack, tailCap())
 		policy.Cohorts = p.cohorts
 		sdb := settleDB(t, e, p.conc)
-		rdb.DB = sdb
+		rdb.Settle = sdb.Settle()
 		if s != nil && policy != sp {
 			// round 1 of a run has a provisional age cap (above): the
 			// settler keeps its caches, as a daemon's does across cycles
@@ -365,11 +366,11 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		}
 		rd := tailRound{round: k + 1, newBytes: newBytes}
 		rd.due, rd.oldest, rd.overCap = tailTransit(t, e, policy)
-		before, err := e.db.EntriesOfStar(e.ctx, "s1")
+		before, err := e.db.Streams().EntriesOfStar(e.ctx, "s1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+		l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,9 +397,9 @@ func runTail(t *testing.T, p *tailParams) []tailRound {
 		rd.footers, rd.slotGets, rd.slotBytes, rd.tailMisses = m1[0]-m0[0], m1[1]-m0[1], m1[2]-m0[2], m1[3]-m0[3]
 		sdb.Close() // its backends exit and publish their counts
 		rd.commits = settledCommits(t, e) - tx0
-		_ = e.db.ReleaseLease(e.ctx, l.Fence)
+		_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 		if err != nil || c.StreamsQuarantined != 0 {
-			q, _ := e.db.Quarantined(e.ctx, "s1")
+			q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 			t.Fatalf("round %d: %+v %v, quarantine %+v", k+1, c, err, q)
 		}
 		if p.ageCap == 0 {
@@ -462,7 +463,7 @@ func tailProfile(t *testing.T, round, rounds int) func() {
 // counts of a backend that went idle within a second of its last report
 // for 10 s, which shifted commits into the next round.
 // roundDB is the settler's metastore: the round's pool (settleDB).
-type roundDB struct{ *catalog.DB }
+type roundDB struct{ *catalog.Settle }
 
 func settleDB(t *testing.T, e *env, conc int) *catalog.DB {
 	u := e.url
@@ -505,13 +506,13 @@ func quietCommits(t *testing.T, e *env) int64 {
 	return xactCommits(t, e)
 }
 
-// walPosition is the cluster's WAL insert position (catalog.WALPosition).
+// walPosition is the cluster's WAL insert position (writepath.WALPosition).
 // Its moves around the settle are the cycle's writes, plus whatever else
 // the cluster writes meanwhile: another test package's databases, a
 // checkpoint's full-page images, autovacuum, page pruning by reads. Read
 // it on a quiet machine, and over rounds rather than one.
 func walPosition(t *testing.T, e *env) int64 {
-	n, err := e.db.WALPosition(e.ctx)
+	n, err := writepath.New(e.db).WALPosition(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +541,7 @@ func settledCommits(t *testing.T, e *env) int64 {
 // oldest unsettled age and the streams past the age cap, by the database
 // clock.
 func tailTransit(t *testing.T, e *env, p catalog.DuePolicy) (markers int64, oldest time.Duration, over int64) {
-	_, cls, err := e.db.TransitByClass(e.ctx, "s1", p)
+	_, cls, err := e.db.Ledger().TransitByClass(e.ctx, "s1", p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +556,7 @@ func tailTransit(t *testing.T, e *env, p catalog.DuePolicy) (markers int64, olde
 // tailUnsettled is the record bytes written and not settled (every record
 // of the benchmark has recBytes).
 func tailUnsettled(t *testing.T, e *env, index map[catalog.StreamID]int, next []uint64, recBytes int) int64 {
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +572,7 @@ func tailUnsettled(t *testing.T, e *env, index map[catalog.StreamID]int, next []
 // publishedSizes is the object bytes of every catalog entry that is not in
 // before (at the same revision): what the cycle published.
 func publishedSizes(t *testing.T, e *env, before map[catalog.StreamID][]catalog.Entry) []int64 {
-	after, err := e.db.EntriesOfStar(e.ctx, "s1")
+	after, err := e.db.Streams().EntriesOfStar(e.ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,10 +91,10 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				lat := s3Backend("s3-latency", "small", wire, nil)
 				e, _ := newEnv(b, lat, 0, 0)
 				writeSlots(b, e, streams, 2, 2, 256)
-				s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
+				s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 					settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 						Concurrency: conc, ReapGrace: time.Hour})
-				l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+				l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -124,7 +124,7 @@ func BenchmarkManySmallStreamsAtS3Latency(b *testing.B) {
 				b.ReportMetric(float64(gets)/objects, "wire-get/object")
 				b.ReportMetric(float64(dials)/objects, "dials/object")
 				b.ReportMetric(took.Seconds(), "cycle-s")
-				_ = e.db.ReleaseLease(e.ctx, l.Fence)
+				_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 			}
 		})
 	}
@@ -141,10 +141,10 @@ func BenchmarkManySmallStreamsFile(b *testing.B) {
 		b.StopTimer()
 		e, _ := newEnv(b, backends()[0], 0, 0)
 		writeSlots(b, e, streams, 2, 2, 256)
-		s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
+		s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 			settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 				Concurrency: 16, ReapGrace: time.Hour})
-		l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 30*time.Minute)
+		l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 30*time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func BenchmarkManySmallStreamsFile(b *testing.B) {
 		objects := float64(c.ObjectsPublished + c.ObjectsAdopted)
 		b.ReportMetric(cpu.Seconds()*1000/objects, "cpu-ms/object")
 		b.ReportMetric(objects/took.Seconds(), "objects/s")
-		_ = e.db.ReleaseLease(e.ctx, l.Fence)
+		_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 	}
 }
 

@@ -48,11 +48,11 @@ func BenchmarkSettleEndToEnd(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending,
+				s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending,
 					Metrics: metrics},
 					settle.Config{CapBytes: sh.capBytes, TargetBytes: sh.targetB, MaxStreams: 100000, MaxBytes: 1 << 50,
 						Concurrency: 4, ReapGrace: time.Hour})
-				l, err := e.db.AcquireLease(e.ctx, "s1", "bench", 10*time.Minute)
+				l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "bench", "", 10*time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -69,7 +69,7 @@ func BenchmarkSettleEndToEnd(b *testing.B) {
 					b.Fatal(err)
 				}
 				if c.StreamsSettled != int64(sh.streams) {
-					q, _ := e.db.Quarantined(e.ctx, "s1")
+					q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 					b.Fatalf("settled %d of %d streams: %+v, quarantine %+v", c.StreamsSettled, sh.streams, c, q)
 				}
 				rssGrowth := peakRSS() - rssBefore
@@ -85,7 +85,7 @@ func BenchmarkSettleEndToEnd(b *testing.B) {
 				b.ReportMetric(naive.Seconds()/took.Seconds(), "x-naive-speed")
 				b.ReportMetric(float64(rssGrowth)/(1<<20), "peak-rss-growth-MiB")
 				b.ReportMetric(float64(objects), "objects")
-				_ = e.db.ReleaseLease(e.ctx, l.Fence)
+				_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 			}
 		})
 	}
@@ -169,12 +169,12 @@ func putFlight(b testing.TB, e *env, seq int, chunks []bundlefmt.Chunk, batches 
 // part planner's lower bound of bytes through the process for its pieces
 // (one source range per chunk, the footer local).
 func lowerBound(b *testing.B, e *env) (settled, bound int64) {
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, st := range streams {
-		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+		entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		for _, en := range entries {
 			key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 			settled += en.ObjectBytes
@@ -199,12 +199,12 @@ func lowerBound(b *testing.B, e *env) (settled, bound int64) {
 // time it took.
 func naiveSettle(b *testing.B, e *env) time.Duration {
 	start := time.Now()
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, st := range streams {
-		refs, _ := e.db.RefsOfStream(e.ctx, st.ID)
+		refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 		var chunks []bundlefmt.Chunk
 		for _, ref := range refs {
 			rec := uint64(ref.FirstRecord)
@@ -260,7 +260,7 @@ func entriesOf(b *testing.B, e *env, key string, en catalog.Entry) []bundlefmt.E
 
 func xactCommits(b testing.TB, e *env) int64 {
 	time.Sleep(1100 * time.Millisecond) // Postgres publishes backend stats at most once a second
-	n, err := e.db.CommittedTransactions(e.ctx)
+	n, err := writepath.New(e.db).CommittedTransactions(e.ctx)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func storedWith(t *testing.T, e *env, key string) objstore.ChecksumAlgorithm {
 }
 
 func probedSettler(e *env, rec *assembleRecorder) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topologyOver(rec), Pending: e.pending},
+	return e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topologyOver(rec), Pending: e.pending},
 		settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 1000, MaxBytes: 1 << 40,
 			Concurrency: 2, ReapGrace: time.Hour})
 }
@@ -112,7 +112,7 @@ func TestServerCheckedBySlotChecksum(t *testing.T) {
 			if got := rec.readBack.Load() > 0; got != readBack {
 				t.Errorf("slots stored with %s: read back %d bytes, want read-back %v", put, rec.readBack.Load(), readBack)
 			}
-			rep, err := verify.Verify(e.ctx, e.db, bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
+			rep, err := verify.Verify(e.ctx, e.db.Streams(), bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
 			if err != nil || len(rep.Findings) != 0 || rep.Objects < 4 {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}
@@ -149,14 +149,14 @@ func TestServerCheckedCatchesDamagedSlot(t *testing.T) {
 			f.Close()
 			cy, err := e.cycle("s1", probedSettler(e, rec))
 			t.Logf("%+v %v; read back %d bytes", cy, err, rec.readBack.Load())
-			q, _ := e.db.Quarantined(e.ctx, "s1")
+			q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 			if cy.StreamsQuarantined != 1 || len(q) != 1 || q[0].ErrorClass != "checksum" {
 				t.Fatalf("quarantine %+v after %+v", q, cy)
 			}
 			if (rec.readBack.Load() > 0) != (put == objstore.AlgorithmCRC32C) {
 				t.Errorf("slot stored with %s: read back %d bytes", put, rec.readBack.Load())
 			}
-			rep, err := verify.Verify(e.ctx, e.db, bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
+			rep, err := verify.Verify(e.ctx, e.db.Streams(), bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
 			if err != nil || len(rep.Findings) != 0 {
 				t.Fatalf("verify after the damage: %+v %v", rep, err)
 			}

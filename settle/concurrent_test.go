@@ -27,7 +27,7 @@ func TestAbsorbCommittingDuringTheStreamRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.write("s1", 3, sim.Faults{}, 2) // unsettled refs behind the tail
-			streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+			streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 			if err != nil || len(streams) != 1 {
 				t.Fatalf("streams: %v %v", streams, err)
 			}
@@ -94,7 +94,7 @@ func TestAbsorbCommittingDuringTheStreamRead(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("cycle: %v", r.err)
 			}
-			q, err := e.db.Quarantined(e.ctx, "s1")
+			q, err := e.db.Settle().Quarantined(e.ctx, "s1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ func TestAbsorbCommittingDuringTheStreamRead(t *testing.T) {
 			if _, err := e.cycle("s1", e.settler(nil)); err != nil {
 				t.Fatal(err)
 			}
-			if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 {
+			if q, _ := e.db.Settle().Quarantined(e.ctx, "s1"); len(q) != 0 {
 				t.Fatalf("quarantine after the next cycle: %+v", q)
 			}
 			e.checkSettled("s1")

@@ -22,16 +22,16 @@ import (
 // reap runs the reap step once for star under a fresh lease, with no grace.
 func (e *env) reap(star string) cycle.Counts {
 	e.t.Helper()
-	r, err := trim.NewReap(trim.Deps{DB: e.db, Topology: e.topology()},
+	r, err := trim.NewReap(trim.Deps{DB: e.db.Trim(), Topology: e.topology()},
 		trim.Config{BatchSize: 1000, Concurrency: trim.DefaultConcurrency})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, star, "test", "", time.Minute)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
+	defer func() { _ = e.db.Leases().ReleaseLease(e.ctx, l.Fence) }()
 	c, err := r.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 	if err != nil {
 		e.t.Fatalf("reap: %v", err)
@@ -51,23 +51,23 @@ func condemned(t *testing.T, e *env, key string, refsBefore int) {
 		t.Fatal(err)
 	}
 	id := k.Stream
-	q, err := e.db.Quarantined(e.ctx, "s1")
+	q, err := e.db.Settle().Quarantined(e.ctx, "s1")
 	if err != nil || len(q) != 1 || q[0].ErrorClass != cycle.ClassChecksum || !strings.Contains(q[0].Reason, key) {
 		t.Fatalf("want one checksum quarantine naming %s: %+v %v", key, q, err)
 	}
-	entries, _ := e.db.EntriesOfStream(e.ctx, id)
+	entries, _ := e.db.Streams().EntriesOfStream(e.ctx, id)
 	for _, en := range entries {
 		if uint64(en.FirstRecord) == k.FirstRecord && uint32(en.Revision) == k.Revision {
 			t.Fatalf("the damaged %s was cataloged: %+v", key, en)
 		}
 	}
-	if refs, _ := e.db.RefsOfStream(e.ctx, id); len(refs) != refsBefore {
+	if refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, id); len(refs) != refsBefore {
 		t.Fatalf("refs %d, before %d: a source was released", len(refs), refsBefore)
 	}
-	if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+	if open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
 		t.Fatalf("publish intents left open: %+v", open)
 	}
-	reaps, _ := e.db.Intents(e.ctx, "s1", "reap", 0)
+	reaps, _ := e.db.Settle().Intents(e.ctx, "s1", "reap", 0)
 	armed := false
 	for _, r := range reaps {
 		armed = armed || r.ObjectKey == key
@@ -87,7 +87,7 @@ func condemned(t *testing.T, e *env, key string, refsBefore int) {
 	if _, err := e.store.Head(e.ctx, e.std, key); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("condemned %s still stands: %v", key, err)
 	}
-	if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
+	if ok, err := writepath.New(e.db).ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	c, err := e.cycle("s1", e.settler(nil))
@@ -108,7 +108,7 @@ func TestAdoptionVerifiesTheStandingBytes(t *testing.T) {
 			e, in := crashedPublish(t, b, settle.CrashAfterComplete)
 			key := in.ObjectKey
 			k, _ := bundlefmt.ParseSettledKey(key)
-			refs, _ := e.db.RefsOfStream(e.ctx, k.Stream)
+			refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, k.Stream)
 			obj := readAll(t, e, key)
 			obj[len(obj)/3] ^= 0x40 // a data byte: the footer is in the last few hundred bytes
 			replaceSlot(e, key, obj)
@@ -173,9 +173,9 @@ func TestFailedReadBackNeverDeletesDirectly(t *testing.T) {
 		FlightInterval: time.Minute, Session: 1}); err != nil {
 		t.Fatal(err)
 	}
-	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
-	refs, _ := e.db.RefsOfStream(e.ctx, streams[0].ID)
-	s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 40,
+	streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
+	refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, streams[0].ID)
+	s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 40,
 		Concurrency: 1, ReapGrace: time.Hour})
 	c, err := e.cycle("s1", s)
 	if err != nil {
@@ -187,7 +187,7 @@ func TestFailedReadBackNeverDeletesDirectly(t *testing.T) {
 	if n := fl.deletes.Load(); n != 0 {
 		t.Fatalf("%d deletes from the settle step itself", n)
 	}
-	rb, _ := e.db.Intents(e.ctx, "s1", "reap", 0)
+	rb, _ := e.db.Settle().Intents(e.ctx, "s1", "reap", 0)
 	if len(rb) != 1 {
 		t.Fatalf("reap intents: %+v", rb)
 	}

@@ -22,7 +22,7 @@ type trickleRun struct {
 // flight, a flight every flightEvery, for writeFor) while running settle
 // cycles back to back under policy p, then keeps cycling until all is
 // settled. Before and after every cycle it reads the star's transit by the
-// database clock (catalog.TransitByClass): no record may be unsettled past
+// database clock (catalog.Ledger.TransitByClass): no record may be unsettled past
 // its age cap. The ages only grow between cycles, so the reads before each
 // cycle see the largest.
 func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor, flightEvery time.Duration) trickleRun {
@@ -30,13 +30,13 @@ func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor
 	e, _ := newEnv(t, backends()[0], 0, 0)
 	const recs, recBytes = 2, 100
 	ids, next := writeFairSlots(t, e, fairShape{cold: streams, flights: 1, coldRecs: recs, coldBytes: recBytes})
-	s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
+	s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 		settle.Config{Policy: p, CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40,
 			Concurrency: 3, ReapGrace: time.Hour})
 	run := trickleRun{flights: 1, newBytes: int64(streams * recs * recBytes)}
 	check := func(when string) {
 		t.Helper()
-		_, classes, err := e.db.TransitByClass(e.ctx, "s1", p)
+		_, classes, err := e.db.Ledger().TransitByClass(e.ctx, "s1", p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,8 +49,8 @@ func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor
 	}
 	start := time.Now()
 	lastWrite := start
-	for writing := true; ; {
-		writing = time.Since(start) < writeFor
+	for {
+		writing := time.Since(start) < writeFor
 		if writing && time.Since(lastWrite) >= flightEvery {
 			writeFairFlight(t, e, run.flights, ids, next, func(int) (int, int) { return recs, recBytes })
 			run.flights++
@@ -71,7 +71,7 @@ func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor
 			time.Sleep(10 * time.Millisecond) // the writer's turn, and less CPU for nothing
 			continue
 		}
-		marks, err := e.db.DueMarkers(e.ctx, "s1")
+		marks, err := e.db.Streams().DueMarkers(e.ctx, "s1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	sts, err := e.db.StreamsOfStar(e.ctx, "s1")
+	sts, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func trickleUnderCycles(t *testing.T, p catalog.DuePolicy, streams int, writeFor
 		if st.SettledThrough != st.NextRecord {
 			t.Errorf("stream %s: settled_through %d, next_record %d", st.ID, st.SettledThrough, st.NextRecord)
 		}
-		en, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		en, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

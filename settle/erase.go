@@ -31,7 +31,7 @@ import (
 //     holds them at a higher revision, copying the clean chunks server side and
 //     uploading the re-encoded ones, repoints the catalog entry with the
 //     revision check, arms the old revision's reap, and sets applied_at
-//     once nothing settled can hold the bytes (catalog.ApplyErasure) and
+//     once nothing settled can hold the bytes (catalog.Erasures.ApplyErasure) and
 //     no bucket keeps what a DELETE removes (cycle.Options.ErasureHold). It
 //     reads a bounded window of each stream's erasures a cycle
 //     (Config.MaxPendingErasures, dealt round-robin over the streams), and
@@ -92,7 +92,7 @@ func (d deadSet) intersects(from, to uint64) bool {
 // standing tail, then each window): for each range exactly the records
 // that the stream's pending erasures name there, however many erasures
 // the stream has (docs/architecture.md#erasure). What it reads is bounded
-// by the range (catalog.PendingErasuresIn); between ranges it keeps only
+// by the range (catalog.Erasures.PendingErasuresIn); between ranges it keeps only
 // the spans that reach past the last one. A nil reader reads nothing (a
 // stream with no pending erasure).
 type deadReader struct {
@@ -222,7 +222,7 @@ func (e *Eraser) Name() string { return "erase" }
 // Run rewrites, for the pending erasures of the star it reads this cycle,
 // each cataloged object that holds their records, then applies those
 // nothing holds any more. It reads at most MaxPendingErasures, dealt
-// round-robin over the streams (catalog.PendingErasureWindows), so a
+// round-robin over the streams (catalog.Erasures.PendingErasureWindows), so a
 // stream with a flood of erasures never hides the others'; a stream whose
 // erasures did not all fit goes on next cycle. A stream in quarantine is
 // left alone (its erasures wait for the release); a malformed erasure row
@@ -327,7 +327,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 		return into
 	}
 	ers := valid(w.Erasures, nil)
-	st, err := s.d.DB.GetStream(ctx, w.Stream)
+	st, err := s.d.DB.Stream(ctx, w.Stream)
 	if err != nil {
 		return counts, err
 	}
@@ -446,7 +446,7 @@ func (e *Eraser) applyErasures(ctx context.Context, f catalog.Fence, st catalog.
 
 // armStrays arms the reaps of the strays that hold a pending erasure's
 // records and are older than the guard, in one fenced transaction that
-// checks again that nothing names them (catalog.ArmStrayReaps).
+// checks again that nothing names them (catalog.Trim.ArmStrayReaps).
 func (e *Eraser) armStrays(ctx context.Context, f catalog.Fence, st catalog.Stream, arm map[string]catalog.ListedKey) error {
 	if len(arm) == 0 {
 		return nil

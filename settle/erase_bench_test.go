@@ -53,20 +53,20 @@ func benchErase(b *testing.B, probed bool) {
 		perChunk := chunk / (recBytes + 1)
 		flights := objects*capMiB*(1<<20)/chunk + 1
 		writeSlots(b, e, 1, flights, perChunk, recBytes)
-		s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: int64(capMiB) << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 50,
+		s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: int64(capMiB) << 20, TargetBytes: 4 << 20, MaxStreams: 10, MaxBytes: 1 << 50,
 			Concurrency: 4, ReapGrace: time.Hour})
 		if _, err := e.cycle("s1", s); err != nil {
 			b.Fatal(err)
 		}
 		st := e.firstStream("s1")
-		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+		entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		var rewritten, bound int64
 		erased := 0
 		for _, en := range entries[:min(objects, len(entries))] {
 			key := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 			chunks := entriesOf(b, e, key, en)
 			mid := chunks[len(chunks)/2]
-			if _, err := e.db.RecordErasure(e.ctx, st.ID, int64(mid.FirstRecord)+1, 1); err != nil {
+			if _, err := e.db.Erasures().RecordErasure(e.ctx, st.ID, int64(mid.FirstRecord)+1, 1); err != nil {
 				b.Fatal(err)
 			}
 			erased++

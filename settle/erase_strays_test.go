@@ -38,7 +38,7 @@ func TestErasureWaitsForStrays(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending, Metrics: m},
+			s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending, Metrics: m},
 				settle.Config{CapBytes: testCap, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3, StrayGuard: strayGuard})
 			e.settleOK(s)
 			st := e.firstStream("s1")
@@ -67,7 +67,7 @@ func TestErasureWaitsForStrays(t *testing.T) {
 				return err == nil
 			}
 			reaps := func() map[string]bool {
-				in, err := e.db.Intents(e.ctx, "s1", "reap", 0)
+				in, err := e.db.Settle().Intents(e.ctx, "s1", "reap", 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -159,18 +159,18 @@ func TestErasureListingFails(t *testing.T) {
 	e.record(st.ID, en.FirstRecord, 1)
 	e.erase("s1", s)
 	e.reap("s1")
-	failing := e.newSettler(settle.Deps{DB: e.db, Topology: e.topologyOver(failingLists{e.store}), Pending: e.pending},
+	failing := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topologyOver(failingLists{e.store}), Pending: e.pending},
 		settle.Config{CapBytes: testCap, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3, StrayGuard: strayGuard})
-	l, err := e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "test", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := failing.Eraser().Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
-	_ = e.db.ReleaseLease(e.ctx, l.Fence)
+	_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 	if !cycle.IsPartial(err) || !errors.Is(err, errListFailed) || c.ErasuresApplied != 0 {
 		t.Fatalf("erase over a failing listing: %+v, %v; want nothing applied and the listing's error, partial", c, err)
 	}
-	if ers, _ := e.db.ErasuresOf(e.ctx, st.ID, 0, 1<<62); applied(ers) != 0 {
+	if ers, _ := e.db.Erasures().ErasuresOf(e.ctx, st.ID, 0, 1<<62); applied(ers) != 0 {
 		t.Fatalf("applied: %+v", ers)
 	}
 	// With the listing whole, it applies.

@@ -11,6 +11,7 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
@@ -29,7 +30,7 @@ func (e *env) eraseSettler(crash func(crashpoint.Point)) *settle.Settler {
 }
 
 func (e *env) eraseSettlerCap(crash func(crashpoint.Point), capBytes int64) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending, Crash: crash},
+	return e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: capBytes, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3})
 }
 
@@ -43,11 +44,11 @@ func (e *env) erase(star string, s *settle.Settler) cycle.Counts {
 // eraseWith is erase with the cycle's options.
 func (e *env) eraseWith(star string, s *settle.Settler, opts cycle.Options) cycle.Counts {
 	e.t.Helper()
-	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, star, "test", "", time.Minute)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
+	defer func() { _ = e.db.Leases().ReleaseLease(e.ctx, l.Fence) }()
 	var c cycle.Counts
 	done := make(chan struct{})
 	go func() {
@@ -82,7 +83,7 @@ func (e *env) chunksOf(st catalog.Stream, en catalog.Entry) []bundlefmt.Entry {
 
 func (e *env) record(id catalog.StreamID, first, count int64) {
 	e.t.Helper()
-	if _, err := e.db.RecordErasure(e.ctx, id, first, count); err != nil {
+	if _, err := e.db.Erasures().RecordErasure(e.ctx, id, first, count); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -99,7 +100,7 @@ func (e *env) checkErased(id catalog.StreamID) []catalog.Erasure {
 	if !rep.OK() || rep.Checked == 0 {
 		e.t.Fatalf("novasim check: %+v", rep)
 	}
-	ers, err := e.db.ErasuresOf(e.ctx, id, 0, 1<<62)
+	ers, err := e.db.Erasures().ErasuresOf(e.ctx, id, 0, 1<<62)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -131,12 +132,12 @@ func TestEraseRewritesSettledObjects(t *testing.T) {
 			if _, err := e.cycle("s1", s); err != nil {
 				t.Fatal(err)
 			}
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 			st := streams[0]
 			if streams[1].Class == catalog.ClassStandard && streams[1].NextRecord > st.NextRecord {
 				st = streams[1]
 			}
-			entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+			entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 			if len(entries) < 4 {
 				t.Fatalf("want at least 4 settled objects, have %d", len(entries))
 			}
@@ -177,7 +178,7 @@ func TestEraseRewritesSettledObjects(t *testing.T) {
 			if c.ObjectsRewritten != 5 || c.RecordsTombstoned != want || c.ErasuresApplied != 0 {
 				t.Fatalf("first erase: %+v (want 5 rewritten, %d tombstoned, none applied before the reap)", c, want)
 			}
-			after, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+			after, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 			for i := range after {
 				wantRev := entries[i].Revision
 				if rewritten[i] {
@@ -258,7 +259,7 @@ func TestEraseRecordsStillInTransit(t *testing.T) {
 // lastEntry is the stream's last catalog entry.
 func (e *env) lastEntry(id catalog.StreamID) catalog.Entry {
 	e.t.Helper()
-	entries, err := e.db.EntriesOfStream(e.ctx, id)
+	entries, err := e.db.Streams().EntriesOfStream(e.ctx, id)
 	if err != nil || len(entries) == 0 {
 		e.t.Fatalf("entries of %s: %d, %v", id, len(entries), err)
 	}
@@ -273,7 +274,7 @@ func (e *env) settleOK(s *settle.Settler) cycle.Counts {
 		e.t.Fatal(err)
 	}
 	if c.StreamsQuarantined != 0 {
-		q, _ := e.db.Quarantined(e.ctx, "s1")
+		q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 		e.t.Fatalf("quarantined: %+v", q)
 	}
 	return c
@@ -292,7 +293,7 @@ func (e *env) finishErasures(s *settle.Settler, id catalog.StreamID) {
 	if applied(ers) != len(ers) {
 		e.t.Fatalf("erasures not all applied: %+v", ers)
 	}
-	if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+	if open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
 		e.t.Fatalf("publish intents left: %+v", open)
 	}
 	e.checkSettled("s1")
@@ -366,7 +367,7 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 			if hits != 1 {
 				t.Fatalf("settle.after-complete hit %d times", hits)
 			}
-			open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
+			open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0)
 			if len(open) != 1 {
 				t.Fatalf("publish intents after the crash: %+v", open)
 			}
@@ -383,7 +384,7 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 				t.Fatalf("no new object at the old tail's end %d: last entry %+v", tail.EndRecord(), e.lastEntry(id))
 			}
 			if c := e.erase("s1", lower); c.StreamsQuarantined != 0 || c.ObjectsRewritten != 1 {
-				q, _ := e.db.Quarantined(e.ctx, "s1")
+				q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 				t.Fatalf("erase beside settle's abandoned tail rewrite: %+v, quarantine %+v (want the entry rewritten)", c, q)
 			}
 			k, err := bundlefmt.ParseSettledKey(given)
@@ -394,13 +395,13 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 				t.Fatalf("rewritten entry %+v, want its records at a revision above the abandoned %s", got, given)
 			}
 			e.finishErasures(lower, id)
-			if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 {
+			if q, _ := e.db.Settle().Quarantined(e.ctx, "s1"); len(q) != 0 {
 				t.Fatalf("quarantined: %+v", q)
 			}
 			if _, err := e.store.Head(e.ctx, e.std, given); !errors.Is(err, objstore.ErrNotFound) {
 				t.Fatalf("settle's abandoned rewrite %s after the reaps: %v (want it deleted)", given, err)
 			}
-			rep, err := verify.Verify(e.ctx, e.db, bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
+			rep, err := verify.Verify(e.ctx, e.db.Streams(), bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
 			if err != nil || len(rep.Findings) != 0 || rep.Objects < 2 {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}
@@ -431,7 +432,7 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 				t.Fatalf("no new object at the old tail's end %d: last entry %+v", tail.EndRecord(), e.lastEntry(id))
 			}
 			e.finishErasures(lower, id)
-			if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 {
+			if q, _ := e.db.Settle().Quarantined(e.ctx, "s1"); len(q) != 0 {
 				t.Fatalf("quarantined: %+v", q)
 			}
 		})
@@ -441,7 +442,7 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 // entryAt is the stream's catalog entry that starts at record first.
 func (e *env) entryAt(id catalog.StreamID, first int64) catalog.Entry {
 	e.t.Helper()
-	entries, err := e.db.EntriesOfStream(e.ctx, id)
+	entries, err := e.db.Streams().EntriesOfStream(e.ctx, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -477,7 +478,7 @@ func TestEraseCrashPoints(t *testing.T) {
 				s := e.eraseSettler(nil)
 				e.settleOK(s)
 				id := e.firstStream("s1").ID
-				entries, _ := e.db.EntriesOfStream(e.ctx, id)
+				entries, _ := e.db.Streams().EntriesOfStream(e.ctx, id)
 				if len(entries) < 2 {
 					t.Fatalf("want two objects, have %d", len(entries))
 				}
@@ -516,32 +517,32 @@ func TestEraseWaitsForAQuarantinedStream(t *testing.T) {
 			e.settleOK(s)
 			id := e.firstStream("s1").ID
 			e.record(id, 3, 2)
-			l, err := e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
+			l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "test", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := e.db.Quarantine(e.ctx, l.Fence, id, "", "corrupt", "set aside by the test"); err != nil {
+			if err := e.db.Settle().Quarantine(e.ctx, l.Fence, id, "", "corrupt", "set aside by the test"); err != nil {
 				t.Fatal(err)
 			}
-			_ = e.db.ReleaseLease(e.ctx, l.Fence)
+			_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 			if c := e.erase("s1", s); c != (cycle.Counts{}) {
 				t.Fatalf("erase of a quarantined stream did something: %+v", c)
 			}
-			if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
+			if ok, err := writepath.New(e.db).ReleaseQuarantine(e.ctx, "s1", id); err != nil || !ok {
 				t.Fatalf("release: %v %v", ok, err)
 			}
 			// A dry run plans the rewrite, prints it, and changes nothing.
-			l, err = e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
+			l, err = e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "test", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var plan strings.Builder
 			c, err := s.Eraser().Run(e.ctx, l.Fence, cycle.Options{Trigger: "once", DryRun: true, Plan: &plan})
-			_ = e.db.ReleaseLease(e.ctx, l.Fence)
+			_ = e.db.Leases().ReleaseLease(e.ctx, l.Fence)
 			if err != nil || c.ObjectsRewritten != 0 || !strings.Contains(plan.String(), "~1") || !strings.Contains(plan.String(), "rewrite of") {
 				t.Fatalf("dry run: %+v %v, plan %q", c, err, plan.String())
 			}
-			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+			if open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
 				t.Fatalf("the dry run opened intents: %+v", open)
 			}
 			if c := e.erase("s1", s); c.ObjectsRewritten != 1 || c.RecordsTombstoned != 2 {
@@ -555,7 +556,7 @@ func TestEraseWaitsForAQuarantinedStream(t *testing.T) {
 // boundedEraseSettler is eraseSettler reading at most bound pending
 // erasures a cycle.
 func (e *env) boundedEraseSettler(crash func(crashpoint.Point), bound int) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending, Crash: crash},
+	return e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: 1, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			MaxPendingErasures: bound})
 }
@@ -577,14 +578,14 @@ func TestEraseFloodDoesNotStarveOtherStreams(t *testing.T) {
 			e.write("s1", 10, sim.Faults{}, 1)
 			s := e.boundedEraseSettler(nil, bound)
 			e.settleOK(s)
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 			if len(streams) != 2 {
 				t.Fatalf("want two streams, have %d", len(streams))
 			}
 			flood, other := streams[0], streams[1]
 			// The flood: records spread over the stream's objects but its
 			// last (whose rewrite behind new records would be settle's).
-			entries, _ := e.db.EntriesOfStream(e.ctx, flood.ID)
+			entries, _ := e.db.Streams().EntriesOfStream(e.ctx, flood.ID)
 			if len(entries) < 4 || entries[len(entries)-1].FirstRecord < 2*floodSize {
 				t.Fatalf("flood stream: %d records settled in %d objects, too few", flood.SettledThrough, len(entries))
 			}
@@ -593,7 +594,7 @@ func TestEraseFloodDoesNotStarveOtherStreams(t *testing.T) {
 				e.record(flood.ID, i*step, 1)
 			}
 			e.write("s1", 1, sim.Faults{}, 2)
-			st, err := e.db.GetStream(e.ctx, other.ID)
+			st, err := e.db.Streams().Stream(e.ctx, other.ID)
 			if err != nil || st.NextRecord < st.SettledThrough+3 {
 				t.Fatalf("other stream: %+v %v (want records in transit)", st, err)
 			}
@@ -639,7 +640,7 @@ func TestEraseFloodDoesNotStarveOtherStreams(t *testing.T) {
 					break
 				}
 			}
-			after, _ := e.db.EntriesOfStream(e.ctx, flood.ID)
+			after, _ := e.db.Streams().EntriesOfStream(e.ctx, flood.ID)
 			for i, en := range after[:len(entries)] {
 				if en.Revision > entries[i].Revision+1 {
 					t.Errorf("entry %d rewritten %d times", en.FirstRecord, en.Revision-entries[i].Revision)
@@ -668,9 +669,9 @@ func TestEraseWindowEndsInsideAnObject(t *testing.T) {
 			e.write("s1", 6, sim.Faults{}, 1)
 			s := e.boundedEraseSettler(nil, bound)
 			e.settleOK(s)
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 			a, other := streams[0].ID, streams[1].ID
-			entries, _ := e.db.EntriesOfStream(e.ctx, a)
+			entries, _ := e.db.Streams().EntriesOfStream(e.ctx, a)
 			if len(entries) < 2 || entries[0].RecordCount < 8 {
 				t.Fatalf("want two objects of 8 records or more: %+v", entries)
 			}
@@ -682,11 +683,11 @@ func TestEraseWindowEndsInsideAnObject(t *testing.T) {
 			if hits != 1 {
 				t.Fatalf("erase.after-complete hit %d times", hits)
 			}
-			oe, _ := e.db.EntriesOfStream(e.ctx, other)
+			oe, _ := e.db.Streams().EntriesOfStream(e.ctx, other)
 			e.record(other, oe[0].FirstRecord+1, 1)
 			c := e.erase("s1", s)
 			if c.StreamsQuarantined != 0 || c.ObjectsRewritten != 2 || c.RecordsTombstoned != 4+1 {
-				q, _ := e.db.Quarantined(e.ctx, "s1")
+				q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 				t.Fatalf("erase after the crash: %+v, quarantined %+v (want the standing rewrite adopted with its 4 tombstones, the other stream's rewritten)", c, q)
 			}
 			for round := 0; applied(e.checkErased(a))+applied(e.checkErased(other)) < 5; round++ {
@@ -698,7 +699,7 @@ func TestEraseWindowEndsInsideAnObject(t *testing.T) {
 					t.Fatalf("erase: %+v (want nothing more rewritten)", c)
 				}
 			}
-			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+			if open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
 				t.Fatalf("publish intents left: %+v", open)
 			}
 			e.checkSettled("s1")

@@ -89,7 +89,7 @@ func (s *smallStar) write(t testing.TB, flights, perChunk, recBytes int, bad *bu
 // holding exactly the data bytes written.
 func (s *smallStar) check(t testing.TB, skip *bundlefmt.StreamID) {
 	t.Helper()
-	streams, err := s.e.db.StreamsOfStar(s.e.ctx, "s1")
+	streams, err := s.e.db.Streams().StreamsOfStar(s.e.ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func (s *smallStar) check(t testing.TB, skip *bundlefmt.StreamID) {
 		if st.SettledThrough != st.NextRecord {
 			t.Fatalf("stream %s: settled_through %d, next_record %d", st.ID, st.SettledThrough, st.NextRecord)
 		}
-		entries, err := s.e.db.EntriesOfStream(s.e.ctx, st.ID)
+		entries, err := s.e.db.Streams().EntriesOfStream(s.e.ctx, st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func (c *reqCounter) since(gets, puts int) (int, int) {
 func (c *reqCounter) now() (int, int) { return c.since(0, 0) }
 
 func smallSettler(e *env, slotRead int64, conc int) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
+	return e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 		settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 			Concurrency: conc, ReapGrace: time.Hour, SlotReadBytes: slotRead})
 }
@@ -238,7 +238,7 @@ func TestBadChunkInASharedRange(t *testing.T) {
 			if err != nil || c.StreamsSettled != n-1 || c.StreamsQuarantined != 1 {
 				t.Fatalf("%+v %v", c, err)
 			}
-			qs, err := e.db.Quarantined(e.ctx, "s1")
+			qs, err := e.db.Settle().Quarantined(e.ctx, "s1")
 			if err != nil || len(qs) != 1 || qs[0].Stream == nil || *qs[0].Stream != bad || qs[0].ErrorClass != cycle.ClassChecksum ||
 				qs[0].SlotKey != bundlefmt.SlotKey("s1", 1, 0) {
 				t.Fatalf("quarantined: %+v %v", qs, err)

@@ -56,7 +56,7 @@ type leaderA struct {
 
 func newLeaderA(t *testing.T, e *env, star string) *leaderA {
 	t.Helper()
-	l, err := e.db.AcquireLease(e.ctx, star, "leader-a", time.Hour)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, star, "leader-a", "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func newLeaderA(t *testing.T, e *env, star string) *leaderA {
 // returns once A is paused there, with the channel A's outcome arrives on.
 func (a *leaderA) reapPaused(t *testing.T, p *pausePoint) <-chan error {
 	t.Helper()
-	r, err := trim.NewReap(trim.Deps{DB: a.e.db, Topology: a.e.topology(), Crash: p.hook},
+	r, err := trim.NewReap(trim.Deps{DB: a.e.db.Trim(), Topology: a.e.topology(), Crash: p.hook},
 		trim.Config{BatchSize: 1000, Concurrency: trim.DefaultConcurrency})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func damagedStanding(t *testing.T, b backend) (*env, string) {
 func (e *env) release(key string) {
 	e.t.Helper()
 	k, _ := bundlefmt.ParseSettledKey(key)
-	if ok, err := e.db.ReleaseQuarantine(e.ctx, "s1", k.Stream); err != nil || !ok {
+	if ok, err := writepath.New(e.db).ReleaseQuarantine(e.ctx, "s1", k.Stream); err != nil || !ok {
 		e.t.Fatalf("release: %v %v", ok, err)
 	}
 }
@@ -154,13 +154,13 @@ func (e *env) skipGrace() {
 // exists, and that novasim check reads every record back from them.
 func (e *env) checkCatalogReadable(star string) {
 	e.t.Helper()
-	streams, err := e.db.StreamsOfStar(e.ctx, star)
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, star)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	n := 0
 	for _, st := range streams {
-		entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		entries, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -234,7 +234,7 @@ func TestLateDeleteAfterNewErasure(t *testing.T) {
 			if c := e.erase("s1", e.eraseSettler(crashAt(settle.CrashEraseAfterComplete, &hits))); hits != 1 {
 				t.Fatalf("erasure rewrite did not reach its complete: %+v", c)
 			}
-			open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
+			open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0)
 			if len(open) != 1 {
 				t.Fatalf("open publish intents after the crash: %+v", open)
 			}
@@ -247,7 +247,7 @@ func TestLateDeleteAfterNewErasure(t *testing.T) {
 			if _, err := e.settler(nil).Run(e.ctx, a.fence, cycle.Options{Trigger: "once"}); err != nil {
 				t.Fatal(err)
 			}
-			if reaps, _ := e.db.Intents(e.ctx, "s1", "reap", 0); len(reaps) != 1 || reaps[0].ObjectKey != abandoned {
+			if reaps, _ := e.db.Settle().Intents(e.ctx, "s1", "reap", 0); len(reaps) != 1 || reaps[0].ObjectKey != abandoned {
 				t.Fatalf("recovery did not give up the withdrawn rewrite %s: %+v", abandoned, reaps)
 			}
 			p, done := a.freezeBeforeDelete(t)
@@ -309,7 +309,7 @@ func (r *replayDeletes) deliver(t *testing.T) int {
 		if err != nil {
 			t.Fatalf("late delete: %v", err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		_, _ = io.Copy(io.Discard, resp.Body) // drained for the connection's reuse, not read
 		resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
 			t.Fatalf("late delete: %s", resp.Status)
@@ -359,7 +359,7 @@ func TestReleaseBeforeTheReap(t *testing.T) {
 			e.release(key)
 			c, err := e.cycle("s1", e.settler(nil))
 			if err != nil || c.StreamsQuarantined != 0 || c.ObjectsPublished == 0 {
-				q, _ := e.db.Quarantined(e.ctx, "s1")
+				q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 				t.Fatalf("settle after the release: %+v %v; quarantine %+v", c, err, q)
 			}
 			e.skipGrace()

@@ -8,7 +8,7 @@ import (
 )
 
 // Metastore is what the recover, settle and erase steps read and write in
-// Postgres (docs/metastore.md): *catalog.DB has it. The writes take the
+// Postgres (docs/metastore.md): *catalog.Settle has it. The writes take the
 // lease's fence and fail with catalog.ErrStaleToken once it is lost; the
 // reads take none.
 type Metastore interface {
@@ -41,7 +41,7 @@ type Metastore interface {
 	QuarantineCondemning(ctx context.Context, f catalog.Fence, id catalog.StreamID, slotKey, errClass, reason, condemnKey string, grace time.Duration) error
 
 	// A stream's cataloged objects and its erasures (recover.go, erase.go).
-	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+	Stream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
 	EntriesIntersecting(ctx context.Context, id catalog.StreamID, epoch, from, to int64) ([]catalog.Entry, error)
 	ErasuresOf(ctx context.Context, id catalog.StreamID, from, to int64) ([]catalog.Erasure, error)
 	PendingErasureWindows(ctx context.Context, star string, limit int) ([]catalog.ErasureWindow, error)

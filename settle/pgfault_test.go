@@ -72,7 +72,7 @@ func TestPostgresConnectionsKilledMidCycle(t *testing.T) {
 	e.checkSettled("s1")
 	// Reap intents of superseded revisions wait for their grace; no publish
 	// intent may stay open.
-	if in, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(in) != 0 {
+	if in, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(in) != 0 {
 		t.Errorf("open publish intents: %+v", in)
 	}
 	t.Logf("%d connections killed; %d of 4 faulted cycles failed and were retried", kills.Load(), failed)

@@ -129,9 +129,8 @@ func TestPlanProperties(t *testing.T) {
 			multi++
 		}
 		start := in.Chunks[0].Entry.FirstRecord
-		tailMeter := int64(-1)
 		if in.Tail != nil {
-			tailMeter = MeterAll(in.Tail.Entries)
+			tailMeter := MeterAll(in.Tail.Entries)
 			fits := !IsFull(tailMeter, Meter(&in.Chunks[0].Entry), in.CapBytes)
 			if fits != (outs[0].Rewrite != nil) {
 				t.Fatalf("iter %d: tail meter %d, first chunk %d, cap %d: rewrite=%v", iter, tailMeter,

@@ -55,7 +55,7 @@ func (s *Settler) intentLive(ctx context.Context, in catalog.Intent) (bool, erro
 	if err != nil {
 		return false, nil // not a key we would write
 	}
-	st, err := s.d.DB.GetStream(ctx, k.Stream)
+	st, err := s.d.DB.Stream(ctx, k.Stream)
 	if errors.Is(err, catalog.ErrNotFound) {
 		return false, nil
 	}

@@ -116,7 +116,7 @@ func TestS3FaultsDuringSettle(t *testing.T) {
 		FlightInterval: time.Minute, Session: 3}); err != nil {
 		t.Fatal(err)
 	}
-	big := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10000, MaxBytes: 1 << 40,
+	big := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 10000, MaxBytes: 1 << 40,
 		Concurrency: 3, ReapGrace: time.Hour})
 	fl.on.Store(true)
 	failures := 0
@@ -145,14 +145,14 @@ func TestS3FaultsDuringSettle(t *testing.T) {
 	if len(open.Uploads) != 0 {
 		t.Errorf("%d multipart uploads left open", len(open.Uploads))
 	}
-	if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 { // both stars (the table is per star: check each)
+	if q, _ := e.db.Settle().Quarantined(e.ctx, "s1"); len(q) != 0 { // both stars (the table is per star: check each)
 		t.Fatalf("a transient fault quarantined a stream: %+v", q)
 	}
-	if q, _ := e.db.Quarantined(e.ctx, "s1-x"); len(q) != 0 {
+	if q, _ := e.db.Settle().Quarantined(e.ctx, "s1-x"); len(q) != 0 {
 		t.Fatalf("a transient fault quarantined an express stream: %+v", q)
 	}
 	e.checkSettled("s1", "s1-x")
-	if in, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(in) != 0 {
+	if in, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(in) != 0 {
 		t.Errorf("open publish intents: %+v", in)
 	}
 	t.Logf("injected %d 503s, %d resets, %d 200-with-error; %d cycles failed and were retried",

@@ -486,7 +486,7 @@ func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.
 		if err != nil {
 			return counts, err
 		}
-		chunks := append(carry, scrubbed...)
+		chunks := append(carry, scrubbed...) //nolint:gocritic // appendAssign: carry is replaced below, by what publishWindow leaves over
 		if !gapChecked && len(chunks) > 0 {
 			gapChecked = true
 			if tail != nil && chunks[0].Entry.FirstRecord != tail.end() {

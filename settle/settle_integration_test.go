@@ -146,7 +146,7 @@ func (e *env) topology() *objstore.Topology {
 // one-stream env.
 func (e *env) firstStream(star string) catalog.Stream {
 	e.t.Helper()
-	streams, err := e.db.StreamsOfStar(e.ctx, star)
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, star)
 	if err != nil || len(streams) == 0 {
 		e.t.Fatalf("streams of %s: %v %v", star, streams, err)
 	}
@@ -210,7 +210,7 @@ func (e *env) newSettler(d settle.Deps, c settle.Config) *settle.Settler {
 }
 
 func (e *env) settler(crash func(crashpoint.Point)) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending, Crash: crash},
+	return e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending, Crash: crash},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour})
 }
@@ -223,22 +223,22 @@ func (e *env) cycleNoFatal(star string) (cycle.Counts, error) {
 
 // cycleWith runs s once for star under a fresh lease, returning every error.
 func (e *env) cycleWith(star string, s *settle.Settler) (cycle.Counts, error) {
-	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, star, "test", "", time.Minute)
 	if err != nil {
 		return cycle.Counts{}, err
 	}
-	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
+	defer func() { _ = e.db.Leases().ReleaseLease(e.ctx, l.Fence) }()
 	return s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 }
 
 // cycle runs the settle step once for star under a fresh lease.
 func (e *env) cycle(star string, s *settle.Settler) (cycle.Counts, error) {
 	e.t.Helper()
-	l, err := e.db.AcquireLease(e.ctx, star, "test", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, star, "test", "", time.Minute)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer func() { _ = e.db.ReleaseLease(e.ctx, l.Fence) }()
+	defer func() { _ = e.db.Leases().ReleaseLease(e.ctx, l.Fence) }()
 	return s.Run(e.ctx, l.Fence, cycle.Options{Trigger: "once"})
 }
 
@@ -256,7 +256,7 @@ func (e *env) checkSettled(stars ...string) {
 		e.t.Fatalf("novasim check: %+v", rep)
 	}
 	for _, star := range stars {
-		streams, err := e.db.StreamsOfStar(e.ctx, star)
+		streams, err := e.db.Streams().StreamsOfStar(e.ctx, star)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func (e *env) checkSettled(stars ...string) {
 			if st.SettledThrough != st.NextRecord {
 				e.t.Errorf("stream %s: settled_through %d, next_record %d", st.ID, st.SettledThrough, st.NextRecord)
 			}
-			entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
+			entries, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 			if err != nil {
 				e.t.Fatal(err)
 			}
@@ -290,7 +290,7 @@ func (e *env) checkSettled(stars ...string) {
 				// An erasure's rewrite keeps an object's record range with
 				// less content: full when written, it may meter below the
 				// cap now.
-				ers, err := e.db.ErasuresOf(e.ctx, st.ID, entries[i].FirstRecord, entries[i].EndRecord())
+				ers, err := e.db.Erasures().ErasuresOf(e.ctx, st.ID, entries[i].FirstRecord, entries[i].EndRecord())
 				if err != nil {
 					e.t.Fatal(err)
 				}
@@ -299,7 +299,7 @@ func (e *env) checkSettled(stars ...string) {
 				}
 			}
 		}
-		marks, err := e.db.DueMarkers(e.ctx, star)
+		marks, err := e.db.Streams().DueMarkers(e.ctx, star)
 		if err != nil || len(marks) != 0 {
 			e.t.Errorf("star %s: due markers left: %d %v", star, len(marks), err)
 		}
@@ -366,7 +366,7 @@ func TestSettleGrowsTailsByRevision(t *testing.T) {
 				}
 				e.checkSettled("s1")
 			}
-			reaps, err := e.db.Intents(e.ctx, "s1", "reap", 0)
+			reaps, err := e.db.Settle().Intents(e.ctx, "s1", "reap", 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -383,10 +383,10 @@ func TestSettleGrowsTailsByRevision(t *testing.T) {
 			}
 			// Every revision below an entry's current one has exactly one
 			// reap armed; the current revision none.
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 			superseded := 0
 			for _, st := range streams {
-				entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
+				entries, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -441,7 +441,7 @@ func crashedPublish(t *testing.T, b backend, point crashpoint.Point) (*env, cata
 	if hits != 1 {
 		t.Fatalf("crash point %s hit %d times", point, hits)
 	}
-	open, _ := e.db.Intents(e.ctx, "s1", "publish", 0)
+	open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0)
 	if len(open) != 1 {
 		t.Fatalf("open publish intents after the crash at %s: %+v", point, open)
 	}
@@ -477,7 +477,7 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			var entry *catalog.Entry
-			entries, _ := e.db.EntriesOfStream(e.ctx, k.Stream)
+			entries, _ := e.db.Streams().EntriesOfStream(e.ctx, k.Stream)
 			for i := range entries {
 				if uint64(entries[i].FirstRecord) == k.FirstRecord {
 					entry = &entries[i]
@@ -489,7 +489,7 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 			case uint32(entry.Revision) < k.Revision:
 				t.Fatalf("catalog entry at revision %d, adopted %s", entry.Revision, key)
 			case uint32(entry.Revision) > k.Revision:
-				reaps, _ := e.db.Intents(e.ctx, "s1", "reap", 0)
+				reaps, _ := e.db.Settle().Intents(e.ctx, "s1", "reap", 0)
 				armed := false
 				for _, r := range reaps {
 					armed = armed || r.ObjectKey == key
@@ -498,7 +498,7 @@ func TestAdoptionAfterCompleteBeforeCommit(t *testing.T) {
 					t.Fatalf("adopted %s was superseded without its reap armed", key)
 				}
 			}
-			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+			if open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
 				t.Fatalf("publish intents left: %+v", open)
 			}
 			e.checkSettled("s1")
@@ -548,14 +548,14 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 			// upload was not recorded either.
 			st := e.firstStream("s1")
 			stale := bundlefmt.SettledKey(st.Bucket, st.ID, uint64(st.Epoch), 1<<40, 0)
-			l, err := e.db.AcquireLease(e.ctx, "s1", "test", time.Minute)
+			l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "test", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.db.OpenPublishIntent(e.ctx, l.Fence, target(t, stale), catalog.ClassStandard); err != nil {
+			if _, err := e.db.Settle().OpenPublishIntent(e.ctx, l.Fence, target(t, stale), catalog.ClassStandard); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.db.ReleaseLease(e.ctx, l.Fence); err != nil {
+			if err := e.db.Leases().ReleaseLease(e.ctx, l.Fence); err != nil {
 				t.Fatal(err)
 			}
 			lostStale := unrecordedUpload(t, e, stale)
@@ -570,7 +570,7 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 				}
 			}
 			e.checkSettled("s1")
-			if open, _ := e.db.Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
+			if open, _ := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); len(open) != 0 {
 				t.Fatalf("publish intents left: %+v", open)
 			}
 		})
@@ -593,10 +593,10 @@ func TestRetentionGapBehindTheTail(t *testing.T) {
 			}
 			e.write("s1", 6, sim.Faults{}, 2) // absorbed three flights to a ref
 			st := e.firstStream("s1")
-			if _, err := e.db.LastEntry(e.ctx, st.ID); err != nil {
+			if ens, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID); err != nil || len(ens) == 0 {
 				t.Fatalf("no standing tail: %v", err)
 			}
-			refs, err := e.db.RefsOfStream(e.ctx, st.ID)
+			refs, err := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -640,7 +640,7 @@ func TestRetentionGapBehindTheTail(t *testing.T) {
 				t.Fatalf("counts: %+v", c)
 			}
 			e.checkSettled("s1")
-			entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+			entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 			gap := false
 			for j := 1; j < len(entries); j++ {
 				if entries[j].FirstRecord != entries[j-1].EndRecord() {
@@ -670,15 +670,15 @@ func readAll(t testing.TB, e *env, key string) []byte {
 func TestStaleTokenStopsTheCycle(t *testing.T) {
 	e, _ := newEnv(t, backends()[0], 4, 0)
 	e.write("s1", 6, sim.Faults{}, 1)
-	l, err := e.db.AcquireLease(e.ctx, "s1", "old", time.Minute)
+	l, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "old", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Another holder takes the lease (the old one expired, say).
-	if err := e.db.ReleaseLease(e.ctx, l.Fence); err != nil {
+	if err := e.db.Leases().ReleaseLease(e.ctx, l.Fence); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.db.AcquireLease(e.ctx, "s1", "new", time.Minute); err != nil {
+	if _, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "new", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	before := listKeys(e)
@@ -689,9 +689,9 @@ func TestStaleTokenStopsTheCycle(t *testing.T) {
 	if after := listKeys(e); len(after) != len(before) {
 		t.Fatalf("a stale leader wrote objects: %d keys before, %d after", len(before), len(after))
 	}
-	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	for _, st := range streams {
-		if entries, _ := e.db.EntriesOfStream(e.ctx, st.ID); len(entries) != 0 || st.SettledThrough != 0 {
+		if entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID); len(entries) != 0 || st.SettledThrough != 0 {
 			t.Fatalf("stream %s changed under a stale token", st.ID)
 		}
 	}
@@ -711,7 +711,7 @@ func TestLeaseLostMidCycle(t *testing.T) {
 			t.Parallel()
 			e, _ := newEnv(t, b, 6, 0)
 			e.write("s1", 8, sim.Faults{}, 1)
-			old, err := e.db.AcquireLease(e.ctx, "s1", "old", time.Minute)
+			old, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "old", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -727,10 +727,10 @@ func TestLeaseLostMidCycle(t *testing.T) {
 					return
 				}
 				taken = true
-				if err := e.db.ReleaseLease(e.ctx, old.Fence); err != nil {
+				if err := e.db.Leases().ReleaseLease(e.ctx, old.Fence); err != nil {
 					t.Error(err)
 				}
-				if _, err := e.db.AcquireLease(e.ctx, "s1", "new", time.Minute); err != nil {
+				if _, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "new", "", time.Minute); err != nil {
 					t.Error(err)
 				}
 			}
@@ -738,16 +738,16 @@ func TestLeaseLostMidCycle(t *testing.T) {
 			if !taken || !errors.Is(err, catalog.ErrStaleToken) {
 				t.Fatalf("lease taken %v; run: %v, want ErrStaleToken", taken, err)
 			}
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 			for _, st := range streams {
-				if entries, _ := e.db.EntriesOfStream(e.ctx, st.ID); len(entries) != 0 || st.SettledThrough != 0 {
+				if entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID); len(entries) != 0 || st.SettledThrough != 0 {
 					t.Fatalf("stream %s committed under a stale token: %d entries, settled %d", st.ID, len(entries), st.SettledThrough)
 				}
 			}
 			standing := contents(e)
 			// The new leader (its lease is held; release it so the test's
 			// cycle helper can take the star) converges onto the same keys.
-			newer, err := e.db.AcquireLease(e.ctx, "s1", "new", time.Minute)
+			newer, err := e.db.Leases().AcquireLeaseInstance(e.ctx, "s1", "new", "", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -853,12 +853,12 @@ func badInputCase(t *testing.T, b backend, name, class string, damage func(e *en
 	}{name, class, damage}
 	e, _ := newEnv(t, b, 8, 0)
 	e.write("s1", 10, sim.Faults{}, 1)
-	streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	// The victim: a stream with a ref of its own slot.
 	var victim catalog.Stream
 	var ref catalog.SpanRef
 	for _, st := range streams {
-		refs, _ := e.db.RefsOfStream(e.ctx, st.ID)
+		refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 		if len(refs) > 0 {
 			victim, ref = st, refs[0]
 			break
@@ -873,7 +873,7 @@ func badInputCase(t *testing.T, b backend, name, class string, damage func(e *en
 	if tc.class == cycle.ClassMissing || tc.class == cycle.ClassUnsupported || tc.name == "truncated slot" ||
 		strings.HasPrefix(tc.name, "envelope") {
 		for _, st := range streams {
-			refs, _ := e.db.RefsOfStream(e.ctx, st.ID)
+			refs, _ := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 			for _, r := range refs {
 				for _, s := range r.Slots {
 					if s.Epoch == ref.Slots[0].Epoch && s.Seq == ref.Slots[0].Seq {
@@ -889,7 +889,7 @@ func badInputCase(t *testing.T, b backend, name, class string, damage func(e *en
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, _ := e.db.Quarantined(e.ctx, "s1")
+	q, _ := e.db.Settle().Quarantined(e.ctx, "s1")
 	if int64(len(q)) != int64(len(affected)) || c.StreamsQuarantined != int64(len(affected)) {
 		t.Fatalf("quarantined %d streams (%+v), want %d", len(q), q, len(affected))
 	}
@@ -917,7 +917,7 @@ func badInputCase(t *testing.T, b backend, name, class string, damage func(e *en
 		}
 	}
 	for _, st := range streams {
-		got, _ := e.db.GetStream(e.ctx, st.ID)
+		got, _ := e.db.Streams().Stream(e.ctx, st.ID)
 		if affected[st.ID] != (got.SettledThrough < got.NextRecord) {
 			t.Errorf("stream %s (affected %v): settled %d of %d", st.ID, affected[st.ID], got.SettledThrough, got.NextRecord)
 		}
@@ -928,7 +928,7 @@ func badInputCase(t *testing.T, b backend, name, class string, damage func(e *en
 func (e *env) streamsWithData(stars ...string) int64 {
 	n := int64(0)
 	for _, star := range stars {
-		streams, err := e.db.StreamsOfStar(e.ctx, star)
+		streams, err := e.db.Streams().StreamsOfStar(e.ctx, star)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -985,9 +985,9 @@ func TestOverlappingCatalogHalts(t *testing.T) {
 			e.write("s1", 6, sim.Faults{}, 2)
 			var victim catalog.Stream
 			var entries []catalog.Entry
-			streams, _ := e.db.StreamsOfStar(e.ctx, "s1")
+			streams, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 			for _, st := range streams {
-				ents, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+				ents, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 				if st.NextRecord > st.SettledThrough && len(ents) > len(entries) {
 					victim, entries = st, ents
 				}
@@ -1022,7 +1022,7 @@ func TestOverlappingCatalogHalts(t *testing.T) {
 					t.Errorf("%s was written by a halted cycle", k)
 				}
 			}
-			streams, _ = e.db.StreamsOfStar(e.ctx, "s1")
+			streams, _ = e.db.Streams().StreamsOfStar(e.ctx, "s1")
 			for _, st := range streams {
 				if st.ID == victim.ID && st.SettledThrough != settledBefore {
 					t.Errorf("settled_through moved from %d to %d", settledBefore, st.SettledThrough)

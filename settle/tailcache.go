@@ -345,7 +345,7 @@ func (c *TailCache) dropLocked(key string, e *tailEntry) []*tailSegment {
 	return nil
 }
 
-// close forgets every entry and closes and removes the spill segments
+// Close forgets every entry and closes and removes the spill segments
 // (the Settler is done: a star released or the process stopping). A cycle
 // still running (one given up on) may use the cache after it: a put holds
 // bytes in memory only, and a spill write or read that was under way

@@ -29,7 +29,7 @@ func TestTailRewritesFromSpill(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending, Metrics: m},
+	s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending, Metrics: m},
 		settle.Config{CapBytes: 256 << 20, TargetBytes: 4 << 20, MaxStreams: 100000, MaxBytes: 1 << 50,
 			Concurrency: 4, ReapGrace: time.Hour,
 			TailCacheBytes: 16 << 10, TailSpillDir: dir, TailSpillBytes: 1 << 20}) // a few tails in memory, the rest spilled

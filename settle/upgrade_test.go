@@ -57,7 +57,7 @@ func TestUpgradeAcrossARetentionGap(t *testing.T) {
 			})
 			e.write("s1", 6, sim.Faults{}, 1) // absorbed three flights to a ref
 			st := e.firstStream("s1")
-			refs, err := e.db.RefsOfStream(e.ctx, st.ID)
+			refs, err := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 			if err != nil || len(refs) == 0 || len(refs[0].Slots) < 2 || st.SettledThrough != 0 {
 				t.Fatalf("want an unsettled multi-slot ref first: %+v %v (settled_through %d)", refs, err, st.SettledThrough)
 			}
@@ -98,7 +98,7 @@ func TestUpgradeAcrossARetentionGap(t *testing.T) {
 			if err != nil || !chk.OK() || chk.Checked == 0 {
 				t.Fatalf("novasim check: %+v %v", chk, err)
 			}
-			rep, err := verify.Verify(e.ctx, e.db, bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
+			rep, err := verify.Verify(e.ctx, e.db.Streams(), bundle.NewReader(e.topology()), verify.Options{Star: "s1"})
 			if err != nil || len(rep.Findings) != 0 {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

@@ -15,7 +15,7 @@ import (
 )
 
 func (e *env) windowed(refs int, records int64, cache int64) *settle.Settler {
-	return e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending},
+	return e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending},
 		settle.Config{CapBytes: testCap, TargetBytes: testTarget, MaxStreams: 10000, MaxBytes: 1 << 40, Concurrency: 3,
 			ReapGrace: time.Hour, WindowRefs: refs, WindowRecords: records, FooterCacheBytes: cache})
 }
@@ -24,18 +24,18 @@ func (e *env) windowed(refs int, records int64, cache int64) *settle.Settler {
 // object bytes), and the reaps armed (one per tail rewrite).
 func catalogShape(t *testing.T, e *env, star string) (string, int) {
 	t.Helper()
-	streams, err := e.db.StreamsOfStar(e.ctx, star)
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, star)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := ""
 	for _, st := range streams {
-		entries, _ := e.db.EntriesOfStream(e.ctx, st.ID)
+		entries, _ := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		for _, en := range entries {
 			out += fmt.Sprintf("%x %d+%d~%d %dB\n", st.ID[:4], en.FirstRecord, en.RecordCount, en.Revision, en.ObjectBytes)
 		}
 	}
-	reaps, _ := e.db.Intents(e.ctx, star, "reap", 0)
+	reaps, _ := e.db.Settle().Intents(e.ctx, star, "reap", 0)
 	return out, len(reaps)
 }
 
@@ -125,9 +125,9 @@ func TestPeakHeapFlatAsOneBacklogGrows(t *testing.T) {
 			FlightInterval: time.Minute, AbsorbFlights: 1, MaxBatch: 512, Session: 5}); err != nil {
 			t.Fatal(err)
 		}
-		st, _ := e.db.StreamsOfStar(e.ctx, "s1")
+		st, _ := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 		records[flights] = st[0].NextRecord
-		s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology()},
+		s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology()},
 			settle.Config{CapBytes: 1 << 20, TargetBytes: 256 << 10, MaxStreams: 10, MaxBytes: 1 << 40, Concurrency: 1,
 				ReapGrace: time.Hour, WindowRefs: 4, WindowRecords: 2000, FooterCacheBytes: 256 << 10,
 				SlotReadBytes: 256 << 10, TailCacheBytes: 256 << 10}) // every cache a small budget, as the footers'

@@ -59,7 +59,7 @@ func TestCountersAgreeWithTheWire(t *testing.T) {
 		FlightInterval: time.Minute, Session: 3}); err != nil {
 		t.Fatal(err)
 	}
-	s := e.newSettler(settle.Deps{DB: e.db, Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 1000, MaxBytes: 1 << 40,
+	s := e.newSettler(settle.Deps{DB: e.db.Settle(), Topology: e.topology(), Pending: e.pending}, settle.Config{CapBytes: 16 << 20, TargetBytes: 4 << 20, MaxStreams: 1000, MaxBytes: 1 << 40,
 		Concurrency: 3, ReapGrace: time.Hour})
 	var fetched, uploaded, wireGot, wireSent int64
 	for _, star := range []string{"s1", "s1-x"} {

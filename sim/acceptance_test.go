@@ -80,7 +80,7 @@ func TestAcceptance(t *testing.T) {
 				}
 			}
 			for star := range writers {
-				eps, err := db.StarEpochs(ctx, star)
+				eps, err := db.Streams().StarEpochs(ctx, star)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -119,7 +119,7 @@ func TestSameResultsAcrossBackends(t *testing.T) {
 		rep := mustCheck(t, db, st, CheckOptions{})
 		refs := map[catalog.StreamID][]catalog.SpanRef{}
 		for _, star := range []string{"same", "same-x"} {
-			rs, err := db.RefsOfStar(ctx, star)
+			rs, err := db.Streams().RefsOfStar(ctx, star)
 			if err != nil {
 				t.Fatal(err)
 			}

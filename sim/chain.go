@@ -156,7 +156,7 @@ func (c *checker) chainView(ctx context.Context, star catalog.Star) (*chainState
 	if len(v.buckets) == 0 {
 		return nil, fmt.Errorf("%w: express star %q needs s3-express-buckets", ErrUsage, v.name)
 	}
-	eps, err := c.db.StarEpochs(ctx, v.name)
+	eps, err := c.db.Streams().StarEpochs(ctx, v.name)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func (c *checker) chainView(ctx context.Context, star catalog.Star) (*chainState
 	if len(eps) == 0 || eps[len(eps)-1].Epoch != star.Epoch {
 		c.invariant(v.name, nil, "", "the star is at epoch %d, star_epochs ends at %d", star.Epoch, len(eps))
 	}
-	v.ce, v.cs, v.hasCursor, err = c.db.TrimCursor(ctx, v.name)
+	v.ce, v.cs, v.hasCursor, err = c.db.Streams().TrimCursor(ctx, v.name)
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +448,7 @@ func (c *checker) checkNamedSlot(ctx context.Context, star string, buckets []str
 	if cp == nil || cp.env.Kind != bundlefmt.KindFlight {
 		return nil // reported in the chain pass; its records count missing
 	}
-	order := append(buckets[bi:bi+1:bi+1], buckets[:bi]...)
+	order := append(buckets[bi:bi+1:bi+1], buckets[:bi]...) //nolint:gocritic // appendAssign: a new slice (the capacity is capped at one), buckets is not changed
 	order = append(order, buckets[bi+1:]...)
 	env := cp.env
 	buf, size, err := c.read(ctx, order, key, int64(env.FooterOffset), int64(env.FooterLength)+bundlefmt.TrailerSize)

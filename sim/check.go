@@ -305,29 +305,29 @@ func (c *checker) checkStar(ctx context.Context, name string) error {
 		return fmt.Errorf("check star %q: %w", name, err)
 	}
 	content := contentOf(prof)
-	star, err := c.db.GetStar(ctx, name)
+	star, err := c.db.Streams().Star(ctx, name)
 	if err != nil {
 		return err
 	}
-	rows, err := c.db.StreamsOfStar(ctx, name)
+	rows, err := c.db.Streams().StreamsOfStar(ctx, name)
 	if err != nil {
 		return err
 	}
-	entries, err := c.db.EntriesOfStar(ctx, name)
+	entries, err := c.db.Streams().EntriesOfStar(ctx, name)
 	if err != nil {
 		return err
 	}
-	erasures, err := c.db.ErasuresOfStar(ctx, name)
+	erasures, err := c.db.Streams().ErasuresOfStar(ctx, name)
 	if err != nil {
 		return err
 	}
 	var refs map[catalog.StreamID][]catalog.SpanRef
 	var marks map[catalog.StreamID]catalog.DueMarker
 	if !c.opts.SettledOnly {
-		if refs, err = c.db.RefsOfStar(ctx, name); err != nil {
+		if refs, err = c.db.Streams().RefsOfStar(ctx, name); err != nil {
 			return err
 		}
-		if marks, err = c.db.DueMarkersOfStar(ctx, name); err != nil {
+		if marks, err = c.db.Streams().DueMarkersOfStar(ctx, name); err != nil {
 			return err
 		}
 	}

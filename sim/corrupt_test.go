@@ -33,18 +33,18 @@ func TestCheckNamedCorruptions(t *testing.T) {
 		}, false, true},
 		{"named_slot_deleted", func(t *testing.T, e env) { e.ms.remove("std", slot("c", 2, 2)) }, false, true},
 		{"stray_slot_past_end_seq", func(t *testing.T, e env) {
-			eps, _ := e.db.StarEpochs(context.Background(), "c")
+			eps, _ := e.db.Streams().StarEpochs(context.Background(), "c")
 			end := *eps[0].EndSeq
 			e.ms.put("std", slot("c", 1, end), bundlefmt.EncodePoison(1, uint64(end), 1))
 		}, false, false},
 		{"fence_run_slot_deleted", func(t *testing.T, e env) {
-			eps, _ := e.db.StarEpochs(context.Background(), "c")
+			eps, _ := e.db.Streams().StarEpochs(context.Background(), "c")
 			e.ms.remove("std", slot("c", 1, *eps[0].EndSeq-1))
 		}, false, false},
 		{"slot_below_head_deleted_unnamed", func(t *testing.T, e env) {
 			// A lost flight below the head: nothing names it, but the head
 			// says every slot below it is absorbed, poison or lost.
-			st, _ := e.db.GetStar(context.Background(), "c")
+			st, _ := e.db.Streams().Star(context.Background(), "c")
 			for s := int64(0); s < st.NextSeq; s++ {
 				if named := slotNamed(t, e.db, "c", st.Epoch, s); !named {
 					e.ms.remove("std", slot("c", st.Epoch, s))
@@ -90,12 +90,12 @@ func TestCheckNamedCorruptions(t *testing.T) {
 
 // slotNamed reports whether any ref names the slot.
 func slotNamed(t *testing.T, db *catalog.DB, star string, e, s int64) bool {
-	streams, err := db.StreamsOfStar(context.Background(), star)
+	streams, err := db.Streams().StreamsOfStar(context.Background(), star)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, st := range streams {
-		refs, _ := db.RefsOfStream(context.Background(), st.ID)
+		refs, _ := writepath.New(db).RefsOfStream(context.Background(), st.ID)
 		for _, r := range refs {
 			for _, sl := range r.Slots {
 				if sl.Epoch == e && sl.Seq == s {
@@ -111,11 +111,11 @@ func slotNamed(t *testing.T, db *catalog.DB, star string, e, s int64) bool {
 // seed: a writer that wrote the wrong bytes.
 func absorbForeign(t *testing.T, db *catalog.DB, st Storage, star string) {
 	ctx := context.Background()
-	s, err := db.GetStar(ctx, star)
+	s, err := db.Streams().Star(ctx, star)
 	if err != nil {
 		t.Fatal(err)
 	}
-	streams, _ := db.StreamsOfStar(ctx, star)
+	streams, _ := db.Streams().StreamsOfStar(ctx, star)
 	str := streams[0]
 	foreign := smallContent(999)
 	g := NewGen(foreign)

@@ -13,7 +13,7 @@ import (
 
 // Erasures as the write path's users request them
 // (docs/architecture.md#erasure): novasim records them through
-// catalog.RecordErasure, as `auditor erase` does, either on request (Erase)
+// catalog.Erasures.RecordErasure, as `auditor erase` does, either on request (Erase)
 // or while writing (Faults.Erase), and Check expects tombstones exactly
 // where they are applied.
 
@@ -51,7 +51,7 @@ func EraseRange(ctx context.Context, db *catalog.DB, star string, id catalog.Str
 	if why := e.Valid(); why != "" {
 		return e, fmt.Errorf("%w: not an erasure: %s", ErrUsage, why)
 	}
-	s, err := db.GetStream(ctx, id)
+	s, err := db.Streams().Stream(ctx, id)
 	if errors.Is(err, catalog.ErrNotFound) {
 		return e, fmt.Errorf("%w: no stream %s", ErrUsage, id)
 	}
@@ -65,7 +65,7 @@ func EraseRange(ctx context.Context, db *catalog.DB, star string, id catalog.Str
 		return e, fmt.Errorf("%w: records [%d, %d) reach past stream %s's next_record %d: they do not exist yet",
 			ErrUsage, first, e.EndRecord(), id, s.NextRecord)
 	}
-	got, err := db.RecordErasure(ctx, id, first, count)
+	got, err := db.Erasures().RecordErasure(ctx, id, first, count)
 	if errors.Is(err, catalog.ErrBadErasure) {
 		return got, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -88,7 +88,7 @@ func Erase(ctx context.Context, db *catalog.DB, o EraseOptions) (EraseStats, err
 		seed = newNonce()
 	}
 	rnd := rand.New(rand.NewPCG(seed, mix64(seed^0x6572617365))) // "erase"
-	streams, err := db.StreamsOfStar(ctx, o.Star)
+	streams, err := db.Streams().StreamsOfStar(ctx, o.Star)
 	if err != nil {
 		return st, err
 	}
@@ -112,7 +112,7 @@ func Erase(ctx context.Context, db *catalog.DB, o EraseOptions) (EraseStats, err
 		}
 		first := lo + rnd.Int64N(hi-lo)
 		count := 1 + rnd.Int64N(min(o.MaxRecords, hi-first))
-		e, err := db.RecordErasure(ctx, s.ID, first, count)
+		e, err := db.Erasures().RecordErasure(ctx, s.ID, first, count)
 		if errors.Is(err, catalog.ErrBadErasure) {
 			st.Skipped++
 			continue
@@ -172,7 +172,7 @@ func (e *eraser) afterAbsorb(ctx context.Context, flights []writepath.AbsorbFlig
 		if !hit {
 			continue
 		}
-		_, err := e.w.db.RecordErasure(ctx, b.Stream, first, count)
+		_, err := e.w.db.Erasures().RecordErasure(ctx, b.Stream, first, count)
 		switch {
 		case errors.Is(err, catalog.ErrBadErasure):
 			continue // another erasure starts there (novasim erase beside the writer)

@@ -14,21 +14,25 @@ import (
 )
 
 // applyErasure marks e applied through the auditor's own transaction
-// (catalog.ApplyErasure), naming as clean the entries that hold its
+// (catalog.Erasures.ApplyErasure), naming as clean the entries that hold its
 // records now.
 func applyErasure(t *testing.T, db *catalog.DB, star string, e catalog.Erasure) {
 	t.Helper()
 	ctx := context.Background()
-	lease, err := db.AcquireLease(ctx, star, "test-eraser", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, star, "test-eraser", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.ReleaseLease(ctx, lease.Fence)
-	s, err := db.GetStream(ctx, e.Stream)
+	defer func() {
+		if err := db.Leases().ReleaseLease(ctx, lease.Fence); err != nil {
+			t.Error(err)
+		}
+	}()
+	s, err := db.Streams().Stream(ctx, e.Stream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := db.EntriesIntersecting(ctx, e.Stream, s.Epoch, e.FirstRecord, e.EndRecord())
+	entries, err := db.Erasures().EntriesIntersecting(ctx, e.Stream, s.Epoch, e.FirstRecord, e.EndRecord())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +41,7 @@ func applyErasure(t *testing.T, db *catalog.DB, star string, e catalog.Erasure) 
 		clean = append(clean, catalog.EntryRevision{FirstRecord: en.FirstRecord, Revision: en.Revision})
 	}
 	id := e.Stream
-	ok, err := db.ApplyErasure(ctx, lease.Fence, e, clean, bundlefmt.SettledKey(s.Bucket, id, uint64(s.Epoch), 0, 0),
+	ok, err := db.Erasures().ApplyErasure(ctx, lease.Fence, e, clean, bundlefmt.SettledKey(s.Bucket, id, uint64(s.Epoch), 0, 0),
 		bundlefmt.SettledKey(s.Bucket, id, uint64(s.Epoch), uint64(e.EndRecord()), 0))
 	if err != nil || !ok {
 		t.Fatalf("apply erasure %+v: %v %v", e, ok, err)
@@ -57,7 +61,7 @@ func erasureWorld(t *testing.T) (*catalog.DB, *faultStore, Storage, catalog.Stre
 	if _, err := Write(ctx, db, st, WriteOptions{Star: "er", Flights: 40, FlightBytes: 4 << 10}); err != nil {
 		t.Fatal(err)
 	}
-	streams, err := db.StreamsOfStar(ctx, "er")
+	streams, err := db.Streams().StreamsOfStar(ctx, "er")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +79,7 @@ func erasureWorld(t *testing.T) (*catalog.DB, *faultStore, Storage, catalog.Stre
 
 func record(t *testing.T, db *catalog.DB, id catalog.StreamID, first, count int64) catalog.Erasure {
 	t.Helper()
-	e, err := db.RecordErasure(context.Background(), id, first, count)
+	e, err := db.Erasures().RecordErasure(context.Background(), id, first, count)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +135,7 @@ func TestCheckExpectsTombstonesWhereErasuresApply(t *testing.T) {
 				return id == s.ID && (r >= 2 && r < 4 || r >= 6 && r < 8 || tc.dead != nil && tc.dead(r))
 			}
 			naiveSettleErasing(t, db, st, "er", 0.6, 5, dead)
-			s, err := db.GetStream(ctx, s.ID)
+			s, err := db.Streams().Stream(ctx, s.ID)
 			if err != nil || s.SettledThrough < 20 || s.SettledThrough >= s.NextRecord-2 {
 				t.Fatalf("stream after settling: %+v %v", s, err)
 			}
@@ -181,12 +185,12 @@ func TestWriteTimeErasures(t *testing.T) {
 	if ws.Erasures < 5 || ws.Erased < ws.Erasures || ws.Erased > 4*ws.Erasures {
 		t.Fatalf("write stats: %d erasures of %d records over %d flights", ws.Erasures, ws.Erased, ws.Absorbed)
 	}
-	all, err := db.ErasuresOfStar(ctx, "we")
+	all, err := db.Streams().ErasuresOfStar(ctx, "we")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n int64
-	streams, _ := db.StreamsOfStar(ctx, "we")
+	streams, _ := db.Streams().StreamsOfStar(ctx, "we")
 	for _, s := range streams {
 		for _, e := range all[s.ID] {
 			n++
@@ -248,7 +252,7 @@ func TestEraseRandom(t *testing.T) {
 	if es.Recorded+es.Skipped != 40 || es.Settled == 0 || es.Unsettled == 0 || es.Records < es.Recorded || es.Records > 3*es.Recorded {
 		t.Fatalf("erase stats %+v", es)
 	}
-	streams, _ := db.StreamsOfStar(ctx, "rr")
+	streams, _ := db.Streams().StreamsOfStar(ctx, "rr")
 	next := map[catalog.StreamID]catalog.Stream{}
 	for _, s := range streams {
 		next[s.ID] = s

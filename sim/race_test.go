@@ -17,18 +17,18 @@ import (
 func slotNonces(t *testing.T, db *catalog.DB, st Storage, star string) map[[2]int64]uint64 {
 	t.Helper()
 	ctx := context.Background()
-	streams, err := db.StreamsOfStar(ctx, star)
+	streams, err := db.Streams().StreamsOfStar(ctx, star)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := db.GetStar(ctx, star)
+	s, err := db.Streams().Star(ctx, star)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := chain{store: st.Store, star: star, buckets: st.slotBuckets(s.ChainClass)}
 	out := map[[2]int64]uint64{}
 	for _, str := range streams {
-		refs, err := db.RefsOfStream(ctx, str.ID)
+		refs, err := writepath.New(db).RefsOfStream(ctx, str.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func testStaleWriterRace(t *testing.T, db *catalog.DB, st Storage, star string) 
 	}()
 	// Let A absorb a few flights, then take over while its PUTs fly.
 	for {
-		s, err := db.GetStar(ctx, star)
+		s, err := db.Streams().Star(ctx, star)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func testStaleWriterRace(t *testing.T, db *catalog.DB, st Storage, star string) 
 	if !errors.Is(a.err, ErrFenced) {
 		t.Fatalf("stale writer ended with %v, want ErrFenced", a.err)
 	}
-	eps, err := db.StarEpochs(ctx, star)
+	eps, err := db.Streams().StarEpochs(ctx, star)
 	if err != nil || len(eps) != 2 || eps[0].EndSeq == nil {
 		t.Fatalf("epochs: %+v %v", eps, err)
 	}
@@ -259,7 +259,7 @@ func testStaleWriterRaceExpress(t *testing.T, db *catalog.DB, st Storage) {
 	// Wait for the first writer to be six flights in; if it ends first
 	// (it failed), say so instead of waiting forever.
 	for {
-		s, _ := db.GetStar(ctx, "rx")
+		s, _ := db.Streams().Star(ctx, "rx")
 		if s.NextSeq >= 6 {
 			break
 		}

@@ -54,7 +54,7 @@ func (w *writer) retention(ctx context.Context) (stop func() error) {
 
 // retentionMove raises the low_record of one random stream.
 func (w *writer) retentionMove(ctx context.Context, rnd *rand.Rand) error {
-	streams, err := w.db.StreamsOfStar(ctx, w.opts.Star)
+	streams, err := w.db.Streams().StreamsOfStar(ctx, w.opts.Star)
 	if err != nil {
 		return fmt.Errorf("retention on star %q: %w", w.opts.Star, err)
 	}

@@ -26,7 +26,7 @@ func TestWriteWithRetention(t *testing.T) {
 	if ws.Retention == 0 {
 		t.Fatalf("no retention move in %s of writing: %+v", ws.Elapsed, summaryW(ws))
 	}
-	streams, err := db.StreamsOfStar(ctx, "r1")
+	streams, err := db.Streams().StreamsOfStar(ctx, "r1")
 	if err != nil {
 		t.Fatal(err)
 	}

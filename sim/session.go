@@ -62,14 +62,14 @@ type fenceResult struct {
 }
 
 func (w *writer) newSession(ctx context.Context, nonce uint64, epoch int64, idx uint64) (*session, error) {
-	star, err := w.db.GetStar(ctx, w.opts.Star)
+	star, err := w.db.Streams().Star(ctx, w.opts.Star)
 	if err != nil {
 		return nil, err
 	}
 	if star.Epoch != epoch {
 		return nil, fmt.Errorf("star %q is at epoch %d, this writer's is %d: %w", w.opts.Star, star.Epoch, epoch, ErrFenced)
 	}
-	streams, err := w.db.StreamsOfStar(ctx, w.opts.Star)
+	streams, err := w.db.Streams().StreamsOfStar(ctx, w.opts.Star)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +389,7 @@ func (s *session) absorb(ctx context.Context, flights []writepath.AbsorbFlight) 
 		case err == nil:
 			return nil
 		case attempt > 0 && errors.Is(err, writepath.ErrOutOfOrder):
-			st, gerr := w.db.GetStar(ctx, w.opts.Star)
+			st, gerr := w.db.Streams().Star(ctx, w.opts.Star)
 			if gerr == nil && st.Epoch == last.Epoch && st.NextSeq == last.Seq+1 {
 				return nil
 			}

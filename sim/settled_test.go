@@ -25,18 +25,22 @@ func naiveSettle(t *testing.T, db *catalog.DB, st Storage, star string, frac flo
 func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, frac float64, chunk int, dead func(catalog.StreamID, int64) bool) []string {
 	t.Helper()
 	ctx := context.Background()
-	lease, err := db.AcquireLease(ctx, star, "naive-settler", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, star, "naive-settler", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.ReleaseLease(ctx, lease.Fence)
+	defer func() {
+		if err := db.Leases().ReleaseLease(ctx, lease.Fence); err != nil {
+			t.Error(err)
+		}
+	}()
 	prof, err := writepath.New(db).Star(ctx, star)
 	if err != nil {
 		t.Fatal(err)
 	}
 	content := contentOf(prof)
 	g := NewGen(content)
-	streams, err := db.StreamsOfStar(ctx, star)
+	streams, err := db.Streams().StreamsOfStar(ctx, star)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +96,7 @@ func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, f
 		entry := catalog.Entry{Stream: s.ID, Epoch: s.Epoch, FirstRecord: from, Revision: 0, RecordCount: to - from,
 			ObjectBytes: int64(len(obj)), FooterOffset: int64(tr.FooterOffset()), FooterLength: int64(tr.FooterLength()),
 			MinTimestamp: minTS, MaxTimestamp: maxTS, Class: catalog.ClassStandard}
-		if err := db.CommitSettle(ctx, lease.Fence, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: intent, ObjectKey: key}); err != nil {
+		if err := db.Settle().CommitSettle(ctx, lease.Fence, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: intent, ObjectKey: key}); err != nil {
 			t.Fatal(err)
 		}
 		keys = append(keys, key)

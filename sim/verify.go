@@ -49,9 +49,12 @@ func (c *checker) read(ctx context.Context, buckets []string, key string, off, n
 // row, and every record against the generator.
 func (c *checker) checkSettled(ctx context.Context, star string, content Content, s *streamState, e catalog.Entry) error {
 	key := bundlefmt.SettledKey(s.Bucket, s.id, uint64(e.Epoch), uint64(e.FirstRecord), uint32(e.Revision))
-	bad := func(format string, args ...any) error {
+	note := func(format string, args ...any) {
 		c.finding(Finding{Kind: "invariant", Star: star, Stream: s.id.String(), Record: e.FirstRecord, Key: key,
 			Detail: fmt.Sprintf(format, args...)})
+	}
+	bad := func(format string, args ...any) error {
+		note(format, args...)
 		return nil
 	}
 	buf, size, err := c.read(ctx, []string{c.st.Standard}, key, e.FooterOffset, e.FooterLength+bundlefmt.TrailerSize)
@@ -95,10 +98,10 @@ func (c *checker) checkSettled(ctx context.Context, star string, content Content
 		jobs = append(jobs, chunkJob{view: v, off: f.DataOffset(i), s: s, lo: e.FirstRecord, hi: e.EndRecord()})
 	}
 	if next != e.EndRecord() {
-		bad("object holds records [%d, %d), the catalog says [%d, %d)", e.FirstRecord, next, e.FirstRecord, e.EndRecord())
+		note("object holds records [%d, %d), the catalog says [%d, %d)", e.FirstRecord, next, e.FirstRecord, e.EndRecord())
 	}
 	if minTS != e.MinTimestamp || maxTS != e.MaxTimestamp {
-		bad("timestamps span [%d, %d], the catalog says [%d, %d]", minTS, maxTS, e.MinTimestamp, e.MaxTimestamp)
+		note("timestamps span [%d, %d], the catalog says [%d, %d]", minTS, maxTS, e.MinTimestamp, e.MaxTimestamp)
 	}
 	return c.verifyData(ctx, star, []string{c.st.Standard}, key, jobs, NewGen(content), true)
 }

@@ -188,7 +188,7 @@ func Write(ctx context.Context, db *catalog.DB, st Storage, opts WriteOptions) (
 	if err := opts.defaults(); err != nil {
 		return WriteStats{Star: opts.Star}, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	star, err := db.GetStar(ctx, opts.Star)
+	star, err := db.Streams().Star(ctx, opts.Star)
 	if err != nil {
 		return WriteStats{Star: opts.Star}, err
 	}
@@ -369,7 +369,7 @@ func newNonce() uint64 {
 
 // takeover makes this writer the star's writer and returns its epoch.
 func (w *writer) takeover(ctx context.Context, nonce uint64, mode Takeover) (int64, error) {
-	st, err := w.db.GetStar(ctx, w.opts.Star)
+	st, err := w.db.Streams().Star(ctx, w.opts.Star)
 	if err != nil {
 		return 0, err
 	}
@@ -416,7 +416,7 @@ func (w *writer) firstWindowFree(ctx context.Context) (bool, error) {
 // A past epoch left without end_seq by a fencer that died is finished first.
 func (w *writer) fence(ctx context.Context, nonce uint64) (int64, error) {
 	star := w.opts.Star
-	eps, err := w.db.StarEpochs(ctx, star)
+	eps, err := w.db.Streams().StarEpochs(ctx, star)
 	if err != nil {
 		return 0, err
 	}
@@ -429,7 +429,7 @@ func (w *writer) fence(ctx context.Context, nonce uint64) (int64, error) {
 		// nothing of an epoch being fenced) or at 0; the slots below the
 		// first free seq answer 412 and are passed.
 		from := int64(0)
-		if ce, cs, ok, err := w.db.TrimCursor(ctx, star); err != nil {
+		if ce, cs, ok, err := w.db.Streams().TrimCursor(ctx, star); err != nil {
 			return 0, err
 		} else if ok && ce == e.Epoch {
 			from = cs

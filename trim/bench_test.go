@@ -34,7 +34,7 @@ func BenchmarkReapSlots(b *testing.B) {
 		b.Run(ns.name, func(b *testing.B) {
 			db, ctx := openDB(b)
 			fs := newFaultStore(ns.store)
-			deps := trim.Deps{DB: db, Topology: teststore.Topology(b, fs, ns.buckets[0], nil, nil)}
+			deps := trim.Deps{DB: db.Trim(), Topology: teststore.Topology(b, fs, ns.buckets[0], nil, nil)}
 			cfg := trim.Config{ReapGrace: 0, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
 			tr, _ := trim.NewTrim(deps, cfg)
 			rp, _ := trim.NewReap(deps, cfg)
@@ -89,12 +89,12 @@ func benchChain(b *testing.B, ctx context.Context, db *catalog.DB, s objstore.St
 	if err := writepath.New(db).Absorb(ctx, star, flights); err != nil {
 		b.Fatal(err)
 	}
-	lease, err := db.AcquireLease(ctx, star, "bench", time.Hour)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, star, "bench", "", time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ent := catalog.Entry{Stream: id, Epoch: 1, RecordCount: int64(n), ObjectBytes: 1, FooterOffset: 1, FooterLength: 1}
-	if err := db.CommitSettle(ctx, lease.Fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(b, db, star, "x"), ObjectKey: "x"}); err != nil {
+	if err := db.Settle().CommitSettle(ctx, lease.Fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(b, db, star, "x"), ObjectKey: "x"}); err != nil {
 		b.Fatal(err)
 	}
 	return lease.Fence

@@ -61,12 +61,12 @@ func endToEnd(t *testing.T, ns namedStore) {
 		t.Fatal(err)
 	}
 	top := teststore.Topology(t, mem, std, express, nil)
-	deps := trim.Deps{DB: db, Topology: top, Metrics: metrics}
+	deps := trim.Deps{DB: db.Trim(), Topology: top, Metrics: metrics}
 	cfg := trim.Config{ReapGrace: grace, BatchSize: 1000, Concurrency: trim.DefaultConcurrency}
 	runCycle := func(star string, f catalog.Fence, linger time.Duration) cycle.Counts {
 		t.Helper()
 		pol := catalog.DuePolicy{Linger: linger, AgeCap: 2 * linger, ExpressLinger: linger, ExpressAgeCap: 2 * linger}
-		s, err := settle.New(settle.Deps{DB: db, Topology: top},
+		s, err := settle.New(settle.Deps{DB: db.Settle(), Topology: top},
 			settle.Config{Policy: pol, CapBytes: 64 << 10, TargetBytes: 16 << 10, MaxStreams: 1000, MaxBytes: 1 << 40, Concurrency: 4,
 				ReapGrace: grace, FooterCacheBytes: 256 << 20, WindowRefs: settle.DefaultWindowRefs,
 				WindowRecords: settle.DefaultWindowRecords, HotStreams: settle.DefaultHotStreams,
@@ -89,7 +89,7 @@ func endToEnd(t *testing.T, ns namedStore) {
 	}
 	cursor := func(star string) trim.Pos {
 		t.Helper()
-		tst, err := db.ReadTrimState(ctx, star)
+		tst, err := db.Trim().TrimState(ctx, star)
 		if err != nil || !tst.HasCursor {
 			t.Fatalf("%s: no trim cursor (%v)", star, err)
 		}
@@ -137,7 +137,7 @@ func endToEnd(t *testing.T, ns namedStore) {
 	// grace again, reaps that.
 	fences := map[string]catalog.Fence{}
 	for _, st := range fx.Stars {
-		lease, err := db.AcquireLease(ctx, st.Star, "e2e", time.Hour)
+		lease, err := db.Leases().AcquireLeaseInstance(ctx, st.Star, "e2e", "", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -89,7 +89,7 @@ func newEnvOn(t testing.TB, ns namedStore, class string, window int, streams ...
 			t.Fatal(err)
 		}
 	}
-	lease, err := db.AcquireLease(ctx, e.star, "trim-test", time.Hour)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, e.star, "trim-test", "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func (e *env) deps() trim.Deps {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return trim.Deps{DB: e.db, Topology: teststore.Topology(e.t, e.store, e.std, e.express, e.health), Log: log,
+	return trim.Deps{DB: e.db.Trim(), Topology: teststore.Topology(e.t, e.store, e.std, e.express, e.health), Log: log,
 		Metrics: e.metrics, Crash: e.crash}
 }
 
@@ -269,7 +269,7 @@ func (e *env) settle(ids ...catalog.StreamID) []string {
 	e.t.Helper()
 	var keys []string
 	for _, id := range ids {
-		st, err := e.db.GetStream(e.ctx, id)
+		st, err := e.db.Streams().Stream(e.ctx, id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -283,7 +283,7 @@ func (e *env) settle(ids ...catalog.StreamID) []string {
 		if err := e.store.PutIfAbsent(e.ctx, e.std, key, []byte("settled")); err != nil {
 			e.t.Fatal(err)
 		}
-		if err := e.db.CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(e.t, e.db, e.fence.Star, key), ObjectKey: key}); err != nil {
+		if err := e.db.Settle().CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(e.t, e.db, e.fence.Star, key), ObjectKey: key}); err != nil {
 			e.t.Fatal(err)
 		}
 		keys = append(keys, key)
@@ -314,7 +314,7 @@ func (e *env) present() map[trim.Pos]int {
 
 func (e *env) cursor() (trim.Pos, bool) {
 	e.t.Helper()
-	st, err := e.db.ReadTrimState(e.ctx, e.star)
+	st, err := e.db.Trim().TrimState(e.ctx, e.star)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 )
 
 // IdleReader reads what decides that a star's cycle has nothing to do
-// (catalog.ReadIdleState).
+// (catalog.Trim.IdleState).
 type IdleReader interface {
-	ReadIdleState(ctx context.Context, star string, p catalog.DuePolicy, strayEvery time.Duration) (catalog.IdleState, error)
+	IdleState(ctx context.Context, star string, p catalog.DuePolicy, strayEvery time.Duration) (catalog.IdleState, error)
 }
 
 // IdleCheck is the daemon's idle check (daemon.Idle,
@@ -27,7 +27,7 @@ type IdleCheck struct {
 // Work implements daemon.Idle: the work a cycle of star would find ("" for
 // none) and the database clock.
 func (c IdleCheck) Work(ctx context.Context, star string) (string, time.Time, error) {
-	st, err := c.DB.ReadIdleState(ctx, star, c.Policy, c.StrayEvery)
+	st, err := c.DB.IdleState(ctx, star, c.Policy, c.StrayEvery)
 	if err != nil {
 		return "", time.Time{}, err
 	}

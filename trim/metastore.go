@@ -8,7 +8,7 @@ import (
 )
 
 // Metastore is what the retention, trim and reap steps read and write in
-// Postgres (docs/metastore.md): *catalog.DB has it. Each step keeps only
+// Postgres (docs/metastore.md): *catalog.Trim has it. Each step keeps only
 // its own part; the writes take the lease's fence and fail with
 // catalog.ErrStaleToken once it is lost.
 type Metastore interface {
@@ -28,14 +28,14 @@ type RetentionCatalog interface {
 // CursorCatalog is the trim step's part (trim.go): the chain and the
 // cursor it moves, arming the passed slots.
 type CursorCatalog interface {
-	ReadTrimState(ctx context.Context, star string) (catalog.TrimState, error)
+	TrimState(ctx context.Context, star string) (catalog.TrimState, error)
 	AdvanceTrim(ctx context.Context, f catalog.Fence, prev *catalog.SlotPos, from, to catalog.SlotPos, grace time.Duration) (catalog.SlotReap, error)
 }
 
 // StatusCatalog is what ReadStatus and Viewer read: the chain, and what
 // is armed and not yet reaped.
 type StatusCatalog interface {
-	ReadTrimState(ctx context.Context, star string) (catalog.TrimState, error)
+	TrimState(ctx context.Context, star string) (catalog.TrimState, error)
 	SlotReaps(ctx context.Context, star string) ([]catalog.SlotReap, error)
 	ObjectReapBacklog(ctx context.Context, star string, grace time.Duration) (catalog.ReapBacklog, error)
 }

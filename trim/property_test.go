@@ -42,12 +42,11 @@ type mentry struct {
 }
 
 type mopen struct {
-	id                int64
-	key               string
-	first, count      int64
-	rev, prev         int32
-	stream            catalog.StreamID
-	wasLive, abandons bool
+	id           int64
+	key          string
+	first, count int64
+	rev, prev    int32
+	stream       catalog.StreamID
 }
 
 type mstream struct {
@@ -168,7 +167,7 @@ func (m *model) settleOne(s *mstream) {
 		return
 	}
 	if s.settled < s.low {
-		got, err := e.db.SkipBelowLow(e.ctx, e.fence, s.id)
+		got, err := e.db.Settle().SkipBelowLow(e.ctx, e.fence, s.id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -190,7 +189,7 @@ func (m *model) settleOne(s *mstream) {
 		o.first, o.rev, o.prev, o.count = f, last.rev+1, last.rev, s.next-f
 	}
 	o.key = m.key(s, o.first, o.rev)
-	in, err := e.db.OpenPublishIntent(e.ctx, e.fence, target(e.t, o.key), catalog.ClassStandard)
+	in, err := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(e.t, o.key), catalog.ClassStandard)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -214,7 +213,7 @@ func (m *model) commit(o *mopen) {
 	if o.prev >= 0 {
 		c.OldKey = m.key(s, o.first, o.prev)
 	}
-	if err := e.db.CommitSettle(e.ctx, e.fence, c); err != nil {
+	if err := e.db.Settle().CommitSettle(e.ctx, e.fence, c); err != nil {
 		e.t.Fatal(err)
 	}
 	s.entries[o.first] = mentry{rev: o.rev, count: o.count}
@@ -237,7 +236,7 @@ func (m *model) recover() {
 			m.commit(o)
 		case live:
 		default:
-			if err := m.e.db.AbandonPublish(m.e.ctx, m.e.fence, o.id, 0); err != nil {
+			if err := m.e.db.Settle().AbandonPublish(m.e.ctx, m.e.fence, o.id, 0); err != nil {
 				m.e.t.Fatal(err)
 			}
 			s.opened = false
@@ -283,10 +282,10 @@ func (m *model) retention() {
 func (m *model) quarantine() {
 	s := m.streams[m.rnd.IntN(len(m.streams))]
 	if s.quarantined {
-		if _, err := m.e.db.ReleaseQuarantine(m.e.ctx, m.e.star, s.id); err != nil {
+		if _, err := writepath.New(m.e.db).ReleaseQuarantine(m.e.ctx, m.e.star, s.id); err != nil {
 			m.e.t.Fatal(err)
 		}
-	} else if err := m.e.db.Quarantine(m.e.ctx, m.e.fence, s.id, "", "corrupt", "property test"); err != nil {
+	} else if err := m.e.db.Settle().Quarantine(m.e.ctx, m.e.fence, s.id, "", "corrupt", "property test"); err != nil {
 		m.e.t.Fatal(err)
 	}
 	s.quarantined = !s.quarantined
@@ -355,7 +354,7 @@ func (m *model) check(bucket, key string) {
 	if en, ok := s.entries[int64(k.FirstRecord)]; ok && en.rev == int32(k.Revision) {
 		e.t.Errorf("DELETED %s: in the model's catalog", key)
 	}
-	ents, err := e.db.EntriesOfStream(e.ctx, s.id)
+	ents, err := e.db.Streams().EntriesOfStream(e.ctx, s.id)
 	if err != nil {
 		e.t.Errorf("read catalog: %v", err)
 	}
@@ -437,7 +436,7 @@ func TestNothingReferencedIsDeleted(t *testing.T) {
 }
 
 func (m *model) quarantine2(s *mstream) {
-	if _, err := m.e.db.ReleaseQuarantine(m.e.ctx, m.e.star, s.id); err != nil {
+	if _, err := writepath.New(m.e.db).ReleaseQuarantine(m.e.ctx, m.e.star, s.id); err != nil {
 		m.e.t.Fatal(err)
 	}
 	s.quarantined = false
@@ -466,7 +465,7 @@ func (m *model) final() {
 	}
 	need := map[string]bool{}
 	for _, s := range m.streams {
-		ents, err := e.db.EntriesOfStream(e.ctx, s.id)
+		ents, err := e.db.Streams().EntriesOfStream(e.ctx, s.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -478,7 +477,7 @@ func (m *model) final() {
 			}
 		}
 	}
-	intents, _ := e.db.DueObjectReaps(e.ctx, e.star, 0, 0, 10000)
+	intents, _ := e.db.Trim().DueObjectReaps(e.ctx, e.star, 0, 0, 10000)
 	for _, in := range intents {
 		need[in.ObjectKey] = true // held: still publishable
 	}

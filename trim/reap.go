@@ -24,7 +24,7 @@ import (
 //     (absorbs name only slots at or past the head, which only moves
 //     forward; a past epoch is closed by its end_seq).
 //   - An object armed by a reap or publish intent is deleted only after
-//     catalog.ClassifyReaps found its key dead, in a fenced transaction
+//     catalog.Trim.ClassifyReaps found its key dead, in a fenced transaction
 //     that also buried it (the base's high-water revision raised to it, a
 //     publish intent turned into a reap): no publish intent can name the
 //     key again, so no commit can catalog it, now or later.
@@ -347,7 +347,7 @@ type candidate struct {
 
 // reapObjects executes the due reap intents and the publish intents older
 // than the grace, a batch at a time: each batch is classified in a fenced
-// transaction (catalog.ClassifyReaps), then the dead keys are deleted from
+// transaction (catalog.Trim.ClassifyReaps), then the dead keys are deleted from
 // every bucket of their class and the finished intents removed.
 func (r *Reap) reapObjects(ctx context.Context, f catalog.Fence, opts cycle.Options, counts *cycle.Counts) error {
 	held := map[string]int{}

@@ -66,14 +66,14 @@ type StrayCounts struct {
 	HeldOff []string `json:"held_off,omitempty"`
 }
 
-// StrayCatalog is what finding strays reads in Postgres (*catalog.DB has
+// StrayCatalog is what finding strays reads in Postgres (*catalog.Trim has
 // it): the clock, the star's streams, which listed keys metadata names,
 // and the chain with its slot reaps. It takes no lease.
 type StrayCatalog interface {
 	Now(ctx context.Context) (time.Time, error)
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
 	NamedSettledKeys(ctx context.Context, keys []catalog.ListedKey) ([]bool, error)
-	ReadTrimState(ctx context.Context, star string) (catalog.TrimState, error)
+	TrimState(ctx context.Context, star string) (catalog.TrimState, error)
 	SlotReaps(ctx context.Context, star string) ([]catalog.SlotReap, error)
 }
 
@@ -110,7 +110,7 @@ func FindStrays(ctx context.Context, db StrayCatalog, rd *bundle.Reader, star st
 	if err != nil {
 		return counts, now, err
 	}
-	ts, err := db.ReadTrimState(ctx, star)
+	ts, err := db.TrimState(ctx, star)
 	if err != nil {
 		return counts, now, err
 	}

@@ -49,7 +49,7 @@ func (e *env) mustSweep(forced bool) {
 func (e *env) findStrays() ([]trim.Stray, trim.StrayCounts) {
 	e.t.Helper()
 	var out []trim.Stray
-	c, _, err := trim.FindStrays(e.ctx, e.db, newReader(e), e.star, 4, func(s trim.Stray) error { out = append(out, s); return nil })
+	c, _, err := trim.FindStrays(e.ctx, e.db.Trim(), newReader(e), e.star, 4, func(s trim.Stray) error { out = append(out, s); return nil })
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func (e *env) exists(bucket, key string) bool {
 
 func (e *env) slotReaps() []catalog.SlotReap {
 	e.t.Helper()
-	r, err := e.db.SlotReaps(e.ctx, e.star)
+	r, err := e.db.Trim().SlotReaps(e.ctx, e.star)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func (e *env) slotReaps() []catalog.SlotReap {
 
 func (e *env) reapIntents() map[string]bool {
 	e.t.Helper()
-	in, err := e.db.Intents(e.ctx, e.star, "reap", 0)
+	in, err := e.db.Settle().Intents(e.ctx, e.star, "reap", 0)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestStraySettledSwept(t *testing.T) {
 		e.sweepEvery = time.Hour
 		e.flight(1, 0, batch{a, 4})
 		cataloged := e.settle(a)[0]
-		st, err := e.db.GetStream(e.ctx, a)
+		st, err := e.db.Streams().Stream(e.ctx, a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,14 +282,14 @@ func TestStraySweepListingFails(t *testing.T) {
 		if r := e.slotReaps(); len(r) != 0 {
 			t.Errorf("slots armed over a failing listing: %+v", r)
 		}
-		if due, err := e.db.StraySweepDue(e.ctx, e.star, time.Hour); err != nil || !due {
+		if due, err := e.db.Trim().StraySweepDue(e.ctx, e.star, time.Hour); err != nil || !due {
 			t.Errorf("a failed sweep was recorded: due %v, %v", due, err)
 		}
 		if n := testutil.ToFloat64(e.metrics.StraysArmed(trim.StraySettled)) + testutil.ToFloat64(e.metrics.StraysArmed(trim.StraySlot)); n != 0 {
 			t.Errorf("strays_armed_total = %v over a failing listing", n)
 		}
 		var out []trim.Stray
-		if _, _, err := trim.FindStrays(e.ctx, e.db, newReader(e), e.star, 1, func(s trim.Stray) error { out = append(out, s); return nil }); !errors.Is(err, trim.ErrListing) || len(out) == 0 {
+		if _, _, err := trim.FindStrays(e.ctx, e.db.Trim(), newReader(e), e.star, 1, func(s trim.Stray) error { out = append(out, s); return nil }); !errors.Is(err, trim.ErrListing) || len(out) == 0 {
 			t.Errorf("FindStrays over a failing listing: %v after %d strays; want ErrListing after some", err, len(out))
 		}
 		e.store.failLists("", 0)

@@ -147,7 +147,7 @@ func (s *Strays) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 		// recorded, so an outage does not make every cycle list the star.
 		s.d.Log.Warn("stray sweep: the chain not listed in a zone held off", "star", f.Star, "buckets", found.HeldOff)
 	}
-	st, err := s.db.ReadTrimState(ctx, f.Star)
+	st, err := s.db.TrimState(ctx, f.Star)
 	if err != nil {
 		return counts, err
 	}

@@ -272,7 +272,7 @@ func (t *Trim) logHolds(star string, dec Decision) {
 // Run implements cycle.Step.
 func (t *Trim) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
 	var counts cycle.Counts
-	st, err := t.db.ReadTrimState(ctx, f.Star)
+	st, err := t.db.TrimState(ctx, f.Star)
 	if err != nil {
 		return counts, err
 	}
@@ -347,7 +347,7 @@ type Backlog struct {
 // ReadStatus reads a star's trim and reap state (read only, no lease).
 func ReadStatus(ctx context.Context, db StatusCatalog, star string, grace time.Duration) (Status, error) {
 	var s Status
-	st, err := db.ReadTrimState(ctx, star)
+	st, err := db.TrimState(ctx, star)
 	if err != nil {
 		return s, err
 	}
@@ -440,7 +440,7 @@ func readBacklog(ctx context.Context, db StatusCatalog, star string, grace time.
 // loadChain reads a star's chain in one snapshot (a fence changes the star
 // and its epochs in one transaction).
 func loadChain(ctx context.Context, db StatusCatalog, star string) (chain, error) {
-	st, err := db.ReadTrimState(ctx, star)
+	st, err := db.TrimState(ctx, star)
 	if err != nil {
 		return chain{}, err
 	}

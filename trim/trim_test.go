@@ -122,7 +122,7 @@ func trimAndReapAcrossFailover(t *testing.T, ns namedStore, class string) {
 	if got := metric(t, e.reg, "nova_auditor_trim_slots_released_total"); got != 9 {
 		t.Fatalf("trim_slots_released_total %v", got)
 	}
-	st, err := trim.ReadStatus(e.ctx, e.db, e.star, 0)
+	st, err := trim.ReadStatus(e.ctx, e.db.Trim(), e.star, 0)
 	if err != nil || st.Cursor != P(2, 2) || st.Bound != P(2, 2) || st.Backlog != (trim.Backlog{}) {
 		t.Fatalf("status: %+v %v", st, err)
 	}
@@ -153,7 +153,7 @@ func TestFenceInProgressHoldsTrim(t *testing.T) {
 	if got := metric(t, e.reg, "nova_auditor_trim_fence_wait_epoch"); got != 1 {
 		t.Fatalf("fence wait epoch metric %v", got)
 	}
-	st, err := trim.ReadStatus(e.ctx, e.db, e.star, 0)
+	st, err := trim.ReadStatus(e.ctx, e.db.Trim(), e.star, 0)
 	if err != nil || st.FenceWait == nil || st.FenceWait.Epoch != 1 || st.Move {
 		t.Fatalf("status: %+v %v", st, err)
 	}
@@ -185,7 +185,7 @@ func TestQuarantineHoldsTrim(t *testing.T) {
 	e.flight(1, 1, batch{b, 2})
 	e.flight(1, 2, batch{a, 2})
 	e.settle(a)
-	if err := e.db.Quarantine(e.ctx, e.fence, b, bundlefmt.SlotKey(e.star, 1, 1), "corrupt", "test"); err != nil {
+	if err := e.db.Settle().Quarantine(e.ctx, e.fence, b, bundlefmt.SlotKey(e.star, 1, 1), "corrupt", "test"); err != nil {
 		t.Fatal(err)
 	}
 	e.mustCycle()
@@ -195,7 +195,7 @@ func TestQuarantineHoldsTrim(t *testing.T) {
 		metric(t, e.reg, "nova_auditor_trim_quarantine_held_slot_seq") != 1 {
 		t.Fatal("quarantine hold not in the metrics")
 	}
-	st, err := trim.ReadStatus(e.ctx, e.db, e.star, 0)
+	st, err := trim.ReadStatus(e.ctx, e.db.Trim(), e.star, 0)
 	if err != nil || st.Quarantine == nil || !st.Quarantine.Bounding || st.Quarantine.Stream != b || st.Quarantine.Slot != P(1, 1) {
 		t.Fatalf("status: %+v %v", st.Quarantine, err)
 	}
@@ -217,7 +217,7 @@ func TestQuarantineHoldsTrim(t *testing.T) {
 	if n := strings.Count(logs.String(), `level=WARN msg="trim held by quarantine"`); n != 1 {
 		t.Fatalf("the hold was logged %d times at warn over 3 cycles, want once:\n%s", n, logs.String())
 	}
-	if _, err := e.db.ReleaseQuarantine(e.ctx, e.star, b); err != nil {
+	if _, err := writepath.New(e.db).ReleaseQuarantine(e.ctx, e.star, b); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tr.Run(e.ctx, e.fence, cycle.Options{Trigger: "once"}); err != nil {
@@ -276,7 +276,7 @@ func reapProgressPerBucket(t *testing.T, ns namedStore) {
 	if first[down] != 1 || first[e.express[0]] != 3 || first[e.express[2]] != 3 {
 		t.Fatalf("first round's deletes by bucket %v: want 3 batches to each healthy zone, 1 request to the down one", first)
 	}
-	reaps, _ := e.db.SlotReaps(e.ctx, e.star)
+	reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star)
 	if len(reaps) != 1 || len(reaps[0].DoneBuckets) != 2 {
 		t.Fatalf("the healthy zones are done with the range: %+v", reaps)
 	}
@@ -295,7 +295,7 @@ func reapProgressPerBucket(t *testing.T, ns namedStore) {
 		t.Fatalf("after the zone came back: %+v, requests %v (before %v)", n, last, first)
 	}
 	e.checkChain(P(1, 5))
-	if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 0 {
+	if reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star); len(reaps) != 0 {
 		t.Fatalf("range not finished: %+v", reaps)
 	}
 }
@@ -318,7 +318,7 @@ func reapWithZoneDown(t *testing.T, ns namedStore) {
 			t.Fatalf("slot 1/%d in %d buckets, want only the down zone's copy", s, have[P(1, s)])
 		}
 	}
-	reaps, _ := e.db.SlotReaps(e.ctx, e.star)
+	reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star)
 	if len(reaps) != 1 || !reaps[0].Due || reaps[0].From != P(1, 0) || reaps[0].To != P(1, 5) {
 		t.Fatalf("the range must stay due and whole: %+v", reaps)
 	}
@@ -327,7 +327,7 @@ func reapWithZoneDown(t *testing.T, ns namedStore) {
 		t.Fatal("zone failure not in the metrics")
 	}
 	e.mustCycle() // still down: nothing lost, nothing finished
-	if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 1 {
+	if reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star); len(reaps) != 1 {
 		t.Fatalf("range lost while the zone is down: %+v", reaps)
 	}
 	e.store.setDown(e.express[1], false)
@@ -336,7 +336,7 @@ func reapWithZoneDown(t *testing.T, ns namedStore) {
 	if n.SlotsReaped != 5 {
 		t.Fatalf("reaped %d after the zone came back", n.SlotsReaped)
 	}
-	if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 0 {
+	if reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star); len(reaps) != 0 {
 		t.Fatalf("range not finished: %+v", reaps)
 	}
 }
@@ -354,7 +354,7 @@ func reapWithFailedBatch(t *testing.T, ns namedStore) {
 	if n.SlotsReaped != 2 {
 		t.Fatalf("reaped %d, want the confirmed prefix 1/0, 1/1", n.SlotsReaped)
 	}
-	reaps, _ := e.db.SlotReaps(e.ctx, e.star)
+	reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star)
 	if len(reaps) != 1 || reaps[0].From != P(1, 2) || reaps[0].To != P(1, 5) {
 		t.Fatalf("rest of the range: %+v", reaps)
 	}
@@ -398,8 +398,8 @@ func nothingDeletedBeforeReapAfter(t *testing.T, ns namedStore) {
 	if have := e.present(); len(have) != 3 {
 		t.Fatalf("slots deleted within the grace: %v", have)
 	}
-	intents, _ := e.db.Intents(e.ctx, e.star, "reap", 0)
-	reaps, _ := e.db.SlotReaps(e.ctx, e.star)
+	intents, _ := e.db.Settle().Intents(e.ctx, e.star, "reap", 0)
+	reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star)
 	if len(intents) != 2 || len(reaps) != 1 || reaps[0].Due || intents[0].Due {
 		t.Fatalf("armed: %+v %+v", intents, reaps)
 	}
@@ -417,7 +417,7 @@ func nothingDeletedBeforeReapAfter(t *testing.T, ns namedStore) {
 		t.Fatal(err)
 	}
 	e.mustCycle()
-	reaps, _ = e.db.SlotReaps(e.ctx, e.star)
+	reaps, _ = e.db.Trim().SlotReaps(e.ctx, e.star)
 	if len(reaps) != 2 {
 		t.Fatalf("slot reaps: %+v", reaps)
 	}
@@ -468,22 +468,22 @@ func retentionAndObjectReaps(t *testing.T, ns namedStore) {
 	if err := e.store.PutIfAbsent(e.ctx, e.std, key(20, 1), []byte("rewrite")); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.db.CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: 0, IntentID: publishIntent(t, e.db, e.fence.Star, key(20, 1)), ObjectKey: key(20, 1), OldKey: key(20, 0)}); err != nil {
+	if err := e.db.Settle().CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: 0, IntentID: publishIntent(t, e.db, e.fence.Star, key(20, 1)), ObjectKey: key(20, 1), OldKey: key(20, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	// An abandoned publish of a key no settle can publish again, with an
 	// upload and a completed object; a live publish at settled_through; a
 	// recovery's reap intent on the key the catalog now holds.
-	dead, err := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key(0, 7)), "standard")
+	dead, err := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(t, key(0, 7)), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = e.db.SetIntentUpload(e.ctx, e.fence, dead.ID, "up-dead")
+	_ = e.db.Settle().SetIntentUpload(e.ctx, e.fence, dead.ID, "up-dead")
 	_ = e.store.PutIfAbsent(e.ctx, e.std, key(0, 7), []byte("orphan"))
-	live, _ := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key(35, 0)), "standard")
+	live, _ := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(t, key(35, 0)), "standard")
 	_ = e.store.PutIfAbsent(e.ctx, e.std, key(35, 0), []byte("in flight"))
-	ref, _ := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key(10, 0)), "standard")
-	if err := e.db.AbandonPublish(e.ctx, e.fence, ref.ID, 0); err != nil {
+	ref, _ := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(t, key(10, 0)), "standard")
+	if err := e.db.Settle().AbandonPublish(e.ctx, e.fence, ref.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := writepath.New(e.db).RaiseLowRecord(e.ctx, a, 15); err != nil { // [0,10) retired, [10,20) straddles
@@ -499,14 +499,14 @@ func retentionAndObjectReaps(t *testing.T, ns namedStore) {
 			t.Errorf("%s exists %v, want %v", k, ok, want)
 		}
 	}
-	entries, _ := e.db.EntriesOfStream(e.ctx, a)
+	entries, _ := e.db.Streams().EntriesOfStream(e.ctx, a)
 	if len(entries) != 2 || entries[0].FirstRecord != 10 || entries[1].Revision != 1 {
 		t.Fatalf("catalog after retention: %+v", entries)
 	}
 	if len(e.store.aborts) != 1 || e.store.aborts[0] != key(0, 7)+"#up-dead" {
 		t.Fatalf("aborts: %v", e.store.aborts)
 	}
-	left, _ := e.db.DueObjectReaps(e.ctx, e.star, 0, 0, 100)
+	left, _ := e.db.Trim().DueObjectReaps(e.ctx, e.star, 0, 0, 100)
 	if len(left) != 1 || left[0].ID != live.ID {
 		t.Fatalf("left: %+v (want only the live publish, held)", left)
 	}
@@ -539,10 +539,10 @@ func TestDryRunChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := func() string {
-		st, _ := e.db.ReadTrimState(e.ctx, e.star)
-		reaps, _ := e.db.SlotReaps(e.ctx, e.star)
-		ents, _ := e.db.EntriesOfStream(e.ctx, a)
-		ins, _ := e.db.Intents(e.ctx, e.star, "reap", 0)
+		st, _ := e.db.Trim().TrimState(e.ctx, e.star)
+		reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star)
+		ents, _ := e.db.Streams().EntriesOfStream(e.ctx, a)
+		ins, _ := e.db.Settle().Intents(e.ctx, e.star, "reap", 0)
 		var b strings.Builder
 		for _, r := range reaps {
 			b.WriteString(r.From.String() + r.To.String() + ";")
@@ -608,7 +608,7 @@ func TestCrashPointsConverge(t *testing.T) {
 			e.crash = nil
 			e.mustCycle()
 			e.checkChain(P(1, 4))
-			ents, _ := e.db.EntriesOfStream(e.ctx, a)
+			ents, _ := e.db.Streams().EntriesOfStream(e.ctx, a)
 			for _, en := range ents {
 				k := bundlefmt.SettledKey("b1", a, 1, uint64(en.FirstRecord), uint32(en.Revision))
 				if ok, _ := exists(e.ctx, e.store, e.std, k); !ok {
@@ -623,7 +623,7 @@ func TestCrashPointsConverge(t *testing.T) {
 			if ok, _ := exists(e.ctx, e.store, e.std, stray); ok {
 				t.Fatalf("stray %s not reaped", stray)
 			}
-			b, err := trim.ReadStatus(e.ctx, e.db, e.star, 0)
+			b, err := trim.ReadStatus(e.ctx, e.db.Trim(), e.star, 0)
 			if err != nil || b.Backlog != (trim.Backlog{}) {
 				t.Fatalf("backlog after convergence: %+v %v", b.Backlog, err)
 			}
@@ -640,7 +640,7 @@ func TestStepsAndMetricsConstruction(t *testing.T) {
 		t.Fatal("reap without a database")
 	}
 	for _, bad := range []trim.Config{{Concurrency: 1}, {BatchSize: 1001, Concurrency: 1}, {BatchSize: 1}, {BatchSize: 1, Concurrency: 1, ReapGrace: -1}} {
-		if _, err := trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, bad); err == nil {
+		if _, err := trim.NewTrim(trim.Deps{DB: (&catalog.DB{}).Trim()}, bad); err == nil {
 			t.Errorf("trim accepted the configuration %+v", bad)
 		}
 	}
@@ -660,7 +660,7 @@ func TestStepsAndMetricsConstruction(t *testing.T) {
 		t.Fatalf("trim metrics beside the daemon's: %v", err)
 	}
 	var st cycle.Step
-	st, _ = trim.NewTrim(trim.Deps{DB: &catalog.DB{}}, full)
+	st, _ = trim.NewTrim(trim.Deps{DB: (&catalog.DB{}).Trim()}, full)
 	if st.Name() != "trim" {
 		t.Fatal(st.Name())
 	}
@@ -694,7 +694,7 @@ func TestStaleLeaderIsFenced(t *testing.T) {
 	if _, ok := e.cursor(); ok {
 		t.Fatal("a stale trim moved the cursor")
 	}
-	if ents, _ := e.db.EntriesOfStream(e.ctx, a); len(ents) != 3 {
+	if ents, _ := e.db.Streams().EntriesOfStream(e.ctx, a); len(ents) != 3 {
 		t.Fatalf("a stale retention removed entries: %+v", ents)
 	}
 	// The real leader trims; a stale reap deletes nothing it may not.
@@ -715,7 +715,7 @@ func TestStaleLeaderIsFenced(t *testing.T) {
 	if ok, _ := exists(e.ctx, e.store, e.std, bundlefmt.SettledKey("b1", a, 1, 0, 0)); !ok {
 		t.Fatal("a stale reap deleted an object")
 	}
-	if reaps, _ := e.db.SlotReaps(e.ctx, e.star); len(reaps) != 1 {
+	if reaps, _ := e.db.Trim().SlotReaps(e.ctx, e.star); len(reaps) != 1 {
 		t.Fatalf("a stale reap finished a slot range: %+v", reaps)
 	}
 	e.mustCycle()
@@ -740,7 +740,7 @@ func TestReapAbortsUnrecordedUploadsOfAFinishedPublish(t *testing.T) {
 				e.settle(a)
 			}
 			key := bundlefmt.SettledKey("b1", a, 1, 0, 7) // no settle publishes (0, 7) again
-			if _, err := e.db.OpenPublishIntent(e.ctx, e.fence, target(t, key), "standard"); err != nil {
+			if _, err := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(t, key), "standard"); err != nil {
 				t.Fatal(err)
 			}
 			// The process dies inside the upload-created hook: the upload
@@ -765,7 +765,7 @@ func TestReapAbortsUnrecordedUploadsOfAFinishedPublish(t *testing.T) {
 				t.Fatalf("the unrecorded upload: %v %v", ids, err)
 			}
 			e.mustCycle()
-			if in, _ := e.db.Intents(e.ctx, e.star, "publish", 0); len(in) != 0 {
+			if in, _ := e.db.Settle().Intents(e.ctx, e.star, "publish", 0); len(in) != 0 {
 				t.Fatalf("the stale publish intent was not finished: %+v", in)
 			}
 			if ids, err := e.store.ListAssemblies(e.ctx, e.std, key); err != nil || len(ids) != 0 {

@@ -27,7 +27,7 @@ func BenchmarkVerifyStar(b *testing.B) {
 	kib := envInt(b, "NOVA_BENCH_VERIFY_OBJECT_KIB", 64)
 	db, _ := newDB(b)
 	ctx := context.Background()
-	lease, err := db.AcquireLease(ctx, "s1", "bench", time.Hour)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "bench", "", time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func BenchmarkVerifyStar(b *testing.B) {
 			runtime.GC()
 			stop, peak := heapPeak()
 			start := time.Now()
-			rep, err := verify.Verify(ctx, db, store.reader(), verify.Options{Star: "s1", Window: w.window})
+			rep, err := verify.Verify(ctx, db.Streams(), store.reader(), verify.Options{Star: "s1", Window: w.window})
 			took := time.Since(start)
 			stop()
 			if err != nil || len(rep.Findings) != 0 || rep.Objects != streams*perStream {

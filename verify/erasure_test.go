@@ -18,7 +18,7 @@ import (
 func settleTombstoned(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.StreamID, first, count int64, dead func(int64) bool) (string, []byte) {
 	t.Helper()
 	key, obj, e := tombstonedObject(t, id, first, count, 0, dead)
-	if err := db.CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
+	if err := db.Settle().CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	return key, obj
@@ -66,7 +66,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 	db, url := newDB(t)
 	ctx := context.Background()
 	store, keys := healthyCatalog(t, db) // stream 1: [0, 10) [10, 15); stream 2: [0, 7)
-	lease, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 		{catalog.StreamID{15: 1}, 12, 1, false}, // [12, 13) pending: either is right
 		{s3, 2, 2, true},                        // tombstones: right
 	} {
-		if _, err := db.RecordErasure(ctx, e.id, e.first, e.n); err != nil {
+		if _, err := db.Erasures().RecordErasure(ctx, e.id, e.first, e.n); err != nil {
 			t.Fatal(err)
 		}
 		if e.markApplied {
@@ -97,7 +97,7 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 	for _, window := range []int64{0, 1} {
 		opts := verifyOpts()
 		opts.Window = window
-		rep, err := verify.Verify(ctx, db, store.reader(), opts)
+		rep, err := verify.Verify(ctx, db.Streams(), store.reader(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,11 +116,11 @@ func TestVerifyFindsAppliedErasuresStillHoldingBytes(t *testing.T) {
 	// repointed: sound.
 	k, obj, e := tombstonedObject(t, catalog.StreamID{15: 1}, 0, 10, 1, func(r int64) bool { return r >= 3 && r < 5 })
 	store.put(k, obj)
-	if err := db.CommitRewrite(ctx, lease.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, IntentID: intent(t, db, lease.Fence, k), ObjectKey: k, OldKey: keys[0],
+	if err := db.Erasures().CommitRewrite(ctx, lease.Fence, catalog.RewriteCommit{Entry: e, PrevRevision: 0, IntentID: intent(t, db, lease.Fence, k), ObjectKey: k, OldKey: keys[0],
 		ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := verify.Verify(ctx, db, store.reader(), verifyOpts()); err != nil || len(rep.Findings) != 0 {
+	if rep, err := verify.Verify(ctx, db.Streams(), store.reader(), verifyOpts()); err != nil || len(rep.Findings) != 0 {
 		t.Fatalf("after the rewrite: %+v %v", rep.Findings, err)
 	}
 }

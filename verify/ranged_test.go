@@ -71,7 +71,7 @@ func TestVerifyReadsInBoundedRanges(t *testing.T) {
 	cr := &countingReader{ObjectReader: store.reader()}
 	opts := verifyOpts()
 	opts.Window, opts.Concurrency = window, concurrency
-	rep, err := verify.Verify(ctx, db, cr, opts)
+	rep, err := verify.Verify(ctx, db.Streams(), cr, opts)
 	if err != nil || len(rep.Findings) != 0 || rep.Objects != len(keys) || rep.Cataloged != len(keys) {
 		t.Fatalf("healthy catalog read in ranges: %+v %v", rep, err)
 	}
@@ -86,7 +86,7 @@ func TestVerifyReadsInBoundedRanges(t *testing.T) {
 		cr.reads, cr.maxOne, cr.peak, objSize, footer, record)
 
 	store.flip(keys[2], 3)
-	rep, err = verify.Verify(ctx, db, &countingReader{ObjectReader: store.reader()}, opts)
+	rep, err = verify.Verify(ctx, db.Streams(), &countingReader{ObjectReader: store.reader()}, opts)
 	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind != verify.FindingChecksum || rep.Findings[0].Key != keys[2] {
 		t.Fatalf("a flipped chunk byte read in ranges: %+v %v", rep.Findings, err)
 	}
@@ -103,25 +103,25 @@ func TestVerifyScopes(t *testing.T) {
 	opts := verifyOpts()
 	one := catalog.StreamID{15: 2}
 	opts.Stream = &one
-	rep, err := verify.Verify(ctx, db, store.reader(), opts)
+	rep, err := verify.Verify(ctx, db.Streams(), store.reader(), opts)
 	if err != nil || rep.Streams != 1 || rep.Objects != 1 || rep.Cataloged != 1 || len(rep.Findings) != 0 {
 		t.Fatalf("--stream %s: %+v %v", one, rep, err)
 	}
 	unknown := catalog.StreamID{15: 9}
 	opts.Stream = &unknown
-	if _, err := verify.Verify(ctx, db, store.reader(), opts); err == nil || !strings.Contains(err.Error(), unknown.String()) {
+	if _, err := verify.Verify(ctx, db.Streams(), store.reader(), opts); err == nil || !strings.Contains(err.Error(), unknown.String()) {
 		t.Fatalf("an unknown stream: %v", err)
 	}
 
 	opts = verifyOpts()
 	opts.Sample = 1e-9
-	rep, err = verify.Verify(ctx, db, store.reader(), opts)
+	rep, err = verify.Verify(ctx, db.Streams(), store.reader(), opts)
 	if err != nil || rep.Objects != 0 || rep.Cataloged != 3 || rep.Streams != 2 {
 		t.Fatalf("a tiny sample: %+v %v", rep, err)
 	}
 	for _, bad := range []float64{-0.5, 1.5} {
 		opts.Sample = bad
-		if _, err := verify.Verify(ctx, db, store.reader(), opts); err == nil {
+		if _, err := verify.Verify(ctx, db.Streams(), store.reader(), opts); err == nil {
 			t.Errorf("sample %v accepted", bad)
 		}
 	}
@@ -133,7 +133,7 @@ func TestVerifyScopes(t *testing.T) {
 	opts.Rate = rep.Bytes * 2 // bytes per second: about half a second in all
 	cr := &countingReader{ObjectReader: store.reader()}
 	start := time.Now()
-	paced, err := verify.Verify(ctx, db, cr, opts)
+	paced, err := verify.Verify(ctx, db.Streams(), cr, opts)
 	took := time.Since(start)
 	if err != nil || paced.Bytes == 0 {
 		t.Fatalf("paced: %+v %v", paced, err)

@@ -26,7 +26,7 @@ type ObjectReader interface {
 	ObjectRange(ctx context.Context, key string, off, n int64) (data []byte, size int64, err error)
 }
 
-// CatalogReader is what verify reads of the metastore (*catalog.DB has
+// CatalogReader is what verify reads of the metastore (*catalog.Streams has
 // it): the star's streams, each stream's entries, and its erasures.
 type CatalogReader interface {
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)

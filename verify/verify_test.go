@@ -99,7 +99,7 @@ func settleObjectOf(t testing.TB, db *catalog.DB, f catalog.Fence, id catalog.St
 	e := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: first, Revision: 0, RecordCount: count, ObjectBytes: int64(len(obj)),
 		FooterOffset: int64(v.Footer.FooterOffset()), FooterLength: int64(v.Footer.FooterLength()),
 		MinTimestamp: 1000 + first, MaxTimestamp: 1000 + first + count - 1}
-	if err := db.CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
+	if err := db.Settle().CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	return key, obj
@@ -123,7 +123,7 @@ func absorbStream(t testing.TB, db *catalog.DB, id catalog.StreamID, seq, count 
 func healthyCatalog(t *testing.T, db *catalog.DB) (*objects, []string) {
 	t.Helper()
 	ctx := context.Background()
-	lease, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
 	opts := verifyOpts()
 	opts.Progress = func(done, stream, streams int) { progress = append(progress, done*100+stream*10+streams) }
 	opts.Concurrency = 1
-	rep, err := verify.Verify(ctx, db, store.reader(), opts)
+	rep, err := verify.Verify(ctx, db.Streams(), store.reader(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestVerifyHealthyMissingCorruptAndTiling(t *testing.T) {
 		footer_offset, footer_length, min_timestamp, max_timestamp) VALUES ($1, 1, 5, 0, 5, 1, 0, 1, 0, 0)`, catalog.StreamID{15: 2}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = verify.Verify(ctx, db, store.reader(), verifyOpts())
+	rep, err = verify.Verify(ctx, db.Streams(), store.reader(), verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestVerifyMismatchAgainstTheCatalog(t *testing.T) {
 	if _, err := c.Exec(ctx, `UPDATE nova.streams SET next_record = 9, settled_through = 9 WHERE stream_id = $1`, catalog.StreamID{15: 2}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := verify.Verify(ctx, db, store.reader(), verifyOpts())
+	rep, err := verify.Verify(ctx, db.Streams(), store.reader(), verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := context.Background()
-	lease, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,10 +265,10 @@ func TestVerifyFindsAnOverlapDeepInTheHistory(t *testing.T) {
 	if err := writepath.New(db).StretchEntry(ctx, id, 10, 1); err != nil { // [10, 21) over [20, 30)
 		t.Fatal(err)
 	}
-	if o, err := db.FirstOverlap(ctx, []catalog.StreamID{id}); err != nil || o != nil {
+	if o, err := db.Settle().FirstOverlap(ctx, []catalog.StreamID{id}); err != nil || o != nil {
 		t.Fatalf("the cycle's check reads only the tail: %v %v", o, err)
 	}
-	rep, err := verify.Verify(ctx, db, store.reader(), verifyOpts())
+	rep, err := verify.Verify(ctx, db.Streams(), store.reader(), verifyOpts())
 	if err != nil {
 		t.Fatal(err)
 	}

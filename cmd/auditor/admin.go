@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -36,14 +38,10 @@ func requester(e env) string {
 	return user + "@" + host
 }
 
-// adminSetup parses the flags (extra adds the command's own), reads
+// adminSetup loads the configuration once cobra parsed the flags, reads
 // --stream when the command has one, and opens the metastore. code is -1
 // on success, else the exit code.
-func adminSetup(ctx context.Context, e env, name string, args []string, extra func(*cli.Flags)) (cfg config.Config, db *catalog.DB, stream *catalog.StreamID, code int) {
-	fs := newFlags(e, name)
-	if extra != nil {
-		extra(fs)
-	}
+func adminSetup(ctx context.Context, e env, fs *cli.Flags, args []string) (cfg config.Config, db *catalog.DB, stream *catalog.StreamID, code int) {
 	cfg, err := fs.Load(args, "star", "database-url")
 	if err != nil {
 		return cfg, nil, nil, exitCode(e, cfg, err)
@@ -69,7 +67,7 @@ func adminOpen(ctx context.Context, e env, fs *cli.Flags, cfg config.Config) (db
 	}
 	// A typo must not read as a healthy, idle star, nor record a request
 	// no daemon will ever take.
-	if err := checkStar(ctx, db, cfg.Star, stream); err != nil {
+	if err := checkStar(ctx, db.Streams(), cfg.Star, stream); err != nil {
 		db.Close()
 		return nil, nil, exitCode(e, cfg, err)
 	}
@@ -80,7 +78,7 @@ func adminOpen(ctx context.Context, e env, fs *cli.Flags, cfg config.Config) (db
 type starLookup interface {
 	StarExists(ctx context.Context, star string) (bool, error)
 	StreamOfStar(ctx context.Context, star string, id catalog.StreamID) (bool, error)
-	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+	Stream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
 }
 
 // checkStar is a configuration error when the star, or the stream in it,
@@ -102,7 +100,7 @@ func checkStar(ctx context.Context, db starLookup, star string, stream *catalog.
 	if ok {
 		return nil
 	}
-	other, err := db.GetStream(ctx, *stream)
+	other, err := db.Stream(ctx, *stream)
 	switch {
 	case err == nil:
 		return &config.Error{Field: "stream", Msg: fmt.Sprintf("stream %s is in star %q, not %q", stream.String(), other.Star, star)}
@@ -130,41 +128,39 @@ func warnNoLeader(ctx context.Context, e env, db leaseLookup, star string) {
 // cmdTrigger is `auditor trigger`: it records a trigger request; with
 // --wait it waits until a cycle has finished it and exits with its
 // outcome (waitTrigger).
-func cmdTrigger(ctx context.Context, e env, args []string) int {
-	var (
-		wait    *bool
-		timeout *time.Duration
-	)
-	cfg, db, stream, code := adminSetup(ctx, e, "trigger", waitArgs(args), func(fs *cli.Flags) {
-		fs.String("stream", "", "settle this stream (uuid or 32 hex digits) now, regardless of linger")
-		wait = fs.Bool("wait", false, "wait until a cycle has finished the request and exit with its outcome: 0 done, 1 failed (or its cycle failed or halted, or the star is halted), 7 past --timeout (--wait 30s: --wait --timeout 30s)")
-		timeout = fs.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
-	})
-	if code >= 0 {
+func cmdTrigger(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
+	fs.String("stream", "", "settle the stream `ID` (uuid or 32 hex digits) now, regardless of linger")
+	wait := fs.Bool("wait", false, "wait until a cycle has finished the request and exit with its outcome: 0 done, 1 failed (or its cycle failed or halted, or the star is halted), 7 past --timeout (--wait 30s: --wait --timeout 30s)")
+	timeout := fs.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
+	return func(ctx context.Context, args []string) int {
+		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
+		if code >= 0 {
+			return code
+		}
+		defer db.Close()
+		if *timeout < 0 {
+			return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
+		}
+		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminTrigger, stream, requester(e))
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		what := "a cycle"
+		if stream != nil {
+			what = "a cycle settling stream " + stream.String() + " regardless of linger"
+		}
+		fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
+		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
+		if !*wait {
+			return exitOK
+		}
+		code, err = waitTrigger(ctx, e, db.Requests(), cfg.Star, req.ID, *timeout)
+		if err != nil {
+			return exitCode(e, cfg, fmt.Errorf("wait for trigger request %d: %w", req.ID, err))
+		}
 		return code
 	}
-	defer db.Close()
-	if *timeout < 0 {
-		return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
-	}
-	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminTrigger, stream, requester(e))
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	what := "a cycle"
-	if stream != nil {
-		what = "a cycle settling stream " + stream.String() + " regardless of linger"
-	}
-	fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
-	warnNoLeader(ctx, e, db, cfg.Star)
-	if !*wait {
-		return exitOK
-	}
-	code, err = waitTrigger(ctx, e, db, cfg.Star, req.ID, *timeout)
-	if err != nil {
-		return exitCode(e, cfg, fmt.Errorf("wait for trigger request %d: %w", req.ID, err))
-	}
-	return code
 }
 
 func deref(p *int64) int64 {
@@ -174,65 +170,73 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-func cmdPause(ctx context.Context, e env, args []string) int {
-	cfg, db, _, code := adminSetup(ctx, e, "pause", args, nil)
-	if code >= 0 {
-		return code
+func cmdPause(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
+	return func(ctx context.Context, args []string) int {
+		cfg, db, _, code := adminSetup(ctx, e, fs, args)
+		if code >= 0 {
+			return code
+		}
+		defer db.Close()
+		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminPause, nil, requester(e))
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		fmt.Fprintf(e.stdout, "star %s paused (request %d): the leader keeps its lease and runs no cycle until auditor resume\n", cfg.Star, req.ID)
+		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
+		return exitOK
 	}
-	defer db.Close()
-	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminPause, nil, requester(e))
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	fmt.Fprintf(e.stdout, "star %s paused (request %d): the leader keeps its lease and runs no cycle until auditor resume\n", cfg.Star, req.ID)
-	warnNoLeader(ctx, e, db, cfg.Star)
-	return exitOK
 }
 
-func cmdResume(ctx context.Context, e env, args []string) int {
-	cfg, db, _, code := adminSetup(ctx, e, "resume", args, nil)
-	if code >= 0 {
-		return code
+func cmdResume(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
+	return func(ctx context.Context, args []string) int {
+		cfg, db, _, code := adminSetup(ctx, e, fs, args)
+		if code >= 0 {
+			return code
+		}
+		defer db.Close()
+		before, err := db.Ledger().DaemonState(ctx, cfg.Star)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminResume, nil, requester(e))
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		fmt.Fprintf(e.stdout, "star %s resumed (request %d)\n", cfg.Star, req.ID)
+		if before.Halted() {
+			fmt.Fprintf(e.stdout, "cleared the halt: %s\n", before.HaltedReason)
+		}
+		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
+		return exitOK
 	}
-	defer db.Close()
-	before, err := db.GetDaemonState(ctx, cfg.Star)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminResume, nil, requester(e))
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	fmt.Fprintf(e.stdout, "star %s resumed (request %d)\n", cfg.Star, req.ID)
-	if before.Halted() {
-		fmt.Fprintf(e.stdout, "cleared the halt: %s\n", before.HaltedReason)
-	}
-	warnNoLeader(ctx, e, db, cfg.Star)
-	return exitOK
 }
 
-func cmdRelease(ctx context.Context, e env, args []string) int {
-	cfg, db, stream, code := adminSetup(ctx, e, "release", args, func(fs *cli.Flags) {
-		fs.String("stream", "", "the quarantined stream (uuid or 32 hex digits) to release")
-	})
-	if code >= 0 {
-		return code
+func cmdRelease(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
+	fs.String("stream", "", "release the quarantined stream `ID` (uuid or 32 hex digits)")
+	return func(ctx context.Context, args []string) int {
+		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
+		if code >= 0 {
+			return code
+		}
+		defer db.Close()
+		if stream == nil {
+			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: "is required: the stream to release (auditor status lists the quarantine)"})
+		}
+		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
+		if errors.Is(err, catalog.ErrNotFound) {
+			fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", stream.String(), cfg.Star)
+			return exitFailure
+		}
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		fmt.Fprintf(e.stdout, "stream %s released from quarantine (request %d): the next cycle settles it again\n",
+			stream.String(), req.ID)
+		return exitOK
 	}
-	defer db.Close()
-	if stream == nil {
-		return exitCode(e, cfg, &config.Error{Field: "stream", Msg: "is required: the stream to release (auditor status lists the quarantine)"})
-	}
-	req, err := db.RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
-	if errors.Is(err, catalog.ErrNotFound) {
-		fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", stream.String(), cfg.Star)
-		return exitFailure
-	}
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	fmt.Fprintf(e.stdout, "stream %s released from quarantine (request %d): the next cycle settles it again\n",
-		stream.String(), req.ID)
-	return exitOK
 }
 
 // fleetJSONHelp documents the fields of `auditor status --fleet --json`
@@ -244,55 +248,56 @@ stars, unowned (longest first), led_outside_fleet [{star, holder, token, live, e
 moves {window_seconds, total, by_reason {new, released, drain, balance, stuck, lost}, limit, recent (newest first) [{at, star, from, to, reason, over_cap, unowned_seconds, token}]}.
 Exit 0 whenever it read the fleet, as auditor status without --check: the alerts judge`
 
-func cmdStatus(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "status")
-	fs.Footer += statusCheckHelp()
+func cmdStatus(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
 	asJSON := fs.Bool("json", false, "print JSON (the same document as GET /status)")
 	fleet := fs.Bool("fleet", false, fleetJSONHelp)
 	check := fs.Bool("check", false, "after the status, exit non-zero when the star needs an operator: halted, no live leader, paused, quarantine past --max-quarantined (the codes below; each condition on stderr)")
-	maxQuarantined := fs.Int("max-quarantined", 0, "with --check: the quarantined streams and slots tolerated (0: any fails the check)")
-	cfg, err := fs.Load(args)
-	switch {
-	case err != nil:
-	case *fleet && *check:
-		err = &config.Error{Field: "check", Msg: "judges one star (--star): use it without --fleet"}
-	case *maxQuarantined < 0:
-		err = &config.Error{Field: "max-quarantined", Msg: fmt.Sprintf("%d: must be at least 0", *maxQuarantined)}
-	case *fleet:
-		err = cfg.Require("database-url")
-	default:
-		err = cfg.Require("star", "database-url")
-	}
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if *fleet {
-		return statusFleet(ctx, e, cfg, *asJSON)
-	}
-	db, _, code := adminOpen(ctx, e, fs, cfg)
-	if code >= 0 {
+	maxQuarantined := fs.Int("max-quarantined", 0, "with --check: tolerate `N` quarantined streams and slots (0: any fails the check)")
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args)
+		switch {
+		case err != nil:
+		case *fleet && *check:
+			err = &config.Error{Field: "check", Msg: "judges one star (--star): use it without --fleet"}
+		case *maxQuarantined < 0:
+			err = &config.Error{Field: "max-quarantined", Msg: fmt.Sprintf("%d: must be at least 0", *maxQuarantined)}
+		case *fleet:
+			err = cfg.Require("database-url")
+		default:
+			err = cfg.Require("star", "database-url")
+		}
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		if *fleet {
+			return statusFleet(ctx, e, cfg, *asJSON)
+		}
+		db, _, code := adminOpen(ctx, e, fs, cfg)
+		if code >= 0 {
+			return code
+		}
+		defer db.Close()
+		dc := daemonConfig(cfg)
+		s, err := daemon.BuildStatus(ctx, db.Ledger(), daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace,
+			ErasureAlertAfter: cfg.ErasureAlertAfter, Trim: trimReader(db.Trim()), CycleInterval: daemon.CycleInterval(dc.Schedule, time.Now())})
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		if *asJSON {
+			err = s.WriteJSON(e.stdout)
+		} else {
+			err = s.WriteText(e.stdout)
+		}
+		if err != nil || !*check {
+			return exitCode(e, cfg, err)
+		}
+		code, why := statusCheck(s, *maxQuarantined)
+		for _, w := range why {
+			fmt.Fprintf(e.stderr, "auditor: check: %s\n", w)
+		}
 		return code
 	}
-	defer db.Close()
-	dc := daemonConfig(cfg)
-	s, err := daemon.BuildStatus(ctx, db, daemon.StatusOptions{Star: cfg.Star, Policy: dc.Policy, ReapGrace: cfg.ReapGrace,
-		ErasureAlertAfter: cfg.ErasureAlertAfter, Trim: trimReader(db), CycleInterval: daemon.CycleInterval(dc.Schedule, time.Now())})
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if *asJSON {
-		err = s.WriteJSON(e.stdout)
-	} else {
-		err = s.WriteText(e.stdout)
-	}
-	if err != nil || !*check {
-		return exitCode(e, cfg, err)
-	}
-	code, why := statusCheck(s, *maxQuarantined)
-	for _, w := range why {
-		fmt.Fprintf(e.stderr, "auditor: check: %s\n", w)
-	}
-	return code
 }
 
 // statusFleet is `auditor status --fleet`: the fleet of every star, read
@@ -303,7 +308,7 @@ func statusFleet(ctx context.Context, e env, cfg config.Config, asJSON bool) int
 		return exitCode(e, cfg, err)
 	}
 	defer db.Close()
-	s, err := daemon.BuildFleetStatus(ctx, db, daemon.FleetStatusOptions{})
+	s, err := daemon.BuildFleetStatus(ctx, db.Fleet(), daemon.FleetStatusOptions{})
 	if err != nil {
 		return exitCode(e, cfg, err)
 	}
@@ -318,94 +323,89 @@ func statusFleet(ctx context.Context, e env, cfg config.Config, asJSON bool) int
 // cmdVerify is `auditor verify`: the fsck of the star's catalog. Exit 0 when
 // sound, 3 on any finding, 5 when the store could not be read (nothing was
 // judged), 1 when it could not look otherwise.
-func cmdVerify(ctx context.Context, e env, args []string) int {
-	var (
-		asJSON      *bool
-		concurrency *int
-		strays      *bool
-		sample      *float64
-		rate        int64
-		window      int64
-	)
+func cmdVerify(e env, c *cobra.Command) runFunc {
+	var rate, window int64
 	// The sizes are parsed with the flags, so a bad one is refused before
 	// the metastore is opened.
-	cfg, db, stream, code := adminSetup(ctx, e, "verify", args, func(fs *cli.Flags) {
-		asJSON = fs.Bool("json", false, "print the report as JSON")
-		concurrency = fs.Int("concurrency", 4, "objects read at once")
-		strays = fs.Bool("strays", false, "also list the star's streams' settled prefixes and its chain for objects no metadata names (strays): each is a finding")
-		fs.String("stream", "", "verify this stream only (hex stream ID)")
-		sample = fs.Float64("sample", 1, "verify this fraction of the objects, chosen at random (tiling is checked for every stream)")
-		fs.SizeVar(&rate, "rate", 0, "read at most this many bytes per second (like 64MiB; 0: unpaced)")
-		fs.SizeVar(&window, "window", 4<<20, "most chunk bytes held per object read (like 4MiB): memory is at most --concurrency x (footer + max(window, the longest record))")
-	})
-	if code >= 0 {
-		return code
-	}
-	defer db.Close()
-	opts := verify.Options{Star: cfg.Star, Stream: stream, Concurrency: *concurrency, Sample: *sample, Rate: rate, Window: window}
-	switch {
-	case *sample <= 0 || *sample > 1:
-		return exitCode(e, cfg, &config.Error{Field: "sample", Msg: fmt.Sprintf("%v is not a fraction in (0, 1]", *sample)})
-	case *concurrency < 1:
-		return exitCode(e, cfg, &config.Error{Field: "concurrency", Msg: fmt.Sprintf("%d objects at once: at least 1", *concurrency)})
-	case opts.Window < 1:
-		return exitCode(e, cfg, &config.Error{Field: "window", Msg: "must be at least 1 byte"})
-	case *strays && stream != nil:
-		return exitCode(e, cfg, &config.Error{Field: "strays", Msg: "lists the whole star: use it without --stream"})
-	}
-	// The same store and topology the cycle uses.
-	store, err := openStore(ctx, cfg)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	top, err := wire.Topology(cfg, store, nil)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	tty := logging.IsTerminal(e.stderr)
-	if tty {
-		opts.Progress = func(objects, stream, streams int) {
-			fmt.Fprintf(e.stderr, "\r%s", progressBar(objects, stream, streams, 40))
+	fs := newFlags(e, c)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	concurrency := fs.Int("concurrency", 4, "read `N` objects at once")
+	strays := fs.Bool("strays", false, "also list the star's streams' settled prefixes and its chain for objects no metadata names (strays): each is a finding")
+	fs.String("stream", "", "verify the stream `ID` only (uuid or 32 hex digits)")
+	sample := fs.Float64("sample", 1, "verify this `FRACTION` of the objects, chosen at random (tiling is checked for every stream)")
+	fs.SizeVar(&rate, "rate", 0, "read at most this many bytes per second (like 64MiB; 0: unpaced)")
+	fs.SizeVar(&window, "window", 4<<20, "most chunk bytes held per object read (like 4MiB): memory is at most --concurrency x (footer + max(window, the longest record))")
+	return func(ctx context.Context, args []string) int {
+		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
+		if code >= 0 {
+			return code
 		}
-	}
-	rd := bundle.NewReader(top)
-	rep, err := verify.Verify(ctx, db, rd, opts)
-	if tty {
-		fmt.Fprintln(e.stderr)
-	}
-	var sr *strayReport
-	if err == nil && *strays {
-		sr, err = findStrays(ctx, db, rd, cfg)
-	}
-	if errors.Is(err, verify.ErrStoreAccess) || errors.Is(err, trim.ErrListing) {
-		fmt.Fprintf(e.stderr, "auditor: verify: %s\nauditor: nothing was judged: check the S3 credentials, permissions and endpoint\n", cfg.Scrub(err.Error()))
-		return exitUnreachable
-	}
-	if err != nil {
-		return exitCode(e, cfg, fmt.Errorf("verify: %w", err))
-	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(verifyOutput{Report: rep, Strays: sr}); err != nil {
+		defer db.Close()
+		opts := verify.Options{Star: cfg.Star, Stream: stream, Concurrency: *concurrency, Sample: *sample, Rate: rate, Window: window}
+		switch {
+		case *sample <= 0 || *sample > 1:
+			return exitCode(e, cfg, &config.Error{Field: "sample", Msg: fmt.Sprintf("%v is not a fraction in (0, 1]", *sample)})
+		case *concurrency < 1:
+			return exitCode(e, cfg, &config.Error{Field: "concurrency", Msg: fmt.Sprintf("%d objects at once: at least 1", *concurrency)})
+		case opts.Window < 1:
+			return exitCode(e, cfg, &config.Error{Field: "window", Msg: "must be at least 1 byte"})
+		case *strays && stream != nil:
+			return exitCode(e, cfg, &config.Error{Field: "strays", Msg: "lists the whole star: use it without --stream"})
+		}
+		// The same store and topology the cycle uses.
+		store, err := openStore(ctx, cfg)
+		if err != nil {
 			return exitCode(e, cfg, err)
 		}
-	} else {
-		for _, f := range rep.Findings {
-			fmt.Fprintln(e.stdout, f)
+		top, err := wire.Topology(cfg, store, nil)
+		if err != nil {
+			return exitCode(e, cfg, err)
 		}
-		sr.print(e.stdout)
-		sampled := ""
-		if rep.Objects != rep.Cataloged {
-			sampled = fmt.Sprintf(" (a sample of the %d cataloged)", rep.Cataloged)
+		tty := logging.IsTerminal(e.stderr)
+		if tty {
+			opts.Progress = func(objects, stream, streams int) {
+				fmt.Fprintf(e.stderr, "\r%s", progressBar(objects, stream, streams, 40))
+			}
 		}
-		fmt.Fprintf(e.stdout, "verified %d objects%s (%d bytes read) of %d streams of star %s: %d findings\n",
-			rep.Objects, sampled, rep.Bytes, rep.Streams, cfg.Star, len(rep.Findings)+sr.count())
+		rd := bundle.NewReader(top)
+		rep, err := verify.Verify(ctx, db.Streams(), rd, opts)
+		if tty {
+			fmt.Fprintln(e.stderr)
+		}
+		var sr *strayReport
+		if err == nil && *strays {
+			sr, err = findStrays(ctx, db, rd, cfg)
+		}
+		if errors.Is(err, verify.ErrStoreAccess) || errors.Is(err, trim.ErrListing) {
+			fmt.Fprintf(e.stderr, "auditor: verify: %s\nauditor: nothing was judged: check the S3 credentials, permissions and endpoint\n", cfg.Scrub(err.Error()))
+			return exitUnreachable
+		}
+		if err != nil {
+			return exitCode(e, cfg, fmt.Errorf("verify: %w", err))
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(verifyOutput{Report: rep, Strays: sr}); err != nil {
+				return exitCode(e, cfg, err)
+			}
+		} else {
+			for _, f := range rep.Findings {
+				fmt.Fprintln(e.stdout, f)
+			}
+			sr.print(e.stdout)
+			sampled := ""
+			if rep.Objects != rep.Cataloged {
+				sampled = fmt.Sprintf(" (a sample of the %d cataloged)", rep.Cataloged)
+			}
+			fmt.Fprintf(e.stdout, "verified %d objects%s (%d bytes read) of %d streams of star %s: %d findings\n",
+				rep.Objects, sampled, rep.Bytes, rep.Streams, cfg.Star, len(rep.Findings)+sr.count())
+		}
+		if len(rep.Findings) > 0 || sr.count() > 0 {
+			return exitFindings
+		}
+		return exitOK
 	}
-	if len(rep.Findings) > 0 || sr.count() > 0 {
-		return exitFindings
-	}
-	return exitOK
 }
 
 // progressBar draws verify's progress over the streams, and the objects

@@ -20,11 +20,11 @@ func TestReleaseAndStatus(t *testing.T) {
 	if err := writepath.New(db).CreateStream(ctx, id, "s1", "b1"); err != nil {
 		t.Fatal(err)
 	}
-	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Quarantine(ctx, l.Fence, id, "stars/s1/chain/00000000000000000001/00000000000000000000", "checksum", "DataCRC mismatch"); err != nil {
+	if err := db.Settle().Quarantine(ctx, l.Fence, id, "stars/s1/chain/00000000000000000001/00000000000000000000", "checksum", "DataCRC mismatch"); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"--star", "s1", "--database-url", url}
@@ -53,7 +53,7 @@ func TestReleaseAndStatus(t *testing.T) {
 	if code, _, errs := runCLI(t, append([]string{"release", "--stream", want}, args...)...); code != 1 || !strings.Contains(errs, "not quarantined") {
 		t.Fatalf("second release: %d %q", code, errs)
 	}
-	reqs, err := db.AdminRequests(ctx, "s1", true, 10)
+	reqs, err := db.Requests().AdminRequests(ctx, "s1", true, 10)
 	if err != nil || len(reqs) != 1 || reqs[0].Kind != "release" || reqs[0].Stream == nil || *reqs[0].Stream != id || !strings.Contains(reqs[0].RequestedBy, "@") {
 		t.Fatalf("requests %+v %v", reqs, err)
 	}
@@ -63,7 +63,7 @@ func TestReleaseAndStatus(t *testing.T) {
 	}
 
 	// resume says when it cleared a halt.
-	if err := db.SetHalted(ctx, l.Fence, "overlap in stream 9"); err != nil {
+	if err := db.Ledger().SetHalted(ctx, l.Fence, "overlap in stream 9"); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, _ := runCLI(t, append([]string{"resume"}, args...)...); code != 0 || !strings.Contains(out, "cleared the halt: overlap in stream 9") {

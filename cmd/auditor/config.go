@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/cli"
@@ -12,13 +14,9 @@ import (
 	"github.com/nova/auditor/internal/logging"
 )
 
-// newFlags returns a subcommand's flags with every configuration key bound;
-// -h ends with the command's exit codes.
-func newFlags(e env, name string) *cli.Flags {
-	fs := cli.NewFlags(e.stdout, e.getenv, "auditor "+name)
-	fs.Synopsis = commands()[name].summary
-	fs.Footer = commandExitsHelp(name)
-	return fs
+// newFlags returns a command's flags with every configuration key bound.
+func newFlags(e env, c *cobra.Command) *cli.Flags {
+	return cli.NewFlags(c, e.getenv)
 }
 
 // newLogger is the command's logger; every line names the star.
@@ -52,45 +50,46 @@ func openCurrentDB(ctx context.Context, cfg config.Config) (*catalog.DB, error) 
 	return db, nil
 }
 
-func cmdMigrate(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "migrate")
-	fs.Footer += migrateStatusHelp()
+func cmdMigrate(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
 	status := fs.Bool("status", false, "print the database's schema version, this binary's and every migration applied or pending; change nothing (exit 0 current, the codes below when behind or ahead)")
 	dryRun := fs.Bool("dry-run", false, "list the migrations migrate would apply; change nothing")
-	cfg, err := fs.Load(args, "database-url")
-	if err == nil && *status && *dryRun {
-		err = &config.Error{Field: "dry-run", Msg: "--status already changes nothing: use one of them"}
-	}
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	db, err := openDB(ctx, cfg)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	defer db.Close()
-	if *status || *dryRun {
-		s, err := db.MigrationStatus(ctx)
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args, "database-url")
+		if err == nil && *status && *dryRun {
+			err = &config.Error{Field: "dry-run", Msg: "--status already changes nothing: use one of them"}
+		}
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		db, err := openDB(ctx, cfg)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		defer db.Close()
+		if *status || *dryRun {
+			s, err := db.MigrationStatus(ctx)
+			if err != nil {
+				return exitCode(e, cfg, fmt.Errorf("migrate: %w", err))
+			}
+			if *status {
+				return writeMigrateStatus(e.stdout, s)
+			}
+			return exitCode(e, cfg, writeMigrateDryRun(e.stdout, s))
+		}
+		applied, err := db.Migrate(ctx)
 		if err != nil {
 			return exitCode(e, cfg, fmt.Errorf("migrate: %w", err))
 		}
-		if *status {
-			return writeMigrateStatus(e.stdout, s)
+		v, err := db.SchemaVersion(ctx)
+		if err != nil {
+			return exitCode(e, cfg, err)
 		}
-		return exitCode(e, cfg, writeMigrateDryRun(e.stdout, s))
+		if len(applied) == 0 {
+			fmt.Fprintf(e.stdout, "schema version %d: already current\n", v)
+		} else {
+			fmt.Fprintf(e.stdout, "schema version %d: applied %v\n", v, applied)
+		}
+		return exitOK
 	}
-	applied, err := db.Migrate(ctx)
-	if err != nil {
-		return exitCode(e, cfg, fmt.Errorf("migrate: %w", err))
-	}
-	v, err := db.SchemaVersion(ctx)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if len(applied) == 0 {
-		fmt.Fprintf(e.stdout, "schema version %d: already current\n", v)
-	} else {
-		fmt.Fprintf(e.stdout, "schema version %d: applied %v\n", v, applied)
-	}
-	return exitOK
 }

@@ -295,7 +295,7 @@ func crashRun(t *testing.T, bin, point string, open crashStore, seeds uint64) in
 		// Converged within the two cycles: everything settled, no publish
 		// left open.
 		e.checkSettled()
-		if in, err := e.db.Intents(e.ctx, "s1", "publish", 0); err != nil || len(in) != 0 {
+		if in, err := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); err != nil || len(in) != 0 {
 			t.Fatalf("round %d: publish intents open after two clean cycles: %+v %v", round, in, err)
 		}
 	}
@@ -328,14 +328,14 @@ func crashRun(t *testing.T, bin, point string, open crashStore, seeds uint64) in
 // removes the entries below it, arming their objects' reaps. The other streams keep their tails (rewritten by the
 // next settle, arming the old revisions' reaps).
 func (e *crashEnv) retentionMove() {
-	streams, err := e.db.StreamsOfStar(e.ctx, "s1")
+	streams, err := e.db.Streams().StreamsOfStar(e.ctx, "s1")
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	var hot catalog.Stream
 	most := -1
 	for _, st := range streams {
-		ents, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		ents, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -371,7 +371,7 @@ func (e *crashEnv) eraseInTransit() {
 	n := 0
 	for _, st := range e.streams() {
 		if n < 3 && st.NextRecord-st.SettledThrough >= 4 {
-			if _, err := e.db.RecordErasure(e.ctx, st.ID, st.SettledThrough+1, 2); err != nil {
+			if _, err := e.db.Erasures().RecordErasure(e.ctx, st.ID, st.SettledThrough+1, 2); err != nil {
 				e.t.Fatal(err)
 			}
 			n++
@@ -386,7 +386,7 @@ func (e *crashEnv) eraseInTransit() {
 // settled object and one across the boundary of its first two.
 func (e *crashEnv) eraseSettled() {
 	for _, st := range e.streams() {
-		ents, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		ents, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -395,12 +395,12 @@ func (e *crashEnv) eraseSettled() {
 		}
 		last := ents[len(ents)-1]
 		if last.RecordCount >= 4 {
-			if _, err := e.db.RecordErasure(e.ctx, st.ID, last.FirstRecord+1, 2); err != nil {
+			if _, err := e.db.Erasures().RecordErasure(e.ctx, st.ID, last.FirstRecord+1, 2); err != nil {
 				e.t.Fatal(err)
 			}
 		}
 		if len(ents) >= 2 && ents[1].FirstRecord == ents[0].EndRecord() {
-			if _, err := e.db.RecordErasure(e.ctx, st.ID, ents[0].EndRecord()-1, 2); err != nil {
+			if _, err := e.db.Erasures().RecordErasure(e.ctx, st.ID, ents[0].EndRecord()-1, 2); err != nil {
 				e.t.Fatal(err)
 			}
 		}
@@ -412,7 +412,7 @@ func (e *crashEnv) eraseSettled() {
 func (e *crashEnv) checkErasuresApplied() {
 	total := 0
 	for _, st := range e.streams() {
-		ers, err := e.db.ErasuresOf(e.ctx, st.ID, 0, 1<<62)
+		ers, err := e.db.Erasures().ErasuresOf(e.ctx, st.ID, 0, 1<<62)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -511,12 +511,12 @@ func (e *crashEnv) run(point string) (int, string) {
 // one's has run out (a live lease is never taken from a process with the
 // same holder name). Expiring it stands for waiting out the ttl.
 func (e *crashEnv) expireDeadLease() {
-	l, live, err := e.db.CurrentLease(e.ctx, "s1")
+	l, live, err := e.db.Leases().CurrentLease(e.ctx, "s1")
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		e.t.Fatal(err)
 	}
 	if live {
-		if err := e.db.ReleaseLease(e.ctx, l.Fence); err != nil {
+		if err := e.db.Leases().ReleaseLease(e.ctx, l.Fence); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -551,7 +551,7 @@ type pos struct{ epoch, seq int64 }
 func (p pos) less(q pos) bool { return p.epoch < q.epoch || (p.epoch == q.epoch && p.seq < q.seq) }
 
 func (e *crashEnv) cursor() pos {
-	st, err := e.db.ReadTrimState(e.ctx, "s1")
+	st, err := e.db.Trim().TrimState(e.ctx, "s1")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -587,7 +587,7 @@ func (e *crashEnv) checkSettled() {
 func (e *crashEnv) checkClean() {
 	for _, star := range e.stars {
 		for _, kind := range []string{"publish", "reap"} {
-			if in, err := e.db.Intents(e.ctx, star, kind, 0); err != nil || len(in) != 0 {
+			if in, err := e.db.Settle().Intents(e.ctx, star, kind, 0); err != nil || len(in) != 0 {
 				e.t.Errorf("star %s: open %s intents: %+v %v", star, kind, in, err)
 			}
 		}
@@ -628,7 +628,7 @@ func (e *crashEnv) checkClean() {
 func (e *crashEnv) streams() []catalog.Stream {
 	var out []catalog.Stream
 	for _, star := range e.stars {
-		streams, err := e.db.StreamsOfStar(e.ctx, star)
+		streams, err := e.db.Streams().StreamsOfStar(e.ctx, star)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -641,7 +641,7 @@ func (e *crashEnv) streams() []catalog.Stream {
 func (e *crashEnv) catalogKeys() map[string]bool {
 	keys := map[string]bool{}
 	for _, st := range e.streams() {
-		entries, err := e.db.EntriesOfStream(e.ctx, st.ID)
+		entries, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -662,7 +662,7 @@ func (e *crashEnv) checkReferenced() {
 		}
 	}
 	for _, st := range e.streams() {
-		refs, err := e.db.RefsOfStream(e.ctx, st.ID)
+		refs, err := writepath.New(e.db).RefsOfStream(e.ctx, st.ID)
 		if err != nil {
 			e.t.Fatal(err)
 		}

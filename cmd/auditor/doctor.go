@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/fleet"
@@ -43,50 +45,52 @@ type doctorReport struct {
 // fails its check rather than hanging the command.
 const doctorBucketTimeout = 2 * time.Minute
 
-func cmdDoctor(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "doctor")
+func cmdDoctor(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
-	members := fs.Int("fleet-members", 0, "judge the connections of this many fleet members at --fleet-max-conns (0: of this star's serve, at its pool)")
-	cfg, err := fs.Load(args, "star", "database-url")
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if _, err := wire.Buckets(cfg); err != nil {
-		return exitCode(e, cfg, err)
-	}
-	pg := []checkRow{}
-	db, err := openDB(ctx, cfg)
-	dbErr, dbUnreachable := err, errors.Is(err, catalog.ErrUnreachable)
-	switch {
-	case dbUnreachable:
-		pg = append(pg, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
-			Seen: cfg.Scrub(err.Error()), Do: "check the database is up and the network path to the URL's host and port"})
-	case err != nil:
-		pg = append(pg, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
-			Seen: cfg.Scrub(err.Error()), Do: "check --database-url: the role, its password, the database name, the TLS settings"})
-	default:
-		pg = append(pg, postgresChecks(ctx, cfg, db)...)
-		pg = append(pg, doctorConnections(ctx, cfg, db, *members))
-		db.Close()
-	}
-	rep, err := runDoctor(ctx, cfg, pg)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if dbUnreachable {
-		rep.ExitCode = exitUnreachable // a dependency not reached outranks the checks that failed for it
-		fmt.Fprintf(e.stderr, "auditor: %s\n", cfg.Scrub(dbErr.Error()))
-	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return exitCode(e, cfg, fmt.Errorf("write the report: %w", err))
+	members := fs.Int("fleet-members", 0, "judge the connections of `N` fleet members at --fleet-max-conns (0: of this star's serve, at its pool)")
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args, "star", "database-url")
+		if err != nil {
+			return exitCode(e, cfg, err)
 		}
+		if _, err := wire.Buckets(cfg); err != nil {
+			return exitCode(e, cfg, err)
+		}
+		pg := []checkRow{}
+		db, err := openDB(ctx, cfg)
+		dbErr, dbUnreachable := err, errors.Is(err, catalog.ErrUnreachable)
+		switch {
+		case dbUnreachable:
+			pg = append(pg, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
+				Seen: cfg.Scrub(err.Error()), Do: "check the database is up and the network path to the URL's host and port"})
+		case err != nil:
+			pg = append(pg, checkRow{Status: statusFail, Scope: "postgres", Check: "reachable",
+				Seen: cfg.Scrub(err.Error()), Do: "check --database-url: the role, its password, the database name, the TLS settings"})
+		default:
+			pg = append(pg, postgresChecks(ctx, cfg, db.Ledger())...)
+			pg = append(pg, doctorConnections(ctx, cfg, db, *members))
+			db.Close()
+		}
+		rep, err := runDoctor(ctx, cfg, pg)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		if dbUnreachable {
+			rep.ExitCode = exitUnreachable // a dependency not reached outranks the checks that failed for it
+			fmt.Fprintf(e.stderr, "auditor: %s\n", cfg.Scrub(dbErr.Error()))
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				return exitCode(e, cfg, fmt.Errorf("write the report: %w", err))
+			}
+			return rep.ExitCode
+		}
+		writeDoctorTable(e.stdout, rep)
 		return rep.ExitCode
 	}
-	writeDoctorTable(e.stdout, rep)
-	return rep.ExitCode
 }
 
 // postgresChecks are the rows of a metastore that answered: reachable, then
@@ -197,7 +201,7 @@ func writeDoctorTable(w io.Writer, rep doctorReport) {
 		// one line per check: a driver's multi-line error is folded
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Status, r.Scope, r.Check, oneLine(r.Seen), oneLine(do))
 	}
-	tw.Flush()
+	tw.Flush() //nolint:errcheck // the table is the report's human text, as the unchecked Fprintf lines around it (.golangci.yml)
 	fmt.Fprintf(w, "probe objects were written only under %s in each bucket and removed (the S3 checksum probe uses .nova-probe/ and removes its own)\n", rep.ProbePrefix)
 	fmt.Fprintf(w, "%d ok, %d warn, %d fail: exit %d\n", n[statusOK], n[statusWarn], n[statusFail], rep.ExitCode)
 }

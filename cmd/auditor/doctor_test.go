@@ -302,7 +302,7 @@ func TestDoctorBucketChecksSeenFailing(t *testing.T) {
 }
 
 // behindSchema is the real metastore at a schema one behind the binary.
-type behindSchema struct{ *catalog.DB }
+type behindSchema struct{ *catalog.Ledger }
 
 func (b behindSchema) CheckSchema(context.Context) error {
 	return fmt.Errorf("%w: database at version %d, binary needs %d", migrations.ErrDatabaseBehind, migrations.Latest()-1, migrations.Latest())
@@ -333,26 +333,26 @@ func TestDoctorPostgresChecks(t *testing.T) {
 		}
 		return m
 	}
-	check(db, "s1", with(map[string]string{"schema version": "ok: the binary's", "star": `ok: "s1" exists`, "lease": "ok: never held"}))
-	check(db, "nope", map[string]string{"schema version": "ok: the binary's", "star": `fail: no star "nope"`})
-	check(behindSchema{db}, "s1", with(map[string]string{"schema version": fmt.Sprintf("fail: binary needs %d", migrations.Latest()),
+	check(db.Ledger(), "s1", with(map[string]string{"schema version": "ok: the binary's", "star": `ok: "s1" exists`, "lease": "ok: never held"}))
+	check(db.Ledger(), "nope", map[string]string{"schema version": "ok: the binary's", "star": `fail: no star "nope"`})
+	check(behindSchema{db.Ledger()}, "s1", with(map[string]string{"schema version": fmt.Sprintf("fail: binary needs %d", migrations.Latest()),
 		"star": "ok: exists", "lease": "ok: never held"}))
-	if _, err := db.AcquireLease(ctx, "s1", "host-a", time.Minute); err != nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "host-a", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	check(db, "s1", with(map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a (token 1), expires in"}))
-	check(skewedDB{db, 2 * time.Minute}, "s1", with(map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a",
+	check(db.Ledger(), "s1", with(map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a (token 1), expires in"}))
+	check(skewedDB{db.Ledger(), 2 * time.Minute}, "s1", with(map[string]string{"schema version": "ok: ", "star": "ok: ", "lease": "ok: held by host-a",
 		"clock skew": "warn: the database's clock is 2m0"})) // 2m0s, or 2m0.001s off a loaded host's reading
 }
 
 // skewedDB is the real metastore with its clock moved by skew.
 type skewedDB struct {
-	*catalog.DB
+	*catalog.Ledger
 	skew time.Duration
 }
 
 func (s skewedDB) Now(ctx context.Context) (time.Time, error) {
-	t, err := s.DB.Now(ctx)
+	t, err := s.Ledger.Now(ctx)
 	return t.Add(s.skew), err
 }
 

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/config"
@@ -52,7 +53,7 @@ type DryRunReport struct {
 
 // runtimeReader is what leaderPolicy reads of the metastore.
 type runtimeReader interface {
-	GetRuntime(ctx context.Context, star string) (catalog.Runtime, error)
+	Runtime(ctx context.Context, star string) (catalog.Runtime, error)
 }
 
 // policyKey is a key of the due policy the leader records: its value in
@@ -71,7 +72,7 @@ func durationPolicyKey(name string, rt func(catalog.Runtime) time.Duration, cfg 
 		local:  func(c config.Config) string { return cfg(&c).String() }}
 }
 
-// policyKeys are the keys a leader records (catalog.RecordRuntime) that
+// policyKeys are the keys a leader records (catalog.Ledger.RecordRuntime) that
 // the configuration sets. The copy floor is no key: buildParts takes the
 // leader's.
 func policyKeys() []policyKey {
@@ -101,11 +102,11 @@ func policyKeys() []policyKey {
 // but for those given as flags (fs), and says where each came from. A
 // mix of the leader's values and flags that does not validate (an age
 // cap below a linger) is a configuration error naming the key.
-func leaderPolicy(ctx context.Context, db runtimeReader, cfg *config.Config, fs *flag.FlagSet) (DryRunPolicy, error) {
+func leaderPolicy(ctx context.Context, db runtimeReader, cfg *config.Config, fs *pflag.FlagSet) (DryRunPolicy, error) {
 	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fs.Visit(func(f *pflag.Flag) { given[f.Name] = true })
 	var p DryRunPolicy
-	rt, err := db.GetRuntime(ctx, cfg.Star)
+	rt, err := db.Runtime(ctx, cfg.Star)
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
 	case err != nil:

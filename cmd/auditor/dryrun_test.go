@@ -52,12 +52,12 @@ func TestDryRunPlansWithTheLeadersPolicy(t *testing.T) {
 		t.Fatalf("dry run with no leader's policy: %d %q %q", code, out, errs)
 	}
 
-	l, err := db.AcquireLease(ctx, "s1", "leader-1", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "leader-1", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	leader := catalog.DuePolicy{Linger: 0, AgeCap: 24 * time.Hour, ExpressLinger: 0, ExpressAgeCap: time.Hour, CopyFloor: 5 << 20}
-	if err := db.RecordRuntime(ctx, l.Fence, "1.0.0", leader, time.Minute); err != nil {
+	if err := db.Ledger().RecordRuntime(ctx, l.Fence, "1.0.0", leader, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs = dryRun("--json")

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 )
 
@@ -63,72 +63,66 @@ type RecordRange struct {
 // record) exits 2 and records nothing; the same range again is a no-op.
 // --dry-run records nothing and prints what the erasure would rewrite
 // (planErasure); --wait waits until it is applied (waitErasure).
-func cmdErase(ctx context.Context, e env, args []string) int {
-	var (
-		fs                   *flag.FlagSet
-		from, count          *int64
-		asJSON, dryRun, wait *bool
-		timeout              *time.Duration
-	)
-	cfg, db, stream, code := adminSetup(ctx, e, "erase", waitArgs(args), func(f *cli.Flags) {
-		fs = f.FlagSet
-		f.String("stream", "", "the stream (uuid or 32 hex digits) whose records are erased")
-		from = f.Int64("from", 0, "the first record erased")
-		count = f.Int64("count", 0, "how many records are erased, from --from")
-		asJSON = f.Bool("json", false, "print the erasure as JSON")
-		dryRun = f.Bool("dry-run", false, "record nothing: print the objects (keys, revisions, record ranges) and records the erasure would rewrite")
-		wait = f.Bool("wait", false, "after recording, wait until the erasure is applied (erasures.applied_at): exit 0 then, 7 past --timeout")
-		timeout = f.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
-	})
-	if code >= 0 {
-		return code
-	}
-	defer db.Close()
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	switch {
-	case stream == nil:
-		return exitCode(e, cfg, &config.Error{Field: "stream", Msg: "is required: the stream whose records are erased"})
-	case !set["from"]:
-		return exitCode(e, cfg, &config.Error{Field: "from", Msg: "is required: the first record erased"})
-	case !set["count"]:
-		return exitCode(e, cfg, &config.Error{Field: "count", Msg: "is required: how many records are erased"})
-	case *dryRun && *wait:
-		return exitCode(e, cfg, &config.Error{Field: "wait", Msg: "waits for an erasure recorded: use it without --dry-run"})
-	case *timeout < 0:
-		return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
-	}
-	st, err := db.GetStream(ctx, *stream)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if *dryRun {
-		rep, err := planErasure(ctx, db, st, *from, *count)
+func cmdErase(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
+	fs.String("stream", "", "the stream `ID` (uuid or 32 hex digits) whose records are erased")
+	from := fs.Int64("from", 0, "the first `RECORD` erased")
+	count := fs.Int64("count", 0, "erase `N` records, from --from")
+	asJSON := fs.Bool("json", false, "print the erasure as JSON")
+	dryRun := fs.Bool("dry-run", false, "record nothing: print the objects (keys, revisions, record ranges) and records the erasure would rewrite")
+	wait := fs.Bool("wait", false, "after recording, wait until the erasure is applied (erasures.applied_at): exit 0 then, 7 past --timeout")
+	timeout := fs.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
+	return func(ctx context.Context, args []string) int {
+		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
+		if code >= 0 {
+			return code
+		}
+		defer db.Close()
+		set := map[string]bool{"from": fs.Given("from"), "count": fs.Given("count")}
+		switch {
+		case stream == nil:
+			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: "is required: the stream whose records are erased"})
+		case !set["from"]:
+			return exitCode(e, cfg, &config.Error{Field: "from", Msg: "is required: the first record erased"})
+		case !set["count"]:
+			return exitCode(e, cfg, &config.Error{Field: "count", Msg: "is required: how many records are erased"})
+		case *dryRun && *wait:
+			return exitCode(e, cfg, &config.Error{Field: "wait", Msg: "waits for an erasure recorded: use it without --dry-run"})
+		case *timeout < 0:
+			return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
+		}
+		st, err := db.Streams().Stream(ctx, *stream)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		if *dryRun {
+			rep, err := planErasure(ctx, db.Erasures(), st, *from, *count)
+			if err != nil {
+				return exitCode(e, cfg, err)
+			}
+			rep.Star = cfg.Star
+			return printErasure(e, cfg, rep, *asJSON, writeErasurePlan)
+		}
+		rep, err := recordErasure(ctx, db.Erasures(), st, *from, *count)
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
 		rep.Star = cfg.Star
-		return printErasure(e, cfg, rep, *asJSON, writeErasurePlan)
+		if !*wait || rep.State == "applied" {
+			return printErasure(e, cfg, rep, *asJSON, writeErasure)
+		}
+		if !*asJSON {
+			printErasure(e, cfg, rep, false, writeErasure)
+		}
+		code, err = waitErasure(ctx, e, db.Erasures(), st.ID, &rep, *timeout, *asJSON)
+		if err != nil {
+			return exitCode(e, cfg, fmt.Errorf("wait for the erasure: %w", err))
+		}
+		if *asJSON {
+			return max(code, printErasure(e, cfg, rep, true, nil))
+		}
+		return code
 	}
-	rep, err := recordErasure(ctx, db, st, *from, *count)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	rep.Star = cfg.Star
-	if !*wait || rep.State == "applied" {
-		return printErasure(e, cfg, rep, *asJSON, writeErasure)
-	}
-	if !*asJSON {
-		printErasure(e, cfg, rep, false, writeErasure)
-	}
-	code, err = waitErasure(ctx, e, db, st.ID, &rep, *timeout, *asJSON)
-	if err != nil {
-		return exitCode(e, cfg, fmt.Errorf("wait for the erasure: %w", err))
-	}
-	if *asJSON {
-		return max(code, printErasure(e, cfg, rep, true, nil))
-	}
-	return code
 }
 
 // printErasure prints the report as JSON, or with text, then its

@@ -82,8 +82,8 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 		{"no from", []string{"--stream", sid, "--count", "1"}, "from: is required"},
 		{"no count", []string{"--stream", sid, "--from", "1"}, "count: is required"},
 		{"malformed stream", []string{"--stream", "not-a-uuid", "--from", "1", "--count", "1"}, "stream:"},
-		{"malformed from", []string{"--stream", sid, "--from", "ten", "--count", "1"}, "invalid value \"ten\""},
-		{"malformed count", []string{"--stream", sid, "--from", "1", "--count", "1.5"}, "invalid value \"1.5\""},
+		{"malformed from", []string{"--stream", sid, "--from", "ten", "--count", "1"}, "invalid argument \"ten\" for \"--from\""},
+		{"malformed count", []string{"--stream", sid, "--from", "1", "--count", "1.5"}, "invalid argument \"1.5\" for \"--count\""},
 		{"unknown stream", []string{"--stream", catalog.StreamID{1: 9}.String(), "--from", "1", "--count", "1"}, "no stream"},
 		{"stream of another star", []string{"--stream", other.String(), "--from", "1", "--count", "1"}, `is in star "s2", not "s1"`},
 		{"empty range", []string{"--stream", sid, "--from", "1", "--count", "0"}, "record_count 0 is not positive"},
@@ -100,20 +100,20 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q (want exit 2 naming %q)", tc.name, code, out, errs, tc.want)
 		}
 	}
-	got, err := db.ErasuresOf(ctx, id, 0, 1<<62)
+	got, err := db.Erasures().ErasuresOf(ctx, id, 0, 1<<62)
 	if err != nil || len(got) != 2 || got[0].FirstRecord != 0 || got[0].RecordCount != 100 || got[1].FirstRecord != 10 || got[1].RecordCount != 5 {
 		t.Fatalf("erasures after the refusals: %+v %v (want only [0,100) and [10,15))", got, err)
 	}
-	if got, err := db.ErasuresOf(ctx, other, 0, 1<<62); err != nil || len(got) != 0 {
+	if got, err := db.Erasures().ErasuresOf(ctx, other, 0, 1<<62); err != nil || len(got) != 0 {
 		t.Fatalf("the other star's stream has erasures: %+v %v", got, err)
 	}
 
 	// A quarantined stream: recorded, with a warning naming the release.
-	l, err := db.AcquireLease(ctx, "s1", "t", time.Minute)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Quarantine(ctx, l.Fence, id, "", "checksum", "DataCRC mismatch"); err != nil {
+	if err := db.Settle().Quarantine(ctx, l.Fence, id, "", "checksum", "DataCRC mismatch"); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs = erase("--stream", sid, "--from", "20", "--count", "2", "--json")
@@ -124,7 +124,7 @@ func TestEraseRecordsAndRefusesBadInput(t *testing.T) {
 		!strings.Contains(errs, "auditor release --stream "+sid) || rep.Already {
 		t.Fatalf("erase of a quarantined stream: %+v %q", rep, errs)
 	}
-	if got, err := db.ErasuresOf(ctx, id, 20, 21); err != nil || len(got) != 2 || got[1].FirstRecord != 20 || got[1].RecordCount != 2 {
+	if got, err := db.Erasures().ErasuresOf(ctx, id, 20, 21); err != nil || len(got) != 2 || got[1].FirstRecord != 20 || got[1].RecordCount != 2 {
 		t.Fatalf("the quarantined stream's erasure was not recorded: %+v %v", got, err)
 	}
 }
@@ -156,7 +156,7 @@ func TestEraseDryRunAndWait(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &plan); code != 0 || err != nil {
 		t.Fatalf("erase --dry-run --json: %d %v %q %q", code, err, out, errs)
 	}
-	entries, err := db.EntriesIntersecting(ctx, s.ID, s.Epoch, 2, 5)
+	entries, err := db.Erasures().EntriesIntersecting(ctx, s.ID, s.Epoch, 2, 5)
 	if err != nil || len(entries) == 0 {
 		t.Fatalf("entries holding [2, 5): %+v %v", entries, err)
 	}
@@ -175,7 +175,7 @@ func TestEraseDryRunAndWait(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "not recorded") || !strings.Contains(out, plan.Rewrites[0].Key) {
 		t.Fatalf("erase --dry-run: %d %q", code, out)
 	}
-	if got, err := db.ErasuresOf(ctx, s.ID, 0, 1<<62); err != nil || len(got) != 0 {
+	if got, err := db.Erasures().ErasuresOf(ctx, s.ID, 0, 1<<62); err != nil || len(got) != 0 {
 		t.Fatalf("a dry run recorded erasures: %+v %v", got, err)
 	}
 	if code, _, errs := erase("--dry-run", "--wait"); code != exitUsage || !strings.Contains(errs, "wait") {
@@ -215,7 +215,7 @@ func TestEraseDryRunAndWait(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.State != "applied" || rep.AppliedAt == nil || !rep.Already {
 		t.Fatalf("erase --wait: %d %v %+v %q", code, err, rep, errs)
 	}
-	if got, err := db.ErasuresOf(ctx, s.ID, 2, 3); err != nil || len(got) != 1 || !got[0].Applied {
+	if got, err := db.Erasures().ErasuresOf(ctx, s.ID, 2, 3); err != nil || len(got) != 1 || !got[0].Applied {
 		t.Fatalf("erasure after the wait: %+v %v", got, err)
 	}
 	code, out, _ = erase("--dry-run", "--json")

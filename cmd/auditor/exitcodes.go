@@ -80,9 +80,6 @@ func writeExitCodes(w io.Writer) {
 // `auditor --help` prints them.
 func commandExitsHelp(name string) string {
 	var b strings.Builder
-	if ex := commands()[name].example; ex != "" {
-		fmt.Fprintf(&b, "\nexample:\n  %s\n\n", ex)
-	}
 	b.WriteString("exit codes:\n")
 	for _, code := range commands()[name].exits {
 		for _, c := range exitCodes {

@@ -418,7 +418,7 @@ func (ep *episode) damage(ctx context.Context) {
 			return
 		}
 	}
-	in, err := ep.db.Intents(ctx, ep.star, "publish", 0)
+	in, err := ep.db.Settle().Intents(ctx, ep.star, "publish", 0)
 	if err != nil {
 		ep.fail("intents: %v", err)
 		return
@@ -500,7 +500,7 @@ func (ep *episode) erase(ctx context.Context) {
 	first := st.LowRecord + ep.rnd.Int64N(st.NextRecord-st.LowRecord)
 	count := min(1+ep.rnd.Int64N(3), st.NextRecord-first)
 	ep.note("erasure: stream %s [%d, +%d)", st.ID, first, count)
-	_, err := ep.db.RecordErasure(ctx, st.ID, first, count)
+	_, err := ep.db.Erasures().RecordErasure(ctx, st.ID, first, count)
 	switch {
 	case errors.Is(err, catalog.ErrBadErasure):
 		ep.note("erasure refused: %v", err) // another count at a first record already erased: the user's mistake, refused
@@ -511,7 +511,7 @@ func (ep *episode) erase(ctx context.Context) {
 
 // longest is the star's stream with the most live records.
 func (ep *episode) longest(ctx context.Context) *catalog.Stream {
-	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
+	streams, err := ep.db.Streams().StreamsOfStar(ctx, ep.star)
 	if err != nil {
 		ep.fail("streams: %v", err)
 		return nil
@@ -527,7 +527,7 @@ func (ep *episode) longest(ctx context.Context) *catalog.Stream {
 
 // stream is a stream of the star drawn from the seed.
 func (ep *episode) stream(ctx context.Context) *catalog.Stream {
-	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
+	streams, err := ep.db.Streams().StreamsOfStar(ctx, ep.star)
 	if err != nil {
 		ep.fail("streams: %v", err)
 		return nil
@@ -552,7 +552,7 @@ func (ep *episode) skipGrace(ctx context.Context) {
 // checkQuarantine: a stream is quarantined only when the script damaged
 // its bytes on purpose.
 func (ep *episode) checkQuarantine(ctx context.Context) {
-	q, err := ep.db.Quarantined(ctx, ep.star)
+	q, err := ep.db.Settle().Quarantined(ctx, ep.star)
 	if err != nil {
 		ep.fail("quarantine: %v", err)
 		return
@@ -618,7 +618,7 @@ func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
 // releaseDamaged lifts the quarantine of the streams damaged on purpose
 // (auditor release), once their condemned key is reaped.
 func (ep *episode) releaseDamaged(ctx context.Context) {
-	q, err := ep.db.Quarantined(ctx, ep.star)
+	q, err := ep.db.Settle().Quarantined(ctx, ep.star)
 	if err != nil {
 		ep.fail("quarantine: %v", err)
 		return
@@ -626,7 +626,7 @@ func (ep *episode) releaseDamaged(ctx context.Context) {
 	for _, row := range q {
 		if row.Stream != nil && ep.damaged[*row.Stream] {
 			ep.note("release %s, quarantined %s: %s", row.Stream, row.ErrorClass, row.Reason)
-			if _, err := ep.db.ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
+			if _, err := writepath.New(ep.db).ReleaseQuarantine(ctx, ep.star, *row.Stream); err != nil {
 				ep.fail("release: %v", err)
 			}
 		}
@@ -655,7 +655,7 @@ func (ep *episode) strays(ctx context.Context) string {
 // entries are a stream's catalog entries as [first, end)~revision, for a
 // failure's message.
 func (ep *episode) entries(ctx context.Context, st catalog.Stream) string {
-	ens, err := ep.db.EntriesIntersecting(ctx, st.ID, st.Epoch, 0, 1<<62)
+	ens, err := ep.db.Settle().EntriesIntersecting(ctx, st.ID, st.Epoch, 0, 1<<62)
 	if err != nil {
 		return err.Error()
 	}
@@ -671,7 +671,7 @@ func (ep *episode) entries(ctx context.Context, st catalog.Stream) string {
 // else what is not.
 func (ep *episode) settled(ctx context.Context) string {
 	var not []string
-	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
+	streams, err := ep.db.Streams().StreamsOfStar(ctx, ep.star)
 	if err != nil {
 		return err.Error()
 	}
@@ -679,7 +679,7 @@ func (ep *episode) settled(ctx context.Context) string {
 		if st.SettledThrough != st.NextRecord {
 			not = append(not, fmt.Sprintf("stream %s settled %d of %d", st.ID, st.SettledThrough, st.NextRecord))
 		}
-		ers, err := ep.db.ErasuresOf(ctx, st.ID, 0, 1<<62)
+		ers, err := ep.db.Settle().ErasuresOf(ctx, st.ID, 0, 1<<62)
 		if err != nil {
 			return err.Error()
 		}
@@ -691,7 +691,7 @@ func (ep *episode) settled(ctx context.Context) string {
 		}
 	}
 	for _, kind := range []string{"publish", "reap"} {
-		in, err := ep.db.Intents(ctx, ep.star, kind, 0)
+		in, err := ep.db.Settle().Intents(ctx, ep.star, kind, 0)
 		if err != nil {
 			return err.Error()
 		}

@@ -231,7 +231,7 @@ type cycleResult struct {
 func (l *leader) start(opts cycle.Options) <-chan cycleResult {
 	ch := make(chan cycleResult, 1)
 	go func() {
-		c, err := daemon.RunOnce(l.ctx, l.dc, daemon.Deps{DB: l.db, Steps: l.steps, Log: l.log, Crash: l.hook}, opts)
+		c, err := daemon.RunOnce(l.ctx, l.dc, daemon.Deps{DB: l.db.Ledger(), Leases: l.db.Leases(), Requests: l.db.Requests(), Steps: l.steps, Log: l.log, Crash: l.hook}, opts)
 		ch <- cycleResult{c, err}
 	}()
 	return ch

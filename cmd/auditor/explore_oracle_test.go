@@ -32,7 +32,7 @@ func (ep *episode) oracle(ctx context.Context) {
 		ep.fail("novasim check: %d missing, %d duplicated, %d wrong, %d violations: %v",
 			rep.Missing, rep.Duplicated, rep.Wrong, rep.Violations, rep.Findings)
 	}
-	vr, err := verify.Verify(ctx, ep.db, bundle.NewReader(teststore.Topology(ep.x.t, raw, ep.b.Std, nil, nil)), verify.Options{Star: ep.star, Concurrency: 4})
+	vr, err := verify.Verify(ctx, ep.db.Streams(), bundle.NewReader(teststore.Topology(ep.x.t, raw, ep.b.Std, nil, nil)), verify.Options{Star: ep.star, Concurrency: 4})
 	switch {
 	case err != nil:
 		ep.fail("verify: %v", err)
@@ -68,7 +68,7 @@ func (ep *episode) oracle(ctx context.Context) {
 		ep.fail("%s", p)
 	}
 	ep.checkQuarantine(ctx)
-	if q, err := ep.db.Quarantined(ctx, ep.star); err != nil || len(q) > 0 {
+	if q, err := ep.db.Settle().Quarantined(ctx, ep.star); err != nil || len(q) > 0 {
 		ep.fail("quarantine left after quiescing: %d rows %v", len(q), err)
 	}
 	if s := ep.settled(ctx); s != "" {
@@ -78,13 +78,13 @@ func (ep *episode) oracle(ctx context.Context) {
 
 // catalogKeys is the key of every catalog entry of the star.
 func (ep *episode) catalogKeys(ctx context.Context) (map[string]bool, error) {
-	streams, err := ep.db.StreamsOfStar(ctx, ep.star)
+	streams, err := ep.db.Streams().StreamsOfStar(ctx, ep.star)
 	if err != nil {
 		return nil, err
 	}
 	keys := map[string]bool{}
 	for _, st := range streams {
-		entries, err := ep.db.EntriesOfStream(ctx, st.ID)
+		entries, err := ep.db.Streams().EntriesOfStream(ctx, st.ID)
 		if err != nil {
 			return nil, fmt.Errorf("entries of %s: %w", st.ID, err)
 		}

@@ -117,8 +117,8 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		dc.HTTPAddr = "" // the member serves HTTP for all its stars
 		dc.GaugeInterval, dc.AdminPoll = daemon.DefaultFleetGaugeInterval, daemon.DefaultFleetAdminPoll
 		dc.Buckets, dc.KeyPrefixes = checkedBuckets(scfg)
-		d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: slg, Metrics: m, Gatherer: sreg,
-			Crash: leaseCrash(), Rules: rules, Trim: trimReader(db), Slots: slots, Idle: trim.IdleCheck{DB: db, Policy: policy, StrayEvery: cfg.StraySweepEvery}})
+		d, err := daemon.New(dc, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: steps, Log: slg, Metrics: m, Gatherer: sreg,
+			Crash: leaseCrash(), Rules: rules, Trim: trimReader(db.Trim()), Slots: slots, Idle: trim.IdleCheck{DB: db.Trim(), Policy: policy, StrayEvery: cfg.StraySweepEvery}})
 		if err != nil {
 			closeSteps()
 			return fleet.Built{}, err
@@ -133,7 +133,7 @@ func serveFleet(ctx context.Context, e env, cfg config.Config, log *slog.Logger)
 		BudgetWindow: cfg.FleetBudgetWindow, ProgressBound: cfg.FleetProgressBound,
 		Interval: func() time.Duration { return daemon.CycleInterval(sched, time.Now()) },
 		Refusals: refusals,
-	}, leases, build, log, fm, gather)
+	}, leases.Fleet(), build, log, fm, gather)
 	if err != nil {
 		return exitCode(e, cfg, &config.Error{Field: "stars", Msg: err.Error()})
 	}
@@ -183,7 +183,7 @@ func fleetStartCheck(ctx context.Context, cfg config.Config, db *catalog.DB, max
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	members := 1
-	fv, err := db.ReadFleet(cctx, cfg.FleetBudgetWindow)
+	fv, err := db.Fleet().FleetView(cctx, cfg.FleetBudgetWindow)
 	if err == nil {
 		for _, m := range fv.Members {
 			if m.Alive && m.Member != cfg.Holder {

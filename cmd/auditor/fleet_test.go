@@ -96,7 +96,7 @@ func (e *fleetEnv) stop(name string, sig syscall.Signal) {
 
 // owners reads who leads each star now ("" none).
 func (e *fleetEnv) owners() (map[string]string, catalog.FleetView) {
-	v, err := e.db.ReadFleet(e.ctx, time.Hour)
+	v, err := e.db.Fleet().FleetView(e.ctx, time.Hour)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func (e *fleetEnv) describe(own map[string]string) string {
 // star (while watching), and the imbalance whenever it changes.
 func (e *fleetEnv) watch(ctx context.Context) {
 	for ctx.Err() == nil {
-		if v, err := e.db.ReadFleet(ctx, time.Hour); err == nil {
+		if v, err := e.db.Fleet().FleetView(ctx, time.Hour); err == nil {
 			count := map[string]int{}
 			live := 0
 			for _, m := range v.Members {
@@ -205,7 +205,7 @@ func (e *fleetEnv) startWatch() func() {
 
 // moves reads the move log since t.
 func (e *fleetEnv) moves(since time.Time) []catalog.FleetMove {
-	ms, err := e.db.FleetMoves(e.ctx, time.Since(since), 10000)
+	ms, err := e.db.Fleet().FleetMoves(e.ctx, time.Since(since), 10000)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -329,8 +329,8 @@ func TestFleetServesEveryStar(t *testing.T) {
 		t.Fatalf("pause: %d %s %s", code, out, errs)
 	}
 	eventually(t, 20*time.Second, "f00's leader sees the pause", func() bool {
-		st, err := e.db.GetDaemonState(e.ctx, "f00")
-		reqs, rerr := e.db.AdminRequests(e.ctx, "f00", true, 10)
+		st, err := e.db.Ledger().DaemonState(e.ctx, "f00")
+		reqs, rerr := e.db.Requests().AdminRequests(e.ctx, "f00", true, 10)
 		return err == nil && st.Paused && rerr == nil && len(reqs) == 0
 	})
 	time.Sleep(3 * time.Second) // a running cycle ends
@@ -479,7 +479,7 @@ func (e *fleetEnv) checkData() {
 		if code, stdout, stderr := runCLI(t, "verify", "--star", star, "--database-url", e.url, "--fs-root", e.root); code != exitOK {
 			t.Errorf("auditor verify --star %s: exit %d\n%s%s", star, code, stdout, stderr)
 		}
-		if q, err := e.db.Quarantined(e.ctx, star); err != nil || len(q) != 0 {
+		if q, err := e.db.Settle().Quarantined(e.ctx, star); err != nil || len(q) != 0 {
 			t.Errorf("star %s quarantined: %+v %v", star, q, err)
 		}
 	}

@@ -28,7 +28,7 @@ func TestStatusFleet(t *testing.T) {
 		}
 	}
 	// w1 is led by a single-star serve.
-	if _, err := db.AcquireLease(ctx, "w1", "solo", time.Minute); err != nil {
+	if _, err := db.Leases().AcquireLeaseInstance(ctx, "w1", "solo", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// m1 and m2 are live and select s1..s5 between them; no live member
@@ -37,16 +37,16 @@ func TestStatusFleet(t *testing.T) {
 		name, stars string
 		draining    bool
 	}{{"m1", "s1,s2,s4", false}, {"m2", "s[3-5]", false}, {"m3", "all", false}, {"m4", "all", true}} {
-		if _, err := db.Heartbeat(ctx, m.name, "i-"+m.name, m.stars, m.draining, time.Minute); err != nil {
+		if _, err := db.Fleet().Heartbeat(ctx, m.name, "i-"+m.name, m.stars, m.draining, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.ReadFleet(ctx, time.Hour); err != nil { // the lease rows of the new stars
+	if _, err := db.Fleet().FleetView(ctx, time.Hour); err != nil { // the lease rows of the new stars
 		t.Fatal(err)
 	}
 	claim := func(member string, n int, c ...catalog.Claim) []catalog.Claimed {
 		t.Helper()
-		ls, err := db.ClaimStars(ctx, member, "i-"+member, c, n, time.Minute, time.Minute)
+		ls, err := db.Fleet().ClaimStars(ctx, member, "i-"+member, c, n, time.Minute, time.Minute)
 		if err != nil || len(ls) != len(c) {
 			t.Fatalf("%s claims %+v: %+v, %v", member, c, ls, err)
 		}
@@ -56,7 +56,7 @@ func TestStatusFleet(t *testing.T) {
 	claim("m2", 1, catalog.Claim{Star: "s3"})
 	claim("m3", 1, catalog.Claim{Star: "s4"})
 	// m1 hands s2 to m2, which claims it beyond its cap.
-	if err := db.HandOff(ctx, m1[1].Fence, "m2", "balance"); err != nil {
+	if err := db.Fleet().HandOff(ctx, m1[1].Fence, "m2", "balance"); err != nil {
 		t.Fatal(err)
 	}
 	claim("m2", 1, catalog.Claim{Star: "s2", OverCap: true})

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -15,21 +16,27 @@ import (
 func TestHelpPerCommand(t *testing.T) {
 	code, viaHelp, _ := runCLI(t, "help", "run")
 	_, viaFlag, _ := runCLI(t, "run", "-h")
-	if code != exitOK || viaHelp != viaFlag || !strings.HasPrefix(viaHelp, "usage of auditor run:") {
+	if code != exitOK || viaHelp != viaFlag || !strings.Contains(viaHelp, "\nUsage:\n  auditor run [flags]\n") {
 		t.Fatalf("auditor help run: exit %d, %.80q; want run -h's help", code, viaHelp)
 	}
 	_, out, _ := runCLI(t, "migrate", "-h")
-	own, shared, found := strings.Cut(out, "\nshared configuration")
+	own, shared, found := strings.Cut(out, "\nShared configuration")
 	if !found {
 		t.Fatalf("migrate -h has no shared configuration heading:\n%s", out)
 	}
-	if n := strings.Count(own, "\n  --"); n == 0 || n > 12 {
+	// A flag's line: pflag indents it, with its shorthand if it has one.
+	flagLine := regexp.MustCompile(`(?m)^ +(-[a-z], )?--[a-z]`)
+	if n := len(flagLine.FindAllString(own, -1)); n == 0 || n > 12 {
 		t.Errorf("migrate -h lists %d flags before the shared configuration, want 1 to 12:\n%s", n, own)
 	}
-	for _, want := range []string{"--denorm-linger=DURATION", "--denorm-output-cap-mib=SIZE", "--database-url=STRING", "--config=FILE", "\n  --pprof\n"} {
+	for _, want := range []string{"--denorm-linger DURATION ", "--denorm-output-cap-mib SIZE ", "--database-url STRING ", "--config FILE "} {
 		if !strings.Contains(shared, want) {
 			t.Errorf("the shared configuration of migrate -h lacks %q", want)
 		}
+	}
+	// A boolean key takes no value or an attached one: no placeholder.
+	if !regexp.MustCompile(`\n +--pprof\[=true\|false\] {2,}serve`).MatchString(shared) {
+		t.Errorf("the shared configuration of migrate -h does not list --pprof without a placeholder")
 	}
 	if strings.Contains(own, "--denorm-linger") {
 		t.Errorf("migrate -h lists a configuration key among its own flags")
@@ -39,8 +46,8 @@ func TestHelpPerCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"migrat"}, `did you mean "migrate"?`},
-		{[]string{"help", "sever"}, `did you mean "serve"?`},
+		{[]string{"migrat"}, "Did you mean this?\n\tmigrate\n"},
+		{[]string{"help", "sever"}, "Did you mean this?\n\tserve\n"},
 		{[]string{"status", "--stra", "s1"}, "did you mean --star?"},
 	} {
 		code, _, errs := runCLI(t, c.args...)
@@ -58,20 +65,23 @@ func TestHelpPerCommand(t *testing.T) {
 	}
 }
 
-// TestEveryCommandHasASynopsisAndAnExample: every command's -h shows an
-// example that starts with the command, and those built on the shared
-// flags show their one-line summary under the usage line.
+// TestEveryCommandHasASynopsisAndAnExample: every command's -h starts
+// with its one-line synopsis, then its description, and shows an example
+// that runs the command.
 func TestEveryCommandHasASynopsisAndAnExample(t *testing.T) {
 	for name, c := range commands() {
 		if c.example == "" || !strings.Contains(c.example, "auditor "+name) && !strings.Contains(c.example, "auditor completion") && name != "crashpoints" {
 			t.Errorf("%s: example %q does not run the command", name, c.example)
 		}
+		if c.summary == "" || strings.Contains(c.summary, "\n") || c.description == "" {
+			t.Errorf("%s: synopsis %q, description %q: want one line and a description", name, c.summary, c.description)
+		}
 		_, out, _ := runCLI(t, name, "-h")
-		if !strings.Contains(out, "example:\n  "+c.example+"\n") {
+		if !strings.Contains(out, "\nExamples:\n  "+c.example+"\n") {
 			t.Errorf("%s -h does not show its example %q:\n%s", name, c.example, out)
 		}
-		if strings.HasPrefix(out, "usage of auditor "+name+":\n") && strings.Count(out, "\n  --") > 0 && !strings.Contains(out, "\n  "+c.summary+"\n") {
-			t.Errorf("%s -h does not show its synopsis %q", name, c.summary)
+		if !strings.HasPrefix(out, c.summary+"\n\n"+c.description) {
+			t.Errorf("%s -h does not start with its synopsis %q and its description", name, c.summary)
 		}
 	}
 }

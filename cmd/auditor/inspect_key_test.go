@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"io"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // TestInspectKeyForm: the key form is told from the file form whatever the
@@ -15,7 +18,6 @@ func TestInspectKeyForm(t *testing.T) {
 	}{
 		{[]string{"--key", "k"}, "k", true},
 		{[]string{"--key=k", "--json"}, "k", true},
-		{[]string{"-key=k"}, "k", true},
 		{[]string{"--s3-path-style", "--key", "k"}, "k", true},
 		{[]string{"--bucket", "b", "--key", "k", "--records"}, "k", true},
 		{[]string{"--bucket=b", "--key", "k"}, "k", true},
@@ -23,13 +25,22 @@ func TestInspectKeyForm(t *testing.T) {
 		{[]string{"--key", "k", "file.bin"}, "", false},
 		{[]string{"--json", "file.bin"}, "", false},
 		{[]string{"--settled", "file.bin"}, "", false},
-		{[]string{"--key"}, "", false},
-		{[]string{"-h"}, "", false},
+		{[]string{"--key", "k", "--", "--file.bin"}, "", false},
 	} {
-		fs, _, _ := inspectKeyFlags(env{stdout: io.Discard, getenv: func(string) string { return "" }})
-		key, ok := inspectKeyForm(fs, c.args)
-		if ok != c.ok || key != c.key {
-			t.Errorf("inspectKeyForm(%q) = %q, %v; want %q, %v", c.args, key, ok, c.key, c.ok)
+		cmd := &cobra.Command{Use: "inspect"}
+		e := env{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+		fs := newFlags(e, cmd)
+		defineInspectFlags(fs.FlagSet)
+		cmd.RunE = func(_ *cobra.Command, args []string) error {
+			key, ok := inspectKeyForm(fs, args)
+			if ok != c.ok || key != c.key {
+				t.Errorf("inspectKeyForm(%q) = %q, %v; want %q, %v", c.args, key, ok, c.key, c.ok)
+			}
+			return nil
+		}
+		cmd.SetArgs(c.args)
+		if err := cmd.ExecuteContext(context.Background()); err != nil {
+			t.Errorf("%q: %v", c.args, err)
 		}
 	}
 }

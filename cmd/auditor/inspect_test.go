@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ func inspectFiles(t *testing.T) map[string]string {
 
 func runInspectT(args ...string) (code int, stdout, stderr string) {
 	var o, e bytes.Buffer
-	code = runInspect(args, &o, &e)
+	code = dispatch(context.Background(), env{stdout: &o, stderr: &e, getenv: func(string) string { return "" }}, append([]string{"inspect"}, args...))
 	return code, o.String(), e.String()
 }
 

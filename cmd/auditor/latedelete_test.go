@@ -63,7 +63,7 @@ func pausedLeaderLateDelete(t *testing.T, e *crashEnv) {
 	if code, out := e.run(string(settle.CrashAfterComplete)); code != -int(syscall.SIGKILL) {
 		t.Fatalf("the armed cycle was not killed after its complete: exit %d: %s", code, out)
 	}
-	open, err := e.db.Intents(e.ctx, "s1", "publish", 0)
+	open, err := e.db.Settle().Intents(e.ctx, "s1", "publish", 0)
 	if err != nil || len(open) == 0 {
 		t.Fatalf("no publish intent left by the kill: %+v %v", open, err)
 	}
@@ -94,7 +94,7 @@ func pausedLeaderLateDelete(t *testing.T, e *crashEnv) {
 	if code, out := e.run(""); code != 0 {
 		t.Fatalf("cycle after the damage: exit %d: %s", code, out)
 	}
-	q, err := e.db.Quarantined(e.ctx, "s1")
+	q, err := e.db.Settle().Quarantined(e.ctx, "s1")
 	if err != nil || len(q) != 1 || q[0].Stream == nil {
 		t.Fatalf("want the stream quarantined: %+v %v", q, err)
 	}

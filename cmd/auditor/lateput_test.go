@@ -62,7 +62,7 @@ func pausedLeaderPutsNoStray(t *testing.T, e *crashEnv) {
 		}
 		return processStopped(t, a.Process.Pid)
 	})
-	open, err := e.db.Intents(e.ctx, "s1", "publish", 0)
+	open, err := e.db.Settle().Intents(e.ctx, "s1", "publish", 0)
 	if err != nil || len(open) == 0 {
 		t.Fatalf("leader A left no publish intent: %+v %v", open, err)
 	}
@@ -109,7 +109,7 @@ func pausedLeaderPutsNoStray(t *testing.T, e *crashEnv) {
 		t.Fatal(err)
 	}
 	b(3) // the reap buries their keys (and deletes nothing there)
-	if left, err := e.db.Intents(e.ctx, "s1", "publish", 0); err != nil || len(left) != 0 {
+	if left, err := e.db.Settle().Intents(e.ctx, "s1", "publish", 0); err != nil || len(left) != 0 {
 		t.Fatalf("leader B left publish intents: %+v %v", left, err)
 	}
 	// A goes on: its PUTs land late at the buried keys; its commit fails.

@@ -262,7 +262,7 @@ func (r *liveRunEnv) eraseWhileWriting(period time.Duration) func() int {
 				continue
 			}
 			first := lo + rnd.Int64N(hi-lo-3)
-			if _, err := r.e.db.RecordErasure(r.e.ctx, st.ID, first, 1+rnd.Int64N(3)); err != nil && !errors.Is(err, catalog.ErrBadErasure) {
+			if _, err := r.e.db.Erasures().RecordErasure(r.e.ctx, st.ID, first, 1+rnd.Int64N(3)); err != nil && !errors.Is(err, catalog.ErrBadErasure) {
 				r.t.Errorf("record an erasure: %v", err) // ErrBadErasure: another range at that first record already
 				return
 			}
@@ -281,7 +281,7 @@ func (r *liveRunEnv) figures(writer *liveWriter, w *liveWatcher, wrote time.Dura
 	outcomes := map[string]int{}
 	var tokens []string
 	for _, star := range liveStars {
-		rs, err := db.LastRuns(ctx, star, 1<<20)
+		rs, err := db.Ledger().LastRuns(ctx, star, 1<<20)
 		if err != nil {
 			t.Errorf("figures: %v", err)
 			return
@@ -303,7 +303,7 @@ func (r *liveRunEnv) figures(writer *liveWriter, w *liveWatcher, wrote time.Dura
 			slotsReaped += run.Counts.SlotsReaped
 			objectsReaped += run.Counts.ObjectsReaped
 		}
-		l, _, err := db.CurrentLease(ctx, star)
+		l, _, err := db.Leases().CurrentLease(ctx, star)
 		if err != nil {
 			t.Errorf("figures: %v", err)
 			return
@@ -435,7 +435,7 @@ func (r *liveRunEnv) between(lo, hi time.Duration) time.Duration {
 // victim is a star's current leader in 60% of the draws, else any daemon.
 func (r *liveRunEnv) victim() *liveDaemon {
 	if r.rnd.Float64() < 0.6 {
-		l, live, err := r.e.db.CurrentLease(r.e.ctx, liveStars[r.rnd.IntN(len(liveStars))])
+		l, live, err := r.e.db.Leases().CurrentLease(r.e.ctx, liveStars[r.rnd.IntN(len(liveStars))])
 		if err == nil && live {
 			for _, d := range r.daemons {
 				if d.holder() == l.Holder && !d.p.exited() {
@@ -511,7 +511,7 @@ func (r *liveRunEnv) quiesce() {
 
 // lastRun is the ID of the star's latest run (0 when none).
 func (r *liveRunEnv) lastRun(star string) int64 {
-	rs, err := r.e.db.LastRuns(r.e.ctx, star, 1)
+	rs, err := r.e.db.Ledger().LastRuns(r.e.ctx, star, 1)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -532,7 +532,7 @@ func (r *liveRunEnv) cycles(n int, what string) map[string][]catalog.Run {
 	eventually(r.t, 60*time.Second, fmt.Sprintf("%d ok cycles of every star %s", n, what), func() bool {
 		done := true
 		for _, star := range liveStars {
-			rs, err := r.e.db.LastRuns(r.e.ctx, star, 50)
+			rs, err := r.e.db.Ledger().LastRuns(r.e.ctx, star, 50)
 			if err != nil {
 				r.t.Fatal(err)
 			}
@@ -569,7 +569,7 @@ func (r *liveRunEnv) converge() {
 			r.t.Logf("%s: cycle %d after the writer stopped: %s, %d streams settled, %d objects published",
 				star, run.ID, run.Outcome, run.Counts.StreamsSettled, run.Counts.ObjectsPublished)
 		}
-		due, err := r.e.db.DueMarkers(r.e.ctx, star)
+		due, err := r.e.db.Streams().DueMarkers(r.e.ctx, star)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -589,7 +589,7 @@ func (r *liveRunEnv) converge() {
 func (r *liveRunEnv) checkSlotsReaped() {
 	cursors := map[string]pos{}
 	for _, star := range liveStars {
-		st, err := r.e.db.ReadTrimState(r.e.ctx, star)
+		st, err := r.e.db.Trim().TrimState(r.e.ctx, star)
 		if err != nil {
 			r.t.Fatal(err)
 		}

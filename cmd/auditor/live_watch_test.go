@@ -167,24 +167,24 @@ func (w *liveWatcher) hash(key, etag string) {
 }
 
 func (w *liveWatcher) pollStar(star string) {
-	q, err := w.db.Quarantined(w.ctx, star)
+	q, err := w.db.Settle().Quarantined(w.ctx, star)
 	if err != nil {
 		w.fail(err)
 		return
 	}
-	st, err := w.db.GetDaemonState(w.ctx, star)
+	st, err := w.db.Ledger().DaemonState(w.ctx, star)
 	if err != nil {
 		w.fail(err)
 		return
 	}
-	ts, err := w.db.ReadTrimState(w.ctx, star)
+	ts, err := w.db.Trim().TrimState(w.ctx, star)
 	if err != nil {
 		w.fail(err)
 		return
 	}
 	var deferred int64
 	if w.policy.TailGrowth > 0 {
-		_, cls, err := w.db.TransitByClass(w.ctx, star, w.policy)
+		_, cls, err := w.db.Ledger().TransitByClass(w.ctx, star, w.policy)
 		if err != nil {
 			w.fail(err)
 			return

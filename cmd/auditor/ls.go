@@ -8,13 +8,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/internal/cli"
 )
-
-// lsExample is the example `auditor ls -h` ends with.
-const lsExample = "example:\n  auditor ls --star s1 --stream 0b9f3c52-8d41-4c6e-9a70-4f1f6f1d2e11 --json\n"
 
 // LsStream is one stream of `auditor ls --json`: its row and its catalog
 // entries in record order.
@@ -46,27 +44,27 @@ type LsEntry struct {
 // read-only role may run it.
 type lsReader interface {
 	StreamsOfStar(ctx context.Context, star string) ([]catalog.Stream, error)
-	GetStream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
+	Stream(ctx context.Context, id catalog.StreamID) (catalog.Stream, error)
 	EntriesOfStream(ctx context.Context, id catalog.StreamID) ([]catalog.Entry, error)
 }
 
 // cmdLs is `auditor ls`: the catalog entries of a star's streams (or of
 // --stream), as the metastore holds them; no lease, no write.
-func cmdLs(ctx context.Context, e env, args []string) int {
-	var asJSON *bool
-	cfg, db, stream, code := adminSetup(ctx, e, "ls", args, func(fs *cli.Flags) {
-		fs.Footer = lsExample + fs.Footer
-		fs.String("stream", "", "list this stream (uuid or 32 hex digits) only")
-		asJSON = fs.Bool("json", false, "print JSON: {star, streams: [{stream, bucket, class, epoch, low_record, settled_through, next_record, entries: [{key, epoch, first_record, record_count, end_record, revision, object_bytes, class, settled_at}]}]}")
-	})
-	if code >= 0 {
-		return code
+func cmdLs(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
+	fs.String("stream", "", "list the stream `ID` (uuid or 32 hex digits) only")
+	asJSON := fs.Bool("json", false, "print JSON: {star, streams: [{stream, bucket, class, epoch, low_record, settled_through, next_record, entries: [{key, epoch, first_record, record_count, end_record, revision, object_bytes, class, settled_at}]}]}")
+	return func(ctx context.Context, args []string) int {
+		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
+		if code >= 0 {
+			return code
+		}
+		defer db.Close()
+		if err := listCatalog(ctx, e.stdout, db.Streams(), cfg.Star, stream, *asJSON); err != nil {
+			return exitCode(e, cfg, fmt.Errorf("ls: %w", err))
+		}
+		return exitOK
 	}
-	defer db.Close()
-	if err := listCatalog(ctx, e.stdout, db, cfg.Star, stream, *asJSON); err != nil {
-		return exitCode(e, cfg, fmt.Errorf("ls: %w", err))
-	}
-	return exitOK
 }
 
 // listCatalog writes the streams' entries stream by stream, so what it
@@ -74,7 +72,7 @@ func cmdLs(ctx context.Context, e env, args []string) int {
 func listCatalog(ctx context.Context, w io.Writer, db lsReader, star string, only *catalog.StreamID, asJSON bool) error {
 	var streams []catalog.Stream
 	if only != nil {
-		st, err := db.GetStream(ctx, *only)
+		st, err := db.Stream(ctx, *only)
 		if err != nil {
 			return err
 		}

@@ -27,14 +27,14 @@ func TestLsListsTheCatalogReadOnly(t *testing.T) {
 		"--data-dir", t.TempDir(), "--denorm-linger", "0s", "--log-level", "warn"); code != 0 {
 		t.Fatalf("run --once: %d %q %q", code, out, errs)
 	}
-	streams, err := db.StreamsOfStar(ctx, "s1")
+	streams, err := db.Streams().StreamsOfStar(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]catalog.Entry{} // by key
 	var one catalog.Stream
 	for _, st := range streams {
-		ens, err := db.EntriesOfStream(ctx, st.ID)
+		ens, err := db.Streams().EntriesOfStream(ctx, st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestLsListsTheCatalogReadOnly(t *testing.T) {
 		t.Fatalf("ls --stream --json: %d %v %q %q", code, err, out, errs)
 	}
 	s := doc.Streams[0]
-	ens, err := db.EntriesOfStream(ctx, one.ID)
+	ens, err := db.Streams().EntriesOfStream(ctx, one.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

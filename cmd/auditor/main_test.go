@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
 
+	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -16,6 +21,18 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
 	code := dispatch(context.Background(), env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}, args)
 	return code, out.String(), errb.String()
+}
+
+// loadFlags loads the configuration of the command line args (the
+// process's environment below it) as a command built on the shared flags
+// does.
+func loadFlags(args []string, require ...string) (config.Config, error) {
+	c := &cobra.Command{Use: "t"}
+	fs := newFlags(env{stdout: io.Discard, stderr: io.Discard, getenv: os.Getenv}, c)
+	if err := c.ParseFlags(args); err != nil {
+		return config.Config{}, fmt.Errorf("parse %q: %w", args, err)
+	}
+	return fs.Load(c.Flags().Args(), require...)
 }
 
 func TestMigrateThenRunVersionChecks(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -100,12 +101,12 @@ func TestNewerSchemaStopsTheServingLeader(t *testing.T) {
 		_, live := currentLease(t, db)
 		return !live
 	})
-	runsBefore, _ := db.LastRuns(ctx, "s1", 100)
-	if _, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "test"); err != nil {
+	runsBefore, _ := db.Ledger().LastRuns(ctx, "s1", 100)
+	if _, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, nil, "test"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	if runs, _ := db.LastRuns(ctx, "s1", 100); len(runs) != len(runsBefore) {
+	if runs, _ := db.Ledger().LastRuns(ctx, "s1", 100); len(runs) != len(runsBefore) {
 		t.Fatalf("%d cycles ran on a newer schema", len(runs)-len(runsBefore))
 	}
 	if code, _ := p.get("/readyz"); code != 503 {
@@ -115,7 +116,7 @@ func TestNewerSchemaStopsTheServingLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the waiting trigger runs once the schema is the binary's", func() bool {
-		runs, _ := db.LastRuns(ctx, "s1", 100)
+		runs, _ := db.Ledger().LastRuns(ctx, "s1", 100)
 		return len(runs) > len(runsBefore)
 	})
 }
@@ -129,7 +130,7 @@ func TestStatusUsesTheDaemonsPolicy(t *testing.T) {
 	p := startServe(t, "p1", url, "--denorm-linger", "0s", "--denorm-tail-growth", "0", "--denorm-age-cap", "2h")
 	eventually(t, 10*time.Second, "leads", func() bool { return p.gauge("nova_auditor_leader") == 1 })
 	eventually(t, 10*time.Second, "the runtime is recorded", func() bool {
-		_, err := db.GetRuntime(context.Background(), "s1")
+		_, err := db.Ledger().Runtime(context.Background(), "s1")
 		return err == nil
 	})
 	code, out, errs := runCLI(t, "status", "--star", "s1", "--database-url", url, "--json", "--denorm-linger", "5m")
@@ -186,7 +187,7 @@ func TestUnknownStarAndStreamAreErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q stderr %q", tc.args, code, out, stderr)
 		}
 	}
-	if reqs, _ := db.AdminRequests(context.Background(), "s1", true, 10); len(reqs) != 0 {
+	if reqs, _ := db.Requests().AdminRequests(context.Background(), "s1", true, 10); len(reqs) != 0 {
 		t.Fatalf("a request for an unknown stream was recorded: %+v", reqs)
 	}
 	if code, _, stderr := runCLI(t, "status", "--star", "s1", "--database-url", url); code != 0 {
@@ -230,18 +231,21 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 		t.Fatalf("--version: %d %q", code, out)
 	}
 	code, script, _ := runCLI(t, "completion", "bash")
-	if code != 0 || !strings.Contains(script, "complete -F _auditor auditor") || !strings.Contains(script, " serve ") {
+	if code != 0 || !strings.Contains(script, "complete -o default -F __start_auditor auditor") || !strings.Contains(script, "__complete") {
 		t.Fatalf("completion bash: %d %q", code, script)
 	}
-	// The script completes flags from `auditor CMD --help`: run it in bash
-	// against the real binary.
+	// The script (cobra's) completes commands and flags by asking the
+	// binary (auditor __complete): run it in bash against the real binary.
+	// It takes _get_comp_words_by_ref from the bash-completion package
+	// where _init_completion is missing; this shim stands in for it.
 	if bash, err := exec.LookPath("bash"); err == nil {
 		dir := t.TempDir()
 		if err := os.Symlink(auditorBinary(t), filepath.Join(dir, "auditor")); err != nil {
 			t.Fatal(err)
 		}
+		const shim = `declare -F _get_comp_words_by_ref >/dev/null || _get_comp_words_by_ref() { cur=${COMP_WORDS[COMP_CWORD]}; prev=${COMP_WORDS[COMP_CWORD-1]}; words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD; }`
 		sh := filepath.Join(dir, "c.sh")
-		if err := os.WriteFile(sh, []byte(script+"\nCOMP_WORDS=(auditor status --js); COMP_CWORD=2; _auditor; echo \"${COMPREPLY[@]}\"\n"), 0o600); err != nil {
+		if err := os.WriteFile(sh, []byte(shim+"\n"+script+"\nCOMP_WORDS=(auditor status --js); COMP_CWORD=2; __start_auditor; echo \"${COMPREPLY[@]}\"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(bash, sh)
@@ -273,7 +277,7 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 			continue
 		}
 		code, script, _ := runCLI(t, "completion", shell)
-		if code != 0 || !strings.Contains(script, "serve") {
+		if code != 0 || !strings.Contains(script, "__complete") {
 			t.Fatalf("completion %s: %d %q", shell, code, script)
 		}
 		dir := t.TempDir()
@@ -287,7 +291,9 @@ func TestFlagsHelpVersionAndCompletion(t *testing.T) {
 		cmd := run(dir, path)
 		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "HOME="+dir)
 		out, err := cmd.Output()
-		if err != nil || strings.TrimSpace(string(out)) != want[shell] {
+		// fish prints each candidate with its description after a tab.
+		got := regexp.MustCompile(`\t[^\n]*`).ReplaceAllString(strings.TrimSpace(string(out)), "")
+		if err != nil || got != want[shell] {
 			t.Fatalf("completion %s loaded in %s: %q %v, want %q", shell, shell, out, err, want[shell])
 		}
 	}
@@ -427,7 +433,7 @@ func TestDryRunBesideAServingDaemon(t *testing.T) {
 	if after, live := currentLease(t, db); !live || after.Token != before.Token || after.Holder != "r1" {
 		t.Fatalf("the dry run touched the lease: %+v then %+v", before, after)
 	}
-	if runs, _ := db.LastRuns(ctx, "s1", 10); len(runs) != 0 {
+	if runs, _ := db.Ledger().LastRuns(ctx, "s1", 10); len(runs) != 0 {
 		t.Fatalf("the dry run recorded %d runs", len(runs))
 	}
 }

@@ -372,7 +372,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 
 func currentLease(t *testing.T, db *catalog.DB) (catalog.Lease, bool) {
 	t.Helper()
-	l, live, err := db.CurrentLease(context.Background(), "s1")
+	l, live, err := db.Leases().CurrentLease(context.Background(), "s1")
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatal(err)
 	}

@@ -224,7 +224,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	// and once it is older than s1's 3s bound NovaAuditorErasurePending
 	// names s1 (and not s2, whose bound is the default 24h). The erasure
 	// panels and series are evaluated with it pending.
-	q, err := db.Quarantined(ctx, "s1")
+	q, err := db.Settle().Quarantined(ctx, "s1")
 	if err != nil || len(q) == 0 || q[0].Stream == nil {
 		t.Fatalf("quarantine %v %v", q, err)
 	}
@@ -295,7 +295,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "nova", slotKey), original, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	q, err = db.Quarantined(ctx, "s1")
+	q, err = db.Settle().Quarantined(ctx, "s1")
 	if err != nil || len(q) == 0 {
 		t.Fatalf("quarantine %v %v", q, err)
 	}
@@ -345,7 +345,7 @@ func TestMonitoringAgainstPrometheus(t *testing.T) {
 
 // currentLeaseOf reads a star's live lease.
 func currentLeaseOf(ctx context.Context, db *catalog.DB, star string) (catalog.Lease, error) {
-	l, live, err := db.CurrentLease(ctx, star)
+	l, live, err := db.Leases().CurrentLease(ctx, star)
 	if err == nil && !live {
 		err = fmt.Errorf("no live lease of %s", star)
 	}

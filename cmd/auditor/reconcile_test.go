@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/crashpoint"
@@ -67,7 +67,7 @@ func (r *restoredFile) fork(t *testing.T) *drill {
 func tiles(t *testing.T, d *drill, what string) {
 	t.Helper()
 	for _, st := range d.e.streams() {
-		v, err := d.e.db.ReadReconcileView(d.ctx, st.ID, "", "")
+		v, err := d.e.db.Restore().ReconcileView(d.ctx, st.ID, "", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,8 +194,7 @@ func TestReconcileBadInput(t *testing.T) {
 		for _, st := range d.e.streams() {
 			before[st.ID] = streamPrint(t, d, st.ID)
 		}
-		cfg, err := newFlags(env{stdout: io.Discard, stderr: io.Discard, getenv: os.Getenv}, "reconcile").
-			Load(d.e.common, "star", "database-url")
+		cfg, err := loadFlags(d.e.common, "star", "database-url")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,9 +212,9 @@ func TestReconcileBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deps := reconcile.Deps{DB: d.e.db, Reader: bundle.NewReader(top), Store: fl, Cutter: p.settler}
+		deps := reconcile.Deps{DB: d.e.db.Restore(), Reader: bundle.NewReader(top), Store: fl, Cutter: p.settler}
 		var rep reconcile.Report
-		err = daemon.WithLease(d.ctx, daemonConfig(cfg), daemon.Deps{DB: d.e.db}, func(ctx context.Context, f catalog.Fence) error {
+		err = daemon.WithLease(d.ctx, daemonConfig(cfg), daemon.Deps{DB: d.e.db.Ledger(), Leases: d.e.db.Leases(), Requests: d.e.db.Requests()}, func(ctx context.Context, f catalog.Fence) error {
 			var err error
 			rep, err = reconcile.Run(ctx, deps, reconcile.Config{Star: "s1", Apply: true, ReapGrace: cfg.ReapGrace}, f)
 			return err
@@ -297,7 +296,7 @@ func TestReconcileBadInput(t *testing.T) {
 		}
 		t.Logf("a corrupt object: %d records reported lost, %d objects unsound", rep.LostRecords, rep.Unsound)
 		for _, st := range d.e.streams() {
-			v, err := d.e.db.ReadReconcileView(d.ctx, st.ID, "", "")
+			v, err := d.e.db.Restore().ReconcileView(d.ctx, st.ID, "", "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,7 +314,7 @@ func TestReconcileBadInput(t *testing.T) {
 // streamPrint is a stream's row and catalog entries, to compare.
 func streamPrint(t *testing.T, d *drill, id catalog.StreamID) string {
 	t.Helper()
-	v, err := d.e.db.ReadReconcileView(d.ctx, id, "", "")
+	v, err := d.e.db.Restore().ReconcileView(d.ctx, id, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +345,7 @@ func TestReconcileRecordsGivenAgain(t *testing.T) {
 	}
 	d.writePastTheFuture()
 
-	cfg, err := newFlags(env{stdout: io.Discard, stderr: io.Discard, getenv: os.Getenv}, "reconcile").Load(d.e.common, "star", "database-url")
+	cfg, err := loadFlags(d.e.common, "star", "database-url")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +357,7 @@ func TestReconcileRecordsGivenAgain(t *testing.T) {
 	// The new records' bytes, from the slots their refs name.
 	want := map[catalog.StreamID][]byte{}
 	for _, st := range d.e.streams() {
-		refs, err := d.e.db.RefsOfStream(d.ctx, st.ID)
+		refs, err := writepath.New(d.e.db).RefsOfStream(d.ctx, st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,7 +426,7 @@ func TestReconcileRecordsGivenAgain(t *testing.T) {
 // catalog entries.
 func cataloged(t *testing.T, d *drill, rd *bundle.Reader, st catalog.Stream, from, to int64) []byte {
 	t.Helper()
-	v, err := d.e.db.ReadReconcileView(d.ctx, st.ID, "", "")
+	v, err := d.e.db.Restore().ReconcileView(d.ctx, st.ID, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
@@ -269,7 +270,7 @@ func (d *drill) cycle(what string) {
 
 // head is the star's absorbed head.
 func (d *drill) head() pos {
-	st, err := d.e.db.GetStar(d.ctx, "s1")
+	st, err := d.e.db.Streams().Star(d.ctx, "s1")
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -352,7 +353,7 @@ func (d *drill) checkBehind(reaped bool) {
 	t, e := d.t, d.e
 	known := e.catalogKeys()
 	for _, kind := range []string{"publish", "reap"} {
-		in, err := e.db.Intents(d.ctx, "s1", kind, 0)
+		in, err := e.db.Settle().Intents(d.ctx, "s1", kind, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,7 +380,7 @@ func (d *drill) checkBehind(reaped bool) {
 	}
 	var named, slotsGone int
 	for _, st := range e.streams() {
-		refs, err := e.db.RefsOfStream(d.ctx, st.ID)
+		refs, err := writepath.New(e.db).RefsOfStream(d.ctx, st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -481,7 +482,7 @@ func (d *drill) fingerprint() string {
 
 // halted is the star's halted_reason ("" when not halted).
 func (d *drill) halted() string {
-	st, err := d.e.db.GetDaemonState(d.ctx, "s1")
+	st, err := d.e.db.Ledger().DaemonState(d.ctx, "s1")
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -568,7 +569,7 @@ func (d *drill) checkKnown(what string) int64 {
 			t.Errorf("%s: stream %s settled through %d of %d", what, st.ID, st.SettledThrough, st.NextRecord)
 		}
 	}
-	if q, err := d.e.db.Quarantined(d.ctx, "s1"); err != nil || len(q) != 0 {
+	if q, err := d.e.db.Settle().Quarantined(d.ctx, "s1"); err != nil || len(q) != 0 {
 		t.Errorf("%s: quarantined: %+v %v", what, q, err)
 	}
 	code, out := d.novasim(d.simArgs("check", "--settled-only")...)

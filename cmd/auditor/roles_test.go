@@ -558,7 +558,7 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 	if _, err := r.cli(ctx, exitOK, "run", "--once"); err != nil {
 		return err
 	}
-	streams, err := db.StreamsOfStar(ctx, "s1")
+	streams, err := db.Streams().StreamsOfStar(ctx, "s1")
 	if err != nil {
 		return err
 	}
@@ -567,7 +567,7 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 		if st.SettledThrough != st.NextRecord {
 			return fmt.Errorf("stream %s settled through %d of %d after the first cycle", st.ID, st.SettledThrough, st.NextRecord)
 		}
-		if entries[st.ID], err = db.EntriesOfStream(ctx, st.ID); err != nil {
+		if entries[st.ID], err = db.Streams().EntriesOfStream(ctx, st.ID); err != nil {
 			return err
 		}
 	}
@@ -610,7 +610,7 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 	if err := wp.SkipGrace(ctx, "s1", time.Hour); err != nil {
 		return err
 	}
-	reaps, err := db.SlotReaps(ctx, "s1")
+	reaps, err := db.Trim().SlotReaps(ctx, "s1")
 	if err != nil || len(reaps) != 2 || reaps[1].From != (catalog.SlotPos{Epoch: 1, Seq: 12}) || reaps[1].To.Epoch != 3 {
 		return fmt.Errorf("slot reaps before the grace ends: %+v %v (want the second from 1/12 into epoch 3)", reaps, err)
 	}
@@ -630,7 +630,7 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 	if err := os.Rename(chain3+".aside", chain3); err != nil {
 		return err
 	}
-	if reaps, err = db.SlotReaps(ctx, "s1"); err != nil || len(reaps) != 1 || reaps[0].From.Epoch < 2 || reaps[0].From == reaps[0].To {
+	if reaps, err = db.Trim().SlotReaps(ctx, "s1"); err != nil || len(reaps) != 1 || reaps[0].From.Epoch < 2 || reaps[0].From == reaps[0].To {
 		return fmt.Errorf("slot reaps after a partly failed reap: %+v %v (want one, its start moved past the first epoch)", reaps, err)
 	}
 
@@ -640,7 +640,7 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 	if err := r.write(ctx, db, store, 4); err != nil {
 		return err
 	}
-	refs, err := db.RefsOfStream(ctx, c.ID)
+	refs, err := writepath.New(db).RefsOfStream(ctx, c.ID)
 	if err != nil {
 		return err
 	}
@@ -655,20 +655,20 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if q, err := db.Quarantined(ctx, "s1"); err != nil || len(q) != 1 || *q[0].Stream != c.ID {
+	if q, err := db.Settle().Quarantined(ctx, "s1"); err != nil || len(q) != 1 || *q[0].Stream != c.ID {
 		return fmt.Errorf("quarantine after the broken ref: %+v %v (want stream %s)", q, err, c.ID)
 	}
 	if err := wp.ShiftRefWindow(ctx, c.ID, refs[0].FirstRecord, -1); err != nil {
 		return err
 	}
-	if reaps, err := db.SlotReaps(ctx, "s1"); err != nil || len(reaps) != 1 || reaps[0].Due {
+	if reaps, err := db.Trim().SlotReaps(ctx, "s1"); err != nil || len(reaps) != 1 || reaps[0].Due {
 		return fmt.Errorf("slot reaps after the cycle past the grace: %+v %v (want only the new one, not due)", reaps, err)
 	}
-	ers, err := db.ErasuresOf(ctx, a.ID, 0, 1<<62)
+	ers, err := db.Erasures().ErasuresOf(ctx, a.ID, 0, 1<<62)
 	if err != nil || len(ers) != 1 || !ers[0].Applied {
 		return fmt.Errorf("the erasure of %s: %+v %v (want applied)", a.ID, ers, err)
 	}
-	ents, err := db.EntriesOfStream(ctx, a.ID)
+	ents, err := db.Streams().EntriesOfStream(ctx, a.ID)
 	if err != nil || len(ents) == 0 || ents[0].FirstRecord != erased.FirstRecord || ents[0].Revision <= erased.Revision {
 		return fmt.Errorf("the erased object of %s: %+v %v (want a revision above %d)", a.ID, ents, err, erased.Revision)
 	}
@@ -681,7 +681,7 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 			return fmt.Errorf("%s is not reaped: %v", key, err)
 		}
 	}
-	runs, err := db.LastRuns(ctx, "s1", 100)
+	runs, err := db.Ledger().LastRuns(ctx, "s1", 100)
 	if err != nil {
 		return err
 	}
@@ -703,7 +703,7 @@ func (r *roleRun) scenario(ctx context.Context) (err error) {
 	if err := r.serve(ctx, db); err != nil {
 		return err
 	}
-	if st, err := db.GetStream(ctx, c.ID); err != nil || st.SettledThrough != st.NextRecord {
+	if st, err := db.Streams().Stream(ctx, c.ID); err != nil || st.SettledThrough != st.NextRecord {
 		return fmt.Errorf("the released stream after serve: %+v %v (want settled)", st, err)
 	}
 
@@ -744,11 +744,11 @@ func (r *roleRun) serveFleet(ctx context.Context, db *catalog.DB) error {
 	args := []string{"serve", "--stars", "all", "--holder", "rolesfleet", "--http-addr", "127.0.0.1:0", "--lease-ttl", "2s",
 		"--lease-renew", "500ms", "--schedule", "@every 1h", "--start-checks=false"}
 	err := r.serveUntil(ctx, args, flags, func() (bool, string, error) {
-		open, err := db.AdminRequests(ctx, "s1", true, 100)
+		open, err := db.Requests().AdminRequests(ctx, "s1", true, 100)
 		if err != nil {
 			return false, "", err
 		}
-		l, live, err := db.CurrentLease(ctx, "s1")
+		l, live, err := db.Leases().CurrentLease(ctx, "s1")
 		if err != nil {
 			return false, "", err
 		}
@@ -758,11 +758,11 @@ func (r *roleRun) serveFleet(ctx context.Context, db *catalog.DB) error {
 	if err != nil {
 		return err
 	}
-	moves, err := db.FleetMoves(ctx, time.Hour, 10)
+	moves, err := db.Fleet().FleetMoves(ctx, time.Hour, 10)
 	if err != nil || len(moves) == 0 || moves[0].To != "rolesfleet" {
 		return fmt.Errorf("the fleet member's claim is not in the move log: %+v %v", moves, err)
 	}
-	if l, live, err := db.CurrentLease(ctx, "s1"); err != nil || live {
+	if l, live, err := db.Leases().CurrentLease(ctx, "s1"); err != nil || live {
 		return fmt.Errorf("the drained member kept s1: %+v live %v, %v", l, live, err)
 	}
 	return nil
@@ -783,11 +783,11 @@ func (r *roleRun) serve(ctx context.Context, db *catalog.DB) error {
 	args := []string{"serve", "--run-now", "--holder", "roles", "--http-addr", "127.0.0.1:0", "--lease-ttl", "2s", "--lease-renew", "500ms",
 		"--schedule", "@every 1h"}
 	err := r.serveUntil(ctx, args, r.flags(), func() (bool, string, error) {
-		open, err := db.AdminRequests(ctx, "s1", true, 100)
+		open, err := db.Requests().AdminRequests(ctx, "s1", true, 100)
 		if err != nil {
 			return false, "", err
 		}
-		rt, err := db.GetRuntime(ctx, "s1")
+		rt, err := db.Ledger().Runtime(ctx, "s1")
 		if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 			return false, "", err
 		}
@@ -797,7 +797,7 @@ func (r *roleRun) serve(ctx context.Context, db *catalog.DB) error {
 	if err != nil {
 		return err
 	}
-	reqs, err := db.AdminRequests(ctx, "s1", false, 100)
+	reqs, err := db.Requests().AdminRequests(ctx, "s1", false, 100)
 	if err != nil {
 		return err
 	}

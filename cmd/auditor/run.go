@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -20,118 +21,120 @@ import (
 // cmdRun is `auditor run --once`: take the lease, run one cycle, release it.
 // Exit 0 when the cycle succeeded, 1 when it failed (the lease held by
 // another auditor included), 2 on configuration errors.
-func cmdRun(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "run")
+func cmdRun(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
 	once := fs.Bool("once", true, "run one cycle and exit (the only mode of run; serve runs on a schedule)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and the reaps; change nothing. It plans with the policy the star's leader recorded; a policy flag given here overrides it")
-	stream := fs.String("stream", "", "force one stream (uuid or 32 hex digits) due regardless of linger")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (pprof format) to this file")
+	stream := fs.String("stream", "", "force the stream `ID` (uuid or 32 hex digits) due regardless of linger")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (pprof format) to this `FILE`")
 	sweepStrays := fs.Bool("sweep-strays", false, "sweep the strays in this cycle whatever --stray-sweep-every says (docs/architecture.md#strays)")
 	asJSON := fs.Bool("json", false, "with --dry-run: print the policy, the plan and the counts as JSON")
-	cfg, err := fs.Load(args, "star", "database-url")
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if !*once {
-		return exitCode(e, cfg, &config.Error{Field: "once", Msg: "run only runs one cycle; use serve for the daemon"})
-	}
-	if *asJSON && !*dryRun {
-		return exitCode(e, cfg, &config.Error{Field: "json", Msg: "prints a dry run's plan: use it with --dry-run"})
-	}
-	opts := cycle.Options{Trigger: daemon.TriggerOnce, DryRun: *dryRun, SweepStrays: *sweepStrays}
-	var plan strings.Builder
-	if *dryRun {
-		opts.Plan = e.stdout
-		if *asJSON {
-			opts.Plan = &plan
-		}
-	}
-	if *stream != "" {
-		id, err := bundlefmt.ParseStreamID(*stream)
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args, "star", "database-url")
 		if err != nil {
-			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
+			return exitCode(e, cfg, err)
 		}
-		opts.Streams = []catalog.StreamID{id}
-		opts.Trigger = daemon.TriggerStream
-	}
-	log, err := newLogger(e, cfg)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if *cpuProfile != "" {
-		stop, err := startCPUProfile(*cpuProfile)
-		if err != nil {
-			return exitCode(e, cfg, &config.Error{Field: "cpuprofile", Msg: err.Error()})
+		if !*once {
+			return exitCode(e, cfg, &config.Error{Field: "once", Msg: "run only runs one cycle; use serve for the daemon"})
 		}
-		defer func() {
-			if err := stop(); err != nil {
-				fmt.Fprintf(e.stderr, "auditor: %v\n", err)
+		if *asJSON && !*dryRun {
+			return exitCode(e, cfg, &config.Error{Field: "json", Msg: "prints a dry run's plan: use it with --dry-run"})
+		}
+		opts := cycle.Options{Trigger: daemon.TriggerOnce, DryRun: *dryRun, SweepStrays: *sweepStrays}
+		var plan strings.Builder
+		if *dryRun {
+			opts.Plan = e.stdout
+			if *asJSON {
+				opts.Plan = &plan
 			}
-		}()
-	}
-	db, err := openCurrentDB(ctx, cfg)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	defer db.Close()
-	var dryPolicy DryRunPolicy
-	if *dryRun {
-		// Before the cycle is built: its steps take the policy from cfg.
-		if dryPolicy, err = leaderPolicy(ctx, db, &cfg, fs.FlagSet); err != nil {
-			return exitCode(e, cfg, err)
 		}
-		if !*asJSON {
-			dryPolicy.write(e.stdout, cfg.Star)
+		if *stream != "" {
+			id, err := bundlefmt.ParseStreamID(*stream)
+			if err != nil {
+				return exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
+			}
+			opts.Streams = []catalog.StreamID{id}
+			opts.Trigger = daemon.TriggerStream
 		}
-	}
-	reg := prometheus.NewRegistry()
-	steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, reg, *dryRun)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	defer closeSteps()
-	dc := daemonConfig(cfg)
-	dc.Policy = policy
-	deps := daemon.Deps{DB: db, Steps: steps, Log: log, Crash: leaseCrash()}
-	if !*dryRun {
-		// The erase step marks no erasure applied while a bucket keeps
-		// what a DELETE removes (versioning, Object Lock).
-		dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
-		if deps.Rules, err = bucketRules(ctx, cfg); err != nil {
-			return exitCode(e, cfg, err)
-		}
-	}
-	if !*dryRun && *stream == "" && !*sweepStrays {
-		// A star with nothing to do costs one read (daemon.OnceIdle).
-		deps.Idle = trim.IdleCheck{DB: db, Policy: policy, StrayEvery: cfg.StraySweepEvery}
-		idle, err := daemon.OnceIdle(ctx, dc, deps)
+		log, err := newLogger(e, cfg)
 		if err != nil {
-			log.Warn("the idle check failed; the cycle runs", "err", err)
+			return exitCode(e, cfg, err)
 		}
-		if idle {
-			fmt.Fprintln(e.stdout, "cycle idle: nothing to do")
-			return exitOK
+		if *cpuProfile != "" {
+			stop, err := startCPUProfile(*cpuProfile)
+			if err != nil {
+				return exitCode(e, cfg, &config.Error{Field: "cpuprofile", Msg: err.Error()})
+			}
+			defer func() {
+				if err := stop(); err != nil {
+					fmt.Fprintf(e.stderr, "auditor: %v\n", err)
+				}
+			}()
 		}
+		db, err := openCurrentDB(ctx, cfg)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		defer db.Close()
+		var dryPolicy DryRunPolicy
+		if *dryRun {
+			// Before the cycle is built: its steps take the policy from cfg.
+			if dryPolicy, err = leaderPolicy(ctx, db.Ledger(), &cfg, fs.FlagSet); err != nil {
+				return exitCode(e, cfg, err)
+			}
+			if !*asJSON {
+				dryPolicy.write(e.stdout, cfg.Star)
+			}
+		}
+		reg := prometheus.NewRegistry()
+		steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, reg, *dryRun)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		defer closeSteps()
+		dc := daemonConfig(cfg)
+		dc.Policy = policy
+		deps := daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: steps, Log: log, Crash: leaseCrash()}
+		if !*dryRun {
+			// The erase step marks no erasure applied while a bucket keeps
+			// what a DELETE removes (versioning, Object Lock).
+			dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
+			if deps.Rules, err = bucketRules(ctx, cfg); err != nil {
+				return exitCode(e, cfg, err)
+			}
+		}
+		if !*dryRun && *stream == "" && !*sweepStrays {
+			// A star with nothing to do costs one read (daemon.OnceIdle).
+			deps.Idle = trim.IdleCheck{DB: db.Trim(), Policy: policy, StrayEvery: cfg.StraySweepEvery}
+			idle, err := daemon.OnceIdle(ctx, dc, deps)
+			if err != nil {
+				log.Warn("the idle check failed; the cycle runs", "err", err)
+			}
+			if idle {
+				fmt.Fprintln(e.stdout, "cycle idle: nothing to do")
+				return exitOK
+			}
+		}
+		counts, err := daemon.RunOnce(ctx, dc, deps, opts)
+		var held *catalog.LeaseHeldError
+		if errors.As(err, &held) {
+			fmt.Fprintf(e.stderr, "auditor: %v\n", held)
+			return exitFailure
+		}
+		if err != nil {
+			return exitCode(e, cfg, fmt.Errorf("cycle: %w", err))
+		}
+		if *asJSON {
+			return exitCode(e, cfg, writeDryRunJSON(e.stdout, DryRunReport{Star: cfg.Star, Policy: dryPolicy, Plan: planLines(plan.String()), Counts: counts}))
+		}
+		fmt.Fprintf(e.stdout, "cycle ok: %d streams settled (%d quarantined), %d objects published, %d adopted; "+
+			"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped; "+
+			"%d records tombstoned, %d objects rewritten, %d erasures applied\n",
+			counts.StreamsSettled, counts.StreamsQuarantined, counts.ObjectsPublished, counts.ObjectsAdopted,
+			counts.BytesCopied, counts.BytesFetched, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped,
+			counts.RecordsTombstoned, counts.ObjectsRewritten, counts.ErasuresApplied)
+		return exitOK
 	}
-	counts, err := daemon.RunOnce(ctx, dc, deps, opts)
-	var held *catalog.LeaseHeldError
-	if errors.As(err, &held) {
-		fmt.Fprintf(e.stderr, "auditor: %v\n", held)
-		return exitFailure
-	}
-	if err != nil {
-		return exitCode(e, cfg, fmt.Errorf("cycle: %w", err))
-	}
-	if *asJSON {
-		return exitCode(e, cfg, writeDryRunJSON(e.stdout, DryRunReport{Star: cfg.Star, Policy: dryPolicy, Plan: planLines(plan.String()), Counts: counts}))
-	}
-	fmt.Fprintf(e.stdout, "cycle ok: %d streams settled (%d quarantined), %d objects published, %d adopted; "+
-		"%d bytes copied server side, %d fetched, %d uploaded; %d slots and %d objects reaped; "+
-		"%d records tombstoned, %d objects rewritten, %d erasures applied\n",
-		counts.StreamsSettled, counts.StreamsQuarantined, counts.ObjectsPublished, counts.ObjectsAdopted,
-		counts.BytesCopied, counts.BytesFetched, counts.BytesUploaded, counts.SlotsReaped, counts.ObjectsReaped,
-		counts.RecordsTombstoned, counts.ObjectsRewritten, counts.ErasuresApplied)
-	return exitOK
 }
 
 // duePolicy is the due policy of the configuration, for the settle step,

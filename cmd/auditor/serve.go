@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
@@ -28,105 +29,107 @@ import (
 // #singleton-lease-and-fencing and #operator-surface). The first SIGTERM or SIGINT stops scheduling, lets a running
 // cycle finish within --shutdown-timeout, releases the lease and exits 0; a
 // second one exits 1 at once.
-func cmdServe(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "serve")
+func cmdServe(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
 	runNow := fs.Bool("run-now", false, "run one cycle as soon as the lease is held")
-	cfg, err := fs.Load(args)
-	if err == nil {
-		if cfg.Stars != "" {
-			err = cfg.Require("database-url")
-		} else {
-			err = cfg.Require("star", "database-url")
-		}
-	}
-	if err == nil {
-		err = checkWebConfig(cfg)
-	}
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	log, err := newLogger(e, cfg)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	ctx, stopSignals := onSignals(ctx, log, cfg)
-	defer stopSignals()
-	if cfg.Stars != "" {
-		if *runNow {
-			return exitCode(e, cfg, &config.Error{Field: "run-now", Msg: "a fleet member (--stars) runs each star's cycles on its schedule; trigger one with auditor trigger --star"})
-		}
-		return serveFleet(ctx, e, cfg, log)
-	}
-
-	// The database is not needed to come up: the daemon waits for it
-	// with backoff, not ready meanwhile (a crash loop would page no one
-	// more usefully and restart the wait).
-	db, err := catalog.OpenLazy(cfg.DatabaseURL)
-	if err != nil {
-		return exitCode(e, cfg, &config.Error{Field: "database-url", Msg: err.Error()})
-	}
-	defer db.Close()
-	// A database that answers with the wrong schema, or refuses the URL,
-	// is a configuration problem to report now (exit 2), before the store
-	// is set up; one that does not answer is waited for by the daemon.
-	if err := firstSchemaCheck(ctx, db); err != nil {
-		return exitCode(e, cfg, err)
-	}
-
-	// One registry for the process; every series of the star carries its
-	// name, so one Prometheus can watch the auditors of many stars.
-	reg := prometheus.NewRegistry()
-	if err := errors.Join(reg.Register(collectors.NewGoCollector()),
-		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
-		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
-	}
-	crash, err := envCrash()
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if err := faultPoints(log, reg, crash); err != nil {
-		return exitCode(e, cfg, err)
-	}
-	starReg := prometheus.WrapRegistererWith(prometheus.Labels{"star": cfg.Star}, reg)
-	m, err := daemon.NewMetrics(starReg, buildVersion())
-	if err != nil {
-		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
-	}
-	if err := starReg.Register(daemon.NewPoolCollector(db.PoolStats)); err != nil {
-		return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
-	}
-	if cfg.StartChecks {
-		if code, err := startChecks(ctx, cfg, db, log, m); err != nil || code != exitOK {
-			if err != nil {
-				return exitCode(e, cfg, err)
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args)
+		if err == nil {
+			if cfg.Stars != "" {
+				err = cfg.Require("database-url")
+			} else {
+				err = cfg.Require("star", "database-url")
 			}
-			return code
 		}
-	}
-	steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, starReg, false)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	defer closeSteps()
+		if err == nil {
+			err = checkWebConfig(cfg)
+		}
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		log, err := newLogger(e, cfg)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		ctx, stopSignals := onSignals(ctx, log, cfg)
+		defer stopSignals()
+		if cfg.Stars != "" {
+			if *runNow {
+				return exitCode(e, cfg, &config.Error{Field: "run-now", Msg: "a fleet member (--stars) runs each star's cycles on its schedule; trigger one with auditor trigger --star"})
+			}
+			return serveFleet(ctx, e, cfg, log)
+		}
 
-	rules, err := bucketRules(ctx, cfg)
-	if err != nil {
-		return exitCode(e, cfg, err)
+		// The database is not needed to come up: the daemon waits for it
+		// with backoff, not ready meanwhile (a crash loop would page no one
+		// more usefully and restart the wait).
+		db, err := catalog.OpenLazy(cfg.DatabaseURL)
+		if err != nil {
+			return exitCode(e, cfg, &config.Error{Field: "database-url", Msg: err.Error()})
+		}
+		defer db.Close()
+		// A database that answers with the wrong schema, or refuses the URL,
+		// is a configuration problem to report now (exit 2), before the store
+		// is set up; one that does not answer is waited for by the daemon.
+		if err := firstSchemaCheck(ctx, db); err != nil {
+			return exitCode(e, cfg, err)
+		}
+
+		// One registry for the process; every series of the star carries its
+		// name, so one Prometheus can watch the auditors of many stars.
+		reg := prometheus.NewRegistry()
+		if err := errors.Join(reg.Register(collectors.NewGoCollector()),
+			reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
+			return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
+		}
+		crash, err := envCrash()
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		if err := faultPoints(log, reg, crash); err != nil {
+			return exitCode(e, cfg, err)
+		}
+		starReg := prometheus.WrapRegistererWith(prometheus.Labels{"star": cfg.Star}, reg)
+		m, err := daemon.NewMetrics(starReg, buildVersion())
+		if err != nil {
+			return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
+		}
+		if err := starReg.Register(daemon.NewPoolCollector(db.PoolStats)); err != nil {
+			return exitCode(e, cfg, fmt.Errorf("metrics: %w", err))
+		}
+		if cfg.StartChecks {
+			if code, err := startChecks(ctx, cfg, db.Ledger(), log, m); err != nil || code != exitOK {
+				if err != nil {
+					return exitCode(e, cfg, err)
+				}
+				return code
+			}
+		}
+		steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, starReg, false)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		defer closeSteps()
+
+		rules, err := bucketRules(ctx, cfg)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		dc := daemonConfig(cfg)
+		dc.Policy = policy
+		dc.RunNow = *runNow
+		dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
+		d, err := daemon.New(dc, daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db.Trim()),
+			Idle: trim.IdleCheck{DB: db.Trim(), Policy: policy, StrayEvery: cfg.StraySweepEvery}})
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		log.Info("auditor serve", "version", buildVersion(), "config", cfg, "steps", len(steps), "run_now", *runNow)
+		if err := d.Serve(ctx); err != nil {
+			return exitCode(e, cfg, fmt.Errorf("serve: %w", err))
+		}
+		return exitOK
 	}
-	dc := daemonConfig(cfg)
-	dc.Policy = policy
-	dc.RunNow = *runNow
-	dc.Buckets, dc.KeyPrefixes = checkedBuckets(cfg)
-	d, err := daemon.New(dc, daemon.Deps{DB: db, Steps: steps, Log: log, Metrics: m, Gatherer: reg, Crash: leaseCrash(), Rules: rules, Trim: trimReader(db),
-		Idle: trim.IdleCheck{DB: db, Policy: policy, StrayEvery: cfg.StraySweepEvery}})
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	log.Info("auditor serve", "version", buildVersion(), "config", cfg, "steps", len(steps), "run_now", *runNow)
-	if err := d.Serve(ctx); err != nil {
-		return exitCode(e, cfg, fmt.Errorf("serve: %w", err))
-	}
-	return exitOK
 }
 
 // checkWebConfig is serve's start check of --web-config-file (for one

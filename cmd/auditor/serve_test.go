@@ -102,7 +102,7 @@ func TestServeTriggerPauseResume(t *testing.T) {
 	p := startServe(t, "d1", url, "--fs-root", root)
 	eventually(t, 5*time.Second, "leads", func() bool { l, live := currentLease(t, db); return live && l.Holder == "d1" })
 	runs := func() []catalog.Run {
-		r, err := db.LastRuns(ctx, "s1", 100)
+		r, err := db.Ledger().LastRuns(ctx, "s1", 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestServeTriggerPauseResume(t *testing.T) {
 	var reqs []catalog.AdminRequest
 	eventually(t, 2*time.Second, "the request consumed after its cycle", func() bool {
 		var err error
-		reqs, err = db.AdminRequests(ctx, "s1", false, 10)
+		reqs, err = db.Requests().AdminRequests(ctx, "s1", false, 10)
 		return err == nil && len(reqs) == 1 && reqs[0].ConsumedAt != nil
 	})
 	if reqs[0].ConsumedBy != "d1" || reqs[0].Outcome != catalog.TriggerDone {
@@ -148,7 +148,7 @@ func TestServeTriggerPauseResume(t *testing.T) {
 		FlightInterval: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	streams, err := db.StreamsOfStar(ctx, "s1")
+	streams, err := db.Streams().StreamsOfStar(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestServeTriggerPauseResume(t *testing.T) {
 		t.Fatal("the stream trigger is not in the log")
 	}
 	for _, st := range streams {
-		got, err := db.GetStream(ctx, st.ID)
+		got, err := db.Streams().Stream(ctx, st.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestServePauseStopsTheScheduleAndResumeRestartsIt(t *testing.T) {
 	// the cycles that ran: the ledger's rows, and the idle cycles, which
 	// the ledger records one row per many
 	count := func() int {
-		r, err := db.LastRuns(ctx, "s1", 1000)
+		r, err := db.Ledger().LastRuns(ctx, "s1", 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +323,7 @@ func TestServeMetricsAndReadinessWhileTheDatabaseIsDown(t *testing.T) {
 
 func mustRuns(t *testing.T, db *catalog.DB) []catalog.Run {
 	t.Helper()
-	r, err := db.LastRuns(context.Background(), "s1", 1000)
+	r, err := db.Ledger().LastRuns(context.Background(), "s1", 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func startBlockedCycle(t *testing.T, url string) {
 	}
 	defer db.Close()
 	eventually(t, 5*time.Second, "the trigger taken by the leader", func() bool {
-		reqs, err := db.AdminRequests(context.Background(), "s1", false, 10)
+		reqs, err := db.Requests().AdminRequests(context.Background(), "s1", false, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -496,7 +496,7 @@ func TestServeOnVersitygw(t *testing.T) {
 	// The counters move while the cycle runs; its trim step arms the
 	// slots' reap (1s grace) after them, when the cycle's run row ends.
 	eventually(t, 30*time.Second, "the first cycle ended", func() bool {
-		r, err := db.LastRuns(ctx, "s1", 1)
+		r, err := db.Ledger().LastRuns(ctx, "s1", 1)
 		return err == nil && len(r) == 1 && r[0].EndedAt != nil
 	})
 	time.Sleep(1100 * time.Millisecond) // the trimmed slots' grace

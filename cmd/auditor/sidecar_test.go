@@ -119,12 +119,12 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 			t.Fatalf("restart %d: exit %d: %s", i+1, code, out)
 		}
 	}
-	all, _ := db.StreamsOfStar(ctx, "s1")
+	all, _ := db.Streams().StreamsOfStar(ctx, "s1")
 	for _, s := range all {
 		if s.SettledThrough != s.NextRecord {
 			t.Fatalf("stream %s settled %d of %d", s.ID, s.SettledThrough, s.NextRecord)
 		}
-		entries, _ := db.EntriesOfStream(ctx, s.ID)
+		entries, _ := db.Streams().EntriesOfStream(ctx, s.ID)
 		for _, en := range entries {
 			key := bundlefmt.SettledKey(s.Bucket, s.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision))
 			obj, _, err := st.GetRange(ctx, bucket, key, 0, en.ObjectBytes)
@@ -137,7 +137,7 @@ func TestCorruptSidecarIsRebuiltNeverUploaded(t *testing.T) {
 			}
 		}
 	}
-	if in, _ := db.Intents(ctx, "s1", "publish", 0); len(in) != 0 {
+	if in, _ := db.Settle().Intents(ctx, "s1", "publish", 0); len(in) != 0 {
 		t.Errorf("open publish intents: %+v", in)
 	}
 	if left, _ := os.ReadDir(pending); len(left) != 0 {

@@ -32,7 +32,7 @@ func TestAStandbyDropsTheSidecarsOfIntentsAnotherLeaderFinished(t *testing.T) {
 		"--holder", "a", "--schedule", "@every 1s", "--log-level", "info")...)
 	_ = a
 	eventually(t, 30*time.Second, "intent closed", func() bool {
-		in, err := e.db.Intents(e.ctx, "s1", "publish", 0)
+		in, err := e.db.Settle().Intents(e.ctx, "s1", "publish", 0)
 		return err == nil && len(in) == 0
 	})
 	time.Sleep(5 * time.Second)

@@ -43,7 +43,7 @@ func TestStatusCheck(t *testing.T) {
 	// No lease was ever taken.
 	status(t, exitCheckNoLeader, "no live leader")
 
-	lease, err := db.AcquireLease(ctx, "s1", "checker", time.Hour)
+	lease, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "checker", "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,18 +60,18 @@ func TestStatusCheck(t *testing.T) {
 
 	// One quarantined stream fails the default check, not one that
 	// tolerates it; two fail that one.
-	if err := db.Quarantine(ctx, lease.Fence, fx.Stars[0].Streams[0], "", "corrupt", "a test quarantine"); err != nil {
+	if err := db.Settle().Quarantine(ctx, lease.Fence, fx.Stars[0].Streams[0], "", "corrupt", "a test quarantine"); err != nil {
 		t.Fatal(err)
 	}
 	status(t, exitCheckQuarantine, "1 quarantined")
 	status(t, exitOK, "", "--max-quarantined", "1")
-	if err := db.Quarantine(ctx, lease.Fence, fx.Stars[0].Streams[1], "", "corrupt", "a test quarantine"); err != nil {
+	if err := db.Settle().Quarantine(ctx, lease.Fence, fx.Stars[0].Streams[1], "", "corrupt", "a test quarantine"); err != nil {
 		t.Fatal(err)
 	}
 	status(t, exitCheckQuarantine, "2 quarantined", "--max-quarantined", "1")
 
 	// A halt outranks the quarantine, and both are named.
-	if err := db.SetHalted(ctx, lease.Fence, "a test halt"); err != nil {
+	if err := db.Ledger().SetHalted(ctx, lease.Fence, "a test halt"); err != nil {
 		t.Fatal(err)
 	}
 	status(t, exitCheckHalted, "halted: a test halt")
@@ -81,7 +81,7 @@ func TestStatusCheck(t *testing.T) {
 	}
 
 	// A lease given up: still halted, and no live leader named too.
-	if err := db.ReleaseLease(ctx, lease.Fence); err != nil {
+	if err := db.Leases().ReleaseLease(ctx, lease.Fence); err != nil {
 		t.Fatal(err)
 	}
 	status(t, exitCheckHalted, "no live leader")

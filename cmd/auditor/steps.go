@@ -147,7 +147,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if dryRun {
 		// A dry run does not probe the server (the probe writes): it plans
 		// with the rule's floor the leader found, when one recorded it.
-		rt, err := db.GetRuntime(ctx, cfg.Star)
+		rt, err := db.Ledger().Runtime(ctx, cfg.Star)
 		switch {
 		case err == nil && rt.Policy.CopyFloor > 0:
 			policy.CopyFloor = rt.Policy.CopyFloor
@@ -184,7 +184,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		return parts{}, err
 	}
 	settler, err := settle.New(settle.Deps{
-		DB: db, Topology: top, Pending: pending,
+		DB: db.Settle(), Topology: top, Pending: pending,
 		Log: log.With("step", "settle"), Metrics: sem, Crash: crash, Footers: sh.footers, Tails: sh.tails, Mutations: sh.mutations,
 	}, settle.Config{
 		Policy:       policy,
@@ -215,7 +215,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return parts{}, err
 	}
-	guard, err := rewind.New(rewind.Deps{DB: db, Store: store, Bucket: top.Standard(), Log: log.With("step", "rewind"), Marks: marks},
+	guard, err := rewind.New(rewind.Deps{DB: db.Restore(), Store: store, Bucket: top.Standard(), Log: log.With("step", "rewind"), Marks: marks},
 		rewind.Config{Star: cfg.Star, Holder: cfg.Holder, MaxAge: rewind.MaxAgeFor(cfg.ReapGrace)})
 	if err != nil {
 		return parts{}, err
@@ -224,7 +224,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return parts{}, err
 	}
-	td := trim.Deps{DB: db, Topology: top,
+	td := trim.Deps{DB: db.Trim(), Topology: top,
 		Log: log.With("step", "trim"), Metrics: tm, Crash: crash, Marks: guard}
 	tc := trim.Config{ReapGrace: cfg.ReapGrace, BatchSize: int(cfg.ReapBatchSize), Concurrency: trim.DefaultConcurrency}
 	retention, err := trim.NewRetention(td, tc)

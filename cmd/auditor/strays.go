@@ -36,7 +36,7 @@ type strayReport struct {
 // for strays, sorted by kind, bucket and key.
 func findStrays(ctx context.Context, db *catalog.DB, rd *bundle.Reader, cfg config.Config) (*strayReport, error) {
 	r := &strayReport{Guard: cfg.StrayGuard.Seconds(), Objects: []trim.Stray{}}
-	counts, _, err := trim.FindStrays(ctx, db, rd, cfg.Star, strayConfig(cfg).ListConcurrency, func(s trim.Stray) error {
+	counts, _, err := trim.FindStrays(ctx, db.Trim(), rd, cfg.Star, strayConfig(cfg).ListConcurrency, func(s trim.Stray) error {
 		r.Objects = append(r.Objects, s)
 		return nil
 	})

@@ -132,7 +132,7 @@ func straysFoundAndSwept(t *testing.T, e *crashEnv) {
 		return bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(rev))
 	}
 	for _, s := range e.streams() {
-		ents, err := e.db.EntriesOfStream(e.ctx, s.ID)
+		ents, err := e.db.Streams().EntriesOfStream(e.ctx, s.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func straysFoundAndSwept(t *testing.T, e *crashEnv) {
 	if _, err := e.fs.Head(e.ctx, e.bucket, buried); err == nil {
 		t.Fatalf("%s was not reaped", buried)
 	}
-	ts, err := e.db.ReadTrimState(e.ctx, "s1")
+	ts, err := e.db.Trim().TrimState(e.ctx, "s1")
 	if err != nil || !ts.HasCursor || (ts.Cursor == catalog.SlotPos{Epoch: ts.Epochs[0].Epoch}) {
 		t.Fatalf("the trim cursor did not move: %+v %v", ts.Cursor, err)
 	}
@@ -189,7 +189,7 @@ func straysFoundAndSwept(t *testing.T, e *crashEnv) {
 			t.Fatalf("%s gone before the guard: %v", k, err)
 		}
 	}
-	if in, err := e.db.Intents(e.ctx, "s1", "reap", 0); err != nil || len(in) != 0 {
+	if in, err := e.db.Settle().Intents(e.ctx, "s1", "reap", 0); err != nil || len(in) != 0 {
 		t.Fatalf("reaps armed before the guard: %+v %v", in, err)
 	}
 	if took := time.Since(putAt); took >= strayGuard {
@@ -217,7 +217,7 @@ func straysFoundAndSwept(t *testing.T, e *crashEnv) {
 	e.write(3, sim.Faults{})
 	e.runOnce()
 	e.runOnce()
-	after, err := e.db.EntriesOfStream(e.ctx, st.ID)
+	after, err := e.db.Streams().EntriesOfStream(e.ctx, st.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

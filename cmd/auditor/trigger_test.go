@@ -43,7 +43,7 @@ func TestServeTriggerStreamOutlastsTheBudget(t *testing.T) {
 				FlightBytes: 64 << 10, FlightInterval: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
-			streams, err := db.StreamsOfStar(ctx, "s1")
+			streams, err := db.Streams().StreamsOfStar(ctx, "s1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func TestServeTriggerStreamOutlastsTheBudget(t *testing.T) {
 				if st.NextRecord == 0 || len(reqs) == 2 {
 					continue
 				}
-				r, err := db.RequestAdmin(ctx, "s1", catalog.AdminTrigger, &st.ID, "op")
+				r, err := db.Requests().RequestAdmin(ctx, "s1", catalog.AdminTrigger, &st.ID, "op")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -66,7 +66,7 @@ func TestServeTriggerStreamOutlastsTheBudget(t *testing.T) {
 			startServe(t, "d1", url, append([]string{"--fs-root", root, "--settle-concurrency", "1"}, budget...)...)
 			eventually(t, 30*time.Second, "both requests consumed", func() bool {
 				for _, r := range reqs {
-					got, err := db.GetAdminRequest(ctx, r.ID)
+					got, err := db.Requests().AdminRequest(ctx, r.ID)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -78,14 +78,14 @@ func TestServeTriggerStreamOutlastsTheBudget(t *testing.T) {
 			})
 			deferred := 0
 			for _, r := range reqs {
-				got, err := db.GetAdminRequest(ctx, r.ID)
+				got, err := db.Requests().AdminRequest(ctx, r.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if got.Outcome != catalog.TriggerDone {
 					t.Fatalf("request %d: %s %q", got.ID, got.Outcome, got.Reason)
 				}
-				st, err := db.GetStream(ctx, *got.Stream)
+				st, err := db.Streams().Stream(ctx, *got.Stream)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -131,7 +131,7 @@ func TestTriggerWaitExitsWithTheCycleOutcome(t *testing.T) {
 		FlightBytes: 64 << 10, FlightInterval: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	streams, err := db.StreamsOfStar(ctx, "s1")
+	streams, err := db.Streams().StreamsOfStar(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,18 +149,18 @@ func TestTriggerWaitExitsWithTheCycleOutcome(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "taken by d1") || !strings.Contains(out, "done: run") {
 		t.Fatalf("trigger --wait: %d %q %q", code, out, errs)
 	}
-	reqs, err := db.AdminRequests(ctx, "s1", false, 1)
+	reqs, err := db.Requests().AdminRequests(ctx, "s1", false, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := reqs[0]; r.ConsumedAt == nil || r.Outcome != catalog.TriggerDone || r.RunID == nil {
 		t.Fatalf("trigger --wait returned before its cycle finished: %+v", r)
 	}
-	run, err := db.GetRun(ctx, *reqs[0].RunID)
+	run, err := db.Ledger().Run(ctx, *reqs[0].RunID)
 	if err != nil || run.Outcome != catalog.RunOK || run.EndedAt == nil {
 		t.Fatalf("the request's run: %+v %v", run, err)
 	}
-	if got, err := db.GetStream(ctx, target.ID); err != nil || got.SettledThrough != got.NextRecord {
+	if got, err := db.Streams().Stream(ctx, target.ID); err != nil || got.SettledThrough != got.NextRecord {
 		t.Fatalf("the triggered stream: %+v %v", got, err)
 	}
 

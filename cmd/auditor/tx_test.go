@@ -95,7 +95,7 @@ func cycleTransactions(t *testing.T, s3e testenv.S3Env, streams int) (txs, objec
 		t.Fatal(err)
 	}
 	defer db.Close()
-	runs, err := db.LastRuns(ctx, "s1", 1)
+	runs, err := db.Ledger().LastRuns(ctx, "s1", 1)
 	if err != nil || len(runs) != 1 || runs[0].Outcome != catalog.RunOK {
 		t.Fatalf("the run: %+v %v", runs, err)
 	}

@@ -62,9 +62,9 @@ func TestRunOnceThenVerify(t *testing.T) {
 	}
 
 	var keys []string
-	streams, _ := db.StreamsOfStar(ctx, "s1")
+	streams, _ := db.Streams().StreamsOfStar(ctx, "s1")
 	for _, st := range streams {
-		entries, _ := db.EntriesOfStream(ctx, st.ID)
+		entries, _ := db.Streams().EntriesOfStream(ctx, st.ID)
 		for _, en := range entries {
 			keys = append(keys, bundlefmt.SettledKey(st.Bucket, st.ID, uint64(en.Epoch), uint64(en.FirstRecord), uint32(en.Revision)))
 		}
@@ -75,7 +75,7 @@ func TestRunOnceThenVerify(t *testing.T) {
 	// Scoped and bounded: one stream, read in 1 KiB windows, paced; a
 	// sample; and bad input, each naming its flag (exit 2).
 	one := streams[0]
-	entries, _ := db.EntriesOfStream(ctx, one.ID)
+	entries, _ := db.Streams().EntriesOfStream(ctx, one.ID)
 	code, stdout, stderr = runCLI(t, append([]string{"verify", "--stream", one.ID.String(), "--window", "1KiB", "--rate", "64MiB", "--json"}, common...)...)
 	var scoped struct {
 		Streams, Objects, Cataloged int
@@ -182,7 +182,7 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 	var applied bool
 	for i := 0; i < 5 && !applied; i++ {
 		cycle()
-		es, err := db.ErasuresOf(ctx, s.ID, 2, 3)
+		es, err := db.Erasures().ErasuresOf(ctx, s.ID, 2, 3)
 		if err != nil || len(es) != 1 {
 			t.Fatalf("erasures %+v %v", es, err)
 		}
@@ -205,7 +205,7 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 	}
 
 	// Doctored: an erasure of live records marked applied.
-	if _, err := db.RecordErasure(ctx, s.ID, 7, 2); err != nil {
+	if _, err := db.Erasures().RecordErasure(ctx, s.ID, 7, 2); err != nil {
 		t.Fatal(err)
 	}
 	c, err := pgx.Connect(ctx, url)
@@ -231,7 +231,7 @@ func TestEraseApplyThenVerifyAndCheck(t *testing.T) {
 // which must be at least least.
 func mostSettled(t *testing.T, db *catalog.DB, star string, least int64) catalog.Stream {
 	t.Helper()
-	streams, err := db.StreamsOfStar(context.Background(), star)
+	streams, err := db.Streams().StreamsOfStar(context.Background(), star)
 	if err != nil {
 		t.Fatal(err)
 	}

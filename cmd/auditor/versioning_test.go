@@ -63,13 +63,13 @@ func TestRunOnceHoldsErasuresOnAVersionedBucket(t *testing.T) {
 	}
 	cycle()
 	s := mostSettled(t, db, "s1", 6)
-	if _, err := db.RecordErasure(ctx, s.ID, 2, 3); err != nil {
+	if _, err := db.Erasures().RecordErasure(ctx, s.ID, 2, 3); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {
 		cycle()
 	}
-	es, err := db.ErasuresOf(ctx, s.ID, 2, 3)
+	es, err := db.Erasures().ErasuresOf(ctx, s.ID, 2, 3)
 	if err != nil || len(es) != 1 {
 		t.Fatalf("erasures %+v %v", es, err)
 	}

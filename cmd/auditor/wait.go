@@ -101,9 +101,9 @@ func poll(ctx context.Context, timeout time.Duration, check func(context.Context
 
 // triggerWaiter is what waitTrigger reads of the metastore.
 type triggerWaiter interface {
-	GetAdminRequest(ctx context.Context, id int64) (catalog.AdminRequest, error)
-	GetRun(ctx context.Context, id int64) (catalog.Run, error)
-	GetDaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
+	AdminRequest(ctx context.Context, id int64) (catalog.AdminRequest, error)
+	Run(ctx context.Context, id int64) (catalog.Run, error)
+	DaemonState(ctx context.Context, star string) (catalog.DaemonState, error)
 }
 
 // waitTrigger waits until a cycle has finished the trigger request id
@@ -117,7 +117,7 @@ func waitTrigger(ctx context.Context, e env, db triggerWaiter, star string, id i
 	taken := false
 	code = exitOK
 	err = poll(ctx, timeout, func(ctx context.Context) (bool, error) {
-		r, err := db.GetAdminRequest(ctx, id)
+		r, err := db.AdminRequest(ctx, id)
 		if err != nil {
 			return false, err
 		}
@@ -141,7 +141,7 @@ func waitTrigger(ctx context.Context, e env, db triggerWaiter, star string, id i
 			// Still open after an attempt: a cycle that failed or halted
 			// noted it; one that ended ok left it for the next cycle
 			// (partly settled, or past the settle budget).
-			run, err := db.GetRun(ctx, *r.RunID)
+			run, err := db.Run(ctx, *r.RunID)
 			if errors.Is(err, catalog.ErrNotFound) {
 				break
 			}
@@ -155,7 +155,7 @@ func waitTrigger(ctx context.Context, e env, db triggerWaiter, star string, id i
 				return true, nil
 			}
 		}
-		st, err := db.GetDaemonState(ctx, star)
+		st, err := db.DaemonState(ctx, star)
 		if err != nil {
 			return false, err
 		}

@@ -20,17 +20,17 @@ type fakeTriggerWaiter struct {
 	polls   int
 }
 
-func (f *fakeTriggerWaiter) GetAdminRequest(context.Context, int64) (catalog.AdminRequest, error) {
+func (f *fakeTriggerWaiter) AdminRequest(context.Context, int64) (catalog.AdminRequest, error) {
 	n := f.polls
 	f.polls++
 	return f.request(n)
 }
 
-func (f *fakeTriggerWaiter) GetRun(_ context.Context, id int64) (catalog.Run, error) {
+func (f *fakeTriggerWaiter) Run(_ context.Context, id int64) (catalog.Run, error) {
 	return f.run(id)
 }
 
-func (f *fakeTriggerWaiter) GetDaemonState(context.Context, string) (catalog.DaemonState, error) {
+func (f *fakeTriggerWaiter) DaemonState(context.Context, string) (catalog.DaemonState, error) {
 	return f.state, nil
 }
 

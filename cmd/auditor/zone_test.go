@@ -153,7 +153,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 	}
 	slotsBehind := func(bucket string) (behind, all int) {
 		t.Helper()
-		st, err := db.ReadTrimState(ctx, "s1-x")
+		st, err := db.Trim().TrimState(ctx, "s1-x")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 	if !rep.OK() || rep.Checked == 0 {
 		t.Fatalf("novasim check during the outage: %+v", rep)
 	}
-	if q, _ := db.Quarantined(ctx, "s1-x"); len(q) != 0 {
+	if q, _ := db.Settle().Quarantined(ctx, "s1-x"); len(q) != 0 {
 		t.Fatalf("the outage quarantined streams: %+v", q)
 	}
 	behindA, allA := slotsBehind(za)
@@ -200,7 +200,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 	if behindB != 0 {
 		t.Fatalf("zone b (up): %d slots behind the cursor not reaped", behindB)
 	}
-	due, err := db.SlotReaps(ctx, "s1-x")
+	due, err := db.Trim().SlotReaps(ctx, "s1-x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestExpressZoneOutageAndStalls(t *testing.T) {
 	if behind, _ := slotsBehind(za); behind != 0 {
 		t.Fatalf("zone a (back): %d slots behind the cursor not reaped", behind)
 	}
-	if due, _ := db.SlotReaps(ctx, "s1-x"); len(due) != 0 {
+	if due, _ := db.Trim().SlotReaps(ctx, "s1-x"); len(due) != 0 {
 		t.Fatalf("slot reaps left after the zone came back: %+v", due)
 	}
 	rep, err = sim.Check(ctx, db, sim.Storage{Store: direct, Standard: std, Express: []string{za, zb}}, sim.CheckOptions{SettledOnly: true})
@@ -325,7 +325,7 @@ func TestFullCycleUnderS3Faults(t *testing.T) {
 	}
 	e.checkSettled()
 	e.checkClean()
-	if q, _ := e.db.Quarantined(e.ctx, "s1"); len(q) != 0 {
+	if q, _ := e.db.Settle().Quarantined(e.ctx, "s1"); len(q) != 0 {
 		t.Fatalf("transient faults quarantined streams: %+v", q)
 	}
 	if fp.slowDowns.Load() == 0 || fp.resets.Load() == 0 {
@@ -405,10 +405,10 @@ func TestStallingZoneCostsLittle(t *testing.T) {
 		t.Fatalf("trigger: %s", errs)
 	}
 	eventually(t, 60*time.Second, "every absorbed record settled", func() bool {
-		ms, err := db.DueMarkers(ctx, "s1-x")
+		ms, err := db.Streams().DueMarkers(ctx, "s1-x")
 		return err == nil && len(ms) == 0
 	})
-	if q, _ := db.Quarantined(ctx, "s1-x"); len(q) != 0 {
+	if q, _ := db.Settle().Quarantined(ctx, "s1-x"); len(q) != 0 {
 		t.Fatalf("the stall quarantined streams: %+v", q)
 	}
 	rep, err := sim.Check(ctx, db, sim.Storage{Store: direct, Standard: std, Express: []string{zb}}, sim.CheckOptions{SettledOnly: true})

@@ -6,59 +6,63 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/sim"
 )
 
-func cmdCheck(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "check")
+func cmdCheck(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
 	var (
 		o       sim.CheckOptions
 		asJSON  bool
 		listing bool
 	)
 	fs.BoolVar(&o.SettledOnly, "settled-only", false, "check only records below settled_through, from settled objects (skip refs, slots, chains)")
-	fs.IntVar(&o.Concurrency, "concurrency", 8, "objects read at once")
+	fs.IntVar(&o.Concurrency, "concurrency", 8, "read `N` objects at once")
 	fs.IntVar(&o.MaxFindings, "max-findings", 100, "findings reported in detail (the counts are always complete)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&listing, "list-unreferenced", false, "list the flights no ref names (lost flights, or settled and released)")
-	cfg, err := fs.Load(args, "database-url")
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	if cfg.Star != "" {
-		o.Stars = []string{cfg.Star}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-e.signals:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	db, st, err := open(ctx, cfg, false)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	defer db.Close()
-	rep, err := sim.Check(ctx, db, st, o)
-	if err != nil {
-		return exitCode(e, cfg, fmt.Errorf("check: %w", err))
-	}
-	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args, "database-url")
+		if err != nil {
 			return exitCode(e, cfg, err)
 		}
-	} else {
-		printReport(e, rep, listing)
+		if cfg.Star != "" {
+			o.Stars = []string{cfg.Star}
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-e.signals:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		db, st, err := open(ctx, cfg, false)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		defer db.Close()
+		rep, err := sim.Check(ctx, db, st, o)
+		if err != nil {
+			return exitCode(e, cfg, fmt.Errorf("check: %w", err))
+		}
+		if asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				return exitCode(e, cfg, err)
+			}
+		} else {
+			printReport(e, rep, listing)
+		}
+		if !rep.OK() {
+			return exitCode(e, cfg, errors.New("check found differences"))
+		}
+		return exitOK
 	}
-	if !rep.OK() {
-		return exitCode(e, cfg, errors.New("check found differences"))
-	}
-	return exitOK
 }
 
 func printReport(e env, r sim.CheckReport, listing bool) {

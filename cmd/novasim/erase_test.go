@@ -33,7 +33,7 @@ func TestEraseAndEraseRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	streams, err := db.StreamsOfStar(ctx, "e1")
+	streams, err := db.Streams().StreamsOfStar(ctx, "e1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,11 +43,11 @@ func TestEraseAndEraseRate(t *testing.T) {
 			s = x
 		}
 	}
-	others, err := db.StreamsOfStar(ctx, "e2")
+	others, err := db.Streams().StreamsOfStar(ctx, "e2")
 	if err != nil || len(others) != 1 {
 		t.Fatal(others, err)
 	}
-	before, err := db.ErasuresOfStar(ctx, "e1")
+	before, err := db.Streams().ErasuresOfStar(ctx, "e1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestEraseAndEraseRate(t *testing.T) {
 			t.Errorf("erase %v: exit %d %q %q (want 2 naming %q)", tc.args, code, out, errs, tc.want)
 		}
 	}
-	after, err := db.ErasuresOfStar(ctx, "e1")
+	after, err := db.Streams().ErasuresOfStar(ctx, "e1")
 	if err != nil || len(after[s.ID]) != len(before[s.ID])+1 {
 		t.Fatalf("erasures of the stream: %d before, %d after the refusals (want one more) %v", len(before[s.ID]), len(after[s.ID]), err)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/internal/cli"
@@ -41,9 +43,9 @@ func notify() <-chan os.Signal {
 	return ch
 }
 
-// newFlags returns a subcommand's flags with the shared keys bound.
-func newFlags(e env, name string) *cli.Flags {
-	return cli.NewFlags(e.stdout, e.getenv, "novasim "+name, sharedKeys...)
+// newFlags returns a command's flags with the shared keys bound.
+func newFlags(e env, c *cobra.Command) *cli.Flags {
+	return cli.NewFlags(c, e.getenv, sharedKeys...)
 }
 
 // exitCode reports err (without secrets) and maps it to an exit code:
@@ -51,8 +53,6 @@ func newFlags(e env, name string) *cli.Flags {
 func exitCode(e env, cfg config.Config, err error) int {
 	switch {
 	case err == nil:
-		return exitOK
-	case errors.Is(err, cli.ErrHelp):
 		return exitOK
 	case errors.Is(err, catalog.ErrUnreachable):
 		fmt.Fprintf(e.stderr, "novasim: %s\n", cfg.Scrub(err.Error()))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/teststore"
@@ -73,13 +74,13 @@ func TestSetupWriteCheckFileBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	streams, err := db.StreamsOfStar(ctx, "cli-x")
+	streams, err := db.Streams().StreamsOfStar(ctx, "cli-x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var named catalog.SlotRef
 	for _, s := range streams {
-		if refs, err := db.RefsOfStream(ctx, s.ID); err == nil && len(refs) > 0 {
+		if refs, err := writepath.New(db).RefsOfStream(ctx, s.ID); err == nil && len(refs) > 0 {
 			named = refs[0].Slots[0]
 			break
 		}

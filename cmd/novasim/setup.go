@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/cmd/internal/wire"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/sim"
 )
 
-func cmdSetup(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "setup")
+func cmdSetup(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
 	def := sim.DefaultContent(0)
 	var (
 		o       sim.SetupOptions
@@ -20,7 +22,7 @@ func cmdSetup(ctx context.Context, e env, args []string) int {
 		seed    uint64
 	)
 	o.Content = def
-	fs.IntVar(&o.Streams, "streams", 100, "streams in all, over both stars")
+	fs.IntVar(&o.Streams, "streams", 100, "`N` streams in all, over both stars")
 	fs.ShareVar(&o.ExpressShare, "express-share", 0, "share of the streams on the express star (0: no express star)")
 	fs.StringVar(&o.ExpressStar, "express-star", "", "name of the express star (default <star>-x)")
 	fs.StringVar(&buckets, "stream-buckets", "b0", "Nova buckets of the streams' settled objects, comma-separated, dealt round-robin")
@@ -31,33 +33,35 @@ func cmdSetup(ctx context.Context, e env, args []string) int {
 	fs.ShareVar(&o.Content.EmptyShare, "empty-share", def.EmptyShare, "share of records with an empty body")
 	fs.BoolVar(&migrate, "migrate", false, "apply the schema migrations first")
 	createBuckets := fs.Bool("create-buckets", false, "create the standard and express buckets first (S3 or file backend)")
-	cfg, err := fs.Load(args, "database-url", "star")
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	o.Star = cfg.Star
-	o.Content.Seed = seed
-	o.StreamBuckets = strings.Split(buckets, ",")
-	db, st, err := open(ctx, cfg, migrate)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	defer db.Close()
-	if *createBuckets {
-		store, ok := st.Store.(objstore.Store)
-		if !ok {
-			return exitCode(e, cfg, fmt.Errorf("create buckets: the store %T cannot", st.Store))
-		}
-		if err := wire.CreateBuckets(ctx, cfg, store); err != nil {
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args, "database-url", "star")
+		if err != nil {
 			return exitCode(e, cfg, err)
 		}
+		o.Star = cfg.Star
+		o.Content.Seed = seed
+		o.StreamBuckets = strings.Split(buckets, ",")
+		db, st, err := open(ctx, cfg, migrate)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		defer db.Close()
+		if *createBuckets {
+			store, ok := st.Store.(objstore.Store)
+			if !ok {
+				return exitCode(e, cfg, fmt.Errorf("create buckets: the store %T cannot", st.Store))
+			}
+			if err := wire.CreateBuckets(ctx, cfg, store); err != nil {
+				return exitCode(e, cfg, err)
+			}
+		}
+		fx, err := sim.Setup(ctx, db, o)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		for _, s := range fx.Stars {
+			fmt.Fprintf(e.stdout, "star %s: %s, %d streams, fence window %d, seed %d\n", s.Star, s.Class, len(s.Streams), o.FenceWindow, seed)
+		}
+		return exitOK
 	}
-	fx, err := sim.Setup(ctx, db, o)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	for _, s := range fx.Stars {
-		fmt.Fprintf(e.stdout, "star %s: %s, %d streams, fence window %d, seed %d\n", s.Star, s.Class, len(s.Streams), o.FenceWindow, seed)
-	}
-	return exitOK
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/cli"
@@ -18,65 +20,67 @@ import (
 	"github.com/nova/auditor/sim"
 )
 
-func cmdWrite(ctx context.Context, e env, args []string) int {
-	fs := newFlags(e, "write")
+func cmdWrite(e env, c *cobra.Command) runFunc {
+	fs := newFlags(e, c)
 	var o sim.WriteOptions
 	wf := writeFlags(fs, &o)
-	cfg, err := fs.Load(args, "database-url")
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	progress, put, err := wf.resolve(e, &o)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	log, err := newLogger(e, cfg)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	o.Logger = log
-	db, st, err := openWith(ctx, cfg, false, put)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	defer db.Close()
-	stars, err := starsToWrite(ctx, db, cfg.Star)
-	if err != nil {
-		return exitCode(e, cfg, err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	o.Stop = drainOnInterrupt(ctx, e, cancel)
-
-	p := newProgress(e.stderr, progress, o, len(stars))
-	results := make([]sim.WriteStats, len(stars))
-	errs := make([]error, len(stars))
-	var wg sync.WaitGroup
-	for i, star := range stars {
-		so := o
-		so.Star = star
-		so.Session = uint64(time.Now().UnixNano())
-		so.Progress = func(s sim.WriteStats) { p.update(i, s) }
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = sim.Write(ctx, db, st, so)
-		}()
-	}
-	wg.Wait()
-	p.finish()
-	for i, s := range results {
-		fmt.Fprintf(e.stdout, "star %s: %s\n", stars[i], describe(s))
-	}
-	for i, err := range errs {
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args, "database-url")
 		if err != nil {
-			errs[i] = fmt.Errorf("star %s: %w", stars[i], err)
+			return exitCode(e, cfg, err)
 		}
+		progress, put, err := wf.resolve(e, &o)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		log, err := newLogger(e, cfg)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		o.Logger = log
+		db, st, err := openWith(ctx, cfg, false, put)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		defer db.Close()
+		stars, err := starsToWrite(ctx, db, cfg.Star)
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		o.Stop = drainOnInterrupt(ctx, e, cancel)
+
+		p := newProgress(e.stderr, progress, o, len(stars))
+		results := make([]sim.WriteStats, len(stars))
+		errs := make([]error, len(stars))
+		var wg sync.WaitGroup
+		for i, star := range stars {
+			so := o
+			so.Star = star
+			so.Session = uint64(time.Now().UnixNano())
+			so.Progress = func(s sim.WriteStats) { p.update(i, s) }
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i], errs[i] = sim.Write(ctx, db, st, so)
+			}()
+		}
+		wg.Wait()
+		p.finish()
+		for i, s := range results {
+			fmt.Fprintf(e.stdout, "star %s: %s\n", stars[i], describe(s))
+		}
+		for i, err := range errs {
+			if err != nil {
+				errs[i] = fmt.Errorf("star %s: %w", stars[i], err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return exitCode(e, cfg, err)
+		}
+		return exitOK
 	}
-	if err := errors.Join(errs...); err != nil {
-		return exitCode(e, cfg, err)
-	}
-	return exitOK
 }
 
 // writeFlagValues are write's flags that need resolving after parsing.
@@ -88,7 +92,7 @@ type writeFlagValues struct {
 // o, the rest into the returned values.
 func writeFlags(fs *cli.Flags, o *sim.WriteOptions) *writeFlagValues {
 	var v writeFlagValues
-	fs.Int64Var(&o.Flights, "flights", 0, "stop after this many flights are written (per star)")
+	fs.Int64Var(&o.Flights, "flights", 0, "stop after `N` flights are written (per star)")
 	fs.SizeVar(&o.Bytes, "bytes", 0, "stop after this many flight bytes are written (per star; KiB/MiB/GiB suffixes)")
 	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (none of flights, bytes, duration: until interrupted)")
 	fs.DurationVar(&o.FlightInterval, "flight-interval", 200*time.Millisecond, "flush a flight at least this often")

@@ -1,18 +1,24 @@
-// Package cli is what the auditor's and novasim's command lines share, and
-// the one place they are parsed: subcommand routing with a usage list, and
-// each subcommand's Flags, which bind the configuration keys (internal/config)
-// as flags beside the command's own and load the configuration with its
-// precedence and required keys. The flag values of more than one command
-// (sizes, shares, size ranges) are here too, with config's one size syntax.
+// Package cli is what the auditor's and novasim's command lines share on
+// top of cobra and pflag: the root command's help and usage layout (a
+// command's own flags first, the shared configuration grouped below, its
+// example and exit codes last), `help CMD` with the closest command for a
+// mistyped one, the closest flag for a mistyped flag, the mapping of every
+// usage error to exit 2, and each command's Flags, which bind the
+// configuration keys (internal/config) beside the command's own and load
+// the configuration with its precedence and required keys. The flag values
+// of more than one command (sizes, durations, shares, size ranges) are
+// here too, with config's one size and duration syntax. It does not
+// define commands: each binary builds its own tree.
 package cli
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nova/auditor/internal/config"
 )
@@ -30,95 +36,187 @@ const (
 	ExitUnreachable = 5
 )
 
-// ErrHelp is returned by Load after -h printed the flags (exit 0).
-var ErrHelp = errors.New("help requested")
+// FooterAnnotation is the cobra annotation whose text ends a command's
+// help, after its example: its exit codes, and any table of its own.
+const FooterAnnotation = "footer"
 
-// Route picks the subcommand named by args[0] among summaries (name ->
-// one-line summary) and returns it with its arguments; `help CMD` is CMD
-// with -h. When no command is to run (none given, help, unknown), ok is
-// false with the exit code, the usage printed: to stdout when help was
-// asked for (exit 0), else to stderr (exit 2), with the closest command
-// for a mistyped one.
-func Route(prog string, stdout, stderr io.Writer, summaries map[string]string, args []string) (name string, rest []string, code int, ok bool) {
-	if len(args) == 0 {
-		Usage(prog, stderr, summaries)
-		return "", nil, ExitUsage, false
+// usageTemplate lays a command's help out: its own flags (the command's
+// local, non-persistent flags), then the shared configuration (its
+// persistent flags: on a leaf command they are the configuration keys),
+// the example, and the footer. pflag prints each flag with its value's
+// placeholder (--denorm-linger DURATION).
+const usageTemplate = `Usage:{{if .Runnable}}
+  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
+  {{.CommandPath}} [command]
+
+Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
+
+Flags:
+{{.LocalNonPersistentFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailablePersistentFlags}}
+
+Shared configuration (every command takes these; flag > environment > --config file > default):
+{{.PersistentFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasExample}}
+
+Examples:
+{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
+
+Use "{{.CommandPath}} help [command]" for more information about a command.{{end}}{{with index .Annotations "footer"}}
+
+{{.}}{{else}}
+{{end}}`
+
+// helpTemplate is the synopsis, the description, then the usage.
+const helpTemplate = `{{with .Short}}{{.}}
+
+{{end}}{{with .Long}}{{. | trimTrailingWhitespaces}}
+
+{{end}}{{.UsageString}}`
+
+// NewRoot returns the root command of the binary prog, with the shared
+// help layout, `help CMD`, flag did-you-mean and silenced errors
+// (Execute reports them). Add the commands to it, then Execute it.
+func NewRoot(prog, short, long string) *cobra.Command {
+	root := &cobra.Command{
+		Use:           prog,
+		Short:         short,
+		Long:          long,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Completion is each binary's own command (completion bash|zsh|fish).
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
-		if args[0] == "help" && len(args) > 1 {
-			if _, found := summaries[args[1]]; found {
-				return args[1], []string{"-h"}, ExitOK, true
+	root.SetUsageTemplate(usageTemplate)
+	root.SetHelpTemplate(helpTemplate)
+	root.SetFlagErrorFunc(flagError)
+	root.SetHelpCommand(helpCommand(prog))
+	// A bare prog is a usage error: the usage goes to stderr, exit 2.
+	root.RunE = func(c *cobra.Command, _ []string) error {
+		fmt.Fprint(c.ErrOrStderr(), c.UsageString())
+		return Exit(ExitUsage)
+	}
+	return root
+}
+
+// helpCommand is `prog help [CMD]`: CMD's help (CMD -h), or the top-level
+// help; an unknown CMD is a usage error with the closest command.
+func helpCommand(prog string) *cobra.Command {
+	return &cobra.Command{
+		Use:     "help [command]",
+		Short:   "print the help of a command (the same as the command's -h)",
+		Long:    "Print the help of a command: its synopsis, description, own flags, the shared configuration, an example and its exit codes. Without a command, the list of commands.",
+		Example: "  " + prog + " help run",
+		Annotations: map[string]string{
+			FooterAnnotation: "exit codes:\n  0  the help was printed\n  2  no such command",
+		},
+		ValidArgsFunction: func(c *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			var names []cobra.Completion
+			for _, cmd := range c.Root().Commands() {
+				if cmd.IsAvailableCommand() && len(args) == 0 {
+					names = append(names, cobra.CompletionWithDesc(cmd.Name(), cmd.Short))
+				}
 			}
-			unknown(prog, stderr, summaries, args[1])
-			return "", nil, ExitUsage, false
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, _, err := c.Root().Find(args)
+			if err != nil {
+				return err
+			}
+			if cmd == nil {
+				return fmt.Errorf("unknown help topic %q", strings.Join(args, " "))
+			}
+			cmd.InitDefaultHelpFlag()
+			return cmd.Help()
+		},
+	}
+}
+
+// ExitError is a command's exit code other than 0, its reason already
+// reported: Execute exits with it and prints nothing.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// Exit is the error a command's RunE returns for its exit code: nil for 0.
+func Exit(code int) error {
+	if code == ExitOK {
+		return nil
+	}
+	return &ExitError{Code: code}
+}
+
+// Execute runs root with args and returns the exit code: the command's
+// own (Exit), or ExitUsage for what cobra or pflag refused (an unknown
+// command or flag, a bad flag value, a misplaced argument), reported on
+// stderr as "prog: ..." after scrub removed any secret.
+func Execute(root *cobra.Command, args []string, stderr io.Writer, scrub func(string) string) int {
+	root.SetArgs(args)
+	err := root.Execute()
+	var exit *ExitError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &exit):
+		return exit.Code
+	}
+	msg := strings.TrimRight(scrub(err.Error()), "\n")
+	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), msg)
+	if strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown help topic") {
+		fmt.Fprintf(stderr, "Run '%s --help' for the commands.\n", root.Name())
+	}
+	return ExitUsage
+}
+
+// NoArgs is a cobra.PositionalArgs for a command that takes no argument:
+// one is a configuration error naming it (exit 2).
+func NoArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q: %s takes none", args[0], c.CommandPath())}
+	}
+	return nil
+}
+
+// flagError is every command's flag error (cobra's FlagErrorFunc): a
+// configuration error (exit 2), with the closest flag for an unknown one.
+func flagError(c *cobra.Command, err error) error {
+	msg := err.Error()
+	var missing *pflag.NotExistError
+	if errors.As(err, &missing) && missing.GetSpecifiedName() != "" {
+		var names []string
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if !f.Hidden {
+				names = append(names, f.Name)
+			}
+		})
+		if s := config.Suggest(missing.GetSpecifiedName(), names); s != "" {
+			msg = fmt.Sprintf("%s (did you mean --%s?)", msg, s)
 		}
-		Usage(prog, stdout, summaries)
-		return "", nil, ExitOK, false
 	}
-	if _, found := summaries[args[0]]; !found {
-		unknown(prog, stderr, summaries, args[0])
-		return "", nil, ExitUsage, false
-	}
-	return args[0], args[1:], ExitOK, true
+	return &config.Error{Field: "flags", Msg: msg}
 }
 
-// unknown reports an unknown command, with the closest one, and the usage.
-func unknown(prog string, w io.Writer, summaries map[string]string, name string) {
-	names := make([]string, 0, len(summaries))
-	for n := range summaries {
-		names = append(names, n)
-	}
-	if s := config.Suggest(name, names); s != "" {
-		fmt.Fprintf(w, "%s: unknown command %q (did you mean %q?)\n", prog, name, s)
-	} else {
-		fmt.Fprintf(w, "%s: unknown command %q\n", prog, name)
-	}
-	Usage(prog, w, summaries)
-}
-
-// Usage prints the command list, sorted.
-func Usage(prog string, w io.Writer, summaries map[string]string) {
-	names := make([]string, 0, len(summaries))
-	width := 0
-	for n := range summaries {
-		names = append(names, n)
-		width = max(width, len(n))
-	}
-	sort.Strings(names)
-	fmt.Fprintf(w, "usage: %s <command> [flags]   (%s help <command>, or %s <command> -h, lists its flags)\ncommands:\n", prog, prog, prog)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-*s  %s\n", width, n, summaries[n])
-	}
-}
-
-// Flags is one subcommand's flags: --config and the configuration keys it
-// takes, bound as flags, beside the command's own (define them on the
-// embedded FlagSet, or with SizeVar, ShareVar and SizeRangeVar). The
-// FlagSet's own messages are discarded: Load reports an error once, and -h
-// prints the flag list.
+// Flags is one command's flags, on its cobra command: its own flags on
+// the embedded FlagSet (define them with the FlagSet's methods, or with
+// SizeVar, DurationVar, ShareVar and SizeRangeVar), and --config and the
+// configuration keys it takes on the command's persistent flags, which
+// the help lists apart, below its own.
 type Flags struct {
-	*flag.FlagSet
-	// Synopsis is printed by -h under the usage line (the command's
-	// one-line summary); Footer after the flags (an example, exit codes).
-	Synopsis string
-	Footer   string
-	stdout   io.Writer
-	src      config.Sources
-	file     *string
-	shared   map[string]string // the configuration keys bound as flags, and their placeholders
+	*pflag.FlagSet
+	shared *pflag.FlagSet
+	src    config.Sources
+	file   *string
 }
 
-// NewFlags returns the flags of the subcommand name ("auditor run") with
-// every configuration key bound, or only the named ones (novasim takes the
-// database and storage keys). getenv reads the keys' environment
-// variables; -h prints the flags to stdout.
-func NewFlags(stdout io.Writer, getenv func(string) string, name string, only ...string) *Flags {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	f := &Flags{FlagSet: fs, stdout: stdout, shared: map[string]string{"config": "FILE"},
-		src: config.Sources{Getenv: getenv, Flags: map[string]string{}, Only: only}}
-	f.file = fs.String("config", "", "YAML configuration file (keys are the flag names). In every source, durations take Go's units and days and weeks (30s, 5m, 24h, 30d, 1d12h, 2w) and sizes binary units (K/KiB, M/MiB, G/GiB, T/TiB: 1G = 2^30 bytes), converted to the unit a key's name says")
+// NewFlags binds --config and every configuration key, or only the named
+// ones (novasim takes the database and storage keys), to cmd. getenv reads
+// the keys' environment variables.
+func NewFlags(cmd *cobra.Command, getenv func(string) string, only ...string) *Flags {
+	shared := cmd.PersistentFlags()
+	f := &Flags{FlagSet: cmd.Flags(), shared: shared, src: config.Sources{Getenv: getenv, Flags: map[string]string{}, Only: only}}
+	f.file = new(string)
+	shared.VarP(&keyValue{placeholder: "FILE", set: func(v string) error { *f.file = v; return nil }}, "config", "",
+		"YAML configuration file (keys are the flag names). In every source, durations take Go's units and days and weeks (30s, 5m, 24h, 30d, 1d12h, 2w) and sizes binary units (K/KiB, M/MiB, G/GiB, T/TiB: 1G = 2^30 bytes), converted to the unit a key's name says")
 	taken := map[string]bool{}
 	for _, n := range only {
 		taken[n] = true
@@ -127,44 +225,66 @@ func NewFlags(stdout io.Writer, getenv func(string) string, name string, only ..
 		if len(only) > 0 && !taken[k.Name] {
 			continue
 		}
-		f.shared[k.Name] = k.Placeholder
 		usage := fmt.Sprintf("%s (env %s)", k.Usage, config.EnvName(k.Name))
 		if k.Default != "" {
 			usage = fmt.Sprintf("%s (default %q, env %s)", k.Usage, k.Default, config.EnvName(k.Name))
 		}
-		set := func(v string) error {
-			if err := config.CheckValue(k.Name, v); err != nil {
+		name := k.Name
+		v := &keyValue{placeholder: k.Placeholder, isBool: k.Bool, set: func(v string) error {
+			if err := config.CheckValue(name, v); err != nil {
 				return err
 			}
-			f.src.Flags[k.Name] = v
+			f.src.Flags[name] = v
 			return nil
-		}
-		if k.Bool {
-			// A boolean takes no value (--flag) or an attached one
-			// (--flag=false): a following argument is never its value.
-			fs.BoolFunc(k.Name, usage, set)
-			continue
-		}
-		fs.Func(k.Name, usage, set)
+		}}
+		// A boolean (IsBoolFlag) takes no value (--flag) or an attached
+		// one (--flag=false): a following argument is never its value.
+		shared.Var(v, k.Name, usage)
 	}
 	return f
 }
 
-// Load parses the command line, loads and validates the configuration
-// (flag > environment > --config file > default) and checks the required
-// keys. Its errors are configuration errors (exit 2), or ErrHelp after -h
-// printed the flags to stdout (help asked for is output, not an error).
-func (f *Flags) Load(args []string, require ...string) (config.Config, error) {
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			f.PrintHelp(f.stdout)
-			fmt.Fprint(f.stdout, f.Footer)
-			return config.Config{}, ErrHelp
-		}
-		return config.Config{}, &config.Error{Field: "flags", Msg: f.suggest(err.Error())}
+// keyValue is a configuration key's flag: its value is checked and handed
+// to the configuration's sources when it is set, and the configuration
+// applies its default, so the flag has none of its own.
+type keyValue struct {
+	placeholder string
+	isBool      bool
+	set         func(string) error
+	v           string
+}
+
+func (k *keyValue) String() string { return k.v }
+
+func (k *keyValue) Set(v string) error {
+	if err := k.set(v); err != nil {
+		return err
 	}
-	if f.NArg() > 0 {
-		return config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q", f.Arg(0))}
+	k.v = v
+	return nil
+}
+
+// IsBoolFlag makes a boolean key's flag one pflag's way: it takes no
+// value, or an attached one, and help shows it as --name[=true|false].
+func (k *keyValue) IsBoolFlag() bool { return k.isBool }
+
+// Type is the value's placeholder in help (DURATION, SIZE): pflag prints
+// it after the flag's name; "bool" prints none.
+func (k *keyValue) Type() string {
+	if k.isBool {
+		return "bool"
+	}
+	return k.placeholder
+}
+
+// Load loads and validates the configuration (flag > environment >
+// --config file > default) once cobra parsed the command line, and checks
+// the required keys. args are the positional arguments cobra left, which
+// a command built on Load does not take. Its errors are configuration
+// errors (exit 2).
+func (f *Flags) Load(args []string, require ...string) (config.Config, error) {
+	if len(args) > 0 {
+		return config.Config{}, &config.Error{Field: "flags", Msg: fmt.Sprintf("unexpected argument %q", args[0])}
 	}
 	src := f.src
 	src.File = *f.file
@@ -175,89 +295,17 @@ func (f *Flags) Load(args []string, require ...string) (config.Config, error) {
 	return cfg, cfg.Require(require...)
 }
 
-// PrintHelp prints the command's usage line and its own flags, then the
-// shared configuration keys it takes, grouped apart, each with its value's
-// placeholder (--denorm-linger=DURATION).
-func (f *Flags) PrintHelp(w io.Writer) {
-	var own, shared []*flag.Flag
-	f.VisitAll(func(fl *flag.Flag) {
-		if _, ok := f.shared[fl.Name]; ok {
-			shared = append(shared, fl)
-		} else {
-			own = append(own, fl)
-		}
-	})
-	fmt.Fprintf(w, "usage of %s:\n", f.Name())
-	if f.Synopsis != "" {
-		fmt.Fprintf(w, "  %s\n\n", f.Synopsis)
+// Lookup returns the flag name, the command's own or a configuration
+// key's (cobra merges the two sets only when it parses).
+func (f *Flags) Lookup(name string) *pflag.Flag {
+	if fl := f.FlagSet.Lookup(name); fl != nil {
+		return fl
 	}
-	for _, fl := range own {
-		name, usage := flag.UnquoteUsage(fl)
-		printFlag(w, fl.Name, strings.ToUpper(name), usage, fl.DefValue)
-	}
-	if len(shared) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "\nshared configuration (every command takes these; flag > environment > --config file > default):\n")
-	for _, fl := range shared {
-		printFlag(w, fl.Name, f.shared[fl.Name], fl.Usage, "")
-	}
+	return f.shared.Lookup(name)
 }
 
-// printFlag prints one flag: --name=PLACEHOLDER, then its usage indented.
-func printFlag(w io.Writer, name, placeholder, usage, def string) {
-	if placeholder != "" {
-		fmt.Fprintf(w, "  --%s=%s\n", name, placeholder)
-	} else {
-		fmt.Fprintf(w, "  --%s\n", name)
-	}
-	if def != "" && def != "false" && def != "0" && !strings.Contains(usage, "(default") {
-		usage += fmt.Sprintf(" (default %q)", def)
-	}
-	fmt.Fprintf(w, "    \t%s\n", usage)
-}
-
-// suggest adds the closest flag to the flag package's "flag provided but
-// not defined: -x" error.
-func (f *Flags) suggest(msg string) string {
-	const undefined = "flag provided but not defined: "
-	name, ok := strings.CutPrefix(msg, undefined)
-	if !ok {
-		return msg
-	}
-	var names []string
-	f.VisitAll(func(fl *flag.Flag) { names = append(names, fl.Name) })
-	if s := config.Suggest(strings.TrimLeft(name, "-"), names); s != "" {
-		return fmt.Sprintf("%s (did you mean --%s?)", msg, s)
-	}
-	return msg
-}
-
-// PrintFlags prints a FlagSet's usage line and flags to w.
-func PrintFlags(w io.Writer, fs *flag.FlagSet) {
-	fs.SetOutput(w)
-	defer fs.SetOutput(io.Discard)
-	fmt.Fprintf(w, "usage of %s:\n", fs.Name())
-	fs.PrintDefaults()
-}
-
-// ParseInterspersed parses flags that may appear before and after the
-// positional arguments, which it returns; everything after "--" is
-// positional.
-func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
+// Given reports whether the flag name was given on the command line.
+func (f *Flags) Given(name string) bool {
+	fl := f.Lookup(name)
+	return fl != nil && fl.Changed
 }

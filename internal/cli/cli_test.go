@@ -4,18 +4,47 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/nova/auditor/internal/cli"
 	"github.com/nova/auditor/internal/config"
 )
 
-func newFlags(env map[string]string, only ...string) (*cli.Flags, *strings.Builder) {
+// testCommand is `auditor t` in a root built by cli.NewRoot, its flags
+// bound by cli.NewFlags: what a binary's command is.
+type testCommand struct {
+	*cli.Flags
+	root, cmd *cobra.Command
+	out       *strings.Builder
+}
+
+func newFlags(env map[string]string, only ...string) (*testCommand, *strings.Builder) {
 	var out strings.Builder
-	return cli.NewFlags(&out, func(k string) string { return env[k] }, "auditor t", only...), &out
+	root := cli.NewRoot("auditor", "test root", "")
+	root.SetOut(&out)
+	root.SetErr(&out)
+	cmd := &cobra.Command{Use: "t [flags]", Short: "the test command", Example: "  auditor t --json",
+		Annotations: map[string]string{cli.FooterAnnotation: "exit codes:\n  0  fine\n"}}
+	root.AddCommand(cmd)
+	return &testCommand{Flags: cli.NewFlags(cmd, func(k string) string { return env[k] }, only...), root: root, cmd: cmd, out: &out}, &out
+}
+
+// Load runs `auditor t args` through cobra: the flags are parsed, then
+// Load loads the configuration with the positional arguments left. The
+// error is cobra's (a flag refused) or Load's.
+func (c *testCommand) Load(args []string, require ...string) (config.Config, error) {
+	var cfg config.Config
+	c.cmd.RunE = func(_ *cobra.Command, pos []string) error {
+		var err error
+		cfg, err = c.Flags.Load(pos, require...)
+		return err
+	}
+	c.root.SetArgs(append([]string{"t"}, args...))
+	return cfg, c.root.Execute()
 }
 
 // TestFlagsPrecedenceAndBooleans: a flag beats the environment, which beats
@@ -44,7 +73,8 @@ func TestFlagsPrecedenceAndBooleans(t *testing.T) {
 }
 
 // TestFlagsLoadRefusals: every refusal is a configuration error (exit 2)
-// naming what is wrong; -h prints the flags and is ErrHelp.
+// naming what is wrong; -h prints the command's own flags, then the
+// shared configuration with each key's environment variable and default.
 func TestFlagsLoadRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		args    []string
@@ -53,6 +83,8 @@ func TestFlagsLoadRefusals(t *testing.T) {
 	}{
 		{[]string{"--reap-grace", "-1s"}, nil, "reap-grace"},
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
+		{[]string{"--stra", "s1"}, nil, "did you mean --star?"},
+		{[]string{"--lease-ttl"}, nil, "lease-ttl"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
 		{nil, []string{"star", "database-url"}, "database-url"},
 		{[]string{"--star", "Star_1"}, nil, "star"},
@@ -65,12 +97,21 @@ func TestFlagsLoadRefusals(t *testing.T) {
 	}
 	fs, out := newFlags(nil)
 	fs.Bool("json", false, "print JSON")
-	if _, err := fs.Load([]string{"-h"}); !errors.Is(err, cli.ErrHelp) {
+	if _, err := fs.Load([]string{"-h"}); err != nil {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, want := range []string{"usage of auditor t:", "-star", "env NOVA_AUDITOR_STAR", "-json", `default "@every 30s"`} {
-		if !strings.Contains(out.String(), want) {
+	own, shared, ok := strings.Cut(out.String(), "\nShared configuration")
+	if !ok {
+		t.Fatalf("-h output has no shared configuration heading:\n%s", out.String())
+	}
+	for _, want := range []string{"Usage:\n  auditor t [flags]", "--json", "Examples:\n  auditor t --json\n", "exit codes:\n  0  fine\n"} {
+		if !strings.Contains(own+shared, want) {
 			t.Errorf("-h output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, want := range []string{"--star STRING", "env NOVA_AUDITOR_STAR", "--lease-ttl DURATION", "--config FILE", `default "@every 30s"`} {
+		if !strings.Contains(shared, want) || strings.Contains(own, want) {
+			t.Errorf("-h output does not list %q under the shared configuration only:\n%s", want, out.String())
 		}
 	}
 }
@@ -159,11 +200,37 @@ func TestDurationFlags(t *testing.T) {
 	}
 }
 
-func TestParseInterspersed(t *testing.T) {
-	fs, _ := newFlags(nil)
-	asJSON := fs.Bool("json", false, "")
-	pos, err := cli.ParseInterspersed(fs.FlagSet, []string{"a", "--json", "b", "--", "--c"})
-	if err != nil || !*asJSON || !slices.Equal(pos, []string{"a", "b", "--c"}) {
-		t.Fatalf("positional %q, json %v, %v", pos, *asJSON, err)
+// TestExecute: a command's exit code passes through; a usage error (an
+// unknown command or flag, a bad value) is exit 2 on stderr, with the
+// closest command; help is exit 0 on stdout; a bare binary prints its
+// usage on stderr and exits 2.
+func TestExecute(t *testing.T) {
+	for _, c := range []struct {
+		args         []string
+		code         int
+		stdout, errs string
+	}{
+		{[]string{"t"}, 3, "", ""},
+		{[]string{"t", "--json", "a", "b"}, 3, "", ""},
+		{[]string{"x"}, cli.ExitUsage, "", "Did you mean this?\n\tt\n"},
+		{[]string{"help", "x"}, cli.ExitUsage, "", `unknown command "x"`},
+		{[]string{"t", "--jsn"}, cli.ExitUsage, "", "did you mean --json?"},
+		{[]string{"t", "--json=maybe"}, cli.ExitUsage, "", "json"},
+		{[]string{"help", "t"}, cli.ExitOK, "the test command\n\nUsage:\n  auditor t [flags]", ""},
+		{[]string{"--help"}, cli.ExitOK, "  t           the test command", ""},
+		{nil, cli.ExitUsage, "", "  t           the test command"},
+	} {
+		var stdout, stderr strings.Builder
+		root := cli.NewRoot("auditor", "test root", "")
+		root.SetOut(&stdout)
+		root.SetErr(&stderr)
+		cmd := &cobra.Command{Use: "t [flags]", Short: "the test command",
+			RunE: func(*cobra.Command, []string) error { return cli.Exit(3) }}
+		cmd.Flags().Bool("json", false, "print JSON")
+		root.AddCommand(cmd)
+		code := cli.Execute(root, c.args, &stderr, func(s string) string { return s })
+		if code != c.code || !strings.Contains(stdout.String(), c.stdout) || !strings.Contains(stderr.String(), c.errs) {
+			t.Errorf("auditor %q: exit %d, stdout %q, stderr %q; want %d, %q, %q", c.args, code, stdout.String(), stderr.String(), c.code, c.stdout, c.errs)
+		}
 	}
 }

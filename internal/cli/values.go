@@ -18,7 +18,7 @@ func (f *Flags) SizeVar(p *int64, name string, def int64, usage string) {
 
 // DurationVar defines a time.Duration flag in the configuration's one
 // duration syntax (config.ParseDuration: 30s, 5m, 30d, 1d12h, 2w). It
-// replaces the FlagSet's, so every duration flag takes days and weeks.
+// replaces pflag's, so every duration flag takes days and weeks.
 func (f *Flags) DurationVar(p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def
 	f.Var(durationValue{p}, name, usage)
@@ -39,6 +39,8 @@ func (d durationValue) String() string {
 	}
 	return d.v.String()
 }
+
+func (d durationValue) Type() string { return "DURATION" }
 
 func (d durationValue) Set(v string) error {
 	x, err := config.ParseDuration(v)
@@ -70,6 +72,8 @@ func (s sizeValue) String() string {
 	return strconv.FormatInt(*s.v, 10)
 }
 
+func (s sizeValue) Type() string { return "SIZE" }
+
 func (s sizeValue) Set(v string) error {
 	n, err := config.ParseSize(v)
 	if err != nil {
@@ -87,6 +91,8 @@ func (s shareValue) String() string {
 	}
 	return strconv.FormatFloat(*s.v, 'g', -1, 64)
 }
+
+func (s shareValue) Type() string { return "SHARE" }
 
 func (s shareValue) Set(v string) error {
 	x, err := strconv.ParseFloat(v, 64)
@@ -108,6 +114,8 @@ func (r rangeValue) String() string {
 	}
 	return fmt.Sprintf("%d-%d", *r.lo, *r.hi)
 }
+
+func (r rangeValue) Type() string { return "MIN-MAX" }
 
 func (r rangeValue) Set(v string) error {
 	a, b, ok := strings.Cut(v, "-")

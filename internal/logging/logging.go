@@ -43,7 +43,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	}
 	switch format {
 	case "text":
-		h := tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: TimeFormat, NoColor: !tty,
+		h := tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: TimeFormat, NoColor: !tty,
 			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return normalize(a, false) }})
 		return slog.New(&dedup{Handler: h, keys: map[string]bool{}}), nil
 	case "json":
@@ -84,7 +84,7 @@ func normalize(a slog.Attr, jsonOut bool) slog.Attr {
 // its own text or JSON form) into a group of its exported fields.
 func structGroup(x any, jsonOut bool) (slog.Value, bool) {
 	switch x.(type) {
-	case error, fmt.Stringer, json.Marshaler, encoding.TextMarshaler, time.Time:
+	case error, time.Time, fmt.Stringer, json.Marshaler, encoding.TextMarshaler:
 		return slog.Value{}, false
 	}
 	rv := reflect.ValueOf(x)

@@ -217,7 +217,7 @@ func (s *Store) copyPiece(dst *os.File, p objstore.Piece) error {
 	if err != nil {
 		return srcErr(err)
 	}
-	defer src.Close()
+	defer src.Close() //nolint:errcheck // read-only: nothing to flush, the copy's errors are returned
 	if p.SrcETag != "" && etag(fi) != p.SrcETag {
 		return srcErr(objstore.ErrSourceChanged)
 	}
@@ -232,7 +232,7 @@ func fileCRC(path string) (uint32, int64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only: nothing to flush, io.Copy's error is returned
 	h := crc32c.New()
 	n, err := io.Copy(h, f)
 	return h.Sum32(), n, err

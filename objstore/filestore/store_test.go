@@ -129,10 +129,14 @@ func TestCrashLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp.WriteString("torn")
+	if _, err := tmp.WriteString("torn"); err != nil {
+		t.Fatal(err)
+	}
 	tmp.Close()
 	old := time.Now().Add(-2 * time.Hour)
-	os.Chtimes(tmp.Name(), old, old)
+	if err := os.Chtimes(tmp.Name(), old, old); err != nil {
+		t.Fatal(err)
+	}
 	var id string
 	_, err = s.Assemble(context.Background(), objstore.AssembleRequest{Bucket: "b", Key: "k", Pieces: []objstore.Piece{objstore.DataPiece([]byte("data"))},
 		Hooks: objstore.Hooks{UploadCreated: func(u string) error { id = u; return nil }, PartDone: func(int, bool) error { return errors.New("crash") }}})

@@ -92,7 +92,9 @@ func BenchmarkAssembleMixes(b *testing.B) {
 				}
 				elapsed += time.Since(start)
 				b.StopTimer()
-				s.Delete(ctx, bucket, []string{key})
+				if err := s.Delete(ctx, bucket, []string{key}); err != nil {
+					b.Fatal(err)
+				}
 				b.StartTimer()
 			}
 			size := float64(res.Size)
@@ -144,7 +146,9 @@ func BenchmarkAssembleVsNaive(b *testing.B) {
 		}
 		tNaive += time.Since(start)
 		b.StopTimer()
-		s.Delete(ctx, bucket, []string{key, "naive/" + key})
+		if err := s.Delete(ctx, bucket, []string{key, "naive/" + key}); err != nil {
+			b.Fatal(err)
+		}
 		b.StartTimer()
 		i++
 	}

@@ -149,7 +149,7 @@ func refusal(err error) string {
 // (Filter.Prefix, And.Prefix, or the deprecated rule-level Prefix).
 func lifecycleRule(r types.LifecycleRule) objstore.LifecycleRule {
 	out := objstore.LifecycleRule{ID: aws.ToString(r.ID), Enabled: r.Status == types.ExpirationStatusEnabled,
-		Prefix: aws.ToString(r.Prefix)} // the deprecated rule-level prefix, still sent by some servers
+		Prefix: aws.ToString(r.Prefix)} //nolint:staticcheck // SA1019: the deprecated rule-level prefix, still sent by some servers
 	if f := r.Filter; f != nil {
 		if f.Prefix != nil {
 			out.Prefix = *f.Prefix

@@ -83,7 +83,9 @@ func TestProbe(t *testing.T) {
 		t.Errorf("by source with read-back %v, server checked %v; want read-back, CRC32C not server checked", c.VerifyReadback, c.ServerChecked)
 	}
 	var keys []string
-	s.List(context.Background(), b, "", func(o objstore.ObjectInfo) error { keys = append(keys, o.Key); return nil })
+	if err := s.List(context.Background(), b, "", func(o objstore.ObjectInfo) error { keys = append(keys, o.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
 	if len(keys) != 0 {
 		t.Errorf("probe left %v", keys)
 	}
@@ -237,7 +239,9 @@ func TestBySourceCatchesCorruption(t *testing.T) {
 				t.Errorf("published %v (%v), ErrPublishedBad %v; want %v", published, herr, errors.Is(err, objstore.ErrPublishedBad), c.published)
 			}
 			if res.UploadID != "" && !c.published {
-				s.AbortAssembly(ctx, b, key, res.UploadID)
+				if err := s.AbortAssembly(ctx, b, key, res.UploadID); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}
@@ -281,7 +285,9 @@ func TestFullObjectMode(t *testing.T) {
 	if _, err := s.Head(ctx, b, "bad"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("wrong assembly published: %v", err)
 	}
-	s.AbortAssembly(ctx, b, "bad", res.UploadID)
+	if err := s.AbortAssembly(ctx, b, "bad", res.UploadID); err != nil {
+		t.Fatal(err)
+	}
 	pieces, want = build("withcrc")
 	res, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "misreported", Pieces: pieces, ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
 	if !errors.Is(err, objstore.ErrChecksum) {
@@ -289,7 +295,9 @@ func TestFullObjectMode(t *testing.T) {
 	} else if _, err := s.Head(ctx, b, "misreported"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("misreported assembly published: %v", err)
 	}
-	s.AbortAssembly(ctx, b, "misreported", res.UploadID)
+	if err := s.AbortAssembly(ctx, b, "misreported", res.UploadID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestResumeKeepsParts: a resumed upload keeps the parts it holds, uploads

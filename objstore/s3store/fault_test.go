@@ -146,7 +146,7 @@ func (ft *faultyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	drain := func() {
 		if r.Body != nil {
-			io.Copy(io.Discard, r.Body)
+			_, _ = io.Copy(io.Discard, r.Body) // drained for the connection's reuse, not read
 			r.Body.Close()
 		}
 	}
@@ -162,7 +162,7 @@ func (ft *faultyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return answer(r, 200, errorXML("InternalError")), nil
 	case resetRequest:
 		if r.Body != nil {
-			io.CopyN(io.Discard, r.Body, 1000)
+			_, _ = io.CopyN(io.Discard, r.Body, 1000) // a partial read before the reset, not checked
 			r.Body.Close()
 		}
 		return nil, fmt.Errorf("write request: %w", syscall.ECONNRESET)
@@ -179,7 +179,7 @@ func (ft *faultyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	case resetBody:
 		resp.Body = &resetReader{r: resp.Body, left: int(max(resp.ContentLength/2, 0))}
 	case error200After:
-		io.Copy(io.Discard, resp.Body)
+		_, _ = io.Copy(io.Discard, resp.Body) // the real answer discarded, not read
 		resp.Body.Close()
 		return answer(r, 200, errorXML("InternalError")), nil
 	}

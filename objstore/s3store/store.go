@@ -223,7 +223,7 @@ func (s *Store) readRange(ctx context.Context, bucket, fullKey, rng, etag string
 		if err != nil {
 			return err
 		}
-		defer out.Body.Close()
+		defer out.Body.Close() //nolint:errcheck // a response body, read: its reading's errors are returned
 		cl := aws.ToInt64(out.ContentLength)
 		if out.ContentRange == nil {
 			if cl != 0 || (!suffix && off != 0) {
