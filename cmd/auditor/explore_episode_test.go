@@ -603,12 +603,14 @@ func (ep *episode) quiesce(t testing.TB, ctx context.Context) {
 		}
 		ep.checkQuarantine(ctx)
 		ep.releaseDamaged(ctx)
-		if res.err == nil && ep.settled(ctx) == "" {
-			if ep.strays(ctx) == "" {
-				return
-			}
-			// A stray a late PUT left in this cycle ages past the guard
-			// only by a skip made surely after it was written.
+		rest := ep.strays(ctx)
+		if res.err == nil && ep.settled(ctx) == "" && rest == "" {
+			return
+		}
+		if rest != "" {
+			// A stray (a late PUT's) ages past the guard only by a skip
+			// made surely after it was written; an erasure whose records
+			// it holds waits for its sweep.
 			time.Sleep(objstore.ListedTimeResolution + 100*time.Millisecond)
 		}
 	}
