@@ -38,8 +38,8 @@ soak-fleet: ## the fleet under random kills, drains, pauses and scaling (auditor
 explore: ## the seeded fault explorer for EXPLORE_DURATION (default 10m) over both backends: episodes run, faults by kind, crash and pause points reached, failures with the command that replays each
 	NOVA_EXPLORE_DURATION=$(EXPLORE_DURATION) NOVA_TEST_TIMEOUT=0 scripts/test.sh -run '^TestExplore$$' -v ./cmd/auditor
 
-explore-mutants: ## the explorer with each rule switched off in turn (late-delete, unfenced-commit, adoption-bytes) on the file backend for EXPLORE_DURATION each: passes when each break is found
-	for m in late-delete unfenced-commit adoption-bytes; do \
+explore-mutants: ## the explorer with each rule switched off in turn (late-delete, unfenced-commit, adoption-bytes, erase-tail-rewrite) on the file backend for EXPLORE_DURATION each: passes when each break is found
+	for m in late-delete unfenced-commit adoption-bytes erase-tail-rewrite; do \
 		NOVA_EXPLORE_MUTATION=$$m NOVA_EXPLORE_BACKENDS=file NOVA_EXPLORE_DURATION=$(EXPLORE_DURATION) NOVA_TEST_TIMEOUT=0 \
 			scripts/test.sh -run '^TestExplore$$' -v ./cmd/auditor || exit 1; \
 	done

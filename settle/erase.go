@@ -238,10 +238,11 @@ func (e *Eraser) run(ctx context.Context, f catalog.Fence, opts cycle.Options) (
 	if err != nil {
 		return total, err
 	}
-	open := make(map[catalog.KeyBase]bool, len(intents)) // the key bases of the open publish intents
+	open := make(map[catalog.KeyBase][]catalog.Intent, len(intents)) // the open publish intents by key base
 	for _, in := range intents {
 		if k, err := bundlefmt.ParseSettledKey(in.ObjectKey); err == nil {
-			open[catalog.KeyBase{Stream: k.Stream, Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)}] = true
+			b := catalog.KeyBase{Stream: k.Stream, Epoch: int64(k.StreamEpoch), FirstRecord: int64(k.FirstRecord)}
+			open[b] = append(open[b], in)
 		}
 	}
 	var (
@@ -311,7 +312,7 @@ func (h *holdGate) held() string { return h.why }
 // (bounded by the object's records), and the records from there on wait
 // for a later window: nothing there is rewritten or applied this cycle.
 func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.ErasureWindow,
-	open map[catalog.KeyBase]bool, hold *holdGate, clock *dbClock, opts cycle.Options) (cycle.Counts, error) {
+	open map[catalog.KeyBase][]catalog.Intent, hold *holdGate, clock *dbClock, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var counts cycle.Counts
 	valid := func(es []catalog.Erasure, into []catalog.Erasure) []catalog.Erasure {
@@ -472,10 +473,11 @@ func (e *Eraser) armStrays(ctx context.Context, f catalog.Fence, st catalog.Stre
 // the entry. It reports the revision the entry is at and whether that
 // revision is known to hold no dead record's bytes.
 func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.Stream, en catalog.Entry, dead deadSet,
-	open map[catalog.KeyBase]bool, opts cycle.Options, counts *cycle.Counts) (int32, bool, error) {
+	open map[catalog.KeyBase][]catalog.Intent, opts cycle.Options, counts *cycle.Counts) (int32, bool, error) {
 	s := e.s
 	sid := st.ID
-	if open[catalog.KeyBase{Stream: st.ID, Epoch: en.Epoch, FirstRecord: en.FirstRecord}] && en.EndRecord() == st.SettledThrough && st.SettledThrough < st.NextRecord {
+	base := catalog.KeyBase{Stream: st.ID, Epoch: en.Epoch, FirstRecord: en.FirstRecord}
+	if len(open[base]) > 0 && en.EndRecord() == st.SettledThrough && st.SettledThrough < st.NextRecord {
 		// Settle's tail rewrite of this entry is in flight (it honours the
 		// erasure): it adopts or abandons that key; this waits for it.
 		return en.Revision, false, nil
@@ -489,6 +491,18 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 		return en.Revision, false, err
 	}
 	if nt.Tombstoned == 0 {
+		// Clean already (settle tombstoned the records when it rewrote the
+		// entry), so this step publishes nothing here. An intent open above
+		// the entry's revision is then no work of anyone's: settle's tail
+		// rewrite given up when a later settle started a new object behind
+		// the entry (it is not the last any more), or this step's own
+		// rewrite of an entry that no longer needs one. recoverIntents keeps
+		// it live while the erasure is pending, and the erasure is not
+		// applied while it is open: buried here, or each would wait for
+		// the other for good.
+		if err := e.buryAbove(ctx, f, en, open[base], opts); err != nil {
+			return en.Revision, false, err
+		}
 		return en.Revision, true, nil
 	}
 	in := PlanInput{Stream: sid, Bucket: st.Bucket, StreamEpoch: uint64(en.Epoch), CapBytes: s.c.CapBytes, TargetBytes: s.c.TargetBytes}
@@ -502,7 +516,7 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	}
 	known := knownEntries(nt, nil)
 	p, intentID, err := s.publish(ctx, f, o, known, erasePoints)
-	if errors.Is(err, errBeyondKnown) {
+	if errors.Is(err, errBeyondKnown) && !s.d.Mutations.EraseTakesUpTailRewrite {
 		// The key's standing object runs past the entry's records, so no
 		// attempt of this rewrite made it (each covers exactly the entry):
 		// it is settle's tail rewrite of the entry, given up when a later
@@ -542,6 +556,24 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 	// An adopted object may be a rewrite made under fewer erasures: the
 	// next cycle reads it again before the erasure is applied.
 	return int32(p.revision), !p.adopted, nil
+}
+
+// buryAbove abandons the open publish intents at the entry's key base
+// above its revision (their objects are reaped after the grace; the
+// catalog never references them).
+func (e *Eraser) buryAbove(ctx context.Context, f catalog.Fence, en catalog.Entry, open []catalog.Intent, opts cycle.Options) error {
+	s := e.s
+	for _, in := range open {
+		k, err := bundlefmt.ParseSettledKey(in.ObjectKey)
+		if err != nil || int64(k.Revision) <= int64(en.Revision) || opts.DryRun {
+			continue
+		}
+		s.d.Log.Info("burying a rewrite of an entry that is clean already", "key", in.ObjectKey, "intent", in.ID, "entry_revision", en.Revision)
+		if err := s.d.DB.AbandonPublish(ctx, f, in.ID, s.c.ReapGrace); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // overlapsAny reports whether [from, to) meets any of the spans.

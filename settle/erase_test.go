@@ -406,6 +406,36 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}
 		})
+		t.Run(b.name+"/settle-gave-up-clean", func(t *testing.T) {
+			// Found by the fault explorer: as settle-gave-up, but settle
+			// had already rewritten the tail with the erased records as
+			// tombstones, so the erase step finds the entry clean and
+			// publishes nothing. The abandoned rewrite above it is kept
+			// live by the pending erasure, and the erasure waits for it:
+			// the erase step buries it.
+			t.Parallel()
+			e, s, id := erasedTail(t, b, capBytes)
+			e.write("s1", 1, sim.Faults{}, 2)
+			if c := e.settleOK(s); c.RecordsTombstoned != 3 {
+				t.Fatalf("settle's tail rewrite: %+v (want the 3 erased records tombstoned)", c)
+			}
+			tail := e.lastEntry(id)
+			e.write("s1", 1, sim.Faults{}, 3)
+			hits := 0
+			e.settleOK(e.eraseSettlerCap(crashAt("settle.after-complete", &hits), capBytes))
+			if hits != 1 {
+				t.Fatalf("settle.after-complete hit %d times", hits)
+			}
+			lower := e.eraseSettlerCap(nil, testCap)
+			e.settleOK(lower)
+			if e.lastEntry(id).FirstRecord != tail.EndRecord() {
+				t.Fatalf("no new object at the old tail's end %d: last entry %+v", tail.EndRecord(), e.lastEntry(id))
+			}
+			e.finishErasures(lower, id)
+			if q, _ := e.db.Settle().Quarantined(e.ctx, "s1"); len(q) != 0 {
+				t.Fatalf("quarantined: %+v", q)
+			}
+		})
 	}
 }
 

@@ -64,6 +64,11 @@ type Mutations struct {
 	// SkipAdoptionBytes adopts a standing object on its footer's match
 	// with the sources alone, without reading its data bytes.
 	SkipAdoptionBytes bool
+	// EraseTakesUpTailRewrite makes the erasure rewrite take up settle's
+	// abandoned tail rewrite at its key instead of burying it and
+	// rewriting a revision higher (Eraser.rewriteEntry): a false
+	// quarantine follows.
+	EraseTakesUpTailRewrite bool
 }
 
 // Config is the settle policy.

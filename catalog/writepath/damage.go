@@ -121,3 +121,26 @@ func (db *DB) PublishIntent(ctx context.Context, star, key string) (int64, error
 	}
 	return id, nil
 }
+
+// ExpireLease ends a star's lease as its ttl running out would, whoever
+// holds it: expires_at an hour back, so that no renewal already on its way
+// (its now() taken before this commit) finds it live.
+func (db *DB) ExpireLease(ctx context.Context, star string) error {
+	if _, err := db.pool.Exec(ctx, `UPDATE nova.auditor_leases SET expires_at = now() - interval '1 hour'
+		WHERE star = $1 AND expires_at > now() - interval '1 hour'`, star); err != nil {
+		return fmt.Errorf("expire lease of star %q: %w", star, err)
+	}
+	return nil
+}
+
+// Sessions counts the backends connected under an application name (a
+// test waits for a killed process's sessions to end: until then a commit
+// it sent may still land).
+func (db *DB) Sessions(ctx context.Context, applicationName string) (int, error) {
+	var n int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
+		applicationName).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count sessions of %q: %w", applicationName, err)
+	}
+	return n, nil
+}

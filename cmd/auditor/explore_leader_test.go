@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,6 +33,7 @@ import (
 type leader struct {
 	ep    *episode
 	name  string // the lease holder (kept by a restart, as a restarted pod keeps its name)
+	app   string // its sessions' application_name: this incarnation's alone
 	cfg   config.Config
 	dc    daemon.Config
 	db    *catalog.DB
@@ -60,16 +63,18 @@ type arm struct {
 
 // newLeader builds a leader incarnation named name.
 func (ep *episode) newLeader(t testing.TB, name string) (*leader, error) {
-	l := &leader{ep: ep, name: name, gate: &faultstore.Gate{}}
+	l := &leader{ep: ep, name: name, gate: &faultstore.Gate{}, app: fmt.Sprintf("%s/%s/%d", ep.star, name, len(ep.all))}
 	l.proxy = testenv.NewProxy(t, ep.x.pgAddr)
 	url := l.proxy.URL(t, ep.url)
 	cfg := ep.config(name)
 	cfg.DatabaseURL = url
+	capBytes := ep.capBytes()
+	cfg.DenormOutputCapMiB = max(1, capBytes>>20)
 	sep := "?"
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	db, err := catalog.Open(context.Background(), url+sep+"pool_max_conns=6")
+	db, err := catalog.Open(context.Background(), url+sep+"pool_max_conns=6&application_name="+neturl.QueryEscape(l.app))
 	if err != nil {
 		l.proxy.Cut()
 		return nil, fmt.Errorf("leader %s: %w", name, err)
@@ -86,6 +91,7 @@ func (ep *episode) newLeader(t testing.TB, name string) (*leader, error) {
 	}
 	p, err := buildParts(l.ctx, cfg, mdb, log, prometheus.NewRegistry(), false, shared{
 		footers:   footerCache(cfg),
+		capBytes:  capBytes,
 		crashHook: l.hook,
 		wrapStore: func(s objstore.Store) objstore.Store { return ep.inj.Wrap(s, l.gate) },
 		mutations: ep.mut.settle,
@@ -116,9 +122,31 @@ func (ep *episode) config(name string) config.Config {
 	cfg.DenormLinger, cfg.ExpressDenormLinger, cfg.DenormTailGrowth = 0, 0, 0
 	cfg.ReapGrace, cfg.StrayGuard = exploreGrace, 2*exploreGrace
 	cfg.LeaseTTL, cfg.LeaseRenew = 24*exploreGrace, 12*exploreGrace
+	if ep.rnd.IntN(3) == 0 {
+		cfg.LeaseRenew = leaseRenewFast // renewals inside its cycles: lease.after-renew is reached
+	}
 	cfg.DenormOutputCapMiB, cfg.DenormChunkTargetKiB = 1, 16
 	cfg.SettleConcurrency, cfg.SettleBatchStreams, cfg.ReapBatchSize = 4, ep.batch, ep.reapBatch
 	return cfg
+}
+
+// The leaders' lease renewal when they renew inside a cycle, and the
+// smallest object of a big flight: above S3's part minimum.
+const (
+	leaseRenewFast = 50 * time.Millisecond
+	bigFlight      = 8 << 20
+)
+
+// capBytes is an incarnation's output cap, drawn as a restart after a
+// configuration change (or a fleet member of another configuration)
+// would have it: a lower cap than the last leader's starts a new object
+// behind a tail that leader was rewriting (the review's false
+// quarantine).
+func (ep *episode) capBytes() int64 {
+	if ep.big {
+		return []int64{24 << 20, 1 << 20}[ep.rnd.IntN(2)]
+	}
+	return []int64{1 << 20, 96 << 10, 32 << 10}[ep.rnd.IntN(3)]
 }
 
 // hook is the leader's crash hook: it counts every point for coverage
@@ -203,7 +231,7 @@ type cycleResult struct {
 func (l *leader) start(opts cycle.Options) <-chan cycleResult {
 	ch := make(chan cycleResult, 1)
 	go func() {
-		c, err := daemon.RunOnce(l.ctx, l.dc, daemon.Deps{DB: l.db.Ledger(), Leases: l.db.Leases(), Requests: l.db.Requests(), Steps: l.steps, Log: l.log}, opts)
+		c, err := daemon.RunOnce(l.ctx, l.dc, daemon.Deps{DB: l.db.Ledger(), Leases: l.db.Leases(), Requests: l.db.Requests(), Steps: l.steps, Log: l.log, Crash: l.hook}, opts)
 		ch <- cycleResult{c, err}
 	}()
 	return ch

@@ -12,6 +12,10 @@ import (
 	"github.com/nova/auditor/verify"
 )
 
+// settledRoot is where every settled key of the explorer's stars lies
+// (their streams' bucket, "b0", under it).
+const settledRoot = "buckets/"
+
 // oracle checks a quiesced episode (docs/architecture.md#the-fault-explorer):
 // novasim check clean (no record lost, duplicated or wrong), auditor verify
 // clean, every cataloged key present and read back whole, no object
@@ -50,7 +54,7 @@ func (ep *episode) oracle(ctx context.Context) {
 			ep.fail("cataloged object %s does not read back: %v", key, err)
 		}
 	}
-	err = raw.List(ctx, ep.b.Std, "buckets/", func(o objstore.ObjectInfo) error {
+	err = raw.List(ctx, ep.b.Std, settledRoot, func(o objstore.ObjectInfo) error {
 		ep.inj.Watch(ctx, raw, ep.b.Std, o.Key)
 		if !keys[o.Key] {
 			ep.fail("orphan: settled object %s is named by no catalog entry after every grace", o.Key)

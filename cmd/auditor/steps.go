@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,10 +65,12 @@ type shared struct {
 
 	// The fault explorer's (docs/architecture.md#the-fault-explorer), nil
 	// and zero in production: a crash hook in place of crash's, a wrapper
-	// of the store (its faults), and settle rules switched off.
+	// of the store (its faults), settle rules switched off, and an output
+	// cap finer than --denorm-output-cap-mib's MiB.
 	crashHook func(crashpoint.Point)
 	wrapStore func(objstore.Store) objstore.Store
 	mutations settle.Mutations
+	capBytes  int64
 }
 
 // hook is the crash hook the steps are given.
@@ -185,7 +188,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 		Log: log.With("step", "settle"), Metrics: sem, Crash: crash, Footers: sh.footers, Tails: sh.tails, Mutations: sh.mutations,
 	}, settle.Config{
 		Policy:       policy,
-		CapBytes:     cfg.DenormOutputCapMiB << 20,
+		CapBytes:     cmp.Or(sh.capBytes, cfg.DenormOutputCapMiB<<20),
 		TargetBytes:  cfg.DenormChunkTargetKiB << 10,
 		MaxStreams:   int(cfg.SettleMaxStreams),
 		MaxBytes:     cfg.SettleMaxBytes,

@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,12 +41,13 @@ const (
 	LostReply  Kind = "lost-reply"  // sent and done; the caller sees a retryable timeout
 	FailBefore Kind = "fail-before" // never sent; the caller sees a retryable error
 	LateDelete Kind = "late-delete" // a DELETE done now and sent again late: after a later write of one of its keys, or at Flush
+	LatePut    Kind = "late-put"    // a create-once PUT (or an assembly, as its one PUT) done now and sent again late: right after a later DELETE of its key (a stray)
 	ListPaged  Kind = "list-paged"  // a listing delivered in pages of 1-3 objects, shuffled, with a pause between pages
 	ListError  Kind = "list-error"  // a listing that fails part way, after some of its objects
 )
 
 // Kinds are every fault, in a fixed order (reports list them so).
-var Kinds = []Kind{Delay, Duplicate, LostReply, FailBefore, LateDelete, ListPaged, ListError}
+var Kinds = []Kind{Delay, Duplicate, LostReply, FailBefore, LateDelete, LatePut, ListPaged, ListError}
 
 // kindsOf are the faults that apply to an operation.
 func kindsOf(op string) []Kind {
@@ -54,6 +56,8 @@ func kindsOf(op string) []Kind {
 		return []Kind{Delay, FailBefore, ListPaged, ListError}
 	case "Delete":
 		return []Kind{Delay, Duplicate, LostReply, FailBefore, LateDelete}
+	case "PutIfAbsent", "Assemble":
+		return []Kind{Delay, Duplicate, LostReply, FailBefore, LatePut}
 	}
 	return []Kind{Delay, Duplicate, LostReply, FailBefore}
 }
@@ -85,6 +89,10 @@ type Config struct {
 	Rate float64
 	// Kinds are the faults drawn (nil: all).
 	Kinds []Kind
+	// LatePutPrefix: a late PUT is drawn only for keys under it (a key
+	// that is deleted later: settled objects, not the marks), and then for
+	// half of such a PUT's faults ("": any key, like the other kinds).
+	LatePutPrefix string
 }
 
 // Injector draws (or replays) the faults and keeps the record and the
@@ -93,6 +101,7 @@ type Injector struct {
 	mu        sync.Mutex
 	rnd       *rand.Rand
 	rate      float64
+	lateput   string // Config.LatePutPrefix
 	kinds     map[Kind]bool
 	replay    map[ident]Decision // a replay: only these faults, where they match
 	matched   map[ident]bool
@@ -101,9 +110,25 @@ type Injector struct {
 	decisions []Decision
 	counts    map[Kind]int
 	held      []held
+	heldPuts  []heldPut
+	skips     []skip            // the explorer's clock moves, oldest first: listings age by them
 	crc       map[string]uint32 // bucket/key -> CRC-32C of the bytes first seen there
 	problems  []string
 	enabled   atomic.Bool
+}
+
+// skip is time the run skipped at a moment: every object written before
+// then lists that much older.
+type skip struct {
+	at time.Time
+	by time.Duration
+}
+
+// heldPut is a create-once PUT to be sent again late.
+type heldPut struct {
+	store       objstore.Store
+	bucket, key string
+	data        []byte
 }
 
 // held is a DELETE to be sent again late.
@@ -118,6 +143,7 @@ func New(cfg Config) *Injector {
 	in := newInjector()
 	in.rnd = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x6661756c74)) // "fault"
 	in.rate = cfg.Rate
+	in.lateput = cfg.LatePutPrefix
 	kinds := cfg.Kinds
 	if kinds == nil {
 		kinds = Kinds
@@ -177,6 +203,43 @@ func (in *Injector) Requests() int64 {
 	return in.index
 }
 
+// SetKinds draws only these faults from now on (the quiescing cycles keep
+// the late DELETEs an SDK retry can send at any time).
+func (in *Injector) SetKinds(kinds ...Kind) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.kinds = map[Kind]bool{}
+	for _, k := range kinds {
+		in.kinds[k] = true
+	}
+	if !in.kinds[LatePut] {
+		in.heldPuts = nil // the faults stop: no stray lands from now on
+	}
+}
+
+// Age makes every object written so far list d older (LastModified moved
+// back), as if d had passed: the explorer skips the metastore's clock
+// past the grace, and this skips the store's past the stray guard with it.
+func (in *Injector) Age(d time.Duration) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.skips = append(in.skips, skip{at: time.Now(), by: d})
+}
+
+// aged is o as listed after the skips: older by each skip made after it
+// was written (surely after: a listing's LastModified may be truncated by
+// up to objstore.ListedTimeResolution).
+func (in *Injector) aged(o objstore.ObjectInfo) objstore.ObjectInfo {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, s := range in.skips {
+		if s.at.After(o.LastModified.Add(objstore.ListedTimeResolution)) {
+			o.LastModified = o.LastModified.Add(-s.by)
+		}
+	}
+	return o
+}
+
 // Matched is, for a replay, how many of the schedule's faults found their
 // request, and how many the schedule holds.
 func (in *Injector) Matched() (matched, scheduled int) {
@@ -228,7 +291,7 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 		}
 		var kinds []Kind
 		for _, kd := range kindsOf(op) {
-			if in.kinds[kd] {
+			if in.kinds[kd] && (kd != LatePut || strings.HasPrefix(key, in.lateput)) {
 				kinds = append(kinds, kd)
 			}
 		}
@@ -238,6 +301,9 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 		d.Kind = kinds[in.rnd.IntN(len(kinds))]
 		if op == "Delete" && in.kinds[LateDelete] && in.rnd.IntN(2) == 0 {
 			d.Kind = LateDelete // half of a DELETE's faults are late
+		}
+		if (op == "PutIfAbsent" || op == "Assemble") && in.lateput != "" && slices.Contains(kinds, LatePut) && in.rnd.IntN(2) == 0 {
+			d.Kind = LatePut // and half of a settled object's PUT's
 		}
 		d.Arg = 1 + in.rnd.IntN(20)
 	}
@@ -291,7 +357,7 @@ func (f *store) Limits() objstore.Limits {
 
 // do runs one request under its fault: send it (once, twice, or not at
 // all) and return the reply the caller sees.
-func (f *store) do(ctx context.Context, op, bucket, key string, send func() error) error {
+func (f *store) do(ctx context.Context, op, bucket, key string, send func() error, late ...func()) error {
 	if f.gate.Dead() {
 		return ErrDead
 	}
@@ -300,6 +366,14 @@ func (f *store) do(ctx context.Context, op, bucket, key string, send func() erro
 		return send()
 	}
 	switch d.Kind {
+	case LatePut:
+		err := send()
+		if err == nil {
+			for _, fn := range late {
+				fn()
+			}
+		}
+		return err
 	case Delay:
 		t := time.NewTimer(time.Duration(d.Arg) * time.Millisecond)
 		select {
@@ -361,7 +435,35 @@ func (f *store) PutIfAbsent(ctx context.Context, bucket, key string, data []byte
 			f.in.written(ctx, f.s, bucket, key)
 		}
 		return err
-	})
+	}, func() { f.in.late(f.s, bucket, key, data) })
+}
+
+// late holds a PUT the caller got its reply for, to be sent again right
+// after the next DELETE of its key: an SDK retry that outlived the
+// object's reap, which leaves a stray.
+func (in *Injector) late(s objstore.Store, bucket, key string, data []byte) {
+	in.mu.Lock()
+	in.heldPuts = append(in.heldPuts, heldPut{store: s, bucket: bucket, key: key, data: slices.Clone(data)})
+	in.mu.Unlock()
+}
+
+// deleted sends the held PUTs of the keys a DELETE removed.
+func (in *Injector) deleted(ctx context.Context, bucket string, keys []string) {
+	in.mu.Lock()
+	var due []heldPut
+	keep := in.heldPuts[:0]
+	for _, h := range in.heldPuts {
+		if h.bucket == bucket && slices.Contains(keys, h.key) {
+			due = append(due, h)
+			continue
+		}
+		keep = append(keep, h)
+	}
+	in.heldPuts = keep
+	in.mu.Unlock()
+	for _, h := range due {
+		_ = h.store.PutIfAbsent(context.WithoutCancel(ctx), h.bucket, h.key, h.data) // a stray, or 412 if written again meanwhile
+	}
 }
 
 func (f *store) Assemble(ctx context.Context, req objstore.AssembleRequest) (res objstore.AssembleResult, err error) {
@@ -382,6 +484,16 @@ func (f *store) Assemble(ctx context.Context, req objstore.AssembleRequest) (res
 			f.in.written(ctx, f.s, req.Bucket, req.Key)
 		}
 		return e
+	}, func() {
+		// The object's bytes, as the one PUT that wrote it would send
+		// them again.
+		a, err := f.s.Head(ctx, req.Bucket, req.Key)
+		if err != nil {
+			return
+		}
+		if data, _, err := f.s.GetRange(ctx, req.Bucket, req.Key, 0, a.Size); err == nil {
+			f.in.late(f.s, req.Bucket, req.Key, data)
+		}
 	})
 	return res, err
 }
@@ -417,7 +529,13 @@ func (f *store) Delete(ctx context.Context, bucket string, keys []string) error 
 		return ErrDead
 	}
 	d, faulty := f.in.decide("Delete", bucket, first)
-	send := func() error { return f.s.Delete(ctx, bucket, keys) }
+	send := func() error {
+		err := f.s.Delete(ctx, bucket, keys)
+		if err == nil {
+			f.in.deleted(ctx, bucket, keys)
+		}
+		return err
+	}
 	if !faulty {
 		return send()
 	}
@@ -443,10 +561,11 @@ func (f *store) Delete(ctx context.Context, bucket string, keys []string) error 
 	return send()
 }
 
-func (f *store) List(ctx context.Context, bucket, prefix string, fn func(objstore.ObjectInfo) error) error {
+func (f *store) List(ctx context.Context, bucket, prefix string, each func(objstore.ObjectInfo) error) error {
 	if f.gate.Dead() {
 		return ErrDead
 	}
+	fn := func(o objstore.ObjectInfo) error { return each(f.in.aged(o)) }
 	d, faulty := f.in.decide("List", bucket, prefix)
 	if !faulty {
 		return f.s.List(ctx, bucket, prefix, fn)
