@@ -86,8 +86,16 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 				dryPolicy.write(e.stdout, cfg.Star)
 			}
 		}
+		crash, err := envCrash()
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		// run serves no metrics: the warning is what tells of an armed point.
 		reg := prometheus.NewRegistry()
-		steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, reg, *dryRun)
+		if err := faultPoints(log, reg, crash); err != nil {
+			return exitCode(e, cfg, err)
+		}
+		steps, policy, closeSteps, err := buildCycleWith(ctx, cfg, db, log, reg, *dryRun, shared{crash: crash, footers: footerCache(cfg)})
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
