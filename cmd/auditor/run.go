@@ -76,6 +76,11 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 			return exitCode(e, cfg, err)
 		}
 		defer db.Close()
+		// An unknown star or stream is a configuration error (exit 2),
+		// found before the cycle takes the lease and marks the store.
+		if err := checkStar(ctx, db.Streams(), cfg.Star, streamID(opts.Streams)); err != nil {
+			return exitCode(e, cfg, err)
+		}
 		var dryPolicy DryRunPolicy
 		if *dryRun {
 			// Before the cycle is built: its steps take the policy from cfg.
@@ -173,4 +178,12 @@ func daemonConfig(cfg config.Config) daemon.Config {
 		RulesInterval: daemon.DefaultRulesInterval, DBRetryMax: daemon.DefaultDBRetryMax, PruneBatch: daemon.DefaultPruneBatch,
 		LeaseCallTimeout: daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL),
 	}
+}
+
+// streamID is the one stream of a run --stream, nil without.
+func streamID(ids []catalog.StreamID) *catalog.StreamID {
+	if len(ids) == 0 {
+		return nil
+	}
+	return &ids[0]
 }
