@@ -77,9 +77,14 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 		}
 		defer db.Close()
 		// An unknown star or stream is a configuration error (exit 2),
-		// found before the cycle takes the lease and marks the store.
-		if err := checkStar(ctx, db.Streams(), cfg.Star, streamID(opts.Streams)); err != nil {
-			return exitCode(e, cfg, err)
+		// found before the cycle takes the lease and marks the store: here,
+		// or, for a run that checks whether it is idle, by that check's
+		// read (an idle run --once costs one read).
+		idleCheck := !*dryRun && *stream == "" && !*sweepStrays
+		if !idleCheck {
+			if err := checkStar(ctx, db.Streams(), cfg.Star, streamID(opts.Streams)); err != nil {
+				return exitCode(e, cfg, err)
+			}
 		}
 		var dryPolicy DryRunPolicy
 		if *dryRun {
@@ -116,10 +121,15 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 				return exitCode(e, cfg, err)
 			}
 		}
-		if !*dryRun && *stream == "" && !*sweepStrays {
+		if idleCheck {
 			// A star with nothing to do costs one read (daemon.OnceIdle).
 			deps.Idle = trim.IdleCheck{DB: db.Trim(), Policy: policy, StrayEvery: cfg.StraySweepEvery}
 			idle, err := daemon.OnceIdle(ctx, dc, deps)
+			if errors.Is(err, catalog.ErrNotFound) {
+				if err := checkStar(ctx, db.Streams(), cfg.Star, nil); err != nil {
+					return exitCode(e, cfg, err)
+				}
+			}
 			if err != nil {
 				log.Warn("the idle check failed; the cycle runs", "err", err)
 			}
