@@ -77,7 +77,6 @@ const helpTemplate = `{{with .Short}}{{.}}
 // help layout, `help CMD`, flag did-you-mean and silenced errors
 // (Execute reports them). Add the commands to it, then Execute it.
 func NewRoot(prog, short, long string) *cobra.Command {
-	cobra.AddTemplateFunc("flagUsages", FlagUsages)
 	root := &cobra.Command{
 		Use:           prog,
 		Short:         short,

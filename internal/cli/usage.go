@@ -1,6 +1,14 @@
 package cli
 
-import "github.com/spf13/pflag"
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// The usage template's flagUsages, registered once: cobra's template
+// functions are one map of the process, which the commands' help reads
+// (and NewRoot, called by concurrent tests, must not write).
+func init() { cobra.AddTemplateFunc("flagUsages", FlagUsages) }
 
 // FlagUsages is fs's FlagUsages as the help prints it: a boolean flag as
 // --name (pflag from v1.1.0 prints every boolean, cobra's -h, --help too,
