@@ -70,7 +70,7 @@ func cmdErase(e env, c *cobra.Command) runFunc {
 	count := fs.Int64("count", 0, "erase `N` records, from --from")
 	asJSON := fs.Bool("json", false, "print the erasure as JSON")
 	dryRun := fs.Bool("dry-run", false, "record nothing: print the objects (keys, revisions, record ranges) and records the erasure would rewrite")
-	wait := fs.Bool("wait", false, "after recording, wait until the erasure is applied (erasures.applied_at): exit 0 then, 7 past --timeout")
+	wait := fs.Bool("wait", false, "after recording, wait until the erasure is applied (erasures.applied_at: no settled object holds the records any more; cycles after the rewrite reap the old revisions past reap-grace, then mark it applied): exit 0 then, 7 past --timeout")
 	timeout := fs.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
 	return func(ctx context.Context, args []string) int {
 		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
@@ -366,5 +366,5 @@ func writeErasure(e env, r ErasureReport) {
 	default:
 		fmt.Fprintf(e.stdout, "%s recorded at %s; pending\n", what, at)
 	}
-	fmt.Fprintln(e.stdout, "the next cycle's erasure step applies it (no trigger needed; auditor status shows the pending erasures)")
+	fmt.Fprintln(e.stdout, "the next cycle's erasure step rewrites its objects; it is applied at a cycle once their old revisions are reaped, past reap-grace (no trigger needed; auditor status shows the pending erasures and what each waits for)")
 }

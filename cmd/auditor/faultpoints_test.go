@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -79,5 +81,42 @@ func TestServeWarnsOfArmedFaultPoints(t *testing.T) {
 			t.Errorf("%s: warns of fault points none armed", tc.name)
 		}
 		p.kill9()
+	}
+}
+
+// TestRunAndReconcileWarnOfArmedFaultPoints: `auditor run --once` and
+// `auditor reconcile` (the other commands that arm the environment's
+// points) started with a crash point and a stall point armed (at a hit
+// they never reach) log the warning naming both, as serve does; started
+// without, they do not.
+func TestRunAndReconcileWarnOfArmedFaultPoints(t *testing.T) {
+	t.Parallel()
+	url, _ := migratedDB(t)
+	const never = ":1000000000"
+	armed := []string{crashpoint.EnvVar + "=" + string(settle.CrashAfterComplete) + never,
+		crashpoint.StallVar + "=" + string(settle.CrashAfterIntent) + never}
+	const warning = "fault-injection points armed"
+	for _, cmd := range [][]string{{"run", "--once"}, {"reconcile"}} {
+		for _, env := range [][]string{armed, nil} {
+			c := exec.Command(auditorBinary(t), append(cmd, "--star", "s1", "--database-url", url, "--fs-root", t.TempDir(),
+				"--data-dir", t.TempDir(), "--log-format", "text")...)
+			c.Env = append(os.Environ(), env...)
+			out, err := c.CombinedOutput()
+			if err != nil {
+				t.Fatalf("auditor %v (%v): %v\n%s", cmd, env, err, out)
+			}
+			log := string(out)
+			if env == nil {
+				if strings.Contains(log, warning) {
+					t.Errorf("auditor %v warns of fault points none armed:\n%s", cmd, log)
+				}
+				continue
+			}
+			for _, s := range []string{warning, "crash " + string(settle.CrashAfterComplete) + never, "stall " + string(settle.CrashAfterIntent) + never} {
+				if !strings.Contains(log, s) {
+					t.Errorf("auditor %v with points armed: the log does not say %q:\n%s", cmd, s, log)
+				}
+			}
+		}
 	}
 }

@@ -34,8 +34,10 @@ func TestHelpPerCommand(t *testing.T) {
 			t.Errorf("the shared configuration of migrate -h lacks %q", want)
 		}
 	}
-	// A boolean key takes no value or an attached one: no placeholder.
-	if !regexp.MustCompile(`\n +--pprof\[=true\|false\] {2,}serve`).MatchString(shared) {
+	// A boolean key takes no value or an attached one: no placeholder,
+	// and shown as plain --pprof, as pflag v1.0 showed a bool (v1.1.0
+	// prints --pprof[=true|false]).
+	if !regexp.MustCompile(`\n +--pprof {2,}serve`).MatchString(shared) {
 		t.Errorf("the shared configuration of migrate -h does not list --pprof without a placeholder")
 	}
 	if strings.Contains(own, "--denorm-linger") {
@@ -83,5 +85,25 @@ func TestEveryCommandHasASynopsisAndAnExample(t *testing.T) {
 		if !strings.HasPrefix(out, c.summary+"\n\n"+c.description) {
 			t.Errorf("%s -h does not start with its synopsis %q and its description", name, c.summary)
 		}
+	}
+}
+
+// TestHelpShowsBooleansPlain: no command's help, the top-level's
+// included, shows a boolean as --name[=true|false] (pflag v1.1.0's
+// rendering) or a zero duration's "(default 0s)"; cobra's -h, --help is
+// shown plain, and a boolean still takes --name=false.
+func TestHelpShowsBooleansPlain(t *testing.T) {
+	helps := [][]string{{"--help"}}
+	for name := range commands() {
+		helps = append(helps, []string{name, "-h"})
+	}
+	for _, args := range helps {
+		_, out, _ := runCLI(t, args...)
+		if strings.Contains(out, "[=") || strings.Contains(out, "(default 0s)") || !regexp.MustCompile(`\n  -h, --help {2,}help for`).MatchString(out) {
+			t.Errorf("auditor %s shows [=...] or (default 0s), or not a plain -h, --help:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	if code, _, errs := runCLI(t, "run", "--once=false", "--star", "s1", "--database-url", "postgres://u@127.0.0.1:1/x"); code != exitUsage || !strings.Contains(errs, "run only runs one cycle") {
+		t.Errorf("run --once=false: exit %d %q, want %d and the refusal of a run without --once", code, errs, exitUsage)
 	}
 }

@@ -68,7 +68,8 @@ func cmdLs(e env, c *cobra.Command) runFunc {
 }
 
 // listCatalog writes the streams' entries stream by stream, so what it
-// holds is one stream's entries however large the star.
+// holds is one stream's entries however large the star (and, for the
+// table, the lines it aligns: lsTextBlock at most).
 func listCatalog(ctx context.Context, w io.Writer, db lsReader, star string, only *catalog.StreamID, asJSON bool) error {
 	var streams []catalog.Stream
 	if only != nil {
@@ -112,12 +113,18 @@ type lsWriter interface {
 }
 
 // lsText is the table: one line per entry, and a line for a stream with
-// none.
+// none. The table is aligned over up to lsTextBlock lines: the tabwriter
+// holds them, and is flushed when it holds more (a star of more entries
+// prints blocks, each aligned on its own) and at the end.
 type lsText struct {
 	tw      *tabwriter.Writer
 	entries int
+	lines   int
 	started bool
 }
+
+// lsTextBlock is the most lines lsText aligns together.
+const lsTextBlock = 4096
 
 func (t *lsText) stream(s LsStream) error {
 	if !t.started {
@@ -133,11 +140,22 @@ func (t *lsText) stream(s LsStream) error {
 			en.Revision, en.ObjectBytes, en.Class, s.Bucket, en.Key)
 	}
 	t.entries += len(s.Entries)
+	t.lines += max(len(s.Entries), 1)
+	if t.lines < lsTextBlock {
+		return nil
+	}
+	t.lines = 0
 	return t.tw.Flush()
 }
 
 func (t *lsText) end(streams int) error {
-	fmt.Fprintf(t.tw, "%d catalog entries of %d streams\n", t.entries, streams)
+	if err := t.tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(t.tw, "%d catalog entries of %d streams\n", t.entries, streams)
+	if err != nil {
+		return err
+	}
 	return t.tw.Flush()
 }
 

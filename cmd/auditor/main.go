@@ -77,7 +77,7 @@ func commands() map[string]command {
 			description: "Run the daemon: hold the star's lease (or, with --stars, take a fleet member's share of the stars), run cycles on the schedule and on admin requests, and serve /metrics, /status, /healthz and /readyz. It runs until SIGTERM or SIGINT.",
 			build:       cmdServe, exits: []int{exitOK, exitFailure, exitUsage, exitFindings},
 			example: "auditor serve --star s1 --config /etc/nova/auditor.yaml"},
-		"version": {summary: "print the binary's schema version",
+		"version": {summary: "print the auditor's version and the schema version it migrates to",
 			description: "Print the auditor's version and the schema version its migrations reach (the same as auditor --version).",
 			build:       cmdVersion, exits: []int{exitOK, exitUsage},
 			example: "auditor version"},

@@ -120,3 +120,38 @@ func TestBadConfigurationExits2WithoutSecrets(t *testing.T) {
 		})
 	}
 }
+
+// TestRunUnknownStarOrStream: run --once (and its dry run) of a star the
+// metastore does not hold, or of a stream not in the star, is a
+// configuration error (exit 2) naming it, as the exit code table says,
+// before any cycle: no run is recorded.
+func TestRunUnknownStarOrStream(t *testing.T) {
+	t.Parallel()
+	url, _ := migratedDB(t)
+	common := []string{"--database-url", url, "--fs-root", t.TempDir(), "--data-dir", t.TempDir(), "--log-level", "error"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--once", "--star", "nosuch"}, `no star "nosuch"`},
+		{[]string{"run", "--once", "--dry-run", "--star", "nosuch"}, `no star "nosuch"`},
+		{[]string{"run", "--once", "--star", "s1", "--stream", "00000000000000000000000000000001"}, `no stream 00000000-0000-0000-0000-000000000001 in star "s1"`},
+	} {
+		code, _, errs := runCLI(t, append(c.args, common...)...)
+		if code != exitUsage || !strings.Contains(errs, c.want) {
+			t.Errorf("auditor %s: exit %d %q, want %d and %q", strings.Join(c.args, " "), code, errs, exitUsage, c.want)
+		}
+	}
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var runs int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM nova.auditor_runs").Scan(&runs); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 0 {
+		t.Errorf("%d runs recorded, want none", runs)
+	}
+}

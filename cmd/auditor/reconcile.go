@@ -62,8 +62,12 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 			return exitCode(e, cfg, err)
 		}
 		defer db.Close()
+		reg := prometheus.NewRegistry()
+		if err := faultPoints(log, reg, crash); err != nil {
+			return exitCode(e, cfg, err)
+		}
 		// A dry run builds no probe (it writes) and publishes nothing.
-		p, err := buildParts(ctx, cfg, db, log, prometheus.NewRegistry(), !*apply, shared{crash: crash, footers: footerCache(cfg)})
+		p, err := buildParts(ctx, cfg, db, log, reg, !*apply, shared{crash: crash, footers: footerCache(cfg)})
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}

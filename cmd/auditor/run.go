@@ -76,6 +76,16 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 			return exitCode(e, cfg, err)
 		}
 		defer db.Close()
+		// An unknown star or stream is a configuration error (exit 2),
+		// found before the cycle takes the lease and marks the store: here,
+		// or, for a run that checks whether it is idle, by that check's
+		// read (an idle run --once costs one read).
+		idleCheck := !*dryRun && *stream == "" && !*sweepStrays
+		if !idleCheck {
+			if err := checkStar(ctx, db.Streams(), cfg.Star, streamID(opts.Streams)); err != nil {
+				return exitCode(e, cfg, err)
+			}
+		}
 		var dryPolicy DryRunPolicy
 		if *dryRun {
 			// Before the cycle is built: its steps take the policy from cfg.
@@ -86,8 +96,16 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 				dryPolicy.write(e.stdout, cfg.Star)
 			}
 		}
+		crash, err := envCrash()
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		// run serves no metrics: the warning is what tells of an armed point.
 		reg := prometheus.NewRegistry()
-		steps, policy, closeSteps, err := buildCycle(ctx, cfg, db, log, reg, *dryRun)
+		if err := faultPoints(log, reg, crash); err != nil {
+			return exitCode(e, cfg, err)
+		}
+		steps, policy, closeSteps, err := buildCycleWith(ctx, cfg, db, log, reg, *dryRun, shared{crash: crash, footers: footerCache(cfg)})
 		if err != nil {
 			return exitCode(e, cfg, err)
 		}
@@ -103,10 +121,15 @@ func cmdRun(e env, c *cobra.Command) runFunc {
 				return exitCode(e, cfg, err)
 			}
 		}
-		if !*dryRun && *stream == "" && !*sweepStrays {
+		if idleCheck {
 			// A star with nothing to do costs one read (daemon.OnceIdle).
 			deps.Idle = trim.IdleCheck{DB: db.Trim(), Policy: policy, StrayEvery: cfg.StraySweepEvery}
 			idle, err := daemon.OnceIdle(ctx, dc, deps)
+			if errors.Is(err, catalog.ErrNotFound) {
+				if err := checkStar(ctx, db.Streams(), cfg.Star, nil); err != nil {
+					return exitCode(e, cfg, err)
+				}
+			}
 			if err != nil {
 				log.Warn("the idle check failed; the cycle runs", "err", err)
 			}
@@ -165,4 +188,12 @@ func daemonConfig(cfg config.Config) daemon.Config {
 		RulesInterval: daemon.DefaultRulesInterval, DBRetryMax: daemon.DefaultDBRetryMax, PruneBatch: daemon.DefaultPruneBatch,
 		LeaseCallTimeout: daemon.DefaultLeaseCallTimeout(cfg.LeaseTTL),
 	}
+}
+
+// streamID is the one stream of a run --stream, nil without.
+func streamID(ids []catalog.StreamID) *catalog.StreamID {
+	if len(ids) == 0 {
+		return nil
+	}
+	return &ids[0]
 }

@@ -20,7 +20,7 @@ func cmdCheck(e env, c *cobra.Command) runFunc {
 	)
 	fs.BoolVar(&o.SettledOnly, "settled-only", false, "check only records below settled_through, from settled objects (skip refs, slots, chains)")
 	fs.IntVar(&o.Concurrency, "concurrency", 8, "read `N` objects at once")
-	fs.IntVar(&o.MaxFindings, "max-findings", 100, "findings reported in detail (the counts are always complete)")
+	fs.IntVar(&o.MaxFindings, "max-findings", 100, "report `N` findings in detail (the counts are always complete)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&listing, "list-unreferenced", false, "list the flights no ref names (lost flights, or settled and released)")
 	return func(ctx context.Context, args []string) int {

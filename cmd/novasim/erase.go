@@ -32,8 +32,8 @@ func cmdErase(e env, c *cobra.Command) runFunc {
 	fs.Int64Var(&from, "from", 0, "the range's first `RECORD`")
 	fs.Int64Var(&count, "count", 0, "the range's length, `N` records")
 	fs.IntVar(&o.Random, "random", 0, "record `N` erasures of random ranges instead, alternating between settled and unsettled records")
-	fs.Int64Var(&o.MaxRecords, "max-records", 4, "with --random: most records per erasure")
-	fs.Uint64Var(&o.Seed, "seed", 0, "with --random: seed of the draws (0: random)")
+	fs.Int64Var(&o.MaxRecords, "max-records", 4, "with --random: at most `N` records per erasure")
+	fs.Uint64Var(&o.Seed, "seed", 0, "with --random: the draws' `SEED` (0: random)")
 	fs.BoolVar(&asJSON, "json", false, "print what was recorded as JSON")
 	return func(ctx context.Context, args []string) int {
 		cfg, err := fs.Load(args, "database-url", "star")

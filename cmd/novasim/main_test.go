@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -165,6 +166,20 @@ func TestWriteSlotChecksumOnS3(t *testing.T) {
 		}
 		if h.ChecksumCRC32 == nil || h.ChecksumCRC32C != nil {
 			t.Fatalf("slot %s stored with crc32 %v, crc32c %v; want CRC-32 only", k, aws.ToString(h.ChecksumCRC32), aws.ToString(h.ChecksumCRC32C))
+		}
+	}
+}
+
+// TestHelpPlaceholders: every novasim command's help shows each flag's
+// value with the placeholder the auditor's help uses (N, SIZE, MODE), not
+// pflag's type name (int, uint, string), and a boolean as a plain --name.
+func TestHelpPlaceholders(t *testing.T) {
+	t.Parallel()
+	typeName := regexp.MustCompile(`\n +(-[a-z], )?--[a-z0-9-]+ (string|int|int64|uint|uint64|float|float64|duration|strings)\b|\[=`)
+	for _, c := range []string{"check", "erase", "setup", "write"} {
+		code, out, _ := run(t, nil, c, "-h")
+		if code != 0 || typeName.MatchString(out) {
+			t.Errorf("novasim %s -h: exit %d, shows %q:\n%s", c, code, typeName.FindString(out), out)
 		}
 	}
 }

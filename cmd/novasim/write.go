@@ -97,8 +97,8 @@ func writeFlags(fs *cli.Flags, o *sim.WriteOptions) *writeFlagValues {
 	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (none of flights, bytes, duration: until interrupted)")
 	fs.DurationVar(&o.FlightInterval, "flight-interval", 200*time.Millisecond, "flush a flight at least this often")
 	fs.SizeVar(&o.FlightBytes, "flight-bytes", 1<<20, "or as soon as it holds this many bytes")
-	fs.IntVar(&o.AbsorbFlights, "absorb-flights", 4, "flights absorbed per metastore transaction")
-	fs.IntVar(&o.MaxBatch, "max-batch", 32, "producer batch size of the hottest stream, in records")
+	fs.IntVar(&o.AbsorbFlights, "absorb-flights", 4, "`N` flights absorbed per metastore transaction")
+	fs.IntVar(&o.MaxBatch, "max-batch", 32, "producer batch size of the hottest stream, `N` records")
 	fs.SizeVar(&o.Rate, "rate", 0, "producer content bytes per second per star (0: as fast as possible)")
 	fs.ShareVar(&o.Faults.Failover, "fail-failover", 0, "per flight: a new writer fences this one while its PUTs are in flight")
 	fs.ShareVar(&o.Faults.Lost, "fail-lost", 0, "per flight: the flight is written and never absorbed")
@@ -106,10 +106,10 @@ func writeFlags(fs *cli.Flags, o *sim.WriteOptions) *writeFlagValues {
 	fs.ShareVar(&o.Faults.LostReply, "fail-lost-reply", 0, "per flight: the PUT's reply is lost; the writer knows its slot by the nonce")
 	fs.ShareVar(&o.Faults.Erase, "erase-rate", 0, "per flight: once absorbed, record an erasure of 1 to 4 of its records")
 	fs.DurationVar(&o.RetentionEvery, "retention-every", 0, "raise the low_record of a random stream to a random live record this often (0: never)")
-	fs.StringVar(&v.takeover, "takeover", "auto", "auto (fence unless the star is pristine), always, or never (write at the current epoch: a stale writer)")
-	fs.StringVar(&v.slotSum, "slot-checksum", "crc32c", "checksum algorithm slots are stored with on S3: crc32c, crc32, sha256 or none (the server's default); "+
+	fs.StringVar(&v.takeover, "takeover", "auto", "`MODE`: auto (fence unless the star is pristine), always, or never (write at the current epoch: a stale writer)")
+	fs.StringVar(&v.slotSum, "slot-checksum", "crc32c", "checksum `ALGORITHM` slots are stored with on S3: crc32c, crc32, sha256 or none (the server's default); "+
 		"versitygw 1.8.0 can check a ranged copy's CRC-32C only from a source not stored with crc32c")
-	fs.StringVar(&v.progress, "progress", "auto", "auto (a bar on a terminal, else a line every 5s), bar, line or none")
+	fs.StringVar(&v.progress, "progress", "auto", "`MODE`: auto (a bar on a terminal, else a line every 5s), bar, line or none")
 	return &v
 }
 

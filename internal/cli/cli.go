@@ -44,7 +44,7 @@ const FooterAnnotation = "footer"
 // local, non-persistent flags), then the shared configuration (its
 // persistent flags: on a leaf command they are the configuration keys),
 // the example, and the footer. pflag prints each flag with its value's
-// placeholder (--denorm-linger DURATION).
+// placeholder (--denorm-linger DURATION), through FlagUsages.
 const usageTemplate = `Usage:{{if .Runnable}}
   {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
   {{.CommandPath}} [command]
@@ -53,10 +53,10 @@ Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
   {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
 
 Flags:
-{{.LocalNonPersistentFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailablePersistentFlags}}
+{{flagUsages .LocalNonPersistentFlags | trimTrailingWhitespaces}}{{end}}{{if .HasAvailablePersistentFlags}}
 
 Shared configuration (every command takes these; flag > environment > --config file > default):
-{{.PersistentFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasExample}}
+{{flagUsages .PersistentFlags | trimTrailingWhitespaces}}{{end}}{{if .HasExample}}
 
 Examples:
 {{.Example}}{{end}}{{if .HasAvailableSubCommands}}
@@ -265,7 +265,7 @@ func (k *keyValue) Set(v string) error {
 }
 
 // IsBoolFlag makes a boolean key's flag one pflag's way: it takes no
-// value, or an attached one, and help shows it as --name[=true|false].
+// value, or an attached one (--name, --name=false); help shows --name.
 func (k *keyValue) IsBoolFlag() bool { return k.isBool }
 
 // Type is the value's placeholder in help (DURATION, SIZE): pflag prints

@@ -234,3 +234,40 @@ func TestExecute(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpFlagRendering: help shows a boolean flag, cobra's -h, --help
+// and a boolean configuration key as a plain --name (not
+// --name[=true|false], which pflag v1.1.0 prints), a duration with a zero
+// default with no "(default 0s)", and a duration with another default with
+// it; --name=false is still taken.
+func TestHelpFlagRendering(t *testing.T) {
+	fs, out := newFlags(nil)
+	fs.Bool("dry-run", false, "record nothing")
+	fs.Bool("on", true, "on by default")
+	fs.Duration("timeout", 0, "wait at most this long")
+	fs.Duration("every", time.Minute, "how often")
+	if _, err := fs.Load([]string{"-h"}); err != nil {
+		t.Fatal(err)
+	}
+	help := out.String()
+	for _, want := range []string{
+		"      --dry-run            record nothing\n",
+		"  -h, --help               help for t\n",
+		"      --on                 on by default (default true)\n",
+		"      --timeout DURATION   wait at most this long\n",
+		"      --every DURATION     how often (default 1m0s)\n",
+		"      --s3-path-style ",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
+	if strings.Contains(help, "[=") || strings.Contains(help, "default 0s") {
+		t.Errorf("help shows [=...] or default 0s:\n%s", help)
+	}
+	fs, _ = newFlags(nil)
+	dry := fs.Bool("dry-run", true, "")
+	if c, err := fs.Load([]string{"--dry-run=false", "--s3-path-style=false"}); err != nil || *dry || c.S3PathStyle {
+		t.Fatalf("--dry-run=false --s3-path-style=false: dry-run %v, path style %v, %v", *dry, c.S3PathStyle, err)
+	}
+}

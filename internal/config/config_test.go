@@ -141,6 +141,40 @@ func TestSecretsNeverShown(t *testing.T) {
 	}
 }
 
+// TestSecretsOfOtherSchemesNeverShown: a database URL of a scheme other
+// than postgres or postgresql is refused (a configuration error naming
+// database-url), and neither the refusal, RedactURL, Scrub nor the log
+// value shows its password.
+func TestSecretsOfOtherSchemesNeverShown(t *testing.T) {
+	for _, u := range []string{
+		"mysql://nova:hunter2secret@db/nova",
+		"mysql://nova@db/nova?password=hunter2secret",
+		"redis://:hunter2secret@db:6379/0",
+		"pg+ssl://nova:hunter2secret@db/nova",
+	} {
+		_, err := load(t, map[string]string{"database-url": u}, nil, "")
+		if err == nil || !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "database-url") {
+			t.Errorf("database-url %s: %v, want a configuration error naming database-url", u, err)
+			continue
+		}
+		c := config.Config{DatabaseURL: u}
+		var logged strings.Builder
+		for _, a := range c.LogValue().Group() {
+			logged.WriteString(a.String())
+		}
+		for what, got := range map[string]string{
+			"the refusal": err.Error(),
+			"RedactURL":   config.RedactURL(u),
+			"Scrub":       c.Scrub("connect " + u + " rejected"),
+			"LogValue":    logged.String(),
+		} {
+			if strings.Contains(got, "hunter2secret") || !strings.Contains(got, "db") {
+				t.Errorf("%s of %s: %s, want the host shown and the password hidden", what, u, got)
+			}
+		}
+	}
+}
+
 // TestSecretsOfTLSURLsNeverShown: a metastore URL with TLS parameters
 // (sslmode, sslrootcert, sslcert, sslkey shown; sslpassword, the client
 // key's passphrase, hidden like the password), a password given as a

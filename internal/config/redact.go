@@ -14,10 +14,24 @@ const redacted = "xxxxx"
 // files and modes, and are shown.
 func secretParam(name string) bool { return name == "password" || name == "sslpassword" }
 
-// isURL reports whether a database setting is a URL rather than a
-// key=value DSN.
+// isURL reports whether a database setting is a URL (scheme://...)
+// rather than a key=value DSN. Any scheme counts, not only postgres and
+// postgresql: a URL of another (mysql://u:pw@h/x) is refused, and the
+// refusal must not show its password either.
 func isURL(s string) bool {
-	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok || scheme == "" {
+		return false
+	}
+	for i, r := range scheme {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
+		case i > 0 && ('0' <= r && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // RedactURL hides the secrets of a database URL or key=value DSN: the

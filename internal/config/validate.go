@@ -31,7 +31,12 @@ func (c Config) Validate() error {
 		add("star", "%q must match [a-z0-9][a-z0-9-]{0,62}", c.Star)
 	}
 	if c.DatabaseURL != "" {
-		if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
+		// pgconn reads a URL of another scheme as a key=value DSN (one
+		// key "mysql://u@h/x?password", the local socket), so it would
+		// not refuse every one: the scheme is checked here.
+		if scheme, _, _ := strings.Cut(c.DatabaseURL, "://"); isURL(c.DatabaseURL) && scheme != "postgres" && scheme != "postgresql" {
+			add("database-url", "%s: the scheme must be postgres:// or postgresql:// (or give a key=value DSN)", RedactURL(c.DatabaseURL))
+		} else if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
 			add("database-url", "cannot parse %s: %s", RedactURL(c.DatabaseURL), c.Scrub(err.Error()))
 		}
 	}
