@@ -62,6 +62,12 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 			return exitCode(e, cfg, err)
 		}
 		defer db.Close()
+		// The star's row is the write path's: reconcile rebuilds the
+		// auditor's view of a star the metastore knows, and a star it does
+		// not know (a typo, or one created after the backup) is refused.
+		if err := checkStar(ctx, db.Streams(), cfg.Star, nil); err != nil {
+			return exitCode(e, cfg, err)
+		}
 		reg := prometheus.NewRegistry()
 		if err := faultPoints(log, reg, crash); err != nil {
 			return exitCode(e, cfg, err)

@@ -187,6 +187,31 @@ func TestReconcileBadInput(t *testing.T) {
 		}
 	})
 
+	t.Run("unknown star", func(t *testing.T) {
+		t.Parallel()
+		d := r.fork(t)
+		args := []string{"reconcile", "--apply"}
+		for i := 0; i < len(d.e.common); i++ {
+			switch a := d.e.common[i]; {
+			case a == "--star":
+				i++
+			case strings.HasPrefix(a, "--star="):
+			default:
+				args = append(args, a)
+			}
+		}
+		cmd := exec.Command(d.bin, append(args, "--star", "nosuch")...)
+		cmd.Env = append(os.Environ(), d.b.Env()...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(string(out), `no star "nosuch"`) {
+			t.Fatalf("reconcile of an unknown star: %v, want exit %d naming it\n%s", err, exitUsage, out)
+		}
+		if r := d.halted(); !strings.HasPrefix(r, drillHaltReason) {
+			t.Errorf("the halt was lifted: %q", r)
+		}
+	})
+
 	t.Run("listing breaks off", func(t *testing.T) {
 		t.Parallel()
 		d := r.fork(t)
