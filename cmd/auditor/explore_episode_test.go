@@ -63,6 +63,7 @@ type episode struct {
 	dump       string
 	restored   bool
 	reconciles int
+	refused    bool // the cycles refused to run after the restore
 	closers    []func()
 	drops      []func()
 

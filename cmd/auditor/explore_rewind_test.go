@@ -137,6 +137,7 @@ func (ep *episode) restore(t testing.TB, ctx context.Context, round int) bool {
 			ep.fail("no cycle of %s refused to run after the restore in 5 tries", l.name)
 			return false
 		}
+		ep.refused = true
 		st, err := ep.db.Ledger().DaemonState(ctx, ep.star)
 		if err != nil || !cycle.IsRewoundReason(st.HaltedReason) {
 			ep.fail("after the refused cycle the star's halted_reason is %q (%v), want %s", st.HaltedReason, err, cycle.ReasonRewound)

@@ -78,6 +78,7 @@ type explorer struct {
 	busy             time.Duration
 	rewinds          int // episodes whose metastore was restored from a backup
 	reconciles       int // reconcile --apply runs in them
+	refusals         int // rewinds whose cycles refused to run (the store held a confirmed marker above the restored mark)
 	began            time.Time
 	firstFind        string
 	found            []string // seeds that failed
@@ -316,6 +317,9 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 			x.rewinds++
 		}
 		x.reconciles += ep.reconciles
+		if ep.refused {
+			x.refusals++
+		}
 		for k, n := range ep.inj.Counts() {
 			x.faults[k] += n
 		}
@@ -457,7 +461,8 @@ func (x *explorer) report() {
 	}
 	fmt.Fprintf(&b, "\nexplorer: %d episodes in %s (%.1f per minute; %s each on average), %d failed %v, mutation %q\n",
 		x.episodes, x.wall.Round(time.Second), perMin, mean.Round(time.Millisecond), x.failed, x.found, x.mut.name)
-	fmt.Fprintf(&b, "rewinds: %d episodes restored their metastore from a backup, %d reconcile --apply runs\n", x.rewinds, x.reconciles)
+	fmt.Fprintf(&b, "rewinds: %d episodes restored their metastore from a backup (the cycles refused to run after %d), %d reconcile --apply runs\n",
+		x.rewinds, x.refusals, x.reconciles)
 	fmt.Fprintf(&b, "requests %d; faults by kind:", x.requests)
 	for _, k := range faultstore.Kinds {
 		fmt.Fprintf(&b, " %s=%d", k, x.faults[k])
