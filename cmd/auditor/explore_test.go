@@ -37,7 +37,7 @@ const (
 
 // exploreSeeds are the seeds make test runs on each backend: a fixed,
 // short set (about a minute on two cores).
-var exploreSeeds = map[string][]uint64{"file": {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "s3": {1, 2}}
+var exploreSeeds = map[string][]uint64{"file": {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "s3": {1, 2, 17}}
 
 // mutation is a rule switched off on purpose.
 type mutation struct {
@@ -336,7 +336,7 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 	}
 	rw := ""
 	if ep.restored {
-		rw = fmt.Sprintf(", rewound (%d reconciles)", ep.reconciles)
+		rw = fmt.Sprintf(", rewound (refused %v, %d reconciles)", ep.refused, ep.reconciles)
 	}
 	t.Logf("episode %s seed %d: %s, %d requests, %d faults, crashes %v, pauses %v%s: %s",
 		backend, seed, took.Round(time.Millisecond), ep.inj.Requests(), len(ep.inj.Decisions()), ep.crashed, ep.paused, rw, outcome(ep))
