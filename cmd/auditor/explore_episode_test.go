@@ -56,6 +56,17 @@ type episode struct {
 	script      []string
 	failures    []string
 
+	// A rewind (explore_rewind_test.go): the plan drawn from the seed, the
+	// backup's dump, whether the metastore was restored, the reconciles
+	// run, and the restored databases to close and drop at the end.
+	rewind     *rewindPlan
+	dump       string
+	restored   bool
+	reconciles int
+	refused    bool // the cycles refused to run after the restore
+	closers    []func()
+	drops      []func()
+
 	mu      sync.Mutex
 	hits    map[crashpoint.Point]int
 	crashed []crashpoint.Point // crash points that acted
@@ -129,6 +140,9 @@ func (ep *episode) run(t testing.TB) {
 	rounds := 3 + r.IntN(3)
 	ep.note("star %s: %d streams, %d leaders, %d rounds, settle batch %d, reap batch %d, fault rate %.2f",
 		ep.star, nStreams, nLeaders, rounds, ep.batch, ep.reapBatch, ep.x.rate(ep.seed))
+	if ep.rewind = planRewind(ep.seed, rounds); ep.rewind != nil {
+		ep.note("rewind: a backup at the start of round %d, restored at the start of round %d", ep.rewind.backup, ep.rewind.restore)
+	}
 	for round := range rounds {
 		if !ep.round(t, ctx, round) {
 			return
@@ -142,13 +156,25 @@ func (ep *episode) run(t testing.TB) {
 	ep.note("checked")
 }
 
-// end lets every blocked leader go and releases them all.
+// end lets every blocked leader go and releases them all, then the
+// restored databases.
 func (ep *episode) end() {
 	close(ep.over)
 	for _, l := range ep.all {
 		l.shut()
 	}
+	for _, c := range ep.closers {
+		c()
+	}
+	for _, d := range ep.drops {
+		d()
+	}
 }
+
+// forgetting reports whether the episode is between its backup and its
+// restore: what the metastore records then (but the traffic and the
+// leaders' work) is not drawn (retention, erasures, damage).
+func (ep *episode) forgetting() bool { return ep.dump != "" && !ep.restored }
 
 // round is one round of the script: traffic, the write path's and the
 // operator's moves, and one leader's action. False ends the episode.
@@ -158,6 +184,12 @@ func (ep *episode) round(t testing.TB, ctx context.Context, round int) bool {
 	// the draws of its round only.
 	ep.rnd = rand.New(rand.NewPCG(ep.seed, uint64(round+1)))
 	r := ep.rnd
+	if ep.rewind != nil && round == ep.rewind.backup && !ep.backup(t, round) {
+		return false
+	}
+	if ep.rewind != nil && round == ep.rewind.restore && !ep.restore(t, ctx, round) {
+		return false
+	}
 	// Traffic, alone or beside a leader's clean cycle.
 	faults := sim.Faults{Failover: 0.15 * r.Float64(), Lost: 0.1 * r.Float64(), LostReply: 0.1 * r.Float64()}
 	flights := int64(2 + r.IntN(5))
@@ -199,7 +231,7 @@ func (ep *episode) round(t testing.TB, ctx context.Context, round int) bool {
 	if r.IntN(2) == 0 {
 		ep.skipGrace(ctx)
 	}
-	if r.IntN(4) == 0 {
+	if r.IntN(4) == 0 && !ep.forgetting() {
 		// What a lost reply or an earlier crash left standing uncommitted.
 		ep.note("round %d: damage what stands uncommitted", round)
 		ep.damage(ctx)
@@ -397,7 +429,7 @@ func (ep *episode) crash(t testing.TB, ctx context.Context, round int) bool {
 	ep.crashed = append(ep.crashed, p)
 	ep.mu.Unlock()
 	ep.expire(ctx)
-	damage := r.IntN(2) == 0
+	damage := r.IntN(2) == 0 && !ep.forgetting()
 	ep.note("round %d: %s crashed at %s:%d; lease expired; damage what stands uncommitted: %v", round, l.name, p, n, damage)
 	if damage {
 		ep.damage(ctx)
@@ -475,6 +507,10 @@ func (ep *episode) gone(ctx context.Context, l *leader) bool {
 
 // retention raises the low_record of a stream drawn from the seed.
 func (ep *episode) retention(ctx context.Context) {
+	if ep.forgetting() {
+		ep.note("retention: none between the backup and the restore")
+		return
+	}
 	st := ep.stream(ctx)
 	if st == nil || st.NextRecord <= st.LowRecord {
 		return
@@ -490,6 +526,10 @@ func (ep *episode) retention(ctx context.Context) {
 // a big episode, mostly of the longest: an erasure rewrite of an object
 // above the part minimum gathers parts).
 func (ep *episode) erase(ctx context.Context) {
+	if ep.forgetting() {
+		ep.note("erasure: none between the backup and the restore")
+		return
+	}
 	st := ep.stream(ctx)
 	if ep.big && ep.rnd.IntN(3) != 0 {
 		st = ep.longest(ctx)

@@ -22,6 +22,7 @@ import (
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/faultstore"
 	"github.com/nova/auditor/objstore"
+	"github.com/nova/auditor/settle"
 )
 
 // leader is one in-process auditor of the explorer's star: the cycle
@@ -43,11 +44,17 @@ type leader struct {
 	stop  context.CancelFunc
 	steps []cycle.Step
 	close func()
-	log   *slog.Logger
+	// The parts reconcile works with, as cmdReconcile takes them from
+	// buildParts.
+	store   objstore.Store
+	top     *objstore.Topology
+	settler *settle.Settler
+	log     *slog.Logger
 
-	mu   sync.Mutex
-	arm  *arm
-	dead bool
+	mu       sync.Mutex
+	arm      *arm
+	dead     bool
+	shutDone bool
 }
 
 // arm is a crash or pause point armed in one leader: it acts at the n-th
@@ -101,6 +108,7 @@ func (ep *episode) newLeader(t testing.TB, name string) (*leader, error) {
 		return nil, fmt.Errorf("leader %s: %w", name, err)
 	}
 	l.cfg, l.steps, l.close, l.log = cfg, p.steps, p.settler.Close, log
+	l.store, l.top, l.settler = p.store, p.top, p.settler
 	l.dc = daemonConfig(cfg)
 	l.dc.Policy = p.policy
 	return l, nil
@@ -199,6 +207,13 @@ func (l *leader) isDead() bool {
 
 // shut releases what the leader holds (at the end of the episode).
 func (l *leader) shut() {
+	l.mu.Lock()
+	done := l.shutDone
+	l.shutDone = true
+	l.mu.Unlock()
+	if done {
+		return // a restore shut it already
+	}
 	l.kill()
 	if l.close != nil {
 		l.close()

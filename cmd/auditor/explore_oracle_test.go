@@ -24,13 +24,20 @@ const settledRoot = "buckets/"
 // grace), nothing left open.
 func (ep *episode) oracle(ctx context.Context) {
 	raw := ep.b.Store
-	rep, err := sim.Check(ctx, ep.db, sim.Storage{Store: raw, Standard: ep.b.Std}, sim.CheckOptions{Stars: []string{ep.star}, MaxFindings: 5})
+	// After a restore the write path's chain (its refs, slots and epochs)
+	// still holds the future the backup forgot, which its restored rows do
+	// not account for: the write path's own loss, which reconcile does not
+	// rebuild. As in the restore drill (restore_test.go) the check reads
+	// the settled records only, against the restored head: at rest that
+	// is every record the restored metastore knows.
+	rep, err := sim.Check(ctx, ep.db, sim.Storage{Store: raw, Standard: ep.b.Std},
+		sim.CheckOptions{Stars: []string{ep.star}, MaxFindings: 5, SettledOnly: ep.restored})
 	switch {
 	case err != nil:
 		ep.fail("novasim check: %v", err)
-	case !rep.OK():
-		ep.fail("novasim check: %d missing, %d duplicated, %d wrong, %d violations: %v",
-			rep.Missing, rep.Duplicated, rep.Wrong, rep.Violations, rep.Findings)
+	case !rep.OK() || rep.Unsettled > 0:
+		ep.fail("novasim check (settled only: %v): %d missing, %d duplicated, %d wrong, %d unsettled, %d violations: %v",
+			ep.restored, rep.Missing, rep.Duplicated, rep.Wrong, rep.Unsettled, rep.Violations, rep.Findings)
 	}
 	vr, err := verify.Verify(ctx, ep.db.Streams(), bundle.NewReader(teststore.Topology(ep.x.t, raw, ep.b.Std, nil, nil)), verify.Options{Star: ep.star, Concurrency: 4})
 	switch {

@@ -37,7 +37,7 @@ const (
 
 // exploreSeeds are the seeds make test runs on each backend: a fixed,
 // short set (about a minute on two cores).
-var exploreSeeds = map[string][]uint64{"file": {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "s3": {1, 2}}
+var exploreSeeds = map[string][]uint64{"file": {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "s3": {1, 2, 17}}
 
 // mutation is a rule switched off on purpose.
 type mutation struct {
@@ -76,6 +76,9 @@ type explorer struct {
 	hits             map[crashpoint.Point]int
 	crashed, paused  map[crashpoint.Point]int
 	busy             time.Duration
+	rewinds          int // episodes whose metastore was restored from a backup
+	reconciles       int // reconcile --apply runs in them
+	refusals         int // rewinds whose cycles refused to run (the store held a confirmed marker above the restored mark)
 	began            time.Time
 	firstFind        string
 	found            []string // seeds that failed
@@ -263,7 +266,9 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 	t := x.t
 	t.Helper()
 	db, u := x.db, x.url
-	if replay {
+	if replay || rewinds(seed) {
+		// A replay, or an episode that rewinds its metastore (its backup
+		// must hold its star alone), runs on a database of its own.
 		var drop func()
 		u, drop = testenv.CloneDatabaseDroppable(t, x.tmpl)
 		defer drop()
@@ -308,6 +313,13 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 		defer x.mu.Unlock()
 		x.episodes++
 		x.busy += took
+		if ep.restored {
+			x.rewinds++
+		}
+		x.reconciles += ep.reconciles
+		if ep.refused {
+			x.refusals++
+		}
 		for k, n := range ep.inj.Counts() {
 			x.faults[k] += n
 		}
@@ -322,8 +334,12 @@ func (x *explorer) episode(backend string, seed uint64, sched []faultstore.Decis
 			x.paused[p]++
 		}
 	}
-	t.Logf("episode %s seed %d: %s, %d requests, %d faults, crashes %v, pauses %v: %s",
-		backend, seed, took.Round(time.Millisecond), ep.inj.Requests(), len(ep.inj.Decisions()), ep.crashed, ep.paused, outcome(ep))
+	rw := ""
+	if ep.restored {
+		rw = fmt.Sprintf(", rewound (refused %v, %d reconciles)", ep.refused, ep.reconciles)
+	}
+	t.Logf("episode %s seed %d: %s, %d requests, %d faults, crashes %v, pauses %v%s: %s",
+		backend, seed, took.Round(time.Millisecond), ep.inj.Requests(), len(ep.inj.Decisions()), ep.crashed, ep.paused, rw, outcome(ep))
 	return ep
 }
 
@@ -445,6 +461,8 @@ func (x *explorer) report() {
 	}
 	fmt.Fprintf(&b, "\nexplorer: %d episodes in %s (%.1f per minute; %s each on average), %d failed %v, mutation %q\n",
 		x.episodes, x.wall.Round(time.Second), perMin, mean.Round(time.Millisecond), x.failed, x.found, x.mut.name)
+	fmt.Fprintf(&b, "rewinds: %d episodes restored their metastore from a backup (the cycles refused to run after %d), %d reconcile --apply runs\n",
+		x.rewinds, x.refusals, x.reconciles)
 	fmt.Fprintf(&b, "requests %d; faults by kind:", x.requests)
 	for _, k := range faultstore.Kinds {
 		fmt.Fprintf(&b, " %s=%d", k, x.faults[k])

@@ -72,6 +72,13 @@ func FreshDatabase(t testing.TB) string {
 	return createDatabase(t, "")
 }
 
+// FreshDatabaseDroppable is FreshDatabase with a function that drops the
+// database at once (as CloneDatabaseDroppable).
+func FreshDatabaseDroppable(t testing.TB) (string, func()) {
+	t.Helper()
+	return makeDatabase(t, "")
+}
+
 // CloneDatabase creates a database with a unique name as a copy of the one
 // at url (CREATE DATABASE ... TEMPLATE: nothing may be connected to it
 // meanwhile) and returns its URL; it is dropped when the test ends. Grants
