@@ -50,7 +50,7 @@ func (s *Settle) StreamSnapshots(ctx context.Context, ids []StreamID, refLimit i
 		// Each stream's refs are an index range of its own (as
 		// RefsWindow's), however many refs the star holds.
 		rows, err = tx.Query(ctx, `SELECT r.* FROM nova.streams s CROSS JOIN LATERAL (
-				SELECT `+refCols+` FROM nova.span_refs
+				SELECT `+SpanRefColumns+` FROM nova.span_refs
 				WHERE stream_id = s.stream_id AND first_record < s.next_record AND first_record + record_count > s.settled_through
 				ORDER BY first_record LIMIT $2) r
 			WHERE s.stream_id = ANY($1::uuid[])
@@ -58,7 +58,7 @@ func (s *Settle) StreamSnapshots(ctx context.Context, ids []StreamID, refLimit i
 		if err != nil {
 			return fmt.Errorf("read refs of %d streams: %w", len(ids), err)
 		}
-		refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
+		refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return ScanSpanRef(r) })
 		if err != nil {
 			return fmt.Errorf("read refs of %d streams: %w", len(ids), err)
 		}

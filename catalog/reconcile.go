@@ -47,11 +47,11 @@ func (rs *Restore) ReconcileView(ctx context.Context, id StreamID, keyLow, keyHi
 		if v.Entries, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) }); err != nil {
 			return fmt.Errorf("read catalog of %s: %w", id, err)
 		}
-		rows, err = tx.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
+		rows, err = tx.Query(ctx, `SELECT `+SpanRefColumns+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
 		if err != nil {
 			return fmt.Errorf("read refs of %s: %w", id, err)
 		}
-		if v.Refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) }); err != nil {
+		if v.Refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return ScanSpanRef(r) }); err != nil {
 			return fmt.Errorf("read refs of %s: %w", id, err)
 		}
 		// Each partial key index serves its kind's range.

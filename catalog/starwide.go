@@ -28,12 +28,12 @@ func (ss *Streams) TrimCursor(ctx context.Context, star string) (epoch, seq int6
 // RefsOfStar reads the span refs of every stream of a star (by the streams'
 // star, whatever the refs say), each stream's in record order.
 func (ss *Streams) RefsOfStar(ctx context.Context, star string) (map[StreamID][]SpanRef, error) {
-	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+SpanRefColumns+` FROM nova.span_refs
 		WHERE stream_id IN (SELECT stream_id FROM nova.streams WHERE star = $1) ORDER BY stream_id, first_record`, star)
 	if err != nil {
 		return nil, fmt.Errorf("read refs of star %q: %w", star, err)
 	}
-	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return ScanSpanRef(r) })
 	if err != nil {
 		return nil, fmt.Errorf("read refs of star %q: %w", star, err)
 	}

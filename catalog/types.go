@@ -151,9 +151,13 @@ func (ss *Streams) StreamsOfStar(ctx context.Context, star string) ([]Stream, er
 	return out, nil
 }
 
-const refCols = `stream_id, first_record, record_count, star, class, slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at`
+// SpanRefColumns are a span ref's columns in ScanSpanRef's order (the
+// test helpers of catalog/writepath read refs with them too).
+const SpanRefColumns = `stream_id, first_record, record_count, star, class, slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at`
 
-func scanRef(r pgx.Row) (SpanRef, error) {
+// ScanSpanRef scans a row of SpanRefColumns into a SpanRef, checking that
+// its slot arrays line up.
+func ScanSpanRef(r pgx.Row) (SpanRef, error) {
 	var (
 		ref                      SpanRef
 		epochs, seqs, offs, lens []int64
@@ -221,13 +225,13 @@ func (s *Settle) RefsWindow(ctx context.Context, id StreamID, from, before int64
 func refsWindow(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, id StreamID, from, before int64, limit int) ([]SpanRef, error) {
-	rows, err := q.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs
+	rows, err := q.Query(ctx, `SELECT `+SpanRefColumns+` FROM nova.span_refs
 		WHERE stream_id = $1 AND first_record < $3 AND first_record + record_count > $2
 		ORDER BY first_record LIMIT $4`, id, from, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read refs of stream %s from %d: %w", id, from, err)
 	}
-	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return scanRef(r) })
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return ScanSpanRef(r) })
 	if err != nil {
 		return nil, fmt.Errorf("read refs of stream %s from %d: %w", id, from, err)
 	}

@@ -407,10 +407,9 @@ func TestEraseRacesATailRewrite(t *testing.T) {
 			}
 		})
 		t.Run(b.name+"/settle-gave-up-clean", func(t *testing.T) {
-			// Found by the fault explorer: as settle-gave-up, but settle
-			// had already rewritten the tail with the erased records as
-			// tombstones, so the erase step finds the entry clean and
-			// publishes nothing. The abandoned rewrite above it is kept
+			// As settle-gave-up, but settle had already rewritten the
+			// tail with the erased records as tombstones, so the erase
+			// step finds the entry clean and publishes nothing. The abandoned rewrite above it is kept
 			// live by the pending erasure, and the erasure waits for it:
 			// the erase step buries it.
 			t.Parallel()

@@ -15,38 +15,15 @@ import (
 
 // RefsOfStream reads a stream's span refs in record order.
 func (db *DB) RefsOfStream(ctx context.Context, id catalog.StreamID) ([]catalog.SpanRef, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+refCols+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
+	rows, err := db.pool.Query(ctx, `SELECT `+catalog.SpanRefColumns+` FROM nova.span_refs WHERE stream_id = $1 ORDER BY first_record`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (catalog.SpanRef, error) { return scanRef(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (catalog.SpanRef, error) { return catalog.ScanSpanRef(r) })
 	if err != nil {
 		return nil, fmt.Errorf("read refs of stream %s: %w", id, err)
 	}
 	return out, nil
-}
-
-// refCols are a span ref's columns in scanRef's order.
-const refCols = `stream_id, first_record, record_count, star, class, slot_epochs, slot_seqs, footer_offsets, footer_lengths, absorbed_at`
-
-// scanRef is catalog's scan of a span ref (catalog/types.go).
-func scanRef(r pgx.Row) (catalog.SpanRef, error) {
-	var (
-		ref                      catalog.SpanRef
-		epochs, seqs, offs, lens []int64
-	)
-	if err := r.Scan(&ref.Stream, &ref.FirstRecord, &ref.RecordCount, &ref.Star, &ref.Class, &epochs, &seqs, &offs, &lens, &ref.AbsorbedAt); err != nil {
-		return ref, err
-	}
-	if len(epochs) == 0 || len(seqs) != len(epochs) || len(offs) != len(epochs) || len(lens) != len(epochs) {
-		return ref, fmt.Errorf("span ref %s@%d: slot arrays of lengths %d/%d/%d/%d (must be equal and >= 1)",
-			ref.Stream, ref.FirstRecord, len(epochs), len(seqs), len(offs), len(lens))
-	}
-	ref.Slots = make([]catalog.SlotRef, len(epochs))
-	for i := range epochs {
-		ref.Slots[i] = catalog.SlotRef{Epoch: epochs[i], Seq: seqs[i], FooterOffset: offs[i], FooterLength: lens[i]}
-	}
-	return ref, nil
 }
 
 // ReleaseQuarantine lifts a stream's quarantine; it reports whether one existed.
