@@ -21,7 +21,7 @@ type Metastore interface {
 	StatusReader
 }
 
-// Leases is the lease term (cycle.go): take the star's lease, renew it,
+// Leases is the lease term (lease.go): take the star's lease, renew it,
 // release it and wake the standbys.
 type Leases interface {
 	AcquireLeaseInstance(ctx context.Context, star, holder, instance string, ttl time.Duration) (catalog.Lease, error)
@@ -30,9 +30,9 @@ type Leases interface {
 	Notify(ctx context.Context, star string) error
 }
 
-// Ledger is the run ledger (cycle.go): a row per cycle, the persisted
-// halt, the pruning of old history, and the pause and halt RunOnce
-// honours.
+// Ledger is the run ledger (cycle.go, once.go): a row per cycle, the
+// persisted halt, the pruning of old history, and the pause and halt
+// RunOnce honours.
 type Ledger interface {
 	StartRun(ctx context.Context, f catalog.Fence, trigger string, dryRun bool) (catalog.Run, error)
 	FinishRun(ctx context.Context, id int64, outcome string, c catalog.RunCounts, errText string) (catalog.Run, error)
@@ -43,7 +43,7 @@ type Ledger interface {
 	RecordIdleRun(ctx context.Context, f catalog.Fence, since time.Time, keep time.Duration, limit int) (catalog.Run, error)
 }
 
-// Requests are the operator's admin requests (daemon.go, triggers.go):
+// Requests are the operator's admin requests (admin.go, triggers.go):
 // read, consumed, the triggers a cycle takes and finishes, the progress
 // of a forced stream, and the notifications that wake the leader.
 type Requests interface {
@@ -67,7 +67,7 @@ type Readiness interface {
 	RecordBucketRules(ctx context.Context, f catalog.Fence, rules json.RawMessage, blocked string) error
 }
 
-// Gauges are the metastore gauges' reads (daemon.go refreshGauges).
+// Gauges are the metastore gauges' reads (gauges.go refreshGauges).
 type Gauges interface {
 	// ReadOnly runs fn with a context whose reads share one read-only
 	// snapshot (one commit).

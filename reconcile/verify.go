@@ -1,0 +1,208 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/bundlefmt"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
+	"github.com/nova/auditor/objstore"
+)
+
+// verifyObject reads every chunk of o, each checked against its DataCRC
+// (one chunk in memory at a time). A mismatch is a *cycle.QuarantineError.
+func verifyObject(ctx context.Context, d Deps, o *object) (int64, error) {
+	var n int64
+	for _, e := range o.entries {
+		data, err := d.Reader.Chunk(ctx, bundle.Settled(o.key), e)
+		n += int64(len(data))
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// checkRefs reports the refs the chain leaves whose slots are gone: their
+// records are held by nothing (the catalog stops before them).
+func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, end uint64, sr *StreamReport) error {
+	top := d.Reader.Topology()
+	seen := map[string]bool{}
+	for _, r := range refs {
+		if uint64(r.EndRecord()) <= end {
+			continue
+		}
+		buckets, err := top.Buckets(r.Class)
+		if err != nil {
+			return err
+		}
+		for _, s := range r.Slots {
+			key := bundlefmt.SlotKey(r.Star, uint64(s.Epoch), uint64(s.Seq))
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			found := false
+			for _, b := range buckets {
+				_, err := d.Store.Head(ctx, b, key)
+				if err == nil {
+					found = true
+					break
+				}
+				if !errors.Is(err, objstore.ErrNotFound) {
+					return fmt.Errorf("%w: head %s in %s: %w", ErrIncomplete, key, b, err)
+				}
+			}
+			if !found {
+				sr.Lost = append(sr.Lost, Range{From: max(r.FirstRecord, int64(end)), To: r.EndRecord(),
+					Why: "its span ref names slot " + key + ", which the store no longer holds, and no settled object holds them"})
+			}
+		}
+	}
+	return nil
+}
+
+// endsBatch reports whether record end-1 of o ends a batch: where a cut
+// at end may fall.
+func endsBatch(o *object, end uint64) bool {
+	for i := range o.entries {
+		e := &o.entries[i]
+		if e.FirstRecord < end && end <= e.EndRecord() {
+			return e.IsBatchEnd(int(end - 1 - e.FirstRecord))
+		}
+	}
+	return false
+}
+
+// lastBatchEnd is the highest record b < end (0: none) of o such that
+// record b-1 ends a batch.
+func lastBatchEnd(o *object, end uint64) uint64 {
+	for j := len(o.entries) - 1; j >= 0; j-- {
+		e := &o.entries[j]
+		if e.FirstRecord >= end {
+			continue
+		}
+		// b = r + 1 for record r of e, highest first, b < end.
+		for i := min(uint64(e.Count()), end-1-e.FirstRecord) - 1; ; i-- {
+			if e.IsBatchEnd(int(i)) && e.FirstRecord+i+1 > o.first {
+				return e.FirstRecord + i + 1
+			}
+			if i == 0 {
+				break
+			}
+		}
+	}
+	return 0
+}
+
+// firstMismatch compares the chain's bytes with those of every slot chunk
+// the stream's refs name that the store still holds, from settled_through
+// on, and returns the first record of the first chunk that differs (and
+// of a chunk that straddles the chain's end) or ch.end, and the bytes it
+// read. A slot that is gone was reaped after the records settled, so
+// before the restore: its records are the store's.
+func firstMismatch(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, ch chain) (uint64, int64, error) {
+	settled := uint64(st.SettledThrough)
+	var read int64
+	for _, r := range refs {
+		if uint64(r.EndRecord()) <= settled || uint64(r.FirstRecord) >= ch.end {
+			continue
+		}
+		for _, sl := range r.Slots {
+			key := bundlefmt.SlotKey(r.Star, uint64(sl.Epoch), uint64(sl.Seq))
+			src := bundle.Source{Key: key, Class: r.Class}
+			foot, err := d.Reader.SlotFooter(ctx, r.Class, key, sl.FooterOffset, sl.FooterLength)
+			if errors.Is(err, objstore.ErrNotFound) || cycle.IsQuarantine(err) && bundle.ClassOf(err) == cycle.ClassMissing {
+				continue
+			}
+			if err != nil {
+				return 0, read, fmt.Errorf("%w: %w", ErrIncomplete, err)
+			}
+			lo, hi := foot.FindStream(st.ID)
+			if lo >= hi {
+				return 0, read, fmt.Errorf("%w: slot %s holds no chunk of stream %s its ref names", ErrIncomplete, key, st.ID)
+			}
+			e, err := foot.Entry(lo)
+			if err != nil {
+				return 0, read, fmt.Errorf("%w: slot %s: %w", ErrIncomplete, key, err)
+			}
+			if e.EndRecord() <= settled || e.FirstRecord >= ch.end {
+				continue
+			}
+			from := max(e.FirstRecord, settled)
+			if e.EndRecord() > ch.end {
+				return max(from, settled), read, nil // the chain cannot end inside a slot's chunk
+			}
+			data, err := d.Reader.Chunk(ctx, src, e)
+			read += int64(len(data))
+			if err != nil {
+				return 0, read, fmt.Errorf("%w: %w", ErrIncomplete, err)
+			}
+			want := recordBytes(e, data, from, e.EndRecord())
+			got, n, err := chainBytes(ctx, d, ch, from, e.EndRecord())
+			read += n
+			if err != nil {
+				return 0, read, err
+			}
+			if !bytes.Equal(got, want) {
+				return from, read, nil
+			}
+		}
+	}
+	return ch.end, read, nil
+}
+
+// recordBytes is the bytes of records [from, to) of a chunk e whose bytes
+// are data.
+func recordBytes(e bundlefmt.Entry, data []byte, from, to uint64) []byte {
+	var off, n uint64
+	for i, l := range e.Lengths {
+		r := e.FirstRecord + uint64(i)
+		switch {
+		case r < from:
+			off += uint64(l)
+		case r < to:
+			n += uint64(l)
+		}
+	}
+	return data[off : off+n]
+}
+
+// chainBytes reads the bytes of records [from, to) from the chain's
+// objects (a kept entry's object is not the store's to compare: nil).
+func chainBytes(ctx context.Context, d Deps, ch chain, from, to uint64) ([]byte, int64, error) {
+	var out []byte
+	var read int64
+	for _, l := range ch.links {
+		if l.obj == nil {
+			continue
+		}
+		for _, e := range l.obj.entries {
+			a, b := max(e.FirstRecord, from), min(e.EndRecord(), to)
+			if a >= b {
+				continue
+			}
+			off := e.DataOffset
+			var n uint64
+			for i, ln := range e.Lengths {
+				r := e.FirstRecord + uint64(i)
+				if r < a {
+					off += uint64(ln)
+				} else if r < b {
+					n += uint64(ln)
+				}
+			}
+			data, err := d.Reader.Range(ctx, bundle.Settled(l.obj.key), int64(off), int64(n))
+			read += int64(len(data))
+			if err != nil {
+				return nil, read, fmt.Errorf("%w: %w", ErrIncomplete, err)
+			}
+			out = append(out, data...)
+		}
+	}
+	return out, read, nil
+}
