@@ -250,7 +250,7 @@ func TestTransitAndBacklog(t *testing.T) {
 	}
 
 	// Backlog.
-	if _, err := db.Settle().OpenPublishIntent(ctx, lease.Fence, catalog.ExactTarget("k1", 0), "standard"); err != nil {
+	if _, err := writepath.OpenIntent(ctx, db, lease.Fence, catalog.ExactTarget("k1", 0), "standard"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class, reap_after) VALUES

@@ -25,10 +25,13 @@ type Snapshot struct {
 	Last   *Entry
 }
 
-// StreamSnapshots reads the snapshots of the streams ids in one read-only
-// repeatable-read transaction, at most refLimit refs each: what
-// StreamSnapshot reads for one stream, consistent across all of them. A
-// stream that no longer exists is left out of the map.
+// StreamSnapshots reads the snapshots of the streams ids (a batch of one
+// included) in one read-only repeatable-read transaction, at most refLimit
+// refs each, consistent across all of them: each stream's refs tile
+// exactly [settled_through, next_record) (read at READ COMMITTED, an absorb
+// committing between the statements would add a ref past the next_record
+// read first: a false tiling break). A stream that no longer exists is
+// left out of the map.
 func (s *Settle) StreamSnapshots(ctx context.Context, ids []StreamID, refLimit int) (map[StreamID]Snapshot, error) {
 	out := make(map[StreamID]Snapshot, len(ids))
 	if len(ids) == 0 {
@@ -99,7 +102,7 @@ type IntentRequest struct {
 }
 
 // OpenPublishIntents opens the publish intents of a batch in one fenced
-// transaction, each as OpenPublishIntent would (under its base's
+// transaction, each as openPublishIntent opens one (under its base's
 // high-water revision), each in a savepoint of its own: intents[i] is
 // reqs[i]'s when errs[i] is nil; a request whose statements fail is rolled
 // back alone. The error is the transaction's (the fence lost, the commit
@@ -138,7 +141,7 @@ type StreamCommit struct {
 }
 
 // CommitSettles commits the settled objects of several streams in one
-// fenced transaction, each stream's as CommitSettle would, with every one
+// fenced transaction, each stream's as commitSettle does, with every one
 // of its checks, in a savepoint of its own: errs[i] is group[i]'s (nil:
 // committed with the transaction). A stream whose check or statement fails
 // is rolled back alone and the others commit. The streams' rows are

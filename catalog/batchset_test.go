@@ -189,12 +189,12 @@ func TestBatchSetPathMatchesStreamByStream(t *testing.T) {
 			}
 		}
 		for _, i := range which {
-			in, err := db.Settle().OpenPublishIntent(ctx, f, target(b[i], rev), catalog.ClassStandard)
+			in, err := writepath.OpenIntent(ctx, db, f, target(b[i], rev), catalog.ClassStandard)
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := commitOf(b[i], end(i), rev, prev, in)
-			if err := db.Settle().CommitSettle(ctx, f, c.Commits[0]); err != nil {
+			if err := writepath.CommitSettle(ctx, db, f, c.Commits[0]); err != nil {
 				t.Fatalf("%s: stream-by-stream commit %d: %v", name, i, err)
 			}
 		}

@@ -67,13 +67,13 @@ func (s *dueRuleStar) stream(b byte, tailRecords, tailBytes, newRecords int64) c
 	if tailRecords > 0 {
 		s.absorb(id, 0, tailRecords)
 		key := fmt.Sprintf("tail/%d", b)
-		in, err := s.db.Settle().OpenPublishIntent(s.ctx, s.f, catalog.ExactTarget(key, 0), catalog.ClassStandard)
+		in, err := writepath.OpenIntent(s.ctx, s.db, s.f, catalog.ExactTarget(key, 0), catalog.ClassStandard)
 		if err != nil {
 			s.t.Fatal(err)
 		}
 		e := catalog.Entry{Stream: id, Epoch: 1, RecordCount: tailRecords, ObjectBytes: tailBytes,
 			FooterOffset: tailBytes - 100, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
-		if err := s.db.Settle().CommitSettle(s.ctx, s.f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
+		if err := writepath.CommitSettle(s.ctx, s.db, s.f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
 			s.t.Fatal(err)
 		}
 	}

@@ -128,7 +128,7 @@ func TestApplyErasureWaitsForEverythingThatHoldsTheBytes(t *testing.T) {
 	}
 	e := catalog.Entry{Stream: sid(1), Epoch: 1, FirstRecord: 0, Revision: 0, RecordCount: 10, ObjectBytes: 100,
 		FooterOffset: 50, FooterLength: 30, Class: catalog.ClassStandard}
-	if err := db.Settle().CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, "k/0~0"), ObjectKey: "k/0~0"}); err != nil {
+	if err := writepath.CommitSettle(ctx, db, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, "k/0~0"), ObjectKey: "k/0~0"}); err != nil {
 		t.Fatal(err)
 	}
 	if apply(nil) {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // TestHighRevisionNeverGoesDown: a base's high-water revision
@@ -41,7 +42,7 @@ func TestHighRevisionNeverGoesDown(t *testing.T) {
 	// gives it up (a reap), so the next opening finds none to take up.
 	open := func(rev int32, want string) catalog.Intent {
 		t.Helper()
-		in, err := db.Settle().OpenPublishIntent(ctx, f, tg(rev), "standard")
+		in, err := writepath.OpenIntent(ctx, db, f, tg(rev), "standard")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 )
 
@@ -312,11 +313,11 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		}
 		return err
 	})
-	call("StreamSnapshot", func() (err error) {
-		var last *catalog.Entry
-		st, _, last, err = db.Settle().StreamSnapshot(ctx, hot, 1000)
-		if err == nil && (last == nil || last.EndRecord() != st.SettledThrough) {
-			err = fmt.Errorf("last entry %+v, settled_through %d", last, st.SettledThrough)
+	call("StreamSnapshots/first", func() error {
+		snaps, err := db.Settle().StreamSnapshots(ctx, []catalog.StreamID{hot}, 1000)
+		snap := snaps[hot]
+		if st = snap.Stream; err == nil && (snap.Last == nil || snap.Last.EndRecord() != st.SettledThrough) {
+			err = fmt.Errorf("last entry %+v, settled_through %d", snap.Last, st.SettledThrough)
 		}
 		return err
 	})
@@ -338,13 +339,13 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 	call("PendingErasuresIn/window", pendingIn(st.SettledThrough, st.SettledThrough, st.NextRecord, st.SettledThrough+2))
 	key := fmt.Sprintf("bench/%d", st.SettledThrough)
 	call("OpenPublishIntent", func() (err error) {
-		in, err = db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget(key, st.SettledThrough), catalog.ClassStandard)
+		in, err = writepath.OpenIntent(ctx, db, f, catalog.ExactTarget(key, st.SettledThrough), catalog.ClassStandard)
 		return err
 	})
 	call("CommitSettle", func() error {
 		e := catalog.Entry{Stream: hot, Epoch: 1, FirstRecord: st.SettledThrough, RecordCount: 5, ObjectBytes: 1000,
 			FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
-		return db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key, ReapGrace: time.Hour})
+		return writepath.CommitSettle(ctx, db, f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key, ReapGrace: time.Hour})
 	})
 	// The batched path's statements (a batch of one: each statement's
 	// per-stream work is the same index ranges as the single ones').

@@ -346,7 +346,7 @@ type PublishTarget struct {
 	Key      func(revision int32) string
 }
 
-// OpenPublishIntent commits a publish intent for the target before its
+// openPublishIntent commits a publish intent for the target before its
 // first byte is written (docs/architecture.md#no-late-delete). Under the
 // base's high-water revision (nova.auditor_key_revisions, locked):
 //
@@ -361,17 +361,6 @@ type PublishTarget struct {
 // or that the reap step classified deletable: a DELETE of such a key, however
 // late it lands, cannot remove what the catalog references. The returned
 // intent's Revision and ObjectKey are the ones to publish.
-func (s *Settle) OpenPublishIntent(ctx context.Context, f Fence, t PublishTarget, class string) (Intent, error) {
-	var in Intent
-	err := s.db.fenced(ctx, f, func(tx pgx.Tx) error {
-		var err error
-		in, err = openPublishIntent(ctx, tx, f, t, class, s.db.mut.ReusePlannedRevision)
-		return err
-	})
-	return in, err
-}
-
-// openPublishIntent is OpenPublishIntent in the fenced transaction tx.
 func openPublishIntent(ctx context.Context, tx pgx.Tx, f Fence, t PublishTarget, class string, reusePlanned bool) (Intent, error) {
 	var in Intent
 	err := func() error {
@@ -540,17 +529,12 @@ type SettleCommit struct {
 	ReapGrace    time.Duration
 }
 
-// CommitSettle commits a settled object in one fenced transaction under the
+// commitSettle commits a settled object in the fenced transaction tx, under the
 // streams row lock: catalog upsert (or repoint from PrevRevision), advance
 // settled_through, delete wholly settled refs, update or delete the due
 // marker, delete the publish intent and any reap intent on the key, arm the
 // superseded revision's reap. It checks the catalog still ends where the
 // stream says (ErrInvariant otherwise).
-func (s *Settle) CommitSettle(ctx context.Context, f Fence, c SettleCommit) error {
-	return s.db.commitFenced(ctx, f, func(tx pgx.Tx) error { return commitSettle(ctx, tx, f, c) })
-}
-
-// commitSettle is CommitSettle in the fenced transaction tx.
 func commitSettle(ctx context.Context, tx pgx.Tx, f Fence, c SettleCommit) error {
 	e := c.Entry
 	var settled, next, low int64

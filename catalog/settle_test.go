@@ -45,11 +45,11 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	}
 
 	key0 := "buckets/b1/streams/x/1/0~0"
-	in, err := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget(key0, 0), "standard")
+	in, err := writepath.OpenIntent(ctx, db, f, catalog.ExactTarget(key0, 0), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget(key0, 0), "standard")
+	again, err := writepath.OpenIntent(ctx, db, f, catalog.ExactTarget(key0, 0), "standard")
 	if err != nil || again.ID != in.ID {
 		t.Fatalf("second open of the same key: %+v %v", again, err)
 	}
@@ -75,11 +75,11 @@ func TestSettleCommitLifecycle(t *testing.T) {
 		{Entry: entry, PrevRevision: -1, ObjectKey: key0},
 		{Entry: entry, PrevRevision: -1, IntentID: in.ID, ObjectKey: key0 + "x"},
 	} {
-		if err := db.Settle().CommitSettle(ctx, f, c); !errors.Is(err, catalog.ErrIntentGone) {
+		if err := writepath.CommitSettle(ctx, db, f, c); !errors.Is(err, catalog.ErrIntentGone) {
 			t.Fatalf("commit %+v: %v, want ErrIntentGone", c, err)
 		}
 	}
-	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: in.ID, ObjectKey: key0}); err != nil {
+	if err := writepath.CommitSettle(ctx, db, f, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: in.ID, ObjectKey: key0}); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := db.Streams().Stream(ctx, id)
@@ -98,7 +98,7 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	// A commit that does not start at settled_through is an invariant break.
 	bad := entry
 	bad.FirstRecord, bad.RecordCount = 16, 4
-	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: bad, PrevRevision: -1, ObjectKey: "k"}); !errors.Is(err, catalog.ErrInvariant) {
+	if err := writepath.CommitSettle(ctx, db, f, catalog.SettleCommit{Entry: bad, PrevRevision: -1, ObjectKey: "k"}); !errors.Is(err, catalog.ErrInvariant) {
 		t.Fatalf("gap commit: %v", err)
 	}
 
@@ -107,7 +107,7 @@ func TestSettleCommitLifecycle(t *testing.T) {
 	key1 := "buckets/b1/streams/x/1/0~1"
 	rewrite := entry
 	rewrite.Revision, rewrite.RecordCount = 1, 30
-	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, IntentID: intent(t, db, key1), ObjectKey: key1, OldKey: key0, ReapGrace: time.Hour}); err != nil {
+	if err := writepath.CommitSettle(ctx, db, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, IntentID: intent(t, db, key1), ObjectKey: key1, OldKey: key0, ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := db.Streams().EntriesOfStream(ctx, id)
@@ -125,7 +125,7 @@ func TestSettleCommitLifecycle(t *testing.T) {
 		t.Fatalf("reap intents: %+v", reaps)
 	}
 	// Repointing from a revision that is no longer current is refused.
-	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, ObjectKey: key1}); !errors.Is(err, catalog.ErrInvariant) {
+	if err := writepath.CommitSettle(ctx, db, f, catalog.SettleCommit{Entry: rewrite, PrevRevision: 0, ObjectKey: key1}); !errors.Is(err, catalog.ErrInvariant) {
 		t.Fatalf("stale rewrite: %v", err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 )
 
 // TestNamedSettledKeysAndArmStrays: a listed key is named by a catalog row
@@ -22,7 +23,7 @@ func TestNamedSettledKeysAndArmStrays(t *testing.T) {
 	co := func(bucket string, first int64, rev int32) catalog.KeyCoords {
 		return catalog.KeyCoords{Bucket: bucket, Stream: a, Epoch: 1, FirstRecord: first, Revision: rev}
 	}
-	in, err := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget("p5~0", 0), "standard")
+	in, err := writepath.OpenIntent(ctx, db, f, catalog.ExactTarget("p5~0", 0), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}

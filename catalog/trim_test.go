@@ -51,7 +51,7 @@ func settleEntry(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fe
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Settle().CommitSettle(ctx, f, catalog.SettleCommit{Entry: e, PrevRevision: prev, IntentID: in, ObjectKey: key, OldKey: old, ReapGrace: time.Hour}); err != nil {
+	if err := writepath.CommitSettle(ctx, db, f, catalog.SettleCommit{Entry: e, PrevRevision: prev, IntentID: in, ObjectKey: key, OldKey: old, ReapGrace: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -322,7 +322,7 @@ func TestClassifyReaps(t *testing.T) {
 		t.Fatalf("due after classify: %+v", due)
 	}
 	// Not yet due (armed with a grace): gone to the classifier.
-	in, _ := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget("late", 0), "standard")
+	in, _ := writepath.OpenIntent(ctx, db, f, catalog.ExactTarget("late", 0), "standard")
 	_ = db.Settle().AbandonPublish(ctx, f, in.ID, time.Hour)
 	v, _ := db.Trim().ClassifyReaps(ctx, f, time.Hour, []catalog.ReapCandidate{{ID: in.ID, Key: "late", Coords: co(0, 0)}})
 	if v[in.ID] != catalog.KeyGone {
@@ -360,7 +360,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 	}
 	open := func(tg catalog.PublishTarget) catalog.Intent {
 		t.Helper()
-		in, err := db.Settle().OpenPublishIntent(ctx, f, tg, "standard")
+		in, err := writepath.OpenIntent(ctx, db, f, tg, "standard")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -475,7 +475,7 @@ func TestClassifyReapsBuriesDeadKeys(t *testing.T) {
 // due at once, returning its ID.
 func armReap(t *testing.T, ctx context.Context, db *catalog.DB, f catalog.Fence, key string) int64 {
 	t.Helper()
-	in, err := db.Settle().OpenPublishIntent(ctx, f, catalog.ExactTarget(key, 0), "standard")
+	in, err := writepath.OpenIntent(ctx, db, f, catalog.ExactTarget(key, 0), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestOpenPublishIntentTakesUpAnOlderBinarysIntent(t *testing.T) {
 	}
 	tg := catalog.PublishTarget{Base: catalog.KeyBase{Stream: sid(1), Epoch: 1, FirstRecord: 0},
 		Key: func(r int32) string { return fmt.Sprintf("old~%d", r) }}
-	in, err := db.Settle().OpenPublishIntent(ctx, f, tg, "standard")
+	in, err := writepath.OpenIntent(ctx, db, f, tg, "standard")
 	if err != nil || !in.Reopened || in.ObjectKey != "old~0" {
 		t.Fatalf("intent: %+v %v, want old~0 taken up", in, err)
 	}

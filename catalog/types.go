@@ -176,45 +176,6 @@ func ScanSpanRef(r pgx.Row) (SpanRef, error) {
 	return ref, nil
 }
 
-// StreamSnapshot reads a stream and its first limit unsettled span refs
-// (those ending past settled_through, in record order) from one snapshot,
-// so the refs are exactly those that tile [settled_through, next_record).
-// Read in two statements at READ COMMITTED, an absorb committing between
-// them adds a ref past the next_record read first, and the stream looks
-// broken when it is only newer (a false tiling quarantine). The stream's
-// last catalog entry (nil when none) comes from the same snapshot: one
-// transaction per stream for all three reads.
-func (s *Settle) StreamSnapshot(ctx context.Context, id StreamID, limit int) (Stream, []SpanRef, *Entry, error) {
-	var (
-		st   Stream
-		refs []SpanRef
-		last *Entry
-	)
-	err := s.db.readTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		st, err = scanStream(tx.QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("stream %s: %w", id, ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("read stream %s: %w", id, err)
-		}
-		if refs, err = refsWindow(ctx, tx, id, st.SettledThrough, st.NextRecord, limit); err != nil {
-			return err
-		}
-		e, err := scanEntry(tx.QueryRow(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1
-			ORDER BY epoch DESC, first_record DESC LIMIT 1`, id))
-		switch {
-		case err == nil:
-			last = &e
-		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("read last catalog entry of stream %s: %w", id, err)
-		}
-		return nil
-	})
-	return st, refs, last, err
-}
-
 // RefsWindow reads at most limit of a stream's span refs that end past from
 // and start before before, in record order (an index range: the settle
 // commits delete refs once they are wholly settled).

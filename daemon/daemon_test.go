@@ -490,12 +490,12 @@ func TestDeferredStreamGaugesAndStatus(t *testing.T) {
 	}
 	key := "tail/1"
 	target := catalog.PublishTarget{Base: catalog.KeyBase{Stream: id, Epoch: 1}, Key: func(int32) string { return key }}
-	in, err := db.Settle().OpenPublishIntent(ctx, l.Fence, target, catalog.ClassStandard)
+	in, err := writepath.OpenIntent(ctx, db, l.Fence, target, catalog.ClassStandard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := catalog.Entry{Stream: id, Epoch: 1, RecordCount: 10, ObjectBytes: 1000, FooterOffset: 900, FooterLength: 80, MinTimestamp: 1, MaxTimestamp: 2}
-	if err := db.Settle().CommitSettle(ctx, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
+	if err := writepath.CommitSettle(ctx, db, l.Fence, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: in.ID, ObjectKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Leases().ReleaseLease(ctx, l.Fence); err != nil {

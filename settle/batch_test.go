@@ -112,34 +112,30 @@ func TestBatchIsolatesAFailingStream(t *testing.T) {
 }
 
 // commitOrder is the metastore noting the order of its settle commits: a
-// stream's own (CommitSettle) by its ID, a grouped one as a zero ID.
+// group of one stream's commit by its ID, a larger group as a zero ID.
 type commitOrder struct {
 	*catalog.Settle
 	mu    sync.Mutex
 	order []catalog.StreamID
 }
 
-func (m *commitOrder) CommitSettle(ctx context.Context, f catalog.Fence, c catalog.SettleCommit) error {
-	err := m.Settle.CommitSettle(ctx, f, c)
-	m.mu.Lock()
-	m.order = append(m.order, c.Entry.Stream)
-	m.mu.Unlock()
-	return err
-}
-
 func (m *commitOrder) CommitSettles(ctx context.Context, f catalog.Fence, group []catalog.StreamCommit, between func()) ([]error, error) {
 	errs, err := m.Settle.CommitSettles(ctx, f, group, between)
 	m.mu.Lock()
-	m.order = append(m.order, catalog.StreamID{})
+	id := catalog.StreamID{}
+	if len(group) == 1 {
+		id = group[0].Stream
+	}
+	m.order = append(m.order, id)
 	m.mu.Unlock()
 	return errs, err
 }
 
-// TestErasuresDoNotWaitForBatches: a stream with a pending erasure never
-// batches; it settles alone, and it starts before the batches of the
-// cycle rather than after all of them (the issue's "erasures still go
-// first"). With one slot of concurrency and eight batches, its commit
-// comes before the last grouped commit.
+// TestErasuresDoNotWaitForBatches: a stream with a pending erasure is a
+// batch of one, and it starts before the batches of the cycle rather than
+// after all of them (erasures still go first). With one slot of
+// concurrency and eight batches, its commit comes before the last grouped
+// commit.
 func TestErasuresDoNotWaitForBatches(t *testing.T) {
 	b := backends()[0]
 	e, _ := newEnv(t, b, 64, 0)
@@ -179,7 +175,7 @@ func TestErasuresDoNotWaitForBatches(t *testing.T) {
 			if at < 0 {
 				at = i
 			}
-		case catalog.StreamID{}:
+		default: // a batch's group
 			lastGroup = i
 		}
 	}

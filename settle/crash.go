@@ -5,7 +5,7 @@ import "github.com/nova/auditor/internal/crashpoint"
 // Crash points of the settle step (docs/architecture.md#crash-points-and-the-crash-matrix),
 // in the order a publish passes them; Deps.Crash is called with each.
 const (
-	CrashAfterIntent        crashpoint.Point = "settle.after-intent"         // the publish intent is committed
+	CrashAfterIntent        crashpoint.Point = "settle.after-intent"         // a batch's publish intents are committed, none of their objects written
 	CrashAfterUploadCreated crashpoint.Point = "settle.after-upload-created" // the multipart upload's ID is recorded
 	CrashAfterSidecarStaged crashpoint.Point = "settle.after-sidecar-staged" // a gathered part is staged and recorded
 	CrashAfterPartCopied    crashpoint.Point = "settle.after-part-copied"    // a part was copied server side
@@ -17,15 +17,9 @@ const (
 	CrashAfterReapArmed     crashpoint.Point = "settle.after-reap-armed"     // a rewrite's commit armed the old revision's reap
 )
 
-// Crash points inside a batch of small streams (batch.go).
-const (
-	// CrashBatchAfterIntents: the batch's publish intents are committed,
-	// none of its objects is written yet.
-	CrashBatchAfterIntents crashpoint.Point = "settle.batch-after-intents"
-	// CrashBatchMidCommit: inside a grouped commit, after a stream's
-	// savepoint is released, before the transaction commits.
-	CrashBatchMidCommit crashpoint.Point = "settle.batch-mid-commit"
-)
+// CrashBatchMidCommit: inside a grouped commit (commit.go), after a
+// stream's savepoint is released, before the transaction commits.
+const CrashBatchMidCommit crashpoint.Point = "settle.batch-mid-commit"
 
 // Crash points of the erasure step (docs/architecture.md#erasure): its
 // rewrite publishes through settle's path under its own names, then the
@@ -46,7 +40,7 @@ const (
 // CrashPoints lists the crash points of the settle and erasure steps in
 // cycle order.
 func CrashPoints() []crashpoint.Point {
-	return []crashpoint.Point{CrashAfterIntent, CrashBatchAfterIntents, CrashAfterUploadCreated, CrashAfterSidecarStaged, CrashAfterPartCopied,
+	return []crashpoint.Point{CrashAfterIntent, CrashAfterUploadCreated, CrashAfterSidecarStaged, CrashAfterPartCopied,
 		CrashAfterPartGathered, CrashAfterComplete, CrashAfterAdoptionRead, CrashBeforeCommit, CrashBatchMidCommit, CrashAfterCommit,
 		CrashAfterReapArmed, CrashEraseAfterIntent, CrashEraseAfterUploadCreated, CrashEraseAfterSidecarStaged,
 		CrashEraseAfterPartCopied, CrashEraseAfterPartGathered, CrashEraseAfterComplete, CrashEraseAfterAdoptionRead,

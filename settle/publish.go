@@ -60,40 +60,52 @@ var (
 )
 
 // publish carries out steps 1-3 of docs/architecture.md#publish for one
-// output: the publish intent, the create-once assembly (resuming the
-// intent's upload if one is open), and on 412 the adoption of the standing
-// object. known lists every chunk the stream has in this plan (standing tail
-// first), to check a standing object against.
+// output outside the settle pipeline (the erasure step's rewrites, a
+// reconcile cut): its publish intent, a batch of one, then put.
 func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known []knownChunk, pt points) (*published, int64, error) {
 	target, err := Target(o.Key)
 	if err != nil {
 		return nil, 0, err
 	}
-	in, err := s.d.DB.OpenPublishIntent(ctx, f, target, catalog.ClassStandard)
+	ins, errs, err := s.d.DB.OpenPublishIntents(ctx, f, []catalog.IntentRequest{{Target: target, Class: catalog.ClassStandard}})
+	if err == nil {
+		err = errs[0]
+	}
 	if err != nil {
 		return nil, 0, err
 	}
+	in := ins[0]
 	// The intent may be above the planned revision: the base used that
 	// one before, and its key may be deleted, late, at any time
 	// (docs/architecture.md#no-late-delete). The bytes do not name their
 	// revision; only the key changes.
 	o.Key, o.Revision = in.ObjectKey, uint32(in.Revision)
 	s.crash(pt.afterIntent)
+	p, err := s.put(ctx, f, o, in, known, pt)
+	return p, in.ID, err
+}
+
+// put writes the output o under its open publish intent in: the
+// create-once assembly (resuming the intent's upload if one is open), and
+// on 412 the adoption of the standing object. known lists every chunk the
+// stream has in this plan (standing tail first), to check a standing
+// object against.
+func (s *Settler) put(ctx context.Context, f catalog.Fence, o Output, in catalog.Intent, known []knownChunk, pt points) (*published, error) {
 	if in.Reopened {
 		// The attempt that opened this intent may have created an upload
 		// and died before recording its ID: abort every open upload of
 		// the key but the recorded one, or it would stay open forever.
 		if err := s.abortUploads(ctx, o.Key, in.UploadID); err != nil {
-			return nil, in.ID, err
+			return nil, err
 		}
 	}
 	res, err := s.assemble(ctx, o, s.assembleRequest(ctx, f, o, in, pt))
 	if err == nil {
 		return &published{key: o.Key, first: o.FirstRecord, revision: o.Revision, entries: o.Footer.Entries,
-			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}, in.ID, nil
+			size: o.Footer.ObjectSize, footOff: o.Footer.FooterOffset, footLen: o.Footer.FooterLength, result: res}, nil
 	}
 	if ferr := s.assembleFailed(ctx, o, err); ferr != nil {
-		return nil, in.ID, ferr
+		return nil, ferr
 	}
 	// 412: an earlier attempt completed this key and crashed before its
 	// commit. Adopt the standing bytes, never replace them.
@@ -105,14 +117,14 @@ func (s *Settler) publish(ctx context.Context, f catalog.Fence, o Output, known 
 	}
 	if uploadID != "" {
 		if err := s.store.AbortAssembly(ctx, s.d.Topology.Standard(), o.Key, uploadID); err != nil {
-			return nil, in.ID, fmt.Errorf("abort our upload of %s after 412: %w", o.Key, err)
+			return nil, fmt.Errorf("abort our upload of %s after 412: %w", o.Key, err)
 		}
 	}
 	if aerr != nil {
-		return nil, in.ID, aerr
+		return nil, aerr
 	}
 	p.result = res
-	return p, in.ID, nil
+	return p, nil
 }
 
 // assembleFailed judges a failed assembly of the output o: nil when the

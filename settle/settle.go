@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/nova/auditor/bundle"
@@ -263,106 +261,25 @@ func (s *Settler) run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	rd := s.read.WithFooters(s.footers)
 	rd = s.beginSlotReads(rd, due)
 	defer s.endSlotReads(rd)
-	var (
-		t      tally
-		budget = s.c.MaxBytes
-	)
-	take := func(n int64) bool { // the --settle-max-bytes budget
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if budget <= 0 {
-			return false
-		}
-		budget -= n
-		return true
-	}
-	// The streams that settle alone run on Concurrency workers; with
-	// batches on, each holds one of the batches' work slots while it
-	// settles, and they start as soon as they are known (aloneQueue).
-	batching := s.c.BatchStreams > 0 && !opts.DryRun
-	work := semaphore.NewWeighted(int64(s.c.Concurrency))
-	q := newAloneQueue()
-	// A failing batch stops the workers too (cancelWorkers), as a failing
-	// worker stops the batches (bctx is gctx's).
-	wctx, cancelWorkers := context.WithCancel(ctx)
-	defer cancelWorkers()
-	g, gctx := errgroup.WithContext(wctx)
-	defer q.dropOnDone(gctx)()
-	for range s.c.Concurrency {
-		g.Go(func() error {
-			for {
-				ds, ok := q.pop()
-				if !ok {
-					return nil
-				}
-				slot := &slotHold{}
-				if batching {
-					slot.sem = work
-				}
-				if err := slot.acquire(gctx); err != nil {
-					return err
-				}
-				c, err := s.settleStream(gctx, f, rd, ds, erasing[ds.Stream], opts, take, slot)
-				slot.release()
-				t.add(c)
-				if err := s.failed(gctx, f, ds.Stream, err, opts, &t); err != nil {
-					return err
-				}
-			}
-		})
-	}
-	if !batching {
-		q.push(due...)
-		q.close()
-	} else {
-		// Streams with pending erasures first: they never batch.
-		batchable := make([]catalog.DueStream, 0, len(due))
-		for _, ds := range due {
-			if erasing[ds.Stream] {
-				q.push(ds)
-			} else {
-				batchable = append(batchable, ds)
-			}
-		}
-		bg, bctx := errgroup.WithContext(gctx)
-		bg.SetLimit(batchesInFlight)
-		for batch := range slices.Chunk(batchable, s.c.BatchStreams) {
-			bg.Go(func() error {
-				return s.settleBatch(bctx, f, rd, batch, erasing, opts, take, &t, work, func(ds catalog.DueStream) { q.push(ds) })
-			})
-		}
-		if err := bg.Wait(); err != nil {
-			// A worker's error is the cause when one cancelled the batches;
-			// else the batch's stops the workers, and the streams under
-			// way end (fenced, cancelled) before the cycle does.
-			byWorker := gctx.Err() != nil
-			q.drop()
-			cancelWorkers()
-			if gerr := g.Wait(); gerr != nil && byWorker {
-				err = gerr
-			}
-			return t.total, err
-		}
-		q.close()
-	}
-	total := &t.total
-	if err := g.Wait(); err != nil {
-		return *total, err
+	p := &pipeline{s: s, f: f, rd: rd, opts: opts, work: semaphore.NewWeighted(int64(s.c.Concurrency)),
+		singles: newStreamQueue(), budget: s.c.MaxBytes}
+	if err := p.settleAll(ctx, due, erasing); err != nil {
+		return p.total, err
 	}
 	gets, _ := rd.FooterReads()
 	s.d.Metrics.footerGets(gets)
 	s.countSlotReads(rd)
 	if !opts.DryRun {
 		if err := s.reconcile(ctx, f); err != nil {
-			return *total, err
+			return p.total, err
 		}
 	}
-	if t.firstErr != nil {
+	if p.firstErr != nil {
 		// Some streams failed transiently; the others are settled, and the
 		// rest of the cycle may run.
-		return *total, &cycle.PartialError{Err: t.firstErr}
+		return p.total, &cycle.PartialError{Err: p.firstErr}
 	}
-	return *total, nil
+	return p.total, nil
 }
 
 // deferCapped notes in opts.Deferred the forced streams that
@@ -429,126 +346,10 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 	}
 }
 
-// settleStream resolves, plans, publishes and commits one stream's objects
-// in record order, a bounded window of its backlog at a time (at most
-// WindowRefs refs and about WindowRecords records), so what it holds does
-// not grow with how far the stream has fallen behind; partial progress is
-// kept. Every window's full objects are published; its last, sub-cap
-// output waits for the next window's chunks, so windows add no tail
-// rewrites: only the stream's true end leaves a sub-cap tail.
-//
-// Records of the stream's pending erasures (erasing: it has some) are
-// written as tombstones: the chunks holding them, new or in the standing
-// tail, are read, checked and re-encoded instead of copied. The erasures
-// are read range by range (deadReader), all of those over the records
-// written, so an object is never written without a tombstone a pending
-// erasure asks for, and an attempt made again after a crash plans at least
-// the tombstones the first did (what adoption accepts).
-func (s *Settler) settleStream(ctx context.Context, f catalog.Fence, rd *bundle.Reader, ds catalog.DueStream, erasing bool, opts cycle.Options, take func(int64) bool, slot *slotHold) (cycle.Counts, error) {
-	var counts cycle.Counts
-	st, refs, last, err := s.snapshot(ctx, f, ds.Stream, opts)
-	if err != nil || st.SettledThrough >= st.NextRecord {
-		return counts, err
-	}
-	var dead *deadReader
-	if erasing {
-		dead = newDeadReader(s.d.DB, st.ID)
-	}
-	tail, err := s.standingTail(ctx, st, last, dead, &counts)
-	if err != nil {
-		return counts, err
-	}
-	hot := s.hotToken(slot)
-	defer hot.release()
-	if backlogRecords(refs, st.SettledThrough) > s.c.WindowRecords || len(refs) == s.c.WindowRefs {
-		if err := hot.take(ctx); err != nil { // before its first window is resolved
-			return counts, err
-		}
-	}
-	r := newResolver(rd, f.Star, st)
-	var carry []SourceChunk // resolved, planned into a sub-cap output not yet published
-	gapChecked := false
-	for {
-		res, err := r.window(ctx, refs, s.c.WindowRecords, len(refs) == s.c.WindowRefs)
-		if err != nil {
-			return counts, err
-		}
-		if len(res.Chunks) > 0 && !take(res.Bytes) {
-			opts.Deferred.Add(ds.Stream)
-			return counts, nil // the cycle's byte budget is spent: the next cycle goes on
-		}
-		from, to := chunkRange(res.Chunks)
-		windowDead, err := dead.over(ctx, from, to)
-		if err != nil {
-			return counts, err
-		}
-		scrubbed, err := s.scrubChunks(ctx, res.Chunks, windowDead)
-		if err != nil {
-			return counts, err
-		}
-		chunks := append(carry, scrubbed...) //nolint:gocritic // appendAssign: carry is replaced below, by what publishWindow leaves over
-		if !gapChecked && len(chunks) > 0 {
-			gapChecked = true
-			if tail != nil && chunks[0].Entry.FirstRecord != tail.end() {
-				// Retention made the first live chunk start above
-				// settled_through (resolve allows that gap only up to
-				// low_record): the standing tail is dead and the next
-				// object starts a new run.
-				tail = nil
-			}
-		}
-		if len(chunks) > 0 {
-			if opts.DryRun {
-				outs, err := s.plan(st, tail, chunks)
-				if err != nil {
-					return counts, err
-				}
-				s.printPlan(opts.Plan, st, outs, res.Complete)
-				return counts, nil
-			}
-			if carry, err = s.publishWindow(ctx, f, st, &tail, chunks, dead, res.Complete, &counts); err != nil {
-				return counts, err
-			}
-		}
-		if res.Complete {
-			break
-		}
-		if err := hot.take(ctx); err != nil {
-			return counts, err
-		}
-		if refs, err = s.d.DB.RefsWindow(ctx, st.ID, r.at, st.NextRecord, s.c.WindowRefs); err != nil {
-			return counts, err
-		}
-	}
-	if counts.ObjectsPublished+counts.ObjectsAdopted > 0 {
-		counts.StreamsSettled++
-	}
-	return counts, nil
-}
-
-// snapshot reads the stream row, its first window of refs and its last
-// catalog entry in one snapshot: the write path keeps absorbing while
-// this runs, and refs read after next_record would reach past it (a false
-// tiling break). Refs absorbed after the snapshot are the next cycle's;
-// later windows read refs below the snapshot's next_record only, which
-// nothing but this auditor's own commits changes. A stream whose
-// retention is behind gets it first (it waits behind an absorb holding
-// the row lock), then a fresh snapshot of what is left.
-func (s *Settler) snapshot(ctx context.Context, f catalog.Fence, id catalog.StreamID, opts cycle.Options) (catalog.Stream, []catalog.SpanRef, *catalog.Entry, error) {
-	st, refs, last, err := s.d.DB.StreamSnapshot(ctx, id, s.c.WindowRefs)
-	if err != nil || st.SettledThrough >= st.LowRecord || opts.DryRun {
-		return st, refs, last, err
-	}
-	if _, err := s.d.DB.SkipBelowLow(ctx, f, st.ID); err != nil {
-		return st, nil, nil, err
-	}
-	return s.d.DB.StreamSnapshot(ctx, id, s.c.WindowRefs)
-}
-
 // standingTail is the stream's last object when new chunks may extend it
 // (loadTail), with the records of pending erasures re-encoded as
 // tombstones (scrubTail); nil when there is none.
-func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *catalog.Entry, dead *deadReader, counts *cycle.Counts) (*Tail, error) {
+func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *catalog.Entry, dead *deadReader) (*Tail, error) {
 	tail, err := s.loadTail(ctx, st, last)
 	if err != nil || tail == nil {
 		return nil, err
@@ -560,47 +361,6 @@ func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *cat
 	return s.scrubTail(ctx, tail, tailDead)
 }
 
-// hot is a stream's hold on one of Config.HotStreams tokens: a stream
-// whose backlog takes more than one window carries up to a cap's worth of
-// records between windows, and only a few are settled at once.
-// While it waits for a token it gives back its work slot, if it holds
-// one (slotHold), and takes one again before it goes on.
-type hot struct {
-	tokens chan struct{}
-	held   bool
-	slot   *slotHold
-}
-
-func (s *Settler) hotToken(slot *slotHold) *hot { return &hot{tokens: s.hot, slot: slot} }
-
-// take waits for a token, once.
-func (h *hot) take(ctx context.Context) error {
-	if h.held {
-		return nil
-	}
-	select {
-	case h.tokens <- struct{}{}:
-		h.held = true
-		return nil
-	default:
-	}
-	h.slot.release()
-	select {
-	case h.tokens <- struct{}{}:
-		h.held = true
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return h.slot.acquire(ctx)
-}
-
-func (h *hot) release() {
-	if h.held {
-		<-h.tokens
-		h.held = false
-	}
-}
-
 func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]Output, error) {
 	outs, err := Plan(PlanInput{Stream: st.ID, Bucket: st.Bucket, StreamEpoch: uint64(st.Epoch),
 		Tail: tail, Chunks: chunks, CapBytes: s.c.CapBytes, TargetBytes: s.c.TargetBytes})
@@ -608,117 +368,6 @@ func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]O
 		return nil, fmt.Errorf("plan stream %s: %w", st.ID, err)
 	}
 	return outs, nil
-}
-
-// publishWindow plans one window's chunks behind the standing tail and
-// publishes and commits the outputs in record order. When the window is
-// not the stream's last (final false), its last output is kept back unless
-// it is full: its chunks are returned, to be planned with the next window.
-// An adopted object that becomes the tail is scrubbed against dead (the
-// stream's pending erasures) first, as the standing tail is.
-func (s *Settler) publishWindow(ctx context.Context, f catalog.Fence, st catalog.Stream, tail **Tail, chunks []SourceChunk,
-	dead *deadReader, final bool, counts *cycle.Counts) ([]SourceChunk, error) {
-	// adoptedTail makes the adopted object p the tail. It was written by
-	// an earlier attempt, under the erasures pending then: records of an
-	// erasure recorded since still hold their bytes, and a tail rewrite
-	// copies what it is not told to re-encode.
-	adoptedTail := func(p *published) error {
-		d, err := dead.over(ctx, p.first, p.end())
-		if err != nil {
-			return err
-		}
-		t, err := s.scrubTail(ctx, &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}, d)
-		if err != nil {
-			return err
-		}
-		*tail = t
-		return nil
-	}
-	for len(chunks) > 0 {
-		outs, err := s.plan(st, *tail, chunks)
-		if err != nil {
-			return nil, err
-		}
-		var carry []SourceChunk
-		if last := outs[len(outs)-1]; !final && !IsFull(last.Meter, -1, s.c.CapBytes) {
-			from := last.FirstRecord
-			if last.Rewrite != nil {
-				from = last.Rewrite.end()
-			}
-			carry = chunksFrom(chunks, from)
-			outs = outs[:len(outs)-1]
-		}
-		known := knownEntries(*tail, chunks)
-		replan := false
-		for oi, o := range outs {
-			p, intentID, err := s.publish(ctx, f, o, known, settlePoints)
-			if err != nil {
-				s.d.Metrics.object("failed")
-				return nil, err
-			}
-			if o.Rewrite != nil && p.adopted && p.end() == o.Rewrite.end() {
-				// The standing object is the erasure step's rewrite of the
-				// tail (a crash kept it from its commit): it covers nothing
-				// new. Commit it as that rewrite, and plan the chunks again
-				// behind it, at the next revision.
-				rc := catalog.RewriteCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: int32(o.Rewrite.Revision),
-					IntentID: intentID, ObjectKey: p.key, OldKey: o.Rewrite.Key, ReapGrace: s.c.ReapGrace}
-				if err := s.d.DB.CommitRewrite(ctx, f, rc); err != nil {
-					return nil, err
-				}
-				counts.ObjectsAdopted++
-				s.d.Metrics.object("adopted")
-				if err := adoptedTail(p); err != nil {
-					return nil, err
-				}
-				replan = true
-				break
-			}
-			if err := s.commitPublished(ctx, f, st, o, p, intentID, counts); err != nil {
-				return nil, err
-			}
-			if *tail != nil {
-				s.tails.drop((*tail).Key) // passed over or rewritten: never read again (fetch.go)
-			}
-			*tail = &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
-			if p.end() == o.EndRecord() && (oi < len(outs)-1 || IsFull(o.Meter, -1, s.c.CapBytes)) {
-				// A full object (every output but a plan's last is full, and
-				// a window's last is published only when full) is never
-				// rewritten: the next output starts a new one, so its
-				// entries (up to a cap's worth of records) need not be held.
-				*tail = nil
-				s.tails.drop(p.key) // nor read again (fetch.go)
-			} else if p.adopted {
-				if err := adoptedTail(p); err != nil {
-					return nil, err
-				}
-			}
-			if p.end() != o.EndRecord() {
-				// The adopted object covers other records than planned:
-				// re-plan the rest with it as the stream's last entry.
-				chunks, replan = chunksFrom(chunks, p.end()), true
-				break
-			}
-		}
-		if !replan {
-			return carry, nil
-		}
-	}
-	return nil, nil
-}
-
-// commitPublished commits the object p that publish wrote (or adopted) for
-// the output o, under its open intent: a new catalog entry, or the
-// standing tail's next revision, whose commit arms the old revision's
-// reap. It counts the object and its bytes.
-func (s *Settler) commitPublished(ctx context.Context, f catalog.Fence, st catalog.Stream, o Output, p *published, intentID int64, counts *cycle.Counts) error {
-	commit := s.settleCommit(st, o, p, intentID)
-	s.crash(CrashBeforeCommit)
-	if err := s.d.DB.CommitSettle(ctx, f, commit); err != nil {
-		return err
-	}
-	s.committed(o, p, commit, counts)
-	return nil
 }
 
 // settleCommit is the commit of the object p that publish wrote (or

@@ -552,7 +552,7 @@ func TestUnrecordedUploadsAreAborted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.db.Settle().OpenPublishIntent(e.ctx, l.Fence, target(t, stale), catalog.ClassStandard); err != nil {
+			if _, err := writepath.OpenIntent(e.ctx, e.db, l.Fence, target(t, stale), catalog.ClassStandard); err != nil {
 				t.Fatal(err)
 			}
 			if err := e.db.Leases().ReleaseLease(e.ctx, l.Fence); err != nil {

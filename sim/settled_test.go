@@ -96,7 +96,7 @@ func naiveSettleErasing(t *testing.T, db *catalog.DB, st Storage, star string, f
 		entry := catalog.Entry{Stream: s.ID, Epoch: s.Epoch, FirstRecord: from, Revision: 0, RecordCount: to - from,
 			ObjectBytes: int64(len(obj)), FooterOffset: int64(tr.FooterOffset()), FooterLength: int64(tr.FooterLength()),
 			MinTimestamp: minTS, MaxTimestamp: maxTS, Class: catalog.ClassStandard}
-		if err := db.Settle().CommitSettle(ctx, lease.Fence, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: intent, ObjectKey: key}); err != nil {
+		if err := writepath.CommitSettle(ctx, db, lease.Fence, catalog.SettleCommit{Entry: entry, PrevRevision: -1, IntentID: intent, ObjectKey: key}); err != nil {
 			t.Fatal(err)
 		}
 		keys = append(keys, key)

@@ -94,7 +94,7 @@ func benchChain(b *testing.B, ctx context.Context, db *catalog.DB, s objstore.St
 		b.Fatal(err)
 	}
 	ent := catalog.Entry{Stream: id, Epoch: 1, RecordCount: int64(n), ObjectBytes: 1, FooterOffset: 1, FooterLength: 1}
-	if err := db.Settle().CommitSettle(ctx, lease.Fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(b, db, star, "x"), ObjectKey: "x"}); err != nil {
+	if err := writepath.CommitSettle(ctx, db, lease.Fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(b, db, star, "x"), ObjectKey: "x"}); err != nil {
 		b.Fatal(err)
 	}
 	return lease.Fence

@@ -283,7 +283,7 @@ func (e *env) settle(ids ...catalog.StreamID) []string {
 		if err := e.store.PutIfAbsent(e.ctx, e.std, key, []byte("settled")); err != nil {
 			e.t.Fatal(err)
 		}
-		if err := e.db.Settle().CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(e.t, e.db, e.fence.Star, key), ObjectKey: key}); err != nil {
+		if err := writepath.CommitSettle(e.ctx, e.db, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: -1, IntentID: publishIntent(e.t, e.db, e.fence.Star, key), ObjectKey: key}); err != nil {
 			e.t.Fatal(err)
 		}
 		keys = append(keys, key)

@@ -189,7 +189,7 @@ func (m *model) settleOne(s *mstream) {
 		o.first, o.rev, o.prev, o.count = f, last.rev+1, last.rev, s.next-f
 	}
 	o.key = m.key(s, o.first, o.rev)
-	in, err := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(e.t, o.key), catalog.ClassStandard)
+	in, err := writepath.OpenIntent(e.ctx, e.db, e.fence, target(e.t, o.key), catalog.ClassStandard)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func (m *model) commit(o *mopen) {
 	if o.prev >= 0 {
 		c.OldKey = m.key(s, o.first, o.prev)
 	}
-	if err := e.db.Settle().CommitSettle(e.ctx, e.fence, c); err != nil {
+	if err := writepath.CommitSettle(e.ctx, e.db, e.fence, c); err != nil {
 		e.t.Fatal(err)
 	}
 	s.entries[o.first] = mentry{rev: o.rev, count: o.count}

@@ -468,21 +468,21 @@ func retentionAndObjectReaps(t *testing.T, ns namedStore) {
 	if err := e.store.PutIfAbsent(e.ctx, e.std, key(20, 1), []byte("rewrite")); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.db.Settle().CommitSettle(e.ctx, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: 0, IntentID: publishIntent(t, e.db, e.fence.Star, key(20, 1)), ObjectKey: key(20, 1), OldKey: key(20, 0)}); err != nil {
+	if err := writepath.CommitSettle(e.ctx, e.db, e.fence, catalog.SettleCommit{Entry: ent, PrevRevision: 0, IntentID: publishIntent(t, e.db, e.fence.Star, key(20, 1)), ObjectKey: key(20, 1), OldKey: key(20, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	// An abandoned publish of a key no settle can publish again, with an
 	// upload and a completed object; a live publish at settled_through; a
 	// recovery's reap intent on the key the catalog now holds.
-	dead, err := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(t, key(0, 7)), "standard")
+	dead, err := writepath.OpenIntent(e.ctx, e.db, e.fence, target(t, key(0, 7)), "standard")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = e.db.Settle().SetIntentUpload(e.ctx, e.fence, dead.ID, "up-dead")
 	_ = e.store.PutIfAbsent(e.ctx, e.std, key(0, 7), []byte("orphan"))
-	live, _ := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(t, key(35, 0)), "standard")
+	live, _ := writepath.OpenIntent(e.ctx, e.db, e.fence, target(t, key(35, 0)), "standard")
 	_ = e.store.PutIfAbsent(e.ctx, e.std, key(35, 0), []byte("in flight"))
-	ref, _ := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(t, key(10, 0)), "standard")
+	ref, _ := writepath.OpenIntent(e.ctx, e.db, e.fence, target(t, key(10, 0)), "standard")
 	if err := e.db.Settle().AbandonPublish(e.ctx, e.fence, ref.ID, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -740,7 +740,7 @@ func TestReapAbortsUnrecordedUploadsOfAFinishedPublish(t *testing.T) {
 				e.settle(a)
 			}
 			key := bundlefmt.SettledKey("b1", a, 1, 0, 7) // no settle publishes (0, 7) again
-			if _, err := e.db.Settle().OpenPublishIntent(e.ctx, e.fence, target(t, key), "standard"); err != nil {
+			if _, err := writepath.OpenIntent(e.ctx, e.db, e.fence, target(t, key), "standard"); err != nil {
 				t.Fatal(err)
 			}
 			// The process dies inside the upload-created hook: the upload

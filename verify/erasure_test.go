@@ -9,6 +9,7 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/catalog/writepath"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/verify"
 )
@@ -18,7 +19,7 @@ import (
 func settleTombstoned(t *testing.T, db *catalog.DB, f catalog.Fence, id catalog.StreamID, first, count int64, dead func(int64) bool) (string, []byte) {
 	t.Helper()
 	key, obj, e := tombstonedObject(t, id, first, count, 0, dead)
-	if err := db.Settle().CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
+	if err := writepath.CommitSettle(context.Background(), db, f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	return key, obj

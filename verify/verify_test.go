@@ -99,7 +99,7 @@ func settleObjectOf(t testing.TB, db *catalog.DB, f catalog.Fence, id catalog.St
 	e := catalog.Entry{Stream: id, Epoch: 1, FirstRecord: first, Revision: 0, RecordCount: count, ObjectBytes: int64(len(obj)),
 		FooterOffset: int64(v.Footer.FooterOffset()), FooterLength: int64(v.Footer.FooterLength()),
 		MinTimestamp: 1000 + first, MaxTimestamp: 1000 + first + count - 1}
-	if err := db.Settle().CommitSettle(context.Background(), f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
+	if err := writepath.CommitSettle(context.Background(), db, f, catalog.SettleCommit{Entry: e, PrevRevision: -1, IntentID: intent(t, db, f, key), ObjectKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	return key, obj

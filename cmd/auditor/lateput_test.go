@@ -45,7 +45,7 @@ func pausedLeaderPutsNoStray(t *testing.T, e *crashEnv) {
 	e.write(1, sim.Faults{})
 	a := exec.Command(e.bin, append(append([]string{"run", "--once"}, e.common...), "--holder", "leader-a",
 		"--lease-ttl", "2h", "--lease-renew", "1h")...)
-	a.Env = append(append(os.Environ(), e.env...), crashpoint.PauseVar+"="+string(settle.CrashBatchAfterIntents))
+	a.Env = append(append(os.Environ(), e.env...), crashpoint.PauseVar+"="+string(settle.CrashAfterIntent))
 	var aout bytes.Buffer
 	a.Stdout, a.Stderr = &aout, &aout
 	if err := a.Start(); err != nil {
