@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The settle step's batched statements (docs/architecture.md#batches): the
+// The settle step's batched statements (docs/architecture.md#the-settle-pipeline): the
 // snapshot, the publish intents and the commits of many small streams share
 // transactions, so the metastore the write path shares pays a few
 // transactions per batch instead of three per settled object. Each stream

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The set paths of the batched statements (docs/architecture.md#batches).
+// The set paths of the batched statements (docs/architecture.md#the-settle-pipeline).
 // Run stream by stream, a grouped commit and the intents cost several
 // round trips per stream, each a statement for Postgres to parse, plan
 // and log. The set paths run the same checks and the same changes over

@@ -396,7 +396,7 @@ func TestBatchStatementsDoNotGrowWithTheBatch(t *testing.T) {
 		t.Fatalf("statements grew with the batch: %v", cost)
 	}
 	// BEGIN, the fence, the savepoint, the revisions' upsert, the intents,
-	// the release, COMMIT; the commit's twelve (docs/architecture.md#batches)
+	// the release, COMMIT; the commit's twelve (docs/architecture.md#the-settle-pipeline)
 	if c := cost[60]; c[0] > 7 || c[1] > 12 {
 		t.Fatalf("a batch costs %d statements of intents and %d of commits", c[0], c[1])
 	}

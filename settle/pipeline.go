@@ -170,28 +170,9 @@ func (p *pipeline) round(ctx context.Context, live []*stream) error {
 // one, a stream whose backlog takes more than one window goes on as a
 // batch of one.
 func (p *pipeline) snapshots(ctx context.Context, streams []*stream) ([]*stream, error) {
-	s := p.s
-	limit := s.c.WindowRefs
+	limit := p.s.c.WindowRefs
 	if len(streams) > 1 {
 		limit = min(limit, batchRefs)
-	}
-	read := func(bs []*stream) error {
-		snaps, err := s.d.DB.StreamSnapshots(ctx, streamIDs(bs), limit)
-		if err != nil {
-			// Every stream of the batch failed the same way: one is enough
-			// to stop the cycle or note the retry.
-			bs[0].err = err
-			for _, b := range bs[1:] {
-				b.done = true
-			}
-			return nil
-		}
-		for _, b := range bs {
-			snap, ok := snaps[b.ds.Stream]
-			b.snapped, b.done = true, !ok // no such stream: nothing to settle
-			b.st, b.refs, b.last, b.more = snap.Stream, snap.Refs, snap.Last, len(snap.Refs) == limit
-		}
-		return nil
 	}
 	var unread, behind []*stream
 	for _, b := range streams {
@@ -199,19 +180,15 @@ func (p *pipeline) snapshots(ctx context.Context, streams []*stream) ([]*stream,
 			unread = append(unread, b)
 		}
 	}
-	if len(unread) > 0 {
-		_ = read(unread)
-	}
+	p.readSnapshots(ctx, unread, limit)
 	for _, b := range unread {
 		if !b.done && b.err == nil && b.st.SettledThrough < b.st.LowRecord && !p.opts.DryRun {
-			if _, b.err = s.d.DB.SkipBelowLow(ctx, p.f, b.st.ID); b.err == nil {
+			if _, b.err = p.s.d.DB.SkipBelowLow(ctx, p.f, b.st.ID); b.err == nil {
 				behind = append(behind, b)
 			}
 		}
 	}
-	if len(behind) > 0 {
-		_ = read(behind)
-	}
+	p.readSnapshots(ctx, behind, limit)
 	for _, b := range streams {
 		if b.err == nil && b.st.SettledThrough >= b.st.NextRecord {
 			b.done = true // nothing to settle (the marker is refreshed by the next commit)
@@ -223,13 +200,36 @@ func (p *pipeline) snapshots(ctx context.Context, streams []*stream) ([]*stream,
 	}
 	kept := streams[:0]
 	for _, b := range streams {
-		if b.long(s.c.WindowRecords) {
+		if b.long(p.s.c.WindowRecords) {
 			p.singles.push(b)
 		} else {
 			kept = append(kept, b)
 		}
 	}
 	return kept, nil
+}
+
+// readSnapshots reads the snapshots of the streams bs, at most limit refs
+// each. A stream that no longer exists is done (nothing to settle); when
+// the read fails, every stream failed the same way, and one is enough to
+// stop the cycle or note the retry.
+func (p *pipeline) readSnapshots(ctx context.Context, bs []*stream, limit int) {
+	if len(bs) == 0 {
+		return
+	}
+	snaps, err := p.s.d.DB.StreamSnapshots(ctx, streamIDs(bs), limit)
+	if err != nil {
+		bs[0].err = err
+		for _, b := range bs[1:] {
+			b.done = true
+		}
+		return
+	}
+	for _, b := range bs {
+		snap, ok := snaps[b.ds.Stream]
+		b.snapped, b.done = true, !ok
+		b.st, b.refs, b.last, b.more = snap.Stream, snap.Refs, snap.Last, len(snap.Refs) == limit
+	}
 }
 
 // nextRefs reads the refs of the next window of a stream that has one
