@@ -376,7 +376,7 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 	}
 	crash(CrashAfterStream)
 	d.Log.Info("stream reconciled", "stream", st.ID, "settled_before", sr.SettledBefore, "settled_after", sr.SettledAfter,
-		"entries_added", sr.EntriesAdded, "entries_removed", sr.EntriesRemoved, "reaps_armed", sr.ReapsArmed, "lost", len(sr.Lost))
+		"entries_added", sr.EntriesAdded, "entries_removed", sr.EntriesRemoved, "reaps_armed", sr.ReapsArmed, "lost", len(sr.Lost), "retired", len(sr.Retired))
 	return sr, nil
 }
 
@@ -488,7 +488,8 @@ func verifyObject(ctx context.Context, d Deps, o *object) (int64, error) {
 }
 
 // checkRefs reports the refs the chain leaves whose slots are gone: their
-// records are held by nothing (the catalog stops before them).
+// records are held by nothing (the catalog stops before them); those below
+// the stream's low_record are retired, not lost.
 func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, end uint64, sr *StreamReport) error {
 	top := d.Reader.Topology()
 	seen := map[string]bool{}
@@ -518,8 +519,8 @@ func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.Sp
 				}
 			}
 			if !found {
-				sr.Lost = append(sr.Lost, Range{From: max(r.FirstRecord, int64(end)), To: r.EndRecord(),
-					Why: "its span ref names slot " + key + ", which the store no longer holds, and no settled object holds them"})
+				sr.gone(st, max(r.FirstRecord, int64(end)), r.EndRecord(),
+					"its span ref names slot "+key+", which the store no longer holds, and no settled object holds them")
 			}
 		}
 	}
