@@ -54,7 +54,8 @@ type chain struct {
 	end   uint64 // the new settled_through
 	// lostLead are the records [from, to) at the stream's start whose
 	// entries name objects the store no longer holds, with nothing else
-	// holding them: dropped from the catalog.
+	// holding them: dropped from the catalog (the report tells the part
+	// below low_record, retired, from the part lost).
 	lostLead *span
 	// lostKept are entries kept with no object standing for them.
 	lostKept []span
@@ -71,7 +72,7 @@ type span struct{ from, to uint64 }
 // up to low_record, as settle's does.
 // Where no object starts at a base below settled_through, the catalog's
 // entry there is kept (its records are reported lost when its object is
-// gone); past settled_through the chain simply ends, and the refs hold
+// gone, retired below low_record); past settled_through the chain simply ends, and the refs hold
 // the rest. Leading entries whose objects are all gone, and that no
 // object continues, are dropped: nothing holds their records.
 func plan(st catalog.Stream, entries []catalog.Entry, byBase map[uint64][]*object, present map[string]bool, limit uint64) chain {

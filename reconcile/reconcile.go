@@ -375,6 +375,6 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 	}
 	crash(CrashAfterStream)
 	d.Log.Info("stream reconciled", "stream", st.ID, "settled_before", sr.SettledBefore, "settled_after", sr.SettledAfter,
-		"entries_added", sr.EntriesAdded, "entries_removed", sr.EntriesRemoved, "reaps_armed", sr.ReapsArmed, "lost", len(sr.Lost))
+		"entries_added", sr.EntriesAdded, "entries_removed", sr.EntriesRemoved, "reaps_armed", sr.ReapsArmed, "lost", len(sr.Lost), "retired", len(sr.Retired))
 	return sr, nil
 }

@@ -152,9 +152,18 @@ type StreamReport struct {
 	BasesRaised    int       `json:"bases_raised"`
 	IntentsClosed  int       `json:"intents_closed"`
 	Cut            CutReport `json:"cut"`
-	// Lost are records the metastore knows that no object holds (expected
-	// only for retention and applied erasures).
+	// Lost are records the metastore knows live (at or above the stream's
+	// low_record) that nothing holds: a catalog entry whose object is
+	// gone, or a ref whose slot is gone past the chain's end.
 	Lost []Range `json:"lost,omitempty"`
+	// Retired are records below the stream's low_record, which the
+	// metastore itself says are dead, whose objects or slots are gone:
+	// retention's work (its trim or reap ran after the metastore's
+	// state was taken), not a loss. Only the low_record the metastore
+	// holds excuses a record: after a restore, retention that ran later
+	// raised a low_record the metastore no longer knows, and the records
+	// between the two are reported lost.
+	Retired []Range `json:"retired,omitempty"`
 	// Forgotten are records past next_record that objects hold: the
 	// metastore forgot them; they are not cataloged.
 	Forgotten []Range `json:"forgotten,omitempty"`
@@ -192,12 +201,11 @@ func (sr *StreamReport) fill(st catalog.Stream, ch chain, o ops) {
 		sr.EntriesAdded++
 	}
 	if ch.lostLead != nil {
-		sr.Lost = append(sr.Lost, Range{From: int64(ch.lostLead.from), To: int64(ch.lostLead.to),
-			Why: "the catalog named objects the store no longer holds (retention since the backup), and nothing else holds them: dropped from the catalog"})
+		sr.gone(st, int64(ch.lostLead.from), int64(ch.lostLead.to),
+			"the catalog named objects the store no longer holds, and nothing else holds them: dropped from the catalog")
 	}
 	for _, s := range ch.lostKept {
-		sr.Lost = append(sr.Lost, Range{From: int64(s.from), To: int64(s.to),
-			Why: "the catalog names an object the store no longer holds; the entry is kept"})
+		sr.gone(st, int64(s.from), int64(s.to), "the catalog names an object the store no longer holds; the entry is kept")
 	}
 	for _, l := range ch.links {
 		switch {
@@ -218,6 +226,19 @@ func (sr *StreamReport) fill(st catalog.Stream, ch chain, o ops) {
 	}
 }
 
+// gone reports records [from, to) of st that nothing holds, and why: the
+// part below the stream's low_record is retired (dead by retention, as
+// the metastore says), the rest lost. An empty part is not reported.
+func (sr *StreamReport) gone(st catalog.Stream, from, to int64, why string) {
+	low := max(st.LowRecord, 0)
+	if r := min(to, low); from < r {
+		sr.Retired = append(sr.Retired, Range{From: from, To: r, Why: why})
+	}
+	if f := max(from, low); f < to {
+		sr.Lost = append(sr.Lost, Range{From: f, To: to, Why: why})
+	}
+}
+
 // Report is what one reconcile found and changed (or would, in a dry run).
 type Report struct {
 	Star          string         `json:"star"`
@@ -228,12 +249,15 @@ type Report struct {
 	ObjectsRead   int            `json:"objects_read"`
 	BytesRead     int64          `json:"bytes_read"`
 	LostRecords   int64          `json:"lost_records"`
-	Forgotten     int64          `json:"forgotten_records"`
-	Unsound       int            `json:"unsound_objects"`
-	MarkersFound  int64          `json:"markers_found"` // the highest marker number the store holds
-	Mark          int64          `json:"mark"`          // the star's mark after (or, in a dry run, as it would be)
-	HaltLifted    bool           `json:"halt_lifted"`
-	Seconds       float64        `json:"seconds"`
+	// RetiredRecords are the records of the streams' Retired: below
+	// their low_record, not a loss.
+	RetiredRecords int64   `json:"retired_records"`
+	Forgotten      int64   `json:"forgotten_records"`
+	Unsound        int     `json:"unsound_objects"`
+	MarkersFound   int64   `json:"markers_found"` // the highest marker number the store holds
+	Mark           int64   `json:"mark"`          // the star's mark after (or, in a dry run, as it would be)
+	HaltLifted     bool    `json:"halt_lifted"`
+	Seconds        float64 `json:"seconds"`
 }
 
 func (r *Report) add(s StreamReport) {
@@ -246,10 +270,17 @@ func (r *Report) add(s StreamReport) {
 	for _, l := range s.Lost {
 		r.LostRecords += l.To - l.From
 	}
+	for _, l := range s.Retired {
+		r.RetiredRecords += l.To - l.From
+	}
 	for _, f := range s.Forgotten {
 		r.Forgotten += f.To - f.From
 	}
 }
+
+// Findings reports whether records are lost or objects unsound: `auditor
+// reconcile` exits 3 on them. Retired records are not findings.
+func (r Report) Findings() bool { return r.LostRecords > 0 || r.Unsound > 0 }
 
 // Print writes the report for people: a line per stream that changes (or
 // has something to say), then the totals.
@@ -259,7 +290,7 @@ func (r Report) Print(w io.Writer) {
 		verb = "changed"
 	}
 	for _, s := range r.Streams {
-		if s.Changes == 0 && len(s.Lost) == 0 && len(s.Forgotten) == 0 && len(s.Unsound) == 0 && len(s.Foreign) == 0 {
+		if s.Changes == 0 && len(s.Lost) == 0 && len(s.Retired) == 0 && len(s.Forgotten) == 0 && len(s.Unsound) == 0 && len(s.Foreign) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "stream %s: settled_through %d -> %d (next_record %d); entries -%d +%d, refs released %d, reaps armed %d, bases raised %d\n",
@@ -269,6 +300,9 @@ func (r Report) Print(w io.Writer) {
 		}
 		for _, l := range s.Lost {
 			fmt.Fprintf(w, "  LOST records [%d, %d): %s\n", l.From, l.To, l.Why)
+		}
+		for _, l := range s.Retired {
+			fmt.Fprintf(w, "  retired records [%d, %d): below low_record, dead by retention (not a loss): %s\n", l.From, l.To, l.Why)
 		}
 		for _, f := range s.Forgotten {
 			fmt.Fprintf(w, "  forgotten records [%d, %d) in %s: past next_record, not cataloged (a stray: salvage it before --stray-guard passes)\n", f.From, f.To, f.Key)
@@ -280,8 +314,8 @@ func (r Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "  foreign key %s\n", k)
 		}
 	}
-	fmt.Fprintf(w, "star %s: %d streams, %d objects listed, %d read whole (%d bytes); %s %d; %d records lost, %d forgotten, %d unsound objects; mark %d (store's highest marker %d)",
-		r.Star, len(r.Streams), r.ObjectsListed, r.ObjectsRead, r.BytesRead, verb, r.Changes, r.LostRecords, r.Forgotten, r.Unsound, r.Mark, r.MarkersFound)
+	fmt.Fprintf(w, "star %s: %d streams, %d objects listed, %d read whole (%d bytes); %s %d; %d records lost, %d retired (below low_record), %d forgotten, %d unsound objects; mark %d (store's highest marker %d)",
+		r.Star, len(r.Streams), r.ObjectsListed, r.ObjectsRead, r.BytesRead, verb, r.Changes, r.LostRecords, r.RetiredRecords, r.Forgotten, r.Unsound, r.Mark, r.MarkersFound)
 	if r.HaltLifted {
 		fmt.Fprint(w, "; the metastore_rewound halt is lifted")
 	}

@@ -28,7 +28,8 @@ func verifyObject(ctx context.Context, d Deps, o *object) (int64, error) {
 }
 
 // checkRefs reports the refs the chain leaves whose slots are gone: their
-// records are held by nothing (the catalog stops before them).
+// records are held by nothing (the catalog stops before them); those below
+// the stream's low_record are retired, not lost.
 func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, end uint64, sr *StreamReport) error {
 	top := d.Reader.Topology()
 	seen := map[string]bool{}
@@ -58,8 +59,8 @@ func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.Sp
 				}
 			}
 			if !found {
-				sr.Lost = append(sr.Lost, Range{From: max(r.FirstRecord, int64(end)), To: r.EndRecord(),
-					Why: "its span ref names slot " + key + ", which the store no longer holds, and no settled object holds them"})
+				sr.gone(st, max(r.FirstRecord, int64(end)), r.EndRecord(),
+					"its span ref names slot "+key+", which the store no longer holds, and no settled object holds them")
 			}
 		}
 	}

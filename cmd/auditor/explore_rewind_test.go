@@ -239,8 +239,10 @@ func (ep *episode) reconcile(ctx context.Context, l *leader, round int) bool {
 	// live (at or above its low_record) would be the auditor's: the
 	// script draws no retention or erasure between the backup and the
 	// restore. Below the low_record they are records retention retired
-	// before the backup, whose trim the backup had not seen: not a loss.
-	retired := int64(0)
+	// before the backup, whose trim the backup had not seen: not a loss,
+	// and reconcile reports them retired, not lost (the low_record read
+	// here, after it, excuses a lost range too).
+	retired := rep.RetiredRecords
 	for _, s := range rep.Streams {
 		if len(s.Lost) == 0 {
 			continue
@@ -264,7 +266,7 @@ func (ep *episode) reconcile(ctx context.Context, l *leader, round int) bool {
 		}
 	}
 	if retired > 0 {
-		ep.note("round %d: reconcile reports %d records lost, all below their stream's low_record (retired before the backup)", round, retired)
+		ep.note("round %d: reconcile reports %d records retired, below their stream's low_record (retired before the backup)", round, retired)
 	}
 	for _, s := range rep.Streams {
 		for _, p := range s.Unsound {

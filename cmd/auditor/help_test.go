@@ -50,6 +50,8 @@ func TestHelpPerCommand(t *testing.T) {
 	}{
 		{[]string{"migrat"}, "Did you mean this?\n\tmigrate\n"},
 		{[]string{"help", "sever"}, "Did you mean this?\n\tserve\n"},
+		{[]string{"hlep"}, "Did you mean this?\n\thelp\n"},
+		{[]string{"help", "hlep"}, "Did you mean this?\n\thelp\n"},
 		{[]string{"status", "--stra", "s1"}, "did you mean --star?"},
 	} {
 		code, _, errs := runCLI(t, c.args...)

@@ -77,8 +77,8 @@ func commands() map[string]command {
 			description: "Run the daemon: hold the star's lease (or, with --stars, take a fleet member's share of the stars), run cycles on the schedule and on admin requests, and serve /metrics, /status, /healthz and /readyz. It runs until SIGTERM or SIGINT.",
 			build:       cmdServe, exits: []int{exitOK, exitFailure, exitUsage, exitFindings},
 			example: "auditor serve --star s1 --config /etc/nova/auditor.yaml"},
-		"version": {summary: "print the auditor's version and the schema version it migrates to",
-			description: "Print the auditor's version and the schema version its migrations reach (the same as auditor --version).",
+		"version": {summary: "print the auditor's version, revision and the schema version it migrates to",
+			description: "Print the auditor's version, the source revision it was built from (unknown when neither make build stamped it nor Go recorded it), the Go version and the schema version its migrations reach (the same as auditor --version).",
 			build:       cmdVersion, exits: []int{exitOK, exitUsage},
 			example: "auditor version"},
 		"inspect": {summary: "decode and print a slot or settled object (FILE, or --key KEY fetched from the store)",
@@ -158,7 +158,7 @@ func newRoot(ctx context.Context, e env) *cobra.Command {
 		"The auditor settles due streams into create-once settled objects, trims and reaps transit slots, and serves its operator surface (docs/operations.md).")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
-	root.Version = fmt.Sprintf("%s (schema version %d)", buildVersion(), migrations.Latest())
+	root.Version = versionLine()
 	root.SetVersionTemplate("auditor {{.Version}}\n")
 	var codes strings.Builder
 	writeExitCodes(&codes)
@@ -216,7 +216,7 @@ func exitCode(e env, cfg config.Config, err error) int {
 
 func cmdVersion(e env, _ *cobra.Command) runFunc {
 	return func(context.Context, []string) int {
-		fmt.Fprintf(e.stdout, "auditor %s (schema version %d)\n", buildVersion(), migrations.Latest())
+		fmt.Fprintf(e.stdout, "auditor %s\n", versionLine())
 		return exitOK
 	}
 }

@@ -23,8 +23,9 @@ import (
 // metastore went back in time (docs/architecture.md#reconcile). A dry run
 // by default (no lease, nothing written); --apply does it under the
 // star's lease. Exit 0 when every stream is reconciled with no record
-// lost, 3 when records are lost or objects unsound (the report says
-// which), 5 when the store could not be read whole (nothing of the
+// lost (records below a stream's low_record are retired by retention,
+// never lost), 3 when records are lost or objects unsound (the report
+// says which), 5 when the store could not be read whole (nothing of the
 // stream it stopped at was applied), 1 on other failures (the lease held
 // by another auditor included), 2 on bad input (an unknown stream).
 func cmdReconcile(e env, c *cobra.Command) runFunc {
@@ -125,7 +126,7 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 			return exitUsage
 		case err != nil:
 			return exitCode(e, cfg, fmt.Errorf("reconcile: %w", err))
-		case rep.LostRecords > 0 || rep.Unsound > 0:
+		case rep.Findings():
 			return exitFindings
 		}
 		return exitOK

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -83,6 +84,10 @@ func NewRoot(prog, short, long string) *cobra.Command {
 		Long:          long,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		// Execute suggests the closest commands for a mistyped one
+		// (suggest): cobra's own suggestions leave the help command out.
+		DisableSuggestions:         true,
+		SuggestionsMinimumDistance: 2,
 		// Completion is each binary's own command (completion bash|zsh|fish).
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
@@ -161,11 +166,34 @@ func Execute(root *cobra.Command, args []string, stderr io.Writer, scrub func(st
 		return exit.Code
 	}
 	msg := strings.TrimRight(scrub(err.Error()), "\n")
+	var name string
+	if _, serr := fmt.Sscanf(err.Error(), "unknown command %q", &name); serr == nil {
+		if s := suggest(root, name); len(s) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+		}
+	}
 	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), msg)
 	if strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown help topic") {
 		fmt.Fprintf(stderr, "Run '%s --help' for the commands.\n", root.Name())
 	}
 	return ExitUsage
+}
+
+// suggest is the commands closest to name, a command root does not have,
+// in order: cobra's (SuggestionsFor: within SuggestionsMinimumDistance
+// edits, a prefix, or a command's SuggestFor) and the help command, which
+// cobra never suggests (it is not an "available" command to cobra), when
+// name is close to it by config.Suggest or a prefix of it.
+func suggest(root *cobra.Command, name string) []string {
+	out := root.SuggestionsFor(name)
+	lower := strings.ToLower(name)
+	for _, c := range root.Commands() {
+		if c.Name() == "help" && !c.Hidden && (strings.HasPrefix(c.Name(), lower) || config.Suggest(lower, []string{c.Name()}) != "") {
+			out = append(out, c.Name())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // NoArgs is a cobra.PositionalArgs for a command that takes no argument:

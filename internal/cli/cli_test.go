@@ -214,6 +214,10 @@ func TestExecute(t *testing.T) {
 		{[]string{"t", "--json", "a", "b"}, 3, "", ""},
 		{[]string{"x"}, cli.ExitUsage, "", "Did you mean this?\n\tt\n"},
 		{[]string{"help", "x"}, cli.ExitUsage, "", `unknown command "x"`},
+		// cobra leaves the help command out of its suggestions.
+		{[]string{"hlep"}, cli.ExitUsage, "", "Did you mean this?\n\thelp\n"},
+		{[]string{"help", "hlep"}, cli.ExitUsage, "", "Did you mean this?\n\thelp\n"},
+		{[]string{"zzz"}, cli.ExitUsage, "", "unknown command \"zzz\" for \"auditor\"\nRun 'auditor --help'"},
 		{[]string{"t", "--jsn"}, cli.ExitUsage, "", "did you mean --json?"},
 		{[]string{"t", "--json=maybe"}, cli.ExitUsage, "", "json"},
 		{[]string{"help", "t"}, cli.ExitOK, "the test command\n\nUsage:\n  auditor t [flags]", ""},
