@@ -159,6 +159,13 @@ func TestRetentionIsNotALoss(t *testing.T) {
 				return catalog.ReconcileView{Stream: st, Entries: []catalog.Entry{entryOf(st, 0, 100)},
 					Refs: []catalog.SpanRef{slotRef(st, 100, 120, 8), slotRef(st, 120, 130, 9)}, High: map[int64]int32{0: 0}}
 			}},
+		{name: "a ref over two missing slots counts its records once; a later ref sharing one of them counts its own", want: want{lost: rng(100, 120, 120, 130)},
+			build: func(_ teststore.Backend) catalog.ReconcileView {
+				st := stream(6, 0, 100, 130)
+				two := slotRef(st, 100, 120, 10)
+				two.Slots = append(two.Slots, catalog.SlotRef{Epoch: 1, Seq: 11, FooterOffset: 60, FooterLength: 100})
+				return catalog.ReconcileView{Stream: st, Refs: []catalog.SpanRef{two, slotRef(st, 120, 130, 11)}}
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := teststore.File(t, teststore.Options{})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
@@ -32,7 +33,7 @@ func verifyObject(ctx context.Context, d Deps, o *object) (int64, error) {
 // the stream's low_record are retired, not lost.
 func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, end uint64, sr *StreamReport) error {
 	top := d.Reader.Topology()
-	seen := map[string]bool{}
+	held := map[string]bool{} // a slot's key: the store holds it (each HEADed once)
 	for _, r := range refs {
 		if uint64(r.EndRecord()) <= end {
 			continue
@@ -41,30 +42,42 @@ func checkRefs(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.Sp
 		if err != nil {
 			return err
 		}
+		var missing []string
 		for _, s := range r.Slots {
 			key := bundlefmt.SlotKey(r.Star, uint64(s.Epoch), uint64(s.Seq))
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			found := false
-			for _, b := range buckets {
-				_, err := d.Store.Head(ctx, b, key)
-				if err == nil {
-					found = true
-					break
+			found, ok := held[key]
+			if !ok {
+				if found, err = slotHeld(ctx, d, buckets, key); err != nil {
+					return err
 				}
-				if !errors.Is(err, objstore.ErrNotFound) {
-					return fmt.Errorf("%w: head %s in %s: %w", ErrIncomplete, key, b, err)
-				}
+				held[key] = found
 			}
 			if !found {
-				sr.gone(st, max(r.FirstRecord, int64(end)), r.EndRecord(),
-					"its span ref names slot "+key+", which the store no longer holds, and no settled object holds them")
+				missing = append(missing, key)
 			}
+		}
+		// A ref's records are reported once, however many of its slots are
+		// gone: the ref does not say which of them each slot holds.
+		if len(missing) > 0 {
+			sr.gone(st, max(r.FirstRecord, int64(end)), r.EndRecord(),
+				"its span ref names slot "+strings.Join(missing, ", ")+", which the store no longer holds, and no settled object holds them")
 		}
 	}
 	return nil
+}
+
+// slotHeld reports whether any of the buckets holds the slot key.
+func slotHeld(ctx context.Context, d Deps, buckets []string, key string) (bool, error) {
+	for _, b := range buckets {
+		_, err := d.Store.Head(ctx, b, key)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, objstore.ErrNotFound) {
+			return false, fmt.Errorf("%w: head %s in %s: %w", ErrIncomplete, key, b, err)
+		}
+	}
+	return false, nil
 }
 
 // endsBatch reports whether record end-1 of o ends a batch: where a cut
