@@ -95,7 +95,7 @@ func (gc *groupCommit) flush(ctx context.Context, group []*stream) {
 	s := gc.p.s
 	if gc.stop != nil {
 		for _, b := range group {
-			b.err = gc.stop // the cycle stops: the intents stay open, taken up next cycle
+			b.cerr = gc.stop // the cycle stops: the intents stay open, taken up next cycle
 		}
 		return
 	}
@@ -105,16 +105,16 @@ func (gc *groupCommit) flush(ctx context.Context, group []*stream) {
 	}
 	errs, err := s.d.DB.CommitSettles(ctx, gc.p.f, scs, func() { s.crash(CrashBatchMidCommit) })
 	for i, b := range group {
-		b.err = err
-		if b.err == nil {
-			b.err = errs[i]
+		b.cerr = err
+		if b.cerr == nil {
+			b.cerr = errs[i]
 		}
 		switch {
-		case b.err == nil:
+		case b.cerr == nil:
 			b.committed = true
 			s.committed(b.outs[0], b.p, b.commit, &b.counts)
-		case cycle.IsLeaseLost(b.err), cycle.IsHalt(b.err):
-			gc.stop = b.err
+		case cycle.IsLeaseLost(b.cerr), cycle.IsHalt(b.cerr):
+			gc.stop = b.cerr
 		}
 	}
 }

@@ -307,6 +307,11 @@ func (p *pipeline) publishes(ctx context.Context, live []*stream) ([]*stream, er
 	if err != nil {
 		return nil, err
 	}
+	for _, b := range live {
+		if b.cerr != nil {
+			b.err, b.cerr = b.cerr, nil
+		}
+	}
 	return p.leave(ctx, live)
 }
 
@@ -352,7 +357,11 @@ func (p *pipeline) each(ctx context.Context, streams []*stream, fn func(context.
 			}
 			defer p.work.Release(1)
 			returned := false
-			defer func() { b.gone = b.gone || !returned }()
+			defer func() {
+				if !returned {
+					b.gone = true
+				}
+			}()
 			b.err = fn(gctx, b)
 			returned = true
 			return nil

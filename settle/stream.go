@@ -40,8 +40,9 @@ type stream struct {
 	intent    catalog.Intent
 	p         *published
 	commit    catalog.SettleCommit
-	committed bool // the group commit committed it
-	rewrote   bool // p is the erasure step's rewrite of the tail, committed as that
+	committed bool  // the group commit committed it
+	cerr      error // the group commit's failure of it (the committer's to write, until the round's commits are done)
+	rewrote   bool  // p is the erasure step's rewrite of the tail, committed as that
 
 	counts cycle.Counts
 	err    error // the stream's failure in the last phase
