@@ -15,7 +15,8 @@ type Streams struct{ db *DB }
 
 // Settle is the settle step's metastore (recover, settle, erase:
 // settle.Metastore): due streams, publish intents, the settle and rewrite
-// commits, quarantine. settle.go, batch.go.
+// commits, quarantine. settle.go, duerule.go, intents.go, quarantine.go,
+// batch.go.
 type Settle struct{ db *DB }
 
 // Erasures are the erasure rows: recorded by auditor erase, applied by the
@@ -23,7 +24,8 @@ type Settle struct{ db *DB }
 type Erasures struct{ db *DB }
 
 // Trim is the retention, trim, reap and stray-sweep steps' metastore
-// (trim.Metastore), and the idle check's read. trim.go, strays.go, idle.go.
+// (trim.Metastore), and the idle check's read. trim.go, retention.go,
+// reaps.go, strays.go, idle.go.
 type Trim struct{ db *DB }
 
 // Leases are the star's lease: taken, renewed, released, read. lease.go.

@@ -315,38 +315,14 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 	open map[catalog.KeyBase][]catalog.Intent, hold *holdGate, clock *dbClock, opts cycle.Options) (cycle.Counts, error) {
 	s := e.s
 	var counts cycle.Counts
-	valid := func(es []catalog.Erasure, into []catalog.Erasure) []catalog.Erasure {
-		for _, er := range es {
-			if why := er.Valid(); why != "" {
-				s.d.Log.Error("malformed erasure row: never applied; correct or delete it",
-					"stream", er.Stream, "first_record", er.FirstRecord, "record_count", er.RecordCount, "why", why)
-				continue
-			}
-			into = append(into, er)
-		}
-		return into
-	}
-	ers := valid(w.Erasures, nil)
+	ers := s.validErasures(w.Erasures, nil)
 	st, err := s.d.DB.Stream(ctx, w.Stream)
 	if err != nil {
 		return counts, err
 	}
-	exact := w.ExactBelow()
-	if exact > 0 && exact < st.SettledThrough {
-		// The window ends inside the stream's settled records: the object
-		// holding its last first record is rewritten with all of its
-		// erasures, or not at all.
-		ens, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, exact-1, exact)
-		if err != nil {
-			return counts, err
-		}
-		if len(ens) == 1 && ens[0].EndRecord() > exact {
-			more, err := s.d.DB.PendingErasuresIn(ctx, st.ID, exact, exact, ens[0].EndRecord())
-			if err != nil {
-				return counts, err
-			}
-			ers, exact = valid(more, ers), ens[0].EndRecord()
-		}
+	ers, exact, err := e.wholeLastObject(ctx, st, ers, w.ExactBelow())
+	if err != nil {
+		return counts, err
 	}
 	if len(ers) == 0 {
 		return counts, nil
@@ -354,6 +330,67 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 	// Below limit, dead is every record a pending erasure names (as read).
 	limit := uint64(max(min(st.SettledThrough, exact), 0))
 	dead := newDeadSet(ers)
+	clean, dirty, err := e.rewriteDead(ctx, f, st, dead, limit, open, opts, &counts)
+	if err != nil {
+		return counts, err
+	}
+	if opts.DryRun {
+		return counts, nil
+	}
+	err = e.applyErasures(ctx, f, st, ers, limit, clean, dirty, hold, clock, &counts)
+	return counts, err
+}
+
+// validErasures appends to into the erasures of es that are well formed,
+// and reports each malformed row (never applied) so an operator corrects
+// or deletes it rather than it stalling the stream's erasures.
+func (s *Settler) validErasures(es []catalog.Erasure, into []catalog.Erasure) []catalog.Erasure {
+	for _, er := range es {
+		if why := er.Valid(); why != "" {
+			s.d.Log.Error("malformed erasure row: never applied; correct or delete it",
+				"stream", er.Stream, "first_record", er.FirstRecord, "record_count", er.RecordCount, "why", why)
+			continue
+		}
+		into = append(into, er)
+	}
+	return into
+}
+
+// wholeLastObject widens the window's erasures ers, which are all the
+// pending erasures that start below exact, to the end of the settled
+// object that holds record exact-1 when the window ends inside it: it adds
+// that object's other pending erasures and returns the object's end as the
+// new exact, so eraseStream never rewrites an object under part of its
+// erasures.
+func (e *Eraser) wholeLastObject(ctx context.Context, st catalog.Stream, ers []catalog.Erasure,
+	exact int64) ([]catalog.Erasure, int64, error) {
+	s := e.s
+	if exact > 0 && exact < st.SettledThrough {
+		// The window ends inside the stream's settled records: the object
+		// holding its last first record is rewritten with all of its
+		// erasures, or not at all.
+		ens, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, exact-1, exact)
+		if err != nil {
+			return ers, exact, err
+		}
+		if len(ens) == 1 && ens[0].EndRecord() > exact {
+			more, err := s.d.DB.PendingErasuresIn(ctx, st.ID, exact, exact, ens[0].EndRecord())
+			if err != nil {
+				return ers, exact, err
+			}
+			ers, exact = s.validErasures(more, ers), ens[0].EndRecord()
+		}
+	}
+	return ers, exact, nil
+}
+
+// rewriteDead rewrites (rewriteEntry) each cataloged entry below limit that
+// holds a dead record, once each, and sorts the entries it read into those
+// now known clean (at the revision given) and the dirty spans that still
+// may hold dead bytes, which applyErasures must not apply erasures over.
+func (e *Eraser) rewriteDead(ctx context.Context, f catalog.Fence, st catalog.Stream, dead deadSet, limit uint64,
+	open map[catalog.KeyBase][]catalog.Intent, opts cycle.Options, counts *cycle.Counts) ([]catalog.EntryRevision, []span, error) {
+	s := e.s
 	var clean []catalog.EntryRevision
 	seen := map[int64]bool{}
 	var dirty []span // entries read this pass and not (yet) clean
@@ -364,7 +401,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 		}
 		entries, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, int64(sp.from), int64(to))
 		if err != nil {
-			return counts, err
+			return clean, dirty, err
 		}
 		for _, en := range entries {
 			if seen[en.FirstRecord] {
@@ -379,9 +416,9 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 				dirty = append(dirty, span{uint64(en.FirstRecord), uint64(en.EndRecord())})
 				continue
 			}
-			rev, ok, err := e.rewriteEntry(ctx, f, st, en, dead, open, opts, &counts)
+			rev, ok, err := e.rewriteEntry(ctx, f, st, en, dead, open, opts, counts)
 			if err != nil {
-				return counts, err
+				return clean, dirty, err
 			}
 			if ok {
 				clean = append(clean, catalog.EntryRevision{FirstRecord: en.FirstRecord, Revision: rev})
@@ -390,11 +427,7 @@ func (e *Eraser) eraseStream(ctx context.Context, f catalog.Fence, w catalog.Era
 			}
 		}
 	}
-	if opts.DryRun {
-		return counts, nil
-	}
-	err = e.applyErasures(ctx, f, st, ers, limit, clean, dirty, hold, clock, &counts)
-	return counts, err
+	return clean, dirty, nil
 }
 
 // applyErasures marks applied each erasure wholly below limit whose
@@ -514,7 +547,19 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 		s.printPlan(opts.Plan, st, []Output{o}, true)
 		return en.Revision, false, nil
 	}
-	known := knownEntries(nt, nil)
+	p, intentID, err := e.publishRewrite(ctx, f, o, knownEntries(nt, nil))
+	if err != nil {
+		return en.Revision, false, err
+	}
+	return e.commitRewrite(ctx, f, st, en, t, o, p, intentID, counts)
+}
+
+// publishRewrite publishes o, the erasure rewrite of an entry made of the
+// chunks known, through the publish path; when the key's standing object
+// is another plan's (errBeyondKnown) it buries that key and publishes
+// again, once, so a given-up tail rewrite never blocks the erasure.
+func (e *Eraser) publishRewrite(ctx context.Context, f catalog.Fence, o Output, known []knownChunk) (*published, int64, error) {
+	s := e.s
 	p, intentID, err := s.publish(ctx, f, o, known, erasePoints)
 	if errors.Is(err, errBeyondKnown) && !s.d.Mutations.EraseTakesUpTailRewrite {
 		// The key's standing object runs past the entry's records, so no
@@ -531,13 +576,20 @@ func (e *Eraser) rewriteEntry(ctx context.Context, f catalog.Fence, st catalog.S
 		}
 		s.d.Log.Info("burying another plan's standing object at an erasure rewrite's key", "key", key, "intent", intentID, "err", err)
 		if err := s.d.DB.AbandonPublish(ctx, f, intentID, s.c.ReapGrace); err != nil {
-			return en.Revision, false, err
+			return p, intentID, err
 		}
 		p, intentID, err = s.publish(ctx, f, o, known, erasePoints)
 	}
-	if err != nil {
-		return en.Revision, false, err
-	}
+	return p, intentID, err
+}
+
+// commitRewrite repoints the entry en (its object t) at p, the published
+// rewrite o, once p is checked to cover exactly the rewrite's records, and
+// counts it. It reports the revision the entry is at and whether that
+// revision is known to hold no dead record's bytes (rewriteEntry's result).
+func (e *Eraser) commitRewrite(ctx context.Context, f catalog.Fence, st catalog.Stream, en catalog.Entry, t *Tail, o Output,
+	p *published, intentID int64, counts *cycle.Counts) (int32, bool, error) {
+	s := e.s
 	if p.end() != o.EndRecord() {
 		return en.Revision, false, &cycle.QuarantineError{SlotKey: p.key, Class: cycle.ClassAdoption, Condemn: p.key,
 			Err: fmt.Errorf("standing %s covers records [%d, %d), the rewrite of %s [%d, %d)",

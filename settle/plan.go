@@ -209,18 +209,7 @@ func buildOutput(in PlanInput, first uint64, rev uint32, rewrite *Tail, chunks [
 		Meter:       meter,
 	}
 	var entries []bundlefmt.Entry
-	add := func(p Piece) {
-		// Coalesce with the previous piece when the bytes are contiguous in
-		// the same source (fewer requests, same bytes).
-		if n := len(o.Pieces); n > 0 && p.Data == nil && o.Pieces[n-1].Data == nil &&
-			o.Pieces[n-1].Src == p.Src && o.Pieces[n-1].Off+o.Pieces[n-1].Len == p.Off {
-			last := &o.Pieces[n-1]
-			last.CRC32C = crc32c.Combine(last.CRC32C, p.CRC32C, int64(p.Len))
-			last.Len += p.Len
-			return
-		}
-		o.Pieces = append(o.Pieces, p)
-	}
+	add := func(p Piece) { o.Pieces = appendPiece(o.Pieces, p) }
 	if rewrite != nil {
 		// The standing object's data region, copied; a chunk re-encoded
 		// with tombstones is uploaded in its place.
@@ -260,6 +249,22 @@ func buildOutput(in PlanInput, first uint64, rev uint32, rewrite *Tail, chunks [
 		return o, fmt.Errorf("build footer of %s: %w", o.Key, err)
 	}
 	return o, nil
+}
+
+// appendPiece appends p to an output's pieces, or extends the last piece
+// with it when both are copies of contiguous bytes of the same source, so
+// an output makes as few requests as its sources allow.
+func appendPiece(pieces []Piece, p Piece) []Piece {
+	// Coalesce with the previous piece when the bytes are contiguous in
+	// the same source (fewer requests, same bytes).
+	if n := len(pieces); n > 0 && p.Data == nil && pieces[n-1].Data == nil &&
+		pieces[n-1].Src == p.Src && pieces[n-1].Off+pieces[n-1].Len == p.Off {
+		last := &pieces[n-1]
+		last.CRC32C = crc32c.Combine(last.CRC32C, p.CRC32C, int64(p.Len))
+		last.Len += p.Len
+		return pieces
+	}
+	return append(pieces, p)
 }
 
 // mergeAdjacent merges consecutive entries while the merged meter stays

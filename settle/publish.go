@@ -388,48 +388,73 @@ func matchSources(o Output, got []bundlefmt.Entry, known []knownChunk) ([][]expe
 		case !ok:
 			return nil, fmt.Errorf("chunk %d starts at record %d, inside a source chunk", ci, e.FirstRecord)
 		}
-		crc, at, j, off, reencoded := uint32(0), e.FirstRecord, 0, e.DataOffset, false
-		var parts []expectPart
-		for k := i; k < len(known) && at < e.EndRecord(); k++ {
-			kc := &known[k]
-			n := kc.e.Count()
-			if at+uint64(n) > e.EndRecord() {
-				return nil, fmt.Errorf("chunk %d [%d, %d) ends inside a source chunk", ci, e.FirstRecord, e.EndRecord())
-			}
-			var size uint64
-			for r := 0; r < n; r++ {
-				l, ts := e.Lengths[j+r], e.Timestamps[j+r]
-				planned := kc.e.Lengths[r]
-				orig := planned
-				if kc.orig != nil {
-					orig = kc.orig.Lengths[r]
-				}
-				if ts != kc.e.Timestamps[r] || (l != planned && l != orig) {
-					return nil, fmt.Errorf("record %d: length %d ts %d; the sources say length %d as planned or %d as the source holds it, ts %d",
-						at+uint64(r), l, ts, planned, orig, kc.e.Timestamps[r])
-				}
-				size += uint64(l)
-			}
-			part := expectPart{off: off, n: size, crc: kc.e.DataCRC}
-			if kc.orig != nil {
-				part.kc, part.lengths, reencoded = kc, e.Lengths[j:j+n], true
-			}
-			parts = append(parts, part)
-			crc = crc32c.Combine(crc, kc.e.DataCRC, int64(size))
-			j += n
-			at += uint64(n)
-			off += size
-		}
-		if at != e.EndRecord() {
-			return nil, fmt.Errorf("chunk %d [%d, %d) reaches %w (they end at %d)", ci, e.FirstRecord, e.EndRecord(), errBeyondKnown, at)
-		}
-		if !reencoded && crc != e.DataCRC {
-			return nil, fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)
+		parts, err := matchChunk(ci, e, known[i:])
+		if err != nil {
+			return nil, err
 		}
 		expect[ci] = parts
 		next = e.EndRecord()
 	}
 	return expect, nil
+}
+
+// matchChunk checks settled chunk ci (e) against the run of known chunks
+// that starts at its first record (known, from there on): it must be made
+// of whole ones, and when none is re-encoded its DataCRC must be their
+// combine. It returns what the chunk's bytes must be, one part per known
+// chunk.
+func matchChunk(ci int, e *bundlefmt.Entry, known []knownChunk) ([]expectPart, error) {
+	crc, at, j, off, reencoded := uint32(0), e.FirstRecord, 0, e.DataOffset, false
+	var parts []expectPart
+	for k := 0; k < len(known) && at < e.EndRecord(); k++ {
+		kc := &known[k]
+		n := kc.e.Count()
+		if at+uint64(n) > e.EndRecord() {
+			return nil, fmt.Errorf("chunk %d [%d, %d) ends inside a source chunk", ci, e.FirstRecord, e.EndRecord())
+		}
+		size, err := matchRecords(e, j, kc, at)
+		if err != nil {
+			return nil, err
+		}
+		part := expectPart{off: off, n: size, crc: kc.e.DataCRC}
+		if kc.orig != nil {
+			part.kc, part.lengths, reencoded = kc, e.Lengths[j:j+n], true
+		}
+		parts = append(parts, part)
+		crc = crc32c.Combine(crc, kc.e.DataCRC, int64(size))
+		j += n
+		at += uint64(n)
+		off += size
+	}
+	if at != e.EndRecord() {
+		return nil, fmt.Errorf("chunk %d [%d, %d) reaches %w (they end at %d)", ci, e.FirstRecord, e.EndRecord(), errBeyondKnown, at)
+	}
+	if !reencoded && crc != e.DataCRC {
+		return nil, fmt.Errorf("chunk %d [%d, %d): DataCRC %08x, sources combine to %08x", ci, e.FirstRecord, e.EndRecord(), e.DataCRC, crc)
+	}
+	return parts, nil
+}
+
+// matchRecords checks the records of known chunk kc, which starts at record
+// at, against the settled chunk e's from its index j: each record's
+// timestamp, and its length as planned or as the source holds it (a
+// re-encoded chunk's). It returns the bytes they take in e.
+func matchRecords(e *bundlefmt.Entry, j int, kc *knownChunk, at uint64) (uint64, error) {
+	var size uint64
+	for r := 0; r < kc.e.Count(); r++ {
+		l, ts := e.Lengths[j+r], e.Timestamps[j+r]
+		planned := kc.e.Lengths[r]
+		orig := planned
+		if kc.orig != nil {
+			orig = kc.orig.Lengths[r]
+		}
+		if ts != kc.e.Timestamps[r] || (l != planned && l != orig) {
+			return 0, fmt.Errorf("record %d: length %d ts %d; the sources say length %d as planned or %d as the source holds it, ts %d",
+				at+uint64(r), l, ts, planned, orig, kc.e.Timestamps[r])
+		}
+		size += uint64(l)
+	}
+	return size, nil
 }
 
 // sameRecords checks the standing bytes of a re-encoded known chunk, whose

@@ -54,50 +54,8 @@ func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecord
 			more = more || n < len(refs)
 			break
 		}
-		rec := uint64(ref.FirstRecord)
-		for _, s := range ref.Slots {
-			key := bundlefmt.SlotKey(r.star, uint64(s.Epoch), uint64(s.Seq))
-			f, err := r.rd.SlotFooter(ctx, ref.Class, key, s.FooterOffset, s.FooterLength)
-			if err != nil {
-				return out, err
-			}
-			i, ok := f.Find(stream, rec)
-			if !ok {
-				return out, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
-					Err: fmt.Errorf("stream %s has no chunk at record %d", stream, rec)}
-			}
-			e, err := f.Entry(i)
-			if err != nil {
-				return out, bundle.Classify(key, err)
-			}
-			if e.Stream != stream || e.FirstRecord != rec {
-				return out, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
-					Err: fmt.Errorf("chunk [%d, %d) where the ref expects record %d", e.FirstRecord, e.EndRecord(), rec)}
-			}
-			rec = e.EndRecord()
-			end := int64(e.EndRecord())
-			if end <= r.at || end <= r.st.LowRecord {
-				continue // settled already, or dead
-			}
-			// A live chunk starts where the last one ended, or, for the first
-			// live chunk after dead ones, above settled_through but not above
-			// low_record (the catalog then starts above a gap: retention).
-			first := int64(e.FirstRecord)
-			if first != r.at && !(first > r.at && !r.started && first <= r.st.LowRecord) {
-				return out, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
-					Err: fmt.Errorf("chunk [%d, %d) does not start at record %d", e.FirstRecord, e.EndRecord(), r.at)}
-			}
-			out.Chunks = append(out.Chunks, SourceChunk{Src: Source{Key: key, Class: ref.Class}, Entry: e})
-			out.Bytes += int64(e.ChunkBytes())
-			records += int64(e.Count())
-			r.at, r.started = end, true
-		}
-		if rec != uint64(ref.EndRecord()) {
-			return out, &cycle.QuarantineError{Class: cycle.ClassTiling,
-				Err: fmt.Errorf("ref [%d, %d) of stream %s: its chunks end at %d", ref.FirstRecord, ref.EndRecord(), stream, rec)}
-		}
-		if ref.EndRecord() > r.at {
-			r.at = ref.EndRecord() // its chunks were dead: the stream continues past them
+		if err := r.addRef(ctx, ref, &out, &records); err != nil {
+			return out, err
 		}
 	}
 	switch {
@@ -108,4 +66,71 @@ func (r *resolver) window(ctx context.Context, refs []catalog.SpanRef, maxRecord
 			Err: fmt.Errorf("stream %s: chunks end at %d, next_record is %d", stream, r.at, r.st.NextRecord)}
 	}
 	return out, nil
+}
+
+// addRef adds to out the live chunks of one ref's slots, in record order, and
+// counts their records into records; it moves r.at past the ref. Its
+// chunks must tile the ref exactly and the live ones continue the stream
+// from r.at, else a *cycle.QuarantineError (class tiling).
+func (r *resolver) addRef(ctx context.Context, ref catalog.SpanRef, out *Resolved, records *int64) error {
+	stream := r.st.ID
+	rec := uint64(ref.FirstRecord)
+	for _, s := range ref.Slots {
+		key, e, err := r.chunkAt(ctx, ref, s, rec)
+		if err != nil {
+			return err
+		}
+		rec = e.EndRecord()
+		end := int64(e.EndRecord())
+		if end <= r.at || end <= r.st.LowRecord {
+			continue // settled already, or dead
+		}
+		// A live chunk starts where the last one ended, or, for the first
+		// live chunk after dead ones, above settled_through but not above
+		// low_record (the catalog then starts above a gap: retention).
+		first := int64(e.FirstRecord)
+		if first != r.at && !(first > r.at && !r.started && first <= r.st.LowRecord) {
+			return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
+				Err: fmt.Errorf("chunk [%d, %d) does not start at record %d", e.FirstRecord, e.EndRecord(), r.at)}
+		}
+		out.Chunks = append(out.Chunks, SourceChunk{Src: Source{Key: key, Class: ref.Class}, Entry: e})
+		out.Bytes += int64(e.ChunkBytes())
+		*records += int64(e.Count())
+		r.at, r.started = end, true
+	}
+	if rec != uint64(ref.EndRecord()) {
+		return &cycle.QuarantineError{Class: cycle.ClassTiling,
+			Err: fmt.Errorf("ref [%d, %d) of stream %s: its chunks end at %d", ref.FirstRecord, ref.EndRecord(), stream, rec)}
+	}
+	if ref.EndRecord() > r.at {
+		r.at = ref.EndRecord() // its chunks were dead: the stream continues past them
+	}
+	return nil
+}
+
+// chunkAt reads the footer of the ref's slot s and returns the slot's key
+// and the stream's chunk there, which must start at record rec (the ref's
+// chunks follow one another slot by slot); a slot that disagrees is a
+// *cycle.QuarantineError naming it.
+func (r *resolver) chunkAt(ctx context.Context, ref catalog.SpanRef, s catalog.SlotRef, rec uint64) (string, bundlefmt.Entry, error) {
+	stream := r.st.ID
+	key := bundlefmt.SlotKey(r.star, uint64(s.Epoch), uint64(s.Seq))
+	f, err := r.rd.SlotFooter(ctx, ref.Class, key, s.FooterOffset, s.FooterLength)
+	if err != nil {
+		return key, bundlefmt.Entry{}, err
+	}
+	i, ok := f.Find(stream, rec)
+	if !ok {
+		return key, bundlefmt.Entry{}, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
+			Err: fmt.Errorf("stream %s has no chunk at record %d", stream, rec)}
+	}
+	e, err := f.Entry(i)
+	if err != nil {
+		return key, e, bundle.Classify(key, err)
+	}
+	if e.Stream != stream || e.FirstRecord != rec {
+		return key, e, &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassTiling,
+			Err: fmt.Errorf("chunk [%d, %d) where the ref expects record %d", e.FirstRecord, e.EndRecord(), rec)}
+	}
+	return key, e, nil
 }

@@ -57,17 +57,45 @@ func (s *Settler) verifyData(ctx context.Context, key string, entries []bundlefm
 // Either condemns the key.
 func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, expect [][]expectPart,
 	get func(ctx context.Context, off, n int64) ([]byte, error)) error {
-	type window struct {
-		chunk    int
-		off, len uint64
-		part     *expectPart // a re-encoded known chunk's records (nil: bytes copied as they are)
-		crc      uint32
-		mismatch error // from sameRecords
+	wins := standingWindows(entries, expect)
+	if err := readStanding(ctx, key, wins, get); err != nil {
+		return err
 	}
-	var wins []window
+	at := 0
+	for i := range entries {
+		end := at
+		for end < len(wins) && wins[end].chunk == i {
+			end++
+		}
+		if err := checkStandingChunk(key, i, &entries[i], expect[i], wins[at:end]); err != nil {
+			return err
+		}
+		at = end
+	}
+	return nil
+}
+
+// standingWindow is one ranged read of a verification: bytes
+// [off, off+len) of the standing object, in chunk's data region, and what
+// reading them found (crc, and mismatch for a re-encoded known chunk).
+type standingWindow struct {
+	chunk    int
+	off, len uint64
+	part     *expectPart // a re-encoded known chunk's records (nil: bytes copied as they are)
+	crc      uint32
+	mismatch error // from sameRecords
+}
+
+// standingWindows lays the data region of entries out in the windows
+// checkStanding reads, in order: runs of copied bytes in windows of up to
+// verifyWindow, so a verification's memory stays bounded, and each
+// re-encoded known chunk (expect's parts with a kc) in one window of its
+// own, so its records can be compared with the source's.
+func standingWindows(entries []bundlefmt.Entry, expect [][]expectPart) []standingWindow {
+	var wins []standingWindow
 	runs := func(chunk int, from, to uint64) {
 		for off := from; off < to; off += verifyWindow {
-			wins = append(wins, window{chunk: chunk, off: off, len: min(verifyWindow, to-off)})
+			wins = append(wins, standingWindow{chunk: chunk, off: off, len: min(verifyWindow, to-off)})
 		}
 	}
 	for i := range entries {
@@ -79,11 +107,20 @@ func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, e
 				continue
 			}
 			runs(i, at, p.off)
-			wins = append(wins, window{chunk: i, off: p.off, len: p.n, part: p})
+			wins = append(wins, standingWindow{chunk: i, off: p.off, len: p.n, part: p})
 			at = p.off + p.n
 		}
 		runs(i, at, e.DataOffset+e.ChunkBytes())
 	}
+	return wins
+}
+
+// readStanding reads every window of wins through get, verifyConcurrency at
+// a time, and fills in its crc (and, for a re-encoded known chunk, its
+// records' mismatch), so checkStandingChunk compares without holding the
+// bytes. A short read is a quarantine of the key (class adoption).
+func readStanding(ctx context.Context, key string, wins []standingWindow,
+	get func(ctx context.Context, off, n int64) ([]byte, error)) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(verifyConcurrency)
 	for i := range wins {
@@ -104,50 +141,51 @@ func checkStanding(ctx context.Context, key string, entries []bundlefmt.Entry, e
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
+	return g.Wait()
+}
+
+// checkStandingChunk makes checkStanding's two checks on chunk i (entry e,
+// its sources expect, its windows wins, already read): its bytes have its
+// DataCRC, and its DataCRC is the sources' combine. It returns the
+// quarantine that condemns key when either fails.
+func checkStandingChunk(key string, i int, e *bundlefmt.Entry, expect []expectPart, wins []standingWindow) error {
+	crc := uint32(0)
+	var mismatch error
+	byPart := map[*expectPart]uint32{}
+	for at := range wins {
+		w := &wins[at]
+		crc = crc32c.Combine(crc, w.crc, int64(w.len))
+		if w.part != nil {
+			byPart[w.part] = w.crc
+			if mismatch == nil {
+				mismatch = w.mismatch
+			}
+		}
 	}
-	at := 0
-	for i := range entries {
-		e := &entries[i]
-		crc := uint32(0)
-		var mismatch error
-		byPart := map[*expectPart]uint32{}
-		for ; at < len(wins) && wins[at].chunk == i; at++ {
-			w := &wins[at]
-			crc = crc32c.Combine(crc, w.crc, int64(w.len))
-			if w.part != nil {
-				byPart[w.part] = w.crc
-				if mismatch == nil {
-					mismatch = w.mismatch
-				}
-			}
+	if crc != e.DataCRC {
+		return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Condemn: key,
+			Err: fmt.Errorf("standing object chunk %d [%d, %d) at offset %d: CRC-32C %08x, its DataCRC (the sources') is %08x",
+				i, e.FirstRecord, e.EndRecord(), e.DataOffset, crc, e.DataCRC)}
+	}
+	if len(byPart) == 0 {
+		return nil // matchSources checked the DataCRC against the sources'
+	}
+	if mismatch != nil {
+		return notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): %w",
+			i, e.FirstRecord, e.EndRecord(), mismatch))
+	}
+	want := uint32(0)
+	for j := range expect {
+		p := &expect[j]
+		c := p.crc
+		if p.kc != nil {
+			c = byPart[p]
 		}
-		if crc != e.DataCRC {
-			return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassChecksum, Condemn: key,
-				Err: fmt.Errorf("standing object chunk %d [%d, %d) at offset %d: CRC-32C %08x, its DataCRC (the sources') is %08x",
-					i, e.FirstRecord, e.EndRecord(), e.DataOffset, crc, e.DataCRC)}
-		}
-		if len(byPart) == 0 {
-			continue // matchSources checked the DataCRC against the sources'
-		}
-		if mismatch != nil {
-			return notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): %w",
-				i, e.FirstRecord, e.EndRecord(), mismatch))
-		}
-		want := uint32(0)
-		for j := range expect[i] {
-			p := &expect[i][j]
-			c := p.crc
-			if p.kc != nil {
-				c = byPart[p]
-			}
-			want = crc32c.Combine(want, c, int64(p.n))
-		}
-		if want != e.DataCRC {
-			return notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): DataCRC %08x, sources combine to %08x",
-				i, e.FirstRecord, e.EndRecord(), e.DataCRC, want))
-		}
+		want = crc32c.Combine(want, c, int64(p.n))
+	}
+	if want != e.DataCRC {
+		return notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): DataCRC %08x, sources combine to %08x",
+			i, e.FirstRecord, e.EndRecord(), e.DataCRC, want))
 	}
 	return nil
 }

@@ -17,7 +17,8 @@
 //
 // Slots to delete are enumerated from star_epochs.end_seq, never by
 // listing. Every SQL
-// statement is in package catalog (catalog/trim.go); every S3 call goes
+// statement is in package catalog (catalog/trim.go, retention.go,
+// reaps.go); every S3 call goes
 // through the storage topology (objstore.Topology), whose bucket sets fan
 // deletes out and share the zone health. Settling, recovery of publish intents and erasure are not
 // here. Only this package deletes objects.
