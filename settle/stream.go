@@ -103,7 +103,8 @@ func (p *pipeline) window(ctx context.Context, b *stream) error {
 	if err != nil {
 		return err
 	}
-	b.chunks, b.carry = append(b.carry, scrubbed...), nil
+	b.chunks = append(b.carry, scrubbed...) //nolint:gocritic // appendAssign: the carried chunks lead the window's, and carry is emptied
+	b.carry = nil
 	if !b.gapChecked && len(b.chunks) > 0 {
 		b.gapChecked = true
 		if b.tail != nil && b.chunks[0].Entry.FirstRecord != b.tail.end() {
