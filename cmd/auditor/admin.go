@@ -38,19 +38,58 @@ func requester(e env) string {
 	return user + "@" + host
 }
 
-// adminSetup loads the configuration once cobra parsed the flags, reads
-// --stream when the command has one, and opens the metastore. code is -1
-// on success, else the exit code.
-func adminSetup(ctx context.Context, e env, fs *cli.Flags, args []string) (cfg config.Config, db *catalog.DB, stream *catalog.StreamID, code int) {
-	cfg, err := fs.Load(args, "star", "database-url")
-	if err != nil {
-		return cfg, nil, nil, exitCode(e, cfg, err)
-	}
-	db, stream, code = adminOpen(ctx, e, fs, cfg)
-	return cfg, db, stream, code
+// adminCtx is what an admin command's body works with once withAdmin
+// set it up: the configuration, the open metastore, and the --stream
+// given (nil when the command has none, or it was not given).
+type adminCtx struct {
+	ctx    context.Context
+	e      env
+	cfg    config.Config
+	db     *catalog.DB
+	stream *catalog.StreamID
 }
 
-// adminOpen is adminSetup once the flags are loaded: it reads --stream
+// withAdmin is the run of an admin command: once cobra parsed the flags,
+// it loads the configuration (--star and --database-url required), reads
+// --stream when the command has one, opens the metastore, checks the star
+// and the stream exist, and runs body; a failure on the way exits with
+// its code (exitCode) and body is not run. The metastore is closed after
+// body, whose exit code is the command's.
+func withAdmin(e env, fs *cli.Flags, body func(a *adminCtx) int) runFunc {
+	return func(ctx context.Context, args []string) int {
+		cfg, err := fs.Load(args, "star", "database-url")
+		if err != nil {
+			return exitCode(e, cfg, err)
+		}
+		db, stream, code := adminOpen(ctx, e, fs, cfg)
+		if code >= 0 {
+			return code
+		}
+		defer db.Close()
+		return body(&adminCtx{ctx: ctx, e: e, cfg: cfg, db: db, stream: stream})
+	}
+}
+
+// fail prints err (scrubbed) on stderr and is its exit code (exitCode).
+func (a *adminCtx) fail(err error) int { return exitCode(a.e, a.cfg, err) }
+
+// refuse is bad input in the flag field: msg as a configuration error,
+// exit 2.
+func (a *adminCtx) refuse(field, msg string) int {
+	return a.fail(&config.Error{Field: field, Msg: msg})
+}
+
+// request records an admin request of kind (for stream, or nil) for the
+// star, in the name of requester(e).
+func (a *adminCtx) request(kind string, stream *catalog.StreamID) (catalog.AdminRequest, error) {
+	return a.db.Requests().RequestAdmin(a.ctx, a.cfg.Star, kind, stream, requester(a.e))
+}
+
+// warnNoLeader is warnNoLeader for the command's star.
+func (a *adminCtx) warnNoLeader() { warnNoLeader(a.ctx, a.e, a.db.Leases(), a.cfg.Star) }
+
+// adminOpen is withAdmin's set-up once the flags are loaded (and
+// status's, whose flags require no star with --fleet): it reads --stream
 // when the command has one, opens the metastore and checks the star and
 // the stream exist.
 func adminOpen(ctx context.Context, e env, fs *cli.Flags, cfg config.Config) (db *catalog.DB, stream *catalog.StreamID, code int) {
@@ -133,34 +172,29 @@ func cmdTrigger(e env, c *cobra.Command) runFunc {
 	fs.String("stream", "", "settle the stream `ID` (uuid or 32 hex digits) now, regardless of linger")
 	wait := fs.Bool("wait", false, "wait until a cycle has finished the request and exit with its outcome: 0 done, 1 failed (or its cycle failed or halted, or the star is halted), 7 past --timeout (--wait 30s: --wait --timeout 30s)")
 	timeout := fs.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
-	return func(ctx context.Context, args []string) int {
-		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
-		if code >= 0 {
-			return code
-		}
-		defer db.Close()
+	return withAdmin(e, fs, func(a *adminCtx) int {
 		if *timeout < 0 {
-			return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
+			return a.refuse("timeout", fmt.Sprintf("%s: must be at least 0", *timeout))
 		}
-		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminTrigger, stream, requester(e))
+		req, err := a.request(catalog.AdminTrigger, a.stream)
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
 		what := "a cycle"
-		if stream != nil {
-			what = "a cycle settling stream " + stream.String() + " regardless of linger"
+		if a.stream != nil {
+			what = "a cycle settling stream " + a.stream.String() + " regardless of linger"
 		}
-		fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, cfg.Star, what)
-		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
+		fmt.Fprintf(e.stdout, "trigger request %d recorded for star %s: %s\n", req.ID, a.cfg.Star, what)
+		a.warnNoLeader()
 		if !*wait {
 			return exitOK
 		}
-		code, err = waitTrigger(ctx, e, db.Requests(), cfg.Star, req.ID, *timeout)
+		code, err := waitTrigger(a.ctx, e, a.db.Requests(), a.cfg.Star, req.ID, *timeout)
 		if err != nil {
-			return exitCode(e, cfg, fmt.Errorf("wait for trigger request %d: %w", req.ID, err))
+			return a.fail(fmt.Errorf("wait for trigger request %d: %w", req.ID, err))
 		}
 		return code
-	}
+	})
 }
 
 func deref(p *int64) int64 {
@@ -172,71 +206,56 @@ func deref(p *int64) int64 {
 
 func cmdPause(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
-	return func(ctx context.Context, args []string) int {
-		cfg, db, _, code := adminSetup(ctx, e, fs, args)
-		if code >= 0 {
-			return code
-		}
-		defer db.Close()
-		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminPause, nil, requester(e))
+	return withAdmin(e, fs, func(a *adminCtx) int {
+		req, err := a.request(catalog.AdminPause, nil)
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
-		fmt.Fprintf(e.stdout, "star %s paused (request %d): the leader keeps its lease and runs no cycle until auditor resume\n", cfg.Star, req.ID)
-		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
+		fmt.Fprintf(e.stdout, "star %s paused (request %d): the leader keeps its lease and runs no cycle until auditor resume\n", a.cfg.Star, req.ID)
+		a.warnNoLeader()
 		return exitOK
-	}
+	})
 }
 
 func cmdResume(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
-	return func(ctx context.Context, args []string) int {
-		cfg, db, _, code := adminSetup(ctx, e, fs, args)
-		if code >= 0 {
-			return code
-		}
-		defer db.Close()
-		before, err := db.Ledger().DaemonState(ctx, cfg.Star)
+	return withAdmin(e, fs, func(a *adminCtx) int {
+		before, err := a.db.Ledger().DaemonState(a.ctx, a.cfg.Star)
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
-		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminResume, nil, requester(e))
+		req, err := a.request(catalog.AdminResume, nil)
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
-		fmt.Fprintf(e.stdout, "star %s resumed (request %d)\n", cfg.Star, req.ID)
+		fmt.Fprintf(e.stdout, "star %s resumed (request %d)\n", a.cfg.Star, req.ID)
 		if before.Halted() {
 			fmt.Fprintf(e.stdout, "cleared the halt: %s\n", before.HaltedReason)
 		}
-		warnNoLeader(ctx, e, db.Leases(), cfg.Star)
+		a.warnNoLeader()
 		return exitOK
-	}
+	})
 }
 
 func cmdRelease(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
 	fs.String("stream", "", "release the quarantined stream `ID` (uuid or 32 hex digits)")
-	return func(ctx context.Context, args []string) int {
-		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
-		if code >= 0 {
-			return code
+	return withAdmin(e, fs, func(a *adminCtx) int {
+		if a.stream == nil {
+			return a.refuse("stream", "is required: the stream to release (auditor status lists the quarantine)")
 		}
-		defer db.Close()
-		if stream == nil {
-			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: "is required: the stream to release (auditor status lists the quarantine)"})
-		}
-		req, err := db.Requests().RequestAdmin(ctx, cfg.Star, catalog.AdminRelease, stream, requester(e))
+		req, err := a.request(catalog.AdminRelease, a.stream)
 		if errors.Is(err, catalog.ErrNotFound) {
-			fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", stream.String(), cfg.Star)
+			fmt.Fprintf(e.stderr, "auditor: stream %s of star %s is not quarantined\n", a.stream.String(), a.cfg.Star)
 			return exitFailure
 		}
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
 		fmt.Fprintf(e.stdout, "stream %s released from quarantine (request %d): the next cycle settles it again\n",
-			stream.String(), req.ID)
+			a.stream.String(), req.ID)
 		return exitOK
-	}
+	})
 }
 
 // fleetJSONHelp documents the fields of `auditor status --fleet --json`
@@ -335,31 +354,26 @@ func cmdVerify(e env, c *cobra.Command) runFunc {
 	sample := fs.Float64("sample", 1, "verify this `FRACTION` of the objects, chosen at random (tiling is checked for every stream)")
 	fs.SizeVar(&rate, "rate", 0, "read at most this many bytes per second (like 64MiB; 0: unpaced)")
 	fs.SizeVar(&window, "window", 4<<20, "most chunk bytes held per object read (like 4MiB): memory is at most --concurrency x (footer + max(window, the longest record))")
-	return func(ctx context.Context, args []string) int {
-		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
-		if code >= 0 {
-			return code
-		}
-		defer db.Close()
-		opts := verify.Options{Star: cfg.Star, Stream: stream, Concurrency: *concurrency, Sample: *sample, Rate: rate, Window: window}
+	return withAdmin(e, fs, func(a *adminCtx) int {
+		opts := verify.Options{Star: a.cfg.Star, Stream: a.stream, Concurrency: *concurrency, Sample: *sample, Rate: rate, Window: window}
 		switch {
 		case *sample <= 0 || *sample > 1:
-			return exitCode(e, cfg, &config.Error{Field: "sample", Msg: fmt.Sprintf("%v is not a fraction in (0, 1]", *sample)})
+			return a.refuse("sample", fmt.Sprintf("%v is not a fraction in (0, 1]", *sample))
 		case *concurrency < 1:
-			return exitCode(e, cfg, &config.Error{Field: "concurrency", Msg: fmt.Sprintf("%d objects at once: at least 1", *concurrency)})
+			return a.refuse("concurrency", fmt.Sprintf("%d objects at once: at least 1", *concurrency))
 		case opts.Window < 1:
-			return exitCode(e, cfg, &config.Error{Field: "window", Msg: "must be at least 1 byte"})
-		case *strays && stream != nil:
-			return exitCode(e, cfg, &config.Error{Field: "strays", Msg: "lists the whole star: use it without --stream"})
+			return a.refuse("window", "must be at least 1 byte")
+		case *strays && a.stream != nil:
+			return a.refuse("strays", "lists the whole star: use it without --stream")
 		}
 		// The same store and topology the cycle uses.
-		store, err := openStore(ctx, cfg)
+		store, err := openStore(a.ctx, a.cfg)
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
-		top, err := wire.Topology(cfg, store, nil)
+		top, err := wire.Topology(a.cfg, store, nil)
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
 		tty := logging.IsTerminal(e.stderr)
 		if tty {
@@ -368,26 +382,26 @@ func cmdVerify(e env, c *cobra.Command) runFunc {
 			}
 		}
 		rd := bundle.NewReader(top)
-		rep, err := verify.Verify(ctx, db.Streams(), rd, opts)
+		rep, err := verify.Verify(a.ctx, a.db.Streams(), rd, opts)
 		if tty {
 			fmt.Fprintln(e.stderr)
 		}
 		var sr *strayReport
 		if err == nil && *strays {
-			sr, err = findStrays(ctx, db, rd, cfg)
+			sr, err = findStrays(a.ctx, a.db, rd, a.cfg)
 		}
 		if errors.Is(err, verify.ErrStoreAccess) || errors.Is(err, trim.ErrListing) {
-			fmt.Fprintf(e.stderr, "auditor: verify: %s\nauditor: nothing was judged: check the S3 credentials, permissions and endpoint\n", cfg.Scrub(err.Error()))
+			fmt.Fprintf(e.stderr, "auditor: verify: %s\nauditor: nothing was judged: check the S3 credentials, permissions and endpoint\n", a.cfg.Scrub(err.Error()))
 			return exitUnreachable
 		}
 		if err != nil {
-			return exitCode(e, cfg, fmt.Errorf("verify: %w", err))
+			return a.fail(fmt.Errorf("verify: %w", err))
 		}
 		if *asJSON {
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")
 			if err := enc.Encode(verifyOutput{Report: rep, Strays: sr}); err != nil {
-				return exitCode(e, cfg, err)
+				return a.fail(err)
 			}
 		} else {
 			for _, f := range rep.Findings {
@@ -399,13 +413,13 @@ func cmdVerify(e env, c *cobra.Command) runFunc {
 				sampled = fmt.Sprintf(" (a sample of the %d cataloged)", rep.Cataloged)
 			}
 			fmt.Fprintf(e.stdout, "verified %d objects%s (%d bytes read) of %d streams of star %s: %d findings\n",
-				rep.Objects, sampled, rep.Bytes, rep.Streams, cfg.Star, len(rep.Findings)+sr.count())
+				rep.Objects, sampled, rep.Bytes, rep.Streams, a.cfg.Star, len(rep.Findings)+sr.count())
 		}
 		if len(rep.Findings) > 0 || sr.count() > 0 {
 			return exitFindings
 		}
 		return exitOK
-	}
+	})
 }
 
 // progressBar draws verify's progress over the streams, and the objects

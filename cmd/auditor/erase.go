@@ -72,57 +72,52 @@ func cmdErase(e env, c *cobra.Command) runFunc {
 	dryRun := fs.Bool("dry-run", false, "record nothing: print the objects (keys, revisions, record ranges) and records the erasure would rewrite")
 	wait := fs.Bool("wait", false, "after recording, wait until the erasure is applied (erasures.applied_at: no settled object holds the records any more; cycles after the rewrite reap the old revisions past reap-grace, then mark it applied): exit 0 then, 7 past --timeout")
 	timeout := fs.Duration("timeout", 0, "with --wait: wait at most this long (0: no bound)")
-	return func(ctx context.Context, args []string) int {
-		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
-		if code >= 0 {
-			return code
-		}
-		defer db.Close()
+	return withAdmin(e, fs, func(a *adminCtx) int {
 		set := map[string]bool{"from": fs.Given("from"), "count": fs.Given("count")}
 		switch {
-		case stream == nil:
-			return exitCode(e, cfg, &config.Error{Field: "stream", Msg: "is required: the stream whose records are erased"})
+		case a.stream == nil:
+			return a.refuse("stream", "is required: the stream whose records are erased")
 		case !set["from"]:
-			return exitCode(e, cfg, &config.Error{Field: "from", Msg: "is required: the first record erased"})
+			return a.refuse("from", "is required: the first record erased")
 		case !set["count"]:
-			return exitCode(e, cfg, &config.Error{Field: "count", Msg: "is required: how many records are erased"})
+			return a.refuse("count", "is required: how many records are erased")
 		case *dryRun && *wait:
-			return exitCode(e, cfg, &config.Error{Field: "wait", Msg: "waits for an erasure recorded: use it without --dry-run"})
+			return a.refuse("wait", "waits for an erasure recorded: use it without --dry-run")
 		case *timeout < 0:
-			return exitCode(e, cfg, &config.Error{Field: "timeout", Msg: fmt.Sprintf("%s: must be at least 0", *timeout)})
+			return a.refuse("timeout", fmt.Sprintf("%s: must be at least 0", *timeout))
 		}
-		st, err := db.Streams().Stream(ctx, *stream)
+		st, err := a.db.Streams().Stream(a.ctx, *a.stream)
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
 		if *dryRun {
-			rep, err := planErasure(ctx, db.Erasures(), st, *from, *count)
+			rep, err := planErasure(a.ctx, a.db.Erasures(), st, *from, *count)
 			if err != nil {
-				return exitCode(e, cfg, err)
+				return a.fail(err)
 			}
-			rep.Star = cfg.Star
-			return printErasure(e, cfg, rep, *asJSON, writeErasurePlan)
+			rep.Star = a.cfg.Star
+			return printErasure(e, a.cfg, rep, *asJSON, writeErasurePlan)
 		}
-		rep, err := recordErasure(ctx, db.Erasures(), st, *from, *count)
+		rep, err := recordErasure(a.ctx, a.db.Erasures(), st, *from, *count)
 		if err != nil {
-			return exitCode(e, cfg, err)
+			return a.fail(err)
 		}
-		rep.Star = cfg.Star
+		rep.Star = a.cfg.Star
 		if !*wait || rep.State == "applied" {
-			return printErasure(e, cfg, rep, *asJSON, writeErasure)
+			return printErasure(e, a.cfg, rep, *asJSON, writeErasure)
 		}
 		if !*asJSON {
-			printErasure(e, cfg, rep, false, writeErasure)
+			printErasure(e, a.cfg, rep, false, writeErasure)
 		}
-		code, err = waitErasure(ctx, e, db.Erasures(), st.ID, &rep, *timeout, *asJSON)
+		code, err := waitErasure(a.ctx, e, a.db.Erasures(), st.ID, &rep, *timeout, *asJSON)
 		if err != nil {
-			return exitCode(e, cfg, fmt.Errorf("wait for the erasure: %w", err))
+			return a.fail(fmt.Errorf("wait for the erasure: %w", err))
 		}
 		if *asJSON {
-			return max(code, printErasure(e, cfg, rep, true, nil))
+			return max(code, printErasure(e, a.cfg, rep, true, nil))
 		}
 		return code
-	}
+	})
 }
 
 // printErasure prints the report as JSON, or with text, then its

@@ -22,7 +22,6 @@ import (
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/internal/testenv/faultstore"
 	"github.com/nova/auditor/objstore"
-	"github.com/nova/auditor/settle"
 )
 
 // leader is one in-process auditor of the explorer's star: the cycle
@@ -46,10 +45,8 @@ type leader struct {
 	close func()
 	// The parts reconcile works with, as cmdReconcile takes them from
 	// buildParts.
-	store   objstore.Store
-	top     *objstore.Topology
-	settler *settle.Settler
-	log     *slog.Logger
+	parts parts
+	log   *slog.Logger
 
 	mu       sync.Mutex
 	arm      *arm
@@ -108,7 +105,7 @@ func (ep *episode) newLeader(t testing.TB, name string) (*leader, error) {
 		return nil, fmt.Errorf("leader %s: %w", name, err)
 	}
 	l.cfg, l.steps, l.close, l.log = cfg, p.steps, p.settler.Close, log
-	l.store, l.top, l.settler = p.store, p.top, p.settler
+	l.parts = p
 	l.dc = daemonConfig(cfg)
 	l.dc.Policy = p.policy
 	return l, nil

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
@@ -193,15 +192,18 @@ func (ep *episode) behind(ctx context.Context) (bool, string, error) {
 	}
 }
 
-// reconcile runs auditor reconcile --apply in process, as cmdReconcile
-// wires it, with leader l's parts (its store, topology and settler) under
-// the star's lease, through the fault store; a run that fails (the store
-// not read whole, most often) is run again, with the faults stopped after
-// three. Records lost or unsound objects fail the episode (but
-// the objects the script damaged on purpose).
+// reconcile runs auditor reconcile --apply in process, through the
+// wiring cmdReconcile runs (reconcileRun), with leader l's parts (its
+// store, topology and settler) under the star's lease, through the fault
+// store; a run that fails (the store not read whole, most often) is run
+// again, with the faults stopped after three. Records lost or unsound
+// objects fail the episode (but the objects the script damaged on
+// purpose).
 func (ep *episode) reconcile(ctx context.Context, l *leader, round int) bool {
-	rc := reconcile.Config{Star: ep.star, Apply: true, ReapGrace: l.cfg.ReapGrace, Concurrency: 4}
-	d := reconcile.Deps{DB: l.db.Restore(), Reader: bundle.NewReader(l.top), Store: l.store, Cutter: l.settler, Log: l.log}
+	// The leader's lease hook, as its daemon's; reconcile's own crash
+	// points are left unarmed (nil), so an arm meant for a cycle does not
+	// stop it.
+	r := reconcileRun{cfg: l.cfg, dc: l.dc, db: l.db, parts: l.parts, log: l.log, leaseCrash: l.hook, apply: true, concurrency: 4}
 	var rep reconcile.Report
 	var err error
 	defer ep.inj.SetEnabled(true)
@@ -213,12 +215,7 @@ func (ep *episode) reconcile(ctx context.Context, l *leader, round int) bool {
 			ep.inj.SetEnabled(false)
 			ep.note("round %d: the store's faults stop for reconcile's reruns", round)
 		}
-		err = daemon.WithLease(l.ctx, l.dc, daemon.Deps{DB: l.db.Ledger(), Leases: l.db.Leases(), Requests: l.db.Requests(), Log: l.log, Crash: l.hook},
-			func(ctx context.Context, f catalog.Fence) error {
-				var err error
-				rep, err = reconcile.Run(ctx, d, rc, f)
-				return err
-			})
+		rep, err = r.run(l.ctx)
 		ep.reconciles++
 		var held *catalog.LeaseHeldError
 		if err == nil || errors.As(err, &held) || errors.Is(err, catalog.ErrNotFound) {

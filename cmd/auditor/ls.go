@@ -54,17 +54,12 @@ func cmdLs(e env, c *cobra.Command) runFunc {
 	fs := newFlags(e, c)
 	fs.String("stream", "", "list the stream `ID` (uuid or 32 hex digits) only")
 	asJSON := fs.Bool("json", false, "print JSON: {star, streams: [{stream, bucket, class, epoch, low_record, settled_through, next_record, entries: [{key, epoch, first_record, record_count, end_record, revision, object_bytes, class, settled_at}]}]}")
-	return func(ctx context.Context, args []string) int {
-		cfg, db, stream, code := adminSetup(ctx, e, fs, args)
-		if code >= 0 {
-			return code
-		}
-		defer db.Close()
-		if err := listCatalog(ctx, e.stdout, db.Streams(), cfg.Star, stream, *asJSON); err != nil {
-			return exitCode(e, cfg, fmt.Errorf("ls: %w", err))
+	return withAdmin(e, fs, func(a *adminCtx) int {
+		if err := listCatalog(a.ctx, e.stdout, a.db.Streams(), a.cfg.Star, a.stream, *asJSON); err != nil {
+			return a.fail(fmt.Errorf("ls: %w", err))
 		}
 		return exitOK
-	}
+	})
 }
 
 // listCatalog writes the streams' entries stream by stream, so what it

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/daemon"
 	"github.com/nova/auditor/internal/config"
+	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/logging"
 	"github.com/nova/auditor/reconcile"
 )
@@ -42,13 +44,13 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 		if *concurrency < 1 {
 			return exitCode(e, cfg, &config.Error{Field: "concurrency", Msg: fmt.Sprintf("%d: must be at least 1", *concurrency)})
 		}
-		rc := reconcile.Config{Star: cfg.Star, Apply: *apply, ReapGrace: cfg.ReapGrace, Concurrency: *concurrency}
+		var streams []catalog.StreamID
 		if *stream != "" {
 			id, err := bundlefmt.ParseStreamID(*stream)
 			if err != nil {
 				return exitCode(e, cfg, &config.Error{Field: "stream", Msg: err.Error()})
 			}
-			rc.Streams = []catalog.StreamID{id}
+			streams = []catalog.StreamID{id}
 		}
 		log, err := newLogger(e, cfg)
 		if err != nil {
@@ -79,31 +81,17 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 			return exitCode(e, cfg, err)
 		}
 		defer p.settler.Close()
-		d := reconcile.Deps{DB: db.Restore(), Reader: bundle.NewReader(p.top), Store: p.store, Log: log, Crash: crash.Func()}
-		if *apply {
-			d.Cutter = p.settler
-		}
+		r := reconcileRun{cfg: cfg, dc: daemonConfig(cfg), db: db, parts: p, log: log, crash: crash.Func(), leaseCrash: leaseCrash(),
+			apply: *apply, concurrency: *concurrency, streams: streams}
 		if logging.IsTerminal(e.stderr) && !*asJSON {
-			d.Progress = func(done, total int, s reconcile.StreamReport) {
+			r.progress = func(done, total int, s reconcile.StreamReport) {
 				fmt.Fprintf(e.stderr, "\rreconcile: %d/%d streams", done, total)
 				if done == total {
 					fmt.Fprintln(e.stderr)
 				}
 			}
 		}
-		var rep reconcile.Report
-		run := func(ctx context.Context, f catalog.Fence) error {
-			var err error
-			rep, err = reconcile.Run(ctx, d, rc, f)
-			return err
-		}
-		if *apply {
-			err = daemon.WithLease(ctx, daemonConfig(cfg), daemon.Deps{DB: db.Ledger(), Leases: db.Leases(), Requests: db.Requests(), Log: log, Crash: leaseCrash()}, run)
-		} else {
-			// A dry run writes nothing: its fence has token 0, which no lease
-			// ever has, so a write by mistake would fail as stale.
-			err = run(ctx, catalog.Fence{Star: cfg.Star, Holder: cfg.Holder})
-		}
+		rep, err := r.run(ctx)
 		if *asJSON {
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")
@@ -131,4 +119,49 @@ func cmdReconcile(e env, c *cobra.Command) runFunc {
 		}
 		return exitOK
 	}
+}
+
+// reconcileRun is `auditor reconcile` wired: the metastore, the parts
+// buildParts built for the star and the flags. cmdReconcile runs it, and
+// so does the fault explorer's rewind episode (with a leader's parts, as
+// reconcile --apply on that leader's host), so the explorer judges the
+// very wiring the command runs.
+type reconcileRun struct {
+	cfg         config.Config // the star, the lease holder, the reap grace
+	dc          daemon.Config // the lease taken with apply
+	db          *catalog.DB
+	parts       parts
+	log         *slog.Logger
+	crash       func(crashpoint.Point) // reconcile's crash points (nil: none)
+	leaseCrash  func(crashpoint.Point) // the lease's (nil: none)
+	apply       bool                   // change the metastore, under the star's lease
+	concurrency int                    // streams reconciled at once
+	streams     []catalog.StreamID     // nil: every stream of the star
+	progress    func(done, total int, s reconcile.StreamReport)
+}
+
+// run reconciles: with apply under the star's lease, cutting with the
+// parts' settler; else a dry run, which writes nothing. The report is
+// what it did (or would do) however far it got.
+func (r reconcileRun) run(ctx context.Context) (reconcile.Report, error) {
+	rc := reconcile.Config{Star: r.cfg.Star, Apply: r.apply, ReapGrace: r.cfg.ReapGrace, Concurrency: r.concurrency, Streams: r.streams}
+	d := reconcile.Deps{DB: r.db.Restore(), Reader: bundle.NewReader(r.parts.top), Store: r.parts.store, Log: r.log,
+		Crash: r.crash, Progress: r.progress}
+	if r.apply {
+		d.Cutter = r.parts.settler
+	}
+	var rep reconcile.Report
+	run := func(ctx context.Context, f catalog.Fence) error {
+		var err error
+		rep, err = reconcile.Run(ctx, d, rc, f)
+		return err
+	}
+	if !r.apply {
+		// A dry run writes nothing: its fence has token 0, which no lease
+		// ever has, so a write by mistake would fail as stale.
+		err := run(ctx, catalog.Fence{Star: r.cfg.Star, Holder: r.cfg.Holder})
+		return rep, err
+	}
+	err := daemon.WithLease(ctx, r.dc, daemon.Deps{DB: r.db.Ledger(), Leases: r.db.Leases(), Requests: r.db.Requests(), Log: r.log, Crash: r.leaseCrash}, run)
+	return rep, err
 }

@@ -18,19 +18,31 @@ func (in *Injector) late(s objstore.Store, bucket, key string, data []byte) {
 	in.mu.Unlock()
 }
 
-// deleted sends the held PUTs of the keys a DELETE removed.
-func (in *Injector) deleted(ctx context.Context, bucket string, keys []string) {
-	in.mu.Lock()
-	var due []heldPut
-	keep := in.heldPuts[:0]
-	for _, h := range in.heldPuts {
-		if h.bucket == bucket && slices.Contains(keys, h.key) {
+// takeDue removes from *list the held operations that are due and
+// returns them, the rest kept in their order. A late PUT falls due on a
+// DELETE of its key and a late DELETE on a write of one of its keys: the
+// same filtering of a held list, under in.mu, by what triggered them.
+func takeDue[T any](list *[]T, isDue func(T) bool) []T {
+	var due []T
+	keep := (*list)[:0]
+	for _, h := range *list {
+		if isDue(h) {
 			due = append(due, h)
 			continue
 		}
 		keep = append(keep, h)
 	}
-	in.heldPuts = keep
+	// The tail past keep still points at the taken ones (a held PUT's
+	// data): cleared, so they are not kept alive.
+	clear((*list)[len(keep):])
+	*list = keep
+	return due
+}
+
+// deleted sends the held PUTs of the keys a DELETE removed.
+func (in *Injector) deleted(ctx context.Context, bucket string, keys []string) {
+	in.mu.Lock()
+	due := takeDue(&in.heldPuts, func(h heldPut) bool { return h.bucket == bucket && slices.Contains(keys, h.key) })
 	in.mu.Unlock()
 	for _, h := range due {
 		_ = h.store.PutIfAbsent(context.WithoutCancel(ctx), h.bucket, h.key, h.data) // a stray, or 412 if written again meanwhile
@@ -42,16 +54,7 @@ func (in *Injector) deleted(ctx context.Context, bucket string, keys []string) {
 func (in *Injector) written(ctx context.Context, s objstore.Store, bucket, key string) {
 	in.watch(ctx, s, bucket, key)
 	in.mu.Lock()
-	var due []held
-	keep := in.held[:0]
-	for _, h := range in.held {
-		if h.bucket == bucket && slices.Contains(h.keys, key) {
-			due = append(due, h)
-			continue
-		}
-		keep = append(keep, h)
-	}
-	in.held = keep
+	due := takeDue(&in.held, func(h held) bool { return h.bucket == bucket && slices.Contains(h.keys, key) })
 	in.mu.Unlock()
 	for _, h := range due {
 		if err := h.store.Delete(context.WithoutCancel(ctx), h.bucket, h.keys); err == nil {
