@@ -144,8 +144,8 @@ func (s *Settler) keepTail(o Output, put []byte) {
 	if put == nil || uint64(len(put)) != o.Footer.ObjectSize || int64(len(put)) >= s.copyFloor() || IsFull(o.Meter, -1, s.c.CapBytes) {
 		// Not all sent from here (at or over the copy floor, or the
 		// store copied some of it), or never rewritten. A plan's outputs
-		// but its last are full too, at a chunk boundary: settleStream
-		// drops them from the cache once it knows.
+		// but its last are full too, at a chunk boundary: the pipeline
+		// drops them from the cache once it knows (moveOn).
 		return
 	}
 	s.tails.put(o.Key, put)

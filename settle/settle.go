@@ -106,9 +106,9 @@ type Config struct {
 	// records it writes, all of them.
 	MaxPendingErasures int
 	// BatchStreams is how many small streams share metastore transactions
-	// (batch.go): one snapshot, one transaction of publish intents, and
-	// commits grouped by up to this many streams. 0 settles each stream
-	// with its own transactions.
+	// (pipeline.go): one snapshot, one transaction of publish intents a
+	// round, and commits grouped by up to this many streams. 0 settles
+	// each stream as a batch of one, with its own transactions.
 	BatchStreams int
 	// StrayGuard (--stray-guard): a stray that holds records of an erasure
 	// about to be applied gets its reap armed by the erase step once older

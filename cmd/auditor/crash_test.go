@@ -189,7 +189,7 @@ func newCrashEnv(t *testing.T, bin string, open crashStore) *crashEnv {
 	if flightBytes > 1<<20 {
 		// Big chunks: parts copied server side. The two hottest streams'
 		// objects are multipart; the third's share is small enough for one
-		// object a round, which settles in a batch (settle/batch.go).
+		// object a round, which settles in a batch (settle/pipeline.go).
 		streams = 3
 	}
 	if _, err := sim.Setup(e.ctx, db, sim.SetupOptions{Star: "s1", Streams: streams, FenceWindow: 2, Content: sim.DefaultContent(5)}); err != nil {

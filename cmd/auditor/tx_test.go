@@ -18,11 +18,10 @@ import (
 // The bounds of a cycle's Postgres transactions: per settled object, and
 // per cycle whatever its size (about 51 measured: lease, schema check,
 // ledger, recovery, due streams, tiling, retention, trim, reap, pruning).
-// Small streams settle in batches (settle/batch.go): one snapshot, one
+// Small streams settle in batches (settle/pipeline.go): one snapshot, one
 // transaction of intents and grouped commits per 64 streams. Before
 // batches, each object cost three (3.005 per object for 10,000 objects);
-// with them, 0.12 was measured (34 and 94 objects). The bound is issue
-// 25's target.
+// with them, 0.12 was measured (34 and 94 objects).
 const (
 	maxTxPerObject = 0.25
 	maxTxPerCycle  = 64
