@@ -456,6 +456,15 @@ func (ep *episode) damage(ctx context.Context) {
 		return
 	}
 	for _, it := range in {
+		if cataloged, err := ep.cataloged(ctx, it.ObjectKey); err != nil || cataloged {
+			// After a reconcile, an intent that records an upload stays
+			// open on a key the catalog references, for recovery to abort
+			// the upload: that object is committed, not what this models.
+			if err != nil {
+				ep.fail("%v", err)
+			}
+			continue
+		}
 		a, err := ep.b.Store.Head(ctx, ep.b.Std, it.ObjectKey)
 		if err != nil || a.Size < 100 {
 			continue
@@ -483,6 +492,24 @@ func (ep *episode) damage(ctx context.Context) {
 		ep.damaged[k.Stream] = true
 		ep.note("damaged %s", it.ObjectKey)
 	}
+}
+
+// cataloged reports whether the catalog references the settled key.
+func (ep *episode) cataloged(ctx context.Context, key string) (bool, error) {
+	k, err := bundlefmt.ParseSettledKey(key)
+	if err != nil {
+		return false, nil
+	}
+	ens, err := ep.db.Settle().EntriesIntersecting(ctx, k.Stream, int64(k.StreamEpoch), int64(k.FirstRecord), int64(k.FirstRecord)+1)
+	if err != nil {
+		return false, fmt.Errorf("the catalog at %s: %w", key, err)
+	}
+	for _, e := range ens {
+		if uint64(e.FirstRecord) == k.FirstRecord && uint32(e.Revision) == k.Revision {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // gone waits for a dead leader's database sessions to end.
