@@ -32,6 +32,11 @@ type published struct {
 
 func (p *published) end() uint64 { return p.entries[len(p.entries)-1].EndRecord() }
 
+// tail is the published object as a stream's standing tail.
+func (p *published) tail() *Tail {
+	return &Tail{Key: p.key, FirstRecord: p.first, Revision: p.revision, Entries: p.entries}
+}
+
 // catalogEntry is the catalog row describing the published object.
 func (p *published) catalogEntry(stream catalog.StreamID, epoch int64) catalog.Entry {
 	e := catalog.Entry{Stream: stream, Epoch: epoch, FirstRecord: int64(p.first), Revision: int32(p.revision),

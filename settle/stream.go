@@ -203,7 +203,7 @@ func (p *pipeline) moveOn(ctx context.Context, b *stream) error {
 	if b.tail != nil {
 		p.s.tails.drop(b.tail.Key) // passed over or rewritten: never read again (fetch.go)
 	}
-	b.tail = &Tail{Key: pub.key, FirstRecord: pub.first, Revision: pub.revision, Entries: pub.entries}
+	b.tail = pub.tail()
 	if pub.end() == o.EndRecord() && (len(b.outs) > 1 || IsFull(o.Meter, -1, p.s.c.CapBytes)) {
 		// Every output but a plan's last is full, and a window's last is
 		// published only when full or the stream's last.
@@ -236,7 +236,7 @@ func (p *pipeline) adoptedTail(ctx context.Context, b *stream) error {
 	if err != nil {
 		return err
 	}
-	t, err := p.s.scrubTail(ctx, &Tail{Key: pub.key, FirstRecord: pub.first, Revision: pub.revision, Entries: pub.entries}, d)
+	t, err := p.s.scrubTail(ctx, pub.tail(), d)
 	if err != nil {
 		return err
 	}
