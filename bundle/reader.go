@@ -7,7 +7,6 @@ import (
 
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
@@ -238,7 +237,7 @@ func (r *Reader) Chunk(ctx context.Context, src Source, e bundlefmt.Entry) ([]by
 	if uint64(len(data)) != e.ChunkBytes() {
 		return nil, corrupt(src.Key, "chunk [%d, %d) at %d: read %d bytes of %d", e.FirstRecord, e.EndRecord(), e.DataOffset, len(data), e.ChunkBytes())
 	}
-	if got := crc32c.Checksum(data); got != e.DataCRC {
+	if got := bundlefmt.CRC32C(data); got != e.DataCRC {
 		return nil, &cycle.QuarantineError{SlotKey: src.Key, Class: cycle.ClassChecksum,
 			Err: fmt.Errorf("chunk [%d, %d) at %d: CRC-32C %08x, its entry says %08x", e.FirstRecord, e.EndRecord(), e.DataOffset, got, e.DataCRC)}
 	}

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -89,7 +88,7 @@ func (r *Reader) Piece(ctx context.Context, src Source, off, n int64, crc uint32
 	if data == nil {
 		return nil, false, nil
 	}
-	if got := crc32c.Checksum(data); got != crc {
+	if got := bundlefmt.CRC32C(data); got != crc {
 		return nil, false, &cycle.QuarantineError{SlotKey: src.Key, Class: cycle.ClassChecksum,
 			Err: fmt.Errorf("bytes [%d, +%d) of %s: CRC-32C %08x, its entries say %08x", off, n, src.Key, got, crc)}
 	}

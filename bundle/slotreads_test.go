@@ -8,7 +8,6 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -83,7 +82,7 @@ func TestSlotReadsOneRangePerSlot(t *testing.T) {
 	before := fx.store.gets[key]
 	for i, e := range es[:4] {
 		got, ok, err := rd.Piece(fx.ctx, src, int64(e.DataOffset), int64(e.ChunkBytes()), e.DataCRC)
-		if err != nil || !ok || crc32c.Checksum(got) != e.DataCRC {
+		if err != nil || !ok || bundlefmt.CRC32C(got) != e.DataCRC {
 			t.Fatalf("stream %d: ok %v err %v", i, ok, err)
 		}
 	}
@@ -199,7 +198,7 @@ func TestSlotReadsWasteBound(t *testing.T) {
 			}
 			for i := 0; i < len(es); i += 2 {
 				e := es[i]
-				if got, ok, err := rd.Piece(fx.ctx, src, int64(e.DataOffset), int64(e.ChunkBytes()), e.DataCRC); err != nil || !ok || crc32c.Checksum(got) != e.DataCRC {
+				if got, ok, err := rd.Piece(fx.ctx, src, int64(e.DataOffset), int64(e.ChunkBytes()), e.DataCRC); err != nil || !ok || bundlefmt.CRC32C(got) != e.DataCRC {
 					t.Fatalf("stream %d: ok %v err %v", i, ok, err)
 				}
 			}

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-
-	"github.com/nova/auditor/crc32c"
 )
 
 // Envelope is a decoded slot envelope (docs/format.md#slot-envelope).
@@ -39,7 +37,7 @@ func DecodeEnvelope(key string, b []byte) (Envelope, error) {
 		if e.Version = le.Uint16(b[envVersionOff:]); e.Version != Version {
 			var match *bool
 			if len(b) >= EnvelopeSize {
-				m := le.Uint32(b[envCRCOff:]) == crc32c.Checksum(b[:envCRCOff])
+				m := le.Uint32(b[envCRCOff:]) == CRC32C(b[:envCRCOff])
 				match = &m
 			}
 			return e, versionErr(key, envVersionOff, "envelope.version", uint64(e.Version), match)
@@ -49,7 +47,7 @@ func DecodeEnvelope(key string, b []byte) (Envelope, error) {
 		return e, corruptf(key, uint64(len(b)), "envelope", "truncated: %d of %d bytes", len(b), EnvelopeSize)
 	}
 	stored := le.Uint32(b[envCRCOff:])
-	computed := crc32c.Checksum(b[:envCRCOff])
+	computed := CRC32C(b[:envCRCOff])
 	if stored != computed {
 		return e, checksumErr(key, 0, "envelope.crc", stored, computed)
 	}
@@ -248,14 +246,14 @@ func openFooter(key string, footerOffset uint64, buf []byte, objectSize uint64, 
 func (f *Footer) idxOffset() uint64 { return f.off + f.trailer.DirLength }
 
 func (f *Footer) checkDirCRC() error {
-	if c := crc32c.Checksum(f.dir); c != f.trailer.DirCRC {
+	if c := CRC32C(f.dir); c != f.trailer.DirCRC {
 		return checksumErr(f.key, f.off, "directory.crc", f.trailer.DirCRC, c)
 	}
 	return nil
 }
 
 func (f *Footer) checkIndexCRC() error {
-	if c := crc32c.Checksum(f.idx); c != f.trailer.IndexCRC {
+	if c := CRC32C(f.idx); c != f.trailer.IndexCRC {
 		return checksumErr(f.key, f.idxOffset(), "index.crc", f.trailer.IndexCRC, c)
 	}
 	return nil
@@ -450,7 +448,7 @@ func (f *Footer) entryRange(i int, r IndexRow) []byte {
 }
 
 func (f *Footer) checkEntryCRC(i int, r IndexRow, eb []byte) error {
-	if c := crc32c.Checksum(eb); c != r.EntryCRC {
+	if c := CRC32C(eb); c != r.EntryCRC {
 		return checksumErr(f.key, r.EntryOffset, fmt.Sprintf("entry[%d].crc", i), r.EntryCRC, c)
 	}
 	return nil

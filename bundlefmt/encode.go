@@ -3,8 +3,6 @@ package bundlefmt
 import (
 	"encoding/binary"
 	"math"
-
-	"github.com/nova/auditor/crc32c"
 )
 
 // appendEnvelope appends a slot envelope (docs/format.md#slot-envelope).
@@ -21,7 +19,7 @@ func appendEnvelope(dst []byte, kind byte, epoch, seq, nonce, size, footerOff, f
 	le.PutUint64(b[envObjectSizeOff:], size)
 	le.PutUint64(b[envFooterOffsetOff:], footerOff)
 	le.PutUint64(b[envFooterLengthOff:], footerLen)
-	le.PutUint32(b[envCRCOff:], crc32c.Checksum(b[:envCRCOff]))
+	le.PutUint32(b[envCRCOff:], CRC32C(b[:envCRCOff]))
 	return dst
 }
 
@@ -108,7 +106,7 @@ func appendFooter(dst []byte, entries []Entry, l layout) []byte {
 		off += entries[i].ChunkBytes()
 		dst = appendEntry(dst, &entries[i])
 	}
-	dirCRC := crc32c.Checksum(dst[dirStart:])
+	dirCRC := CRC32C(dst[dirStart:])
 	idxStart := len(dst)
 	entOff := l.dirOffset
 	p := dirStart
@@ -122,12 +120,12 @@ func appendFooter(dst []byte, entries []Entry, l layout) []byte {
 			ChunkBytes:  e.ChunkBytes(),
 			EntryOffset: entOff,
 			EntryLength: uint32(el),
-			EntryCRC:    crc32c.Checksum(dst[p : p+el]),
+			EntryCRC:    CRC32C(dst[p : p+el]),
 		})
 		entOff += uint64(el)
 		p += el
 	}
-	idxCRC := crc32c.Checksum(dst[idxStart:])
+	idxCRC := CRC32C(dst[idxStart:])
 	dst, b := extend(dst, TrailerSize)
 	le := binary.LittleEndian
 	copy(b[trMagicOff:], trailerMagic)
@@ -157,7 +155,7 @@ func copyChunks(dst []byte, chunks []Chunk, transit bool) ([]byte, error) {
 		for p := 0; p < len(c.Data); p += copyPiece {
 			q := min(p+copyPiece, len(c.Data))
 			dst = append(dst, c.Data[p:q]...)
-			crc = crc32c.Update(crc, dst[len(dst)-(q-p):])
+			crc = UpdateCRC32C(crc, dst[len(dst)-(q-p):])
 		}
 		if crc != c.Entry.DataCRC {
 			return dst, invalidf("chunk %d: DataCRC 0x%08x, bytes have 0x%08x", i, c.Entry.DataCRC, crc)
@@ -266,9 +264,9 @@ func BuildSettledFooter(entries []Entry) (SettledFooter, error) {
 	b := appendFooter(make([]byte, 0, l.footerLen()+TrailerSize), own, l)
 	var crc uint32
 	for i := range own {
-		crc = crc32c.Combine(crc, own[i].DataCRC, int64(own[i].ChunkBytes()))
+		crc = CombineCRC32C(crc, own[i].DataCRC, int64(own[i].ChunkBytes()))
 	}
-	crc = crc32c.Combine(crc, crc32c.Checksum(b), int64(len(b)))
+	crc = CombineCRC32C(crc, CRC32C(b), int64(len(b)))
 	return SettledFooter{
 		Bytes:        b,
 		FooterOffset: l.dirOffset,

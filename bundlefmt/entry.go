@@ -3,8 +3,6 @@ package bundlefmt
 import (
 	"encoding/binary"
 	"math"
-
-	"github.com/nova/auditor/crc32c"
 )
 
 // Entry is one directory entry: one chunk's metadata (docs/format.md#directory-entry).
@@ -247,7 +245,7 @@ func MergeEntries(a, b Entry) (Entry, error) {
 		Stream:      a.Stream,
 		FirstRecord: a.FirstRecord,
 		DataOffset:  a.DataOffset,
-		DataCRC:     crc32c.Combine(a.DataCRC, b.DataCRC, int64(bBytes)),
+		DataCRC:     CombineCRC32C(a.DataCRC, b.DataCRC, int64(bBytes)),
 		Lengths:     make([]uint32, 0, na+nb),
 		Timestamps:  make([]int64, 0, na+nb),
 		BatchEnd:    make([]byte, batchEndLen(na+nb)),
@@ -344,7 +342,7 @@ func (b *ChunkBuilder) add(data []byte, start int, ts int64, batchEnd bool) erro
 	if batchEnd {
 		b.e.BatchEnd[n>>3] |= 1 << (n & 7)
 	}
-	b.e.DataCRC = crc32c.Update(b.e.DataCRC, data[start:])
+	b.e.DataCRC = UpdateCRC32C(b.e.DataCRC, data[start:])
 	return nil
 }
 

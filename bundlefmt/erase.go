@@ -2,8 +2,6 @@ package bundlefmt
 
 import (
 	"slices"
-
-	"github.com/nova/auditor/crc32c"
 )
 
 // EraseRecords is the GC rewrite of one chunk (docs/format.md#stored-record):
@@ -22,7 +20,7 @@ func EraseRecords(key string, e Entry, data []byte, dead func(record uint64) boo
 	if uint64(len(data)) != e.ChunkBytes() {
 		return e, nil, 0, corruptf(key, e.DataOffset, "chunk.data", "%d bytes, the entry's lengths sum to %d", len(data), e.ChunkBytes())
 	}
-	if got := crc32c.Checksum(data); got != e.DataCRC {
+	if got := CRC32C(data); got != e.DataCRC {
 		return e, nil, 0, checksumErr(key, e.DataOffset, "chunk.data_crc", e.DataCRC, got)
 	}
 	out := Entry{Stream: e.Stream, FirstRecord: e.FirstRecord, DataOffset: e.DataOffset,
@@ -46,7 +44,7 @@ func EraseRecords(key string, e Entry, data []byte, dead func(record uint64) boo
 	if changed == 0 {
 		return e, data, 0, nil
 	}
-	out.DataCRC = crc32c.Checksum(buf)
+	out.DataCRC = CRC32C(buf)
 	return out, buf, changed, nil
 }
 
@@ -66,7 +64,7 @@ func TruncateRecords(key string, e Entry, data []byte, n int) (Entry, []byte, er
 	if uint64(len(data)) != e.ChunkBytes() {
 		return e, nil, corruptf(key, e.DataOffset, "chunk.data", "%d bytes, the entry's lengths sum to %d", len(data), e.ChunkBytes())
 	}
-	if got := crc32c.Checksum(data); got != e.DataCRC {
+	if got := CRC32C(data); got != e.DataCRC {
 		return e, nil, checksumErr(key, e.DataOffset, "chunk.data_crc", e.DataCRC, got)
 	}
 	if n < 1 || n > e.Count() {
@@ -82,6 +80,6 @@ func TruncateRecords(key string, e Entry, data []byte, n int) (Entry, []byte, er
 		return e, nil, err
 	}
 	kept := data[:out.ChunkBytes()]
-	out.DataCRC = crc32c.Checksum(kept)
+	out.DataCRC = CRC32C(kept)
 	return out, kept, nil
 }

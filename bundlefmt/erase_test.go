@@ -3,8 +3,6 @@ package bundlefmt
 import (
 	"errors"
 	"testing"
-
-	"github.com/nova/auditor/crc32c"
 )
 
 func TestEraseRecords(t *testing.T) {
@@ -23,7 +21,7 @@ func TestEraseRecords(t *testing.T) {
 	if n != 2 || e.Lengths[1] != 1 || e.Lengths[2] != 1 || e.Lengths[0] != c.Entry.Lengths[0] {
 		t.Fatalf("changed %d, lengths %v", n, e.Lengths)
 	}
-	if e.Timestamps[2] != 102 || !e.IsBatchEnd(2) || e.DataCRC != crc32c.Checksum(data) || uint64(len(data)) != e.ChunkBytes() {
+	if e.Timestamps[2] != 102 || !e.IsBatchEnd(2) || e.DataCRC != CRC32C(data) || uint64(len(data)) != e.ChunkBytes() {
 		t.Fatalf("timestamps %v, batch end lost, or CRC wrong", e.Timestamps)
 	}
 	if !IsTombstone(data[3:4]) || !IsTombstone(data[4:5]) || string(data[0:3]) != string(c.Data[0:3]) {
@@ -57,7 +55,7 @@ func TestTruncateRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Count() != 3 || e.EndRecord() != 13 || e.DataCRC != crc32c.Checksum(data) || uint64(len(data)) != e.ChunkBytes() ||
+	if e.Count() != 3 || e.EndRecord() != 13 || e.DataCRC != CRC32C(data) || uint64(len(data)) != e.ChunkBytes() ||
 		string(data) != string(c.Data[:len(data)]) || len(e.BatchEnd) != 1 || e.BatchEnd[0] != 1<<2 || e.Timestamps[2] != 102 {
 		t.Fatalf("kept %d records, end %d, batch end %08b, bytes %q", e.Count(), e.EndRecord(), e.BatchEnd, data)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/crc32c"
 )
 
 // Example_mergeChunks is the worked example of docs/format.md
@@ -29,11 +28,11 @@ func Example_mergeChunks() {
 	sf, _ := bundlefmt.BuildSettledFooter([]bundlefmt.Entry{m.Entry})
 	fmt.Printf("chunk A: %d bytes, DataCRC 0x%08x\n", len(ca.Data), ca.Entry.DataCRC)
 	fmt.Printf("chunk B: %d bytes, DataCRC 0x%08x\n", len(cb.Data), cb.Entry.DataCRC)
-	fmt.Printf("combine(A, B, 7) = 0x%08x, crc32c(A||B) = 0x%08x\n", m.Entry.DataCRC, crc32c.Checksum(m.Data))
+	fmt.Printf("combine(A, B, 7) = 0x%08x, crc32c(A||B) = 0x%08x\n", m.Entry.DataCRC, bundlefmt.CRC32C(m.Data))
 	fmt.Printf("batch-end byte 0x%02x\n", m.Entry.BatchEnd[0])
 	fmt.Printf("object %d bytes, footer window (%d, %d)\n", len(obj), sf.FooterOffset, sf.FooterLength)
-	fmt.Printf("entry CRC 0x%08x, index CRC 0x%08x\n", crc32c.Checksum(obj[13:78]), crc32c.Checksum(obj[78:130]))
-	fmt.Printf("object CRC by combine 0x%08x, crc32c(object) 0x%08x\n", sf.ObjectCRC, crc32c.Checksum(obj))
+	fmt.Printf("entry CRC 0x%08x, index CRC 0x%08x\n", bundlefmt.CRC32C(obj[13:78]), bundlefmt.CRC32C(obj[78:130]))
+	fmt.Printf("object CRC by combine 0x%08x, crc32c(object) 0x%08x\n", sf.ObjectCRC, bundlefmt.CRC32C(obj))
 	// Output:
 	// chunk A: 6 bytes, DataCRC 0x8829b1f3
 	// chunk B: 7 bytes, DataCRC 0x818d4071

@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/nova/auditor/crc32c"
 )
 
 // classOf names the exact class of err as the package does (ClassOf:
@@ -122,7 +120,7 @@ func encodeUnchecked(env *Envelope, entries []Entry, data [][]byte) []byte {
 	}
 	l := layout{base: base}
 	for i := range entries {
-		entries[i].DataCRC = crc32c.Checksum(data[i])
+		entries[i].DataCRC = CRC32C(data[i])
 		l.dataLen += uint64(len(data[i]))
 		l.dirLen += uint64(EntryLen(entries[i].Count()))
 	}
@@ -162,15 +160,15 @@ func reseal(obj []byte, base uint64) {
 			e := obj[eo : eo+el]
 			do, cb := le.Uint64(e[28:]), le.Uint64(row[28:])
 			if do <= dirOff && cb <= dirOff-do {
-				le.PutUint32(e[36:], crc32c.Checksum(obj[do:do+cb]))
+				le.PutUint32(e[36:], CRC32C(obj[do:do+cb]))
 			}
-			le.PutUint32(row[48:], crc32c.Checksum(e))
+			le.PutUint32(row[48:], CRC32C(e))
 		}
-		le.PutUint32(tr[24:], crc32c.Checksum(obj[dirOff:dirOff+dirLen]))
-		le.PutUint32(tr[36:], crc32c.Checksum(idx))
+		le.PutUint32(tr[24:], CRC32C(obj[dirOff:dirOff+dirLen]))
+		le.PutUint32(tr[36:], CRC32C(idx))
 	}
 	if base == TransitBase && len(obj) >= EnvelopeSize {
-		le.PutUint32(obj[56:], crc32c.Checksum(obj[:56]))
+		le.PutUint32(obj[56:], CRC32C(obj[:56]))
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-
-	"github.com/nova/auditor/crc32c"
 )
 
 // checkChunkRecords decodes every record of entry e in data and compares it
@@ -222,7 +220,7 @@ func TestRoundTripSettled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(sf.Bytes, obj[sf.FooterOffset:]) || sf.ObjectSize != uint64(len(obj)) || sf.ObjectCRC != crc32c.Checksum(obj) {
+		if !bytes.Equal(sf.Bytes, obj[sf.FooterOffset:]) || sf.ObjectSize != uint64(len(obj)) || sf.ObjectCRC != CRC32C(obj) {
 			t.Fatalf("iter %d: BuildSettledFooter disagrees with EncodeSettled", iter)
 		}
 		if entries[0].DataOffset != 12345 {
@@ -240,8 +238,8 @@ func TestRoundTripSettled(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if m.Entry.DataCRC != crc32c.Checksum(m.Data) {
-			t.Fatalf("merged DataCRC 0x%08x, bytes 0x%08x", m.Entry.DataCRC, crc32c.Checksum(m.Data))
+		if m.Entry.DataCRC != CRC32C(m.Data) {
+			t.Fatalf("merged DataCRC 0x%08x, bytes 0x%08x", m.Entry.DataCRC, CRC32C(m.Data))
 		}
 		mobj, err := EncodeSettled([]Chunk{m})
 		if err != nil {

@@ -3,8 +3,6 @@ package bundlefmt
 import (
 	"encoding/binary"
 	"fmt"
-
-	"github.com/nova/auditor/crc32c"
 )
 
 // Expect names what the caller knows about an object from its key. Key is
@@ -325,7 +323,7 @@ func (f *Footer) readChunk(src *chunkSource, i int, eb []byte, pos, size uint64)
 		if err != nil {
 			return 0, nil, err
 		}
-		crc = crc32c.Update(crc, data)
+		crc = UpdateCRC32C(crc, data)
 		for p := uint64(0); lens != nil && p < n; j++ {
 			rec := data[p : p+lens[j]]
 			// Fast path: a record without headers is valid iff its flags are 0.

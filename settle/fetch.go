@@ -8,7 +8,6 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
 )
@@ -110,7 +109,7 @@ func (s *Settler) pieceBytes(ctx context.Context, o Output, src bundle.Source, o
 	}
 	if obj != nil {
 		if end := off + n; end <= uint64(len(obj)) {
-			if d := obj[off:end:end]; crc32c.Checksum(d) == crc {
+			if d := obj[off:end:end]; bundlefmt.CRC32C(d) == crc {
 				return d, nil
 			}
 		}

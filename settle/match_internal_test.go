@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -124,7 +123,7 @@ func TestMatchSourcesAcceptsARewriteUnderOtherErasures(t *testing.T) {
 	forged := eraseOf(t, c, 101)
 	forged.data = append([]byte(nil), forged.data...)
 	forged.data[len(forged.data)-5] ^= 0x20 // record 103's last body byte, 'c' -> 'C'
-	forged.e.DataCRC = crc32c.Checksum(forged.data)
+	forged.e.DataCRC = bundlefmt.CRC32C(forged.data)
 	if class, err := adoptCheck(t, 100, []standingChunk{forged}, known); class != cycle.ClassAdoption {
 		t.Errorf("a record that is not the source's: %q %v", class, err)
 	}
@@ -169,13 +168,13 @@ func TestMatchSourcesTellsAnEmptyRecordFromATombstone(t *testing.T) {
 	merged.e.Lengths = append(append([]uint32(nil), first.e.Lengths...), c2.Entry.Lengths...)
 	merged.e.Timestamps = append(append([]int64(nil), first.e.Timestamps...), c2.Entry.Timestamps...)
 	merged.data = append(append([]byte(nil), first.data...), c2.Data...)
-	merged.e.DataCRC = crc32c.Checksum(merged.data)
+	merged.e.DataCRC = bundlefmt.CRC32C(merged.data)
 	if class, err := adoptCheck(t, 100, []standingChunk{merged}, known); err != nil {
 		t.Fatalf("a merged chunk: %s %v", class, err)
 	}
 	merged.data = append([]byte(nil), merged.data...)
 	merged.data[len(merged.data)-1] ^= 1 // the copied chunk's last byte
-	merged.e.DataCRC = crc32c.Checksum(merged.data)
+	merged.e.DataCRC = bundlefmt.CRC32C(merged.data)
 	if class, err := adoptCheck(t, 100, []standingChunk{merged}, known); class != cycle.ClassAdoption {
 		t.Fatalf("a merged chunk whose copied part is not the source's: %q %v", class, err)
 	}

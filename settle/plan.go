@@ -6,7 +6,6 @@ import (
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/crc32c"
 )
 
 // The planner is pure (docs/architecture.md#plan): given the stream's
@@ -260,7 +259,7 @@ func appendPiece(pieces []Piece, p Piece) []Piece {
 	if n := len(pieces); n > 0 && p.Data == nil && pieces[n-1].Data == nil &&
 		pieces[n-1].Src == p.Src && pieces[n-1].Off+pieces[n-1].Len == p.Off {
 		last := &pieces[n-1]
-		last.CRC32C = crc32c.Combine(last.CRC32C, p.CRC32C, int64(p.Len))
+		last.CRC32C = bundlefmt.CombineCRC32C(last.CRC32C, p.CRC32C, int64(p.Len))
 		last.Len += p.Len
 		return pieces
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/crc32c"
 )
 
 // world is a set of real source objects (encoded flights and settled tails)
@@ -28,7 +27,7 @@ func (w *world) assemble(t *testing.T, o Output) []byte {
 			t.Fatalf("piece [%d,+%d) beyond %s (%d bytes)", p.Off, p.Len, p.Src.Key, len(obj))
 		}
 		part := obj[p.Off : p.Off+p.Len]
-		if got := crc32c.Checksum(part); got != p.CRC32C {
+		if got := bundlefmt.CRC32C(part); got != p.CRC32C {
 			t.Fatalf("piece CRC %08x, bytes have %08x", p.CRC32C, got)
 		}
 		b = append(b, part...)
@@ -182,7 +181,7 @@ func TestPlanProperties(t *testing.T) {
 			if uint64(len(obj)) != o.Footer.ObjectSize {
 				t.Fatalf("iter %d: assembled %d bytes, footer says %d", iter, len(obj), o.Footer.ObjectSize)
 			}
-			if got := crc32c.Checksum(obj); got != o.Footer.ObjectCRC {
+			if got := bundlefmt.CRC32C(obj); got != o.Footer.ObjectCRC {
 				t.Fatalf("iter %d: object CRC %08x, combine said %08x", iter, got, o.Footer.ObjectCRC)
 			}
 			vo, err := bundlefmt.ValidateObject(obj, bundlefmt.Expect{Key: o.Key, Kind: bundlefmt.KindSettled,

@@ -10,7 +10,6 @@ import (
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/objstore"
@@ -426,7 +425,7 @@ func matchChunk(ci int, e *bundlefmt.Entry, known []knownChunk) ([]expectPart, e
 			part.kc, part.lengths, reencoded = kc, e.Lengths[j:j+n], true
 		}
 		parts = append(parts, part)
-		crc = crc32c.Combine(crc, kc.e.DataCRC, int64(size))
+		crc = bundlefmt.CombineCRC32C(crc, kc.e.DataCRC, int64(size))
 		j += n
 		at += uint64(n)
 		off += size

@@ -17,7 +17,6 @@ import (
 	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/catalog/writepath"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
@@ -812,13 +811,13 @@ func TestBadInputQuarantinesOnlyTheAffectedStream(t *testing.T) {
 		{"envelope seq disagrees with the key", cycle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			obj[16]++ // envelope seq, then the envelope CRC made right again: a slot written under the wrong key
-			binary.LittleEndian.PutUint32(obj[56:], crc32c.Checksum(obj[:56]))
+			binary.LittleEndian.PutUint32(obj[56:], bundlefmt.CRC32C(obj[:56]))
 			replaceSlot(e, key, obj)
 		}},
 		{"envelope epoch disagrees with the key", cycle.ClassCorrupt, func(e *env, _ catalog.Stream, _ catalog.SpanRef, key string) {
 			obj := readSlot(e, key)
 			obj[8]++ // envelope slot epoch (CRC made right again)
-			binary.LittleEndian.PutUint32(obj[56:], crc32c.Checksum(obj[:56]))
+			binary.LittleEndian.PutUint32(obj[56:], bundlefmt.CRC32C(obj[:56]))
 			replaceSlot(e, key, obj)
 		}},
 		{"overlapping refs", cycle.ClassTiling, func(e *env, st catalog.Stream, ref catalog.SpanRef, _ string) {
@@ -957,7 +956,7 @@ func replaceSlot(e *env, key string, obj []byte) {
 func contents(e *env) map[string]uint32 {
 	out := map[string]uint32{}
 	for k := range listKeys(e) {
-		out[k] = crc32c.Checksum(readAll(e.t, e, k))
+		out[k] = bundlefmt.CRC32C(readAll(e.t, e, k))
 	}
 	return out
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nova/auditor/bundle"
 	"github.com/nova/auditor/bundlefmt"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/cycle"
 )
 
@@ -134,7 +133,7 @@ func readStanding(ctx context.Context, key string, wins []standingWindow,
 				return &cycle.QuarantineError{SlotKey: key, Class: cycle.ClassAdoption,
 					Err: fmt.Errorf("standing object ends early: [%d,+%d) returned %d bytes", w.off, w.len, len(data))}
 			}
-			w.crc = crc32c.Checksum(data)
+			w.crc = bundlefmt.CRC32C(data)
 			if w.part != nil {
 				w.mismatch = sameRecords(w.part.kc, w.part.lengths, data)
 			}
@@ -154,7 +153,7 @@ func checkStandingChunk(key string, i int, e *bundlefmt.Entry, expect []expectPa
 	byPart := map[*expectPart]uint32{}
 	for at := range wins {
 		w := &wins[at]
-		crc = crc32c.Combine(crc, w.crc, int64(w.len))
+		crc = bundlefmt.CombineCRC32C(crc, w.crc, int64(w.len))
 		if w.part != nil {
 			byPart[w.part] = w.crc
 			if mismatch == nil {
@@ -181,7 +180,7 @@ func checkStandingChunk(key string, i int, e *bundlefmt.Entry, expect []expectPa
 		if p.kc != nil {
 			c = byPart[p]
 		}
-		want = crc32c.Combine(want, c, int64(p.n))
+		want = bundlefmt.CombineCRC32C(want, c, int64(p.n))
 	}
 	if want != e.DataCRC {
 		return notTheSources(key, fmt.Errorf("standing object chunk %d [%d, %d): DataCRC %08x, sources combine to %08x",

@@ -12,8 +12,8 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
-	"github.com/nova/auditor/crc32c"
 	"github.com/nova/auditor/internal/config"
 	"github.com/nova/auditor/migrations"
 	"github.com/nova/auditor/objstore"
@@ -417,7 +417,7 @@ func (r *bucketRun) rangedCopy(ctx context.Context, src string, body []byte) {
 	want := body[1 : 1+copyLen]
 	req := objstore.AssembleRequest{Bucket: r.bucket, Key: dst,
 		Pieces:         []objstore.Piece{objstore.RangePiece(r.bucket, src, 1, copyLen)},
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true}
 	var res objstore.AssembleResult
 	err := r.timed("assemble", func() (err error) { res, err = r.assembler.Assemble(ctx, req); return })
 	if res.UploadID != "" && err != nil {

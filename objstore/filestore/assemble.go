@@ -11,7 +11,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/fsync"
 	"github.com/nova/auditor/objstore"
 )
@@ -84,7 +84,7 @@ func (s *Store) assemble(ctx context.Context, req objstore.AssembleRequest, res 
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("piece %d: %w", i, err)
 		}
-		if p.SrcKey == "" && p.HasCRC32C && crc32c.Checksum(p.Data) != p.CRC32C {
+		if p.SrcKey == "" && p.HasCRC32C && bundlefmt.CRC32C(p.Data) != p.CRC32C {
 			return fmt.Errorf("piece %d: local bytes: %w", i, objstore.ErrChecksum)
 		}
 	}
@@ -237,7 +237,7 @@ func fileCRC(path string) (uint32, int64, error) {
 		return 0, 0, err
 	}
 	defer f.Close() //nolint:errcheck // read-only: nothing to flush, io.Copy's error is returned
-	h := crc32c.New()
+	h := bundlefmt.NewCRC32C()
 	n, err := io.Copy(h, f)
 	return h.Sum32(), n, err
 }

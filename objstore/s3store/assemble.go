@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -76,7 +76,7 @@ func (a *assembly) prepare() error {
 			if err := objstore.ValidKey(p.SrcKey); err != nil {
 				return fmt.Errorf("piece %d: %w", i, err)
 			}
-		} else if crc = crc32c.Checksum(p.Data); p.HasCRC32C && crc != p.CRC32C {
+		} else if crc = bundlefmt.CRC32C(p.Data); p.HasCRC32C && crc != p.CRC32C {
 			return fmt.Errorf("piece %d: local bytes: %w", i, objstore.ErrChecksum)
 		}
 		if p.Size() == 0 {
@@ -85,7 +85,7 @@ func (a *assembly) prepare() error {
 		if n := len(a.pieces); n > 0 && p.SrcKey != "" {
 			q := &a.pieces[n-1]
 			if q.SrcKey == p.SrcKey && q.SrcBucket == p.SrcBucket && q.SrcETag == p.SrcETag && q.Off+q.Len == p.Off {
-				q.CRC32C = crc32c.Combine(q.CRC32C, p.CRC32C, p.Len)
+				q.CRC32C = bundlefmt.CombineCRC32C(q.CRC32C, p.CRC32C, p.Len)
 				q.HasCRC32C = q.HasCRC32C && p.HasCRC32C
 				q.Len += p.Len
 				continue
@@ -136,7 +136,7 @@ func (a *assembly) putSingle(ctx context.Context) error {
 		}
 		known := false
 		if crc, known = a.expectedCRC(part); !known {
-			crc = crc32c.Checksum(data)
+			crc = bundlefmt.CRC32C(data)
 		}
 	}
 	if a.req.HasExpectedCRC32C && crc != a.req.ExpectedCRC32C {
@@ -160,13 +160,13 @@ func (a *assembly) expectedCRC(part objstore.Part) (uint32, bool) {
 		case p.SrcKey == "" && seg.Len == int64(len(p.Data)):
 			c = a.dataCRC[seg.Piece]
 		case p.SrcKey == "":
-			c = crc32c.Checksum(p.Data[seg.Off : seg.Off+seg.Len])
+			c = bundlefmt.CRC32C(p.Data[seg.Off : seg.Off+seg.Len])
 		case seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C:
 			c = p.CRC32C
 		default:
 			return 0, false
 		}
-		crc = crc32c.Combine(crc, c, seg.Len)
+		crc = bundlefmt.CombineCRC32C(crc, c, seg.Len)
 	}
 	return crc, true
 }

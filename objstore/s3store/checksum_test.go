@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/internal/testenv"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
@@ -172,7 +172,7 @@ func TestBySource(t *testing.T) {
 			want = append(append(want, src[9<<20:9<<20+1000]...), "footer"...)
 			key := "out-" + c.name
 			res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: key, Pieces: pieces,
-				ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+				ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +226,7 @@ func TestBySourceCatchesCorruption(t *testing.T) {
 			key := "out-" + string(c.alg)
 			res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: key,
 				Pieces:         []objstore.Piece{objstore.RangePiece(b, k, 1<<20, 7<<20), objstore.DataPiece([]byte("f"))},
-				ExpectedCRC32C: crc32c.Checksum(append(bytes.Clone(want), 'f')), HasExpectedCRC32C: true})
+				ExpectedCRC32C: bundlefmt.CRC32C(append(bytes.Clone(want), 'f')), HasExpectedCRC32C: true})
 			t.Logf("%+v: %v", res, err)
 			if !errors.Is(err, objstore.ErrChecksum) {
 				t.Fatalf("a damaged copy: %v, want ErrChecksum", err)
@@ -268,7 +268,7 @@ func TestFullObjectMode(t *testing.T) {
 		return p, want
 	}
 	pieces, want := build("plain")
-	res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "ok", Pieces: pieces, ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+	res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "ok", Pieces: pieces, ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true})
 	if err != nil {
 		t.Fatalf("full-object assembly: %v", err)
 	}
@@ -278,7 +278,7 @@ func TestFullObjectMode(t *testing.T) {
 	if res.BytesFetched >= res.Size {
 		t.Errorf("read back in full-object mode: %+v", res)
 	}
-	res, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "bad", Pieces: pieces, ExpectedCRC32C: crc32c.Checksum(want) + 1, HasExpectedCRC32C: true})
+	res, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "bad", Pieces: pieces, ExpectedCRC32C: bundlefmt.CRC32C(want) + 1, HasExpectedCRC32C: true})
 	if !errors.Is(err, objstore.ErrChecksum) {
 		t.Fatalf("wrong expected CRC: %v, want ErrChecksum", err)
 	}
@@ -289,7 +289,7 @@ func TestFullObjectMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pieces, want = build("withcrc")
-	res, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "misreported", Pieces: pieces, ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+	res, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "misreported", Pieces: pieces, ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true})
 	if !errors.Is(err, objstore.ErrChecksum) {
 		t.Logf("ranged copies of a checksummed source: %v (server fixed?)", err)
 	} else if _, err := s.Head(ctx, b, "misreported"); !errors.Is(err, objstore.ErrNotFound) {
@@ -328,7 +328,7 @@ func resumeKeepsParts(t *testing.T, withCRC bool) {
 	var want []byte
 	add := func(off, n int64) {
 		p := objstore.RangePiece(b, "src", off, n)
-		p.CRC32C, p.HasCRC32C = crc32c.Checksum(src[off:off+n]), withCRC
+		p.CRC32C, p.HasCRC32C = bundlefmt.CRC32C(src[off:off+n]), withCRC
 		pieces = append(pieces, p)
 		want = append(want, src[off:off+n]...)
 	}
@@ -340,7 +340,7 @@ func resumeKeepsParts(t *testing.T, withCRC bool) {
 	var uploadID string
 	done := 0
 	req := objstore.AssembleRequest{Bucket: b, Key: "out", Pieces: pieces, Stager: stager,
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true,
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true,
 		Hooks: objstore.Hooks{
 			UploadCreated: func(id string) error { uploadID = id; return nil },
 			PartStaged: func(part int) error {

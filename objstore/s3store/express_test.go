@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
 )
@@ -114,7 +114,7 @@ func TestExpressSet(t *testing.T) {
 	pieces := []objstore.Piece{{SrcBucket: src, SrcKey: slot, Off: 0, Len: 8 << 20}, {SrcBucket: src, SrcKey: slot, Off: 9 << 20, Len: 1000}, objstore.DataPiece([]byte("footer"))}
 	want := append(append(bytes.Clone(data[:8<<20]), data[9<<20:9<<20+1000]...), "footer"...)
 	if _, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: std, Key: "settled/1", Pieces: pieces,
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}); err != nil {
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true}); err != nil {
 		t.Fatal(err)
 	}
 	if got := storetest.ReadAll(t, raw, std, "settled/1"); !bytes.Equal(got, want) {

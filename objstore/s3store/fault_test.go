@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
 )
@@ -224,7 +224,7 @@ func TestFaults(t *testing.T) {
 	}
 	req := func(key string) objstore.AssembleRequest {
 		return objstore.AssembleRequest{Bucket: b, Key: key, Pieces: pieces, Stager: storetest.NewMemStager(),
-			ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}
+			ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true}
 	}
 	// check: the key holds exactly want, or nothing
 	check := func(t *testing.T, key string, mustExist bool) {

@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -76,7 +76,7 @@ func (a *assembly) fetch(ctx context.Context, p objstore.Piece, seg objstore.Seg
 			return fmt.Errorf("piece %s/%s [%d,+%d) from the caller: %w", p.SrcBucket, p.SrcKey, off, seg.Len, err)
 		}
 		if held != nil {
-			if int64(len(held)) != seg.Len || (p.HasCRC32C && crc32c.Checksum(held) != p.CRC32C) {
+			if int64(len(held)) != seg.Len || (p.HasCRC32C && bundlefmt.CRC32C(held) != p.CRC32C) {
 				return fmt.Errorf("piece %s/%s [%d,+%d) from the caller: %d bytes, not the piece's: %w",
 					p.SrcBucket, p.SrcKey, off, seg.Len, len(held), objstore.ErrChecksum)
 			}
@@ -93,9 +93,9 @@ func (a *assembly) fetch(ctx context.Context, p objstore.Piece, seg objstore.Seg
 	if int64(len(got)) != seg.Len {
 		return fmt.Errorf("fetch %s/%s [%d,+%d): source ends early: %w", p.SrcBucket, p.SrcKey, off, seg.Len, objstore.ErrInvalidRange)
 	}
-	if seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C && crc32c.Checksum(got) != p.CRC32C {
+	if seg.Off == 0 && seg.Len == p.Len && p.HasCRC32C && bundlefmt.CRC32C(got) != p.CRC32C {
 		return &objstore.SourceError{Bucket: p.SrcBucket, Key: p.SrcKey,
-			Err: fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, crc32c.Checksum(got), p.CRC32C, objstore.ErrChecksum)}
+			Err: fmt.Errorf("fetch %s/%s [%d,+%d): CRC %08x, expected %08x: %w", p.SrcBucket, p.SrcKey, off, seg.Len, bundlefmt.CRC32C(got), p.CRC32C, objstore.ErrChecksum)}
 	}
 	return nil
 }

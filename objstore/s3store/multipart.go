@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -120,7 +120,7 @@ func (a *assembly) parts(ctx context.Context, existing map[int]objstore.PartInfo
 	full, fullKnown := uint32(0), true
 	for i, st := range states {
 		fullKnown = fullKnown && st.hasCRC
-		full = crc32c.Combine(full, st.crc, a.plan.Parts[i].Size)
+		full = bundlefmt.CombineCRC32C(full, st.crc, a.plan.Parts[i].Size)
 	}
 	if a.req.HasExpectedCRC32C {
 		if fullKnown && full != a.req.ExpectedCRC32C {
@@ -229,7 +229,7 @@ func (a *assembly) doPart(ctx context.Context, part objstore.Part, have objstore
 	var data []byte
 	staged := false
 	if a.req.UploadID != "" && a.req.Stager != nil && expKnown {
-		if d, err := a.req.Stager.Load(part.Number); err == nil && int64(len(d)) == part.Size && crc32c.Checksum(d) == exp {
+		if d, err := a.req.Stager.Load(part.Number); err == nil && int64(len(d)) == part.Size && bundlefmt.CRC32C(d) == exp {
 			data, staged = d, true
 		}
 	}
@@ -239,7 +239,7 @@ func (a *assembly) doPart(ctx context.Context, part objstore.Part, have objstore
 			return partState{}, err
 		}
 	}
-	crc := crc32c.Checksum(data)
+	crc := bundlefmt.CRC32C(data)
 	if expKnown && crc != exp {
 		return partState{}, fmt.Errorf("gathered CRC %08x, expected %08x: %w", crc, exp, objstore.ErrChecksum)
 	}

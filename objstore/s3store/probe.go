@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -107,7 +107,7 @@ func (s *Store) probeCopy(ctx context.Context, bucket, base string, alg types.Ch
 			return err
 		})
 	}()
-	want := objstore.EncodeCRC32C(crc32c.Checksum(body[1:]))
+	want := objstore.EncodeCRC32C(bundlefmt.CRC32C(body[1:]))
 	var part *types.CopyPartResult
 	err = s.do(ctx, "UploadPartCopy", func(ctx context.Context) error {
 		out, err := s.client.UploadPartCopy(ctx, &s3.UploadPartCopyInput{
@@ -152,7 +152,7 @@ func (s *Store) probeComplete(ctx context.Context, bucket, dst, uploadID string,
 		})
 	}
 	var te *objstore.TransientError
-	switch err := completeWith(objstore.EncodeCRC32C(crc32c.Checksum(body))); {
+	switch err := completeWith(objstore.EncodeCRC32C(bundlefmt.CRC32C(body))); {
 	case err == nil:
 		return false, nil // a wrong whole-object CRC was accepted: nothing is checked
 	case errors.As(err, &te):

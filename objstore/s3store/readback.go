@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -51,7 +51,7 @@ func (a *assembly) readBack(ctx context.Context) error {
 			buf := make([]byte, min(readBackBuffer, w.len))
 			rng := fmt.Sprintf("bytes=%d-%d", w.off, w.off+w.len-1)
 			total, err := a.s.readRange(gctx, a.req.Bucket, a.fullKey, rng, "", w.off, w.len, false, func(body io.Reader, want int64) error {
-				h := crc32c.New()
+				h := bundlefmt.NewCRC32C()
 				got, err := io.CopyBuffer(h, io.LimitReader(body, want), buf)
 				objstore.ObserverFrom(gctx).Bytes(objstore.ReadBack, got)
 				if err == nil && got != want {
@@ -78,7 +78,7 @@ func (a *assembly) readBack(ctx context.Context) error {
 	}
 	var crc uint32
 	for _, w := range wins {
-		crc = crc32c.Combine(crc, w.crc, w.len)
+		crc = bundlefmt.CombineCRC32C(crc, w.crc, w.len)
 	}
 	if crc == a.req.ExpectedCRC32C {
 		a.checked = true

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 	"github.com/nova/auditor/objstore/storetest"
 )
@@ -66,9 +66,9 @@ func otherPlans(t *testing.T, s *Store, b string) (a, other []objstore.Piece, wa
 	plan := func(off1, off0 int, local []byte) ([]objstore.Piece, []byte) {
 		r1, r0 := src1[off1:off1+3*mib], src0[off0:off0+12*mib]
 		p1 := objstore.RangePiece(b, "src1", int64(off1), 3*mib)
-		p1.CRC32C, p1.HasCRC32C = crc32c.Checksum(r1), true
+		p1.CRC32C, p1.HasCRC32C = bundlefmt.CRC32C(r1), true
 		p0 := objstore.RangePiece(b, "src0", int64(off0), 12*mib)
-		p0.CRC32C, p0.HasCRC32C = crc32c.Checksum(r0), true
+		p0.CRC32C, p0.HasCRC32C = bundlefmt.CRC32C(r0), true
 		return []objstore.Piece{p1, p0, objstore.DataPiece(local)}, append(append(append([]byte(nil), r1...), r0...), local...)
 	}
 	a, wantA = plan(0, 0, storetest.Bytes(13, 5000))
@@ -126,7 +126,7 @@ func TestResumeWithAnotherPlan(t *testing.T) {
 				}
 			}
 			if _, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out", Pieces: a, Stager: stager,
-				ExpectedCRC32C: crc32c.Checksum(wantA), HasExpectedCRC32C: true, Hooks: hooks}); !errors.Is(err, crash) {
+				ExpectedCRC32C: bundlefmt.CRC32C(wantA), HasExpectedCRC32C: true, Hooks: hooks}); !errors.Is(err, crash) {
 				t.Fatalf("the first plan's assembly: %v, want the crash", err)
 			}
 			stale, ok := stager.Parts[1]
@@ -137,14 +137,14 @@ func TestResumeWithAnotherPlan(t *testing.T) {
 				t.Fatalf("parts of the first plan's upload: %+v %v", parts, err)
 			}
 			res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out", Pieces: other, Stager: stager,
-				ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true, UploadID: uploadID})
+				ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true, UploadID: uploadID})
 			if err != nil {
 				t.Fatalf("resume under the other plan: %v", err)
 			}
 			if got := storetest.ReadAll(t, s, b, "out"); !bytes.Equal(got, want) {
 				t.Fatal("the published object is not the other plan's")
 			}
-			if crashAt == "after staging part 1" && log.sent(crc32c.Checksum(stale)) {
+			if crashAt == "after staging part 1" && log.sent(bundlefmt.CRC32C(stale)) {
 				t.Fatal("the first plan's staged part 1 was uploaded")
 			}
 			if !bytes.Equal(stager.Parts[1], want[:len(stale)]) {
@@ -176,7 +176,7 @@ func TestLatePartBeforeComplete(t *testing.T) {
 				return nil
 			}
 			landed = true
-			crc := objstore.EncodeCRC32C(crc32c.Checksum(late))
+			crc := objstore.EncodeCRC32C(bundlefmt.CRC32C(late))
 			fk := s.cfg.KeyPrefix + "out"
 			_, err := s.Client().UploadPart(ctx, &s3.UploadPartInput{Bucket: &b, Key: &fk, UploadId: &uploadID,
 				PartNumber: aws.Int32(3), Body: bytes.NewReader(late), ContentLength: aws.Int64(int64(len(late))),
@@ -186,7 +186,7 @@ func TestLatePartBeforeComplete(t *testing.T) {
 	}
 	ft.set()
 	if _, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out", Pieces: other, Stager: storetest.NewMemStager(),
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true, Hooks: hooks}); err != nil {
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true, Hooks: hooks}); err != nil {
 		t.Fatalf("assemble with a late part: %v", err)
 	}
 	if !landed {

@@ -33,7 +33,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -432,7 +432,7 @@ func putChecksum(in *s3.PutObjectInput, alg objstore.ChecksumAlgorithm, data []b
 		in.ContentMD5 = aws.String(base64.StdEncoding.EncodeToString(sum[:]))
 	default:
 		if crc == nil {
-			c := crc32c.Checksum(data)
+			c := bundlefmt.CRC32C(data)
 			crc = &c
 		}
 		in.ChecksumAlgorithm, in.ChecksumCRC32C = types.ChecksumAlgorithmCrc32c, aws.String(objstore.EncodeCRC32C(*crc))

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -48,7 +48,7 @@ func build(b string, srcs []source, specs []spec, withCRC bool) ([]objstore.Piec
 		d := srcs[sp.src].data[sp.off : sp.off+sp.len]
 		p := objstore.RangePiece(b, srcs[sp.src].key, int64(sp.off), int64(sp.len))
 		if withCRC {
-			p.CRC32C, p.HasCRC32C = crc32c.Checksum(d), true
+			p.CRC32C, p.HasCRC32C = bundlefmt.CRC32C(d), true
 		}
 		pieces = append(pieces, p)
 		want = append(want, d...)
@@ -79,7 +79,7 @@ func testAssembleMixes(t *testing.T, h Harness) {
 			pieces, want := build(b, srcs, specs, name != "big tail, no crc")
 			key := "out/" + name
 			req := objstore.AssembleRequest{Bucket: b, Key: key, Pieces: pieces, Stager: NewMemStager(),
-				ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: name != "big tail, no crc"}
+				ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: name != "big tail, no crc"}
 			res, err := s.Assemble(ctxT(t), req)
 			if err != nil {
 				t.Fatalf("assemble: %v", err)
@@ -158,7 +158,7 @@ func testAssembleRace(t *testing.T, h Harness) {
 			defer wg.Done()
 			var res objstore.AssembleResult
 			res, errs[i] = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "race/out", Pieces: pieces,
-				ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+				ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true})
 			if errors.Is(errs[i], objstore.ErrExists) && res.UploadID != "" {
 				if err := s.AbortAssembly(ctx, b, "race/out", res.UploadID); err != nil {
 					t.Errorf("racer %d: abort: %v", i, err)
@@ -238,7 +238,7 @@ func testAssembleChecksum(t *testing.T, h Harness) {
 		pieces, want := build(b, srcs, specs, false)
 		key := "badcrc/" + name
 		res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: key, Pieces: pieces,
-			ExpectedCRC32C: crc32c.Checksum(want) ^ 1, HasExpectedCRC32C: true})
+			ExpectedCRC32C: bundlefmt.CRC32C(want) ^ 1, HasExpectedCRC32C: true})
 		if !errors.Is(err, objstore.ErrChecksum) {
 			t.Fatalf("%s: assembly with a wrong expected CRC: %v, want ErrChecksum", name, err)
 		}
@@ -280,7 +280,7 @@ func testAssembleChecksum(t *testing.T, h Harness) {
 	// disagrees with the bytes publishes nothing; the right ones publish
 	// exactly those bytes.
 	obj := bytes.Repeat([]byte("laid out whole "), 4096)
-	crc := crc32c.Checksum(obj)
+	crc := bundlefmt.CRC32C(obj)
 	for _, c := range []struct {
 		name          string
 		piece, expect uint32
@@ -336,7 +336,7 @@ func testAssembleSource(t *testing.T, h Harness) {
 	}
 	ctx, tally := objstore.Count(ctxT(t))
 	res, err := s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out/served", Pieces: pieces, Source: serve(false),
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true})
 	if err != nil {
 		t.Fatalf("assemble: %v", err)
 	}
@@ -348,7 +348,7 @@ func testAssembleSource(t *testing.T, h Harness) {
 	}
 	asked = 0
 	_, err = s.Assemble(ctxT(t), objstore.AssembleRequest{Bucket: b, Key: "out/bad", Pieces: pieces, Source: serve(true),
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true})
 	switch {
 	case asked > 0 && !errors.Is(err, objstore.ErrChecksum):
 		t.Errorf("assembly from wrong bytes: %v, want ErrChecksum", err)

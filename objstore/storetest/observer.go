@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -49,7 +49,7 @@ func testObserver(t *testing.T, h Harness) {
 		var res objstore.AssembleResult
 		got := call("Assemble "+name, func(ctx context.Context) (err error) {
 			res, err = s.Assemble(ctx, objstore.AssembleRequest{Bucket: b, Key: "out/" + name, Pieces: pieces,
-				ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true})
+				ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true})
 			return err
 		})
 		if got.Copied != res.BytesCopied || got.Fetched+got.ReadBack != res.BytesFetched || got.ReadBack != res.BytesReadBack ||

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -21,7 +21,7 @@ func testAssembleResume(t *testing.T, h Harness) {
 	var uploadID string
 	done := 0
 	req := objstore.AssembleRequest{Bucket: b, Key: "resumed", Pieces: pieces, Stager: stager,
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true,
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true,
 		Hooks: objstore.Hooks{
 			UploadCreated: func(id string) error { uploadID = id; return nil },
 			PartDone: func(int, bool) error {
@@ -80,7 +80,7 @@ func testAssembleResumeOtherPlan(t *testing.T, h Harness) {
 	// How many parts the first plan makes (PartDone calls), on a key of its own.
 	parts := 0
 	count := objstore.AssembleRequest{Bucket: b, Key: "replan/count", Pieces: first, Stager: NewMemStager(),
-		ExpectedCRC32C: crc32c.Checksum(wantFirst), HasExpectedCRC32C: true,
+		ExpectedCRC32C: bundlefmt.CRC32C(wantFirst), HasExpectedCRC32C: true,
 		Hooks: objstore.Hooks{PartDone: func(int, bool) error { parts++; return nil }}}
 	if _, err := s.Assemble(ctx, count); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func testAssembleResumeOtherPlan(t *testing.T, h Harness) {
 	var uploadID string
 	done := 0
 	req := objstore.AssembleRequest{Bucket: b, Key: "replan/out", Pieces: first, Stager: stager,
-		ExpectedCRC32C: crc32c.Checksum(wantFirst), HasExpectedCRC32C: true,
+		ExpectedCRC32C: bundlefmt.CRC32C(wantFirst), HasExpectedCRC32C: true,
 		Hooks: objstore.Hooks{
 			UploadCreated: func(id string) error { uploadID = id; return nil },
 			PartDone: func(int, bool) error {
@@ -103,7 +103,7 @@ func testAssembleResumeOtherPlan(t *testing.T, h Harness) {
 		t.Fatalf("interrupted assembly: %v, want the crash", err)
 	}
 	req = objstore.AssembleRequest{Bucket: b, Key: "replan/out", Pieces: other, Stager: stager,
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true, UploadID: uploadID}
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true, UploadID: uploadID}
 	if _, err := s.Assemble(ctx, req); err != nil {
 		t.Fatalf("resume with the other plan: %v", err)
 	}
@@ -150,7 +150,7 @@ func testListAssemblies(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	req := objstore.AssembleRequest{Bucket: b, Key: "lost", Pieces: pieces, Stager: NewMemStager(), UploadID: a2,
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true}
 	if _, err := s.Assemble(ctx, req); err != nil {
 		t.Fatalf("complete the second upload: %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nova/auditor/crc32c"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/objstore"
 )
 
@@ -129,7 +129,7 @@ func testTopology(t *testing.T, h Harness) {
 	want := append(bytes.Clone(data[:5*mib]), footer...)
 	if _, err := store.Assemble(ctx, objstore.AssembleRequest{Bucket: std, Key: "settled/1",
 		Pieces:         []objstore.Piece{{SrcBucket: src, SrcKey: slot, Off: 0, Len: 5 * mib}, objstore.DataPiece(footer)},
-		ExpectedCRC32C: crc32c.Checksum(want), HasExpectedCRC32C: true}); err != nil {
+		ExpectedCRC32C: bundlefmt.CRC32C(want), HasExpectedCRC32C: true}); err != nil {
 		t.Fatalf("assemble from the copy source %s: %v", src, err)
 	}
 	if got := ReadAll(t, h.Store, std, "settled/1"); !bytes.Equal(got, want) {

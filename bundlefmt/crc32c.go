@@ -1,8 +1,10 @@
-// Package crc32c is the one CRC-32C (Castagnoli) implementation of the
-// auditor: checksums, streaming updates and the combine that gives the CRC of
-// A‖B from the CRCs of A and B and the length of B, without the bytes
-// (docs/format.md#crc-32c-combine). It imports nothing of ours.
-package crc32c
+package bundlefmt
+
+// The one CRC-32C (Castagnoli) of the auditor, the format's checksum:
+// checksums, streaming updates and the combine that gives the CRC of A‖B
+// from the CRCs of A and B and the length of B, without the bytes
+// (docs/format.md#crc-32c-combine). Stores import it from here to check
+// what they assemble.
 
 import (
 	"hash"
@@ -13,14 +15,14 @@ import (
 // crc32.Update with it uses SSE4.2 (amd64) or the CRC instructions (arm64).
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Checksum returns the CRC-32C of b.
-func Checksum(b []byte) uint32 { return crc32.Update(0, castagnoli, b) }
+// CRC32C returns the CRC-32C of b.
+func CRC32C(b []byte) uint32 { return crc32.Update(0, castagnoli, b) }
 
-// Update extends crc with b.
-func Update(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+// UpdateCRC32C extends crc with b.
+func UpdateCRC32C(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
 
-// New returns a streaming CRC-32C hash.
-func New() hash.Hash32 { return crc32.New(castagnoli) }
+// NewCRC32C returns a streaming CRC-32C hash.
+func NewCRC32C() hash.Hash32 { return crc32.New(castagnoli) }
 
 // castagnoliReversed is the Castagnoli polynomial in reflected bit order.
 const castagnoliReversed = 0x82f63b78
@@ -72,11 +74,11 @@ func x2nModP(n uint64, k uint) uint32 {
 	return p
 }
 
-// Combine returns the CRC-32C of A‖B given crc1 = Checksum(A),
+// CombineCRC32C returns the CRC-32C of A‖B given crc1 = Checksum(A),
 // crc2 = Checksum(B) and len2 = len(B), without the bytes: zlib's
 // crc32_combine with the Castagnoli polynomial. A negative len2 is treated
 // as 0.
-func Combine(crc1, crc2 uint32, len2 int64) uint32 {
+func CombineCRC32C(crc1, crc2 uint32, len2 int64) uint32 {
 	if len2 <= 0 {
 		return crc1 ^ crc2
 	}
