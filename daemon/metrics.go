@@ -119,7 +119,7 @@ func NewMetrics(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Help:    "Duration of cycles.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}}),
 		StepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "step_duration_seconds",
-			Help:    "Duration of the steps of a cycle (settle, retention, erase, trim, reap), failed ones included.",
+			Help:    "Duration of the steps of a cycle (rewind, settle, retention, erase, sidecars, strays, trim, reap), failed ones included.",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"step"}),
 		LastSuccess:     g("last_successful_cycle_timestamp_seconds", "End of the last successful cycle of the star (Unix seconds, database clock)."),
 		AdminRequests:   cv("admin_requests_total", "Operator requests consumed by this instance, by kind.", "kind"),

@@ -17,7 +17,7 @@ const (
 	CrashAfterReapArmed     crashpoint.Point = "settle.after-reap-armed"     // a rewrite's commit armed the old revision's reap
 )
 
-// CrashBatchMidCommit is inside a grouped commit (commit.go), after a
+// CrashBatchMidCommit is inside a grouped commit (groupCommit), after a
 // stream's savepoint is released, before the transaction commits.
 const CrashBatchMidCommit crashpoint.Point = "settle.batch-mid-commit"
 

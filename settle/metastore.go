@@ -46,7 +46,7 @@ type Settling interface {
 }
 
 // Recovering is what recover reads and writes of the publish intents
-// earlier attempts left open (recover.go).
+// earlier attempts left open (recoverIntents).
 type Recovering interface {
 	Intents(ctx context.Context, star, kind string, grace time.Duration) ([]catalog.Intent, error)
 	AbandonPublish(ctx context.Context, f catalog.Fence, id int64, grace time.Duration) error

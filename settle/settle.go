@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/bundlefmt"
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/crashpoint"
 	"github.com/nova/auditor/internal/cycle"
@@ -269,11 +270,6 @@ func (s *Settler) run(ctx context.Context, f catalog.Fence, opts cycle.Options) 
 	gets, _ := rd.FooterReads()
 	s.d.Metrics.footerGets(gets)
 	s.countSlotReads(rd)
-	if !opts.DryRun {
-		if err := s.reconcile(ctx, f); err != nil {
-			return p.total, err
-		}
-	}
 	if p.firstErr != nil {
 		// Some streams failed transiently; the others are settled, and the
 		// rest of the cycle may run.
@@ -346,21 +342,6 @@ func (s *Settler) streamFailed(ctx context.Context, f catalog.Fence, id catalog.
 	}
 }
 
-// standingTail is the stream's last object when new chunks may extend it
-// (loadTail), with the records of pending erasures re-encoded as
-// tombstones (scrubTail); nil when there is none.
-func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *catalog.Entry, dead *deadReader) (*Tail, error) {
-	tail, err := s.loadTail(ctx, st, last)
-	if err != nil || tail == nil {
-		return nil, err
-	}
-	tailDead, err := dead.over(ctx, tail.FirstRecord, tail.end())
-	if err != nil {
-		return nil, err
-	}
-	return s.scrubTail(ctx, tail, tailDead)
-}
-
 func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]Output, error) {
 	outs, err := Plan(PlanInput{Stream: st.ID, Bucket: st.Bucket, StreamEpoch: uint64(st.Epoch),
 		Tail: tail, Chunks: chunks, CapBytes: s.c.CapBytes, TargetBytes: s.c.TargetBytes})
@@ -368,46 +349,6 @@ func (s *Settler) plan(st catalog.Stream, tail *Tail, chunks []SourceChunk) ([]O
 		return nil, fmt.Errorf("plan stream %s: %w", st.ID, err)
 	}
 	return outs, nil
-}
-
-// settleCommit is the commit of the object p that publish wrote (or
-// adopted) for the output o under its open intent.
-func (s *Settler) settleCommit(st catalog.Stream, o Output, p *published, intentID int64) catalog.SettleCommit {
-	commit := catalog.SettleCommit{Entry: p.catalogEntry(st.ID, st.Epoch), PrevRevision: -1, IntentID: intentID,
-		ObjectKey: p.key, ReapGrace: s.c.ReapGrace}
-	if o.Rewrite != nil {
-		commit.PrevRevision = int32(o.Rewrite.Revision)
-		commit.OldKey = o.Rewrite.Key
-	}
-	return commit
-}
-
-// committed passes the crash points after a settle commit and counts its
-// object and bytes.
-func (s *Settler) committed(o Output, p *published, commit catalog.SettleCommit, counts *cycle.Counts) {
-	s.crash(CrashAfterCommit)
-	if commit.OldKey != "" {
-		s.crash(CrashAfterReapArmed) // the rewrite's commit armed the old revision's reap
-	}
-	counts.RecordsTombstoned += int64(o.Tombstoned)
-	if p.adopted {
-		counts.ObjectsAdopted++
-		s.d.Metrics.object("adopted")
-	} else {
-		counts.ObjectsPublished++
-		s.d.Metrics.object("published")
-	}
-}
-
-// chunkRange is the records the chunks span, [from, to) (empty: none).
-func chunkRange(chunks []SourceChunk) (from, to uint64) {
-	for i, c := range chunks {
-		if i == 0 || c.Entry.FirstRecord < from {
-			from = c.Entry.FirstRecord
-		}
-		to = max(to, c.Entry.EndRecord())
-	}
-	return from, to
 }
 
 // backlogRecords is the records the refs hold past settled.
@@ -457,43 +398,6 @@ func knownEntries(tail *Tail, chunks []SourceChunk) []knownChunk {
 	return out
 }
 
-// loadTail reads the footer of the stream's last catalog entry (from the
-// stream's snapshot; nil: none) when that entry ends at settled_through (so
-// new chunks may extend it).
-func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog.Entry) (*Tail, error) {
-	if last == nil {
-		return nil, nil
-	}
-	if last.EndRecord() > st.SettledThrough {
-		// The catalog covers records the stream says are unsettled: entries
-		// overlap what settle would publish next. Never guess: halt.
-		return nil, cycle.Haltf("stream %s: catalog entry [%d, %d) ends past settled_through %d",
-			st.ID, last.FirstRecord, last.EndRecord(), st.SettledThrough)
-	}
-	if last.EndRecord() != st.SettledThrough {
-		return nil, nil // retention left a gap: the next object starts a new run
-	}
-	return s.readEntry(ctx, st, *last)
-}
-
-// readEntry reads the footer of a cataloged object: its chunks, as a Tail
-// a rewrite may copy from.
-func (s *Settler) readEntry(ctx context.Context, st catalog.Stream, last catalog.Entry) (*Tail, error) {
-	key := bundle.EntryKey(st.Bucket, last)
-	if t, err := s.readSmallEntry(ctx, key, last); t != nil || err != nil {
-		return t, err
-	}
-	f, err := s.read.EntryFooter(ctx, key, last.FooterOffset, last.FooterLength)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := f.Entries()
-	if err != nil {
-		return nil, &cycle.QuarantineError{SlotKey: key, Class: bundle.ClassOf(err), Err: err}
-	}
-	return &Tail{Key: key, FirstRecord: uint64(last.FirstRecord), Revision: uint32(last.Revision), Entries: entries}, nil
-}
-
 // planLimits are the part-planning limits the store publishes with (an S3
 // store's configured ones); DefaultLimits for a store that plans no parts.
 func (s *Settler) planLimits() objstore.Limits {
@@ -529,4 +433,100 @@ func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output, compl
 		fmt.Fprintf(w, "publish %s records [%d, %d) %d bytes (%s): copy %d, fetch %d\n",
 			o.Key, o.FirstRecord, o.EndRecord(), o.Footer.ObjectSize, what, copied, fetched)
 	}
+}
+
+// recoverIntents is step 1 of the cycle for publish intents left open by a
+// crash. A live intent (its key is still the next object its stream would
+// publish: a new object at settled_through, or the rewrite of the stream's
+// last entry) is kept: the stream's next settle resumes its upload from the
+// staged parts, or adopts the standing object on 412, onto the same key. A
+// stale intent can never be published again (settled_through and revisions
+// only grow), so its upload is aborted and it becomes a reap intent: the
+// reap step deletes its object after the grace unless the catalog references
+// the key. The pending sidecars of what it abandons go in the cycle's
+// sidecars step (Sidecars).
+func (s *Settler) recoverIntents(ctx context.Context, f catalog.Fence) error {
+	intents, err := s.d.DB.Intents(ctx, f.Star, "publish", s.c.ReapGrace)
+	if err != nil {
+		return err
+	}
+	for _, in := range intents {
+		live, err := s.intentLive(ctx, in)
+		if err != nil {
+			return err
+		}
+		if live {
+			continue
+		}
+		if in.UploadID != "" {
+			if err := s.store.AbortAssembly(ctx, s.d.Topology.Standard(), in.ObjectKey, in.UploadID); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+				return fmt.Errorf("abort stale upload of %s: %w", in.ObjectKey, err)
+			}
+		}
+		// and any upload whose ID a crash kept from being recorded
+		if err := s.abortUploads(ctx, in.ObjectKey, ""); err != nil {
+			return err
+		}
+		if err := s.d.DB.AbandonPublish(ctx, f, in.ID, s.c.ReapGrace); err != nil {
+			return err
+		}
+		s.d.Log.Info("stale publish intent abandoned", "key", in.ObjectKey, "intent", in.ID)
+	}
+	return nil
+}
+
+func (s *Settler) intentLive(ctx context.Context, in catalog.Intent) (bool, error) {
+	k, err := bundlefmt.ParseSettledKey(in.ObjectKey)
+	if err != nil {
+		return false, nil // not a key we would write
+	}
+	st, err := s.d.DB.Stream(ctx, k.Stream)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if st.Bucket != k.Bucket || uint64(st.Epoch) != k.StreamEpoch {
+		return false, nil
+	}
+	waiting := st.SettledThrough < st.NextRecord
+	// The entry at the key's first record, if any, decides what the key
+	// would be: a rewrite of that entry, or a new run. Revisions above the
+	// planned one are normal: an intent opens above every revision its base
+	// used before (docs/architecture.md#no-late-delete).
+	ens, err := s.d.DB.EntriesIntersecting(ctx, st.ID, st.Epoch, int64(k.FirstRecord), int64(k.FirstRecord)+1)
+	if err != nil {
+		return false, err
+	}
+	if len(ens) == 0 {
+		// a new run at settled_through, or above it up to low_record where
+		// retention left a gap (what resolve and CommitSettle allow)
+		return waiting && (uint64(st.SettledThrough) == k.FirstRecord ||
+			(k.FirstRecord > uint64(st.SettledThrough) && k.FirstRecord <= uint64(st.LowRecord))), nil
+	}
+	// A rewrite above the entry's revision: settle's tail rewrite of the
+	// stream's last entry (it ends at settled_through) while records wait
+	// to settle, or the erasure step's rewrite of an entry a pending
+	// erasure intersects. The two cannot be told apart here: a tail
+	// rewrite settle gave up (the entry is no longer the last) stays live
+	// while such an erasure is pending, and the erasure step buries it
+	// when it meets its object (Eraser.rewriteEntry).
+	if len(ens) != 1 || uint64(ens[0].FirstRecord) != k.FirstRecord || uint32(ens[0].Revision) >= k.Revision {
+		return false, nil
+	}
+	en := ens[0]
+	if waiting && en.EndRecord() == st.SettledThrough {
+		return true, nil
+	}
+	ers, err := s.d.DB.ErasuresOf(ctx, st.ID, en.FirstRecord, en.EndRecord())
+	if err != nil {
+		return false, err
+	}
+	for _, e := range ers {
+		if !e.Applied {
+			return true, nil
+		}
+	}
+	return false, nil
 }

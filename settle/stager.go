@@ -2,11 +2,14 @@ package settle
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strconv"
 
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
 	"github.com/nova/auditor/pendingobj"
 )
 
@@ -105,4 +108,60 @@ func reconcilePending(p *pendingobj.Store, positions []uint64) (dropped []uint64
 		return dropped, fmt.Errorf("reconcile pending sidecars: %w", err)
 	}
 	return dropped, nil
+}
+
+// Sidecars is the cycle's sidecar step (docs/architecture.md#local-pending-sidecars):
+// it keeps exactly the sidecars of the open publish intents' staged parts,
+// after the settle and erasure steps have opened, resumed, closed or
+// abandoned intents. It runs apart from the settle so that a settle never
+// lists the sidecar directory; a sidecar left a while longer is harmless
+// (positions are by intent ID, and a new intent never takes an old one's).
+type Sidecars struct{ s *Settler }
+
+// Sidecars returns the sidecar step of the Settler's pending store.
+func (s *Settler) Sidecars() *Sidecars { return &Sidecars{s: s} }
+
+// Name implements cycle.Step.
+func (c *Sidecars) Name() string { return "sidecars" }
+
+// Run implements cycle.Step; a dry run changes nothing.
+func (c *Sidecars) Run(ctx context.Context, f catalog.Fence, opts cycle.Options) (cycle.Counts, error) {
+	if opts.DryRun {
+		return cycle.Counts{}, nil
+	}
+	return cycle.Counts{}, c.s.reconcile(ctx, f)
+}
+
+// Idle implements cycle.Idler: a standby reconciles its pending sidecars
+// against the open intents, so the parts it staged while it led go once
+// another leader has finished those intents (only a read of the
+// metastore; a sidecar dropped too early is rebuilt from source).
+func (c *Sidecars) Idle(ctx context.Context, star string) error {
+	return c.s.reconcile(ctx, catalog.Fence{Star: star})
+}
+
+var (
+	_ cycle.Step  = (*Sidecars)(nil)
+	_ cycle.Idler = (*Sidecars)(nil)
+)
+
+// reconcile keeps exactly the sidecars of the open publish intents' staged
+// parts.
+func (s *Settler) reconcile(ctx context.Context, f catalog.Fence) error {
+	if s.d.Pending == nil {
+		return nil
+	}
+	intents, err := s.d.DB.Intents(ctx, f.Star, "publish", s.c.ReapGrace)
+	if err != nil {
+		return err
+	}
+	staged := map[int64][]int32{}
+	for _, in := range intents {
+		staged[in.ID] = in.StagedParts
+	}
+	dropped, err := reconcilePending(s.d.Pending, stagedPositions(staged))
+	for _, pos := range dropped {
+		s.d.Log.Warn("staged part failed verification; it will be rebuilt from source", "position", pos)
+	}
+	return err
 }

@@ -2,6 +2,7 @@ package settle
 
 import (
 	"context"
+	"sync"
 
 	"github.com/nova/auditor/catalog"
 	"github.com/nova/auditor/internal/cycle"
@@ -94,16 +95,13 @@ func (p *pipeline) window(ctx context.Context, b *stream) error {
 		b.done = true // the cycle's byte budget is spent: the next cycle goes on
 		return nil
 	}
-	from, to := chunkRange(res.Chunks)
-	windowDead, err := b.dead.over(ctx, from, to)
-	if err != nil {
-		return err
+	chunks := res.Chunks
+	if b.dead != nil { // the stream has pending erasures
+		if chunks, err = s.scrubWindow(ctx, b.dead, chunks); err != nil {
+			return err
+		}
 	}
-	scrubbed, err := s.scrubChunks(ctx, res.Chunks, windowDead)
-	if err != nil {
-		return err
-	}
-	b.chunks = append(b.carry, scrubbed...) //nolint:gocritic // appendAssign: the carried chunks lead the window's, and carry is emptied
+	b.chunks = append(b.carry, chunks...) //nolint:gocritic // appendAssign: the carried chunks lead the window's, and carry is emptied
 	b.carry = nil
 	if !b.gapChecked && len(b.chunks) > 0 {
 		b.gapChecked = true
@@ -232,6 +230,10 @@ func (p *pipeline) moveOn(ctx context.Context, b *stream) error {
 // what it is not told to re-encode.
 func (p *pipeline) adoptedTail(ctx context.Context, b *stream) error {
 	pub := b.p
+	if b.dead == nil { // no pending erasure: nothing to re-encode
+		b.tail = pub.tail()
+		return nil
+	}
 	d, err := b.dead.over(ctx, pub.first, pub.end())
 	if err != nil {
 		return err
@@ -272,4 +274,72 @@ func (h *hot) release() {
 		<-h.tokens
 		h.held = false
 	}
+}
+
+// streamQueue hands the batches of one to the cycle's workers as soon as
+// they are known: the streams with pending erasures before any batch
+// starts, the others as their batches find their backlogs long. So they
+// start at once beside the batches, in about the order of the due list
+// (forced streams first, then by deadline), rather than after every batch
+// of a large star.
+type streamQueue struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	items  []*stream
+	closed bool
+}
+
+func newStreamQueue() *streamQueue {
+	q := &streamQueue{}
+	q.cond.L = &q.mu
+	return q
+}
+
+// push queues b, unless the queue is closed (the cycle is stopping).
+func (q *streamQueue) push(b *stream) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	q.items = append(q.items, b)
+	q.cond.Broadcast()
+}
+
+// close lets pop return false once the queue is empty: nothing more is
+// pushed.
+func (q *streamQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Broadcast()
+}
+
+// drop closes the queue and forgets what it holds (the cycle stops).
+func (q *streamQueue) drop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed, q.items = true, nil
+	q.cond.Broadcast()
+}
+
+// pop waits for the next stream; false when the queue is closed and empty.
+func (q *streamQueue) pop() (*stream, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.items) == 0 {
+		return nil, false
+	}
+	b := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return b, true
+}
+
+// dropOnDone drops q when ctx is done, and returns what stops that.
+func (q *streamQueue) dropOnDone(ctx context.Context) func() bool {
+	return context.AfterFunc(ctx, q.drop)
 }

@@ -2,6 +2,7 @@ package settle
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,6 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/nova/auditor/bundle"
+	"github.com/nova/auditor/catalog"
+	"github.com/nova/auditor/internal/cycle"
 )
 
 // tailEntryOverhead is what the tail cache charges its memory budget for
@@ -380,4 +385,56 @@ func (c *TailCache) stats() (memEntries, diskEntries int, memBytes, diskBytes in
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len(), c.disk.Len(), c.size, c.diskSize
+}
+
+// standingTail is the stream's last object when new chunks may extend it
+// (loadTail), with the records of pending erasures re-encoded as
+// tombstones (scrubTail); nil when there is none.
+func (s *Settler) standingTail(ctx context.Context, st catalog.Stream, last *catalog.Entry, dead *deadReader) (*Tail, error) {
+	tail, err := s.loadTail(ctx, st, last)
+	if err != nil || tail == nil || dead == nil { // dead: the stream's pending erasures
+		return tail, err
+	}
+	tailDead, err := dead.over(ctx, tail.FirstRecord, tail.end())
+	if err != nil {
+		return nil, err
+	}
+	return s.scrubTail(ctx, tail, tailDead)
+}
+
+// loadTail reads the footer of the stream's last catalog entry (from the
+// stream's snapshot; nil: none) when that entry ends at settled_through (so
+// new chunks may extend it).
+func (s *Settler) loadTail(ctx context.Context, st catalog.Stream, last *catalog.Entry) (*Tail, error) {
+	if last == nil {
+		return nil, nil
+	}
+	if last.EndRecord() > st.SettledThrough {
+		// The catalog covers records the stream says are unsettled: entries
+		// overlap what settle would publish next. Never guess: halt.
+		return nil, cycle.Haltf("stream %s: catalog entry [%d, %d) ends past settled_through %d",
+			st.ID, last.FirstRecord, last.EndRecord(), st.SettledThrough)
+	}
+	if last.EndRecord() != st.SettledThrough {
+		return nil, nil // retention left a gap: the next object starts a new run
+	}
+	return s.readEntry(ctx, st, *last)
+}
+
+// readEntry reads the footer of a cataloged object: its chunks, as a Tail
+// a rewrite may copy from.
+func (s *Settler) readEntry(ctx context.Context, st catalog.Stream, last catalog.Entry) (*Tail, error) {
+	key := bundle.EntryKey(st.Bucket, last)
+	if t, err := s.readSmallEntry(ctx, key, last); t != nil || err != nil {
+		return t, err
+	}
+	f, err := s.read.EntryFooter(ctx, key, last.FooterOffset, last.FooterLength)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := f.Entries()
+	if err != nil {
+		return nil, &cycle.QuarantineError{SlotKey: key, Class: bundle.ClassOf(err), Err: err}
+	}
+	return &Tail{Key: key, FirstRecord: uint64(last.FirstRecord), Revision: uint32(last.Revision), Entries: entries}, nil
 }
