@@ -8,8 +8,9 @@ import (
 	"sync/atomic"
 )
 
-// What a BucketSet sends to every bucket at once rather than to the first
-// that answers: deletes, upload aborts and listings.
+// What a BucketSet sends to every bucket rather than to the first that
+// answers: deletes and upload aborts (fanned out at once, skipping the
+// buckets the zone health holds off) and listings.
 
 // AllHeldOff reports whether the zone health holds off every one of
 // buckets (nil: the set's), so that a delete would send nothing.
