@@ -10,6 +10,10 @@ import (
 	"time"
 )
 
+// The backends' configurations: the S3 backend's (its checksum modes and
+// what a checksum probe picks, its defaults and their validation) and the
+// file backend's.
+
 // ChecksumMode says how an S3 assembly's integrity is checked by the server.
 type ChecksumMode string
 
@@ -170,89 +174,6 @@ type S3Config struct {
 	PutChecksum ChecksumAlgorithm
 }
 
-// OpClass is a class of S3 operations sharing one attempt deadline
-// (AttemptTimeouts).
-type OpClass string
-
-// The operation classes. The S3 backend puts each of its operations in
-// one (s3store's opClass).
-const (
-	OpRead    OpClass = "read"    // GetObject, HeadObject
-	OpWrite   OpClass = "write"   // PutObject, UploadPart: the body goes up
-	OpCopy    OpClass = "copy"    // UploadPartCopy: the server copies the range before it answers
-	OpDelete  OpClass = "delete"  // DeleteObjects
-	OpList    OpClass = "list"    // ListObjectsV2, ListParts, ListMultipartUploads
-	OpControl OpClass = "control" // Create/Complete/AbortMultipartUpload, bucket settings
-)
-
-// OpClasses lists every class.
-func OpClasses() []OpClass {
-	return []OpClass{OpRead, OpWrite, OpCopy, OpDelete, OpList, OpControl}
-}
-
-// AttemptTimeouts are the deadlines of one S3 request attempt, by the
-// class of its operation: an attempt that has no complete answer by then
-// is cut and retried (within MaxAttempts and the caller's deadline). A
-// GET or a part upload carries up to a part's bytes; an UploadPartCopy
-// and a CompleteMultipartUpload work server side before the answer, which
-// can take minutes on AWS for large ranges or many parts.
-type AttemptTimeouts struct {
-	Read, Write, Copy, Delete, List, Control time.Duration
-}
-
-// Of is the deadline of class c (the longest of all for an unknown class,
-// so no attempt is cut shorter than any class allows).
-func (t AttemptTimeouts) Of(c OpClass) time.Duration {
-	if p := t.Field(c); p != nil {
-		return *p
-	}
-	return max(t.Read, t.Write, t.Copy, t.Delete, t.List, t.Control)
-}
-
-// Field points at the deadline of class c in t (nil for an unknown class),
-// for configuration that sets the classes one by one.
-func (t *AttemptTimeouts) Field(c OpClass) *time.Duration {
-	switch c {
-	case OpRead:
-		return &t.Read
-	case OpWrite:
-		return &t.Write
-	case OpCopy:
-		return &t.Copy
-	case OpDelete:
-		return &t.Delete
-	case OpList:
-		return &t.List
-	case OpControl:
-		return &t.Control
-	}
-	return nil
-}
-
-// UniformAttemptTimeouts gives every class the deadline d.
-func UniformAttemptTimeouts(d time.Duration) AttemptTimeouts {
-	return AttemptTimeouts{Read: d, Write: d, Copy: d, Delete: d, List: d, Control: d}
-}
-
-// DefaultAttemptTimeouts are the attempt deadlines by default (the
-// Default*AttemptTimeout constants).
-func DefaultAttemptTimeouts() AttemptTimeouts {
-	return AttemptTimeouts{Read: DefaultReadAttemptTimeout, Write: DefaultWriteAttemptTimeout,
-		Copy: DefaultCopyAttemptTimeout, Delete: DefaultDeleteAttemptTimeout,
-		List: DefaultListAttemptTimeout, Control: DefaultControlAttemptTimeout}
-}
-
-// Validate checks that every class has a positive deadline.
-func (t AttemptTimeouts) Validate() error {
-	var errs []error
-	for _, c := range OpClasses() {
-		if d := t.Of(c); d <= 0 {
-			errs = append(errs, fmt.Errorf("AttemptTimeouts.%s: %s must be positive", c, d))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Defaults of the S3 backend. The ones an operator sets (region, attempts,
 // attempt timeouts, copy concurrency) are the defaults of their
 // internal/config keys, which name these constants; the rest have no key.
@@ -393,29 +314,4 @@ func validPrefix(p string) error {
 		return fmt.Errorf("%q does not end in /", p)
 	}
 	return ValidKey(strings.TrimSuffix(p, "/"))
-}
-
-// ReservedPrefix starts names the stores keep for themselves (temporary
-// files, probes); no key segment may start with it.
-const ReservedPrefix = ".nova-"
-
-// ValidKey checks a logical key: non-empty, no leading or trailing slash, no
-// empty, "." or ".." segment, no NUL, and no segment starting with
-// ReservedPrefix.
-func ValidKey(key string) error {
-	if key == "" || len(key) > 1024 {
-		return fmt.Errorf("%w: %q: empty or longer than 1024 bytes", ErrInvalidKey, key)
-	}
-	if strings.IndexByte(key, 0) >= 0 {
-		return fmt.Errorf("%w: %q: NUL byte", ErrInvalidKey, key)
-	}
-	for _, seg := range strings.Split(key, "/") {
-		switch {
-		case seg == "" || seg == "." || seg == "..":
-			return fmt.Errorf("%w: %q: empty, \".\" or \"..\" segment", ErrInvalidKey, key)
-		case strings.HasPrefix(seg, ReservedPrefix):
-			return fmt.Errorf("%w: %q: segment uses the reserved prefix %q", ErrInvalidKey, key, ReservedPrefix)
-		}
-	}
-	return nil
 }

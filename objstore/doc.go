@@ -6,13 +6,17 @@
 //
 // Layout:
 //
-//   - this package: the Store interface and its errors, the pure part
-//     planner (PlanParts, property-tested against an exhaustive search),
-//     S3 encoding of CRC-32C, the storage Topology (topology.go: the
-//     standard bucket, a BucketSet per slot class, the zone Health they
-//     share for reads, copy sources and deletes; StarTopology, the bucket
-//     policy of a star's classes), the Instrument wrapper
-//     and its Metrics, and the backends' configurations;
+//   - this package: the Store contract (store.go: the interface, the
+//     values it passes, valid keys, S3 encoding of CRC-32C, the context's
+//     Observer) and its errors (errors.go); the pure part planner
+//     (plan.go, plan_cuts.go: PlanParts, property-tested against an
+//     exhaustive search); the storage Topology (topology.go: the standard
+//     bucket, a BucketSet per slot class, the zone Health they share for
+//     reads, copy sources and deletes, StarTopology, the bucket policy of
+//     a star's classes, and the per-attempt deadlines; bucketfanout.go: a
+//     set's deletes, aborts and listings); the Instrument wrapper and its
+//     Metrics (instrument.go); bucket rules (bucketrules.go); and the
+//     backends' configurations (config.go);
 //   - s3store: the S3 backend (retry policy, plan execution, resume, the
 //     checksum probe);
 //   - filestore: the file backend (create-once by hard link, assembly by

@@ -6,6 +6,10 @@ import (
 	"sort"
 )
 
+// The part planner: the multipart Limits it obeys, the Plan it returns,
+// and PlanParts's search for the plan that fetches the fewest bytes in the
+// fewest requests (cutting a gathered stretch into parts: plan_cuts.go).
+
 // PieceSpec is what the part planner knows of a piece: its length and
 // whether it can be copied server side (a range of an existing object) or
 // must be uploaded (local bytes).

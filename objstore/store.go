@@ -2,9 +2,19 @@ package objstore
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 )
+
+// The Store contract: the interface every backend implements and the
+// values it passes (pieces, attributes, assembly requests and results, the
+// hooks and the stager), the keys it accepts, the S3 encoding of a CRC-32C,
+// and the Observer a backend reports its requests and bytes to through the
+// context.
 
 // Store is object storage as settle, trim, verify and novasim use it. Every
 // method takes a bucket and a logical key; the backend prepends its
@@ -291,4 +301,159 @@ func (h Hooks) CallCompleted() error {
 		return nil
 	}
 	return h.Completed()
+}
+
+// ReservedPrefix starts names the stores keep for themselves (temporary
+// files, probes); no key segment may start with it.
+const ReservedPrefix = ".nova-"
+
+// ValidKey checks a logical key: non-empty, no leading or trailing slash, no
+// empty, "." or ".." segment, no NUL, and no segment starting with
+// ReservedPrefix.
+func ValidKey(key string) error {
+	if key == "" || len(key) > 1024 {
+		return fmt.Errorf("%w: %q: empty or longer than 1024 bytes", ErrInvalidKey, key)
+	}
+	if strings.IndexByte(key, 0) >= 0 {
+		return fmt.Errorf("%w: %q: NUL byte", ErrInvalidKey, key)
+	}
+	for _, seg := range strings.Split(key, "/") {
+		switch {
+		case seg == "" || seg == "." || seg == "..":
+			return fmt.Errorf("%w: %q: empty, \".\" or \"..\" segment", ErrInvalidKey, key)
+		case strings.HasPrefix(seg, ReservedPrefix):
+			return fmt.Errorf("%w: %q: segment uses the reserved prefix %q", ErrInvalidKey, key, ReservedPrefix)
+		}
+	}
+	return nil
+}
+
+// EncodeCRC32C renders crc as S3's x-amz-checksum-crc32c value (base64 of
+// the big-endian bytes).
+func EncodeCRC32C(crc uint32) string {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], crc)
+	return base64.StdEncoding.EncodeToString(b[:])
+}
+
+// DecodeCRC32C parses an x-amz-checksum-crc32c value. Multipart composite
+// values ("...-N") are rejected: they are not a CRC of the bytes.
+func DecodeCRC32C(s string) (uint32, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(b) != 4 {
+		return 0, fmt.Errorf("objstore: bad crc32c value %q", s)
+	}
+	return binary.BigEndian.Uint32(b), nil
+}
+
+// Observer receives what a backend does inside one Store call: each request
+// it sends (op is the S3 operation, status the HTTP status or "error", took
+// how long the attempt waited for its answer), each retry, and the object
+// bytes it moved, by path (Copied, Fetched, Uploaded, ReadBack), where they
+// moved. The instrumentation wrapper installs one in the context, so the
+// backends carry no metrics of their own; a step installs another to count
+// its work (Tally).
+//
+// The file-backed store reports each call as the S3 operation it stands
+// for (an assembly as one CompleteMultipartUpload), with status "200", or
+// "error" when it failed.
+type Observer interface {
+	Request(op, status string, took time.Duration)
+	Retry(op string)
+	Bytes(path string, n int64)
+}
+
+// The paths of Observer.Bytes (the path label of nova_auditor_bytes_total).
+const (
+	// Copied: moved server side (UploadPartCopy; the file store's local
+	// copies), never through the process.
+	Copied = "copied"
+	// Fetched: read into the process (ranged GETs, pieces gathered for an
+	// upload), but for ReadBack.
+	Fetched = "fetched"
+	// Uploaded: sent from the process (PutObject, UploadPart).
+	Uploaded = "uploaded"
+	// ReadBack: read to check a published object the server could not
+	// check (read-back verification; the file store's whole-file CRC).
+	// Bytes through the process like Fetched, reported apart.
+	ReadBack = "read_back"
+)
+
+// Paths are the paths of Observer.Bytes.
+var Paths = []string{Copied, Fetched, Uploaded, ReadBack}
+
+type observerKey struct{}
+
+// WithObserver returns ctx carrying o.
+func WithObserver(ctx context.Context, o Observer) context.Context {
+	return context.WithValue(ctx, observerKey{}, o)
+}
+
+// ObserverFrom returns the context's observer, or one that ignores all.
+func ObserverFrom(ctx context.Context) Observer {
+	if o, ok := ctx.Value(observerKey{}).(Observer); ok {
+		return o
+	}
+	return nopObserver{}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Request(string, string, time.Duration) {}
+func (nopObserver) Retry(string)                          {}
+func (nopObserver) Bytes(string, int64)                   {}
+
+// Tally counts the requests and bytes reported to it, and passes every
+// event on to the observer ctx carried when it was installed (Count).
+// Safe for concurrent use.
+type Tally struct {
+	outer                               Observer
+	requests, retries                   atomic.Int64
+	copied, fetched, uploaded, readBack atomic.Int64
+}
+
+// Count returns ctx carrying a fresh Tally, which sees every request made
+// with ctx (or a context derived from it), and the Tally.
+func Count(ctx context.Context) (context.Context, *Tally) {
+	t := &Tally{outer: ObserverFrom(ctx)}
+	return WithObserver(ctx, t), t
+}
+
+// Request implements Observer.
+func (t *Tally) Request(op, status string, took time.Duration) {
+	t.requests.Add(1)
+	t.outer.Request(op, status, took)
+}
+
+// Retry implements Observer.
+func (t *Tally) Retry(op string) {
+	t.retries.Add(1)
+	t.outer.Retry(op)
+}
+
+// Bytes implements Observer.
+func (t *Tally) Bytes(path string, n int64) {
+	switch path {
+	case Copied:
+		t.copied.Add(n)
+	case Fetched:
+		t.fetched.Add(n)
+	case Uploaded:
+		t.uploaded.Add(n)
+	case ReadBack:
+		t.readBack.Add(n)
+	}
+	t.outer.Bytes(path, n)
+}
+
+// Totals are what a Tally counted.
+type Totals struct {
+	Requests, Retries                   int64
+	Copied, Fetched, Uploaded, ReadBack int64
+}
+
+// Totals returns what t counted so far.
+func (t *Tally) Totals() Totals {
+	return Totals{Requests: t.requests.Load(), Retries: t.retries.Load(),
+		Copied: t.copied.Load(), Fetched: t.fetched.Load(), Uploaded: t.uploaded.Load(), ReadBack: t.readBack.Load()}
 }

@@ -3,6 +3,14 @@
 // plans themselves come from objstore.PlanParts. Metrics are the
 // objstore.Instrument wrapper's business: this package only reports requests
 // and retries to the context's objstore.Observer.
+//
+// Layout: store.go, the Store and its object operations (reads, PUT,
+// deletes, listings, uploads); request.go, how one request is sent (retry
+// policy, attempt deadlines, endpoint resolution); assemble.go, an
+// assembly's plan and gathered parts, multipart.go its multipart upload,
+// readback.go its read-back check; probe.go, what the server's checksums
+// can be trusted with; algs.go, the algorithm each copied source is stored
+// with; bucketrules.go, a bucket's rules; roots.go, the CA file.
 package s3store
 
 import (
@@ -58,7 +66,7 @@ func New(ctx context.Context, cfg objstore.S3Config) (*Store, error) {
 	}
 	opts := []func(*config.LoadOptions) error{
 		config.WithRegion(cfg.Region),
-		// one retry layer only: ours (retry.go)
+		// one retry layer only: ours (request.go)
 		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		// checksums are set explicitly on every upload
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
