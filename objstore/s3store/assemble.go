@@ -202,8 +202,7 @@ func (a *assembly) gather(ctx context.Context, part objstore.Part) ([]byte, erro
 	// One fetch (a small stream's part: its chunk of one slot) runs on the
 	// caller's goroutine: a goroutine of its own would start with a small
 	// stack and grow it through the SDK's deep middleware chain for every
-	// object, which the profile of the small-stream settle showed as a
-	// share of its CPU beside the GET itself.
+	// object, a CPU cost beside the GET itself.
 	var g *errgroup.Group
 	gctx := ctx
 	if fetches > 1 {

@@ -220,8 +220,8 @@ const endpointCacheMax = 1 << 10
 // endpointCache remembers the SDK's endpoint resolution. The SDK runs its
 // S3 rule set for every request; that is a pure function of the
 // parameters, and its evaluation (a function with a frame large enough to
-// grow a fresh goroutine's stack several times) was a visible share of the
-// CPU a small object's PUT costs. The object key is left out of the cache
+// grow a fresh goroutine's stack several times) is a share of the CPU
+// a small object's PUT costs. The object key is left out of the cache
 // key: the rule set does not read it (TestEndpointIgnoresKey keeps that
 // true across SDK upgrades), and keys are what vary from request to
 // request. Errors are not remembered.
