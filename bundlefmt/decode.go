@@ -1,5 +1,10 @@
 package bundlefmt
 
+// Decoding what a reader reads before any chunk (docs/format.md): the slot
+// envelope and the trailer, which both locate the footer window, and the
+// Footer opened from that window: its index rows checked, searched and
+// read, and its directory entries verified and read one at a time.
+
 import (
 	"bytes"
 	"encoding/binary"
@@ -102,6 +107,27 @@ func DecodeEnvelope(key string, b []byte) (Envelope, error) {
 	return e, nil
 }
 
+// ValidateEnvelope checks a slot envelope on its own (DecodeEnvelope), then
+// its kind and, with CheckKey, its epoch and seq against the key.
+func ValidateEnvelope(b []byte, exp Expect) (Envelope, error) {
+	env, err := DecodeEnvelope(exp.Key, b)
+	if err != nil {
+		return env, err
+	}
+	if (exp.Kind == KindFlight || exp.Kind == KindPoison) && env.Kind != exp.Kind {
+		return env, corruptf(exp.Key, envKindOff, "envelope.kind", "a %s where a %s was expected", env.Kind, exp.Kind)
+	}
+	if exp.CheckKey {
+		if env.Epoch != exp.Epoch {
+			return env, corruptf(exp.Key, envEpochOff, "envelope.epoch", "slot epoch %d ≠ key's %d", env.Epoch, exp.Epoch)
+		}
+		if env.Seq != exp.Seq {
+			return env, corruptf(exp.Key, envSeqOff, "envelope.seq", "seq %d ≠ key's %d", env.Seq, exp.Seq)
+		}
+	}
+	return env, nil
+}
+
 // Trailer is a decoded trailer (docs/format.md#trailer).
 type Trailer struct {
 	Version     uint32
@@ -160,6 +186,34 @@ func DecodeTrailer(key string, b []byte, objectSize uint64) (Trailer, error) {
 			t.DirOffset, t.DirLength, t.IndexLength, TrailerSize, objectSize)
 	}
 	return t, nil
+}
+
+// IndexRow is one RowSize-byte chunk index row (docs/format.md#chunk-index-row).
+type IndexRow struct {
+	Stream      StreamID
+	FirstRecord uint64
+	Count       uint32
+	ChunkBytes  uint64
+	EntryOffset uint64 // object-absolute
+	EntryLength uint32
+	EntryCRC    uint32
+}
+
+// EndRecord is the record number after the row's last record.
+func (r IndexRow) EndRecord() uint64 { return r.FirstRecord + uint64(r.Count) }
+
+func decodeRow(b []byte) IndexRow {
+	_ = b[RowSize-1]
+	le := binary.LittleEndian
+	var r IndexRow
+	copy(r.Stream[:], b[rowStreamOff:rowFirstRecordOff])
+	r.FirstRecord = le.Uint64(b[rowFirstRecordOff:])
+	r.Count = le.Uint32(b[rowCountOff:])
+	r.ChunkBytes = le.Uint64(b[rowChunkBytesOff:])
+	r.EntryOffset = le.Uint64(b[rowEntryOffsetOff:])
+	r.EntryLength = le.Uint32(b[rowEntryLengthOff:])
+	r.EntryCRC = le.Uint32(b[rowEntryCRCOff:])
+	return r
 }
 
 // Footer is an opened footer window: directory + index + trailer, checked

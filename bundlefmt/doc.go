@@ -18,4 +18,12 @@
 // Every decoding error is a *FormatError (key, offset, field) wrapping one
 // of ErrCorrupt, ErrChecksum (itself a kind of ErrCorrupt) or
 // ErrUnsupportedVersion. Encoders reject bad input with ErrInvalid.
+//
+// Files, by concern: conventions.go (every field's offset and width,
+// CRC-32C, keys), format.go (sizes, kinds, stream IDs, errors), decode.go
+// (envelope, trailer, and the Footer of a footer window), entry.go
+// (directory entries, and the footer written from them), record.go
+// (stored records), chunk.go (chunks built and merged), encode.go (whole
+// objects), erase.go (a chunk's records erased or truncated) and
+// validate.go (every rule, at the footer and whole-object levels).
 package bundlefmt

@@ -1,8 +1,12 @@
 package bundlefmt
 
+// Encoding whole objects (docs/format.md#object-layout): a transit bundle
+// (EncodeFlight), a poison slot (EncodePoison) and a settled object
+// (EncodeSettled), from chunks whose bytes are checked as they are copied.
+// The footer they end with is written by entry.go's appendFooter.
+
 import (
 	"encoding/binary"
-	"math"
 )
 
 // appendEnvelope appends a slot envelope (docs/format.md#slot-envelope).
@@ -39,103 +43,6 @@ func checkSlotNumbers(epoch, seq uint64) error {
 		return invalidf("seq %d exceeds 2^63-1", seq)
 	}
 	return nil
-}
-
-// layout is the planned shape of an object: where everything goes.
-type layout struct {
-	base      uint64
-	dataLen   uint64 // Σ chunk bytes
-	dirLen    uint64
-	indexLen  uint64
-	dirOffset uint64
-}
-
-func (l layout) footerLen() uint64  { return l.dirLen + l.indexLen }
-func (l layout) objectSize() uint64 { return l.dirOffset + l.footerLen() + TrailerSize }
-
-// planLayout checks the entries of one object (docs/format.md#object-layout order and
-// contiguity rules, docs/format.md#directory-entry entry rules) and sizes it. For a transit
-// bundle every stream appears once, in strictly ascending order; a settled
-// object holds one stream with contiguous records.
-func planLayout(entries []Entry, base uint64) (layout, error) {
-	l := layout{base: base}
-	if len(entries) == 0 {
-		return l, invalidf("an object holds at least one chunk")
-	}
-	for i := range entries {
-		e := &entries[i]
-		if err := e.validate(); err != nil {
-			return l, err
-		}
-		if i > 0 {
-			p := &entries[i-1]
-			if base == TransitBase {
-				if p.Stream.Compare(e.Stream) >= 0 {
-					return l, invalidf("chunk %d: stream %s does not sort strictly after %s (one chunk per stream, sorted)", i, e.Stream, p.Stream)
-				}
-			} else {
-				if e.Stream != p.Stream {
-					return l, invalidf("chunk %d: stream %s in a settled object of stream %s", i, e.Stream, p.Stream)
-				}
-				if e.FirstRecord != p.EndRecord() {
-					return l, invalidf("chunk %d: first record %d, want %d (contiguous records)", i, e.FirstRecord, p.EndRecord())
-				}
-			}
-		}
-		l.dataLen += e.ChunkBytes() // ≤ 2^29 · 2^32 per chunk: no overflow in practice
-		l.dirLen += uint64(EntryLen(e.Count()))
-	}
-	l.indexLen = uint64(len(entries)) * RowSize
-	l.dirOffset = base + l.dataLen
-	if base == TransitBase && l.objectSize() > MaxFlightSize {
-		return l, invalidf("flight of %d bytes exceeds %d", l.objectSize(), uint64(MaxFlightSize))
-	}
-	if l.objectSize() > math.MaxInt {
-		return l, invalidf("object of %d bytes", l.objectSize())
-	}
-	return l, nil
-}
-
-// appendFooter appends directory, index and trailer for entries laid out
-// from l.base, setting each DataOffset (entries is the encoder's own copy).
-func appendFooter(dst []byte, entries []Entry, l layout) []byte {
-	dirStart := len(dst)
-	off := l.base
-	for i := range entries {
-		entries[i].DataOffset = off
-		off += entries[i].ChunkBytes()
-		dst = appendEntry(dst, &entries[i])
-	}
-	dirCRC := CRC32C(dst[dirStart:])
-	idxStart := len(dst)
-	entOff := l.dirOffset
-	p := dirStart
-	for i := range entries {
-		e := &entries[i]
-		el := EntryLen(e.Count())
-		dst = appendRow(dst, IndexRow{
-			Stream:      e.Stream,
-			FirstRecord: e.FirstRecord,
-			Count:       uint32(e.Count()),
-			ChunkBytes:  e.ChunkBytes(),
-			EntryOffset: entOff,
-			EntryLength: uint32(el),
-			EntryCRC:    CRC32C(dst[p : p+el]),
-		})
-		entOff += uint64(el)
-		p += el
-	}
-	idxCRC := CRC32C(dst[idxStart:])
-	dst, b := extend(dst, TrailerSize)
-	le := binary.LittleEndian
-	copy(b[trMagicOff:], trailerMagic)
-	le.PutUint32(b[trVersionOff:], Version)
-	le.PutUint64(b[trDirOffsetOff:], l.dirOffset)
-	le.PutUint64(b[trDirLengthOff:], l.dirLen)
-	le.PutUint32(b[trDirCRCOff:], dirCRC)
-	le.PutUint64(b[trIndexLengthOff:], l.indexLen)
-	le.PutUint32(b[trIndexCRCOff:], idxCRC)
-	return dst
 }
 
 const copyPiece = 64 << 10
@@ -238,41 +145,4 @@ func grow(dst []byte, n uint64) []byte {
 		return dst
 	}
 	return append(make([]byte, 0, uint64(len(dst))+n), dst...)
-}
-
-// SettledFooter is the tail of a settled object whose chunk bytes are copied
-// server side: Bytes (directory + index + trailer) go at FooterOffset.
-type SettledFooter struct {
-	Bytes        []byte // footer + trailer
-	FooterOffset uint64 // = Σ chunk bytes (base 0)
-	FooterLength uint64 // directory + index, trailer excluded
-	ObjectSize   uint64
-	ObjectCRC    uint32  // whole-object CRC-32C, by combine (docs/format.md#crc-32c-combine)
-	Entries      []Entry // the entries with their new data offsets (tables shared with the input)
-}
-
-// BuildSettledFooter builds the footer and trailer of a settled object from
-// entries alone: it never sees the chunk bytes, and trusts each DataCRC and
-// per-record table it is given. DataOffset of each entry is reassigned as the
-// prefix sum of chunk bytes from 0; the input is not modified.
-func BuildSettledFooter(entries []Entry) (SettledFooter, error) {
-	own := append([]Entry(nil), entries...)
-	l, err := planLayout(own, SettledBase)
-	if err != nil {
-		return SettledFooter{}, err
-	}
-	b := appendFooter(make([]byte, 0, l.footerLen()+TrailerSize), own, l)
-	var crc uint32
-	for i := range own {
-		crc = CombineCRC32C(crc, own[i].DataCRC, int64(own[i].ChunkBytes()))
-	}
-	crc = CombineCRC32C(crc, CRC32C(b), int64(len(b)))
-	return SettledFooter{
-		Bytes:        b,
-		FooterOffset: l.dirOffset,
-		FooterLength: l.footerLen(),
-		ObjectSize:   l.objectSize(),
-		ObjectCRC:    crc,
-		Entries:      own,
-	}, nil
 }

@@ -1,5 +1,11 @@
 package bundlefmt
 
+// Directory entries (docs/format.md#directory-entry): Entry, an entry
+// decoded into its own tables, and EntryView, one read in place from a
+// footer; and the footer an encoder writes from entries: the object laid
+// out around them (planLayout), then the directory, index and trailer
+// (appendFooter, BuildSettledFooter).
+
 import (
 	"encoding/binary"
 	"math"
@@ -95,47 +101,6 @@ func appendEntry(dst []byte, e *Entry) []byte {
 	return dst
 }
 
-// IndexRow is one RowSize-byte chunk index row (docs/format.md#chunk-index-row).
-type IndexRow struct {
-	Stream      StreamID
-	FirstRecord uint64
-	Count       uint32
-	ChunkBytes  uint64
-	EntryOffset uint64 // object-absolute
-	EntryLength uint32
-	EntryCRC    uint32
-}
-
-// EndRecord is the record number after the row's last record.
-func (r IndexRow) EndRecord() uint64 { return r.FirstRecord + uint64(r.Count) }
-
-func decodeRow(b []byte) IndexRow {
-	_ = b[RowSize-1]
-	le := binary.LittleEndian
-	var r IndexRow
-	copy(r.Stream[:], b[rowStreamOff:rowFirstRecordOff])
-	r.FirstRecord = le.Uint64(b[rowFirstRecordOff:])
-	r.Count = le.Uint32(b[rowCountOff:])
-	r.ChunkBytes = le.Uint64(b[rowChunkBytesOff:])
-	r.EntryOffset = le.Uint64(b[rowEntryOffsetOff:])
-	r.EntryLength = le.Uint32(b[rowEntryLengthOff:])
-	r.EntryCRC = le.Uint32(b[rowEntryCRCOff:])
-	return r
-}
-
-func appendRow(dst []byte, r IndexRow) []byte {
-	dst, b := extend(dst, RowSize)
-	le := binary.LittleEndian
-	copy(b[rowStreamOff:], r.Stream[:])
-	le.PutUint64(b[rowFirstRecordOff:], r.FirstRecord)
-	le.PutUint32(b[rowCountOff:], r.Count)
-	le.PutUint64(b[rowChunkBytesOff:], r.ChunkBytes)
-	le.PutUint64(b[rowEntryOffsetOff:], r.EntryOffset)
-	le.PutUint32(b[rowEntryLengthOff:], r.EntryLength)
-	le.PutUint32(b[rowEntryCRCOff:], r.EntryCRC)
-	return dst
-}
-
 // EntryView is one verified directory entry read in place, without
 // allocation. It aliases the footer buffer.
 type EntryView struct {
@@ -217,170 +182,6 @@ func (v EntryView) Entry() Entry {
 	return e
 }
 
-// MergeEntries merges two adjacent chunks of one stream into one entry:
-// concatenated per-record tables, DataCRC by CRC-32C combine (the bytes are
-// never read), DataOffset of a. b must start where a ends.
-func MergeEntries(a, b Entry) (Entry, error) {
-	if a.Stream != b.Stream {
-		return Entry{}, invalidf("merge: streams %s and %s differ", a.Stream, b.Stream)
-	}
-	if b.FirstRecord != a.EndRecord() {
-		return Entry{}, invalidf("merge: chunk at record %d does not follow [%d, %d)", b.FirstRecord, a.FirstRecord, a.EndRecord())
-	}
-	if err := a.validate(); err != nil {
-		return Entry{}, err
-	}
-	if err := b.validate(); err != nil {
-		return Entry{}, err
-	}
-	na, nb := a.Count(), b.Count()
-	if na+nb > MaxRecordCount {
-		return Entry{}, invalidf("merge: %d records exceed %d", na+nb, MaxRecordCount)
-	}
-	bBytes := b.ChunkBytes()
-	if bBytes > math.MaxInt64 {
-		return Entry{}, invalidf("merge: chunk of %d bytes", bBytes)
-	}
-	m := Entry{
-		Stream:      a.Stream,
-		FirstRecord: a.FirstRecord,
-		DataOffset:  a.DataOffset,
-		DataCRC:     CombineCRC32C(a.DataCRC, b.DataCRC, int64(bBytes)),
-		Lengths:     make([]uint32, 0, na+nb),
-		Timestamps:  make([]int64, 0, na+nb),
-		BatchEnd:    make([]byte, batchEndLen(na+nb)),
-	}
-	m.Lengths = append(append(m.Lengths, a.Lengths...), b.Lengths...)
-	m.Timestamps = append(append(m.Timestamps, a.Timestamps...), b.Timestamps...)
-	copy(m.BatchEnd, a.BatchEnd)
-	for i := 0; i < nb; i++ {
-		if b.IsBatchEnd(i) {
-			j := na + i
-			m.BatchEnd[j>>3] |= 1 << (j & 7)
-		}
-	}
-	return m, nil
-}
-
-// Chunk is an entry plus its bytes, for encoders that own the bytes.
-type Chunk struct {
-	Entry Entry
-	Data  []byte
-}
-
-// MergeChunks merges two adjacent chunks of one stream, bytes included.
-func MergeChunks(a, b Chunk) (Chunk, error) {
-	e, err := MergeEntries(a.Entry, b.Entry)
-	if err != nil {
-		return Chunk{}, err
-	}
-	data := make([]byte, 0, len(a.Data)+len(b.Data))
-	return Chunk{Entry: e, Data: append(append(data, a.Data...), b.Data...)}, nil
-}
-
-// ChunkBuilder appends records of one stream to a chunk, computing the
-// DataCRC as it goes.
-type ChunkBuilder struct {
-	e     Entry
-	data  []byte
-	bytes int64 // content bytes
-}
-
-// NewChunkBuilder starts a chunk of stream whose first record is firstRecord.
-func NewChunkBuilder(stream StreamID, firstRecord uint64) *ChunkBuilder {
-	return &ChunkBuilder{e: Entry{Stream: stream, FirstRecord: firstRecord}}
-}
-
-// Add appends one record with its timestamp and batch-end flag.
-func (b *ChunkBuilder) Add(rec Record, ts int64, batchEnd bool) error {
-	start := len(b.data)
-	data, err := AppendRecord(b.data, rec)
-	if err != nil {
-		return err
-	}
-	if err := b.add(data, start, ts, batchEnd); err != nil {
-		b.data = data[:start]
-		return err
-	}
-	b.bytes += rec.ContentBytes()
-	return nil
-}
-
-// AddStored appends one record given in its stored form (as copied from
-// another chunk); it is checked against docs/format.md#stored-record first.
-func (b *ChunkBuilder) AddStored(stored []byte, ts int64, batchEnd bool) error {
-	info, err := ParseRecord(stored)
-	if err != nil {
-		return err
-	}
-	start := len(b.data)
-	if err := b.add(append(b.data, stored...), start, ts, batchEnd); err != nil {
-		b.data = b.data[:start]
-		return err
-	}
-	b.bytes += info.ContentBytes
-	return nil
-}
-
-func (b *ChunkBuilder) add(data []byte, start int, ts int64, batchEnd bool) error {
-	n := len(b.e.Lengths)
-	if n >= MaxRecordCount {
-		return invalidf("chunk is full (%d records)", n)
-	}
-	if b.e.FirstRecord > MaxNumber-uint64(n) {
-		return invalidf("record number %d+%d exceeds 2^63-1", b.e.FirstRecord, n)
-	}
-	if l := len(data) - start; l > math.MaxUint32 {
-		return invalidf("stored record of %d bytes does not fit u32", l)
-	}
-	b.data = data
-	b.e.Lengths = append(b.e.Lengths, uint32(len(data)-start))
-	b.e.Timestamps = append(b.e.Timestamps, ts)
-	if n&7 == 0 {
-		b.e.BatchEnd = append(b.e.BatchEnd, 0)
-	}
-	if batchEnd {
-		b.e.BatchEnd[n>>3] |= 1 << (n & 7)
-	}
-	b.e.DataCRC = UpdateCRC32C(b.e.DataCRC, data[start:])
-	return nil
-}
-
-// Grow reserves room for records more records of bytes more stored bytes,
-// sparing the appends a few copies when the caller knows the sizes.
-func (b *ChunkBuilder) Grow(records, bytes int) {
-	if bytes > cap(b.data)-len(b.data) {
-		b.data = append(make([]byte, 0, len(b.data)+bytes), b.data...)
-	}
-	if records > cap(b.e.Lengths)-len(b.e.Lengths) {
-		n := len(b.e.Lengths) + records
-		b.e.Lengths = append(make([]uint32, 0, n), b.e.Lengths...)
-		b.e.Timestamps = append(make([]int64, 0, n), b.e.Timestamps...)
-		b.e.BatchEnd = append(make([]byte, 0, batchEndLen(n)), b.e.BatchEnd...)
-	}
-}
-
-// Len is the number of records added so far.
-func (b *ChunkBuilder) Len() int { return len(b.e.Lengths) }
-
-// Size is the chunk's byte length so far.
-func (b *ChunkBuilder) Size() int { return len(b.data) }
-
-// ContentBytes is the content bytes added so far.
-func (b *ChunkBuilder) ContentBytes() int64 { return b.bytes }
-
-// Chunk returns the chunk built so far. The last record of a chunk always
-// ends a batch (docs/format.md#directory-entry: batches never straddle chunks), so
-// Chunk sets that bit itself: cut chunks only at batch boundaries. The
-// encoders, by contrast, require the bit. The builder must not be used after
-// Chunk; an empty builder yields a chunk that the encoders reject.
-func (b *ChunkBuilder) Chunk() Chunk {
-	if n := len(b.e.Lengths); n > 0 {
-		b.e.BatchEnd[(n-1)>>3] |= 1 << ((n - 1) & 7)
-	}
-	return Chunk{Entry: b.e, Data: b.data}
-}
-
 // TimestampRange is the least and the greatest record timestamp of the
 // chunks (0, 0 when they hold no record): a settled object's catalog row
 // carries both.
@@ -398,4 +199,151 @@ func TimestampRange(es []Entry) (lo, hi int64) {
 		}
 	}
 	return lo, hi
+}
+
+// layout is the planned shape of an object: where everything goes.
+type layout struct {
+	base      uint64
+	dataLen   uint64 // Σ chunk bytes
+	dirLen    uint64
+	indexLen  uint64
+	dirOffset uint64
+}
+
+func (l layout) footerLen() uint64  { return l.dirLen + l.indexLen }
+func (l layout) objectSize() uint64 { return l.dirOffset + l.footerLen() + TrailerSize }
+
+// planLayout checks the entries of one object (docs/format.md#object-layout order and
+// contiguity rules, docs/format.md#directory-entry entry rules) and sizes it. For a transit
+// bundle every stream appears once, in strictly ascending order; a settled
+// object holds one stream with contiguous records.
+func planLayout(entries []Entry, base uint64) (layout, error) {
+	l := layout{base: base}
+	if len(entries) == 0 {
+		return l, invalidf("an object holds at least one chunk")
+	}
+	for i := range entries {
+		e := &entries[i]
+		if err := e.validate(); err != nil {
+			return l, err
+		}
+		if i > 0 {
+			p := &entries[i-1]
+			if base == TransitBase {
+				if p.Stream.Compare(e.Stream) >= 0 {
+					return l, invalidf("chunk %d: stream %s does not sort strictly after %s (one chunk per stream, sorted)", i, e.Stream, p.Stream)
+				}
+			} else {
+				if e.Stream != p.Stream {
+					return l, invalidf("chunk %d: stream %s in a settled object of stream %s", i, e.Stream, p.Stream)
+				}
+				if e.FirstRecord != p.EndRecord() {
+					return l, invalidf("chunk %d: first record %d, want %d (contiguous records)", i, e.FirstRecord, p.EndRecord())
+				}
+			}
+		}
+		l.dataLen += e.ChunkBytes() // ≤ 2^29 · 2^32 per chunk: no overflow in practice
+		l.dirLen += uint64(EntryLen(e.Count()))
+	}
+	l.indexLen = uint64(len(entries)) * RowSize
+	l.dirOffset = base + l.dataLen
+	if base == TransitBase && l.objectSize() > MaxFlightSize {
+		return l, invalidf("flight of %d bytes exceeds %d", l.objectSize(), uint64(MaxFlightSize))
+	}
+	if l.objectSize() > math.MaxInt {
+		return l, invalidf("object of %d bytes", l.objectSize())
+	}
+	return l, nil
+}
+
+// appendFooter appends directory, index and trailer for entries laid out
+// from l.base, setting each DataOffset (entries is the encoder's own copy).
+func appendFooter(dst []byte, entries []Entry, l layout) []byte {
+	dirStart := len(dst)
+	off := l.base
+	for i := range entries {
+		entries[i].DataOffset = off
+		off += entries[i].ChunkBytes()
+		dst = appendEntry(dst, &entries[i])
+	}
+	dirCRC := CRC32C(dst[dirStart:])
+	idxStart := len(dst)
+	entOff := l.dirOffset
+	p := dirStart
+	for i := range entries {
+		e := &entries[i]
+		el := EntryLen(e.Count())
+		dst = appendRow(dst, IndexRow{
+			Stream:      e.Stream,
+			FirstRecord: e.FirstRecord,
+			Count:       uint32(e.Count()),
+			ChunkBytes:  e.ChunkBytes(),
+			EntryOffset: entOff,
+			EntryLength: uint32(el),
+			EntryCRC:    CRC32C(dst[p : p+el]),
+		})
+		entOff += uint64(el)
+		p += el
+	}
+	idxCRC := CRC32C(dst[idxStart:])
+	dst, b := extend(dst, TrailerSize)
+	le := binary.LittleEndian
+	copy(b[trMagicOff:], trailerMagic)
+	le.PutUint32(b[trVersionOff:], Version)
+	le.PutUint64(b[trDirOffsetOff:], l.dirOffset)
+	le.PutUint64(b[trDirLengthOff:], l.dirLen)
+	le.PutUint32(b[trDirCRCOff:], dirCRC)
+	le.PutUint64(b[trIndexLengthOff:], l.indexLen)
+	le.PutUint32(b[trIndexCRCOff:], idxCRC)
+	return dst
+}
+
+func appendRow(dst []byte, r IndexRow) []byte {
+	dst, b := extend(dst, RowSize)
+	le := binary.LittleEndian
+	copy(b[rowStreamOff:], r.Stream[:])
+	le.PutUint64(b[rowFirstRecordOff:], r.FirstRecord)
+	le.PutUint32(b[rowCountOff:], r.Count)
+	le.PutUint64(b[rowChunkBytesOff:], r.ChunkBytes)
+	le.PutUint64(b[rowEntryOffsetOff:], r.EntryOffset)
+	le.PutUint32(b[rowEntryLengthOff:], r.EntryLength)
+	le.PutUint32(b[rowEntryCRCOff:], r.EntryCRC)
+	return dst
+}
+
+// SettledFooter is the tail of a settled object whose chunk bytes are copied
+// server side: Bytes (directory + index + trailer) go at FooterOffset.
+type SettledFooter struct {
+	Bytes        []byte // footer + trailer
+	FooterOffset uint64 // = Σ chunk bytes (base 0)
+	FooterLength uint64 // directory + index, trailer excluded
+	ObjectSize   uint64
+	ObjectCRC    uint32  // whole-object CRC-32C, by combine (docs/format.md#crc-32c-combine)
+	Entries      []Entry // the entries with their new data offsets (tables shared with the input)
+}
+
+// BuildSettledFooter builds the footer and trailer of a settled object from
+// entries alone: it never sees the chunk bytes, and trusts each DataCRC and
+// per-record table it is given. DataOffset of each entry is reassigned as the
+// prefix sum of chunk bytes from 0; the input is not modified.
+func BuildSettledFooter(entries []Entry) (SettledFooter, error) {
+	own := append([]Entry(nil), entries...)
+	l, err := planLayout(own, SettledBase)
+	if err != nil {
+		return SettledFooter{}, err
+	}
+	b := appendFooter(make([]byte, 0, l.footerLen()+TrailerSize), own, l)
+	var crc uint32
+	for i := range own {
+		crc = CombineCRC32C(crc, own[i].DataCRC, int64(own[i].ChunkBytes()))
+	}
+	crc = CombineCRC32C(crc, CRC32C(b), int64(len(b)))
+	return SettledFooter{
+		Bytes:        b,
+		FooterOffset: l.dirOffset,
+		FooterLength: l.footerLen(),
+		ObjectSize:   l.objectSize(),
+		ObjectCRC:    crc,
+		Entries:      own,
+	}, nil
 }

@@ -1,5 +1,9 @@
 package bundlefmt
 
+// The vocabulary of format v1 that every other file uses: its sizes and
+// limits, the kinds of object, the stream ID, and the error classes of
+// decoders and encoders.
+
 import (
 	"bytes"
 	"encoding/hex"
@@ -15,8 +19,8 @@ const (
 	// the slot envelope and the trailer.
 	Version = 1
 
-	// EnvelopeSize, TrailerSize, RowSize and EntryFixed are in layout.go,
-	// with every field's offset.
+	// EnvelopeSize, TrailerSize, RowSize and EntryFixed are in
+	// conventions.go, with every field's offset.
 
 	// TransitBase and SettledBase are the base offsets of chunk 0.
 	TransitBase = EnvelopeSize
@@ -246,4 +250,13 @@ func checksumErr(key string, off uint64, field string, stored, computed uint32) 
 func versionErr(key string, off uint64, field string, v uint64, v1crc *bool) error {
 	return &FormatError{Key: key, Offset: int64(off), Field: field, Version: int64(v),
 		Detail: fmt.Sprintf("version %d, this build reads %d", v, Version), V1CRCMatches: v1crc, Err: ErrUnsupportedVersion}
+}
+
+// ErrInvalid is returned by encoders and builders for input that cannot be
+// encoded (it is about the caller's values, not about stored bytes, so it is
+// none of the three decoding classes).
+var ErrInvalid = errors.New("bundlefmt: invalid input")
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }

@@ -14,7 +14,7 @@ type docField struct{ off, size, field string }
 
 func num(n int) string { return strconv.Itoa(n) }
 
-// TestLayoutMatchesDocs holds layout.go's constants to the tables of
+// TestLayoutMatchesDocs holds conventions.go's layout constants to the tables of
 // docs/format.md: the same fields at the same offsets with the same sizes,
 // in the same order.
 func TestLayoutMatchesDocs(t *testing.T) {
@@ -65,13 +65,13 @@ func TestLayoutMatchesDocs(t *testing.T) {
 	for section, fields := range want {
 		got := tables[section]
 		if len(got) != len(fields) {
-			t.Errorf("docs/format.md %q: %d table rows, layout.go has %d fields", section, len(got), len(fields))
+			t.Errorf("docs/format.md %q: %d table rows, conventions.go has %d fields", section, len(got), len(fields))
 			continue
 		}
 		for i, w := range fields {
 			g := got[i]
 			if g.off != w.off || g.size != w.size || !strings.HasPrefix(g.field, w.field) {
-				t.Errorf("docs/format.md %q row %d: off %s size %s %q; layout.go: off %s size %s %q",
+				t.Errorf("docs/format.md %q row %d: off %s size %s %q; conventions.go: off %s size %s %q",
 					section, i, g.off, g.size, g.field, w.off, w.size, w.field)
 			}
 		}

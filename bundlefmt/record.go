@@ -1,20 +1,14 @@
 package bundlefmt
 
+// Stored records (docs/format.md#stored-record): a record's content
+// (Record), its stored form written (AppendRecord), checked (ParseRecord)
+// and decoded (DecodeRecord).
+
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 )
-
-// ErrInvalid is returned by encoders and builders for input that cannot be
-// encoded (it is about the caller's values, not about stored bytes, so it is
-// none of the three decoding classes).
-var ErrInvalid = errors.New("bundlefmt: invalid input")
-
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
-}
 
 // Stored-record flag bits (docs/format.md#stored-record).
 const (

@@ -1,8 +1,15 @@
 package bundlefmt
 
+// Validation against every rule of docs/format.md, in the order of
+// docs/format.md#validation-and-errors: what a caller expects of an object
+// from its key (Expect, ExpectFromKey), then the footer level
+// (ValidateFooter) and the whole object (ValidateObject,
+// ValidateObjectFrom). The envelope level is decode.go's.
+
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 )
 
 // Expect names what the caller knows about an object from its key. Key is
@@ -17,6 +24,30 @@ type Expect struct {
 	Stream      StreamID
 	FirstRecord uint64
 	CheckKey    bool
+}
+
+// ExpectFromKey derives what an object's key says about it: a slot key gives
+// the kind (slot: flight or poison) and epoch/seq, a settled key the stream
+// and first record. The key may carry a store prefix (anything ending in "/"
+// before the canonical part); Expect.Key keeps the key as given.
+func ExpectFromKey(key string) (Expect, error) {
+	exp := Expect{Key: key, CheckKey: true}
+	segs := strings.Split(key, "/")
+	n := len(segs)
+	// A bucket may be named "stars", so try both shapes.
+	if n >= 6 && segs[n-6] == "buckets" {
+		if p, err := ParseSettledKey(strings.Join(segs[n-6:], "/")); err == nil {
+			exp.Kind, exp.Stream, exp.FirstRecord = KindSettled, p.Stream, p.FirstRecord
+			return exp, nil
+		}
+	}
+	if n >= 5 && segs[n-5] == "stars" {
+		if _, epoch, seq, err := ParseSlotKey(strings.Join(segs[n-5:], "/")); err == nil {
+			exp.Kind, exp.Epoch, exp.Seq = KindSlot, epoch, seq
+			return exp, nil
+		}
+	}
+	return Expect{}, fmt.Errorf("key %q is neither a canonical slot key nor a canonical settled key", key)
 }
 
 // Object is a validated object.
@@ -43,27 +74,6 @@ func sniff(key string, obj []byte) (Kind, error) {
 		return KindSettled, nil
 	}
 	return KindUnknown, corruptf(key, 0, "object", "neither a slot (CHNE) nor a settled object (first byte ≤ 0x0f)")
-}
-
-// ValidateEnvelope checks a slot envelope on its own (DecodeEnvelope), then
-// its kind and, with CheckKey, its epoch and seq against the key.
-func ValidateEnvelope(b []byte, exp Expect) (Envelope, error) {
-	env, err := DecodeEnvelope(exp.Key, b)
-	if err != nil {
-		return env, err
-	}
-	if (exp.Kind == KindFlight || exp.Kind == KindPoison) && env.Kind != exp.Kind {
-		return env, corruptf(exp.Key, envKindOff, "envelope.kind", "a %s where a %s was expected", env.Kind, exp.Kind)
-	}
-	if exp.CheckKey {
-		if env.Epoch != exp.Epoch {
-			return env, corruptf(exp.Key, envEpochOff, "envelope.epoch", "slot epoch %d ≠ key's %d", env.Epoch, exp.Epoch)
-		}
-		if env.Seq != exp.Seq {
-			return env, corruptf(exp.Key, envSeqOff, "envelope.seq", "seq %d ≠ key's %d", env.Seq, exp.Seq)
-		}
-	}
-	return env, nil
 }
 
 // ValidateObject checks a whole object against every rule of docs/format.md, in
