@@ -17,6 +17,12 @@ import (
 	"github.com/nova/auditor/migrations"
 )
 
+// The metastore's handle (DB): its pool (opened here, with the defaults
+// the URL leaves unset and the classes of its failures) and the
+// transactions every statement of the package runs in: plain (tx), in a
+// savepoint, fenced by the star's lease (fenced, commitFenced), and the
+// read snapshots (ReadOnly, reader, readTx).
+
 // StreamID is a stream's identity (a Postgres uuid column): the format's
 // bundlefmt.StreamID, whose String is the one printed form (the uuid form
 // psql shows). pgx encodes and scans it as the [16]byte it is.
@@ -25,7 +31,7 @@ type StreamID = bundlefmt.StreamID
 // DB is the metastore.
 type DB struct {
 	pool *pgxpool.Pool
-	mut  Mutations // zero in production (mutations.go)
+	mut  Mutations // zero in production: the fault explorer's
 }
 
 // DefaultMaxConns is the pool's size unless the URL sets pool_max_conns:
@@ -176,11 +182,6 @@ func (db *DB) Now(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-// tx runs fn in a transaction, committing when fn returns nil.
-func (db *DB) tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, db.pool, fn)
-}
-
 // IsRetryable reports whether a database error is transient (serialization
 // failure, deadlock, lost connection, a connection refused for the
 // server's limit): retry with backoff, change nothing.
@@ -194,4 +195,205 @@ func IsRetryable(err error) bool {
 		return false
 	}
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, ErrUnreachable)
+}
+
+// Transactions: plain, in a savepoint, and fenced by the star's lease
+// (which lease.go takes and renews).
+
+// tx runs fn in a transaction, committing when fn returns nil.
+func (db *DB) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, db.pool, fn)
+}
+
+// savepoint runs fn in a savepoint of tx: released when fn succeeds,
+// rolled back (fn's changes undone, tx usable again) when it fails.
+func savepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	if err := fn(sp); err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
+			return errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
+		}
+		return err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
+	}
+	return nil
+}
+
+// trySavepoint runs fn in a savepoint of tx: released when fn reports ok,
+// rolled back when it declines or fails. Declined (false, nil): fn's
+// changes are undone and tx is usable again, for the caller's fallback;
+// an error only when tx is lost with it (the savepoint could not be made,
+// released or rolled back, or ctx is done).
+func trySavepoint(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) (bool, error)) (bool, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("savepoint: %w", err)
+	}
+	ok, err := fn(sp)
+	if err == nil && ok {
+		if err := sp.Commit(ctx); err != nil {
+			return false, fmt.Errorf("release savepoint: %w", err)
+		}
+		return true, nil
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return false, errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
+	}
+	return false, ctx.Err()
+}
+
+// Fence identifies the lease a transaction runs under (docs/architecture.md#singleton-lease-and-fencing).
+type Fence struct {
+	Star   string
+	Holder string
+	Token  int64
+}
+
+// ErrStaleToken means the fencing token is no longer the star's current,
+// unexpired lease: the caller lost leadership and must stop at once.
+var ErrStaleToken = errors.New("stale fencing token: the lease was lost")
+
+// fenced runs fn in a transaction that first checks the fencing token and
+// aborts with ErrStaleToken when it is stale.
+//
+// The metastore contract gives the check as "SELECT 1 ... AND expires_at >
+// now() FOR SHARE" (docs/metastore.md#the-auditors-fence). It is that statement with FOR KEY SHARE instead, and the
+// guarantee is kept by the other side: a takeover locks the row FOR UPDATE
+// (AcquireLeaseInstance), which conflicts with FOR KEY SHARE exactly as with
+// FOR SHARE, so no new holder commits while a transaction that passed the
+// check is open, and a check made after a takeover committed sees the new
+// token and fails. What changes is the renewal: an UPDATE of expires_at
+// takes FOR NO KEY UPDATE, which conflicts with FOR SHARE but not with FOR
+// KEY SHARE. Under FOR SHARE a renewal waits for every open fenced
+// transaction, and new share lockers join the lock without queueing behind
+// it, so a busy leader starved its own renewal until the lease expired.
+func (db *DB) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
+	return db.tx(ctx, func(tx pgx.Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM nova.auditor_leases WHERE star = $1 AND holder = $2 AND token = $3
+			AND expires_at > now() FOR KEY SHARE`, f.Star, f.Holder, f.Token).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("star %q token %d: %w", f.Star, f.Token, ErrStaleToken)
+		}
+		if err != nil {
+			return fmt.Errorf("check fencing token: %w", err)
+		}
+		return fn(tx)
+	})
+}
+
+// boundStatements sets the transaction's statement_timeout to what is left
+// of ctx's deadline (nothing when ctx has none).
+func boundStatements(ctx context.Context, tx pgx.Tx) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return nil
+	}
+	ms := max(time.Until(deadline).Milliseconds(), 1)
+	if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, fmt.Sprintf("%dms", ms)); err != nil {
+		return fmt.Errorf("set statement timeout: %w", err)
+	}
+	return nil
+}
+
+// Mutations switch off rules of the metastore on purpose, for the fault
+// explorer only (docs/architecture.md#the-fault-explorer): it runs with
+// each one set to show that its episodes find the break. The zero value,
+// the only one production ever has, changes nothing; nothing outside
+// tests calls Mutated.
+type Mutations struct {
+	// ReusePlannedRevision opens a publish intent at the planned revision
+	// even when the base's high-water is at or above it: the no-late-delete
+	// rule off (docs/architecture.md#no-late-delete).
+	ReusePlannedRevision bool
+	// UnfencedCommits runs the settle and rewrite commits without the
+	// lease fence: a stale leader's commit lands.
+	UnfencedCommits bool
+}
+
+// Mutated is a handle on the same pool with the mutations m set. Closing
+// either closes the pool of both.
+func (db *DB) Mutated(m Mutations) *DB {
+	c := *db
+	c.mut = m
+	return &c
+}
+
+// commitFenced is fenced for the commits of settled objects, unless the
+// UnfencedCommits mutation is set.
+func (db *DB) commitFenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
+	if db.mut.UnfencedCommits {
+		return db.tx(ctx, fn)
+	}
+	return db.fenced(ctx, f, fn)
+}
+
+// A read snapshot groups a caller's reads into one read-only, repeatable
+// read transaction: one commit and one consistent view instead of one
+// implicit transaction per statement, for the daemon's gauge refresh and
+// admin poll, which read a dozen rows of each star every tick. The
+// snapshot travels in the context, so the reads keep their signatures.
+// Only the reads that say so join it (db.reader, db.readTx); writes open
+// their own transactions on the pool as always. A snapshot's transaction
+// serves one goroutine: fn must not read from several at once.
+
+// snapshotKey is the context key of a snapshot; its value is a *snapshot.
+type snapshotKey struct{}
+
+type snapshot struct {
+	db *DB
+	tx pgx.Tx
+}
+
+// querier is what a read needs: the pool or a snapshot's transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ReadOnly runs fn with a context whose reads of db share one read-only,
+// repeatable read transaction, committed when fn returns nil. Nested calls
+// join the outer snapshot.
+func (db *DB) ReadOnly(ctx context.Context, fn func(ctx context.Context) error) error {
+	if db.inSnapshot(ctx) != nil {
+		return fn(ctx)
+	}
+	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return fn(context.WithValue(ctx, snapshotKey{}, &snapshot{db: db, tx: tx}))
+	})
+	if err != nil {
+		return fmt.Errorf("read snapshot: %w", err)
+	}
+	return nil
+}
+
+// inSnapshot is ctx's snapshot transaction of db, nil when it has none.
+func (db *DB) inSnapshot(ctx context.Context) pgx.Tx {
+	if s, ok := ctx.Value(snapshotKey{}).(*snapshot); ok && s.db == db {
+		return s.tx
+	}
+	return nil
+}
+
+// reader is where a read runs: ctx's snapshot, or the pool.
+func (db *DB) reader(ctx context.Context) querier {
+	if tx := db.inSnapshot(ctx); tx != nil {
+		return tx
+	}
+	return db.pool
+}
+
+// readTx runs fn in ctx's snapshot, or else in a read-only, repeatable read
+// transaction of its own: for a read that needs several statements to see
+// one state.
+func (db *DB) readTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	if tx := db.inSnapshot(ctx); tx != nil {
+		return fn(tx)
+	}
+	return pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 }

@@ -7,7 +7,8 @@
 // statements only tests run.
 //
 // DB owns the pool, the fence (fenced), the transaction plumbing (tx,
-// ReadOnly snapshots) and the pool's health. It hands out one small type
+// ReadOnly snapshots: db.go) and the pool's health (monitor.go). The row
+// types and their scanners are types.go. It hands out one small type
 // per concern over the same pool (stores.go), each the implementation of
 // one step's interface, which the step's own package defines:
 //

@@ -170,29 +170,6 @@ func (es *Erasures) PendingErasureWindows(ctx context.Context, star string, limi
 	return out, nil
 }
 
-// WithPendingErasures reports which of the streams have a pending
-// erasure (one probe of erasures_pending_idx each): settle reads the
-// erasures of those only (PendingErasuresIn).
-func (es *Erasures) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := es.db.reader(ctx).Query(ctx, `SELECT u.stream_id FROM unnest($1::uuid[]) AS u(stream_id)
-		WHERE EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = u.stream_id AND e.applied_at IS NULL)`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[StreamID])
-	if err != nil {
-		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
-	}
-	out := make(map[StreamID]bool, len(got))
-	for _, id := range got {
-		out[id] = true
-	}
-	return out, nil
-}
-
 // PendingErasuresIn reads the stream's pending erasures that hold a record
 // of [from, to) and start at or after below (below <= from): every one
 // that starts inside the range and, of those that start below from, the

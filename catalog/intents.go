@@ -10,6 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Publish intents (docs/architecture.md#no-late-delete): opened before an
+// object's first byte is written, under its key base's high-water
+// revision, one at a time (openPublishIntent) or a batch's in one
+// transaction (OpenPublishIntents, with its set path); closed by the
+// commit that catalogs the key (closePublishIntent), or abandoned to the
+// reap step (AbandonPublish).
+
 // Intent is a row of nova.orphan_intents.
 type Intent struct {
 	ID          int64
@@ -167,6 +174,158 @@ func setHighRevision(ctx context.Context, tx pgx.Tx, b KeyBase, rev int32) error
 	if _, err := tx.Exec(ctx, `UPDATE nova.auditor_key_revisions SET high_revision = greatest(high_revision, $4)
 		WHERE stream_id = $1 AND epoch = $2 AND first_record = $3`, b.Stream, b.Epoch, b.FirstRecord, rev); err != nil {
 		return fmt.Errorf("raise the revisions of %s/%d/%d to %d: %w", b.Stream, b.Epoch, b.FirstRecord, rev, err)
+	}
+	return nil
+}
+
+// IntentRequest is one publish intent of a batch: what OpenPublishIntent
+// takes.
+type IntentRequest struct {
+	Target PublishTarget
+	Class  string
+}
+
+// OpenPublishIntents opens the publish intents of a batch in one fenced
+// transaction, each as openPublishIntent opens one (under its base's
+// high-water revision), each in a savepoint of its own: intents[i] is
+// reqs[i]'s when errs[i] is nil; a request whose statements fail is rolled
+// back alone. The error is the transaction's (the fence lost, the commit
+// failed): then no intent of the batch is open.
+func (s *Settle) OpenPublishIntents(ctx context.Context, f Fence, reqs []IntentRequest) (intents []Intent, errs []error, err error) {
+	err = s.db.fenced(ctx, f, func(tx pgx.Tx) error {
+		errs = make([]error, len(reqs))
+		var ok bool
+		if intents, ok, err = openIntentsAtOnce(ctx, tx, f, reqs); err != nil || ok {
+			return err
+		}
+		intents = make([]Intent, len(reqs))
+		for i, r := range reqs {
+			errs[i] = savepoint(ctx, tx, func(tx pgx.Tx) error {
+				var err error
+				intents[i], err = openPublishIntent(ctx, tx, f, r.Target, r.Class, s.db.mut.ReusePlannedRevision)
+				return err
+			})
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return intents, errs, nil
+}
+
+// openIntentsAtOnce is OpenPublishIntents's set path, in the fenced
+// transaction tx: when every request names a base of its own and each
+// opens a new intent at its planned revision (no revision of the base
+// used at or above it, no intent open on the key), all are opened in
+// two statements (and the savepoint's). ok false: some request is not
+// that case, nothing is changed, and the caller runs the
+// request-by-request path.
+func openIntentsAtOnce(ctx context.Context, tx pgx.Tx, f Fence, reqs []IntentRequest) (intents []Intent, ok bool, err error) {
+	n := len(reqs)
+	byBase := make(map[KeyBase]int, n)
+	ids, epochs, firsts, revs := make([]StreamID, n), make([]int64, n), make([]int64, n), make([]int32, n)
+	keys, classes := make([]string, n), make([]string, n)
+	byKey := make(map[string]int, n)
+	for i, r := range reqs {
+		if _, dup := byBase[r.Target.Base]; dup {
+			return nil, false, nil
+		}
+		byBase[r.Target.Base] = i
+		b := r.Target.Base
+		ids[i], epochs[i], firsts[i], revs[i] = b.Stream, b.Epoch, b.FirstRecord, r.Target.Revision
+		keys[i], classes[i] = r.Target.Key(r.Target.Revision), r.Class
+		if _, dup := byKey[keys[i]]; dup {
+			return nil, false, nil
+		}
+		byKey[keys[i]] = i
+	}
+	ok, err = trySavepoint(ctx, tx, func(sp pgx.Tx) (bool, error) {
+		opened, ok, err := openIntents(ctx, sp, f, reqs, ids, epochs, firsts, revs, keys, classes, byKey)
+		intents = opened
+		return ok, err
+	})
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return intents, true, nil
+}
+
+// openIntents is openIntentsAtOnce's statements, in the savepoint tx.
+func openIntents(ctx context.Context, tx pgx.Tx, f Fence, reqs []IntentRequest, ids []StreamID, epochs, firsts []int64, revs []int32,
+	keys, classes []string, byKey map[string]int) ([]Intent, bool, error) {
+	n := len(reqs)
+	// lockHighRevision and setHighRevision over arrays, in one statement
+	// and in key order: each base's row is created at, or raised to, its
+	// planned revision. A base some revision of which was used at or above
+	// the planned one is left as it is (the conflict's WHERE), so fewer
+	// rows than requests are written: not the set path's (the savepoint
+	// undoes the others).
+	tag, err := tx.Exec(ctx, `INSERT INTO nova.auditor_key_revisions AS k (stream_id, epoch, first_record, high_revision)
+		SELECT u.stream_id, u.epoch, u.first_record, u.revision
+		FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[]) AS u(stream_id, epoch, first_record, revision)
+		ORDER BY 1, 2, 3
+		ON CONFLICT (stream_id, epoch, first_record) DO UPDATE SET high_revision = greatest(k.high_revision, EXCLUDED.high_revision)
+			WHERE k.high_revision < EXCLUDED.high_revision`, ids, epochs, firsts, revs)
+	if err != nil {
+		return nil, false, fmt.Errorf("raise the revisions of %d bases: %w", n, err)
+	}
+	if tag.RowsAffected() != int64(n) {
+		return nil, false, nil
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO nova.orphan_intents (star, kind, object_key, class)
+		SELECT $1, 'publish', u.object_key, u.class FROM unnest($2::text[], $3::text[]) AS u(object_key, class)
+		ON CONFLICT (object_key) WHERE kind = 'publish' DO NOTHING
+		RETURNING `+intentCols+`, false`, f.Star, keys, classes)
+	if err != nil {
+		return nil, false, fmt.Errorf("open %d publish intents: %w", n, err)
+	}
+	intents := make([]Intent, n)
+	got := 0
+	var in Intent
+	if _, err := pgx.ForEachRow(rows, []any{&in.ID, &in.Star, &in.Kind, &in.ObjectKey, &in.Class, &in.UploadID, &in.StagedParts,
+		&in.CreatedAt, &in.ReapAfter, &in.Due}, func() error {
+		i, found := byKey[in.ObjectKey]
+		if !found {
+			return fmt.Errorf("opened an intent on %s, which no request names", in.ObjectKey)
+		}
+		intents[i] = in
+		intents[i].Revision = revs[i]
+		got++
+		return nil
+	}); err != nil {
+		return nil, false, fmt.Errorf("open %d publish intents: %w", n, err)
+	}
+	if got != n {
+		return nil, false, nil // an intent already open on a key: taken up again, request by request
+	}
+	return intents, true, nil
+}
+
+// ErrIntentGone means a commit's publish intent is no longer open on its key
+// (the reap step classified the key deletable, or recovery gave it up):
+// the key is never cataloged, and the stream's next settle publishes the
+// same records at a higher revision (docs/architecture.md#no-late-delete).
+var ErrIntentGone = errors.New("publish intent is no longer open")
+
+// closePublishIntent deletes the publish intent a commit carries out,
+// which must still be open on the committed key (ErrIntentGone otherwise,
+// and for a commit with no intent: a key whose intent was given up may
+// already be deleted, late or not, and is never cataloged), and any reap
+// intent on the key.
+func closePublishIntent(ctx context.Context, tx pgx.Tx, id int64, key string) error {
+	tag, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE id = $1 AND kind = 'publish' AND object_key = $2`, id, key)
+	if err != nil {
+		return fmt.Errorf("delete publish intent %d: %w", id, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("commit %s: intent %d: %w", key, id, ErrIntentGone)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM nova.orphan_intents WHERE kind = 'reap' AND object_key = $1`, key); err != nil {
+		return fmt.Errorf("delete reap intents of %s: %w", key, err)
 	}
 	return nil
 }

@@ -9,17 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Fence identifies the lease a transaction runs under (docs/architecture.md#singleton-lease-and-fencing).
-type Fence struct {
-	Star   string
-	Holder string
-	Token  int64
-}
-
-// ErrStaleToken means the fencing token is no longer the star's current,
-// unexpired lease: the caller lost leadership and must stop at once.
-var ErrStaleToken = errors.New("stale fencing token: the lease was lost")
-
 // LeaseHeldError says another process has the star's lease.
 type LeaseHeldError struct {
 	Star   string
@@ -131,20 +120,6 @@ func (ls *Leases) RenewLease(ctx context.Context, f Fence, ttl time.Duration) (t
 	return until, nil
 }
 
-// boundStatements sets the transaction's statement_timeout to what is left
-// of ctx's deadline (nothing when ctx has none).
-func boundStatements(ctx context.Context, tx pgx.Tx) error {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return nil
-	}
-	ms := max(time.Until(deadline).Milliseconds(), 1)
-	if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, fmt.Sprintf("%dms", ms)); err != nil {
-		return fmt.Errorf("set statement timeout: %w", err)
-	}
-	return nil
-}
-
 // ReleaseLease expires a held lease now so a standby takes over at once.
 // Releasing a lease already lost is not an error.
 func (ls *Leases) ReleaseLease(ctx context.Context, f Fence) error {
@@ -171,33 +146,4 @@ func (ls *Leases) CurrentLease(ctx context.Context, star string) (Lease, bool, e
 		return l, false, fmt.Errorf("read lease of star %q: %w", star, err)
 	}
 	return l, live, nil
-}
-
-// fenced runs fn in a transaction that first checks the fencing token and
-// aborts with ErrStaleToken when it is stale.
-//
-// The metastore contract gives the check as "SELECT 1 ... AND expires_at >
-// now() FOR SHARE" (docs/metastore.md#the-auditors-fence). It is that statement with FOR KEY SHARE instead, and the
-// guarantee is kept by the other side: a takeover locks the row FOR UPDATE
-// (AcquireLeaseInstance), which conflicts with FOR KEY SHARE exactly as with
-// FOR SHARE, so no new holder commits while a transaction that passed the
-// check is open, and a check made after a takeover committed sees the new
-// token and fails. What changes is the renewal: an UPDATE of expires_at
-// takes FOR NO KEY UPDATE, which conflicts with FOR SHARE but not with FOR
-// KEY SHARE. Under FOR SHARE a renewal waits for every open fenced
-// transaction, and new share lockers join the lock without queueing behind
-// it, so a busy leader starved its own renewal until the lease expired.
-func (db *DB) fenced(ctx context.Context, f Fence, fn func(pgx.Tx) error) error {
-	return db.tx(ctx, func(tx pgx.Tx) error {
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM nova.auditor_leases WHERE star = $1 AND holder = $2 AND token = $3
-			AND expires_at > now() FOR KEY SHARE`, f.Star, f.Holder, f.Token).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("star %q token %d: %w", f.Star, f.Token, ErrStaleToken)
-		}
-		if err != nil {
-			return fmt.Errorf("check fencing token: %w", err)
-		}
-		return fn(tx)
-	})
 }

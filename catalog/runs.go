@@ -11,7 +11,8 @@ import (
 
 // The run ledger (docs/metastore.md#novaauditor_runs): a row per cycle,
 // opened fenced and closed even when the lease was lost, and the pruning
-// of old history.
+// of old history. A row's counters (RunCounts) are with the row types in
+// types.go.
 
 // Run outcomes (nova.auditor_runs.outcome).
 const (
@@ -26,47 +27,6 @@ const (
 // (RecordIdleRun): scheduled cycles that found nothing to do and ran no
 // step, from its started_at to its ended_at.
 const TriggerIdle = "idle"
-
-// RunCounts are the counters of a run row.
-type RunCounts struct {
-	StreamsSettled     int64 `json:"streams_settled"`
-	StreamsQuarantined int64 `json:"streams_quarantined"`
-	ObjectsPublished   int64 `json:"objects_published"`
-	ObjectsAdopted     int64 `json:"objects_adopted"`
-	BytesCopied        int64 `json:"bytes_copied"`
-	BytesFetched       int64 `json:"bytes_fetched"`
-	BytesUploaded      int64 `json:"bytes_uploaded"`
-	S3Requests         int64 `json:"s3_requests"`
-	SlotsReaped        int64 `json:"slots_reaped"`
-	ObjectsReaped      int64 `json:"objects_reaped"`
-	ObjectsRewritten   int64 `json:"objects_rewritten"`
-	RecordsTombstoned  int64 `json:"records_tombstoned"`
-	ErasuresApplied    int64 `json:"erasures_applied"`
-	// BytesReadBack is the part of BytesFetched that read published
-	// objects back to check them (objstore.ReadBack). Not a ledger
-	// column: reported with the run (auditor run --once) and in
-	// nova_auditor_bytes_total{path="read_back"}; 0 (and left out of
-	// the JSON) in a run read from the ledger.
-	BytesReadBack int64 `json:"bytes_read_back,omitempty"`
-}
-
-// Add accumulates o into c.
-func (c *RunCounts) Add(o RunCounts) {
-	c.StreamsSettled += o.StreamsSettled
-	c.StreamsQuarantined += o.StreamsQuarantined
-	c.ObjectsPublished += o.ObjectsPublished
-	c.ObjectsAdopted += o.ObjectsAdopted
-	c.BytesCopied += o.BytesCopied
-	c.BytesFetched += o.BytesFetched
-	c.BytesUploaded += o.BytesUploaded
-	c.S3Requests += o.S3Requests
-	c.SlotsReaped += o.SlotsReaped
-	c.ObjectsReaped += o.ObjectsReaped
-	c.ObjectsRewritten += o.ObjectsRewritten
-	c.RecordsTombstoned += o.RecordsTombstoned
-	c.ErasuresApplied += o.ErasuresApplied
-	c.BytesReadBack += o.BytesReadBack
-}
 
 // Run is a row of nova.auditor_runs.
 type Run struct {

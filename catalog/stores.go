@@ -9,14 +9,14 @@ import (
 // DB's pool, and below, the reads each also declares of other concerns.
 
 // Streams reads stars, streams, refs and catalog entries, one at a time
-// or a star's all at once (starwide.go): for status, ls, verify and the
-// operator's commands. types.go, starwide.go, runtime.go.
+// or a star's all at once: for status, ls, verify and the operator's
+// commands. streams.go, runtime.go.
 type Streams struct{ db *DB }
 
 // Settle is the settle step's metastore (recover, settle, erase:
 // settle.Metastore): due streams, publish intents, the settle and rewrite
-// commits, quarantine. settle.go, duerule.go, intents.go, quarantine.go,
-// batch.go.
+// commits, quarantine. settlereads.go, settle.go, intents.go,
+// quarantine.go.
 type Settle struct{ db *DB }
 
 // Erasures are the erasure rows: recorded by auditor erase, applied by the
@@ -87,11 +87,6 @@ func (s *Settle) Stream(ctx context.Context, id StreamID) (Stream, error) {
 	return s.db.Streams().Stream(ctx, id)
 }
 
-// WithPendingErasures is Erasures.WithPendingErasures.
-func (s *Settle) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
-	return s.db.Erasures().WithPendingErasures(ctx, ids)
-}
-
 // PendingErasureWindows is Erasures.PendingErasureWindows.
 func (s *Settle) PendingErasureWindows(ctx context.Context, star string, limit int) ([]ErasureWindow, error) {
 	return s.db.Erasures().PendingErasureWindows(ctx, star, limit)
@@ -151,6 +146,11 @@ func (ss *Streams) ErasuresOf(ctx context.Context, id StreamID, from, to int64) 
 // stream).
 func (es *Erasures) Quarantined(ctx context.Context, star string) ([]QuarantineRow, error) {
 	return es.db.Settle().Quarantined(ctx, star)
+}
+
+// WithPendingErasures is Settle.WithPendingErasures.
+func (es *Erasures) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
+	return es.db.Settle().WithPendingErasures(ctx, ids)
 }
 
 // Notify is Requests.Notify: a released lease wakes the standbys.

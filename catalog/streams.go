@@ -8,6 +8,84 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// The Streams concern's reads: one star, stream or stream's catalog at a
+// time, for status, ls, verify and the operator's commands; and below,
+// a whole star's rows at once.
+
+// Star reads one star.
+func (ss *Streams) Star(ctx context.Context, star string) (Star, error) {
+	var s Star
+	err := ss.db.reader(ctx).QueryRow(ctx, `SELECT star, chain_class, epoch, next_seq, fence_window FROM nova.stars WHERE star = $1`, star).
+		Scan(&s.Star, &s.ChainClass, &s.Epoch, &s.NextSeq, &s.FenceWindow)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("star %q: %w", star, ErrNotFound)
+	}
+	if err != nil {
+		return s, fmt.Errorf("read star %q: %w", star, err)
+	}
+	return s, nil
+}
+
+// StarEpochs reads a star's epochs in order.
+func (ss *Streams) StarEpochs(ctx context.Context, star string) ([]StarEpoch, error) {
+	return starEpochs(ctx, ss.db.pool, star)
+}
+
+// Stream reads one stream.
+func (ss *Streams) Stream(ctx context.Context, id StreamID) (Stream, error) {
+	s, err := scanStream(ss.db.reader(ctx).QueryRow(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("stream %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return s, fmt.Errorf("read stream %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// StreamsOfStar lists a star's streams in stream ID order.
+func (ss *Streams) StreamsOfStar(ctx context.Context, star string) ([]Stream, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE star = $1 ORDER BY stream_id`, star)
+	if err != nil {
+		return nil, fmt.Errorf("list streams of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stream, error) { return scanStream(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list streams of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// DueMarkers lists a star's due markers, oldest first.
+func (ss *Streams) DueMarkers(ctx context.Context, star string) ([]DueMarker, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT d.stream_id, d.class, d.since FROM nova.due_markers d
+		JOIN nova.streams s USING (stream_id) WHERE s.star = $1 ORDER BY d.since, d.stream_id`, star)
+	if err != nil {
+		return nil, fmt.Errorf("read due markers of star %q: %w", star, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DueMarker, error) {
+		var m DueMarker
+		return m, r.Scan(&m.Stream, &m.Class, &m.Since)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read due markers of star %q: %w", star, err)
+	}
+	return out, nil
+}
+
+// EntriesOfStream reads a stream's catalog entries in record order.
+func (ss *Streams) EntriesOfStream(ctx context.Context, id StreamID) ([]Entry, error) {
+	rows, err := ss.db.reader(ctx).Query(ctx, `SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = $1 ORDER BY epoch, first_record`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read catalog of stream %s: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read catalog of stream %s: %w", id, err)
+	}
+	return out, nil
+}
+
 // Star-wide reads over the contract's tables, for `novasim check` and the
 // tests: every stream of a star in one statement, where the auditor's own
 // accessors read one stream or one window at a time. They only read.

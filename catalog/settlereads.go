@@ -2,11 +2,19 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
+
+// The settle step's reads (Settle): which streams are due (DueStreams,
+// under DuePolicy's rule and its cohorts, whose turn AdvanceCohortTurn
+// passes), what a settle reads of them (StreamSnapshots, RefsWindow,
+// WithPendingErasures), and the tiling check after its commits
+// (FirstOverlap). The commits are in settle.go, the publish intents in
+// intents.go, the quarantine in quarantine.go.
 
 // DueStream is a stream selected for settling.
 type DueStream struct {
@@ -268,4 +276,178 @@ func (s *Settle) AdvanceCohortTurn(ctx context.Context, f Fence, every time.Dura
 		return nil
 	})
 	return turn, err
+}
+
+// Snapshot is one stream's settle snapshot: its row, its first window of
+// span refs (those ending past settled_through and starting before
+// next_record, in record order) and its last catalog entry (nil: none).
+type Snapshot struct {
+	Stream Stream
+	Refs   []SpanRef
+	Last   *Entry
+}
+
+// StreamSnapshots reads the snapshots of the streams ids (a batch of one
+// included) in one read-only repeatable-read transaction, at most refLimit
+// refs each, consistent across all of them: each stream's refs tile
+// exactly [settled_through, next_record) (read at READ COMMITTED, an absorb
+// committing between the statements would add a ref past the next_record
+// read first: a false tiling break). A stream that no longer exists is
+// left out of the map.
+func (s *Settle) StreamSnapshots(ctx context.Context, ids []StreamID, refLimit int) (map[StreamID]Snapshot, error) {
+	out := make(map[StreamID]Snapshot, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err := s.db.readTx(ctx, func(tx pgx.Tx) error {
+		clear(out)
+		rows, err := tx.Query(ctx, `SELECT `+streamCols+` FROM nova.streams WHERE stream_id = ANY($1::uuid[])`, ids)
+		if err != nil {
+			return fmt.Errorf("read %d streams: %w", len(ids), err)
+		}
+		streams, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stream, error) { return scanStream(r) })
+		if err != nil {
+			return fmt.Errorf("read %d streams: %w", len(ids), err)
+		}
+		for _, st := range streams {
+			out[st.ID] = Snapshot{Stream: st}
+		}
+		// Each stream's refs are an index range of its own (as
+		// RefsWindow's), however many refs the star holds.
+		rows, err = tx.Query(ctx, `SELECT r.* FROM nova.streams s CROSS JOIN LATERAL (
+				SELECT `+SpanRefColumns+` FROM nova.span_refs
+				WHERE stream_id = s.stream_id AND first_record < s.next_record AND first_record + record_count > s.settled_through
+				ORDER BY first_record LIMIT $2) r
+			WHERE s.stream_id = ANY($1::uuid[])
+			ORDER BY r.stream_id, r.first_record`, ids, refLimit)
+		if err != nil {
+			return fmt.Errorf("read refs of %d streams: %w", len(ids), err)
+		}
+		refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return ScanSpanRef(r) })
+		if err != nil {
+			return fmt.Errorf("read refs of %d streams: %w", len(ids), err)
+		}
+		for _, r := range refs {
+			s := out[r.Stream]
+			s.Refs = append(s.Refs, r)
+			out[r.Stream] = s
+		}
+		rows, err = tx.Query(ctx, `SELECT e.* FROM unnest($1::uuid[]) AS u(id) CROSS JOIN LATERAL (
+				SELECT `+entryCols+` FROM nova.catalog WHERE stream_id = u.id
+				ORDER BY epoch DESC, first_record DESC LIMIT 1) e`, ids)
+		if err != nil {
+			return fmt.Errorf("read last catalog entries of %d streams: %w", len(ids), err)
+		}
+		lasts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
+		if err != nil {
+			return fmt.Errorf("read last catalog entries of %d streams: %w", len(ids), err)
+		}
+		for _, e := range lasts {
+			if s, ok := out[e.Stream]; ok {
+				s.Last = &e
+				out[e.Stream] = s
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RefsWindow reads at most limit of a stream's span refs that end past from
+// and start before before, in record order (an index range: the settle
+// commits delete refs once they are wholly settled).
+func (s *Settle) RefsWindow(ctx context.Context, id StreamID, from, before int64, limit int) ([]SpanRef, error) {
+	return refsWindow(ctx, s.db.pool, id, from, before, limit)
+}
+
+func refsWindow(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, id StreamID, from, before int64, limit int) ([]SpanRef, error) {
+	rows, err := q.Query(ctx, `SELECT `+SpanRefColumns+` FROM nova.span_refs
+		WHERE stream_id = $1 AND first_record < $3 AND first_record + record_count > $2
+		ORDER BY first_record LIMIT $4`, id, from, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read refs of stream %s from %d: %w", id, from, err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SpanRef, error) { return ScanSpanRef(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read refs of stream %s from %d: %w", id, from, err)
+	}
+	return refs, nil
+}
+
+// WithPendingErasures reports which of the streams have a pending
+// erasure (one probe of erasures_pending_idx each): settle reads the
+// erasures of those only (PendingErasuresIn).
+func (s *Settle) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.db.reader(ctx).Query(ctx, `SELECT u.stream_id FROM unnest($1::uuid[]) AS u(stream_id)
+		WHERE EXISTS (SELECT 1 FROM nova.erasures e WHERE e.stream_id = u.stream_id AND e.applied_at IS NULL)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[StreamID])
+	if err != nil {
+		return nil, fmt.Errorf("find pending erasures of %d streams: %w", len(ids), err)
+	}
+	out := make(map[StreamID]bool, len(got))
+	for _, id := range got {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// Overlap is two catalog entries of a stream that cover a record twice.
+type Overlap struct {
+	Stream              StreamID
+	PrevFirst, PrevEnd  int64
+	First, End, Settled int64
+}
+
+func (o *Overlap) String() string {
+	return fmt.Sprintf("stream %s: catalog entries [%d, %d) and [%d, %d) overlap (settled_through %d)",
+		o.Stream, o.PrevFirst, o.PrevEnd, o.First, o.End, o.Settled)
+}
+
+// tailEntries is how many of a stream's last catalog entries FirstOverlap
+// checks: a cycle only appends at settled_through or rewrites the last
+// entry, so what it can break is the last entry and its neighbour; one more
+// catches an earlier cycle's damage next to them.
+const tailEntries = 3
+
+// FirstOverlap checks the catalog tiling where a cycle writes, for the
+// given streams in one statement: each stream's last tailEntries entries
+// (a descending range of the catalog's primary key, so the cost does not
+// grow with the stream's history). It returns the first pair of them that
+// cover a record twice, or one that ends past its stream's
+// settled_through; nil when they tile. docs/architecture.md#singleton-lease-and-fencing: either is a
+// broken invariant, and the cycle halts on it. The whole catalog is
+// checked by `auditor verify`.
+func (s *Settle) FirstOverlap(ctx context.Context, ids []StreamID) (*Overlap, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var o Overlap
+	err := s.db.reader(ctx).QueryRow(ctx, `SELECT s.stream_id, coalesce(t.prev_first, -1), coalesce(t.prev_end, -1), t.first_record, t.first_record + t.record_count, s.settled_through
+		FROM unnest($1::uuid[]) AS d(stream_id) JOIN nova.streams s USING (stream_id) CROSS JOIN LATERAL (
+			SELECT first_record, record_count,
+				lag(first_record) OVER w AS prev_first, lag(first_record + record_count) OVER w AS prev_end
+			FROM (SELECT epoch, first_record, record_count FROM nova.catalog c WHERE c.stream_id = s.stream_id
+				ORDER BY epoch DESC, first_record DESC LIMIT $2) last
+			WINDOW w AS (PARTITION BY epoch ORDER BY first_record)) t
+		WHERE (t.first_record < t.prev_end OR t.first_record + t.record_count > s.settled_through)
+		ORDER BY s.stream_id, t.first_record LIMIT 1`, ids, tailEntries).
+		Scan(&o.Stream, &o.PrevFirst, &o.PrevEnd, &o.First, &o.End, &o.Settled)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check the catalog tiling of %d streams: %w", len(ids), err)
+	}
+	return &o, nil
 }
