@@ -356,3 +356,39 @@ func TestErasuresAppliedWithin(t *testing.T) {
 		t.Errorf("a star with no runs: %d %v", n, err)
 	}
 }
+
+// TestReconcileViewReadsTheErasures: reconcile's view of a stream holds
+// its erasures, pending and applied, that reach past settled_through, in
+// record order; malformed rows are left out (and their ends, which
+// overflow, break nothing).
+func TestReconcileViewReadsTheErasures(t *testing.T) {
+	t.Parallel()
+	db, ctx := oneStream(t)
+	l, err := db.Leases().AcquireLeaseInstance(ctx, "s1", "t", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Fenced(ctx, l.Fence, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE nova.streams SET next_record = 100, settled_through = 12 WHERE stream_id = $1`, sid(1)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO nova.erasures (stream_id, first_record, record_count, applied_at) VALUES
+			($1, -5, 3, NULL), ($1, $2, 9, NULL), ($1, 2, 5, now()), ($1, 11, 1, NULL),
+			($1, 12, 1, NULL), ($1, 10, 5, NULL), ($1, 20, 3, now())`, sid(1), int64(math.MaxInt64-3))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := db.Restore().ReconcileView(ctx, sid(1), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range v.Erasures {
+		got = append(got, fmt.Sprintf("%d+%d applied=%v", e.FirstRecord, e.RecordCount, e.Applied))
+	}
+	want := []string{"10+5 applied=false", "12+1 applied=false", "20+3 applied=true"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("erasures %v, want %v", got, want)
+	}
+}

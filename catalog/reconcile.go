@@ -23,6 +23,11 @@ type ReconcileView struct {
 	// High is the high-water revision of each key base of the stream's
 	// epoch, by first record.
 	High map[int64]int32
+	// Erasures are the stream's erasures, pending and applied, that reach
+	// past its settled_through, in record order (malformed rows left
+	// out): the records whose bytes a settled object may hold as
+	// tombstones where their slots hold the originals.
+	Erasures []Erasure
 }
 
 // ReconcileView reads a stream's row, catalog entries, refs, intents
@@ -79,6 +84,22 @@ func (rs *Restore) ReconcileView(ctx context.Context, id StreamID, keyLow, keyHi
 		_, err = pgx.ForEachRow(rows, []any{&first, &high}, func() error { v.High[first] = high; return nil })
 		if err != nil {
 			return fmt.Errorf("read key revisions of %s: %w", id, err)
+		}
+		// first_record > settled - record_count: the end, without the sum
+		// a malformed row could overflow (record_count is positive).
+		rows, err = tx.Query(ctx, `SELECT `+erasureCols+` FROM nova.erasures e
+			WHERE e.stream_id = $1 AND e.first_record > $2 - e.record_count ORDER BY e.first_record`, id, st.SettledThrough)
+		if err != nil {
+			return fmt.Errorf("read erasures of %s: %w", id, err)
+		}
+		es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Erasure, error) { return scanErasure(r) })
+		if err != nil {
+			return fmt.Errorf("read erasures of %s: %w", id, err)
+		}
+		for _, e := range es {
+			if e.Valid() == "" {
+				v.Erasures = append(v.Erasures, e)
+			}
 		}
 		return nil
 	})

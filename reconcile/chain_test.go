@@ -190,9 +190,9 @@ func TestDiffNeverReapsWhatTheChainDoesNotReach(t *testing.T) {
 	}
 }
 
-// TestRecordBytesAndBatchEnds: the bytes of a range of records of a chunk,
-// and where a cut may fall.
-func TestRecordBytesAndBatchEnds(t *testing.T) {
+// TestSameRecordsAndBatchEnds: a slot chunk's records against the chain's,
+// an erased record's tombstone included, and where a cut may fall.
+func TestSameRecordsAndBatchEnds(t *testing.T) {
 	b := bundlefmt.NewChunkBuilder(testStream.ID, 10)
 	for i := 0; i < 5; i++ {
 		if err := b.Add(bundlefmt.Record{Body: []byte{'a' + byte(i)}}, int64(i), i == 1 || i == 4); err != nil {
@@ -200,14 +200,50 @@ func TestRecordBytesAndBatchEnds(t *testing.T) {
 		}
 	}
 	c := b.Chunk()
-	whole := recordBytes(c.Entry, c.Data, 10, 15)
-	if string(whole) != string(c.Data) {
-		t.Fatalf("every record: %q, want %q", whole, c.Data)
+	records := func(from uint64) [][]byte {
+		var out [][]byte
+		var off uint32
+		for i, l := range c.Entry.Lengths {
+			if c.Entry.FirstRecord+uint64(i) >= from {
+				out = append(out, c.Data[off:off+l])
+			}
+			off += l
+		}
+		return out
 	}
-	mid := recordBytes(c.Entry, c.Data, 12, 14)
-	off := c.Entry.Lengths[0] + c.Entry.Lengths[1]
-	if string(mid) != string(c.Data[off:off+c.Entry.Lengths[2]+c.Entry.Lengths[3]]) {
-		t.Fatalf("records 12 and 13: %q", mid)
+	tomb := []byte{bundlefmt.TombstoneByte}
+	erased := erasedBy([]catalog.Erasure{{FirstRecord: 8, RecordCount: 5}, {FirstRecord: 9, RecordCount: 1}, {FirstRecord: 14, RecordCount: 1}})
+	for r, want := range map[uint64]bool{7: false, 8: true, 12: true, 13: false, 14: true, 15: false} {
+		if erased(r) != want {
+			t.Errorf("erased(%d): %v, want %v", r, !want, want)
+		}
+	}
+	none := erasedBy(nil)
+	withTomb := func(from uint64, at ...uint64) [][]byte {
+		out := records(from)
+		for _, r := range at {
+			out[r-from] = tomb
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		from   uint64
+		got    [][]byte
+		erased func(uint64) bool
+		want   bool
+	}{
+		{"every record", 10, records(10), none, true},
+		{"from record 12", 12, records(12), none, true},
+		{"one record short", 12, records(13), none, false},
+		{"erased records as tombstones", 10, withTomb(10, 10, 11, 14), erased, true},
+		{"a tombstone no erasure names", 10, withTomb(10, 13), erased, false},
+		{"tombstones without erasures", 10, withTomb(10, 11), none, false},
+		{"another record", 12, append(records(12)[:1:1], []byte{0, 'z'}, records(14)[0]), none, false},
+	} {
+		if got := sameRecords(c.Entry, c.Data, tc.from, tc.got, tc.erased); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 	o := &object{first: 10, end: 15, entries: []bundlefmt.Entry{c.Entry}}
 	for end, want := range map[uint64]bool{12: true, 15: true, 11: false, 13: false, 14: false, 16: false} {

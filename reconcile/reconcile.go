@@ -274,6 +274,7 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 	}
 	var ch chain
 	limit := uint64(st.NextRecord)
+	erased := erasedBy(v.Erasures)
 	for {
 		ch = plan(st, v.Entries, objs, present, limit)
 		again := false
@@ -301,9 +302,10 @@ func reconcileStream(ctx context.Context, d Deps, c Config, f catalog.Fence, st 
 		}
 		// Records past settled_through may have been given again since
 		// the restore (the write path goes on): where a ref's slot still
-		// stands, the chain's bytes must be its bytes; the chain ends at
-		// the first chunk that differs, and the refs keep the rest.
-		at, n, err := firstMismatch(ctx, d, st, v.Refs, ch)
+		// stands, the chain's records must be its records (or, where an
+		// erasure names one, its tombstone); the chain ends at the first
+		// chunk that differs, and the refs keep the rest.
+		at, n, err := firstMismatch(ctx, d, st, v.Refs, ch, erased)
 		sr.BytesRead += n
 		if err != nil {
 			return sr, err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/nova/auditor/bundle"
@@ -113,13 +114,15 @@ func lastBatchEnd(o *object, end uint64) uint64 {
 	return 0
 }
 
-// firstMismatch compares the chain's bytes with those of every slot chunk
-// the stream's refs name that the store still holds, from settled_through
-// on, and returns the first record of the first chunk that differs (and
-// of a chunk that straddles the chain's end) or ch.end, and the bytes it
-// read. A slot that is gone was reaped after the records settled, so
-// before the restore: its records are the store's.
-func firstMismatch(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, ch chain) (uint64, int64, error) {
+// firstMismatch compares the chain's records with those of every slot
+// chunk the stream's refs name that the store still holds, from
+// settled_through on, and returns the first record of the first chunk that
+// differs (and of a chunk that straddles the chain's end) or ch.end, and
+// the bytes it read. A slot that is gone was reaped after the records
+// settled, so before the restore: its records are the store's. A record
+// an erasure names (erased) may be its tombstone in the chain: settle and
+// the erase step write it so, while its slot keeps the original.
+func firstMismatch(ctx context.Context, d Deps, st catalog.Stream, refs []catalog.SpanRef, ch chain, erased func(uint64) bool) (uint64, int64, error) {
 	settled := uint64(st.SettledThrough)
 	var read int64
 	for _, r := range refs {
@@ -156,13 +159,12 @@ func firstMismatch(ctx context.Context, d Deps, st catalog.Stream, refs []catalo
 			if err != nil {
 				return 0, read, fmt.Errorf("%w: %w", ErrIncomplete, err)
 			}
-			want := recordBytes(e, data, from, e.EndRecord())
-			got, n, err := chainBytes(ctx, d, ch, from, e.EndRecord())
+			got, n, err := chainRecords(ctx, d, ch, from, e.EndRecord())
 			read += n
 			if err != nil {
 				return 0, read, err
 			}
-			if !bytes.Equal(got, want) {
+			if !sameRecords(e, data, from, got, erased) {
 				return from, read, nil
 			}
 		}
@@ -170,26 +172,51 @@ func firstMismatch(ctx context.Context, d Deps, st catalog.Stream, refs []catalo
 	return ch.end, read, nil
 }
 
-// recordBytes is the bytes of records [from, to) of a chunk e whose bytes
-// are data.
-func recordBytes(e bundlefmt.Entry, data []byte, from, to uint64) []byte {
-	var off, n uint64
+// sameRecords reports whether got holds records [from, e.EndRecord()) of
+// the slot chunk e whose bytes are data: each one byte for byte, or its
+// tombstone where erased names it.
+func sameRecords(e bundlefmt.Entry, data []byte, from uint64, got [][]byte, erased func(uint64) bool) bool {
+	if uint64(len(got)) != e.EndRecord()-from {
+		return false
+	}
+	var off uint64
 	for i, l := range e.Lengths {
 		r := e.FirstRecord + uint64(i)
-		switch {
-		case r < from:
-			off += uint64(l)
-		case r < to:
-			n += uint64(l)
+		rec := data[off : off+uint64(l)]
+		off += uint64(l)
+		if r < from {
+			continue
+		}
+		g := got[r-from]
+		if !bytes.Equal(g, rec) && !(erased(r) && bundlefmt.IsTombstone(g)) {
+			return false
 		}
 	}
-	return data[off : off+n]
+	return true
 }
 
-// chainBytes reads the bytes of records [from, to) from the chain's
-// objects (a kept entry's object is not the store's to compare: nil).
-func chainBytes(ctx context.Context, d Deps, ch chain, from, to uint64) ([]byte, int64, error) {
-	var out []byte
+// erasedBy reports whether any of the erasures (in record order of their
+// first records) names a record.
+func erasedBy(es []catalog.Erasure) func(uint64) bool {
+	// reach[i] is the furthest end of es[:i+1]: the erasures starting at
+	// or below a record reach it when the furthest of them does.
+	reach := make([]int64, len(es))
+	var far int64
+	for i, e := range es {
+		far = max(far, e.EndRecord())
+		reach[i] = far
+	}
+	return func(r uint64) bool {
+		i := sort.Search(len(es), func(i int) bool { return uint64(max(es[i].FirstRecord, 0)) > r })
+		return i > 0 && uint64(reach[i-1]) > r
+	}
+}
+
+// chainRecords reads records [from, to) from the chain's objects, one
+// slice a record (a kept entry's object is not the store's to compare:
+// none).
+func chainRecords(ctx context.Context, d Deps, ch chain, from, to uint64) ([][]byte, int64, error) {
+	var out [][]byte
 	var read int64
 	for _, l := range ch.links {
 		if l.obj == nil {
@@ -201,21 +228,31 @@ func chainBytes(ctx context.Context, d Deps, ch chain, from, to uint64) ([]byte,
 				continue
 			}
 			off := e.DataOffset
-			var n uint64
+			var lens []uint32
 			for i, ln := range e.Lengths {
 				r := e.FirstRecord + uint64(i)
 				if r < a {
 					off += uint64(ln)
 				} else if r < b {
-					n += uint64(ln)
+					lens = append(lens, ln)
 				}
+			}
+			var n uint64
+			for _, ln := range lens {
+				n += uint64(ln)
 			}
 			data, err := d.Reader.Range(ctx, bundle.Settled(l.obj.key), int64(off), int64(n))
 			read += int64(len(data))
 			if err != nil {
 				return nil, read, fmt.Errorf("%w: %w", ErrIncomplete, err)
 			}
-			out = append(out, data...)
+			if uint64(len(data)) != n {
+				return nil, read, fmt.Errorf("%w: read %d bytes of %s at %d, want %d", ErrIncomplete, len(data), l.obj.key, off, n)
+			}
+			for _, ln := range lens {
+				out = append(out, data[:ln:ln])
+				data = data[ln:]
+			}
 		}
 	}
 	return out, read, nil

@@ -154,6 +154,9 @@ func New(cfg Config) *Injector {
 // the request with the same operation, key and occurrence, and no other.
 func Replay(schedule []Decision) *Injector {
 	in := newInjector()
+	for _, k := range Kinds {
+		in.kinds[k] = true
+	}
 	in.replay = map[ident]Decision{}
 	for _, d := range schedule {
 		in.replay[d.ident()] = d
@@ -199,8 +202,9 @@ func (in *Injector) Requests() int64 {
 	return in.index
 }
 
-// SetKinds draws only these faults from now on (the quiescing cycles keep
-// the late DELETEs an SDK retry can send at any time).
+// SetKinds draws only these faults from now on, a replay's included (the
+// quiescing cycles keep the late DELETEs an SDK retry can send at any
+// time).
 func (in *Injector) SetKinds(kinds ...Kind) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -268,8 +272,11 @@ func (in *Injector) decide(op, bucket, key string) (Decision, bool) {
 		return d, false
 	}
 	if in.replay != nil {
+		// Only the kinds the run draws now: a request that comes later in
+		// a replay than in its run (the quiescing cycles, which keep the
+		// late DELETEs only) does not take the fault its run drew earlier.
 		r, ok := in.replay[d.ident()]
-		if !ok {
+		if !ok || !in.kinds[r.Kind] {
 			return d, false
 		}
 		in.matched[d.ident()] = true

@@ -66,6 +66,28 @@ func TestReplayTakesTheSameFaults(t *testing.T) {
 	}
 }
 
+// TestReplayKeepsToTheKindsDrawn: a replay injects a scheduled fault only
+// while its kind is drawn: after SetKinds (the quiescing cycles), a request
+// the run met earlier takes no fault of another kind.
+func TestReplayKeepsToTheKindsDrawn(t *testing.T) {
+	b := teststore.File(t, teststore.Options{})
+	re := faultstore.Replay([]faultstore.Decision{
+		{Op: "Delete", Key: "a", Nth: 1, Kind: faultstore.FailBefore},
+		{Op: "Delete", Key: "b", Nth: 1, Kind: faultstore.LateDelete},
+	})
+	re.SetKinds(faultstore.LateDelete)
+	s := re.Wrap(b.Store, nil)
+	for _, key := range []string{"a", "b"} {
+		if err := s.Delete(context.Background(), b.Std, []string{key}); err != nil {
+			t.Fatalf("delete %s: %v", key, err)
+		}
+	}
+	got := re.Decisions()
+	if len(got) != 1 || got[0].Key != "b" || got[0].Kind != faultstore.LateDelete {
+		t.Fatalf("faults injected %v, want the late DELETE of b only", got)
+	}
+}
+
 // TestGateAndWatch: a killed gate sends nothing; an object written again
 // with other bytes, and a late DELETE landing after a later write of its
 // key, are reported.
