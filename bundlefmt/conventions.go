@@ -196,8 +196,8 @@ func x2nModP(n uint64, k uint) uint32 {
 	return p
 }
 
-// CombineCRC32C returns the CRC-32C of A‖B given crc1 = Checksum(A),
-// crc2 = Checksum(B) and len2 = len(B), without the bytes: zlib's
+// CombineCRC32C returns the CRC-32C of A‖B given crc1 = CRC32C(A),
+// crc2 = CRC32C(B) and len2 = len(B), without the bytes: zlib's
 // crc32_combine with the Castagnoli polynomial. A negative len2 is treated
 // as 0.
 func CombineCRC32C(crc1, crc2 uint32, len2 int64) uint32 {

@@ -31,7 +31,7 @@ type StreamID = bundlefmt.StreamID
 // DB is the metastore.
 type DB struct {
 	pool *pgxpool.Pool
-	mut  Mutations // zero in production: the fault explorer's
+	mut  Mutations // zero in production; only the fault explorer sets it
 }
 
 // DefaultMaxConns is the pool's size unless the URL sets pool_max_conns:

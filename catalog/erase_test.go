@@ -243,7 +243,7 @@ func TestPendingErasuresIn(t *testing.T) {
 	if _, err := db.Erasures().PendingErasuresIn(ctx, sid(1), 10, 5, 20); !errors.Is(err, catalog.ErrInvariant) {
 		t.Errorf("below past from: %v", err)
 	}
-	with, err := db.Erasures().WithPendingErasures(ctx, []catalog.StreamID{sid(1), sid(2), sid(3)})
+	with, err := db.Settle().WithPendingErasures(ctx, []catalog.StreamID{sid(1), sid(2), sid(3)})
 	if err != nil || len(with) != 1 || !with[sid(1)] {
 		t.Fatalf("streams with pending erasures: %v %v, want only the first (the second's is applied)", with, err)
 	}

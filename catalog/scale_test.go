@@ -300,7 +300,7 @@ func cycleStatements(t testing.TB, ctx context.Context, db *catalog.DB, p *planP
 		return err
 	})
 	call("WithPendingErasures", func() error {
-		w, err := db.Erasures().WithPendingErasures(ctx, []catalog.StreamID{hot})
+		w, err := db.Settle().WithPendingErasures(ctx, []catalog.StreamID{hot})
 		if err == nil && !w[hot] {
 			err = fmt.Errorf("pending erasures of %v, want the hot stream's", w)
 		}

@@ -148,11 +148,6 @@ func (es *Erasures) Quarantined(ctx context.Context, star string) ([]QuarantineR
 	return es.db.Settle().Quarantined(ctx, star)
 }
 
-// WithPendingErasures is Settle.WithPendingErasures.
-func (es *Erasures) WithPendingErasures(ctx context.Context, ids []StreamID) (map[StreamID]bool, error) {
-	return es.db.Settle().WithPendingErasures(ctx, ids)
-}
-
 // Notify is Requests.Notify: a released lease wakes the standbys.
 func (ls *Leases) Notify(ctx context.Context, star string) error {
 	return ls.db.Requests().Notify(ctx, star)

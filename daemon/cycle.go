@@ -89,7 +89,11 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 	}
 	res.run = run
 	stepSeconds := map[string]float64{} // for the cycle's log line
+	ended := false                      // a step ended the cycle: only cycle.Finally steps run
 	for _, s := range r.deps.Steps {
+		if _, always := s.(cycle.Finally); ended && !always {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			res.err = fmt.Errorf("before step %s: %w", s.Name(), context.Cause(ctx))
 			break
@@ -115,7 +119,7 @@ func (r *runner) cycle(ctx context.Context, f catalog.Fence, opts cycle.Options)
 		}
 		if err != nil {
 			res.err = errors.Join(res.err, fmt.Errorf("step %s: %w", s.Name(), err))
-			break
+			ended = true
 		}
 	}
 	res.outcome = classify(ctx, res.err)

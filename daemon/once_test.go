@@ -195,6 +195,53 @@ func TestAStepFailedInPartLetsTheLaterStepsRun(t *testing.T) {
 	}
 }
 
+// tidy is a cycle.Finally step that counts its runs.
+type tidy struct{ runs int }
+
+func (t *tidy) Name() string { return "sidecars" }
+func (t *tidy) Run(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
+	t.runs++
+	return cycle.Counts{}, nil
+}
+func (t *tidy) Finally() {}
+
+// TestAFailedStepSkipsAllButTheFinallySteps: a step that ends the cycle
+// (a plain error, or a halt) skips the later steps but a cycle.Finally
+// one (the sidecar step's local tidying), which runs once; the cycle ends
+// with the first step's error, failed or halted.
+func TestAFailedStepSkipsAllButTheFinallySteps(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, outcome string
+		err           error
+	}{
+		{"error", catalog.RunFailed, errors.New("retention: connection reset")},
+		{"halt", catalog.RunHalted, cycle.Haltf("two entries cover record 7")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, _ := newDB(t)
+			rec, td := newRecorder(), &tidy{}
+			failing := step{"retention", func(context.Context, catalog.Fence, cycle.Options) (cycle.Counts, error) {
+				return cycle.Counts{}, c.err
+			}}
+			_, err := daemon.RunOnce(context.Background(), testConfig(t, "once"), daemon.Deps{DB: db.Ledger(), Leases: db.Leases(),
+				Requests: db.Requests(), Steps: []cycle.Step{failing, rec, td}}, cycle.Options{})
+			if err == nil || !strings.Contains(err.Error(), "step retention") {
+				t.Fatalf("the cycle must end with the failed step's error: %v", err)
+			}
+			if len(rec.snapshot()) != 0 {
+				t.Fatal("a step after the one that ended the cycle ran")
+			}
+			if td.runs != 1 {
+				t.Fatalf("the Finally step ran %d times, want 1", td.runs)
+			}
+			if r := lastRuns(t, db, 1)[0]; r.Outcome != c.outcome || !strings.Contains(r.Error, "step retention") {
+				t.Fatalf("ledger: %+v", r)
+			}
+		})
+	}
+}
+
 // TestCyclePrunesHistory: a cycle prunes the ledger and the consumed admin
 // requests older than HistoryKeep, at most PruneBatch rows of each, and a
 // dry run prunes (and records) nothing.

@@ -2,7 +2,8 @@
 // the Store contract used by settle, trim and novasim, and implements it on S3
 // (aws-sdk-go-v2, with server-side copy planning) and on a local directory
 // (the file backend), plus the storage topology every step is handed. It
-// knows nothing of the bundle format or the metastore.
+// knows nothing of the metastore, nor of the bundle format beyond its
+// CRC-32C (the backends check what they assemble with bundlefmt's).
 //
 // Layout:
 //

@@ -443,8 +443,8 @@ func (s *Settler) printPlan(w io.Writer, st catalog.Stream, outs []Output, compl
 // stale intent can never be published again (settled_through and revisions
 // only grow), so its upload is aborted and it becomes a reap intent: the
 // reap step deletes its object after the grace unless the catalog references
-// the key. The pending sidecars of what it abandons go in the cycle's
-// sidecars step (Sidecars).
+// the key. The pending sidecars of what it abandons go at the end of the
+// cycle, in its sidecar step (Sidecars).
 func (s *Settler) recoverIntents(ctx context.Context, f catalog.Fence) error {
 	intents, err := s.d.DB.Intents(ctx, f.Star, "publish", s.c.ReapGrace)
 	if err != nil {

@@ -110,12 +110,13 @@ func reconcilePending(p *pendingobj.Store, positions []uint64) (dropped []uint64
 	return dropped, nil
 }
 
-// Sidecars is the cycle's sidecar step (docs/architecture.md#local-pending-sidecars):
-// it keeps exactly the sidecars of the open publish intents' staged parts,
-// after the settle and erasure steps have opened, resumed, closed or
-// abandoned intents. It runs apart from the settle so that a settle never
-// lists the sidecar directory; a sidecar left a while longer is harmless
-// (positions are by intent ID, and a new intent never takes an old one's).
+// Sidecars is the cycle's sidecar step (docs/architecture.md#local-pending-sidecars),
+// its last: it keeps exactly the sidecars of the open publish intents'
+// staged parts, once the settle and erasure steps have opened, resumed,
+// closed or abandoned intents. It runs even when an earlier step ended
+// the cycle (cycle.Finally), so a star that fails at some step every cycle
+// does not pile up sidecars. It runs apart from the settle so that a
+// settle never lists the sidecar directory.
 type Sidecars struct{ s *Settler }
 
 // Sidecars returns the sidecar step of the Settler's pending store.
@@ -132,6 +133,10 @@ func (c *Sidecars) Run(ctx context.Context, f catalog.Fence, opts cycle.Options)
 	return cycle.Counts{}, c.s.reconcile(ctx, f)
 }
 
+// Finally implements cycle.Finally: the step runs after a step that ended
+// the cycle.
+func (c *Sidecars) Finally() {}
+
 // Idle implements cycle.Idler: a standby reconciles its pending sidecars
 // against the open intents, so the parts it staged while it led go once
 // another leader has finished those intents (only a read of the
@@ -141,8 +146,8 @@ func (c *Sidecars) Idle(ctx context.Context, star string) error {
 }
 
 var (
-	_ cycle.Step  = (*Sidecars)(nil)
-	_ cycle.Idler = (*Sidecars)(nil)
+	_ cycle.Finally = (*Sidecars)(nil)
+	_ cycle.Idler   = (*Sidecars)(nil)
 )
 
 // reconcile keeps exactly the sidecars of the open publish intents' staged

@@ -27,7 +27,7 @@ import (
 )
 
 // buildCycle wires the cycle's steps in the order of docs/architecture.md#the-cycle:
-// the rewind check, recover and settle, retention, erase, sidecars, strays, trim, reap; and returns the due
+// the rewind check, recover and settle, retention, erase, strays, trim, reap, and sidecars (which runs even after a step that ended the cycle); and returns the due
 // policy they settle by (storePolicy), which the daemon's gauges and
 // status must share. The returned close function releases what the steps
 // hold. For a dry run the server's checksum support is not probed: the
@@ -243,7 +243,7 @@ func buildParts(ctx context.Context, cfg config.Config, db *catalog.DB, log *slo
 	if err != nil {
 		return parts{}, err
 	}
-	return parts{steps: []cycle.Step{guard, settler, retention, settler.Eraser(), settler.Sidecars(), strays, trimmer, reaper}, policy: policy,
+	return parts{steps: []cycle.Step{guard, settler, retention, settler.Eraser(), strays, trimmer, reaper, settler.Sidecars()}, policy: policy,
 		store: store, top: top, settler: settler}, nil
 }
 

@@ -81,6 +81,14 @@ type Step interface {
 	Run(ctx context.Context, f catalog.Fence, opts Options) (Counts, error)
 }
 
+// Finally is implemented by a step that runs even when an earlier step
+// ended the cycle with an error (not once the cycle's context is done):
+// local tidying that must not wait for a cycle that succeeds.
+type Finally interface {
+	Step
+	Finally()
+}
+
 // Idler is implemented by a step with local work to do while its process
 // is not the leader: keeping what it holds on local disk in step with the
 // metastore (a standby that staged parts when it last led must drop them

@@ -151,7 +151,8 @@ func New(cfg Config) *Injector {
 }
 
 // Replay is an injector that takes exactly the faults of schedule, each at
-// the request with the same operation, key and occurrence, and no other.
+// the request with the same operation, key and occurrence, and no other,
+// of the kinds the run draws at the time (SetKinds).
 func Replay(schedule []Decision) *Injector {
 	in := newInjector()
 	for _, k := range Kinds {
