@@ -200,12 +200,12 @@ func TestSameRecordsAndBatchEnds(t *testing.T) {
 		}
 	}
 	c := b.Chunk()
-	records := func(from uint64) [][]byte {
-		var out [][]byte
+	records := func(from uint64) []chainRecord {
+		var out []chainRecord
 		var off uint32
 		for i, l := range c.Entry.Lengths {
 			if c.Entry.FirstRecord+uint64(i) >= from {
-				out = append(out, c.Data[off:off+l])
+				out = append(out, chainRecord{data: c.Data[off : off+l], ts: c.Entry.Timestamps[i], batchEnd: c.Entry.IsBatchEnd(i)})
 			}
 			off += l
 		}
@@ -219,17 +219,22 @@ func TestSameRecordsAndBatchEnds(t *testing.T) {
 		}
 	}
 	none := erasedBy(nil)
-	withTomb := func(from uint64, at ...uint64) [][]byte {
+	withTomb := func(from uint64, at ...uint64) []chainRecord {
 		out := records(from)
 		for _, r := range at {
-			out[r-from] = tomb
+			out[r-from].data = tomb
 		}
+		return out
+	}
+	with := func(from, at uint64, change func(*chainRecord)) []chainRecord {
+		out := records(from)
+		change(&out[at-from])
 		return out
 	}
 	for _, tc := range []struct {
 		name   string
 		from   uint64
-		got    [][]byte
+		got    []chainRecord
 		erased func(uint64) bool
 		want   bool
 	}{
@@ -239,7 +244,10 @@ func TestSameRecordsAndBatchEnds(t *testing.T) {
 		{"erased records as tombstones", 10, withTomb(10, 10, 11, 14), erased, true},
 		{"a tombstone no erasure names", 10, withTomb(10, 13), erased, false},
 		{"tombstones without erasures", 10, withTomb(10, 11), none, false},
-		{"another record", 12, append(records(12)[:1:1], []byte{0, 'z'}, records(14)[0]), none, false},
+		{"another record", 12, with(12, 13, func(r *chainRecord) { r.data = []byte{0, 'z'} }), none, false},
+		{"the same bytes at another time", 12, with(12, 13, func(r *chainRecord) { r.ts++ }), none, false},
+		{"the same bytes ending no batch", 12, with(12, 13, func(r *chainRecord) { r.batchEnd = !r.batchEnd }), none, false},
+		{"an erased record's tombstone at another time", 10, with(10, 11, func(r *chainRecord) { r.data, r.ts = tomb, r.ts+1 }), erased, false},
 	} {
 		if got := sameRecords(c.Entry, c.Data, tc.from, tc.got, tc.erased); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

@@ -172,10 +172,21 @@ func firstMismatch(ctx context.Context, d Deps, st catalog.Stream, refs []catalo
 	return ch.end, read, nil
 }
 
+// chainRecord is one record of the chain: its stored bytes, its timestamp
+// and whether it ends a producer batch.
+type chainRecord struct {
+	data     []byte
+	ts       int64
+	batchEnd bool
+}
+
 // sameRecords reports whether got holds records [from, e.EndRecord()) of
-// the slot chunk e whose bytes are data: each one byte for byte, or its
-// tombstone where erased names it.
-func sameRecords(e bundlefmt.Entry, data []byte, from uint64, got [][]byte, erased func(uint64) bool) bool {
+// the slot chunk e whose bytes are data: each with the slot's timestamp
+// and batch end, and its bytes byte for byte, or its tombstone where
+// erased names it (a tombstone keeps the record's timestamp and batch
+// end). A record given again with the same bytes but another timestamp
+// is another record.
+func sameRecords(e bundlefmt.Entry, data []byte, from uint64, got []chainRecord, erased func(uint64) bool) bool {
 	if uint64(len(got)) != e.EndRecord()-from {
 		return false
 	}
@@ -188,7 +199,10 @@ func sameRecords(e bundlefmt.Entry, data []byte, from uint64, got [][]byte, eras
 			continue
 		}
 		g := got[r-from]
-		if !bytes.Equal(g, rec) && !(erased(r) && bundlefmt.IsTombstone(g)) {
+		if g.ts != e.Timestamps[i] || g.batchEnd != e.IsBatchEnd(i) {
+			return false
+		}
+		if !bytes.Equal(g.data, rec) && !(erased(r) && bundlefmt.IsTombstone(g.data)) {
 			return false
 		}
 	}
@@ -212,11 +226,10 @@ func erasedBy(es []catalog.Erasure) func(uint64) bool {
 	}
 }
 
-// chainRecords reads records [from, to) from the chain's objects, one
-// slice a record (a kept entry's object is not the store's to compare:
-// none).
-func chainRecords(ctx context.Context, d Deps, ch chain, from, to uint64) ([][]byte, int64, error) {
-	var out [][]byte
+// chainRecords reads records [from, to) from the chain's objects (a kept
+// entry's object is not the store's to compare: none).
+func chainRecords(ctx context.Context, d Deps, ch chain, from, to uint64) ([]chainRecord, int64, error) {
+	var out []chainRecord
 	var read int64
 	for _, l := range ch.links {
 		if l.obj == nil {
@@ -229,11 +242,15 @@ func chainRecords(ctx context.Context, d Deps, ch chain, from, to uint64) ([][]b
 			}
 			off := e.DataOffset
 			var lens []uint32
+			first := -1 // e's index of record a
 			for i, ln := range e.Lengths {
 				r := e.FirstRecord + uint64(i)
 				if r < a {
 					off += uint64(ln)
 				} else if r < b {
+					if first < 0 {
+						first = i
+					}
 					lens = append(lens, ln)
 				}
 			}
@@ -249,8 +266,8 @@ func chainRecords(ctx context.Context, d Deps, ch chain, from, to uint64) ([][]b
 			if uint64(len(data)) != n {
 				return nil, read, fmt.Errorf("%w: read %d bytes of %s at %d, want %d", ErrIncomplete, len(data), l.obj.key, off, n)
 			}
-			for _, ln := range lens {
-				out = append(out, data[:ln:ln])
+			for j, ln := range lens {
+				out = append(out, chainRecord{data: data[:ln:ln], ts: e.Timestamps[first+j], batchEnd: e.IsBatchEnd(first + j)})
 				data = data[ln:]
 			}
 		}
