@@ -72,13 +72,6 @@ func TestErasedRecordsAreTheSlotsRecords(t *testing.T) {
 	ctx := context.Background()
 	st := catalog.Stream{ID: catalog.StreamID{9}, Star: "s1", Bucket: "b0", Epoch: 1, Class: catalog.ClassStandard,
 		SettledThrough: 0, NextRecord: 20}
-	rng := func(pairs ...int64) []reconcile.Range {
-		var out []reconcile.Range
-		for i := 0; i < len(pairs); i += 2 {
-			out = append(out, reconcile.Range{From: pairs[i], To: pairs[i+1]})
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name     string
 		erasures []catalog.Erasure

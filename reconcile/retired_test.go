@@ -112,13 +112,6 @@ func TestRetentionIsNotALoss(t *testing.T) {
 			LowRecord: low, SettledThrough: settled, NextRecord: next}
 	}
 	type want struct{ lost, retired []reconcile.Range }
-	rng := func(pairs ...int64) []reconcile.Range {
-		var out []reconcile.Range
-		for i := 0; i < len(pairs); i += 2 {
-			out = append(out, reconcile.Range{From: pairs[i], To: pairs[i+1]})
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name string
 		// build makes the stream's view and stores what the store holds.
@@ -211,4 +204,13 @@ func TestRetentionIsNotALoss(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rng is the record ranges [pairs[0], pairs[1]), [pairs[2], pairs[3]), ...
+func rng(pairs ...int64) []reconcile.Range {
+	var out []reconcile.Range
+	for i := 0; i < len(pairs); i += 2 {
+		out = append(out, reconcile.Range{From: pairs[i], To: pairs[i+1]})
+	}
+	return out
 }
